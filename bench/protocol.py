@@ -1,0 +1,278 @@
+"""Protocol benchmark: our channels and servers against raw ZMQ, over loopback, in one run.
+
+    python -m bench.protocol [--quick] [--out bench/results/protocol.json]
+
+(a) raw ZMQ PUSH/PULL, 1 MiB single-frame messages           -> raw_zmq_gbytes_per_s (the baseline)
+(b) ExperienceSender -> PULL + decode, 1 MiB of arrays/message -> experience_gbytes_per_s, ratio_to_raw
+(c) HalfCheetah-sized transitions (obs 17, act 6, f32) in chunks into one replay shard -> transitions_per_s
+(d) sample batches out of a shard (uniform, batch 256 and 4096) -> sample_batches_per_s_{256,4096}
+(e) 8 actors fetching a 1 MB parameter blob from one ps       -> param_fetch_ms_p50 / _p99
+
+Senders and receivers are separate processes (the machine's cores are shared as they would be by roles).
+The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+import zmq
+
+from surreal.proto.channels import ExperienceSender, ParamClient, ParamPublisher, SampleClient, make_socket
+from surreal.proto.codec import Limits, decode
+
+MIB = 1 << 20
+OBS, ACT = 17, 6
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def experience_chunk(transitions: int, envs: int = 1) -> dict[str, np.ndarray]:
+    """A time-major chunk shaped like an actor's (T, K) of HalfCheetah transitions."""
+    T = transitions // envs
+    rng = np.random.default_rng(0)
+    return {
+        "obs": rng.standard_normal((T, envs, OBS), dtype=np.float32),
+        "next_obs": rng.standard_normal((T, envs, OBS), dtype=np.float32),
+        "actions": rng.standard_normal((T, envs, ACT), dtype=np.float32),
+        "rewards": rng.standard_normal((T, envs), dtype=np.float32),
+        "terminated": np.zeros((T, envs), bool),
+        "truncated": np.zeros((T, envs), bool),
+    }
+
+
+def chunk_of_bytes(nbytes: int) -> dict[str, np.ndarray]:
+    """Experience-shaped arrays adding up to `nbytes` (the 1 MiB message of (b))."""
+    per_transition = (2 * OBS + ACT + 1) * 4 + 2
+    return experience_chunk(nbytes // per_transition)
+
+
+# -- (a) and (b): push throughput ------------------------------------------------------------------------
+
+
+def _raw_pusher(address: str, count: int) -> None:
+    ctx = zmq.Context()
+    sock = make_socket(ctx, zmq.PUSH, sndhwm=8)
+    sock.connect(address)
+    payload = np.random.default_rng(0).integers(0, 255, MIB, dtype=np.uint8)
+    for _ in range(count):
+        sock.send(payload, copy=False)
+    sock.close(linger=-1)
+    ctx.term()
+
+
+def _experience_pusher(address: str, count: int) -> None:
+    ctx = zmq.Context()
+    sender = ExperienceSender(ctx, [address], hwm=8)
+    arrays = chunk_of_bytes(MIB)
+    for i in range(count):
+        while not sender.send(arrays, {"version": i, "actor": 0}, timeout_s=5.0):
+            pass
+    sender.sock.close(linger=-1)
+    ctx.term()
+
+
+def push_throughput(pusher, count: int, decode_messages: bool) -> float:
+    """GB/s received by a PULL socket fed by `pusher` in another process."""
+    ctx = zmq.Context()
+    pull = make_socket(ctx, zmq.PULL, rcvhwm=8)
+    port = pull.bind_to_random_port("tcp://127.0.0.1")
+    proc = mp.get_context("fork").Process(target=pusher, args=(f"tcp://127.0.0.1:{port}", count))
+    proc.start()
+    received = 0
+    frames = pull.recv_multipart(copy=False)  # start the clock at the first message
+    started = time.perf_counter()
+    for _ in range(count - 1):
+        frames = pull.recv_multipart(copy=False)
+        if decode_messages:
+            message = decode(frames)
+            received += sum(a.nbytes for a in message.arrays.values())
+        else:
+            received += sum(len(f) for f in frames)
+    elapsed = time.perf_counter() - started
+    proc.join(timeout=30)
+    pull.close(0)
+    ctx.term()
+    return received / elapsed / 1e9
+
+
+# -- (c) and (d): a replay shard ------------------------------------------------------------------------
+
+
+def _replay_server(exp: str, sample: str, capacity: int, ready, stop_event) -> None:
+    from surreal.roles.replay import ReplayServer
+
+    ctx = zmq.Context()
+    server = ReplayServer(ctx, exp, sample, mode="uniform", capacity=capacity)
+    ready.set()
+    while not stop_event.is_set():
+        server.poll_once(0.05)
+    server.close()
+    ctx.term()
+
+
+def _chunk_pusher(address: str, chunks: int, chunk_size: int) -> None:
+    ctx = zmq.Context()
+    sender = ExperienceSender(ctx, [address], hwm=16)
+    arrays = experience_chunk(chunk_size)
+    for i in range(chunks):
+        while not sender.send(arrays, {"version": i}, timeout_s=5.0):
+            pass
+    sender.sock.close(linger=-1)
+    ctx.term()
+
+
+def replay_numbers(quick: bool) -> dict[str, float]:
+    fork = mp.get_context("fork")
+    exp, sample = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    ready, stop_event = fork.Event(), fork.Event()
+    server = fork.Process(target=_replay_server, args=(exp, sample, 1_000_000, ready, stop_event))
+    server.start()
+    ready.wait(30)
+    ctx = zmq.Context()
+    sampler = SampleClient(ctx, [sample], Limits(), prefetch=4)
+    chunk_size, chunks = 1000, 300 if quick else 2000
+    try:
+        # (c): transitions in. The clock stops when the shard has stored them all (seen in a sample reply's
+        # size field, so the number includes the server's storage writes, not just the socket).
+        started = time.perf_counter()
+        pusher = fork.Process(target=_chunk_pusher, args=(exp, chunks, chunk_size))
+        pusher.start()
+        target = chunks * chunk_size
+        stored = 0
+        while stored < target and time.perf_counter() - started < 120:
+            got = sampler.next_batch(1, 1.0)
+            if got is not None:
+                stored = int(got[1].meta.get("size", 0))
+        transitions_per_s = target / (time.perf_counter() - started)
+        pusher.join(timeout=30)
+        result = {"transitions_per_s": transitions_per_s, "chunk_transitions": chunk_size}
+        # (d): batches out, `prefetch` requests in flight.
+        for batch in (256, 4096):
+            window = 2.0 if quick else 5.0
+            while sampler.next_batch(batch, 0.0) is not None:  # drain replies to the old batch size
+                pass
+            count, started = 0, time.perf_counter()
+            while time.perf_counter() - started < window:
+                if sampler.next_batch(batch, 1.0) is not None:
+                    count += 1
+            result[f"sample_batches_per_s_{batch}"] = count / (time.perf_counter() - started)
+        return result
+    finally:
+        sampler.close()
+        ctx.term()
+        stop_event.set()
+        server.join(timeout=10)
+
+
+# -- (e): parameter fetch latency -----------------------------------------------------------------------
+
+
+def _ps_server(learner: str, bind: str, ready, stop_event) -> None:
+    from surreal.roles.ps import ParamServer
+
+    ctx = zmq.Context()
+    server = ParamServer(ctx, learner, bind)
+    ready.set()
+    while not stop_event.is_set():
+        server.poll_once(0.05)
+    server.close()
+    ctx.term()
+
+
+def _fetching_actor(address: str, fetches: int, out) -> None:
+    ctx = zmq.Context()
+    client = ParamClient(ctx, [address], Limits())
+    latencies = []
+    for _ in range(fetches):
+        started = time.perf_counter()
+        reply = client.fetch(-1, "", 10.0)  # never "not modified": every fetch moves the full blob
+        if reply is not None and reply.message is not None:
+            latencies.append((time.perf_counter() - started) * 1000)
+    out.put(latencies)
+    client.close()
+    ctx.term()
+
+
+def param_fetch_numbers(quick: bool, actors: int = 8) -> dict[str, float]:
+    fork = mp.get_context("fork")
+    learner, bind = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    ready, stop_event, out = fork.Event(), fork.Event(), fork.Queue()
+    ctx = zmq.Context()
+    publisher = ParamPublisher(ctx, learner)
+    publisher.publish(1, {"incarnation": "bench"}, {"policy": {"w": np.ones(MIB // 4, np.float32)}})
+    server = fork.Process(target=_ps_server, args=(learner, bind, ready, stop_event))
+    server.start()
+    ready.wait(30)
+    probe = ParamClient(ctx, [bind], Limits())
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        publisher.service()
+        reply = probe.fetch(-1, "", 0.2)
+        if reply is not None and reply.message is not None:
+            break
+    fetches = 50 if quick else 300
+    procs = [fork.Process(target=_fetching_actor, args=(bind, fetches, out)) for _ in range(actors)]
+    for p in procs:
+        p.start()
+    latencies = np.concatenate([out.get(timeout=300) for _ in procs])
+    for p in procs:
+        p.join(timeout=30)
+    probe.close()
+    publisher.close()
+    ctx.term()
+    stop_event.set()
+    server.join(timeout=10)
+    return {
+        "param_fetch_ms_p50": float(np.percentile(latencies, 50)),
+        "param_fetch_ms_p99": float(np.percentile(latencies, 99)),
+        "param_fetches": int(latencies.size),
+        "param_blob_bytes": MIB,
+        "param_fetch_actors": actors,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer messages (a smoke run, about 20 s)")
+    parser.add_argument("--out", type=Path, help="also write the JSON here")
+    args = parser.parse_args()
+    messages = 300 if args.quick else 3000
+    result: dict[str, object] = {
+        "benchmark": "protocol",
+        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus",
+        "quick": args.quick,
+    }
+    result["raw_zmq_gbytes_per_s"] = push_throughput(_raw_pusher, messages, decode_messages=False)
+    result["experience_gbytes_per_s"] = push_throughput(_experience_pusher, messages, decode_messages=True)
+    result["ratio_to_raw"] = result["experience_gbytes_per_s"] / result["raw_zmq_gbytes_per_s"]
+    print(f"(a) raw {result['raw_zmq_gbytes_per_s']:.2f} GB/s  (b) experience "
+          f"{result['experience_gbytes_per_s']:.2f} GB/s  ratio {result['ratio_to_raw']:.2f}", flush=True)
+    result.update(replay_numbers(args.quick))
+    print(f"(c) {result['transitions_per_s']:,.0f} transitions/s into one shard  (d) "
+          f"{result['sample_batches_per_s_256']:.0f} batches/s of 256, "
+          f"{result['sample_batches_per_s_4096']:.0f} of 4096", flush=True)
+    result.update(param_fetch_numbers(args.quick))
+    print(f"(e) 1 MB param fetch with 8 actors: p50 {result['param_fetch_ms_p50']:.2f} ms, "
+          f"p99 {result['param_fetch_ms_p99']:.2f} ms", flush=True)
+    line = json.dumps(result)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(line + "\n")
+    print(line)
+
+
+if __name__ == "__main__":
+    main()

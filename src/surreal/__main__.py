@@ -1,0 +1,5 @@
+"""`python -m surreal ...` is the `surreal` console script."""
+
+from surreal.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,61 @@
+"""Prometheus metrics for a role: one registry per role instance, served on SURREAL_METRICS_PORT.
+
+A registry per instance (not prometheus_client's global one) keeps tests that run several servers in
+one process from colliding, and lets each role name exactly what it exports. Every metric carries the
+`role` and `index` labels so one Prometheus scrape config covers every pod of an experiment.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+
+class RoleMetrics:
+    def __init__(self, role: str, index: int) -> None:
+        self.registry = CollectorRegistry()
+        self.labels = {"role": role, "index": str(index)}
+        self.port: int | None = None
+        self._server = None
+
+    def counter(self, name: str, doc: str, labelnames: Sequence[str] = ()) -> Counter:
+        return Counter(f"surreal_{name}", doc, [*self.labels, *labelnames], registry=self.registry)
+
+    def gauge(self, name: str, doc: str, labelnames: Sequence[str] = ()) -> Gauge:
+        return Gauge(f"surreal_{name}", doc, [*self.labels, *labelnames], registry=self.registry)
+
+    def serve(self, host: str, port: int) -> int | None:
+        """Start the /metrics endpoint (port 0: none). Returns the port actually bound."""
+        if port == 0:
+            return None
+        self._server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        self.port = self._server.server_port
+        return self.port
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+class RateGauge:
+    """Items per second over the last window, for dashboards without a Prometheus server to rate()."""
+
+    def __init__(self, gauge, window_s: float = 5.0) -> None:
+        self.gauge = gauge
+        self.window_s = window_s
+        self._count = 0
+        self._since = time.monotonic()
+
+    def add(self, n: int) -> None:
+        self._count += n
+
+    def tick(self, now: float) -> None:
+        elapsed = now - self._since
+        if elapsed >= self.window_s:
+            self.gauge.set(self._count / elapsed)
+            self._count = 0
+            self._since = now

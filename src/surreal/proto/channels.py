@@ -1,0 +1,308 @@
+"""The four paths of the dataflow as small typed socket wrappers.
+
+    actor  --experience (PUSH -> PULL, round-robin over shards)-->  replay
+    learner <-sample / priorities (DEALER <-> ROUTER, pipelined)--> replay
+    learner --params (XPUB -> SUB, late joiners get the latest)-->  ps
+    actor  <-"newer than v?" (DEALER <-> ROUTER)------------------> ps
+
+Each wrapper owns its sockets and states its failure behaviour: every wait has a timeout, every queue a
+high-water mark, peers that go away are reconnected to by ZMQ, and requests lost with a dead peer are
+re-issued. Servers (the roles) own the bind side; these classes are what the clients of those servers use,
+plus the small server-side helpers that keep socket options in one place.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import zmq
+
+from surreal.proto.codec import Arrays, Limits, Message, ProtocolError, decode, encode, peek_header
+
+# Message kinds. Servers accept only the kinds listed for them (anything else is counted and dropped).
+EXPERIENCE = "experience"
+SAMPLE_REQUEST = "sample_request"
+SAMPLE_REPLY = "sample_reply"
+PRIORITY_UPDATE = "priority_update"
+PARAMS = "params"
+PARAMS_REQUEST = "params_request"
+NOT_MODIFIED = "not_modified"
+ERROR = "error"
+
+RECONNECT_IVL_MS = 100
+RECONNECT_IVL_MAX_MS = 2000
+
+
+def make_socket(
+    ctx: zmq.Context, kind: int, limits: Limits | None = None, sndhwm: int = 16, rcvhwm: int = 16
+) -> zmq.Socket:
+    """A socket with the options every Surreal socket shares: no linger on close, bounded queues,
+    quick bounded reconnects, and ZMQ_MAXMSGSIZE so an oversized frame is refused inside libzmq."""
+    sock = ctx.socket(kind)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.SNDHWM, sndhwm)
+    sock.setsockopt(zmq.RCVHWM, rcvhwm)
+    sock.setsockopt(zmq.RECONNECT_IVL, RECONNECT_IVL_MS)
+    sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_IVL_MAX_MS)
+    if limits is not None:
+        sock.setsockopt(zmq.MAXMSGSIZE, limits.max_bytes)
+    return sock
+
+
+def send(sock: zmq.Socket, frames: Sequence[Any], timeout_s: float) -> bool:
+    """Send one multipart message without copying array frames; False if the socket stayed full
+    (high-water mark reached or no connected peer) for `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+            return True
+        except zmq.Again:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            sock.poll(min(remaining, 0.05) * 1000, zmq.POLLOUT)
+
+
+def recv_frames(sock: zmq.Socket, timeout_s: float) -> list[zmq.Frame] | None:
+    """Receive one multipart message as zero-copy frames, or None after `timeout_s`."""
+    if sock.poll(max(timeout_s, 0.0) * 1000, zmq.POLLIN) == 0:
+        return None
+    return sock.recv_multipart(copy=False)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Experience: actor PUSH -> replay PULL
+
+
+class ExperienceSender:
+    """Actor side. One PUSH socket connected to every replay shard: ZMQ spreads messages round-robin
+    over the shards that are connected and not full (ZMQ_IMMEDIATE keeps messages off shards that are
+    down). `send` returning False is backpressure: every shard is full or unreachable."""
+
+    def __init__(self, ctx: zmq.Context, addresses: Sequence[str], hwm: int = 4) -> None:
+        self.sock = make_socket(ctx, zmq.PUSH, sndhwm=hwm)
+        self.sock.setsockopt(zmq.IMMEDIATE, 1)
+        for address in addresses:
+            self.sock.connect(address)
+
+    def send(self, arrays: Arrays, meta: dict[str, Any], timeout_s: float) -> bool:
+        return send(self.sock, encode(EXPERIENCE, meta, arrays), timeout_s)
+
+    def close(self) -> None:
+        self.sock.close(0)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Sampling: learner DEALER <-> replay ROUTER
+
+
+@dataclass
+class _Shard:
+    sock: zmq.Socket
+    inflight: int = 0
+    last_sent: float = 0.0
+    last_reply: float = 0.0
+
+
+class SampleClient:
+    """Learner side. One DEALER per shard (priority updates must go back to the shard that owns the
+    slot), each kept `prefetch` requests deep so a batch is already waiting when the learner asks.
+
+    A replay answers every request within its defer window (with data, or empty), so a shard that has
+    answered nothing for `lost_after_s` while requests were out is presumed restarted: its in-flight
+    count is reset and the requests re-issued. Replies are data whatever request they answer, so a late
+    reply is used, never dropped."""
+
+    def __init__(
+        self,
+        ctx: zmq.Context,
+        addresses: Sequence[str],
+        limits: Limits,
+        prefetch: int = 2,
+        lost_after_s: float = 5.0,
+    ) -> None:
+        self.limits = Limits(
+            max_frames=limits.max_frames,
+            max_bytes=limits.max_bytes,
+            kinds=frozenset({SAMPLE_REPLY, ERROR}),
+        )
+        self.prefetch = prefetch
+        self.lost_after_s = lost_after_s
+        self.shards = []
+        for address in addresses:
+            sock = make_socket(ctx, zmq.DEALER, limits)
+            sock.setsockopt(zmq.IMMEDIATE, 1)
+            sock.connect(address)
+            self.shards.append(_Shard(sock))
+        self.poller = zmq.Poller()
+        for shard in self.shards:
+            self.poller.register(shard.sock, zmq.POLLIN)
+        self._ids = itertools.count()
+        self.errors = 0
+
+    def _top_up(self, batch_size: int) -> None:
+        now = time.monotonic()
+        for shard in self.shards:
+            if shard.inflight and now - max(shard.last_reply, shard.last_sent) > self.lost_after_s:
+                shard.inflight = 0  # the shard went away with our requests
+            while shard.inflight < self.prefetch:
+                frames = encode(SAMPLE_REQUEST, {"id": next(self._ids), "batch_size": int(batch_size)})
+                if not send(shard.sock, frames, 0.0):
+                    break  # shard not connected right now; try again on the next call
+                shard.inflight += 1
+                shard.last_sent = now
+
+    def next_batch(self, batch_size: int, timeout_s: float) -> tuple[int, Message] | None:
+        """The next reply from any shard as (shard index, message), or None after `timeout_s`.
+        Empty replies (a FIFO shard with nothing to give) are skipped; malformed ones counted."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._top_up(batch_size)
+            remaining = deadline - time.monotonic()
+            ready = dict(self.poller.poll(max(remaining, 0.0) * 1000 if remaining > 0 else 0))
+            for index, shard in enumerate(self.shards):
+                if shard.sock not in ready:
+                    continue
+                frames = shard.sock.recv_multipart(copy=False)
+                shard.inflight = max(shard.inflight - 1, 0)
+                shard.last_reply = time.monotonic()
+                try:
+                    message = decode(frames, self.limits)
+                except ProtocolError:
+                    self.errors += 1
+                    continue
+                if message.kind == ERROR:
+                    self.errors += 1
+                    continue
+                if message.meta.get("empty"):
+                    continue
+                return index, message
+            if time.monotonic() >= deadline:
+                return None
+
+    def update_priorities(self, shard: int, arrays: Arrays) -> bool:
+        """Fire-and-forget: `arrays` holds `slots`, `ids`, `priorities` for slots of that shard."""
+        return send(self.shards[shard].sock, encode(PRIORITY_UPDATE, {}, arrays), 1.0)
+
+    def close(self) -> None:
+        for shard in self.shards:
+            shard.sock.close(0)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Parameters in: learner XPUB -> ps SUB
+
+
+class ParamPublisher:
+    """Learner side. XPUB with verbose subscriptions: every (re)subscribing ps announces itself, and the
+    publisher answers by re-sending the latest blob, so a ps that joins late (or restarts) is current at
+    once instead of waiting for the next update. `service()` must be called from the learner's loop."""
+
+    def __init__(self, ctx: zmq.Context, bind: str, hwm: int = 4) -> None:
+        self.sock = make_socket(ctx, zmq.XPUB, sndhwm=hwm)
+        self.sock.setsockopt(zmq.XPUB_VERBOSE, 1)
+        self.sock.bind(bind)
+        self.latest: list[Any] | None = None
+        self.version = -1
+
+    def publish(self, version: int, meta: dict[str, Any], arrays: Arrays) -> None:
+        self.latest = encode(PARAMS, {**meta, "version": int(version)}, arrays)
+        self.version = version
+        send(self.sock, self.latest, 0.0)  # PUB never blocks; a slow subscriber misses and re-asks
+
+    def service(self) -> int:
+        """Answer pending subscriptions with the latest blob; returns how many arrived."""
+        joined = 0
+        while self.sock.poll(0, zmq.POLLIN):
+            event = self.sock.recv()
+            if event[:1] == b"\x01":
+                joined += 1
+        if joined and self.latest is not None:
+            send(self.sock, self.latest, 0.0)
+        return joined
+
+    def close(self) -> None:
+        self.sock.close(0)
+
+
+class ParamSubscriber:
+    """ps side: SUB to the learner, keeping only a few blobs queued (a newer one supersedes them)."""
+
+    def __init__(self, ctx: zmq.Context, address: str, limits: Limits) -> None:
+        self.limits = Limits(max_frames=limits.max_frames, max_bytes=limits.max_bytes, kinds=frozenset({PARAMS}))
+        self.sock = make_socket(ctx, zmq.SUB, limits, rcvhwm=4)
+        self.sock.setsockopt(zmq.SUBSCRIBE, b"")
+        self.sock.connect(address)
+
+    def close(self) -> None:
+        self.sock.close(0)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Parameters out: actor DEALER <-> ps ROUTER
+
+
+@dataclass(frozen=True)
+class ParamsReply:
+    """What a ps said: `message` is None for "not modified", else the full parameter message."""
+
+    version: int
+    incarnation: str
+    message: Message | None
+
+
+class ParamClient:
+    """Actor side. One DEALER connected to every ps replica (requests spread round-robin). `fetch` asks
+    "anything other than (version, incarnation)?" and waits up to `timeout_s`; a reply that arrives after
+    its request timed out is still a valid answer and is taken by the next `fetch`."""
+
+    def __init__(self, ctx: zmq.Context, addresses: Sequence[str], limits: Limits) -> None:
+        self.limits = Limits(
+            max_frames=limits.max_frames,
+            max_bytes=limits.max_bytes,
+            kinds=frozenset({PARAMS, NOT_MODIFIED, ERROR}),
+        )
+        self.sock = make_socket(ctx, zmq.DEALER, limits)
+        self.sock.setsockopt(zmq.IMMEDIATE, 1)
+        for address in addresses:
+            self.sock.connect(address)
+        self.errors = 0
+
+    def fetch(self, version: int, incarnation: str, timeout_s: float) -> ParamsReply | None:
+        deadline = time.monotonic() + timeout_s
+        request = encode(PARAMS_REQUEST, {"version": int(version), "incarnation": incarnation})
+        if not send(self.sock, request, timeout_s):
+            return None
+        while (remaining := deadline - time.monotonic()) > 0:
+            frames = recv_frames(self.sock, remaining)
+            if frames is None:
+                return None
+            try:
+                message = decode(frames, self.limits)
+            except ProtocolError:
+                self.errors += 1
+                continue
+            if message.kind == ERROR:
+                self.errors += 1
+                continue
+            version_seen = message.meta.get("version", -1)
+            incarnation_seen = message.meta.get("incarnation", "")
+            if not isinstance(version_seen, int) or not isinstance(incarnation_seen, str):
+                self.errors += 1
+                continue
+            return ParamsReply(version_seen, incarnation_seen, message if message.kind == PARAMS else None)
+        return None
+
+    def close(self) -> None:
+        self.sock.close(0)
+
+
+def params_header(frames: Sequence[Any], limits: Limits) -> dict[str, Any]:
+    """Check a parameter message fully (sizes, dtypes, no copies) and return its header."""
+    decode(frames, limits)
+    return peek_header(frames[0], limits)

@@ -1,0 +1,119 @@
+"""`surreal role actor`: steps K environments with the latest policy and pushes experience.
+
+    ps ──params──► policy ──► K envs ──chunk (tagged with the param version)──► replay shards
+
+Stateless: everything it holds is rebuilt from the ps on start, so a killed actor is simply started
+again. Backpressure blocks it (a full or unreachable replay stops the stepping rather than growing a
+queue). In deterministic mode it sends one learner batch and then waits for the next parameter version,
+so the data each update sees does not depend on timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+import zmq
+
+from surreal.algos import get_algorithm
+from surreal.config import algo_config
+from surreal.envs import make_vec_env
+from surreal.metrics import RoleMetrics
+from surreal.proto.channels import ExperienceSender, ParamClient
+from surreal.proto.codec import Limits
+from surreal.roles.common import StopFlag, load_config, setup_logging
+from surreal.runtime.rollout import RolloutCollector
+from surreal.settings import Settings
+
+SEND_TIMEOUT_S = 1.0
+ENV_SEED_STRIDE = 10_007  # far enough apart that actors' env seeds never overlap
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    del parser  # everything comes from SURREAL_* variables and the experiment config
+
+
+def main(args: argparse.Namespace) -> int:
+    del args
+    settings = Settings.from_env()
+    cfg = load_config()
+    index = settings.index
+    log = setup_logging("actor", index)
+    stop = StopFlag().install()
+    torch.set_num_threads(cfg.actor.torch_threads)
+
+    algo = get_algorithm(cfg.algo.name)
+    envs = make_vec_env(cfg.env.id, cfg.topology.envs_per_actor, cfg.seed + ENV_SEED_STRIDE * (index + 1), cfg.env.kwargs)
+    policy = algo.make_policy(envs.single_observation_space, envs.single_action_space, algo_config(cfg), index)
+    collector = RolloutCollector(envs, policy, cfg.actor.chunk_steps, index)
+    batch_chunks = max(1, cfg.algo.batch_size // (cfg.actor.chunk_steps * cfg.topology.envs_per_actor))
+
+    metrics = RoleMetrics("actor", index)
+    m_steps = metrics.counter("actor_env_steps_total", "environment steps taken")
+    m_episodes = metrics.counter("actor_episodes_total", "episodes finished")
+    m_return = metrics.gauge("actor_episode_return", "return of the last finished episode")
+    m_version = metrics.gauge("actor_param_version", "parameter version the policy runs")
+    m_blocked = metrics.counter("actor_send_blocked_total", "send attempts refused by backpressure")
+    m_fetch_fail = metrics.counter("actor_param_fetch_timeouts_total", "parameter fetches that timed out")
+    labels = metrics.labels
+    metrics.serve(settings.bind_host, settings.metrics_port)
+
+    ctx = zmq.Context()
+    limits = Limits(max_bytes=cfg.ps.max_message_bytes)
+    sender = ExperienceSender(ctx, [r.experience for r in settings.replay])
+    params = ParamClient(ctx, settings.ps_addrs, limits)
+    version, incarnation, done = -1, "", False
+
+    def fetch(wait_for_new: bool) -> None:
+        """Load newer parameters if the ps has them; with `wait_for_new`, keep asking until it does."""
+        nonlocal version, incarnation, done
+        while not stop:
+            reply = params.fetch(version, incarnation, cfg.actor.fetch_timeout_s)
+            if reply is None:
+                m_fetch_fail.labels(**labels).inc()
+            elif reply.message is not None:
+                policy.load_params(reply.message.arrays)
+                version, incarnation = reply.version, reply.incarnation
+                done = bool(reply.message.meta.get("done", False))
+                m_version.labels(**labels).set(version)
+                return
+            if not wait_for_new:
+                return
+            time.sleep(0.01 if reply is not None else 0.0)
+
+    log.info("waiting for parameters from %s", ",".join(settings.ps_addrs))
+    fetch(wait_for_new=True)
+    log.info("running %s on %d x %s from version %d", cfg.algo.name, cfg.topology.envs_per_actor, cfg.env.id, version)
+    chunks = 0
+    try:
+        while not stop and not done:
+            chunk = collector.collect(version)
+            meta = {
+                "version": chunk.version,
+                "incarnation": incarnation,
+                "actor": index,
+                "episode_returns": chunk.episode_returns,
+                "episode_lengths": chunk.episode_lengths,
+                "env_steps": chunk.env_steps,
+            }
+            while not stop and not sender.send(chunk.arrays, meta, SEND_TIMEOUT_S):
+                m_blocked.labels(**labels).inc()
+            m_steps.labels(**labels).inc(chunk.env_steps)
+            m_episodes.labels(**labels).inc(len(chunk.episode_returns))
+            if chunk.episode_returns:
+                m_return.labels(**labels).set(chunk.episode_returns[-1])
+            chunks += 1
+            if cfg.deterministic:
+                if chunks % batch_chunks == 0:
+                    fetch(wait_for_new=True)
+            elif chunks % cfg.actor.param_fetch_interval == 0:
+                fetch(wait_for_new=False)
+    finally:
+        sender.close()
+        params.close()
+        ctx.term()
+        envs.close()
+        metrics.close()
+    log.info("stopped after %d chunks at version %d%s", chunks, version, " (training done)" if done else "")
+    return 0

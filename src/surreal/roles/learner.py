@@ -1,0 +1,311 @@
+"""`surreal role learner`: the single centralized learner.
+
+    replay shards ──sample replies (prefetched)──► batch ──update──► params (PUB) ──► ps
+                                                                └──► checkpoints, metrics.jsonl
+
+Sample requests stay `prefetch` deep per shard, so replies queue in the socket while an update runs and
+the next batch is already there when it ends. Parameters (with the observation-normalizer statistics
+inside) are published after every update; a checkpoint is written every `checkpoint_interval` updates
+and at the end, and `--resume` continues from the latest one with the same counters. When
+`total_env_steps` is reached it evaluates the deterministic policy, writes eval.json, publishes a final
+blob marked `done` (actors stop on it) and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+import time
+import uuid
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import zmq
+
+from surreal.algos import get_algorithm
+from surreal.config import ExperimentConfig, algo_config
+from surreal.envs import make_env
+from surreal.metrics import RoleMetrics
+from surreal.proto.channels import ParamPublisher, SampleClient
+from surreal.proto.codec import Limits
+from surreal.roles.common import StopFlag, load_config, setup_logging
+from surreal.runtime.checkpoint import CheckpointStore
+from surreal.runtime.rollout import Chunk, evaluate
+from surreal.settings import Settings
+
+RECENT_EPISODES = 20
+DONE_LINGER_S = 1.0  # keep answering late-subscribing ps replicas with the final blob this long
+
+
+@dataclass
+class Counters:
+    """What a resumed learner must continue from (all checkpointed)."""
+
+    env_steps: int = 0
+    updates: int = 0
+    version: int = 0
+    episodes: int = 0
+    stale_dropped: int = 0
+    recent_returns: list[float] = field(default_factory=list)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def seed_everything(seed: int, deterministic: bool) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if deterministic:
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.benchmark = False
+
+
+def chunks_from_reply(arrays: dict[str, Any], meta: dict[str, Any]) -> list[Chunk]:
+    """A FIFO sample reply holds chunks under "0", "1", ... with their metadata in meta["chunks"]."""
+    metas = meta.get("chunks", [])
+    chunks = []
+    for i, chunk_meta in enumerate(metas):
+        chunks.append(
+            Chunk(
+                arrays=arrays[str(i)],
+                version=int(chunk_meta.get("version", 0)),
+                actor=int(chunk_meta.get("actor", 0)),
+                episode_returns=[float(r) for r in chunk_meta.get("episode_returns", [])],
+                episode_lengths=[int(n) for n in chunk_meta.get("episode_lengths", [])],
+            )
+        )
+    return chunks
+
+
+class Learner:
+    """The learner's loop, separate from process setup so tests can drive it in-process."""
+
+    def __init__(self, cfg: ExperimentConfig, settings: Settings, resume: bool, log: logging.Logger) -> None:
+        self.cfg = cfg
+        self.log = log
+        self.run_dir = settings.run_dir
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        seed_everything(cfg.seed, cfg.deterministic)
+        self.device = resolve_device(cfg.device)
+        probe = make_env(cfg.env.id, cfg.seed, cfg.env.kwargs)
+        self.obs_space, self.act_space = probe.observation_space, probe.action_space
+        probe.close()
+        self.algo = get_algorithm(cfg.algo.name)
+        self.learner = self.algo.make_learner(self.obs_space, self.act_space, algo_config(cfg), self.device)
+        self.checkpoints = CheckpointStore(self.run_dir / "checkpoints", cfg.learner.keep_checkpoints)
+        self.counters = Counters()
+        if resume:
+            self._restore()
+        self.incarnation = uuid.uuid4().hex[:12]
+
+        self.ctx = zmq.Context()
+        limits = Limits(max_frames=cfg.replay.max_frames, max_bytes=cfg.replay.max_message_bytes)
+        self.publisher = ParamPublisher(self.ctx, settings.bind(settings.params_pub_port))
+        self.sampler = SampleClient(self.ctx, [r.sample for r in settings.replay], limits, cfg.learner.prefetch)
+        self.queue: deque[Chunk] = deque()
+        self.queued_transitions = 0
+        self.version_lags: list[int] = []
+
+        self.metrics = RoleMetrics("learner", 0)
+        m = self.metrics
+        self.m_env_steps = m.gauge("learner_env_steps", "environment steps consumed")
+        self.m_updates = m.gauge("learner_updates", "updates done")
+        self.m_version = m.gauge("learner_param_version", "latest published parameter version")
+        self.m_stale = m.gauge("learner_stale_dropped", "chunks dropped for exceeding max_staleness")
+        self.m_queue = m.gauge("learner_queued_transitions", "transitions received, waiting for an update")
+        self.m_return = m.gauge("learner_train_return_mean", "mean return of recent training episodes")
+        self.m_loss = m.gauge("learner_stat", "last update's statistics", ["name"])
+        self.m_update_s = m.gauge("learner_update_seconds", "wall time of the last update")
+        self.metrics_file = open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+        self.tensorboard = self._tensorboard()
+
+    def _tensorboard(self):
+        from torch.utils.tensorboard import SummaryWriter
+
+        return SummaryWriter(str(self.run_dir / "tensorboard"))
+
+    # -- state ---------------------------------------------------------------------------------------
+
+    def _restore(self) -> None:
+        state = self.checkpoints.load_latest()
+        if state is None:
+            self.log.info("--resume: no checkpoint yet, starting fresh")
+            return
+        self.learner.load_state_dict(state["learner"])
+        self.counters = Counters(**state["counters"])
+        self.log.info("resumed at update %d, %d env steps, version %d", self.counters.updates,
+                      self.counters.env_steps, self.counters.version)
+        # Drop metrics rows written after this checkpoint: the run continues from here.
+        self._truncate_metrics(self.counters.updates)
+
+    def _truncate_metrics(self, updates: int) -> None:
+        path = self.run_dir / "metrics.jsonl"
+        if not path.exists():
+            return
+        kept = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                if json.loads(line)["updates"] <= updates:
+                    kept.append(line)
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue
+        path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+
+    def checkpoint(self) -> None:
+        # The algorithm's state carries its own torch RNG; the learner draws no other random numbers.
+        state = {"learner": self.learner.state_dict(), "counters": asdict(self.counters)}
+        self.checkpoints.save(self.counters.updates, state)
+
+    # -- the loop ------------------------------------------------------------------------------------
+
+    def publish(self, done: bool = False) -> None:
+        meta = {"incarnation": self.incarnation, "done": done, "env_steps": self.counters.env_steps}
+        self.publisher.publish(self.counters.version, meta, self.learner.params())
+        self.m_version.labels(**self.metrics.labels).set(self.counters.version)
+
+    def receive(self, timeout_s: float) -> None:
+        """Take one sample reply (if any arrives in time) into the queue."""
+        got = self.sampler.next_batch(self.cfg.algo.batch_size, timeout_s)
+        if got is None:
+            return
+        _shard, message = got
+        for chunk in chunks_from_reply(message.arrays, message.meta):
+            self.queue.append(chunk)
+            self.queued_transitions += chunk.env_steps
+            self.counters.env_steps += chunk.env_steps
+            self.counters.episodes += len(chunk.episode_returns)
+            recent = (self.counters.recent_returns + chunk.episode_returns)[-RECENT_EPISODES:]
+            self.counters.recent_returns = recent
+        self.m_queue.labels(**self.metrics.labels).set(self.queued_transitions)
+
+    def take_batch(self) -> list[Chunk]:
+        """Whole chunks, oldest first, until `batch_size` transitions; the rest waits for the next update."""
+        batch, total = [], 0
+        while self.queue and total < self.cfg.algo.batch_size:
+            chunk = self.queue.popleft()
+            batch.append(chunk)
+            total += chunk.env_steps
+        self.queued_transitions -= total
+        return batch
+
+    def update(self, batch: list[Chunk]) -> None:
+        c = self.counters
+        lags = [max(0, c.version - chunk.version) for chunk in batch]
+        kept, dropped = self.algo.filter_stale(batch, c.version, self.cfg.learner.max_staleness)
+        c.stale_dropped += dropped
+        if not kept:
+            return
+        started = time.perf_counter()
+        progress = min(1.0, c.env_steps / self.cfg.total_env_steps)
+        stats = self.learner.update(kept, progress)
+        c.updates += 1
+        c.version += 1
+        self.publish()
+        self._record(stats, float(np.mean(lags)), time.perf_counter() - started)
+        if c.updates % self.cfg.learner.checkpoint_interval == 0:
+            self.checkpoint()
+
+    def _record(self, stats: dict[str, float], lag_mean: float, update_s: float) -> None:
+        c = self.counters
+        row = {
+            "env_steps": c.env_steps,
+            "updates": c.updates,
+            "version": c.version,
+            "episodes": c.episodes,
+            "train_return_mean": float(np.mean(c.recent_returns)) if c.recent_returns else None,
+            "stale_dropped": c.stale_dropped,
+            "version_lag_mean": lag_mean,
+            **{k: float(v) for k, v in stats.items()},
+        }
+        self.metrics_file.write(json.dumps(row) + "\n")
+        self.metrics_file.flush()
+        labels = self.metrics.labels
+        self.m_env_steps.labels(**labels).set(c.env_steps)
+        self.m_updates.labels(**labels).set(c.updates)
+        self.m_stale.labels(**labels).set(c.stale_dropped)
+        self.m_update_s.labels(**labels).set(update_s)
+        if row["train_return_mean"] is not None:
+            self.m_return.labels(**labels).set(row["train_return_mean"])
+            self.tensorboard.add_scalar("train/return_mean", row["train_return_mean"], c.env_steps)
+        for name, value in stats.items():
+            self.m_loss.labels(**labels, name=name).set(float(value))
+            self.tensorboard.add_scalar(f"learner/{name}", float(value), c.env_steps)
+        self.tensorboard.add_scalar("learner/version_lag_mean", lag_mean, c.env_steps)
+
+    def run(self, stop: StopFlag) -> bool:
+        """Train until `total_env_steps` (True) or a stop signal (False)."""
+        self.publish()
+        while not stop and self.counters.env_steps < self.cfg.total_env_steps:
+            self.publisher.service()
+            self.receive(timeout_s=0.05)
+            if self.queued_transitions >= self.cfg.algo.batch_size:
+                self.update(self.take_batch())
+        if stop:
+            self.checkpoint()
+            return False
+        self.checkpoint()
+        self.finish()
+        return True
+
+    def finish(self) -> None:
+        """Evaluate the deterministic policy, write eval.json, tell actors training is over."""
+        policy = self.algo.make_policy(self.obs_space, self.act_space, algo_config(self.cfg), 0)
+        policy.load_params(self.learner.params())
+        returns = evaluate(self.cfg.env.id, policy, self.cfg.learner.eval_episodes, self.cfg.seed + 1_000_003,
+                           self.cfg.env.kwargs)
+        result = {
+            "eval_return_mean": float(np.mean(returns)),
+            "eval_return_std": float(np.std(returns)),
+            "eval_episodes": len(returns),
+            "env_steps": self.counters.env_steps,
+            "eval_returns": [float(r) for r in returns],
+        }
+        (self.run_dir / "eval.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+        self.tensorboard.add_scalar("eval/return_mean", result["eval_return_mean"], self.counters.env_steps)
+        self.log.info("eval over %d episodes: %.1f +- %.1f", len(returns), result["eval_return_mean"],
+                      result["eval_return_std"])
+        self.publish(done=True)
+        deadline = time.monotonic() + DONE_LINGER_S
+        while time.monotonic() < deadline:
+            self.publisher.service()
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        self.metrics_file.close()
+        self.tensorboard.close()
+        self.publisher.close()
+        self.sampler.close()
+        self.ctx.term()
+        self.metrics.close()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in the run folder")
+
+
+def main(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    cfg = load_config()
+    log = setup_logging("learner", 0)
+    stop = StopFlag().install()
+    learner = Learner(cfg, settings, resume=args.resume, log=log)
+    port = learner.metrics.serve(settings.bind_host, settings.metrics_port)
+    log.info("learning %s on %s with %s (device %s), metrics :%s", cfg.algo.name, cfg.env.id,
+             Path(settings.run_dir), learner.device, port)
+    try:
+        finished = learner.run(stop)
+    finally:
+        learner.close()
+    log.info("%s at %d env steps, %d updates", "finished" if finished else "stopped",
+             learner.counters.env_steps, learner.counters.updates)
+    return 0

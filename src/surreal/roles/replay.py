@@ -1,0 +1,265 @@
+"""`surreal role replay`: one replay shard.
+
+    experience (PULL) ──► storage + sampler ──► sample replies (ROUTER)
+                                      ▲
+                    priority updates ─┘ (ROUTER)
+
+A sample request the shard cannot answer yet (FIFO without a chunk, replay below the batch size) is
+parked and answered as soon as data arrives, or with an empty reply after `DEFER_S`, so the learner
+never polls and always hears back. Malformed messages are counted by reason and dropped; the loop
+keeps serving. Torch-free.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import zmq
+
+from surreal.metrics import RateGauge, RoleMetrics
+from surreal.proto.channels import (
+    ERROR,
+    EXPERIENCE,
+    PRIORITY_UPDATE,
+    SAMPLE_REPLY,
+    SAMPLE_REQUEST,
+    make_socket,
+    send,
+)
+from surreal.proto.codec import Limits, ProtocolError, decode, encode
+from surreal.replay import make_replay
+from surreal.roles.common import StopFlag, load_config, setup_logging
+from surreal.settings import Settings
+
+DEFER_S = 1.0
+MAX_PENDING = 64
+REPLY_TIMEOUT_S = 1.0
+
+
+@dataclass
+class _Pending:
+    identity: bytes
+    request_id: Any
+    batch_size: int
+    deadline: float
+
+
+def chunk_transitions(arrays: dict[str, Any]) -> int:
+    """T*K of a time-major chunk; every array must share the leading [T, K] dims."""
+    leaves: list[np.ndarray] = []
+    stack = [arrays]
+    while stack:
+        node = stack.pop()
+        for value in node.values():
+            (stack.append if isinstance(value, dict) else leaves.append)(value)
+    if not leaves:
+        raise ValueError("chunk has no arrays")
+    lead = leaves[0].shape[:2]
+    if len(lead) != 2 or any(a.shape[:2] != lead for a in leaves):
+        raise ValueError("chunk arrays must share leading [T, K] dimensions")
+    return int(lead[0] * lead[1])
+
+
+class ReplayServer:
+    def __init__(
+        self,
+        ctx: zmq.Context,
+        experience_bind: str,
+        sample_bind: str,
+        mode: str,
+        capacity: int,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        priority_eps: float = 1e-6,
+        seed: int = 0,
+        shard: int = 0,
+        limits: Limits = Limits(),
+        metrics: RoleMetrics | None = None,
+    ) -> None:
+        self.shard = shard
+        self.replay = make_replay(mode, capacity, alpha, beta, priority_eps, seed + 7919 * shard)
+        self.experience_limits = Limits(limits.max_frames, limits.max_bytes, kinds=frozenset({EXPERIENCE}))
+        self.request_limits = Limits(
+            limits.max_frames, limits.max_bytes, kinds=frozenset({SAMPLE_REQUEST, PRIORITY_UPDATE})
+        )
+        self.pull = make_socket(ctx, zmq.PULL, limits, rcvhwm=64)
+        self.pull.bind(experience_bind)
+        self.router = make_socket(ctx, zmq.ROUTER, limits, sndhwm=64, rcvhwm=256)
+        self.router.bind(sample_bind)
+        self.poller = zmq.Poller()
+        self.poller.register(self.pull, zmq.POLLIN)
+        self.poller.register(self.router, zmq.POLLIN)
+        self.pending: deque[_Pending] = deque()
+        self.metrics = metrics or RoleMetrics("replay", shard)
+        m = self.metrics
+        self.m_in = m.counter("replay_transitions_in_total", "transitions received")
+        self.m_out = m.counter("replay_transitions_out_total", "transitions served in sample replies")
+        self.m_dropped = m.counter("replay_transitions_dropped_total", "transitions evicted or refused")
+        self.m_bad = m.counter("messages_dropped_total", "malformed messages counted and dropped", ["reason"])
+        self.m_size = m.gauge("replay_size", "transitions held")
+        self.m_capacity = m.gauge("replay_capacity", "capacity in transitions")
+        self.m_pending = m.gauge("replay_pending_requests", "sample requests waiting for data")
+        self.rate_in = RateGauge(m.gauge("replay_transitions_in_per_second", "transitions in per second"))
+        self.rate_out = RateGauge(m.gauge("replay_transitions_out_per_second", "transitions out per second"))
+        self.m_capacity.set(capacity)
+        self.bad_messages = 0
+
+    # -- the loop -------------------------------------------------------------------------------------
+
+    def poll_once(self, timeout_s: float) -> None:
+        events = dict(self.poller.poll(timeout_s * 1000))
+        if self.pull in events:
+            for _ in range(64):  # drain a burst, but let sample requests in between bursts
+                try:
+                    frames = self.pull.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    break
+                self._on_experience(frames)
+        if self.router in events:
+            for _ in range(64):
+                try:
+                    frames = self.router.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    break
+                self._on_request(frames)
+        self._serve_pending()
+        now = time.monotonic()
+        self.rate_in.tick(now)
+        self.rate_out.tick(now)
+
+    def run(self, stop: StopFlag) -> None:
+        while not stop:
+            self.poll_once(0.1)
+
+    def close(self) -> None:
+        self.pull.close(0)
+        self.router.close(0)
+        self.metrics.close()
+
+    # -- handlers -------------------------------------------------------------------------------------
+
+    def _drop(self, reason: str) -> None:
+        self.bad_messages += 1
+        self.m_bad.labels(**self.metrics.labels, reason=reason).inc()
+
+    def _on_experience(self, frames: list[zmq.Frame]) -> None:
+        try:
+            message = decode(frames, self.experience_limits)
+            n = chunk_transitions(message.arrays)
+            before = self.replay.stats()["dropped"]
+            self.replay.add_chunk(message.arrays, message.meta, n)
+        except ProtocolError as exc:
+            self._drop(exc.reason)
+            return
+        except (ValueError, TypeError):
+            self._drop("bad_chunk")
+            return
+        stats = self.replay.stats()
+        self.m_in.labels(**self.metrics.labels).inc(n)
+        self.rate_in.add(n)
+        self.m_dropped.labels(**self.metrics.labels).inc(stats["dropped"] - before)
+        self.m_size.labels(**self.metrics.labels).set(stats["size"])
+
+    def _on_request(self, frames: list[zmq.Frame]) -> None:
+        if len(frames) < 2:
+            self._drop("no_envelope")
+            return
+        identity = frames[0].bytes
+        try:
+            message = decode(frames[1:], self.request_limits)
+        except ProtocolError as exc:
+            self._drop(exc.reason)
+            self._reply(identity, ERROR, {"reason": exc.reason})
+            return
+        if message.kind == PRIORITY_UPDATE:
+            self._on_priorities(identity, message.arrays)
+            return
+        batch_size = message.meta.get("batch_size")
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
+            self._drop("bad_request")
+            self._reply(identity, ERROR, {"reason": "bad_request", "id": message.meta.get("id")})
+            return
+        if len(self.pending) >= MAX_PENDING:
+            self._drop("too_many_pending")
+            self._reply(identity, ERROR, {"reason": "too_many_pending", "id": message.meta.get("id")})
+            return
+        self.pending.append(_Pending(identity, message.meta.get("id"), batch_size, time.monotonic() + DEFER_S))
+
+    def _on_priorities(self, identity: bytes, arrays: dict[str, Any]) -> None:
+        try:
+            slots = np.asarray(arrays["slots"], dtype=np.int64)
+            ids = np.asarray(arrays["ids"], dtype=np.uint64)
+            priorities = np.asarray(arrays["priorities"], dtype=np.float64)
+            if not (slots.ndim == ids.ndim == priorities.ndim == 1 and len(slots) == len(ids) == len(priorities)):
+                raise ValueError("slots, ids and priorities must be 1-d and equally long")
+            self.replay.update_priorities(slots, ids, priorities)
+        except (KeyError, ValueError, TypeError, IndexError):
+            self._drop("bad_priorities")
+            self._reply(identity, ERROR, {"reason": "bad_priorities"})
+
+    def _serve_pending(self) -> None:
+        now = time.monotonic()
+        while self.pending:
+            request = self.pending[0]
+            if self.replay.ready(request.batch_size):
+                arrays, meta = self.replay.sample(request.batch_size)
+                served = int(meta.get("transitions", 0))
+                self.m_out.labels(**self.metrics.labels).inc(served)
+                self.rate_out.add(served)
+                size = self.replay.stats()["size"]
+                self.m_size.labels(**self.metrics.labels).set(size)
+                reply_meta = {**meta, "id": request.request_id, "shard": self.shard, "size": size}
+                self._reply(request.identity, SAMPLE_REPLY, reply_meta, arrays)
+            elif now >= request.deadline:
+                self._reply(request.identity, SAMPLE_REPLY, {"id": request.request_id, "shard": self.shard, "empty": True})
+            else:
+                break  # requests are answered in arrival order
+            self.pending.popleft()
+        self.m_pending.labels(**self.metrics.labels).set(len(self.pending))
+
+    def _reply(self, identity: bytes, kind: str, meta: dict[str, Any], arrays: dict[str, Any] | None = None) -> None:
+        send(self.router, [identity, *encode(kind, meta, arrays)], REPLY_TIMEOUT_S)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--mode", choices=["fifo", "uniform", "prioritized"], help="default: replay.mode of the config")
+    parser.add_argument("--capacity", type=int, help="transitions; default: replay.capacity of the config")
+
+
+def main(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    cfg = load_config()
+    log = setup_logging("replay", settings.index)
+    stop = StopFlag().install()
+    ctx = zmq.Context()
+    server = ReplayServer(
+        ctx,
+        settings.bind(settings.experience_port),
+        settings.bind(settings.sample_port),
+        mode=args.mode or cfg.replay.mode,
+        capacity=args.capacity or cfg.replay.capacity,
+        alpha=cfg.replay.alpha,
+        beta=cfg.replay.beta,
+        priority_eps=cfg.replay.priority_eps,
+        seed=cfg.seed,
+        shard=settings.index,
+        limits=Limits(max_frames=cfg.replay.max_frames, max_bytes=cfg.replay.max_message_bytes),
+    )
+    port = server.metrics.serve(settings.bind_host, settings.metrics_port)
+    log.info(
+        "serving shard %d (%s, capacity %d) experience :%d sample :%d metrics :%s",
+        settings.index, args.mode or cfg.replay.mode, args.capacity or cfg.replay.capacity,
+        settings.experience_port, settings.sample_port, port,
+    )
+    try:
+        server.run(stop)
+    finally:
+        server.close()
+        ctx.term()
+    log.info("stopped; %d malformed messages dropped", server.bad_messages)
+    return 0

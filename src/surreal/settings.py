@@ -1,0 +1,168 @@
+"""The ``SURREAL_*`` environment variables: the one contract between a role and whatever started it.
+
+`surreal run` (local processes), the Helm chart (pods) and the tests all start a role the same way:
+``surreal role <name>`` with these variables set. Defaults are loopback addresses, so a role started by
+hand on a laptop finds its peers on 127.0.0.1 with the default ports.
+
+| variable                  | read by                 | meaning                                                      | default |
+|---------------------------|-------------------------|--------------------------------------------------------------|---------|
+| SURREAL_INDEX             | every role              | index within its role: actor index, replay shard, ps replica | 0 (or the StatefulSet ordinal in the hostname) |
+| SURREAL_BIND_HOST         | replay, ps, learner     | interface servers bind to (0.0.0.0 in a pod)                 | 127.0.0.1 |
+| SURREAL_EXPERIENCE_PORT   | replay                  | port of its experience PULL socket                           | 7001 |
+| SURREAL_SAMPLE_PORT       | replay                  | port of its sample ROUTER socket                             | 7002 |
+| SURREAL_PARAMS_PUB_PORT   | learner                 | port of its parameter PUB socket                             | 7003 |
+| SURREAL_PS_PORT           | ps                      | port of its parameter-serving ROUTER socket                  | 7004 |
+| SURREAL_METRICS_PORT      | every role              | Prometheus /metrics port; 0 disables the endpoint            | 9100 |
+| SURREAL_REPLAY_ADDRS      | actor, learner          | comma list of replay hosts (``host`` or ``host:exp:sample``) | 127.0.0.1 |
+| SURREAL_LEARNER_ADDR      | ps                      | ``host`` or ``host:port`` of the learner's PUB socket        | 127.0.0.1 |
+| SURREAL_PS_ADDRS          | actor                   | comma list of ps hosts (``host`` or ``host:port``)           | 127.0.0.1 |
+| SURREAL_CONFIG            | every role              | path of the resolved experiment config (YAML)                | unset: built-in defaults |
+| SURREAL_RUN_DIR           | learner, actor          | run folder: checkpoints, metrics.jsonl, eval.json            | ./runs/default |
+
+A replay shard's address list entry may carry its own ports (``replay-1.replay:7001:7002``); otherwise the
+default ports above apply, which is what the chart's headless Service gives every shard.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_EXPERIENCE_PORT = 7001
+DEFAULT_SAMPLE_PORT = 7002
+DEFAULT_PARAMS_PUB_PORT = 7003
+DEFAULT_PS_PORT = 7004
+DEFAULT_METRICS_PORT = 9100
+
+
+class SettingsError(ValueError):
+    """A SURREAL_* variable holds a value the role cannot use."""
+
+
+@dataclass(frozen=True)
+class ReplayEndpoint:
+    """Where one replay shard listens: actors push to `experience`, the learner samples from `sample`."""
+
+    host: str
+    experience_port: int = DEFAULT_EXPERIENCE_PORT
+    sample_port: int = DEFAULT_SAMPLE_PORT
+
+    @property
+    def experience(self) -> str:
+        return f"tcp://{self.host}:{self.experience_port}"
+
+    @property
+    def sample(self) -> str:
+        return f"tcp://{self.host}:{self.sample_port}"
+
+    def to_entry(self) -> str:
+        return f"{self.host}:{self.experience_port}:{self.sample_port}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a role learns from its environment, parsed and checked once at start."""
+
+    index: int = 0
+    bind_host: str = "127.0.0.1"
+    experience_port: int = DEFAULT_EXPERIENCE_PORT
+    sample_port: int = DEFAULT_SAMPLE_PORT
+    params_pub_port: int = DEFAULT_PARAMS_PUB_PORT
+    ps_port: int = DEFAULT_PS_PORT
+    metrics_port: int = DEFAULT_METRICS_PORT
+    replay: tuple[ReplayEndpoint, ...] = (ReplayEndpoint("127.0.0.1"),)
+    learner_addr: str = f"tcp://127.0.0.1:{DEFAULT_PARAMS_PUB_PORT}"
+    ps_addrs: tuple[str, ...] = (f"tcp://127.0.0.1:{DEFAULT_PS_PORT}",)
+    config_path: Path | None = None
+    run_dir: Path = field(default_factory=lambda: Path("runs") / "default")
+
+    def bind(self, port: int) -> str:
+        """ZMQ endpoint a server of this process binds to."""
+        return f"tcp://{self.bind_host}:{port}"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        try:
+            return cls(
+                index=_index(env),
+                bind_host=env.get("SURREAL_BIND_HOST", "127.0.0.1"),
+                experience_port=_port(env, "SURREAL_EXPERIENCE_PORT", DEFAULT_EXPERIENCE_PORT),
+                sample_port=_port(env, "SURREAL_SAMPLE_PORT", DEFAULT_SAMPLE_PORT),
+                params_pub_port=_port(env, "SURREAL_PARAMS_PUB_PORT", DEFAULT_PARAMS_PUB_PORT),
+                ps_port=_port(env, "SURREAL_PS_PORT", DEFAULT_PS_PORT),
+                metrics_port=_port(env, "SURREAL_METRICS_PORT", DEFAULT_METRICS_PORT, allow_zero=True),
+                replay=tuple(_replay_entry(e) for e in _split(env.get("SURREAL_REPLAY_ADDRS", "127.0.0.1"))),
+                learner_addr=_host_port(env.get("SURREAL_LEARNER_ADDR", "127.0.0.1"), DEFAULT_PARAMS_PUB_PORT),
+                ps_addrs=tuple(_host_port(e, DEFAULT_PS_PORT) for e in _split(env.get("SURREAL_PS_ADDRS", "127.0.0.1"))),
+                config_path=Path(env["SURREAL_CONFIG"]) if env.get("SURREAL_CONFIG") else None,
+                run_dir=Path(env.get("SURREAL_RUN_DIR", str(Path("runs") / "default"))),
+            )
+        except SettingsError:
+            raise
+        except ValueError as exc:  # int() of a malformed value
+            raise SettingsError(str(exc)) from exc
+
+    def to_env(self) -> dict[str, str]:
+        """The inverse of `from_env`: what a launcher puts in a child's environment."""
+        env = {
+            "SURREAL_INDEX": str(self.index),
+            "SURREAL_BIND_HOST": self.bind_host,
+            "SURREAL_EXPERIENCE_PORT": str(self.experience_port),
+            "SURREAL_SAMPLE_PORT": str(self.sample_port),
+            "SURREAL_PARAMS_PUB_PORT": str(self.params_pub_port),
+            "SURREAL_PS_PORT": str(self.ps_port),
+            "SURREAL_METRICS_PORT": str(self.metrics_port),
+            "SURREAL_REPLAY_ADDRS": ",".join(r.to_entry() for r in self.replay),
+            "SURREAL_LEARNER_ADDR": self.learner_addr.removeprefix("tcp://"),
+            "SURREAL_PS_ADDRS": ",".join(a.removeprefix("tcp://") for a in self.ps_addrs),
+            "SURREAL_RUN_DIR": str(self.run_dir),
+        }
+        if self.config_path is not None:
+            env["SURREAL_CONFIG"] = str(self.config_path)
+        return env
+
+
+def _split(value: str) -> list[str]:
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items:
+        raise SettingsError(f"empty address list {value!r}")
+    return items
+
+
+def _index(env: Mapping[str, str]) -> int:
+    """SURREAL_INDEX, else the ordinal a StatefulSet puts at the end of the pod's hostname."""
+    if "SURREAL_INDEX" in env:
+        value = int(env["SURREAL_INDEX"])
+    else:
+        match = re.search(r"-(\d+)$", env.get("HOSTNAME", ""))
+        value = int(match.group(1)) if match else 0
+    if value < 0:
+        raise SettingsError(f"SURREAL_INDEX must be >= 0, got {value}")
+    return value
+
+
+def _port(env: Mapping[str, str], name: str, default: int, allow_zero: bool = False) -> int:
+    value = int(env.get(name, default))
+    if not (0 if allow_zero else 1) <= value <= 65535:
+        raise SettingsError(f"{name}={value} is not a valid port")
+    return value
+
+
+def _host_port(entry: str, default_port: int) -> str:
+    host, _, port = entry.removeprefix("tcp://").partition(":")
+    if not host:
+        raise SettingsError(f"address {entry!r} has no host")
+    return f"tcp://{host}:{int(port) if port else default_port}"
+
+
+def _replay_entry(entry: str) -> ReplayEndpoint:
+    parts = entry.removeprefix("tcp://").split(":")
+    if len(parts) == 1:
+        return ReplayEndpoint(parts[0])
+    if len(parts) == 3 and parts[0]:
+        return ReplayEndpoint(parts[0], int(parts[1]), int(parts[2]))
+    raise SettingsError(f"replay address {entry!r} is neither 'host' nor 'host:experience_port:sample_port'")

@@ -1,0 +1,91 @@
+"""Shared test helpers: free loopback ports, role subprocesses that are always cleaned up, bounded waits."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from surreal.settings import ReplayEndpoint, Settings
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(condition: Callable[[], object], timeout_s: float, interval_s: float = 0.05) -> object:
+    """Poll `condition` until truthy; fail the test after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError(f"condition not met within {timeout_s} s")
+
+
+def loopback_settings(**overrides) -> Settings:
+    """Settings with every port freshly allocated on 127.0.0.1 and the peers' addresses pointing at them."""
+    exp, sample, pub, ps = free_port(), free_port(), free_port(), free_port()
+    values = dict(
+        experience_port=exp,
+        sample_port=sample,
+        params_pub_port=pub,
+        ps_port=ps,
+        metrics_port=free_port(),
+        replay=(ReplayEndpoint("127.0.0.1", exp, sample),),
+        learner_addr=f"tcp://127.0.0.1:{pub}",
+        ps_addrs=(f"tcp://127.0.0.1:{ps}",),
+    )
+    values.update(overrides)
+    return Settings(**values)
+
+
+class Roles:
+    """Starts `python -m surreal role ...` subprocesses and kills whatever is left at teardown."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, role: str, settings: Settings, *args: str, extra_env: dict[str, str] | None = None):
+        env = {**os.environ, **settings.to_env(), "PYTHONUNBUFFERED": "1", **(extra_env or {})}
+        log = open(self.tmp_path / f"{role}-{settings.index}-{len(self.procs)}.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "surreal", "role", role, *args],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=self.tmp_path,
+        )
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+@pytest.fixture
+def roles(tmp_path: Path) -> Iterator[Roles]:
+    manager = Roles(tmp_path)
+    yield manager
+    manager.stop_all()
