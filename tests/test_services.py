@@ -103,7 +103,7 @@ def test_prioritized_updates_are_routed_to_the_owning_shard(roles, ctx):
     sampler = SampleClient(ctx, [e.sample for e in endpoints], LIMITS, prefetch=1)
     for shard, sender in enumerate(senders):
         for i in range(4):
-            assert sender.send(chunk(100.0 * shard + i, T=4, K=1), {"version": 0}, timeout_s=10)
+            assert sender.send(chunk(100.0 * shard + i, T=64, K=1), {"version": 0}, timeout_s=10)
 
     def batch_from(shard: int, size: int = 64):
         for _ in range(100):

@@ -20,11 +20,18 @@ class RoleMetrics:
         self.port: int | None = None
         self._server = None
 
-    def counter(self, name: str, doc: str, labelnames: Sequence[str] = ()) -> Counter:
-        return Counter(f"surreal_{name}", doc, [*self.labels, *labelnames], registry=self.registry)
+    def counter(self, name: str, doc: str, labelnames: Sequence[str] = ()):
+        """A counter already bound to this role's labels; with `labelnames`, a family whose
+        `.labels(**extra)` binds the rest."""
+        return self._bind(Counter(f"surreal_{name}", doc, [*self.labels, *labelnames], registry=self.registry),
+                          labelnames)
 
-    def gauge(self, name: str, doc: str, labelnames: Sequence[str] = ()) -> Gauge:
-        return Gauge(f"surreal_{name}", doc, [*self.labels, *labelnames], registry=self.registry)
+    def gauge(self, name: str, doc: str, labelnames: Sequence[str] = ()):
+        return self._bind(Gauge(f"surreal_{name}", doc, [*self.labels, *labelnames], registry=self.registry),
+                          labelnames)
+
+    def _bind(self, metric, labelnames: Sequence[str]):
+        return _Family(metric, self.labels) if labelnames else metric.labels(**self.labels)
 
     def serve(self, host: str, port: int) -> int | None:
         """Start the /metrics endpoint (port 0: none). Returns the port actually bound."""
@@ -39,6 +46,17 @@ class RoleMetrics:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+class _Family:
+    """A metric with extra labels beyond role/index: `.labels(reason="x")` gives the child."""
+
+    def __init__(self, metric, base: dict[str, str]) -> None:
+        self.metric = metric
+        self.base = base
+
+    def labels(self, **extra: str):
+        return self.metric.labels(**self.base, **extra)
 
 
 class RateGauge:

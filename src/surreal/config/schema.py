@@ -80,7 +80,7 @@ class ReplayConfig:
     beta: float = 0.4
     priority_eps: float = 1e-6
     max_message_bytes: int = 64 * MIB
-    max_frames: int = 64
+    max_frames: int = 256
 
 
 @dataclass
@@ -149,7 +149,8 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     need(bool(cfg.env.id.strip()), "env.id must name a Gymnasium environment")
     need(re.fullmatch(r"auto|cpu|cuda(:\d+)?", cfg.device) is not None,
          f"device must be auto, cpu, cuda or cuda:N (got {cfg.device!r})")
-    need(cfg.replay.mode in REPLAY_MODES, f"replay.mode must be one of {', '.join(REPLAY_MODES)} (got {cfg.replay.mode!r})")
+    need(cfg.replay.mode in REPLAY_MODES,
+         f"replay.mode must be one of {', '.join(REPLAY_MODES)} (got {cfg.replay.mode!r})")
     need(0 <= cfg.replay.alpha <= 1, f"replay.alpha must be in [0, 1] (got {cfg.replay.alpha})")
     need(0 <= cfg.replay.beta <= 1, f"replay.beta must be in [0, 1] (got {cfg.replay.beta})")
     need(cfg.replay.priority_eps > 0, f"replay.priority_eps must be > 0 (got {cfg.replay.priority_eps})")

@@ -41,7 +41,12 @@ def make_socket(
     ctx: zmq.Context, kind: int, limits: Limits | None = None, sndhwm: int = 16, rcvhwm: int = 16
 ) -> zmq.Socket:
     """A socket with the options every Surreal socket shares: no linger on close, bounded queues,
-    quick bounded reconnects, and ZMQ_MAXMSGSIZE so an oversized frame is refused inside libzmq."""
+    quick bounded reconnects.
+
+    `limits` sets ZMQ_MAXMSGSIZE, so libzmq refuses an oversized frame before it is buffered and
+    disconnects the peer that sent it. Pass it only for a *bound* server socket: a connecting socket cut
+    off that way is not reconnected by libzmq, so clients (which talk to their own servers) check sizes in
+    `decode` instead."""
     sock = ctx.socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SNDHWM, sndhwm)
@@ -135,7 +140,7 @@ class SampleClient:
         self.lost_after_s = lost_after_s
         self.shards = []
         for address in addresses:
-            sock = make_socket(ctx, zmq.DEALER, limits)
+            sock = make_socket(ctx, zmq.DEALER)
             sock.setsockopt(zmq.IMMEDIATE, 1)
             sock.connect(address)
             self.shards.append(_Shard(sock))
@@ -201,29 +206,39 @@ class SampleClient:
 class ParamPublisher:
     """Learner side. XPUB with verbose subscriptions: every (re)subscribing ps announces itself, and the
     publisher answers by re-sending the latest blob, so a ps that joins late (or restarts) is current at
-    once instead of waiting for the next update. `service()` must be called from the learner's loop."""
+    once instead of waiting for the next update. PUB drops a message for a subscriber whose queue is full,
+    so the latest blob is also re-sent every `republish_s` (the ps ignores a version it already holds):
+    the last blob of a run, marked done, must not be lost. `service()` is called from the learner's loop."""
 
-    def __init__(self, ctx: zmq.Context, bind: str, hwm: int = 4) -> None:
+    def __init__(self, ctx: zmq.Context, bind: str, hwm: int = 4, republish_s: float = 1.0) -> None:
         self.sock = make_socket(ctx, zmq.XPUB, sndhwm=hwm)
         self.sock.setsockopt(zmq.XPUB_VERBOSE, 1)
         self.sock.bind(bind)
+        self.republish_s = republish_s
         self.latest: list[Any] | None = None
         self.version = -1
+        self._sent_at = 0.0
 
     def publish(self, version: int, meta: dict[str, Any], arrays: Arrays) -> None:
         self.latest = encode(PARAMS, {**meta, "version": int(version)}, arrays)
         self.version = version
-        send(self.sock, self.latest, 0.0)  # PUB never blocks; a slow subscriber misses and re-asks
+        self._send_latest()
+
+    def _send_latest(self) -> None:
+        if self.latest is not None:
+            send(self.sock, self.latest, 0.0)  # PUB never blocks
+            self._sent_at = time.monotonic()
 
     def service(self) -> int:
-        """Answer pending subscriptions with the latest blob; returns how many arrived."""
+        """Answer new subscriptions (and the republish timer) with the latest blob; returns how many
+        subscriptions arrived."""
         joined = 0
         while self.sock.poll(0, zmq.POLLIN):
             event = self.sock.recv()
             if event[:1] == b"\x01":
                 joined += 1
-        if joined and self.latest is not None:
-            send(self.sock, self.latest, 0.0)
+        if joined or time.monotonic() - self._sent_at >= self.republish_s:
+            self._send_latest()
         return joined
 
     def close(self) -> None:
@@ -235,7 +250,7 @@ class ParamSubscriber:
 
     def __init__(self, ctx: zmq.Context, address: str, limits: Limits) -> None:
         self.limits = Limits(max_frames=limits.max_frames, max_bytes=limits.max_bytes, kinds=frozenset({PARAMS}))
-        self.sock = make_socket(ctx, zmq.SUB, limits, rcvhwm=4)
+        self.sock = make_socket(ctx, zmq.SUB, rcvhwm=4)
         self.sock.setsockopt(zmq.SUBSCRIBE, b"")
         self.sock.connect(address)
 
@@ -267,7 +282,7 @@ class ParamClient:
             max_bytes=limits.max_bytes,
             kinds=frozenset({PARAMS, NOT_MODIFIED, ERROR}),
         )
-        self.sock = make_socket(ctx, zmq.DEALER, limits)
+        self.sock = make_socket(ctx, zmq.DEALER)
         self.sock.setsockopt(zmq.IMMEDIATE, 1)
         for address in addresses:
             self.sock.connect(address)

@@ -45,7 +45,7 @@ class ProtocolError(ValueError):
 class Limits:
     """What a receiver accepts. ``max_bytes`` also goes to the socket as ZMQ_MAXMSGSIZE (per frame)."""
 
-    max_frames: int = 64
+    max_frames: int = 256
     max_bytes: int = 64 * 1024 * 1024
     max_header_bytes: int = 64 * 1024
     max_ndim: int = 8

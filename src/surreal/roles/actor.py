@@ -44,7 +44,8 @@ def main(args: argparse.Namespace) -> int:
     torch.set_num_threads(cfg.actor.torch_threads)
 
     algo = get_algorithm(cfg.algo.name)
-    envs = make_vec_env(cfg.env.id, cfg.topology.envs_per_actor, cfg.seed + ENV_SEED_STRIDE * (index + 1), cfg.env.kwargs)
+    env_seed = cfg.seed + ENV_SEED_STRIDE * (index + 1)
+    envs = make_vec_env(cfg.env.id, cfg.topology.envs_per_actor, env_seed, cfg.env.kwargs)
     policy = algo.make_policy(envs.single_observation_space, envs.single_action_space, algo_config(cfg), index)
     collector = RolloutCollector(envs, policy, cfg.actor.chunk_steps, index)
     batch_chunks = max(1, cfg.algo.batch_size // (cfg.actor.chunk_steps * cfg.topology.envs_per_actor))
@@ -56,7 +57,6 @@ def main(args: argparse.Namespace) -> int:
     m_version = metrics.gauge("actor_param_version", "parameter version the policy runs")
     m_blocked = metrics.counter("actor_send_blocked_total", "send attempts refused by backpressure")
     m_fetch_fail = metrics.counter("actor_param_fetch_timeouts_total", "parameter fetches that timed out")
-    labels = metrics.labels
     metrics.serve(settings.bind_host, settings.metrics_port)
 
     ctx = zmq.Context()
@@ -71,12 +71,12 @@ def main(args: argparse.Namespace) -> int:
         while not stop:
             reply = params.fetch(version, incarnation, cfg.actor.fetch_timeout_s)
             if reply is None:
-                m_fetch_fail.labels(**labels).inc()
+                m_fetch_fail.inc()
             elif reply.message is not None:
                 policy.load_params(reply.message.arrays)
                 version, incarnation = reply.version, reply.incarnation
                 done = bool(reply.message.meta.get("done", False))
-                m_version.labels(**labels).set(version)
+                m_version.set(version)
                 return
             if not wait_for_new:
                 return
@@ -98,11 +98,11 @@ def main(args: argparse.Namespace) -> int:
                 "env_steps": chunk.env_steps,
             }
             while not stop and not sender.send(chunk.arrays, meta, SEND_TIMEOUT_S):
-                m_blocked.labels(**labels).inc()
-            m_steps.labels(**labels).inc(chunk.env_steps)
-            m_episodes.labels(**labels).inc(len(chunk.episode_returns))
+                m_blocked.inc()
+            m_steps.inc(chunk.env_steps)
+            m_episodes.inc(len(chunk.episode_returns))
             if chunk.episode_returns:
-                m_return.labels(**labels).set(chunk.episode_returns[-1])
+                m_return.set(chunk.episode_returns[-1])
             chunks += 1
             if cfg.deterministic:
                 if chunks % batch_chunks == 0:

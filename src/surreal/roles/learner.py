@@ -171,7 +171,7 @@ class Learner:
     def publish(self, done: bool = False) -> None:
         meta = {"incarnation": self.incarnation, "done": done, "env_steps": self.counters.env_steps}
         self.publisher.publish(self.counters.version, meta, self.learner.params())
-        self.m_version.labels(**self.metrics.labels).set(self.counters.version)
+        self.m_version.set(self.counters.version)
 
     def receive(self, timeout_s: float) -> None:
         """Take one sample reply (if any arrives in time) into the queue."""
@@ -186,7 +186,7 @@ class Learner:
             self.counters.episodes += len(chunk.episode_returns)
             recent = (self.counters.recent_returns + chunk.episode_returns)[-RECENT_EPISODES:]
             self.counters.recent_returns = recent
-        self.m_queue.labels(**self.metrics.labels).set(self.queued_transitions)
+        self.m_queue.set(self.queued_transitions)
 
     def take_batch(self) -> list[Chunk]:
         """Whole chunks, oldest first, until `batch_size` transitions; the rest waits for the next update."""
@@ -229,16 +229,15 @@ class Learner:
         }
         self.metrics_file.write(json.dumps(row) + "\n")
         self.metrics_file.flush()
-        labels = self.metrics.labels
-        self.m_env_steps.labels(**labels).set(c.env_steps)
-        self.m_updates.labels(**labels).set(c.updates)
-        self.m_stale.labels(**labels).set(c.stale_dropped)
-        self.m_update_s.labels(**labels).set(update_s)
+        self.m_env_steps.set(c.env_steps)
+        self.m_updates.set(c.updates)
+        self.m_stale.set(c.stale_dropped)
+        self.m_update_s.set(update_s)
         if row["train_return_mean"] is not None:
-            self.m_return.labels(**labels).set(row["train_return_mean"])
+            self.m_return.set(row["train_return_mean"])
             self.tensorboard.add_scalar("train/return_mean", row["train_return_mean"], c.env_steps)
         for name, value in stats.items():
-            self.m_loss.labels(**labels, name=name).set(float(value))
+            self.m_loss.labels(name=name).set(float(value))
             self.tensorboard.add_scalar(f"learner/{name}", float(value), c.env_steps)
         self.tensorboard.add_scalar("learner/version_lag_mean", lag_mean, c.env_steps)
 

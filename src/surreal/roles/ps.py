@@ -42,9 +42,10 @@ class ParamServer:
         learner_addr: str,
         serve_bind: str,
         replica: int = 0,
-        limits: Limits = Limits(),
+        limits: Limits | None = None,
         metrics: RoleMetrics | None = None,
     ) -> None:
+        limits = limits or Limits()
         self.limits = limits
         self.params_limits = Limits(limits.max_frames, limits.max_bytes, kinds=frozenset({PARAMS}))
         self.request_limits = Limits(limits.max_frames, limits.max_bytes, kinds=frozenset({PARAMS_REQUEST}))
@@ -94,7 +95,7 @@ class ParamServer:
 
     def _drop(self, reason: str) -> None:
         self.bad_messages += 1
-        self.m_bad.labels(**self.metrics.labels, reason=reason).inc()
+        self.m_bad.labels(reason=reason).inc()
 
     def _on_params(self, frames: list[zmq.Frame]) -> None:
         try:
@@ -109,9 +110,9 @@ class ParamServer:
             return
         if version > self.version or incarnation != self.incarnation:
             self.frames, self.version, self.incarnation = frames, version, incarnation
-            self.m_updates.labels(**self.metrics.labels).inc()
-            self.m_version.labels(**self.metrics.labels).set(version)
-            self.m_blob_bytes.labels(**self.metrics.labels).set(sum(len(f) for f in frames))
+            self.m_updates.inc()
+            self.m_version.set(version)
+            self.m_blob_bytes.set(sum(len(f) for f in frames))
 
     def _on_request(self, frames: list[zmq.Frame]) -> None:
         if len(frames) < 2:
@@ -137,7 +138,7 @@ class ParamServer:
 
     def _reply(self, identity: bytes, frames: list[Any], answer: str) -> None:
         if send(self.router, [identity, *frames], REPLY_TIMEOUT_S):
-            self.m_requests.labels(**self.metrics.labels, answer=answer).inc()
+            self.m_requests.labels(answer=answer).inc()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

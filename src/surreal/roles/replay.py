@@ -78,10 +78,12 @@ class ReplayServer:
         priority_eps: float = 1e-6,
         seed: int = 0,
         shard: int = 0,
-        limits: Limits = Limits(),
+        limits: Limits | None = None,
         metrics: RoleMetrics | None = None,
     ) -> None:
+        limits = limits or Limits()
         self.shard = shard
+        self.max_frames = limits.max_frames
         self.replay = make_replay(mode, capacity, alpha, beta, priority_eps, seed + 7919 * shard)
         self.experience_limits = Limits(limits.max_frames, limits.max_bytes, kinds=frozenset({EXPERIENCE}))
         self.request_limits = Limits(
@@ -145,7 +147,7 @@ class ReplayServer:
 
     def _drop(self, reason: str) -> None:
         self.bad_messages += 1
-        self.m_bad.labels(**self.metrics.labels, reason=reason).inc()
+        self.m_bad.labels(reason=reason).inc()
 
     def _on_experience(self, frames: list[zmq.Frame]) -> None:
         try:
@@ -160,10 +162,10 @@ class ReplayServer:
             self._drop("bad_chunk")
             return
         stats = self.replay.stats()
-        self.m_in.labels(**self.metrics.labels).inc(n)
+        self.m_in.inc(n)
         self.rate_in.add(n)
-        self.m_dropped.labels(**self.metrics.labels).inc(stats["dropped"] - before)
-        self.m_size.labels(**self.metrics.labels).set(stats["size"])
+        self.m_dropped.inc(stats["dropped"] - before)
+        self.m_size.set(stats["size"])
 
     def _on_request(self, frames: list[zmq.Frame]) -> None:
         if len(frames) < 2:
@@ -207,20 +209,21 @@ class ReplayServer:
         while self.pending:
             request = self.pending[0]
             if self.replay.ready(request.batch_size):
-                arrays, meta = self.replay.sample(request.batch_size)
+                arrays, meta = self.replay.sample(request.batch_size, self.max_frames)
                 served = int(meta.get("transitions", 0))
-                self.m_out.labels(**self.metrics.labels).inc(served)
+                self.m_out.inc(served)
                 self.rate_out.add(served)
                 size = self.replay.stats()["size"]
-                self.m_size.labels(**self.metrics.labels).set(size)
+                self.m_size.set(size)
                 reply_meta = {**meta, "id": request.request_id, "shard": self.shard, "size": size}
                 self._reply(request.identity, SAMPLE_REPLY, reply_meta, arrays)
             elif now >= request.deadline:
-                self._reply(request.identity, SAMPLE_REPLY, {"id": request.request_id, "shard": self.shard, "empty": True})
+                empty = {"id": request.request_id, "shard": self.shard, "empty": True}
+                self._reply(request.identity, SAMPLE_REPLY, empty)
             else:
                 break  # requests are answered in arrival order
             self.pending.popleft()
-        self.m_pending.labels(**self.metrics.labels).set(len(self.pending))
+        self.m_pending.set(len(self.pending))
 
     def _reply(self, identity: bytes, kind: str, meta: dict[str, Any], arrays: dict[str, Any] | None = None) -> None:
         send(self.router, [identity, *encode(kind, meta, arrays)], REPLY_TIMEOUT_S)

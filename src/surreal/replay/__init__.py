@@ -1,0 +1,25 @@
+"""Torch-free replay: storage, samplers (FIFO, uniform, prioritized) and the facade the server uses."""
+
+from surreal.replay.buffers import (
+    ChunkFifo,
+    FifoReplay,
+    PrioritizedSampler,
+    TransitionReplay,
+    TransitionStorage,
+    UniformSampler,
+    flatten_time_major,
+    make_replay,
+)
+from surreal.replay.sumtree import SumTree
+
+__all__ = [
+    "ChunkFifo",
+    "FifoReplay",
+    "PrioritizedSampler",
+    "SumTree",
+    "TransitionReplay",
+    "TransitionStorage",
+    "UniformSampler",
+    "flatten_time_major",
+    "make_replay",
+]
