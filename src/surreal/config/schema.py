@@ -70,6 +70,10 @@ class ActorConfig:
     param_fetch_interval: int = 1  # chunks between "newer than v?" checks
     fetch_timeout_s: float = 5.0
     torch_threads: int = 1  # one core per actor: its batch of K observations is small
+    # On-policy throttle: an actor produces at most rollout_ahead x its share of a learner batch with one
+    # parameter version, then waits for the next. 1 is lock-step; 2 lets collection overlap the update
+    # with at most one version of lag; 0 never waits (off-policy).
+    rollout_ahead: int = 2
 
 
 @dataclass
@@ -145,6 +149,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     for key, value in positive.items():
         need(value > 0, f"{key} must be > 0 (got {value})")
     need(cfg.actor.fetch_timeout_s > 0, f"actor.fetch_timeout_s must be > 0 (got {cfg.actor.fetch_timeout_s})")
+    need(cfg.actor.rollout_ahead >= 0, f"actor.rollout_ahead must be >= 0 (got {cfg.actor.rollout_ahead})")
     need(cfg.learner.max_staleness >= 0, f"learner.max_staleness must be >= 0 (got {cfg.learner.max_staleness})")
     need(bool(cfg.env.id.strip()), "env.id must name a Gymnasium environment")
     need(re.fullmatch(r"auto|cpu|cuda(:\d+)?", cfg.device) is not None,

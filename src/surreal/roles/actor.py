@@ -11,6 +11,7 @@ so the data each update sees does not depend on timing.
 from __future__ import annotations
 
 import argparse
+import math
 import time
 
 import torch
@@ -48,7 +49,9 @@ def main(args: argparse.Namespace) -> int:
     envs = make_vec_env(cfg.env.id, cfg.topology.envs_per_actor, env_seed, cfg.env.kwargs)
     policy = algo.make_policy(envs.single_observation_space, envs.single_action_space, algo_config(cfg), index)
     collector = RolloutCollector(envs, policy, cfg.actor.chunk_steps, index)
-    batch_chunks = max(1, cfg.algo.batch_size // (cfg.actor.chunk_steps * cfg.topology.envs_per_actor))
+    # This actor's share of a learner batch, in chunks; deterministic runs go in lock-step.
+    share = math.ceil(cfg.algo.batch_size / (cfg.topology.actors * cfg.actor.chunk_steps * cfg.topology.envs_per_actor))
+    rollout_ahead = 1 if cfg.deterministic else cfg.actor.rollout_ahead
 
     metrics = RoleMetrics("actor", index)
     m_steps = metrics.counter("actor_env_steps_total", "environment steps taken")
@@ -85,7 +88,9 @@ def main(args: argparse.Namespace) -> int:
     log.info("waiting for parameters from %s", ",".join(settings.ps_addrs))
     fetch(wait_for_new=True)
     log.info("running %s on %d x %s from version %d", cfg.algo.name, cfg.topology.envs_per_actor, cfg.env.id, version)
-    chunks = 0
+    # Cumulative throttle: by version base + n the learner has used n batches, so this actor may have sent
+    # (n + rollout_ahead) shares. A new learner incarnation (resumed at a lower version) restarts the count.
+    chunks, base_version, since_base, base_incarnation = 0, version, 0, incarnation
     try:
         while not stop and not done:
             chunk = collector.collect(version)
@@ -104,11 +109,13 @@ def main(args: argparse.Namespace) -> int:
             if chunk.episode_returns:
                 m_return.set(chunk.episode_returns[-1])
             chunks += 1
-            if cfg.deterministic:
-                if chunks % batch_chunks == 0:
-                    fetch(wait_for_new=True)
+            since_base += 1
+            if rollout_ahead and since_base >= (version - base_version + rollout_ahead) * share:
+                fetch(wait_for_new=True)  # one new version lets this actor send one more share
             elif chunks % cfg.actor.param_fetch_interval == 0:
                 fetch(wait_for_new=False)
+            if incarnation != base_incarnation:
+                base_version, since_base, base_incarnation = version, 0, incarnation
     finally:
         sender.close()
         params.close()

@@ -1,0 +1,33 @@
+"""Gymnasium environment construction, the same for actors, evaluation and benchmarks.
+
+Vector envs use SAME_STEP autoreset: the observation returned on a done step is already the next
+episode's first one and the real final observation is in ``infos["final_obs"]``, which is what a
+time-limit bootstrap needs (docs/architecture.md: ``next_obs`` holds the final observation).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+
+def make_vec_env(
+    env_id: str, num_envs: int, seed: int, env_kwargs: dict[str, Any] | None = None
+) -> gym.vector.VectorEnv:
+    envs = gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+        **(env_kwargs or {}),
+    )
+    envs.reset(seed=[seed + i for i in range(num_envs)])
+    envs.action_space.seed(seed)
+    return envs
+
+
+def make_env(env_id: str, seed: int, env_kwargs: dict[str, Any] | None = None) -> gym.Env:
+    env = gym.make(env_id, **(env_kwargs or {}))
+    env.reset(seed=seed)
+    return env

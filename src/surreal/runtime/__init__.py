@@ -1,0 +1,1 @@
+"""Algorithm-agnostic runtime pieces: rollouts, checkpoints, the single-process serial mode."""

@@ -1,0 +1,115 @@
+"""Stepping K environments with a policy and cutting the experience into chunks.
+
+Used by the actor role (which ships chunks to replay) and by the serial mode (which hands them straight
+to the learner), so both produce exactly the same data. A chunk's arrays are freshly allocated: the
+actor sends them zero-copy, and ZMQ may still be reading them while the next chunk is collected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import gymnasium as gym
+import numpy as np
+
+from surreal.envs import make_vec_env
+
+
+class Policy(Protocol):
+    def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]: ...
+
+    def act_deterministic(self, obs: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass
+class Chunk:
+    """T steps of K environments, time-major (docs/architecture.md), plus who made it with what."""
+
+    arrays: dict[str, Any]
+    version: int
+    actor: int
+    episode_returns: list[float] = field(default_factory=list)
+    episode_lengths: list[int] = field(default_factory=list)
+
+    @property
+    def env_steps(self) -> int:
+        rewards = self.arrays["rewards"]
+        return int(rewards.shape[0] * rewards.shape[1])
+
+
+class RolloutCollector:
+    def __init__(self, envs: gym.vector.VectorEnv, policy: Policy, chunk_steps: int, actor_index: int) -> None:
+        self.envs = envs
+        self.policy = policy
+        self.chunk_steps = chunk_steps
+        self.actor_index = actor_index
+        self.num_envs = envs.num_envs
+        self.obs, _ = envs.reset()
+        self.episode_return = np.zeros(self.num_envs, np.float64)
+        self.episode_length = np.zeros(self.num_envs, np.int64)
+
+    def collect(self, version: int) -> Chunk:
+        T, K = self.chunk_steps, self.num_envs
+        obs_shape = self.envs.single_observation_space.shape
+        arrays: dict[str, np.ndarray] = {
+            "obs": np.empty((T, K, *obs_shape), np.float32),
+            "next_obs": np.empty((T, K, *obs_shape), np.float32),
+            "rewards": np.empty((T, K), np.float32),
+            "terminated": np.empty((T, K), bool),
+            "truncated": np.empty((T, K), bool),
+        }
+        returns: list[float] = []
+        lengths: list[int] = []
+        for t in range(T):
+            env_actions, record = self.policy.act(self.obs)
+            if t == 0:
+                for key, value in record.items():
+                    arrays[key] = np.empty((T, *value.shape), value.dtype)
+            for key, value in record.items():
+                arrays[key][t] = value
+            next_obs, rewards, terminated, truncated, infos = self.envs.step(env_actions)
+            done = terminated | truncated
+            arrays["obs"][t] = self.obs
+            arrays["next_obs"][t] = next_obs
+            if done.any():
+                for i in np.flatnonzero(done):  # SAME_STEP autoreset: next_obs is already the reset one
+                    arrays["next_obs"][t, i] = infos["final_obs"][i]
+            arrays["rewards"][t] = rewards
+            arrays["terminated"][t] = terminated
+            arrays["truncated"][t] = truncated
+            self.episode_return += rewards
+            self.episode_length += 1
+            for i in np.flatnonzero(done):
+                returns.append(float(self.episode_return[i]))
+                lengths.append(int(self.episode_length[i]))
+            self.episode_return[done] = 0.0
+            self.episode_length[done] = 0
+            self.obs = next_obs
+        return Chunk(arrays, version, self.actor_index, returns, lengths)
+
+
+def evaluate(
+    env_id: str, policy: Policy, episodes: int, seed: int, env_kwargs: dict[str, Any] | None = None
+) -> list[float]:
+    """Full-episode returns of the deterministic policy. Each of up to 10 parallel envs runs a fixed
+    quota of episodes, so short episodes are not over-represented."""
+    n = min(episodes, 10)
+    quotas = np.array([episodes // n + (1 if i < episodes % n else 0) for i in range(n)])
+    done_count = np.zeros(n, np.int64)
+    running = np.zeros(n, np.float64)
+    returns: list[float] = []
+    envs = make_vec_env(env_id, n, seed, env_kwargs)
+    obs, _ = envs.reset(seed=[seed + i for i in range(n)])
+    try:
+        while (done_count < quotas).any():
+            obs, rewards, terminated, truncated, _ = envs.step(policy.act_deterministic(obs))
+            running += rewards
+            for i in np.flatnonzero(terminated | truncated):
+                if done_count[i] < quotas[i]:
+                    returns.append(float(running[i]))
+                    done_count[i] += 1
+                running[i] = 0.0
+    finally:
+        envs.close()
+    return returns
