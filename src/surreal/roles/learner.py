@@ -97,6 +97,7 @@ class Learner:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         seed_everything(cfg.seed, cfg.deterministic)
         self.device = resolve_device(cfg.device)
+        torch.set_num_threads(cfg.learner.torch_threads)
         probe = make_env(cfg.env.id, cfg.seed, cfg.env.kwargs)
         self.obs_space, self.act_space = probe.observation_space, probe.action_space
         probe.close()

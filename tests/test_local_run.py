@@ -1,0 +1,155 @@
+"""`surreal run` end to end: the learning bar, deterministic reruns, and surviving kill -9 of any role.
+
+These start the real launcher as a subprocess (exactly what a user types), on loopback ports the OS
+hands out, and check afterwards that no process it started is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import wait_until
+from surreal.launch.runfolder import read_metrics
+
+
+class LocalRun:
+    def __init__(self, tmp_path: Path, name: str, *overrides: str) -> None:
+        self.run_dir = tmp_path / "runs" / name
+        env = {**os.environ, "SURREAL_RUNS_ROOT": str(tmp_path / "runs"), "PYTHONUNBUFFERED": "1"}
+        self.log = open(tmp_path / f"{name}.console.log", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "surreal", "run", f"name={name}", *overrides, "--no-progress"],
+            env=env, cwd=tmp_path, stdout=self.log, stderr=subprocess.STDOUT,
+        )
+        self.seen: dict[int, psutil.Process] = {}
+
+    def children(self) -> list[psutil.Process]:
+        try:
+            found = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+        self.seen.update({p.pid: p for p in found})
+        return found
+
+    def role(self, name: str) -> psutil.Process:
+        role, _, index = name.partition("-")
+        for child in self.children():
+            try:
+                cmdline = child.cmdline()
+                is_role = cmdline[-1:] == [role] or cmdline[-2:] == [role, "--resume"]
+                if is_role and (not index or child.environ().get("SURREAL_INDEX") == index):
+                    return child
+            except psutil.NoSuchProcess:
+                continue
+        raise AssertionError(f"no {name} process")
+
+    def updates(self) -> int:
+        rows = read_metrics(self.run_dir / "metrics.jsonl")
+        return rows[-1]["updates"] if rows else 0
+
+    def wait(self, timeout_s: float) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            self.children()
+            time.sleep(0.2)
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            self.proc.wait(timeout=30)
+            raise AssertionError(f"run did not finish in {timeout_s} s")
+        self.log.close()
+        return json.loads((self.run_dir / "summary.json").read_text())
+
+    def assert_nothing_left(self) -> None:
+        def gone() -> bool:
+            return not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in self.seen.values())
+
+        wait_until(gone, 15)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        for p in self.seen.values():
+            if p.is_running():
+                p.kill()
+        self.log.close()
+
+
+@pytest.fixture
+def runs(tmp_path):
+    started: list[LocalRun] = []
+
+    def start(name: str, *overrides: str) -> LocalRun:
+        run = LocalRun(tmp_path, name, *overrides)
+        started.append(run)
+        return run
+
+    yield start
+    for run in started:
+        run.close()
+
+
+def test_bad_config_fails_fast_with_a_clear_message(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "surreal", "run", "topology.actorz=2"], capture_output=True,
+                         text=True, timeout=60, cwd=tmp_path)
+    assert out.returncode == 2 and "topology.actorz" in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "runs").exists(), "nothing started for a bad config"
+
+
+def test_deterministic_runs_write_identical_metrics(runs):
+    overrides = ("env=InvertedPendulum-v5", "deterministic=true", "actors=1", "steps=6144", "seed=3")
+    first = runs("det-a", *overrides)
+    assert first.wait(180)["status"] == "completed"
+    second = runs("det-b", *overrides)
+    assert second.wait(180)["status"] == "completed"
+    a = (first.run_dir / "metrics.jsonl").read_text()
+    b = (second.run_dir / "metrics.jsonl").read_text()
+    assert len(a.splitlines()) == 3 and a == b
+    eval_a = json.loads((first.run_dir / "eval.json").read_text())
+    eval_b = json.loads((second.run_dir / "eval.json").read_text())
+    assert eval_a["eval_returns"] == eval_b["eval_returns"]
+    first.assert_nothing_left()
+    second.assert_nothing_left()
+
+
+@pytest.mark.slow
+def test_ppo_learns_inverted_pendulum_with_two_actors(runs):
+    run = runs("pendulum", "env=InvertedPendulum-v5", "actors=2", "steps=200000", "seed=1")
+    summary = run.wait(900)
+    assert summary["status"] == "completed" and summary["env_steps"] >= 200_000
+    assert summary["eval_return_mean"] >= 900, summary
+    for name in ("config.yaml", "reproduce.json", "metrics.jsonl", "eval.json", "logs/learner.log", "tensorboard"):
+        assert (run.run_dir / name).exists(), name
+    assert any((run.run_dir / "checkpoints").iterdir())
+    run.assert_nothing_left()
+
+
+@pytest.mark.slow
+def test_run_survives_kill_9_of_actor_learner_and_replay(runs):
+    run = runs("chaos", "env=InvertedPendulum-v5", "actors=2", "steps=40960", "learner.checkpoint_interval=2")
+    wait_until(lambda: run.updates() >= 2, 120)
+    run.role("actor-0").send_signal(signal.SIGKILL)
+    wait_until(lambda: run.updates() >= 7, 120)
+    run.role("learner").send_signal(signal.SIGKILL)
+    wait_until(lambda: run.updates() >= 10, 180)
+    run.role("replay-0").send_signal(signal.SIGKILL)
+    summary = run.wait(400)
+    assert summary["status"] == "completed", summary
+    assert summary["restarts"]["actor-0"] >= 1
+    assert summary["restarts"]["learner"] >= 1
+    assert summary["restarts"]["replay-0"] >= 1
+    rows = read_metrics(run.run_dir / "metrics.jsonl")
+    steps = [r["env_steps"] for r in rows]
+    assert steps == sorted(steps), "the resumed learner continued its step counter"
+    assert summary["env_steps"] >= 40960
+    assert "resumed at update" in (run.run_dir / "logs" / "learner.log").read_text()
+    run.assert_nothing_left()
