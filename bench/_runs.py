@@ -1,0 +1,75 @@
+"""Running `surreal run` from a benchmark and watching its metrics.jsonl with arrival times."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+class WatchedRun:
+    """A `surreal run` subprocess; `rows` holds (arrival time, metrics row) as the learner writes them."""
+
+    def __init__(self, name: str, overrides: list[str], runs_root: Path) -> None:
+        self.run_dir = runs_root / name
+        runs_root.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "SURREAL_RUNS_ROOT": str(runs_root), "PYTHONUNBUFFERED": "1"}
+        self.console = open(runs_root / f"{name}.console.log", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen([sys.executable, "-m", "surreal", "run", f"name={name}", *overrides,
+                                      "--no-progress"], env=env, stdout=self.console, stderr=subprocess.STDOUT)
+        self.rows: list[tuple[float, dict]] = []
+        self._offset = 0
+
+    def poll(self) -> None:
+        path = self.run_dir / "metrics.jsonl"
+        if not path.exists():
+            return
+        with open(path, encoding="utf-8") as f:
+            f.seek(self._offset)
+            lines = f.readlines()
+        now = time.monotonic()
+        for line in lines:
+            if not line.endswith("\n"):
+                break  # written halfway: read it next time
+            self._offset += len(line.encode())
+            self.rows.append((now, json.loads(line)))
+
+    def steady_rate(self, skip_rows: int) -> float:
+        """Env steps per second between row `skip_rows` (after start-up) and the last row."""
+        if len(self.rows) < skip_rows + 2:
+            return float("nan")
+        (t0, r0), (t1, r1) = self.rows[skip_rows], self.rows[-1]
+        return (r1["env_steps"] - r0["env_steps"]) / (t1 - t0)
+
+    def run_for(self, seconds: float) -> None:
+        """Watch for `seconds`, then stop the run as Ctrl-C would."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            self.poll()
+            time.sleep(0.1)
+        self.stop()
+
+    def wait(self, timeout_s: float) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            self.poll()
+            time.sleep(0.5)
+        self.stop()
+        return json.loads((self.run_dir / "summary.json").read_text())
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.poll()
+        self.console.close()

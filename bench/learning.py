@@ -1,0 +1,83 @@
+"""Learning benchmark: a full `surreal run` per seed, compared with published returns.
+
+    python -m bench.learning ppo HalfCheetah-v5 [--steps 1000000] [--seeds 1 2 3] [--actors 4]
+                             [--parallel] [overrides ...]
+
+Each seed is one ordinary run (its folder under bench/results/runs/ holds config, metrics, eval and the
+learning curve). The last line is one JSON object with every seed's eval return, steps and wall time,
+their mean, and the published reference numbers it is compared with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+
+import numpy as np
+
+from bench._runs import RESULTS, WatchedRun
+from surreal.launch.plot import plot_run
+
+# Published PPO returns at 1M environment steps (MuJoCo v4 / v3 tasks; v5 differs only in details).
+REFERENCES = {
+    "HalfCheetah-v5": {
+        "cleanrl_ppo_continuous_action": "about 1,400-2,000 (v4, 1M steps)",
+        "tianshou_ppo": "about 5,800 (v3, 1M steps)",
+        "target": 2500,
+    },
+    "InvertedPendulum-v5": {"cleanrl_ppo_continuous_action": "about 1,000 (v4)", "target": 900},
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("algo", choices=["ppo"])
+    parser.add_argument("env")
+    parser.add_argument("--steps", type=int, default=1_000_000)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1])
+    parser.add_argument("--actors", type=int, default=4)
+    parser.add_argument("--parallel", action="store_true", help="run the seeds at the same time")
+    parser.add_argument("--timeout", type=float, default=3 * 3600)
+    parser.add_argument("overrides", nargs="*", help="extra surreal run overrides")
+    args = parser.parse_args()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    runs = []
+    for seed in args.seeds:
+        overrides = [f"algo={args.algo}", f"env={args.env}", f"steps={args.steps}", f"seed={seed}",
+                     f"actors={args.actors}", *args.overrides]
+        run = WatchedRun(f"learning-{args.algo}-{args.env}-s{seed}-{stamp}", overrides, RESULTS / "runs")
+        runs.append(run)
+        if not args.parallel:
+            run.wait(args.timeout)
+    results = []
+    for run in runs:
+        summary = run.wait(args.timeout)
+        plot_run(run.run_dir)
+        results.append({k: summary[k] for k in ("seed", "status", "env_steps", "wall_s", "env_steps_per_s",
+                                                "eval_return_mean", "eval_return_std", "train_return_mean")})
+        print(json.dumps(results[-1]), flush=True)
+    returns = [r["eval_return_mean"] for r in results if r["eval_return_mean"] is not None]
+    result = {
+        "benchmark": "learning",
+        "algo": args.algo,
+        "env": args.env,
+        "steps": args.steps,
+        "actors": args.actors,
+        "overrides": args.overrides,
+        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus",
+        "runs": results,
+        "eval_return_mean": float(np.mean(returns)) if returns else None,
+        "wall_s_mean": float(np.mean([r["wall_s"] for r in results])),
+        "references": REFERENCES.get(args.env, {}),
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(result)
+    (RESULTS / f"learning-{args.algo}-{args.env}.json").write_text(line + "\n")
+    print(line)
+
+
+if __name__ == "__main__":
+    main()

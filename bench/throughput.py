@@ -1,0 +1,120 @@
+"""System throughput against raw stepping, for 1, 2, 4, ... actors, measured in the same run.
+
+    python -m bench.throughput [--env HalfCheetah-v5] [--actors 1 2 4] [--seconds 40] [--device auto]
+
+For each actor count N:
+- raw: N processes, each stepping the same K-env vector env with the same PPO policy network (batched
+  CPU inference, one thread), no sockets, no learner: the most the actors could do on this machine.
+- system: `surreal run` with N actors, the learner, replay and ps all running; env steps per second from
+  the learner's metrics rows once past start-up. The learner batch scales with N (each actor contributes
+  2 chunks per update, minibatches = batch / 32) so the update keeps pace as actors are added.
+efficiency = system / raw. Last line: one JSON object (also written to bench/results/throughput.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import time
+
+import numpy as np
+
+from bench._runs import RESULTS, WatchedRun
+
+CHUNK_STEPS = 256
+MINIBATCHES = 32
+
+
+def _raw_actor(env_id: str, num_envs: int, seconds: float, seed: int, out) -> None:
+    import torch
+
+    from surreal.algos.ppo import PPOPolicy
+    from surreal.config.schema import PPOConfig
+    from surreal.envs import make_vec_env
+
+    torch.set_num_threads(1)
+    envs = make_vec_env(env_id, num_envs, seed)
+    policy = PPOPolicy(envs.single_observation_space, envs.single_action_space, PPOConfig(seed=seed), 0)
+    obs, _ = envs.reset()
+    for _ in range(200):  # warm-up
+        obs, *_ = envs.step(policy.act(obs)[0])
+    steps, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        obs, *_ = envs.step(policy.act(obs)[0])
+        steps += num_envs
+    out.put(steps / (time.perf_counter() - started))
+
+
+def raw_rate(env_id: str, actors: int, num_envs: int, seconds: float) -> float:
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_raw_actor, args=(env_id, num_envs, seconds, i, out)) for i in range(actors)]
+    for p in procs:
+        p.start()
+    rates = [out.get(timeout=seconds + 120) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+    return float(sum(rates))
+
+
+def system_rate(env_id: str, actors: int, num_envs: int, seconds: float, device: str) -> dict:
+    batch = max(2048, 2 * actors * num_envs * CHUNK_STEPS)
+    overrides = [
+        f"env={env_id}", f"actors={actors}", f"topology.envs_per_actor={num_envs}", f"device={device}",
+        f"actor.chunk_steps={CHUNK_STEPS}", f"algo.batch_size={batch}", f"algo.minibatch_size={batch // MINIBATCHES}",
+        f"replay.capacity={4 * batch}", "steps=1000000000", "learner.checkpoint_interval=1000000",
+    ]
+    run = WatchedRun(f"throughput-{actors}-{int(time.time())}", overrides, RESULTS / "runs")
+    run.run_for(seconds)
+    lags = [row["version_lag_mean"] for _, row in run.rows[3:]]
+    return {"rate": run.steady_rate(skip_rows=3), "updates": len(run.rows), "batch_size": batch,
+            "version_lag_mean": float(np.mean(lags)) if lags else float("nan")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env", default="HalfCheetah-v5")
+    parser.add_argument("--envs-per-actor", type=int, default=4)
+    parser.add_argument("--actors", type=int, nargs="*", help="default: 1, 2, 4, ... up to the core count")
+    parser.add_argument("--seconds", type=float, default=40.0, help="measurement window per point")
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args()
+    cores = os.cpu_count() or 1
+    counts = args.actors or [n for n in (1, 2, 4, 8, 16, 32) if n <= max(1, cores)]
+    points = []
+    for n in counts:
+        raw = raw_rate(args.env, n, args.envs_per_actor, min(args.seconds, 15.0))
+        system = system_rate(args.env, n, args.envs_per_actor, args.seconds, args.device)
+        point = {
+            "actors": n,
+            "system_env_steps_per_s": round(system["rate"], 1),
+            "raw_env_steps_per_s": round(raw, 1),
+            "efficiency": round(system["rate"] / raw, 3),
+            "batch_size": system["batch_size"],
+            "version_lag_mean": round(system["version_lag_mean"], 2),
+            "own_cores": n + 3 <= cores,  # actors plus learner, replay and ps each on a core
+        }
+        points.append(point)
+        print(json.dumps(point), flush=True)
+    result = {
+        "benchmark": "throughput",
+        "env": args.env,
+        "envs_per_actor": args.envs_per_actor,
+        "machine": f"{platform.node()} {platform.machine()} {cores} cpus",
+        "points": points,
+        "actors": [p["actors"] for p in points],
+        "system_env_steps_per_s": [p["system_env_steps_per_s"] for p in points],
+        "raw_env_steps_per_s": [p["raw_env_steps_per_s"] for p in points],
+        "efficiency": [p["efficiency"] for p in points],
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(result)
+    (RESULTS / "throughput.json").write_text(line + "\n")
+    print(line)
+
+
+if __name__ == "__main__":
+    main()
