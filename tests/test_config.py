@@ -4,63 +4,149 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
+from hydra import initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
 
-from surreal.config import ConfigError, ExperimentConfig, load_config, read_config, save_config
+from surreal.config import (
+    ConfigError,
+    ExperimentConfig,
+    PPOConfig,
+    TopologyConfig,
+    algo_config,
+    config_from_env,
+    expand_aliases,
+    load_config,
+    read_config,
+    save_config,
+    validate,
+)
+from surreal.config.loading import schema_node
 
 
 def test_defaults_are_the_schema_defaults_with_cleanrl_ppo():
     cfg = load_config([])
     assert cfg == ExperimentConfig()
+    assert isinstance(cfg.algo, PPOConfig)
     assert (cfg.algo.lr, cfg.algo.batch_size, cfg.algo.minibatch_size, cfg.algo.update_epochs) == (3e-4, 2048, 64, 10)
+    assert (cfg.algo.gamma, cfg.algo.gae_lambda, cfg.algo.clip_coef, cfg.algo.max_grad_norm) == (0.99, 0.95, 0.2, 0.5)
     assert cfg.replay.mode == "fifo"
 
 
+def test_yaml_spells_out_every_schema_key():
+    """Hydra can only override (without '+') what the YAML holds, and the YAML is the documentation."""
+
+    def keys(node, prefix=""):
+        out = set()
+        for key in node:
+            out.add(prefix + key)
+            if OmegaConf.is_dict(node[key]) and key != "kwargs":
+                out |= keys(node[key], f"{prefix}{key}.")
+        return out
+
+    with initialize_config_module(config_module="surreal.conf", version_base="1.3"):
+        from hydra import compose
+
+        composed = compose(config_name="experiment")
+    assert keys(composed) == keys(schema_node()) - {"algo.seed"}
+
+
 def test_overrides_and_shorthands():
-    cfg = load_config(["actors=4", "env=Hopper-v5", "steps=5000", "name=x", "algo.lr=1e-3", "seed=7"])
+    cfg = load_config(["actors=4", "env=Hopper-v5", "steps=5000", "name=x", "algo.lr=1e-3", "seed=7",
+                       "env.kwargs.ctrl_cost_weight=0.2", "algo.hidden_sizes=[32,32]"])
     assert (cfg.topology.actors, cfg.env.id, cfg.total_env_steps, cfg.name) == (4, "Hopper-v5", 5000, "x")
-    assert cfg.algo.lr == 1e-3
+    assert (cfg.algo.lr, cfg.algo.hidden_sizes, cfg.env.kwargs) == (1e-3, [32, 32], {"ctrl_cost_weight": 0.2})
     assert cfg.algo.seed == 7, "the algorithm sees the experiment's seed"
+
+
+def test_expand_aliases_touches_only_the_shorthands():
+    assert expand_aliases(["actors=4", "env=Ant-v5", "steps=10", "name=a", "algo=ppo", "env.id=X", "++steps=3"]) == [
+        "topology.actors=4", "env.id=Ant-v5", "total_env_steps=10", "name=a", "algo=ppo", "env.id=X",
+        "++total_env_steps=3"]
+
+
+def test_algo_config_carries_the_top_level_seed_without_touching_the_experiment():
+    cfg = ExperimentConfig(seed=5)
+    view = algo_config(cfg)
+    assert isinstance(view, PPOConfig) and view.seed == 5
+    assert cfg.algo.seed == 1 and view is not cfg.algo
 
 
 @pytest.mark.parametrize(
     ("override", "named"),
-    [("topology.actor=3", "topology.actor"), ("algo.lrr=1", "algo.lrr"), ("seed=abc", "seed"),
-     ("algo=nope", "nope")],
+    [("topology.actor=3", "'topology.actors'"), ("algo.lrr=1", "'algo.lr'"), ("seed=abc", "seed"),
+     ("actors=x", "topology.actors"), ("algo=nope", "nope"), ("algo.seed=3", "seed=N"), ("bogus", "bogus")],
 )
 def test_typos_and_wrong_types_name_the_key(override, named):
     with pytest.raises(ConfigError) as info:
         load_config([override])
-    assert named in str(info.value)
-    assert "Traceback" not in str(info.value)
+    message = str(info.value)
+    assert named in message
+    assert "Traceback" not in message and "search path" not in message and len(message.splitlines()) <= 3
+
+
+def test_every_unknown_key_is_listed_at_once():
+    with pytest.raises(ConfigError) as info:
+        load_config(["topology.actor=3", "learner.prefech=1", "actors=2"])
+    assert "topology.actor'" in str(info.value) and "learner.prefech'" in str(info.value)
 
 
 def test_bad_values_are_all_listed():
     with pytest.raises(ConfigError) as info:
-        load_config(["algo.gamma=2", "topology.actors=0", "device=tpu", "algo.minibatch_size=4096"])
+        load_config(["algo.gamma=2", "topology.actors=0", "device=tpu", "algo.minibatch_size=4096",
+                     "algo.gae_lambda=-0.1", "replay.mode=lifo", "env=''", "name=a/b"])
     message = str(info.value)
-    for key in ("algo.gamma", "topology.actors", "device", "algo.minibatch_size"):
+    for key in ("algo.gamma", "topology.actors", "device", "algo.minibatch_size", "algo.gae_lambda",
+                "replay.mode", "env.id", "name="):
         assert key in message
+    assert isinstance(info.value, ValueError)
 
 
-def test_on_policy_needs_fifo_and_deterministic_needs_one_actor_and_aligned_batches():
+def test_on_policy_needs_fifo_and_a_batch_worth_of_capacity():
     with pytest.raises(ConfigError, match="on-policy"):
         load_config(["replay.mode=uniform"])
-    with pytest.raises(ConfigError, match="topology.actors=1"):
-        load_config(["deterministic=true"])
-    with pytest.raises(ConfigError, match="multiple"):
-        load_config(["deterministic=true", "actors=1", "actor.chunk_steps=300"])
+    with pytest.raises(ConfigError, match="replay.capacity"):
+        load_config(["replay.capacity=1000"])
+
+
+def test_deterministic_needs_one_actor_one_shard_and_aligned_batches():
+    with pytest.raises(ConfigError) as info:
+        load_config(["deterministic=true", "topology.replay_shards=2", "actor.chunk_steps=300"])
+    for needed in ("topology.actors=1", "topology.replay_shards=1", "multiple"):
+        assert needed in str(info.value)
     assert load_config(["deterministic=true", "actors=1"]).deterministic
+    with pytest.raises(ConfigError, match="multiple"):  # 2 envs x 256 steps = 512 divides 2048; 3 x 256 does not
+        validate(replace(ExperimentConfig(deterministic=True), topology=TopologyConfig(actors=1, envs_per_actor=3)))
 
 
-def test_save_read_round_trip_and_typo_in_a_file(tmp_path):
-    cfg = load_config(["env=Hopper-v5", "algo.hidden_sizes=[32,32]"])
-    path = save_config(cfg, tmp_path / "config.yaml")
+def test_save_read_round_trip_and_errors_in_a_file(tmp_path):
+    cfg = load_config(["env=Hopper-v5", "algo.hidden_sizes=[32,32]", "seed=9", "name=rt", "algo.target_kl=0.02"])
+    path = save_config(cfg, tmp_path / "run" / "config.yaml")
     assert read_config(path) == cfg
+    assert config_from_env({"SURREAL_CONFIG": str(path)}) == cfg
+    assert config_from_env({}) == ExperimentConfig()
+
     path.write_text(path.read_text().replace("total_env_steps", "total_env_stepz"))
-    with pytest.raises(ConfigError, match="total_env_stepz"):
+    with pytest.raises(ConfigError, match="total_env_stepz.*did you mean 'total_env_steps'"):
         read_config(path)
+    path.write_text("seed: [unclosed\n")
+    with pytest.raises(ConfigError, match="cannot read"):
+        read_config(path)
+    with pytest.raises(ConfigError, match="cannot read"):
+        read_config(tmp_path / "missing.yaml")
+
+
+def test_loads_repeatedly_and_leaves_an_outer_hydra_alone():
+    assert load_config(["actors=3"]).topology.actors == 3
+    assert load_config([]).topology.actors == 2
+    with initialize_config_module(config_module="surreal.conf", version_base="1.3"):
+        outer = GlobalHydra.instance().hydra
+        assert load_config(["steps=10"]).total_env_steps == 10
+        assert GlobalHydra.instance().hydra is outer
+    assert not GlobalHydra.instance().is_initialized()
 
 
 def test_config_does_not_import_torch():

@@ -1,14 +1,48 @@
-"""The experiment config: typed schema (schema.py) and Hydra loading (loading.py). Torch-free."""
+"""The experiment config: typed schema (schema.py) and Hydra loading (loading.py).
 
-from surreal.config.loading import algo_config, config_from_env, load_config, read_config, save_config
-from surreal.config.schema import ConfigError, ExperimentConfig, PPOConfig, validate
+Torch-free on purpose: the replay and ps roles, whose images carry no torch, read their config here too.
+"""
+
+from surreal.config.loading import (
+    ALIASES,
+    algo_config,
+    config_from_env,
+    expand_aliases,
+    load_config,
+    read_config,
+    save_config,
+)
+from surreal.config.schema import (
+    ALGORITHMS,
+    ActorConfig,
+    AlgoConfig,
+    ConfigError,
+    EnvConfig,
+    ExperimentConfig,
+    LearnerConfig,
+    PPOConfig,
+    PSConfig,
+    ReplayConfig,
+    TopologyConfig,
+    validate,
+)
 
 __all__ = [
+    "ALGORITHMS",
+    "ALIASES",
+    "ActorConfig",
+    "AlgoConfig",
     "ConfigError",
+    "EnvConfig",
     "ExperimentConfig",
+    "LearnerConfig",
     "PPOConfig",
+    "PSConfig",
+    "ReplayConfig",
+    "TopologyConfig",
     "algo_config",
     "config_from_env",
+    "expand_aliases",
     "load_config",
     "read_config",
     "save_config",

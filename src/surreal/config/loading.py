@@ -1,87 +1,242 @@
 """Compose, check, save and read experiment configs.
 
-Hydra's compose API reads the packaged YAML (`surreal/conf`), so it works from an installed wheel; the
-result is merged onto the typed schema and turned into dataclasses. Every failure becomes one
-`ConfigError` with a short message instead of a Hydra traceback.
+Hydra's compose API reads the packaged YAML (`surreal/conf`, found as a module so it works from an
+installed wheel); the result is merged onto the typed schema and turned into dataclasses, then
+`validate`d. Every failure becomes one `ConfigError` with a short message that names the key, instead of
+a Hydra traceback, and it happens before any process starts.
+
+Overrides are Hydra's (`algo.lr=1e-4`, `algo=ppo`, `env.kwargs.ctrl_cost_weight=0.1`) plus these
+shorthands, rewritten before Hydra sees them:
+
+    actors=N     -> topology.actors=N
+    env=ID       -> env.id=ID          (`env={...}` with a dict value is left alone)
+    steps=N      -> total_env_steps=N
+    name=NAME    is already a top-level key (the run folder name)
+
+Keys under `env.kwargs` are free-form (they go to `gymnasium.make`), so `env.kwargs.K=V` adds or
+replaces K without Hydra's `+`/`++` prefix. `algo.seed` cannot be set: it always follows the top-level
+`seed` (see `algo_config`).
 """
 
 from __future__ import annotations
 
+import difflib
 import os
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+import yaml
 from hydra import compose, initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
-from surreal.config.schema import ConfigError, ExperimentConfig, PPOConfig, validate
+from surreal.config.schema import ALGORITHMS, AlgoConfig, ConfigError, ExperimentConfig, validate
 
-# Shorthands users type most; each rewrites to its full key.
+CONFIG_MODULE = "surreal.conf"
+CONFIG_NAME = "experiment"
+DEFAULT_ALGO = "ppo"  # the `algo` default in conf/experiment.yaml
 ALIASES = {"actors": "topology.actors", "env": "env.id", "steps": "total_env_steps"}
 
-
-def expand_aliases(overrides: list[str]) -> list[str]:
-    expanded = []
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        prefix = key[: len(key) - len(key.lstrip("+~"))]
-        bare = key[len(prefix):]
-        expanded.append(f"{prefix}{ALIASES[bare]}{sep}{value}" if sep and bare in ALIASES else item)
-    return expanded
+# Hydra keeps one global instance; two threads composing at once would clobber each other's.
+_HYDRA_LOCK = threading.Lock()
 
 
-def _to_config(node) -> ExperimentConfig:
+def load_config(overrides: Sequence[str] | None = None) -> ExperimentConfig:
+    """The packaged experiment with command-line style overrides applied, typed and validated."""
+    if isinstance(overrides, str):
+        raise TypeError("overrides is a list of 'key=value' strings, not one string")
+    items = _check_keys(expand_aliases(list(overrides or [])))
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(ExperimentConfig), node)
-        cfg = OmegaConf.to_object(merged)
-    except OmegaConfBaseException as exc:
-        raise ConfigError(_short(exc)) from None
-    assert isinstance(cfg, ExperimentConfig)
-    cfg.algo.seed = cfg.seed
-    return validate(cfg)
-
-
-def load_config(overrides: list[str] | None = None) -> ExperimentConfig:
-    """The packaged experiment with Hydra overrides (`algo.lr=1e-3`, shorthands `env=`, `actors=`, `steps=`)."""
-    try:
-        with initialize_config_module(config_module="surreal.conf", version_base="1.3"):
-            node = compose(config_name="experiment", overrides=expand_aliases(list(overrides or [])))
+        with _hydra():
+            node = compose(config_name=CONFIG_NAME, overrides=items)
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(_short(exc)) from None
     return _to_config(node)
 
 
-def save_config(cfg: ExperimentConfig, path: str | os.PathLike) -> Path:
+def save_config(cfg: ExperimentConfig, path: str | os.PathLike[str]) -> Path:
+    """Write `cfg` as resolved YAML (every key, no defaults list): what roles read via SURREAL_CONFIG.
+
+    Written to a temporary name and renamed, so a role starting meanwhile never reads half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)), encoding="utf-8")
+    text = OmegaConf.to_yaml(OmegaConf.structured(replace(cfg, algo=algo_config(cfg))))
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
     return path
 
 
-def read_config(path: str | os.PathLike) -> ExperimentConfig:
-    """A resolved config written by `save_config` (what roles get through SURREAL_CONFIG)."""
+def read_config(path: str | os.PathLike[str]) -> ExperimentConfig:
+    """A config written by `save_config` (or by hand), typed and validated like `load_config`'s."""
     try:
         node = OmegaConf.load(path)
-    except (OSError, OmegaConfBaseException) as exc:
+    except (OSError, yaml.YAMLError, OmegaConfBaseException) as exc:
         raise ConfigError(f"cannot read config {path}: {exc}") from None
+    if not isinstance(node, DictConfig):
+        raise ConfigError(f"config {path} is not a mapping of keys to values")
     return _to_config(node)
 
 
-def config_from_env() -> ExperimentConfig:
-    path = os.environ.get("SURREAL_CONFIG")
+def config_from_env(environ: Mapping[str, str] | None = None) -> ExperimentConfig:
+    """What a role runs: the file named by SURREAL_CONFIG, else the packaged defaults."""
+    path = (os.environ if environ is None else environ).get("SURREAL_CONFIG")
     return read_config(path) if path else load_config([])
 
 
-def algo_config(cfg: ExperimentConfig) -> PPOConfig:
-    """The algorithm's hyperparameters, with the experiment seed filled in."""
+def algo_config(cfg: ExperimentConfig) -> AlgoConfig:
+    """The algorithm's hyperparameters with `seed` = the experiment's top-level seed.
+
+    Algorithm code takes only its own config object (`make_policy(..., algo_config(cfg), ...)`), yet
+    needs the seed; the seed stays top-level so one `seed=` seeds environments and networks alike. A
+    loaded config already has them equal; this also covers configs built in Python. Returns a copy."""
+    return replace(cfg.algo, seed=cfg.seed)
+
+
+def expand_aliases(overrides: Sequence[str]) -> list[str]:
+    """Rewrite the shorthands `actors=`, `env=`, `steps=` to their full keys; everything else as is."""
+    expanded = []
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        prefix, bare = _split_prefix(key)
+        dict_value = bare == "env" and value.lstrip().startswith("{")
+        if sep and bare in ALIASES and not dict_value:
+            expanded.append(f"{prefix}{ALIASES[bare]}={value}")
+        else:
+            expanded.append(item)
+    return expanded
+
+
+def schema_node(algo: str = DEFAULT_ALGO) -> DictConfig:
+    """The typed, all-defaults tree for one algorithm: `ExperimentConfig` with `algo` typed by its class."""
+    node = OmegaConf.structured(ExperimentConfig)
+    node.algo = OmegaConf.structured(ALGORITHMS[algo])
+    return node
+
+
+@contextmanager
+def _hydra() -> Iterator[None]:
+    """Hydra initialized on the packaged configs, and left as it was found afterwards.
+
+    `initialize_config_module` refuses to run while Hydra is initialized (e.g. inside a @hydra.main
+    app), so the caller's instance is set aside and put back."""
+    with _HYDRA_LOCK:
+        outer = GlobalHydra.instance()
+        saved = outer.hydra if outer.is_initialized() else None
+        outer.clear()
+        try:
+            with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+                yield
+        finally:
+            GlobalHydra.instance().clear()
+            if saved is not None:
+                GlobalHydra.instance().initialize(saved)
+
+
+def _to_config(node: DictConfig) -> ExperimentConfig:
+    """Merge a composed/read node onto the schema of its algorithm, build the dataclasses, validate."""
+    name = OmegaConf.select(node, "algo.name", default=DEFAULT_ALGO, throw_on_missing=False)
+    if name not in ALGORITHMS:
+        raise ConfigError(f"algo.name: {name!r} is not a known algorithm (known: {', '.join(ALGORITHMS)})")
+    try:
+        merged = OmegaConf.merge(schema_node(name), node)
+        cfg = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(_short(exc, name)) from None
+    assert isinstance(cfg, ExperimentConfig)
     cfg.algo.seed = cfg.seed
-    return cfg.algo
+    return validate(cfg)
 
 
-def _short(exc: Exception) -> str:
-    """The first lines of an OmegaConf/Hydra error (what and why, without the traceback) plus its key."""
-    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    message = " ".join(lines[:2]) if lines else type(exc).__name__
+def _split_prefix(key: str) -> tuple[str, str]:
+    """`++env.id` -> (`++`, `env.id`): Hydra's add/force-add/delete prefixes, then the dotted key."""
+    bare = key.lstrip("+~")
+    return key[: len(key) - len(bare)], bare.strip()
+
+
+def _check_keys(overrides: list[str]) -> list[str]:
+    """Reject unknown keys, all at once and with a suggestion, before Hydra does it one at a time.
+
+    Hydra composes the untyped YAML first, so its own message for `topology.actor=3` advises
+    `+topology.actor=3`, which is wrong here. Keys under a free-form dict (env.kwargs) get `++`."""
+    algo = DEFAULT_ALGO
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if sep and _split_prefix(key)[1] == "algo":
+            algo = value.strip()
+    schema = schema_node(algo if algo in ALGORITHMS else DEFAULT_ALGO)
+    problems, checked = [], []
+    for item in overrides:
+        key, sep, _ = item.partition("=")
+        prefix, bare = _split_prefix(key)
+        if not sep or prefix or bare == "algo" or bare.startswith("hydra.") or "@" in bare:
+            checked.append(item)  # malformed, explicit +/++/~, a group choice: Hydra's own checks apply
+        elif bare == "algo.seed":
+            problems.append("algo.seed follows the top-level seed: set seed=N instead")
+        elif bare.startswith("algo.") and algo not in ALGORITHMS:
+            checked.append(item)  # Hydra reports the unknown algo=... choice
+        else:
+            kind = _lookup(schema, bare)
+            if kind == "unknown":
+                problems.append(f"unknown config key '{bare}'{_suggest(bare, schema)}")
+            checked.append(f"++{item}" if kind == "free" else item)
+    if problems:
+        raise ConfigError("invalid override(s):\n  - " + "\n  - ".join(problems))
+    return checked
+
+
+def _lookup(schema: DictConfig, dotted: str) -> str:
+    """'known' if `dotted` names a schema key, 'free' if it lies inside a free-form dict, else 'unknown'."""
+    node: Any = schema
+    for part in dotted.split("."):
+        if isinstance(node, DictConfig):
+            if OmegaConf.get_type(node) is dict:
+                return "free"
+            if part not in list(node):  # `in` on a DictConfig is False for a MISSING (required) key
+                return "unknown"
+            node = node.get(part)
+        elif isinstance(node, ListConfig) and part.isdigit():
+            node = None
+        else:
+            return "unknown"
+    return "known"
+
+
+def _all_keys(node: DictConfig, prefix: str = "") -> Iterator[str]:
+    for key in node:
+        full = f"{prefix}{key}"
+        yield full
+        child = node.get(key)
+        if isinstance(child, DictConfig):
+            yield from _all_keys(child, f"{full}.")
+
+
+def _suggest(key: str, schema: DictConfig) -> str:
+    """The closest schema key at the same depth (`topology.actor` -> `topology.actors`), if any is close."""
+    depth = key.count(".")
+    candidates = [k for k in _all_keys(schema) if k.count(".") == depth]
+    close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _short(exc: Exception, algo: str = DEFAULT_ALGO) -> str:
+    """An OmegaConf/Hydra error as one line: the offending key, what is wrong, no traceback or search path."""
+    lines = []
+    for line in str(exc).strip().splitlines():
+        if line.strip().startswith(("full_key:", "reference_type=", "object_type=", "Config search path")):
+            break
+        if line.strip():
+            lines.append(line.strip())
+    message = " ".join(lines) if lines else type(exc).__name__
     key = getattr(exc, "full_key", None)
-    return f"{message} (key: {key})" if key and key not in message else message
+    if key:
+        message = f"{key}: {message}"
+        if isinstance(exc, ConfigKeyError):
+            message += _suggest(key, schema_node(algo))
+    return message

@@ -3,17 +3,25 @@
 Typed so a typo'd key or a wrong type fails while the config is composed, before any process starts;
 `validate` then checks the values and the cross-field rules, listing every problem at once. Torch-free:
 the replay and ps roles read it too.
+
+Algorithms slot in through `ALGORITHMS`: each one is an `AlgoConfig` subclass with its own `name`, its
+own YAML in the Hydra group `conf/algo/<name>.yaml` (chosen with `algo=<name>`) and its own `problems`
+check. The loader types the `algo` node with the class its `name` selects, so `algo.lr` is checked
+against PPO's fields when PPO is chosen and against DDPG's when DDPG is.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
+
+from omegaconf import MISSING
 
 MIB = 1 << 20
 REPLAY_MODES = ("fifo", "uniform", "prioritized")
-ON_POLICY = {"ppo"}
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # the launcher's rule for a run folder name
+DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
 class ConfigError(ValueError):
@@ -21,14 +29,31 @@ class ConfigError(ValueError):
 
 
 @dataclass
-class PPOConfig:
-    """PPO hyperparameters; defaults are CleanRL's ppo_continuous_action (see conf/algo/ppo.yaml).
+class AlgoConfig:
+    """What every algorithm's hyperparameters share, and what the roles read without knowing the algorithm.
 
-    `seed` is not set by users here: the loader copies the experiment's top-level seed into it so the
-    algorithm sees one object with everything it needs."""
+    `seed` is not set by users here: the loader (and `algo_config`) copies the experiment's top-level
+    `seed` into it, so the algorithm code receives one object holding everything it needs."""
+
+    # Off-policy algorithms set this False; on-policy ones need FIFO replay (every sample used once).
+    on_policy: ClassVar[bool] = True
+
+    name: str = MISSING
+    seed: int = 1
+    batch_size: int = 2048  # transitions per learner update: what the learner role collects before update()
+
+    def problems(self, cfg: ExperimentConfig) -> list[str]:
+        """The algorithm's own value rules (`validate` adds them to its list); none by default."""
+        return []
+
+
+@dataclass
+class PPOConfig(AlgoConfig):
+    """PPO hyperparameters; defaults are CleanRL's ppo_continuous_action (cited in conf/algo/ppo.yaml)."""
+
+    on_policy: ClassVar[bool] = True
 
     name: str = "ppo"
-    seed: int = 1
     lr: float = 3e-4
     anneal_lr: bool = True
     gamma: float = 0.99
@@ -49,11 +74,34 @@ class PPOConfig:
     reward_scale: bool = True
     reward_clip: float = 10.0
 
+    def problems(self, cfg: ExperimentConfig) -> list[str]:
+        out = [f"algo.{k} must be > 0 (got {v})" for k, v in
+               (("minibatch_size", self.minibatch_size), ("update_epochs", self.update_epochs), ("lr", self.lr),
+                ("clip_coef", self.clip_coef), ("max_grad_norm", self.max_grad_norm),
+                ("obs_clip", self.obs_clip), ("reward_clip", self.reward_clip)) if not v > 0]
+        out += [f"algo.{k} must be >= 0 (got {v})" for k, v in
+                (("ent_coef", self.ent_coef), ("vf_coef", self.vf_coef)) if not v >= 0]
+        if not 0 < self.gamma <= 1:
+            out.append(f"algo.gamma must be in (0, 1] (got {self.gamma})")
+        if not 0 <= self.gae_lambda <= 1:
+            out.append(f"algo.gae_lambda must be in [0, 1] (got {self.gae_lambda})")
+        if self.target_kl is not None and not self.target_kl > 0:
+            out.append(f"algo.target_kl must be > 0 or null (got {self.target_kl})")
+        if not self.hidden_sizes or any(h <= 0 for h in self.hidden_sizes):
+            out.append(f"algo.hidden_sizes must be a non-empty list of positive sizes (got {self.hidden_sizes})")
+        if self.minibatch_size > self.batch_size:
+            out.append(f"algo.minibatch_size ({self.minibatch_size}) must be <= algo.batch_size ({self.batch_size})")
+        return out
+
+
+# Algorithm name (the `algo` group option and the node's `name`) -> its schema. Add DDPG/ES here.
+ALGORITHMS: dict[str, type[AlgoConfig]] = {"ppo": PPOConfig}
+
 
 @dataclass
 class EnvConfig:
-    id: str = "HalfCheetah-v5"
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    id: str = "HalfCheetah-v5"  # any Gymnasium id
+    kwargs: dict[str, Any] = field(default_factory=dict)  # passed to gymnasium.make
 
 
 @dataclass
@@ -78,12 +126,14 @@ class ActorConfig:
 
 @dataclass
 class ReplayConfig:
-    mode: str = "fifo"
+    mode: str = "fifo"  # fifo | uniform | prioritized
     capacity: int = 100_000  # transitions per shard
-    alpha: float = 0.6
+    alpha: float = 0.6  # prioritized replay exponents (Schaul et al. 2016)
     beta: float = 0.4
     priority_eps: float = 1e-6
     max_message_bytes: int = 64 * MIB
+    # Frames per ZMQ message. 256, not 64: a FIFO reply packs several chunks (one frame per array each)
+    # up to this budget, and fewer, larger replies keep the learner's socket overhead down.
     max_frames: int = 256
 
 
@@ -94,6 +144,7 @@ class LearnerConfig:
     checkpoint_interval: int = 20  # updates
     keep_checkpoints: int = 3
     eval_episodes: int = 10
+    metrics_interval_s: float = 2.0  # seconds between metric flushes (metrics.jsonl, TensorBoard)
     torch_threads: int = 1  # CPU threads for a CPU learner: PPO's 64-sample minibatches gain nothing from more
 
 
@@ -105,7 +156,7 @@ class PSConfig:
 @dataclass
 class ExperimentConfig:
     name: str | None = None  # run folder name; None: a timestamped name chosen by the launcher
-    algo: PPOConfig = field(default_factory=PPOConfig)
+    algo: AlgoConfig = field(default_factory=PPOConfig)  # typed by ALGORITHMS[algo.name] when loaded
     env: EnvConfig = field(default_factory=EnvConfig)
     seed: int = 1
     total_env_steps: int = 1_000_000
@@ -119,7 +170,7 @@ class ExperimentConfig:
 
 
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:
-    """Check values and cross-field rules; raise one ConfigError listing every problem."""
+    """Check values and cross-field rules; raise one ConfigError listing every problem, else return `cfg`."""
     problems: list[str] = []
 
     def need(ok: bool, message: str) -> None:
@@ -134,54 +185,47 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         "topology.ps_replicas": cfg.topology.ps_replicas,
         "actor.chunk_steps": cfg.actor.chunk_steps,
         "actor.param_fetch_interval": cfg.actor.param_fetch_interval,
+        "actor.fetch_timeout_s": cfg.actor.fetch_timeout_s,
         "actor.torch_threads": cfg.actor.torch_threads,
         "replay.capacity": cfg.replay.capacity,
+        "replay.priority_eps": cfg.replay.priority_eps,
         "replay.max_message_bytes": cfg.replay.max_message_bytes,
         "replay.max_frames": cfg.replay.max_frames,
         "learner.prefetch": cfg.learner.prefetch,
         "learner.checkpoint_interval": cfg.learner.checkpoint_interval,
         "learner.keep_checkpoints": cfg.learner.keep_checkpoints,
         "learner.eval_episodes": cfg.learner.eval_episodes,
+        "learner.metrics_interval_s": cfg.learner.metrics_interval_s,
         "learner.torch_threads": cfg.learner.torch_threads,
         "ps.max_message_bytes": cfg.ps.max_message_bytes,
         "algo.batch_size": cfg.algo.batch_size,
-        "algo.minibatch_size": cfg.algo.minibatch_size,
-        "algo.update_epochs": cfg.algo.update_epochs,
     }
     for key, value in positive.items():
         need(value > 0, f"{key} must be > 0 (got {value})")
-    need(cfg.actor.fetch_timeout_s > 0, f"actor.fetch_timeout_s must be > 0 (got {cfg.actor.fetch_timeout_s})")
+    need(cfg.seed >= 0, f"seed must be >= 0 (got {cfg.seed})")
     need(cfg.actor.rollout_ahead >= 0, f"actor.rollout_ahead must be >= 0 (got {cfg.actor.rollout_ahead})")
     need(cfg.learner.max_staleness >= 0, f"learner.max_staleness must be >= 0 (got {cfg.learner.max_staleness})")
+    need(cfg.name is None or RUN_NAME.fullmatch(cfg.name) is not None,
+         f"name={cfg.name!r} must be a folder name: letters, digits, '.', '_', '-'")
     need(bool(cfg.env.id.strip()), "env.id must name a Gymnasium environment")
-    need(re.fullmatch(r"auto|cpu|cuda(:\d+)?", cfg.device) is not None,
-         f"device must be auto, cpu, cuda or cuda:N (got {cfg.device!r})")
+    need(DEVICE.fullmatch(cfg.device) is not None, f"device must be auto, cpu, cuda or cuda:N (got {cfg.device!r})")
     need(cfg.replay.mode in REPLAY_MODES,
          f"replay.mode must be one of {', '.join(REPLAY_MODES)} (got {cfg.replay.mode!r})")
     need(0 <= cfg.replay.alpha <= 1, f"replay.alpha must be in [0, 1] (got {cfg.replay.alpha})")
     need(0 <= cfg.replay.beta <= 1, f"replay.beta must be in [0, 1] (got {cfg.replay.beta})")
-    need(cfg.replay.priority_eps > 0, f"replay.priority_eps must be > 0 (got {cfg.replay.priority_eps})")
 
     algo = cfg.algo
-    need(0 < algo.gamma <= 1, f"algo.gamma must be in (0, 1] (got {algo.gamma})")
-    need(0 <= algo.gae_lambda <= 1, f"algo.gae_lambda must be in [0, 1] (got {algo.gae_lambda})")
-    need(algo.lr > 0, f"algo.lr must be > 0 (got {algo.lr})")
-    need(algo.clip_coef > 0, f"algo.clip_coef must be > 0 (got {algo.clip_coef})")
-    need(algo.max_grad_norm > 0, f"algo.max_grad_norm must be > 0 (got {algo.max_grad_norm})")
-    need(algo.ent_coef >= 0 and algo.vf_coef >= 0, "algo.ent_coef and algo.vf_coef must be >= 0")
-    need(algo.obs_clip > 0 and algo.reward_clip > 0, "algo.obs_clip and algo.reward_clip must be > 0")
-    need(bool(algo.hidden_sizes) and all(h > 0 for h in algo.hidden_sizes),
-         f"algo.hidden_sizes must be a non-empty list of positive sizes (got {algo.hidden_sizes})")
-    need(algo.minibatch_size <= algo.batch_size,
-         f"algo.minibatch_size ({algo.minibatch_size}) must be <= algo.batch_size ({algo.batch_size})")
-    if algo.name in ON_POLICY:
+    need(algo.name in ALGORITHMS, f"algo.name {algo.name!r} is not one of {', '.join(ALGORITHMS)}")
+    if type(algo).on_policy:
         need(cfg.replay.mode == "fifo", f"{algo.name} is on-policy: replay.mode must be fifo (got {cfg.replay.mode!r})")
         need(cfg.replay.capacity >= algo.batch_size,
              f"replay.capacity ({cfg.replay.capacity}) must hold one batch (algo.batch_size={algo.batch_size})")
+    problems += algo.problems(cfg)
     if cfg.deterministic:
         chunk = cfg.actor.chunk_steps * cfg.topology.envs_per_actor
-        need(cfg.topology.actors == 1, "deterministic=true needs topology.actors=1")
-        need(cfg.topology.replay_shards == 1, "deterministic=true needs topology.replay_shards=1")
+        need(cfg.topology.actors == 1, f"deterministic=true needs topology.actors=1 (got {cfg.topology.actors})")
+        need(cfg.topology.replay_shards == 1,
+             f"deterministic=true needs topology.replay_shards=1 (got {cfg.topology.replay_shards})")
         need(chunk > 0 and algo.batch_size % chunk == 0,
              f"deterministic=true needs algo.batch_size ({algo.batch_size}) to be a multiple of "
              f"actor.chunk_steps x topology.envs_per_actor ({chunk})")
