@@ -2,8 +2,10 @@
 
 from surreal.replay.buffers import (
     ChunkFifo,
+    FifoItem,
     FifoReplay,
     PrioritizedSampler,
+    Replay,
     TransitionReplay,
     TransitionStorage,
     UniformSampler,
@@ -14,8 +16,10 @@ from surreal.replay.sumtree import SumTree
 
 __all__ = [
     "ChunkFifo",
+    "FifoItem",
     "FifoReplay",
     "PrioritizedSampler",
+    "Replay",
     "SumTree",
     "TransitionReplay",
     "TransitionStorage",

@@ -7,7 +7,8 @@
   sampled can be recognised and ignored.
 - `UniformSampler` / `PrioritizedSampler`: which slots a batch takes (and, for the latter, importance
   weights and priority updates, Schaul et al. 2016).
-- `make_replay`: the facade the replay server talks to, the same for every mode.
+- `make_replay`: the facade the replay server talks to, the same `Replay` interface for every mode.
+
 Numpy only: the replay image never carries torch.
 """
 
@@ -15,26 +16,53 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from surreal.replay.sumtree import SumTree
+
+SEPARATOR = "/"  # nested chunk keys are stored flat as a/b paths, the codec's own convention
+RESERVED_KEYS = frozenset({"slots", "ids", "weights"})  # what a transition batch adds next to the data
 
 
 def _leaves(arrays: dict[str, Any], prefix: str = "") -> list[tuple[str, np.ndarray]]:
     out: list[tuple[str, np.ndarray]] = []
     for key, value in arrays.items():
         if isinstance(value, dict):
-            out.extend(_leaves(value, f"{prefix}{key}/"))
+            out.extend(_leaves(value, f"{prefix}{key}{SEPARATOR}"))
         else:
             out.append((f"{prefix}{key}", np.asarray(value)))
     return out
 
 
+def _nest(flat: dict[str, np.ndarray]) -> dict[str, Any]:
+    """a/b paths -> nested dicts, the inverse of `_leaves`."""
+    nested: dict[str, Any] = {}
+    for name, value in flat.items():
+        *branches, leaf = name.split(SEPARATOR)
+        node = nested
+        for branch in branches:
+            node = node.setdefault(branch, {})
+        node[leaf] = value
+    return nested
+
+
 def flatten_time_major(arrays: dict[str, Any]) -> dict[str, np.ndarray]:
-    """[T, K, ...] chunk arrays -> [T*K, ...] transitions, keyed by their a/b paths."""
-    return {name: a.reshape(a.shape[0] * a.shape[1], *a.shape[2:]) for name, a in _leaves(arrays)}
+    """A chunk's [T, K, ...] arrays (nested dicts allowed) -> [T*K, ...] transitions keyed by a/b paths.
+
+    Every array must share the leading [T, K]: two arrays with the same T*K but different [T, K] would
+    otherwise be paired up transition by transition in the wrong order.
+    """
+    leaves = _leaves(arrays)
+    if not leaves:
+        raise ValueError("chunk has no arrays")
+    lead = leaves[0][1].shape[:2]
+    for name, array in leaves:
+        if array.ndim < 2 or array.shape[:2] != lead:
+            raise ValueError(f"{name}: shape {array.shape} does not start with the chunk's [T, K] = {lead}")
+    n = lead[0] * lead[1]
+    return {name: array.reshape(n, *array.shape[2:]) for name, array in leaves}
 
 
 # -- on-policy ------------------------------------------------------------------------------------------
@@ -44,54 +72,65 @@ def flatten_time_major(arrays: dict[str, Any]) -> dict[str, np.ndarray]:
 class FifoItem:
     arrays: dict[str, Any]
     meta: dict[str, Any]
-    transitions: int
+    n_transitions: int
     frames: int  # arrays in the chunk: what it costs in a reply's frame budget
 
 
 class ChunkFifo:
-    def __init__(self, capacity: int) -> None:
-        if capacity < 1:
-            raise ValueError("capacity must be >= 1")
-        self.capacity = capacity
-        self.items: deque[FifoItem] = deque()
+    """On-policy queue of whole chunks: PPO/ES must learn from each chunk once and in the order the
+    actors produced them, so nothing is sampled or split; when the learner falls behind, the oldest
+    (most off-policy) data goes first."""
+
+    def __init__(self, capacity_transitions: int) -> None:
+        if capacity_transitions < 1:
+            raise ValueError(f"capacity must be >= 1 (got {capacity_transitions})")
+        self.capacity = capacity_transitions
+        self._items: deque[FifoItem] = deque()
         self.size = 0
-        self.added = 0
-        self.served = 0
-        self.dropped = 0
+        self.added_transitions = 0  # everything offered: added = size + served + dropped
+        self.served_transitions = 0
+        self.dropped_transitions = 0
         self.dropped_chunks = 0
 
-    def add(self, arrays: dict[str, Any], meta: dict[str, Any], transitions: int) -> None:
-        if transitions > self.capacity:
-            self.dropped += transitions
+    @property
+    def num_chunks(self) -> int:
+        return len(self._items)
+
+    def add(self, arrays: dict[str, Any], meta: dict[str, Any], n_transitions: int) -> None:
+        """Append a chunk; a chunk larger than the whole capacity could never be held, so it is dropped."""
+        if n_transitions < 0:
+            raise ValueError(f"n_transitions must be >= 0 (got {n_transitions})")
+        self.added_transitions += n_transitions
+        if n_transitions > self.capacity:
+            self.dropped_transitions += n_transitions
             self.dropped_chunks += 1
             return
-        while self.size + transitions > self.capacity:
-            oldest = self.items.popleft()
-            self.size -= oldest.transitions
-            self.dropped += oldest.transitions
+        while self.size + n_transitions > self.capacity:
+            oldest = self._items.popleft()
+            self.size -= oldest.n_transitions
+            self.dropped_transitions += oldest.n_transitions
             self.dropped_chunks += 1
-        self.items.append(FifoItem(arrays, meta, transitions, len(_leaves(arrays))))
-        self.size += transitions
-        self.added += transitions
+        self._items.append(FifoItem(arrays, meta, n_transitions, len(_leaves(arrays))))
+        self.size += n_transitions
 
     def take(self, max_transitions: int, max_frames: int | None = None) -> list[FifoItem]:
-        """Whole chunks in arrival order: at least one if any is held, then more while they fit in
-        `max_transitions` and (when given) `max_frames` arrays, the receiver's frame limit."""
+        """Whole chunks in arrival order: at least one if any is held (a chunk bigger than the request
+        must still flow, or it would block the queue), then more while they fit in `max_transitions`
+        and, when given, in `max_frames` arrays, the receiver's frame limit."""
         taken: list[FifoItem] = []
-        total = frames = 0
-        while self.items and (
-            not taken
-            or (
-                total + self.items[0].transitions <= max_transitions
-                and (max_frames is None or frames + self.items[0].frames <= max_frames)
-            )
-        ):
-            item = self.items.popleft()
-            taken.append(item)
-            total += item.transitions
-            frames += item.frames
-        self.size -= total
-        self.served += total
+        transitions = frames = 0
+        while self._items:
+            head = self._items[0]
+            if taken and (
+                transitions + head.n_transitions > max_transitions
+                or (max_frames is not None and frames + head.frames > max_frames)
+            ):
+                break
+            taken.append(self._items.popleft())
+            transitions += head.n_transitions
+            frames += head.frames
+        self.size -= transitions
+        self.served_transitions += transitions
         return taken
 
 
@@ -99,162 +138,227 @@ class ChunkFifo:
 
 
 class TransitionStorage:
+    """Ring buffer of transitions: one preallocated [capacity, ...] array per key, laid out by the first
+    batch, so an add is at most two slice copies per key (one at the wrap) and a gather one fancy index.
+
+    `ids[slot]` is the global insertion number (from 1; 0 = never written) of the transition in the slot.
+    A learner sends back (slot, id) with its new priorities; an id that no longer matches means the slot
+    was overwritten in between and the priority belongs to a transition that is gone.
+    """
+
     def __init__(self, capacity: int) -> None:
         if capacity < 1:
-            raise ValueError("capacity must be >= 1")
+            raise ValueError(f"capacity must be >= 1 (got {capacity})")
         self.capacity = capacity
         self.data: dict[str, np.ndarray] = {}
         self.ids = np.zeros(capacity, dtype=np.uint64)
-        self.cursor = 0
         self.size = 0
-        self.next_id = 1  # 0 marks a slot never written
+        self.added = 0  # transitions ever offered, including any overwritten within one oversized batch
+        self._cursor = 0
 
-    def _allocate(self, batch: dict[str, np.ndarray]) -> None:
-        self.data = {k: np.zeros((self.capacity, *v.shape[1:]), dtype=v.dtype) for k, v in batch.items()}
-
-    def add(self, batch: dict[str, np.ndarray]) -> np.ndarray:
-        """Write N transitions (every array [N, ...]); returns the slots written."""
-        lengths = {len(v) for v in batch.values()}
+    def _check(self, arrays: dict[str, np.ndarray]) -> int:
+        """Length N of a batch that matches the layout (allocating the layout on the first batch)."""
+        if not arrays:
+            raise ValueError("batch has no arrays")
+        if any(a.ndim == 0 for a in arrays.values()):
+            raise ValueError("every array of a batch needs a leading transition dimension")
+        lengths = {len(a) for a in arrays.values()}
         if len(lengths) != 1:
-            raise ValueError("all arrays of a batch must have the same length")
-        n = lengths.pop()
+            raise ValueError(f"arrays of a batch differ in length: {sorted(lengths)}")
         if not self.data:
-            self._allocate(batch)
-        if batch.keys() != self.data.keys():
-            raise ValueError(f"batch keys {sorted(batch)} differ from the stored {sorted(self.data)}")
-        for key, value in batch.items():
+            self.data = {k: np.zeros((self.capacity, *a.shape[1:]), dtype=a.dtype) for k, a in arrays.items()}
+        if arrays.keys() != self.data.keys():
+            raise ValueError(f"batch keys {sorted(arrays)} differ from the stored {sorted(self.data)}")
+        for key, a in arrays.items():
             stored = self.data[key]
-            if value.shape[1:] != stored.shape[1:] or value.dtype != stored.dtype:
-                raise ValueError(
-                    f"{key}: {value.dtype}{value.shape[1:]} differs from stored {stored.dtype}{stored.shape[1:]}"
-                )
-        if n > self.capacity:  # only the newest `capacity` transitions can be kept
-            batch = {k: v[n - self.capacity:] for k, v in batch.items()}
-            self.next_id += n - self.capacity
+            if a.shape[1:] != stored.shape[1:] or a.dtype != stored.dtype:
+                raise ValueError(f"{key}: {a.dtype}{a.shape[1:]} differs from stored {stored.dtype}{stored.shape[1:]}")
+        return lengths.pop()
+
+    def add(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
+        """Write N transitions (every array [N, ...]); returns the slots written, oldest first."""
+        arrays = {k: np.asarray(a) for k, a in arrays.items()}
+        n = self._check(arrays)
+        first_id = self.added + 1
+        self.added += n
+        if n > self.capacity:  # only the newest `capacity` transitions of the batch can be kept
+            arrays = {k: a[n - self.capacity :] for k, a in arrays.items()}
+            first_id += n - self.capacity
             n = self.capacity
-        slots = (self.cursor + np.arange(n)) % self.capacity
-        first = min(n, self.capacity - self.cursor)
-        for key, value in batch.items():  # at most two slice copies, at the wrap
-            self.data[key][self.cursor:self.cursor + first] = value[:first]
-            self.data[key][: n - first] = value[first:]
-        self.ids[slots] = np.arange(self.next_id, self.next_id + n, dtype=np.uint64)
-        self.next_id += n
-        self.cursor = (self.cursor + n) % self.capacity
+        start = self._cursor
+        head = min(n, self.capacity - start)  # slots before the wrap; the rest go to [0, n - head)
+        for key, a in arrays.items():
+            self.data[key][start : start + head] = a[:head]
+            self.data[key][: n - head] = a[head:]
+        ids = np.arange(first_id, first_id + n, dtype=np.uint64)
+        self.ids[start : start + head] = ids[:head]
+        self.ids[: n - head] = ids[head:]
+        self._cursor = (start + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
-        return slots
+        return (start + np.arange(n)) % self.capacity
 
     def gather(self, slots: np.ndarray) -> dict[str, np.ndarray]:
-        return {k: v[slots] for k, v in self.data.items()}
+        # np.take along axis 0 copies whole rows, about 3x faster than a[slots] for [N, d] arrays.
+        return {k: np.take(a, slots, axis=0) for k, a in self.data.items()}
 
 
 class UniformSampler:
+    """Slots uniformly with replacement over the filled part; the ring fills [0, size) before it wraps."""
+
     def sample(self, storage: TransitionStorage, batch_size: int, rng: np.random.Generator) -> np.ndarray:
-        return rng.integers(0, storage.size, size=batch_size)
+        if storage.size == 0:
+            raise ValueError("cannot sample from an empty storage")
+        return rng.integers(0, storage.size, size=batch_size, dtype=np.int64)
 
 
 class PrioritizedSampler:
-    """Proportional prioritization: P(i) = p_i^alpha / sum_k p_k^alpha, stratified over batch segments."""
+    """Proportional prioritization (Schaul et al. 2016): P(i) = p_i / sum_k p_k with p = (|delta| + eps)^alpha.
+
+    New transitions enter at the largest priority seen so far, so each is likely to be replayed at least
+    once before the learner has scored it. `beta` may be reassigned at any time: annealing it towards 1
+    is the learner's choice.
+    """
 
     def __init__(self, capacity: int, alpha: float, beta: float, eps: float) -> None:
+        if alpha < 0 or beta < 0:
+            raise ValueError(f"alpha and beta must be >= 0 (got {alpha}, {beta})")
+        if not eps > 0:  # a zero priority makes a slot unreachable and the weights' normaliser zero
+            raise ValueError(f"eps must be > 0 (got {eps})")
         self.tree = SumTree(capacity)
         self.alpha = alpha
         self.beta = beta
         self.eps = eps
-        self.max_priority = 1.0  # new transitions are sampled at least once at the highest priority
+        self.max_priority = 1.0  # of |delta| + eps, before the alpha exponent
 
     def on_add(self, slots: np.ndarray) -> None:
-        self.tree.update(slots, np.full(len(slots), self.max_priority ** self.alpha))
+        self.tree.update(slots, np.full(len(slots), self.max_priority**self.alpha))
 
     def sample(
         self, storage: TransitionStorage, batch_size: int, rng: np.random.Generator
     ) -> tuple[np.ndarray, np.ndarray]:
-        total = self.tree.total
-        bounds = np.arange(batch_size + 1) * (total / batch_size)
-        slots = self.tree.find_prefix_sum(rng.uniform(bounds[:-1], bounds[1:]))
-        probabilities = self.tree.get(slots) / total
-        # w_i = (N P(i))^-beta, normalised by the largest weight in the buffer (that of the min priority).
-        max_weight = (storage.size * self.tree.min / total) ** -self.beta
-        weights = (storage.size * probabilities) ** -self.beta / max_weight
+        """Stratified: [0, total) cut into `batch_size` equal segments, one uniform draw in each, which
+        keeps a batch spread over the priority mass. Returns (slots, float32 importance weights)."""
+        if storage.size == 0:
+            raise ValueError("cannot sample from an empty storage")
+        segment = self.tree.total / batch_size
+        slots = self.tree.find_prefix_sum((np.arange(batch_size) + rng.random(batch_size)) * segment)
+        # w_i = (N P(i))^-beta / max_j w_j, and the largest weight is that of the smallest priority, so
+        # N and the total cancel: w_i = (p_min / p_i)^beta.
+        weights = (self.tree.min / self.tree.get(slots)) ** self.beta
         return slots, weights.astype(np.float32)
 
     def update_priorities(
         self, storage: TransitionStorage, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray
     ) -> int:
+        """Set p = (|priority| + eps)^alpha where `storage.ids[slots] == ids`; returns how many applied.
+
+        Entries for slots overwritten since they were sampled (or never written) are skipped: their
+        priority was computed for a transition that is no longer there.
+        """
+        slots = np.asarray(slots, dtype=np.int64)
+        ids = np.asarray(ids, dtype=np.uint64)
+        priorities = np.asarray(priorities, dtype=np.float64)
+        if not (slots.ndim == 1 and slots.shape == ids.shape == priorities.shape):
+            raise ValueError(f"slots {slots.shape}, ids {ids.shape}, priorities {priorities.shape} must match")
+        if slots.size and (slots.min() < 0 or slots.max() >= storage.capacity):
+            raise ValueError(f"slot out of range [0, {storage.capacity})")
         if not np.all(np.isfinite(priorities)):
             raise ValueError("priorities must be finite")
-        if len(slots) and (slots.min() < 0 or slots.max() >= storage.capacity):
-            raise ValueError("slot out of range")
-        current = storage.ids[slots] == ids  # skip slots overwritten since they were sampled
-        fresh_priorities = np.abs(priorities[current]) + self.eps
-        if fresh_priorities.size:
-            self.max_priority = max(self.max_priority, float(fresh_priorities.max()))
-            self.tree.update(slots[current], fresh_priorities ** self.alpha)
-        return int(current.sum())
+        current = (storage.ids[slots] == ids) & (ids != 0)
+        fresh = np.abs(priorities[current]) + self.eps
+        if fresh.size:
+            self.max_priority = max(self.max_priority, float(fresh.max()))
+            self.tree.update(slots[current], fresh**self.alpha)
+        return int(fresh.size)
 
 
 # -- the facade -----------------------------------------------------------------------------------------
 
 
+class Replay(Protocol):
+    """What the replay server calls, whatever the mode."""
+
+    def add_chunk(self, arrays: dict[str, Any], meta: dict[str, Any], n_transitions: int) -> None: ...
+
+    def ready(self, batch_size: int) -> bool: ...
+
+    def sample(self, batch_size: int, max_frames: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]: ...
+
+    def update_priorities(self, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> int: ...
+
+    def stats(self) -> dict[str, int]: ...
+
+
 class FifoReplay:
-    mode = "fifo"
+    """`batch_size` is the most transitions a reply carries; a reply is whole chunks nested as
+    {"0": chunk0, "1": chunk1, ...} with meta {"chunks": [meta0, ...], "transitions": n}."""
 
     def __init__(self, capacity: int) -> None:
         self.fifo = ChunkFifo(capacity)
 
-    def add_chunk(self, arrays: dict[str, Any], meta: dict[str, Any], transitions: int) -> None:
-        self.fifo.add(arrays, meta, transitions)
+    def add_chunk(self, arrays: dict[str, Any], meta: dict[str, Any], n_transitions: int) -> None:
+        self.fifo.add(arrays, meta, n_transitions)
 
     def ready(self, batch_size: int) -> bool:
         del batch_size  # a FIFO reply is "what there is, at least one chunk"
-        return bool(self.fifo.items)
+        return self.fifo.num_chunks > 0
 
     def sample(self, batch_size: int, max_frames: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
         items = self.fifo.take(batch_size, max_frames)
         arrays = {str(i): item.arrays for i, item in enumerate(items)}
-        meta = {"chunks": [item.meta for item in items], "transitions": sum(i.transitions for i in items)}
+        meta = {"chunks": [item.meta for item in items], "transitions": sum(item.n_transitions for item in items)}
         return arrays, meta
 
     def update_priorities(self, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> int:
-        raise ValueError("a FIFO replay has no priorities")
+        raise ValueError("a fifo replay has no priorities")
 
     def stats(self) -> dict[str, int]:
         f = self.fifo
-        return {"size": f.size, "capacity": f.capacity, "added": f.added, "served": f.served, "dropped": f.dropped}
+        return {
+            "size": f.size,
+            "capacity": f.capacity,
+            "added": f.added_transitions,
+            "served": f.served_transitions,
+            "dropped": f.dropped_transitions,
+        }
 
 
 class TransitionReplay:
+    """Chunks flattened into transitions; a reply is a transition batch (nested keys as in the chunk)
+    plus `slots` (int64) and `ids` (uint64) to send back with priorities, and for a prioritized sampler
+    `weights` (float32). `dropped` counts transitions overwritten by newer ones."""
+
     def __init__(self, capacity: int, sampler: UniformSampler | PrioritizedSampler, seed: int) -> None:
         self.storage = TransitionStorage(capacity)
         self.sampler = sampler
-        self.mode = "prioritized" if isinstance(sampler, PrioritizedSampler) else "uniform"
         self.rng = np.random.default_rng(seed)
-        self.added = 0
         self.served = 0
 
-    def add_chunk(self, arrays: dict[str, Any], meta: dict[str, Any], transitions: int) -> None:
-        del meta
-        slots = self.storage.add(flatten_time_major(arrays))
+    def add_chunk(self, arrays: dict[str, Any], meta: dict[str, Any], n_transitions: int) -> None:
+        del meta  # episode statistics travel with the actor's metrics, not with single transitions
+        reserved = RESERVED_KEYS & arrays.keys()
+        if reserved:
+            raise ValueError(f"chunk keys {sorted(reserved)} are reserved for the sample reply")
+        transitions = flatten_time_major(arrays)
+        n = len(next(iter(transitions.values())))
+        if n != n_transitions:
+            raise ValueError(f"chunk holds {n} transitions, not the {n_transitions} announced")
+        slots = self.storage.add(transitions)
         if isinstance(self.sampler, PrioritizedSampler):
             self.sampler.on_add(slots)
-        self.added += transitions
 
     def ready(self, batch_size: int) -> bool:
         return self.storage.size >= batch_size
 
     def sample(self, batch_size: int, max_frames: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
         del max_frames  # a transition batch has one frame per stored key, far below any limit
+        weights: np.ndarray | None = None
         if isinstance(self.sampler, PrioritizedSampler):
             slots, weights = self.sampler.sample(self.storage, batch_size, self.rng)
         else:
-            slots, weights = self.sampler.sample(self.storage, batch_size, self.rng), None
-        arrays: dict[str, Any] = {}
-        for name, value in self.storage.gather(slots).items():  # rebuild a/b paths as nested dicts
-            *branches, leaf = name.split("/")
-            node = arrays
-            for branch in branches:
-                node = node.setdefault(branch, {})
-            node[leaf] = value
-        arrays["slots"] = slots.astype(np.int64)
+            slots = self.sampler.sample(self.storage, batch_size, self.rng)
+        arrays = _nest(self.storage.gather(slots))
+        arrays["slots"] = slots
         arrays["ids"] = self.storage.ids[slots]
         if weights is not None:
             arrays["weights"] = weights
@@ -267,13 +371,20 @@ class TransitionReplay:
         return self.sampler.update_priorities(self.storage, slots, ids, priorities)
 
     def stats(self) -> dict[str, int]:
-        overwritten = max(0, self.added - self.storage.capacity)
-        return {"size": self.storage.size, "capacity": self.storage.capacity, "added": self.added,
-                "served": self.served, "dropped": overwritten}
+        s = self.storage
+        return {
+            "size": s.size,
+            "capacity": s.capacity,
+            "added": s.added,
+            "served": self.served,
+            "dropped": max(0, s.added - s.capacity),
+        }
 
 
-def make_replay(mode: str, capacity: int, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6,
-                seed: int = 0) -> FifoReplay | TransitionReplay:
+def make_replay(
+    mode: str, capacity: int, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6, seed: int = 0
+) -> Replay:
+    """`fifo` (on-policy chunks), `uniform` or `prioritized` (off-policy transitions); capacity in transitions."""
     if mode == "fifo":
         return FifoReplay(capacity)
     if mode == "uniform":
