@@ -9,126 +9,182 @@ training, on Ctrl-C / SIGTERM, or when a role exhausts its restarts.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import sys
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
 
 from surreal.config import ConfigError, ExperimentConfig, load_config
-from surreal.launch.progress import ProgressView
+from surreal.launch.progress import ProgressView, format_duration
 from surreal.launch.runfolder import create_run_folder, write_summary
-from surreal.launch.supervisor import ProcessSpec, Supervisor
+from surreal.launch.supervisor import ProcessSpec, Restart, Supervisor
 from surreal.settings import ReplayEndpoint, Settings
 
+ROLE_COMMAND = (sys.executable, "-m", "surreal", "role")  # what a pod's container runs
+LOOPBACK = "127.0.0.1"
+MAX_RESTARTS = 5  # per process
 POLL_S = 0.2
-ACTOR_MAX_RESTARTS = 5
-SERVICE_MAX_RESTARTS = 5
-LEARNER_MAX_RESTARTS = 3
+EXIT_CODES = {"completed": 0, "failed": 1, "interrupted": 130}
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(count: int) -> list[int]:
+    """`count` distinct TCP ports free on 127.0.0.1. All sockets stay bound until every port is chosen,
+    so the OS cannot hand out one port twice."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind((LOOPBACK, 0))
+        return [sock.getsockname()[1] for sock in socks]
 
 
-def plan_processes(cfg: ExperimentConfig, run_dir: Path, base_env: dict[str, str]) -> list[ProcessSpec]:
-    """The processes of an experiment, each with its SURREAL_* environment (a pod's, on loopback)."""
-    shards = [ReplayEndpoint("127.0.0.1", free_port(), free_port()) for _ in range(cfg.topology.replay_shards)]
-    ps_ports = [free_port() for _ in range(cfg.topology.ps_replicas)]
+def plan_processes(cfg: ExperimentConfig, run_dir: Path, base_env: Mapping[str, str]) -> list[ProcessSpec]:
+    """The processes of an experiment in start order, each with the environment a pod of its role gets:
+    `base_env` plus every SURREAL_* variable (own ports, peers' addresses, config and run folder)."""
+    topo = cfg.topology
+    processes = topo.replay_shards + topo.ps_replicas + 1 + topo.actors
+    ports = iter(free_ports(2 * topo.replay_shards + topo.ps_replicas + 1 + processes))
+    shards = tuple(ReplayEndpoint(LOOPBACK, next(ports), next(ports)) for _ in range(topo.replay_shards))
+    ps_ports = [next(ports) for _ in range(topo.ps_replicas)]
+    pub_port = next(ports)
     common = Settings(
-        replay=tuple(shards),
-        learner_addr=f"tcp://127.0.0.1:{free_port()}",
-        ps_addrs=tuple(f"tcp://127.0.0.1:{port}" for port in ps_ports),
+        bind_host=LOOPBACK,
+        replay=shards,
+        learner_addr=f"tcp://{LOOPBACK}:{pub_port}",
+        ps_addrs=tuple(f"tcp://{LOOPBACK}:{port}" for port in ps_ports),
         config_path=run_dir / "config.yaml",
         run_dir=run_dir,
     )
-    params_pub_port = int(common.learner_addr.rsplit(":", 1)[1])
-    role = [sys.executable, "-m", "surreal", "role"]
 
-    def spec(name: str, argv: list[str], restart: str, max_restarts: int, **settings) -> ProcessSpec:
-        env = {**base_env, **Settings(**{**common.__dict__, "metrics_port": free_port(), **settings}).to_env(),
-               "PYTHONUNBUFFERED": "1"}
-        return ProcessSpec(name, argv, env, restart, max_restarts)
+    def spec(role: str, index: int, restart: Restart, resume: bool = False, **own: Any) -> ProcessSpec:
+        settings = replace(common, index=index, metrics_port=next(ports), **own)
+        argv = [*ROLE_COMMAND, role]
+        return ProcessSpec(
+            name=role if role == "learner" else f"{role}-{index}",
+            role=role,
+            index=index,
+            argv=argv,
+            env={**base_env, **settings.to_env(), "PYTHONUNBUFFERED": "1"},
+            restart=restart,
+            max_restarts=MAX_RESTARTS,
+            resume_argv=[*argv, "--resume"] if resume else None,
+        )
 
-    specs = [
-        spec(f"replay-{i}", [*role, "replay"], "always", SERVICE_MAX_RESTARTS, index=i,
-             experience_port=shard.experience_port, sample_port=shard.sample_port)
-        for i, shard in enumerate(shards)
+    return [
+        *(spec("replay", i, "always", experience_port=s.experience_port, sample_port=s.sample_port)
+          for i, s in enumerate(shards)),
+        *(spec("ps", i, "always", ps_port=port) for i, port in enumerate(ps_ports)),
+        spec("learner", 0, "on-failure", resume=True, params_pub_port=pub_port),
+        *(spec("actor", i, "on-failure") for i in range(topo.actors)),
     ]
-    specs += [spec(f"ps-{i}", [*role, "ps"], "always", SERVICE_MAX_RESTARTS, index=i, ps_port=port)
-              for i, port in enumerate(ps_ports)]
-    learner = spec("learner", [*role, "learner"], "on-failure", LEARNER_MAX_RESTARTS, params_pub_port=params_pub_port)
-    learner.resume_argv = [*role, "learner", "--resume"]
-    specs.append(learner)
-    specs += [spec(f"actor-{i}", [*role, "actor"], "on-failure", ACTOR_MAX_RESTARTS, index=i)
-              for i in range(cfg.topology.actors)]
-    return specs
 
 
-def stop_order(specs: list[ProcessSpec]) -> list[str]:
-    """Actors first (they feed everything), then the learner (it checkpoints on SIGTERM), then services."""
-    names = [s.name for s in specs]
-    return [n for n in names if n.startswith("actor-")] + ["learner"] + [n for n in names if n.startswith("ps-")] + [
-        n for n in names if n.startswith("replay-")
-    ]
+class StopRequests:
+    """SIGINT/SIGTERM set a flag instead of raising, for as long as the block runs: the launcher notices
+    it in its loop and shuts down in order, and a second Ctrl-C cannot interrupt that cleanup."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __bool__(self) -> bool:
+        return self.signal is not None
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        del frame
+        self.signal = self.signal or signum
+
+    def __enter__(self) -> StopRequests:
+        self._previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str  # completed | interrupted | failed
+    reason: str | None
+    wall_s: float
+    restarts: dict[str, int]
+
+
+def verdict(supervisor: Supervisor, stop: StopRequests, run_dir: Path) -> tuple[str, str | None] | None:
+    """(status, reason) once the run is over, else None."""
+    if stop:
+        assert stop.signal is not None
+        return "interrupted", f"{signal.Signals(stop.signal).name} received"
+    if supervisor.failed is not None:
+        log = run_dir / "logs" / f"{supervisor.failed}.log"
+        return "failed", f"{supervisor.failed} exhausted its restarts; see {log}"
+    if supervisor.returncode("learner") == 0:
+        if (run_dir / "eval.json").exists():
+            return "completed", None
+        return "failed", "the learner exited before finishing training (no eval.json)"
+    return None
+
+
+def supervise(cfg: ExperimentConfig, run_dir: Path, specs: list[ProcessSpec], stop: StopRequests,
+              live: bool) -> Outcome:
+    """Start everything, watch until the run is over, stop everything (also on an exception)."""
+    supervisor = Supervisor(run_dir / "logs")
+    started = time.monotonic()
+    with supervisor, ProgressView(run_dir / "metrics.jsonl", cfg.total_env_steps, live) as progress:
+        for spec in specs:
+            supervisor.start(spec)
+        while (result := verdict(supervisor, stop, run_dir)) is None:
+            time.sleep(POLL_S)
+            supervisor.poll()
+            progress.update(supervisor.restarts())
+        wall_s = time.monotonic() - started
+        status, reason = result
+        why = f" ({reason})" if reason else ""
+        print(f"[surreal] {status}{why}; stopping all processes", flush=True)
+    return Outcome(status, reason, wall_s, supervisor.restarts())
 
 
 def run_experiment(overrides: list[str], live: bool = True) -> int:
-    """Exit code: 0 completed, 1 failed, 2 bad config, 130 interrupted."""
+    """Run one experiment locally. Exit code: 0 completed, 1 failed, 2 bad config, 130 interrupted."""
     try:
         cfg = load_config(overrides)
-        run_dir, cfg = create_run_folder(cfg)
-    except (ConfigError, FileExistsError) as exc:
+        run_dir, cfg = create_run_folder(cfg, overrides)
+    except ConfigError as exc:
         print(f"surreal: {exc}", file=sys.stderr)
         return 2
+    topo = cfg.topology
+    print(f"[surreal] {cfg.name}: {cfg.algo.name} on {cfg.env.id}, {topo.actors} actor(s) x "
+          f"{topo.envs_per_actor} env(s), {topo.replay_shards} replay shard(s), {topo.ps_replicas} ps; "
+          f"logs in {run_dir / 'logs'}", flush=True)
+    with StopRequests() as stop:
+        outcome = supervise(cfg, run_dir, plan_processes(cfg, run_dir, os.environ), stop, live)
+        summary = write_summary(run_dir, cfg, outcome.wall_s, outcome.status, outcome.restarts,
+                                outcome.reason)
+        print_result(summary)
+    return EXIT_CODES[outcome.status]
 
-    interrupted = False
 
-    def on_signal(signum: int, _frame) -> None:
-        nonlocal interrupted
-        interrupted = True
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    specs = plan_processes(cfg, run_dir, dict(os.environ))
-    supervisor = Supervisor(run_dir / "logs")
-    progress = ProgressView(run_dir / "metrics.jsonl", cfg.total_env_steps, live)
-    print(f"[surreal] {cfg.algo.name} on {cfg.env.id}: {cfg.topology.actors} actors x {cfg.topology.envs_per_actor} "
-          f"envs, {cfg.topology.replay_shards} replay shard(s), {cfg.topology.ps_replicas} ps; run folder {run_dir}",
-          flush=True)
-    started = time.monotonic()
-    status = "failed"
-    try:
-        for spec in specs:
-            supervisor.start(spec)
-        while True:
-            supervisor.poll()
-            progress.update(supervisor.restarts())
-            if interrupted:
-                status = "interrupted"
-                break
-            if supervisor.failed is not None:
-                status = "failed"
-                break
-            if supervisor.exited("learner") == 0:
-                status = "completed"
-                break
-            time.sleep(POLL_S)
-    finally:
-        supervisor.stop(stop_order(specs))
-        progress.update(supervisor.restarts())
-        progress.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    summary = write_summary(run_dir, cfg, time.monotonic() - started, status, supervisor.restarts())
-    eval_return = summary["eval_return_mean"]
-    print(
-        f"[surreal] {status}: {summary['env_steps']:,} env steps in {summary['wall_s']:.0f} s "
-        f"({summary['env_steps_per_s']:,.0f}/s), eval return "
-        f"{'-' if eval_return is None else f'{eval_return:.1f}'}; {run_dir}/summary.json",
-        flush=True,
-    )
-    return {"completed": 0, "interrupted": 130}.get(status, 1)
+def print_result(summary: dict[str, Any]) -> None:
+    lines = [
+        f"{summary['status']}: {summary['env_steps']:,} env steps in {format_duration(summary['wall_s'])} "
+        f"({summary['env_steps_per_s']:,.0f}/s), {summary['updates']:,} updates",
+    ]
+    if summary["reason"]:
+        lines.append(f"reason: {summary['reason']}")
+    if summary["eval_return_mean"] is not None:
+        std = summary["eval_return_std"] or 0.0
+        lines.append(f"eval return {summary['eval_return_mean']:.1f} +- {std:.1f} "
+                     f"over {summary['eval_episodes']} episodes")
+    restarted = {name: n for name, n in summary["restarts"].items() if n}
+    if restarted:
+        lines.append("restarts: " + ", ".join(f"{name} x{n}" for name, n in restarted.items()))
+    lines.append(f"run folder {summary['run_dir']} (summary.json; `surreal plot {summary['run_dir']}`)")
+    print("\n".join(f"[surreal] {line}" for line in lines), flush=True)

@@ -1,43 +1,61 @@
-"""`surreal plot runs/<name>`: the learning curve of a run as a PNG."""
+"""`surreal plot runs/<name>`: the learning curve of a run as a PNG.
+
+Drawn on an Agg canvas directly (no pyplot), so plotting needs no display and changes no global
+matplotlib state of whatever imported it.
+"""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from typing import Any
 
-import matplotlib
+import yaml
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")  # files only; no display needed
-import matplotlib.pyplot as plt  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
+from surreal.launch.runfolder import read_eval, read_metrics
 
-from surreal.launch.runfolder import read_metrics  # noqa: E402
+
+class NoMetricsError(SystemExit):
+    """The folder has nothing to plot. A SystemExit so `surreal plot` prints one line, not a traceback;
+    code that plots many runs catches it by name."""
 
 
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> str:
+    """Train return (mean of the last 20 episodes) against env steps, the final eval as a marked point."""
     run_dir = Path(run_dir)
-    rows = [r for r in read_metrics(run_dir / "metrics.jsonl") if r.get("train_return_mean") is not None]
+    metrics = run_dir / "metrics.jsonl"
+    if not metrics.is_file():
+        raise NoMetricsError(f"surreal plot: {run_dir} has no metrics.jsonl (not a run folder?)")
+    rows = [r for r in read_metrics(metrics) if r.get("train_return_mean") is not None and "env_steps" in r]
     if not rows:
-        raise SystemExit(f"surreal plot: {run_dir} has no training returns in metrics.jsonl")
-    title = run_dir.name
-    config = run_dir / "config.yaml"
-    if config.exists():
-        cfg = OmegaConf.load(config)
-        title = f"{cfg.algo.name.upper()} on {cfg.env.id}, seed {cfg.seed}, {cfg.topology.actors} actors"
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    ax.plot([r["env_steps"] for r in rows], [r["train_return_mean"] for r in rows], label="train return (last 20)")
-    eval_path = run_dir / "eval.json"
-    if eval_path.exists():
-        evaluation = json.loads(eval_path.read_text(encoding="utf-8"))
-        ax.errorbar([evaluation["env_steps"]], [evaluation["eval_return_mean"]], yerr=[evaluation["eval_return_std"]],
-                    fmt="o", color="C3", capsize=4, label=f"eval ({evaluation['eval_episodes']} episodes)")
+        raise NoMetricsError(f"surreal plot: {metrics} has no training returns yet (no episode finished)")
+
+    fig = Figure(figsize=(7, 4.2))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    ax.plot([r["env_steps"] for r in rows], [r["train_return_mean"] for r in rows],
+            label="train return (last 20 episodes)")
+    evaluation = read_eval(run_dir)
+    if "eval_return_mean" in evaluation and "env_steps" in evaluation:
+        ax.errorbar([evaluation["env_steps"]], [evaluation["eval_return_mean"]],
+                    yerr=[evaluation.get("eval_return_std") or 0.0], fmt="o", color="C3", capsize=4,
+                    label=f"final eval ({evaluation.get('eval_episodes', '?')} episodes)")
     ax.set_xlabel("environment steps")
     ax.set_ylabel("episode return")
-    ax.set_title(title)
+    ax.set_title(_title(run_dir))
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.legend(loc="best")
     fig.tight_layout()
     path = Path(out) if out else run_dir / "learning_curve.png"
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return str(path)
+
+
+def _title(run_dir: Path) -> str:
+    """`PPO on Hopper-v5, seed 1` from config.yaml; the folder name when that is missing or unreadable."""
+    try:
+        cfg: Any = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+        return f"{cfg['algo']['name'].upper()} on {cfg['env']['id']}, seed {cfg['seed']}"
+    except (OSError, yaml.YAMLError, TypeError, KeyError, AttributeError):
+        return run_dir.name

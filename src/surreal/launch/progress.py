@@ -1,8 +1,9 @@
 """Live progress of a run, read from the learner's metrics.jsonl as it grows.
 
-Rates are computed here from when rows arrive (metrics.jsonl itself holds no clock times, so two
-deterministic runs write identical files). On a terminal the display is a rich live table; elsewhere
-(CI, a log file) a plain line every `PLAIN_EVERY_S`.
+metrics.jsonl holds no clock times (two deterministic runs write identical files), so rates are computed
+here from when rows arrive. On a terminal the display is a rich live table redrawn by the launcher's
+own loop (no refresh thread: the supervisor forks children with a `preexec_fn`); elsewhere (CI, a log
+file) a plain line every `PLAIN_EVERY_S`.
 """
 
 from __future__ import annotations
@@ -12,94 +13,140 @@ import sys
 import time
 from collections import deque
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
 PLAIN_EVERY_S = 10.0
-RATE_WINDOW = 10  # rows
+RATE_WINDOW_S = 30.0  # rates are averaged over the rows of the last half minute
+MIN_RATE_SPAN_S = 1.0  # rows that arrived closer together than this give no rate yet
 
 
-class ProgressView:
-    def __init__(self, metrics_path: Path, total_env_steps: int, live: bool) -> None:
-        self.path = metrics_path
-        self.total = total_env_steps
-        self.offset = 0
-        self.partial = ""
-        self.last: dict[str, Any] = {}
-        self.window: deque[tuple[float, int, int]] = deque(maxlen=RATE_WINDOW)
-        self.started = time.monotonic()
-        self.console = Console(stderr=False)
-        self.live: Live | None = None
-        if live and sys.stdout.isatty():
-            self.live = Live(self._table({}), console=self.console, refresh_per_second=2)
-            self.live.start()
-        self._printed_at = 0.0
+class MetricsTail:
+    """Reads the rows appended to metrics.jsonl since the last call, keeping an unfinished last line.
 
-    def _read_new_rows(self) -> None:
-        if not self.path.exists():
-            return
-        with open(self.path, encoding="utf-8") as f:
-            f.seek(self.offset)
-            data = f.read()
-            self.offset = f.tell()
-        lines = (self.partial + data).split("\n")
-        self.partial = lines.pop()  # an unfinished last line waits for the rest
-        now = time.monotonic()
+    A file that shrank was rewritten (a resumed learner drops the rows after its checkpoint): it is read
+    again from the start.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._partial = b""
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as f:
+                size = f.seek(0, 2)
+                if size < self._offset:
+                    self._offset, self._partial = 0, b""
+                f.seek(self._offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        self._offset += len(data)
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        rows = []
         for line in lines:
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, UnicodeDecodeError):
                 continue
-            self.last = row
-            self.window.append((now, int(row.get("env_steps", 0)), int(row.get("updates", 0))))
+            if isinstance(row, dict):
+                rows.append(row)
+        return rows
 
-    def rates(self) -> tuple[float, float]:
-        """(env steps/s, updates/s) over the last rows."""
-        if len(self.window) < 2:
-            return 0.0, 0.0
-        (t0, s0, u0), (t1, s1, u1) = self.window[0], self.window[-1]
-        dt = max(t1 - t0, 1e-9)
-        return (s1 - s0) / dt, (u1 - u0) / dt
 
-    def _table(self, restarts: dict[str, int]) -> Table:
-        steps_per_s, updates_per_s = self.rates()
-        row = self.last
-        table = Table(show_header=True, header_style="bold", title="surreal run")
-        for column in ("env steps", "steps/s", "train return", "updates/s", "version lag", "restarts", "elapsed"):
-            table.add_column(column, justify="right")
-        ret = row.get("train_return_mean")
-        table.add_row(
-            f"{row.get('env_steps', 0):,} / {self.total:,}",
-            f"{steps_per_s:,.0f}",
-            "-" if ret is None else f"{ret:.1f}",
-            f"{updates_per_s:.2f}",
-            f"{row.get('version_lag_mean', 0.0):.2f}",
-            str(sum(restarts.values())),
-            f"{time.monotonic() - self.started:.0f} s",
-        )
-        return table
+class Rates:
+    """env steps/s and updates/s from (arrival time, env_steps, updates) samples over a sliding window."""
+
+    def __init__(self) -> None:
+        self._samples: deque[tuple[float, int, int]] = deque()
+
+    def add(self, now: float, env_steps: int, updates: int) -> None:
+        if self._samples and env_steps < self._samples[-1][1]:
+            self._samples.clear()  # the learner resumed from an earlier checkpoint
+        self._samples.append((now, env_steps, updates))
+        while len(self._samples) > 2 and now - self._samples[0][0] > RATE_WINDOW_S:
+            self._samples.popleft()
+
+    def per_second(self) -> tuple[float, float] | None:
+        if len(self._samples) < 2:
+            return None
+        (t0, s0, u0), (t1, s1, u1) = self._samples[0], self._samples[-1]
+        if t1 - t0 < MIN_RATE_SPAN_S:
+            return None
+        return (s1 - s0) / (t1 - t0), (u1 - u0) / (t1 - t0)
+
+
+def format_duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+class ProgressView:
+    """What the launcher shows while a run goes: call `update` from its loop, use as a context manager."""
+
+    def __init__(self, metrics_path: Path, total_env_steps: int, live: bool) -> None:
+        self.total = total_env_steps
+        self._tail = MetricsTail(metrics_path)
+        self._rates = Rates()
+        self.last: dict[str, Any] = {}
+        self._started = time.monotonic()
+        self._next_plain = self._started + PLAIN_EVERY_S
+        self._live = Live(console=Console(), auto_refresh=False) if live and sys.stdout.isatty() else None
+
+    def __enter__(self) -> ProgressView:
+        if self._live is not None:
+            self._live.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._live is not None:
+            self._live.stop()
 
     def update(self, restarts: dict[str, int]) -> None:
-        self._read_new_rows()
-        if self.live is not None:
-            self.live.update(self._table(restarts))
-            return
         now = time.monotonic()
-        if now - self._printed_at >= PLAIN_EVERY_S:
-            self._printed_at = now
-            steps_per_s, updates_per_s = self.rates()
-            ret = self.last.get("train_return_mean")
-            print(
-                f"[surreal] env steps {self.last.get('env_steps', 0):,}/{self.total:,}  {steps_per_s:,.0f} steps/s  "
-                f"return {'-' if ret is None else f'{ret:.1f}'}  {updates_per_s:.2f} updates/s  "
-                f"lag {self.last.get('version_lag_mean', 0.0):.2f}  restarts {sum(restarts.values())}  "
-                f"{now - self.started:.0f} s",
-                flush=True,
-            )
+        rows = self._tail.read()
+        if rows:
+            self.last = rows[-1]
+            self._rates.add(now, int(self.last.get("env_steps", 0)), int(self.last.get("updates", 0)))
+        fields = self._fields(restarts, now)
+        if self._live is not None:
+            self._live.update(_table(fields), refresh=True)
+        elif now >= self._next_plain:
+            self._next_plain = now + PLAIN_EVERY_S
+            print("[surreal] " + "  ".join(f"{key} {value}" for key, value in fields.items()), flush=True)
 
-    def close(self) -> None:
-        if self.live is not None:
-            self.live.stop()
+    def _fields(self, restarts: dict[str, int], now: float) -> dict[str, str]:
+        steps = int(self.last.get("env_steps", 0))
+        rates = self._rates.per_second()
+        ret = self.last.get("train_return_mean")
+        lag = self.last.get("version_lag_mean")
+        restarted = {name: n for name, n in restarts.items() if n}
+        return {
+            "env steps": f"{steps:,}/{self.total:,} ({100 * steps / max(self.total, 1):.0f}%)",
+            "steps/s": "-" if rates is None else f"{rates[0]:,.0f}",
+            "return": "-" if ret is None else f"{ret:.1f}",
+            "updates/s": "-" if rates is None else f"{rates[1]:.2f}",
+            "lag": "-" if lag is None else f"{lag:.2f}",
+            "restarts": ", ".join(f"{name} x{n}" for name, n in restarted.items()) or "none",
+            "elapsed": format_duration(now - self._started),
+        }
+
+
+def _table(fields: dict[str, str]) -> Table:
+    """One row of numbers; restarts, which can name several processes, go in the caption (fits 80 columns)."""
+    numbers = {key: value for key, value in fields.items() if key != "restarts"}
+    table = Table(title="surreal run", title_justify="left", caption=f"restarts: {fields['restarts']}",
+                  caption_justify="left", box=box.SIMPLE_HEAD)
+    for column in numbers:
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_row(*numbers.values())
+    return table

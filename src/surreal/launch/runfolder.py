@@ -1,13 +1,15 @@
 """The run folder: everything a run produced and everything needed to rerun it.
 
-    runs/<name>/config.yaml       resolved experiment (what every role read)
+    runs/<name>/config.yaml       resolved experiment (what every role reads through SURREAL_CONFIG)
     runs/<name>/reproduce.json    git sha, dirty flag, Python and package versions, the command line
     runs/<name>/metrics.jsonl     one row per learner update (written by the learner)
     runs/<name>/eval.json         final deterministic evaluation (written by the learner)
     runs/<name>/tensorboard/      TensorBoard events (learner)
     runs/<name>/checkpoints/      rotated learner checkpoints
-    runs/<name>/logs/<role>.log   every process's output
-    runs/<name>/summary.json      written by the launcher on exit
+    runs/<name>/logs/<name>.log   every process's output
+    runs/<name>/summary.json      written by the launcher when the run ends, however it ends
+
+The root is `SURREAL_RUNS_ROOT` (default `./runs`).
 """
 
 from __future__ import annotations
@@ -15,17 +17,21 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from surreal.config import ExperimentConfig, save_config
+from surreal.config import ConfigError, ExperimentConfig, save_config
 
 PACKAGES = ("surreal", "numpy", "torch", "gymnasium", "mujoco", "pyzmq", "msgpack", "hydra-core", "omegaconf")
+GIT_TIMEOUT_S = 10.0
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def runs_root() -> Path:
@@ -33,81 +39,123 @@ def runs_root() -> Path:
 
 
 def run_name(cfg: ExperimentConfig) -> str:
-    return cfg.name or f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.algo.name}-{cfg.env.id}"
+    """`cfg.name`, else `<YYYYmmdd-HHMMSS>-<algo>-<env id>`; a `/` in an id (`ALE/Pong-v5`) becomes `_`."""
+    if cfg.name is not None:
+        if not _NAME.fullmatch(cfg.name):
+            raise ConfigError(f"name={cfg.name!r} must be a folder name: letters, digits, '.', '_', '-'")
+        return cfg.name
+    env_id = re.sub(r"[^A-Za-z0-9._-]", "_", cfg.env.id)
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.algo.name}-{env_id}"
 
 
-def git_state() -> tuple[str, bool]:
-    """(sha, dirty) of the repository this package is imported from; ("unknown", False) outside git."""
-    here = Path(__file__).resolve().parent
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
-        status = subprocess.run(["git", "status", "--porcelain"], cwd=here, capture_output=True, text=True,
-                                timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown", False
-    if sha.returncode != 0:
+def git_state(path: Path | None = None) -> tuple[str, bool]:
+    """(sha, dirty) of the git checkout this package is imported from; ("unknown", False) otherwise.
+
+    The package file must be tracked by that checkout: a wheel installed into a virtualenv that happens
+    to sit inside some repository would otherwise report that repository's sha.
+    """
+    anchor = (path or Path(__file__)).resolve()
+
+    def git(*args: str) -> subprocess.CompletedProcess[str] | None:
+        try:
+            return subprocess.run(["git", *args], cwd=anchor.parent, capture_output=True, text=True,
+                                  timeout=GIT_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+
+    tracked = git("ls-files", "--error-unmatch", anchor.name)
+    sha = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain")
+    if tracked is None or sha is None or status is None or tracked.returncode or sha.returncode:
         return "unknown", False
     return sha.stdout.strip(), bool(status.stdout.strip())
 
 
-def package_versions() -> dict[str, str]:
-    versions = {}
+def package_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
-            versions[name] = "not installed"
+            versions[name] = None
     return versions
 
 
-def create_run_folder(cfg: ExperimentConfig) -> tuple[Path, ExperimentConfig]:
-    """Make runs/<name>/ with config.yaml and reproduce.json; returns (folder, config with its name)."""
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write via a temporary file and rename, so a reader never sees half a file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def create_run_folder(cfg: ExperimentConfig, overrides: Sequence[str] = ()) -> tuple[Path, ExperimentConfig]:
+    """Make `<root>/<name>/{logs,checkpoints}` with config.yaml and reproduce.json.
+
+    Returns the absolute folder and the config with its name filled in. A folder that already holds a
+    run (metrics.jsonl) is refused rather than mixed into: the learner appends to that file.
+    """
     cfg = replace(cfg, name=run_name(cfg))
-    run_dir = runs_root() / cfg.name
+    run_dir = (runs_root() / cfg.name).resolve()
     if (run_dir / "metrics.jsonl").exists():
-        raise FileExistsError(f"{run_dir} already holds a run; choose another name=")
+        raise ConfigError(f"{run_dir} already holds a run; choose another name=")
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     (run_dir / "checkpoints").mkdir(exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
     sha, dirty = git_state()
-    reproduce = {
+    write_json(run_dir / "reproduce.json", {
         "git_sha": sha,
         "git_dirty": dirty,
-        "python": sys.version.split()[0],
+        "python": platform.python_version(),
         "platform": platform.platform(),
         "packages": package_versions(),
+        "executable": sys.executable,
+        "cwd": os.getcwd(),
         "command": sys.argv,
-    }
-    (run_dir / "reproduce.json").write_text(json.dumps(reproduce, indent=2), encoding="utf-8")
+        "overrides": list(overrides),
+    })
     return run_dir, cfg
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """Rows of metrics.jsonl; a partially written last line is skipped."""
+    """Rows of metrics.jsonl; an unparsable line (a partially written last one) is skipped."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return []
     rows = []
-    if not path.exists():
-        return rows
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in text.splitlines():
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if isinstance(row, dict):
+            rows.append(row)
     return rows
 
 
-def write_summary(run_dir: Path, cfg: ExperimentConfig, wall_s: float, status: str,
-                  restarts: dict[str, int]) -> dict[str, Any]:
+def read_eval(run_dir: Path) -> dict[str, Any]:
+    """eval.json, or {} when the learner did not get that far."""
+    try:
+        data = json.loads((run_dir / "eval.json").read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_summary(run_dir: Path, cfg: ExperimentConfig, wall_s: float, status: str, restarts: dict[str, int],
+                  reason: str | None = None) -> dict[str, Any]:
+    """summary.json from eval.json and the last metrics row; fields are null where a run ended early."""
     rows = read_metrics(run_dir / "metrics.jsonl")
     last = rows[-1] if rows else {}
-    eval_path = run_dir / "eval.json"
-    evaluation = json.loads(eval_path.read_text(encoding="utf-8")) if eval_path.exists() else {}
-    reproduce = json.loads((run_dir / "reproduce.json").read_text(encoding="utf-8"))
+    evaluation = read_eval(run_dir)
     env_steps = int(evaluation.get("env_steps", last.get("env_steps", 0)))
+    reproduce = json.loads((run_dir / "reproduce.json").read_text(encoding="utf-8"))
     summary = {
         "algo": cfg.algo.name,
         "env": cfg.env.id,
         "seed": cfg.seed,
         "status": status,
+        "reason": reason,
         "env_steps": env_steps,
         "updates": int(last.get("updates", 0)),
         "wall_s": round(wall_s, 2),
@@ -122,5 +170,5 @@ def write_summary(run_dir: Path, cfg: ExperimentConfig, wall_s: float, status: s
         "git_sha": reproduce.get("git_sha"),
         "run_dir": str(run_dir),
     }
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    write_json(run_dir / "summary.json", summary)
     return summary

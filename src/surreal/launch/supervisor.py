@@ -1,149 +1,267 @@
 """Supervising a set of role processes: restart with backoff, show failures, leave no orphans.
 
-Each child runs in its own process group (the terminal's Ctrl-C reaches only the launcher, which then
-stops the children in order) and, on Linux, with PR_SET_PDEATHSIG so it is killed even if the launcher
-itself is `kill -9`ed. Its stdout and stderr go to a log file; when it fails, the tail of that log is
-printed to the console so the error is seen without opening the file.
+Each child runs in a process group of its own, so the terminal's Ctrl-C reaches only the launcher, which
+then stops the children in order (actors first, so nothing feeds a stopping learner; then the learner,
+which checkpoints on SIGTERM; then the services it talks to). On Linux each child also gets
+PR_SET_PDEATHSIG=SIGTERM, so even a `kill -9` of the launcher leaves no orphan behind. A child's stdout
+and stderr go to `<logs>/<name>.log`; when it fails, the tail of that log is printed to the console so
+the error is seen without opening the file.
+
+The supervisor is single-threaded on purpose: `preexec_fn` is only safe when no other thread can hold a
+lock at fork time, and PR_SET_PDEATHSIG fires when the *thread* that forked the child exits.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
+from typing import Literal
+
+Restart = Literal["always", "on-failure", "never"]
 
 BACKOFF_START_S = 0.5
 BACKOFF_MAX_S = 10.0
+GRACE_S = 5.0
 LOG_TAIL_LINES = 20
+LOG_TAIL_BYTES = 64 * 1024  # enough for 20 lines of traceback; a long log is never read whole
+STOP_ORDER = ("actor", "learner", "ps", "replay")
+WAIT_STEP_S = 0.05
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-def _die_with_parent() -> None:
-    """Runs in the child before exec: SIGTERM when the launcher dies, and a process group of its own."""
-    os.setpgrp()
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-@dataclass
+@dataclass(frozen=True)
 class ProcessSpec:
+    """How to start one child and what to do when it exits.
+
+    `restart`: "always" restarts even after exit code 0 (servers that should never end), "on-failure"
+    restarts after a non-zero exit or a signal, "never" does not restart (a failure fails the run).
+    `resume_argv` replaces `argv` for every restart: the learner continues from its checkpoint.
+    """
+
     name: str
+    role: str
+    index: int
     argv: list[str]
     env: dict[str, str]
-    restart: str = "on-failure"  # always | on-failure | never
+    restart: Restart = "on-failure"
     max_restarts: int = 5
-    resume_argv: list[str] | None = None  # used for restarts (the learner's --resume)
+    resume_argv: list[str] | None = None
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    """libc's prctl, resolved once in the parent (the forked child must not load libraries)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    return ctypes.CDLL(None, use_errno=True).prctl
+
+
+_PRCTL = _load_prctl()
+
+
+def _die_with(parent_pid: int) -> Callable[[], None]:
+    """A `preexec_fn` that makes the child receive SIGTERM when the launcher dies.
+
+    If the launcher died between fork and prctl the signal would never come: the re-parented child
+    sees a different parent pid and exits at once instead.
+    """
+
+    def setup() -> None:
+        if _PRCTL is None:
+            return
+        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+    return setup
+
+
+def _kill_group(pgid: int) -> None:
+    """SIGKILL what is left of a child's process group (its own children included)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The last `lines` lines of a log, reading only its end."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - LOG_TAIL_BYTES))
+            data = f.read()
+    except OSError:
+        return []
+    return data.decode("utf-8", errors="replace").splitlines()[-lines:]
+
+
+def _print_stderr(text: str) -> None:
+    # sys.stderr is looked up per call: rich's live display and pytest's capture both replace it.
+    print(text, file=sys.stderr, flush=True)
 
 
 @dataclass
-class Child:
+class _Child:
     spec: ProcessSpec
     log_path: Path
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen[bytes] | None = None
     restarts: int = 0
-    next_start: float = 0.0
     backoff_s: float = BACKOFF_START_S
-    exit_code: int | None = None
-    finished: bool = False  # exited 0 and is not to be restarted
+    restart_at: float | None = None  # monotonic time of a pending restart
+    returncode: int | None = None  # of the last exit
+    done: bool = False  # will not be started again
 
 
-@dataclass
 class Supervisor:
-    log_dir: Path
-    cwd: Path | None = None
-    report: Callable[[str], None] = field(default=lambda text: print(text, file=sys.stderr, flush=True))
-    children: dict[str, Child] = field(default_factory=dict)
-    failed: str | None = None  # name of a child that exhausted its restarts
+    """Starts named children, restarts them by policy, and stops them all in role order.
 
-    def start(self, spec: ProcessSpec) -> Child:
+    Use as a context manager (or call `stop`) so every child is gone when the block ends, whatever
+    happened inside it.
+    """
+
+    def __init__(
+        self,
+        log_dir: Path,
+        grace_s: float = GRACE_S,
+        stop_order: Sequence[str] = STOP_ORDER,
+        report: Callable[[str], None] = _print_stderr,
+    ) -> None:
+        self.log_dir = log_dir
+        self.grace_s = grace_s
+        self.stop_order = tuple(stop_order)
+        self.report = report
+        self.failed: str | None = None  # the first child that exhausted its restarts
+        self._children: dict[str, _Child] = {}
+
+    def __enter__(self) -> Supervisor:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def start(self, spec: ProcessSpec) -> None:
+        if spec.name in self._children:
+            raise ValueError(f"a child named {spec.name!r} is already supervised")
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        child = Child(spec, self.log_dir / f"{spec.name}.log")
-        self.children[spec.name] = child
+        child = _Child(spec, self.log_dir / f"{spec.name}.log")
+        self._children[spec.name] = child
         self._spawn(child, spec.argv)
-        return child
 
-    def _spawn(self, child: Child, argv: list[str]) -> None:
+    def _spawn(self, child: _Child, argv: list[str]) -> None:
         with open(child.log_path, "ab") as log:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            log.write(f"[surreal] {stamp} start #{child.restarts}: {shlex.join(argv)}\n".encode())
+            log.flush()
             child.proc = subprocess.Popen(
-                argv, env=child.spec.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                cwd=self.cwd, preexec_fn=_die_with_parent,
+                argv,
+                env=child.spec.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                process_group=0,
+                preexec_fn=_die_with(os.getpid()),
             )
-        child.exit_code = None
+        child.restart_at = None
 
     def poll(self) -> None:
-        """Notice exits and restart what should be restarted (non-blocking)."""
+        """Notice exits and start the restarts that are due; never blocks."""
         now = time.monotonic()
-        for child in self.children.values():
-            if child.finished:
+        for child in self._children.values():
+            if child.done:
                 continue
-            if child.proc is None:  # waiting out its backoff
-                if now >= child.next_start:
+            if child.proc is None:
+                if child.restart_at is not None and now >= child.restart_at:
                     self._spawn(child, child.spec.resume_argv or child.spec.argv)
                 continue
             code = child.proc.poll()
-            if code is None:
-                continue
-            child.exit_code = code
-            child.proc = None
-            wants_restart = child.spec.restart == "always" or (child.spec.restart == "on-failure" and code != 0)
-            if not wants_restart:
-                child.finished = True
-                if code != 0:
-                    self._show_failure(child, code, "not restarted")
-                continue
-            if child.restarts >= child.spec.max_restarts:
-                child.finished = True
-                self.failed = child.spec.name
-                self._show_failure(child, code, f"gave up after {child.restarts} restarts")
-                continue
-            self._show_failure(child, code, f"restarting in {child.backoff_s:.1f} s")
-            child.restarts += 1
-            child.next_start = now + child.backoff_s
-            child.backoff_s = min(child.backoff_s * 2, BACKOFF_MAX_S)
+            if code is not None:
+                self._on_exit(child, code, now)
 
-    def _show_failure(self, child: Child, code: int, action: str) -> None:
-        how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
-        tail = _tail(child.log_path, LOG_TAIL_LINES)
-        self.report(f"[surreal] {child.spec.name} {how}; {action}. Last lines of {child.log_path}:\n{tail}")
+    def _on_exit(self, child: _Child, code: int, now: float) -> None:
+        assert child.proc is not None
+        _kill_group(child.proc.pid)  # anything the child started dies with it
+        child.proc = None
+        child.returncode = code
+        spec = child.spec
+        if code == 0 and spec.restart != "always":
+            child.done = True
+            return
+        if spec.restart == "never" or child.restarts >= spec.max_restarts:
+            child.done = True
+            self.failed = self.failed or spec.name
+            self._show_exit(child, f"gave up after {child.restarts} restart(s)")
+            return
+        child.restarts += 1
+        child.restart_at = now + child.backoff_s
+        self._show_exit(child, f"restart {child.restarts}/{spec.max_restarts} in {child.backoff_s:g} s")
+        child.backoff_s = min(child.backoff_s * 2, BACKOFF_MAX_S)
 
-    def exited(self, name: str) -> int | None:
-        """Exit code of a child that finished for good, else None."""
-        child = self.children[name]
-        return child.exit_code if child.finished else None
+    def _show_exit(self, child: _Child, action: str) -> None:
+        assert child.returncode is not None
+        lines = log_tail(child.log_path) or ["(empty log)"]
+        body = "\n".join(f"  {child.spec.name} | {line}" for line in lines)
+        self.report(f"[surreal] {child.spec.name} {describe_exit(child.returncode)}; {action}. "
+                    f"Last lines of {child.log_path}:\n{body}")
+
+    def returncode(self, name: str) -> int | None:
+        """Exit code of a child that will not be started again; None while it runs or awaits a restart."""
+        child = self._children[name]
+        return child.returncode if child.done else None
 
     def restarts(self) -> dict[str, int]:
-        return {name: child.restarts for name, child in self.children.items()}
+        return {name: child.restarts for name, child in self._children.items()}
 
     def alive_pids(self) -> list[int]:
-        return [c.proc.pid for c in self.children.values() if c.proc is not None and c.proc.poll() is None]
+        return [c.proc.pid for c in self._children.values() if c.proc is not None and c.proc.poll() is None]
 
-    def stop(self, order: list[str] | None = None, grace_s: float = 5.0) -> None:
-        """SIGTERM each child (in `order`, then the rest), wait up to `grace_s`, then SIGKILL."""
-        names = [n for n in (order or []) if n in self.children]
-        names += [n for n in self.children if n not in names]
-        for name in names:
-            child = self.children[name]
-            child.finished = True
-            if child.proc is None or child.proc.poll() is not None:
-                continue
-            child.proc.terminate()
-            try:
-                child.proc.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                child.proc.kill()
-                child.proc.wait(timeout=grace_s)
-            child.exit_code = child.proc.returncode
+    def stop(self) -> None:
+        """Stop every child, one role at a time in `stop_order` (unlisted roles last); idempotent.
 
+        Each wave gets SIGTERM, up to `grace_s` to exit, then SIGKILL for its whole process group.
+        """
+        for child in self._children.values():
+            child.done = True
+            child.restart_at = None
+        for wave in self._waves():
+            self._stop_wave(wave)
 
-def _tail(path: Path, lines: int) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return "  (no log)"
-    return "\n".join("  " + line for line in text.splitlines()[-lines:])
+    def _waves(self) -> list[list[_Child]]:
+        rank = {role: i for i, role in enumerate(self.stop_order)}
+        waves: dict[int, list[_Child]] = {}
+        for child in self._children.values():
+            if child.proc is not None:
+                waves.setdefault(rank.get(child.spec.role, len(rank)), []).append(child)
+        return [waves[key] for key in sorted(waves)]
+
+    def _stop_wave(self, wave: list[_Child]) -> None:
+        procs = [(child, child.proc) for child in wave if child.proc is not None]
+        for _, proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_s
+        while time.monotonic() < deadline and any(proc.poll() is None for _, proc in procs):
+            time.sleep(WAIT_STEP_S)
+        for child, proc in procs:
+            if proc.poll() is None:
+                self.report(f"[surreal] {child.spec.name} ignored SIGTERM for {self.grace_s:g} s; killed")
+            _kill_group(proc.pid)
+            with contextlib.suppress(subprocess.TimeoutExpired):  # SIGKILL cannot be ignored; bounded anyway
+                child.returncode = proc.wait(timeout=self.grace_s)
+            child.proc = None if proc.poll() is not None else proc
