@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import subprocess
+import sys
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
-from surreal.algos.normalizer import RunningMeanStd
+from surreal.algos import get_algorithm
 from surreal.algos.ppo import PPOLearner, PPOPolicy, filter_stale, gae
 from surreal.config.schema import PPOConfig
 from surreal.envs import make_vec_env
 from surreal.runtime.rollout import Chunk, RolloutCollector
 
 torch.set_num_threads(1)
+
+ENV_ID = "InvertedPendulum-v5"
 
 
 def reference_gae(rewards, values, next_values, terminated, truncated, gamma, lam):
@@ -54,19 +58,23 @@ def test_truncation_bootstraps_and_termination_does_not():
     assert truncated[0, 0] == pytest.approx(0.5) and terminated[0, 0] == 0.0
 
 
-def test_running_mean_std_merge_equals_whole_batch():
-    data = np.random.default_rng(1).standard_normal((1000, 4)) * 3 + 1
-    pieces, whole = RunningMeanStd((4,)), RunningMeanStd((4,))
-    for part in np.array_split(data, 7):
-        pieces.update(part)
-    whole.update(data)
-    np.testing.assert_allclose(pieces.mean, whole.mean)
-    np.testing.assert_allclose(pieces.var, whole.var)
+def test_filter_stale_drops_and_counts():
+    chunks = [Chunk({"rewards": np.zeros((1, 1))}, version=v, actor=0) for v in (10, 7, 6, 3)]
+    kept, dropped = filter_stale(chunks, current_version=10, max_staleness=4)
+    assert [c.version for c in kept] == [10, 7, 6] and dropped == 1
+
+
+def test_registry_knows_ppo_names_the_known_on_error_and_imports_torch_lazily():
+    assert get_algorithm("ppo").make_learner is not None
+    with pytest.raises(ValueError, match="ppo"):
+        get_algorithm("a3c")
+    code = "import sys, surreal.algos; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 @pytest.fixture
 def setup():
-    envs = make_vec_env("InvertedPendulum-v5", 2, seed=3)
+    envs = make_vec_env(ENV_ID, 2, seed=3)
     cfg = PPOConfig(seed=3, batch_size=128, minibatch_size=32, update_epochs=2)
     learner = PPOLearner(envs.single_observation_space, envs.single_action_space, cfg, torch.device("cpu"))
     policy = PPOPolicy(envs.single_observation_space, envs.single_action_space, cfg, actor_index=0)
@@ -79,20 +87,90 @@ def test_params_round_trip_gives_the_learners_policy(setup):
     collector = RolloutCollector(envs, policy, chunk_steps=64, actor_index=0)
     policy.load_params(learner.params())
     learner.update([collector.collect(0)], progress=0.5)  # moves weights and normalizer statistics
-    policy.load_params(learner.params())
+    params = learner.params()
+    assert all(v.dtype == np.float32 for v in params["policy"].values())
+    policy.load_params(params)
     obs = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
     expected = learner.model.actor_mean(torch.from_numpy(learner.obs_rms.normalize(obs, cfg.obs_clip))).detach()
     np.testing.assert_allclose(policy.act_deterministic(obs), np.clip(expected.numpy(), -3, 3), rtol=1e-6)
+    # Two fresh actors with the same index and parameters sample exactly the same actions (reproducible).
+    twins = [PPOPolicy(envs.single_observation_space, envs.single_action_space, cfg, actor_index=0) for _ in "ab"]
+    for twin in twins:
+        twin.load_params(params)
+    for _ in range(3):
+        (a_env, a_rec), (b_env, b_rec) = (twin.act(obs) for twin in twins)
+        np.testing.assert_array_equal(a_env, b_env)
+        np.testing.assert_array_equal(a_rec["actions"], b_rec["actions"])
+        np.testing.assert_array_equal(a_rec["logprobs"], b_rec["logprobs"])
+
+
+def test_actors_sample_differently_and_actions_are_recorded_before_clipping(setup):
+    envs, cfg, learner, _ = setup
+    spaces = envs.single_observation_space, envs.single_action_space
+    policies = [PPOPolicy(*spaces, cfg, actor_index=i) for i in (0, 1)]
+    blob = learner.params()
+    blob["policy"]["actor_logstd"] = np.full((1, 1), 2.0, np.float32)  # std e^2: most samples fall outside [-3, 3]
+    for policy in policies:
+        policy.load_params(blob)
+    obs = np.zeros((256, 4), np.float32)
+    (env_a, rec_a), (env_b, rec_b) = (p.act(obs) for p in policies)
+    assert not np.array_equal(rec_a["actions"], rec_b["actions"])
+    assert rec_a["actions"].dtype == np.float32 and rec_a["logprobs"].shape == (256,)
+    assert np.abs(rec_a["actions"]).max() > 3.0
+    np.testing.assert_array_equal(env_a, np.clip(rec_a["actions"], -3.0, 3.0))
+    # The logprob is of the pre-clip action under the distribution actually sampled from.
+    dist = torch.distributions.Normal(learner.model.actor_mean(torch.from_numpy(obs)).detach(), np.exp(2.0))
+    expected = dist.log_prob(torch.from_numpy(rec_a["actions"])).sum(-1).numpy()
+    np.testing.assert_allclose(rec_a["logprobs"], expected, rtol=1e-5)
 
 
 def test_first_epoch_ratio_is_one_when_the_actor_ran_the_learners_parameters(setup):
     envs, _cfg, learner, policy = setup
+    collector = RolloutCollector(envs, policy, chunk_steps=64, actor_index=0)
     policy.load_params(learner.params())
-    chunk = RolloutCollector(envs, policy, chunk_steps=64, actor_index=0).collect(0)
+    learner.update([collector.collect(0)], progress=0.0)  # non-trivial weights and obs statistics
+    policy.load_params(learner.params())
+    chunk = collector.collect(1)
     batch = learner.prepare([chunk])
     dist = learner.model.distribution(batch["obs"])
     ratio = (dist.log_prob(batch["actions"]).sum(-1) - batch["logprobs"]).exp()
     torch.testing.assert_close(ratio, torch.ones_like(ratio), atol=1e-5, rtol=0)
+
+
+def test_reward_scaling_does_not_depend_on_how_an_actors_stream_is_cut(setup):
+    """One actor's stream in one chunk or in two gives the same return statistics; another actor's
+    chunk in between does not disturb the first actor's discounted-return carry."""
+    envs, cfg, _learner, _policy = setup
+    rng = np.random.default_rng(0)
+    rewards = rng.standard_normal((10, 2)).astype(np.float32)
+    done = rng.random((10, 2)) < 0.2
+
+    def chunk(actor, sl):
+        return Chunk({"rewards": rewards[sl], "terminated": done[sl], "truncated": np.zeros_like(done[sl])}, 0, actor)
+
+    whole, pieces = (PPOLearner(envs.single_observation_space, envs.single_action_space, cfg, torch.device("cpu"))
+                     for _ in range(2))
+    whole._scale_rewards(chunk(0, slice(0, 10)))
+    pieces._scale_rewards(chunk(0, slice(0, 4)))
+    pieces._scale_rewards(chunk(7, slice(0, 10)))  # another actor
+    pieces._scale_rewards(chunk(0, slice(4, 10)))
+    np.testing.assert_allclose(pieces.return_carry[0], whole.return_carry[0], rtol=1e-12)
+    other = PPOLearner(envs.single_observation_space, envs.single_action_space, cfg, torch.device("cpu"))
+    other._scale_rewards(chunk(7, slice(0, 10)))
+    np.testing.assert_allclose(pieces.return_carry[7], other.return_carry[7], rtol=1e-12)
+
+
+def test_update_reports_its_statistics_anneals_and_counts(setup):
+    envs, cfg, learner, policy = setup
+    policy.load_params(learner.params())
+    collector = RolloutCollector(envs, policy, chunk_steps=32, actor_index=0)
+    chunks = [collector.collect(0), collector.collect(0)]
+    stats = learner.update(chunks, progress=0.25)
+    assert set(stats) == {"policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance",
+                          "lr", "batch_transitions"}
+    assert all(isinstance(v, float) for v in stats.values())
+    assert stats["lr"] == pytest.approx(cfg.lr * 0.75) and stats["batch_transitions"] == 128
+    assert (learner.updates, learner.env_steps_consumed) == (1, 128)
 
 
 def test_checkpoint_round_trip_through_weights_only_load_reproduces_the_next_update(setup):
@@ -104,57 +182,14 @@ def test_checkpoint_round_trip_through_weights_only_load_reproduces_the_next_upd
     buffer = io.BytesIO()
     torch.save(learner.state_dict(), buffer)
     buffer.seek(0)
-    restored = PPOLearner(envs.single_observation_space, envs.single_action_space, cfg, torch.device("cpu"))
+    other_seed = dataclasses.replace(cfg, seed=99)  # everything must come from the checkpoint
+    restored = PPOLearner(envs.single_observation_space, envs.single_action_space, other_seed, torch.device("cpu"))
     restored.load_state_dict(torch.load(buffer, weights_only=True))
     stats_a = learner.update([second], progress=0.2)
     stats_b = restored.update([second], progress=0.2)
     assert stats_a == stats_b
     for (name, a), (_, b) in zip(learner.model.state_dict().items(), restored.model.state_dict().items(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
-
-
-def test_filter_stale_drops_and_counts():
-    chunks = [Chunk({"rewards": np.zeros((1, 1))}, version=v, actor=0) for v in (10, 7, 6, 3)]
-    kept, dropped = filter_stale(chunks, current_version=10, max_staleness=4)
-    assert [c.version for c in kept] == [10, 7, 6] and dropped == 1
-
-
-def test_rollout_next_obs_is_the_final_observation_on_episode_end():
-    class Countdown(gym.Env):
-        """Terminates after 3 steps from an odd start, truncates (time limit 4) from an even one."""
-
-        observation_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
-        action_space = gym.spaces.Box(-1, 1, (1,), np.float32)
-
-        def reset(self, *, seed=None, options=None):
-            super().reset(seed=seed)
-            self.t = 0
-            self.odd = bool(self.np_random.integers(2))
-            return np.array([100.0 * self.odd], np.float32), {}
-
-        def step(self, action):
-            self.t += 1
-            return np.array([100.0 * self.odd + self.t], np.float32), 1.0, self.odd and self.t == 3, False, {}
-
-    gym.register("SurrealCountdown-v0", entry_point=lambda: gym.wrappers.TimeLimit(Countdown(), 4))
-    envs = make_vec_env("SurrealCountdown-v0", 3, seed=0)
-
-    class ZeroPolicy:
-        def act(self, obs):
-            return np.zeros((len(obs), 1), np.float32), {"actions": np.zeros((len(obs), 1), np.float32)}
-
-    chunk = RolloutCollector(envs, ZeroPolicy(), chunk_steps=12, actor_index=0).collect(version=5)
-    a = chunk.arrays
-    for t in range(12):
-        for k in range(3):
-            if a["terminated"][t, k] or a["truncated"][t, k]:
-                # The final observation, not the next episode's first one.
-                assert a["next_obs"][t, k, 0] % 100 in (3.0, 4.0)
-                assert bool(a["terminated"][t, k]) == (a["next_obs"][t, k, 0] >= 100)
-            else:
-                assert a["next_obs"][t, k, 0] == a["obs"][t, k, 0] + 1
-    ends = a["terminated"].sum() + a["truncated"].sum()
-    assert len(chunk.episode_returns) == ends and set(chunk.episode_lengths) <= {3, 4}
-    assert all(r == n for r, n in zip(chunk.episode_returns, chunk.episode_lengths, strict=True))
-    assert chunk.version == 5 and chunk.env_steps == 36
-    envs.close()
+    for key in ("mean", "var", "count"):
+        np.testing.assert_array_equal(learner.params()["obs_norm"][key], restored.params()["obs_norm"][key])
+    assert (restored.updates, restored.env_steps_consumed) == (2, 256)

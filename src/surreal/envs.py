@@ -3,6 +3,10 @@
 Vector envs use SAME_STEP autoreset: the observation returned on a done step is already the next
 episode's first one and the real final observation is in ``infos["final_obs"]``, which is what a
 time-limit bootstrap needs (docs/architecture.md: ``next_obs`` holds the final observation).
+
+MuJoCo's "compiler attribute 'settotalmass' is deprecated" message (HalfCheetah's XML) is printed by
+MuJoCo's C library (and appended to MUJOCO_LOG.TXT in the working directory), not raised as a Python
+warning, so it cannot be filtered here.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import gymnasium as gym
 def make_vec_env(
     env_id: str, num_envs: int, seed: int, env_kwargs: dict[str, Any] | None = None
 ) -> gym.vector.VectorEnv:
+    """K environments stepped in this process (an actor's envs are small; one core per actor). Env i is
+    seeded with seed + i, so actors given disjoint seed ranges never replay the same episodes."""
     envs = gym.make_vec(
         env_id,
         num_envs=num_envs,
@@ -28,6 +34,7 @@ def make_vec_env(
 
 
 def make_env(env_id: str, seed: int, env_kwargs: dict[str, Any] | None = None) -> gym.Env:
+    """One environment, reset with `seed`, for evaluation and for reading the spaces."""
     env = gym.make(env_id, **(env_kwargs or {}))
     env.reset(seed=seed)
     return env

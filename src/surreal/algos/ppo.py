@@ -77,10 +77,12 @@ class PPOPolicy:
         self.model = ActorCritic(obs_dim, act_dim, list(cfg.hidden_sizes)).requires_grad_(False).eval()
         self.obs_rms = RunningMeanStd((obs_dim,))
         self.low, self.high = act_space.low, act_space.high
-        # Actors sample differently, and reproducibly: each has its own seeded generator.
-        self.generator = torch.Generator().manual_seed(cfg.seed * 1_000 + actor_index)
+        # Actors sample differently, and reproducibly: each has its own seeded generator (exploration is
+        # not scaled per actor; the recorded logprob is under the very distribution sampled from).
+        self.generator = torch.Generator().manual_seed(cfg.seed + 1_000 * actor_index)
 
     def load_params(self, arrays: dict[str, Any]) -> None:
+        """`arrays` as `PPOLearner.params` made them (the codec restores the nesting of `policy/<key>`)."""
         self.model.load_state_dict({k: torch.as_tensor(np.array(v)) for k, v in arrays["policy"].items()})
         self.obs_rms.load(arrays["obs_norm"])
 
@@ -149,6 +151,7 @@ class PPOLearner:
         self.return_carry: dict[int, np.ndarray] = {}  # discounted return so far, per actor, per env
         self.generator = torch.Generator().manual_seed(cfg.seed)  # minibatch shuffles
         self.updates = 0
+        self.env_steps_consumed = 0
 
     # -- data preparation ---------------------------------------------------------------------------
 
@@ -156,7 +159,11 @@ class PPOLearner:
         return self.obs_rms.normalize(obs, self.cfg.obs_clip) if self.cfg.obs_norm else obs.astype(np.float32)
 
     def _scale_rewards(self, chunk: Chunk) -> np.ndarray:
-        """CleanRL/gymnasium NormalizeReward: divide by the running std of the discounted return."""
+        """CleanRL's NormalizeReward: divide by the running std of the discounted return.
+
+        The return carry continues across an actor's consecutive chunks (one per env, reset at episode
+        ends), so the statistic is the one a wrapper inside each actor would have seen; the statistics
+        are updated once per chunk rather than per step, which changes nothing beyond the first chunks."""
         rewards = np.asarray(chunk.arrays["rewards"], np.float64)
         if not self.cfg.reward_scale:
             return rewards.astype(np.float32)
@@ -201,6 +208,7 @@ class PPOLearner:
     # -- the update ---------------------------------------------------------------------------------
 
     def update(self, chunks: list[Chunk], progress: float) -> dict[str, float]:
+        """One learner step on a batch of chunks; `progress` in [0, 1] drives learning-rate annealing."""
         cfg = self.cfg
         if cfg.anneal_lr:
             self.optimizer.param_groups[0]["lr"] = cfg.lr * max(0.0, 1.0 - progress)
@@ -250,6 +258,7 @@ class PPOLearner:
                 raw = np.asarray(chunk.arrays["obs"])
                 self.obs_rms.update(raw.reshape(-1, raw.shape[-1]))
         self.updates += 1
+        self.env_steps_consumed += batch_size
         y_pred, y_true = b["values"].cpu().numpy(), b["returns"].cpu().numpy()
         var_y = np.var(y_true)
         return {
@@ -266,7 +275,11 @@ class PPOLearner:
     # -- parameters and checkpoints -----------------------------------------------------------------
 
     def params(self) -> dict[str, Any]:
-        """What actors need: the weights and the observation-normalizer statistics."""
+        """What actors need: the weights and the observation-normalizer statistics.
+
+        Nested ({"policy": state_dict, "obs_norm": stats}); the codec sends it as `policy/<key>` and
+        `obs_norm/<stat>` frames. Weights are float32; the statistics stay float64 so actors normalize
+        bit-for-bit as the learner does."""
         policy = {k: v.detach().cpu().numpy() for k, v in self.model.state_dict().items()}
         return {"policy": policy, "obs_norm": self.obs_rms.state()}
 
@@ -279,8 +292,9 @@ class PPOLearner:
             "obs_rms": as_tensors(self.obs_rms.state()),
             "ret_rms": as_tensors(self.ret_rms.state()),
             "return_carry": {str(k): torch.as_tensor(v) for k, v in self.return_carry.items()},
-            "generator": self.generator.get_state(),
+            "generator": self.generator.get_state(),  # the only torch RNG an update draws from
             "updates": self.updates,
+            "env_steps_consumed": self.env_steps_consumed,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -292,6 +306,7 @@ class PPOLearner:
         self.return_carry = {int(k): v.numpy().copy() for k, v in state["return_carry"].items()}
         self.generator.set_state(state["generator"])
         self.updates = int(state["updates"])
+        self.env_steps_consumed = int(state["env_steps_consumed"])
 
 
 def make_policy(obs_space: spaces.Box, act_space: spaces.Box, cfg: PPOConfig, actor_index: int) -> PPOPolicy:

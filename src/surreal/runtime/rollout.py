@@ -26,7 +26,7 @@ class Policy(Protocol):
 class Chunk:
     """T steps of K environments, time-major (docs/architecture.md), plus who made it with what."""
 
-    arrays: dict[str, Any]
+    arrays: dict[str, np.ndarray]
     version: int
     actor: int
     episode_returns: list[float] = field(default_factory=list)
@@ -39,6 +39,9 @@ class Chunk:
 
 
 class RolloutCollector:
+    """Keeps the K environments' current observations and running episode return/length between chunks,
+    so an episode may span chunks and is reported, whole, in the chunk where it ends."""
+
     def __init__(self, envs: gym.vector.VectorEnv, policy: Policy, chunk_steps: int, actor_index: int) -> None:
         self.envs = envs
         self.policy = policy
@@ -50,6 +53,7 @@ class RolloutCollector:
         self.episode_length = np.zeros(self.num_envs, np.int64)
 
     def collect(self, version: int) -> Chunk:
+        """Step every environment `chunk_steps` times with `policy.act`; `version` labels the parameters."""
         T, K = self.chunk_steps, self.num_envs
         obs_shape = self.envs.single_observation_space.shape
         arrays: dict[str, np.ndarray] = {
@@ -72,15 +76,14 @@ class RolloutCollector:
             done = terminated | truncated
             arrays["obs"][t] = self.obs
             arrays["next_obs"][t] = next_obs
-            if done.any():
-                for i in np.flatnonzero(done):  # SAME_STEP autoreset: next_obs is already the reset one
-                    arrays["next_obs"][t, i] = infos["final_obs"][i]
             arrays["rewards"][t] = rewards
             arrays["terminated"][t] = terminated
             arrays["truncated"][t] = truncated
             self.episode_return += rewards
             self.episode_length += 1
             for i in np.flatnonzero(done):
+                # SAME_STEP autoreset: next_obs[i] is already the next episode's first observation.
+                arrays["next_obs"][t, i] = infos["final_obs"][i]
                 returns.append(float(self.episode_return[i]))
                 lengths.append(int(self.episode_length[i]))
             self.episode_return[done] = 0.0

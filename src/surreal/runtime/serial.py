@@ -6,6 +6,7 @@ quickly and deterministically."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,9 @@ from surreal.config.schema import PPOConfig
 from surreal.envs import make_vec_env
 from surreal.runtime.rollout import RolloutCollector, evaluate
 
+RECENT_EPISODES = 20
+EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes start from seeds no training env used (as the learner role)
+
 
 def train_serial(
     env_id: str,
@@ -23,29 +27,42 @@ def train_serial(
     total_env_steps: int,
     num_envs: int,
     chunk_steps: int,
-    eval_episodes: int = 10,
+    seed: int,
+    device: str = "cpu",
     env_kwargs: dict[str, Any] | None = None,
+    eval_episodes: int = 10,
 ) -> dict[str, float]:
+    """Train until `total_env_steps`, then evaluate the deterministic policy.
+
+    `seed` replaces `cfg.seed`, as the experiment loader does, so one number fixes the environments, the
+    network initialization, the actor's sampling and the minibatch order. Every update uses chunks of the
+    current parameters only (lock-step), the on-policy limit of the distributed run."""
+    cfg = dataclasses.replace(cfg, seed=seed)
     algo = get_algorithm(cfg.name)
-    envs = make_vec_env(env_id, num_envs, cfg.seed, env_kwargs)
-    policy = algo.make_policy(envs.single_observation_space, envs.single_action_space, cfg, 0)
-    learner = algo.make_learner(envs.single_observation_space, envs.single_action_space, cfg, torch.device("cpu"))
+    envs = make_vec_env(env_id, num_envs, seed, env_kwargs)
+    obs_space, act_space = envs.single_observation_space, envs.single_action_space
+    policy = algo.make_policy(obs_space, act_space, cfg, 0)
+    learner = algo.make_learner(obs_space, act_space, cfg, torch.device(device))
     policy.load_params(learner.params())
     collector = RolloutCollector(envs, policy, chunk_steps, actor_index=0)
     env_steps, version, recent = 0, 0, []
-    while env_steps < total_env_steps:
-        chunks, transitions = [], 0
-        while transitions < cfg.batch_size:
-            chunk = collector.collect(version)
-            chunks.append(chunk)
-            transitions += chunk.env_steps
-            recent = (recent + chunk.episode_returns)[-20:]
-        env_steps += transitions
-        learner.update(chunks, progress=min(1.0, env_steps / total_env_steps))
-        version += 1
-        policy.load_params(learner.params())
-    envs.close()
-    returns = evaluate(env_id, policy, eval_episodes, cfg.seed + 1_000_003, env_kwargs)
+    try:
+        while env_steps < total_env_steps:
+            chunks, transitions = [], 0
+            while transitions < cfg.batch_size:
+                chunk = collector.collect(version)
+                chunks.append(chunk)
+                transitions += chunk.env_steps
+                recent = (recent + chunk.episode_returns)[-RECENT_EPISODES:]
+            # CleanRL's annealing: the fraction done *before* this batch, so the first update uses the full
+            # learning rate and the last one a small but non-zero one.
+            learner.update(chunks, progress=min(1.0, env_steps / total_env_steps))
+            env_steps += transitions
+            version += 1
+            policy.load_params(learner.params())
+    finally:
+        envs.close()
+    returns = evaluate(env_id, policy, eval_episodes, seed + EVAL_SEED_OFFSET, env_kwargs)
     return {
         "env_steps": env_steps,
         "updates": version,
