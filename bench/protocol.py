@@ -138,19 +138,20 @@ def replay_numbers(quick: bool) -> dict[str, float]:
     fork = mp.get_context("fork")
     exp, sample = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
     ready, stop_event = fork.Event(), fork.Event()
-    server = fork.Process(target=_replay_server, args=(exp, sample, 1_000_000, ready, stop_event))
+    capacity = 1_000_000
+    server = fork.Process(target=_replay_server, args=(exp, sample, capacity, ready, stop_event))
     server.start()
     ready.wait(30)
     ctx = zmq.Context()
     sampler = SampleClient(ctx, [sample], Limits(), prefetch=4)
-    chunk_size, chunks = 1000, 300 if quick else 2000
+    chunk_size, chunks = 1000, 300 if quick else 1000
     try:
         # (c): transitions in. The clock stops when the shard has stored them all (seen in a sample reply's
         # size field, so the number includes the server's storage writes, not just the socket).
         started = time.perf_counter()
         pusher = fork.Process(target=_chunk_pusher, args=(exp, chunks, chunk_size))
         pusher.start()
-        target = chunks * chunk_size
+        target = min(chunks * chunk_size, capacity)  # a full shard overwrites: its size stops at capacity
         stored = 0
         while stored < target and time.perf_counter() - started < 120:
             got = sampler.next_batch(1, 1.0)

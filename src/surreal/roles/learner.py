@@ -207,7 +207,9 @@ class Learner:
         if not kept:
             return
         started = time.perf_counter()
-        progress = min(1.0, c.env_steps / self.cfg.total_env_steps)
+        # Learning-rate annealing counts the steps used before this batch, as CleanRL does.
+        used_before = c.env_steps - self.queued_transitions - sum(chunk.env_steps for chunk in batch)
+        progress = min(1.0, used_before / self.cfg.total_env_steps)
         stats = self.learner.update(kept, progress)
         c.updates += 1
         c.version += 1
