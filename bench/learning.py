@@ -42,7 +42,7 @@ def main() -> None:
     parser.add_argument("--parallel", action="store_true", help="run the seeds at the same time")
     parser.add_argument("--timeout", type=float, default=3 * 3600)
     parser.add_argument("overrides", nargs="*", help="extra surreal run overrides")
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()  # overrides may follow the options
     stamp = time.strftime("%Y%m%d-%H%M%S")
     runs = []
     for seed in args.seeds:

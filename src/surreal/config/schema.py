@@ -144,7 +144,6 @@ class LearnerConfig:
     checkpoint_interval: int = 20  # updates
     keep_checkpoints: int = 3
     eval_episodes: int = 10
-    metrics_interval_s: float = 2.0  # seconds between metric flushes (metrics.jsonl, TensorBoard)
     torch_threads: int = 1  # CPU threads for a CPU learner: PPO's 64-sample minibatches gain nothing from more
 
 
@@ -195,7 +194,6 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         "learner.checkpoint_interval": cfg.learner.checkpoint_interval,
         "learner.keep_checkpoints": cfg.learner.keep_checkpoints,
         "learner.eval_episodes": cfg.learner.eval_episodes,
-        "learner.metrics_interval_s": cfg.learner.metrics_interval_s,
         "learner.torch_threads": cfg.learner.torch_threads,
         "ps.max_message_bytes": cfg.ps.max_message_bytes,
         "algo.batch_size": cfg.algo.batch_size,
