@@ -19,13 +19,13 @@ import json
 import multiprocessing as mp
 import os
 import platform
-import socket
 import time
 from pathlib import Path
 
 import numpy as np
 import zmq
 
+from surreal.launch.local import free_ports
 from surreal.proto.channels import ExperienceSender, ParamClient, ParamPublisher, SampleClient, make_socket
 from surreal.proto.codec import Limits, decode
 
@@ -33,11 +33,9 @@ MIB = 1 << 20
 OBS, ACT = 17, 6
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
+def free_port() -> int:
+    return free_ports(1)[0]
 
 def experience_chunk(transitions: int, envs: int = 1) -> dict[str, np.ndarray]:
     """A time-major chunk shaped like an actor's (T, K) of HalfCheetah transitions."""

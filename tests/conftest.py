@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -12,16 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from surreal.launch.local import free_ports
 from surreal.settings import ReplayEndpoint, Settings
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
+def free_port() -> int:
+    return free_ports(1)[0]
 
 def wait_until(condition: Callable[[], object], timeout_s: float, interval_s: float = 0.05) -> object:
     """Poll `condition` until truthy; fail the test after `timeout_s`."""
@@ -36,13 +34,13 @@ def wait_until(condition: Callable[[], object], timeout_s: float, interval_s: fl
 
 def loopback_settings(**overrides) -> Settings:
     """Settings with every port freshly allocated on 127.0.0.1 and the peers' addresses pointing at them."""
-    exp, sample, pub, ps = free_port(), free_port(), free_port(), free_port()
+    exp, sample, pub, ps, metrics = free_ports(5)  # distinct: held open until all five are chosen
     values = dict(
         experience_port=exp,
         sample_port=sample,
         params_pub_port=pub,
         ps_port=ps,
-        metrics_port=free_port(),
+        metrics_port=metrics,
         replay=(ReplayEndpoint("127.0.0.1", exp, sample),),
         learner_addr=f"tcp://127.0.0.1:{pub}",
         ps_addrs=(f"tcp://127.0.0.1:{ps}",),
