@@ -21,7 +21,7 @@ from typing import Any
 
 import zmq
 
-from surreal.proto.codec import Arrays, Limits, Message, ProtocolError, decode, encode, peek_header
+from surreal.proto.codec import Arrays, Limits, Message, ProtocolError, decode, encode
 
 # Message kinds. Servers accept only the kinds listed for them (anything else is counted and dropped).
 EXPERIENCE = "experience"
@@ -316,8 +316,3 @@ class ParamClient:
     def close(self) -> None:
         self.sock.close(0)
 
-
-def params_header(frames: Sequence[Any], limits: Limits) -> dict[str, Any]:
-    """Check a parameter message fully (sizes, dtypes, no copies) and return its header."""
-    decode(frames, limits)
-    return peek_header(frames[0], limits)

@@ -25,7 +25,6 @@ from surreal.proto.channels import (
     PARAMS_REQUEST,
     ParamSubscriber,
     make_socket,
-    params_header,
     send,
 )
 from surreal.proto.codec import Limits, ProtocolError, decode, encode
@@ -99,11 +98,11 @@ class ParamServer:
 
     def _on_params(self, frames: list[zmq.Frame]) -> None:
         try:
-            header = params_header(frames, self.params_limits)
+            # Checked in full (sizes, dtypes) though only the metadata is read: actors get these frames as-is.
+            meta = decode(frames, self.params_limits).meta
         except ProtocolError as exc:
             self._drop(exc.reason)
             return
-        meta = header.get("m", {})
         version, incarnation = meta.get("version"), meta.get("incarnation", "")
         if not isinstance(version, int) or isinstance(version, bool) or not isinstance(incarnation, str):
             self._drop("bad_params_meta")
