@@ -139,6 +139,21 @@ def test_save_read_round_trip_and_errors_in_a_file(tmp_path):
         read_config(tmp_path / "missing.yaml")
 
 
+def test_a_partial_file_takes_the_packaged_defaults_of_its_algorithm(tmp_path):
+    """The Helm chart mounts only the keys a values file sets; the rest must be what `surreal run` uses."""
+    path = tmp_path / "experiment.yaml"
+    path.write_text("algo: ppo\nenv: {id: Hopper-v5}\ntopology: {actors: 8}\nseed: 3\n")
+    assert read_config(path) == load_config(["env=Hopper-v5", "actors=8", "seed=3"])
+    path.write_text("algo: {name: ppo, lr: 1.0e-4}\n")
+    assert read_config(path) == load_config(["algo.lr=1e-4"])
+    path.write_text("algo: {name: ppo, lrr: 1.0e-4}\n")
+    with pytest.raises(ConfigError, match="algo.lrr.*did you mean 'algo.lr'"):
+        read_config(path)
+    path.write_text("algo: nope\n")
+    with pytest.raises(ConfigError, match="'nope' is not a known algorithm"):
+        read_config(path)
+
+
 def test_loads_repeatedly_and_leaves_an_outer_hydra_alone():
     assert load_config(["actors=3"]).topology.actors == 3
     assert load_config([]).topology.actors == 2

@@ -74,14 +74,26 @@ def save_config(cfg: ExperimentConfig, path: str | os.PathLike[str]) -> Path:
 
 
 def read_config(path: str | os.PathLike[str]) -> ExperimentConfig:
-    """A config written by `save_config` (or by hand), typed and validated like `load_config`'s."""
+    """A config file, typed and validated like `load_config`'s: a full one written by `save_config`, or a
+    partial one (the Helm chart's `experiment` values) whose missing keys take the packaged defaults of
+    its algorithm. `algo` may be a name (`algo: ddpg`) or a mapping with a `name` (`algo: {name: ddpg, ...}`)."""
     try:
         node = OmegaConf.load(path)
     except (OSError, yaml.YAMLError, OmegaConfBaseException) as exc:
         raise ConfigError(f"cannot read config {path}: {exc}") from None
     if not isinstance(node, DictConfig):
         raise ConfigError(f"config {path} is not a mapping of keys to values")
-    return _to_config(node)
+    if isinstance(node.get("algo"), str):
+        node.algo = {"name": node.algo}
+    name = OmegaConf.select(node, "algo.name", default=DEFAULT_ALGO, throw_on_missing=False)
+    if name not in ALGORITHMS:
+        raise ConfigError(f"algo.name: {name!r} is not a known algorithm (known: {', '.join(ALGORITHMS)})")
+    defaults = OmegaConf.structured(load_config([f"algo={name}"]))
+    try:
+        merged = OmegaConf.merge(defaults, node)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"config {path}: {_short(exc, name)}") from None
+    return _to_config(merged)
 
 
 def config_from_env(environ: Mapping[str, str] | None = None) -> ExperimentConfig:
