@@ -56,6 +56,9 @@ class RecordingPolicy:
     def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
         return np.zeros((len(obs), 1), np.float32)
 
+    def episode_done(self, done: np.ndarray) -> None:
+        del done
+
 
 @pytest.fixture
 def counter_envs():

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium import spaces
@@ -25,7 +26,9 @@ from torch.distributions import Normal
 
 from surreal.algos.normalizer import RunningMeanStd
 from surreal.config.schema import PPOConfig
-from surreal.runtime.rollout import Chunk
+from surreal.runtime.rollout import Chunk, RolloutCollector
+
+LOCKSTEP = False  # actors may run `actor.rollout_ahead` batches ahead (ratio against the behavior logprob)
 
 # -- networks -------------------------------------------------------------------------------------------
 
@@ -102,6 +105,9 @@ class PPOPolicy:
     @torch.no_grad()
     def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
         return np.clip(self.model.actor_mean(self._input(obs)).numpy(), self.low, self.high)
+
+    def episode_done(self, done: np.ndarray) -> None:
+        del done  # PPO's sampling keeps no per-episode state
 
 
 # -- learner side ---------------------------------------------------------------------------------------
@@ -311,8 +317,17 @@ class PPOLearner:
         self.env_steps_consumed = int(state["env_steps_consumed"])
 
 
-def make_policy(obs_space: spaces.Box, act_space: spaces.Box, cfg: PPOConfig, actor_index: int) -> PPOPolicy:
+def make_policy(
+    obs_space: spaces.Box, act_space: spaces.Box, cfg: PPOConfig, actor_index: int, num_actors: int = 1
+) -> PPOPolicy:
+    del num_actors  # every PPO actor samples from the same distribution
     return PPOPolicy(obs_space, act_space, cfg, actor_index)
+
+
+def make_collector(envs: gym.vector.VectorEnv, policy: PPOPolicy, cfg: PPOConfig, actor_index: int,
+                   chunk_steps: int) -> RolloutCollector:
+    del cfg
+    return RolloutCollector(envs, policy, chunk_steps, actor_index)
 
 
 def make_learner(obs_space: spaces.Box, act_space: spaces.Box, cfg: PPOConfig, device: torch.device) -> PPOLearner:

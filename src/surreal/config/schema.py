@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from omegaconf import MISSING
 
 MIB = 1 << 20
-REPLAY_MODES = ("fifo", "uniform", "prioritized")
+REPLAY_MODES = ("fifo", "uniform", "prioritized")  # what `auto` resolves to, or set explicitly
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # the launcher's rule for a run folder name
 DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
@@ -45,6 +45,10 @@ class AlgoConfig:
     def problems(self, cfg: ExperimentConfig) -> list[str]:
         """The algorithm's own value rules (`validate` adds them to its list); none by default."""
         return []
+
+    def chunk_size(self, cfg: ExperimentConfig) -> int:
+        """Units (what `batch_size` counts) in one actor message: T x K transitions unless overridden."""
+        return cfg.actor.chunk_steps * cfg.topology.envs_per_actor
 
 
 @dataclass
@@ -94,8 +98,99 @@ class PPOConfig(AlgoConfig):
         return out
 
 
-# Algorithm name (the `algo` group option and the node's `name`) -> its schema. Add DDPG/ES here.
-ALGORITHMS: dict[str, type[AlgoConfig]] = {"ppo": PPOConfig}
+@dataclass
+class DDPGConfig(AlgoConfig):
+    """DDPG (Lillicrap et al. 2016) with TD3's extras (Fujimoto et al. 2018) as switches; defaults are CleanRL's
+    ddpg_continuous_action (cited in conf/algo/ddpg.yaml)."""
+
+    on_policy: ClassVar[bool] = False
+
+    name: str = "ddpg"
+    batch_size: int = 256  # transitions per gradient step, sampled from replay
+    actor_lr: float = 3e-4
+    critic_lr: float = 3e-4
+    gamma: float = 0.99
+    tau: float = 0.005  # soft target update; used when target_update_period is 0
+    target_update_period: int = 0  # > 0: hard copy of the targets every this many critic updates
+    n_step: int = 1
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
+    learning_starts: int = 25_000  # env steps of uniform random actions before the first update
+    replay_ratio: float = 1.0  # gradient updates per env step
+    publish_interval: int = 16  # updates between parameter publications
+    exploration_noise: float = 0.1  # Gaussian (or OU sigma), in units of the action range's half-width
+    noise_spread: float = 1.0  # actor i's scale: exploration_noise * spread**(2i/(N-1) - 1); 1 = all equal
+    noise_type: str = "gaussian"  # gaussian | ou
+    ou_theta: float = 0.15
+    policy_delay: int = 2  # critic updates per actor (and target) update; CleanRL's policy_frequency
+    twin_critics: bool = False  # TD3: min of two critics in the target
+    target_policy_noise: float = 0.0  # TD3: 0.2 (smoothing noise on the target action); 0 = DDPG
+    target_noise_clip: float = 0.5
+    max_grad_norm: float | None = None
+
+    def problems(self, cfg: ExperimentConfig) -> list[str]:
+        out = [f"algo.{k} must be > 0 (got {v})" for k, v in
+               (("actor_lr", self.actor_lr), ("critic_lr", self.critic_lr), ("n_step", self.n_step),
+                ("replay_ratio", self.replay_ratio), ("publish_interval", self.publish_interval),
+                ("policy_delay", self.policy_delay), ("noise_spread", self.noise_spread)) if not v > 0]
+        out += [f"algo.{k} must be >= 0 (got {v})" for k, v in
+                (("learning_starts", self.learning_starts), ("exploration_noise", self.exploration_noise),
+                 ("target_update_period", self.target_update_period), ("ou_theta", self.ou_theta),
+                 ("target_policy_noise", self.target_policy_noise), ("target_noise_clip", self.target_noise_clip))
+                if not v >= 0]
+        if not 0 < self.gamma <= 1:
+            out.append(f"algo.gamma must be in (0, 1] (got {self.gamma})")
+        if not 0 < self.tau <= 1:
+            out.append(f"algo.tau must be in (0, 1] (got {self.tau})")
+        if self.noise_type not in ("gaussian", "ou"):
+            out.append(f"algo.noise_type must be gaussian or ou (got {self.noise_type!r})")
+        if not self.hidden_sizes or any(h <= 0 for h in self.hidden_sizes):
+            out.append(f"algo.hidden_sizes must be a non-empty list of positive sizes (got {self.hidden_sizes})")
+        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
+            out.append(f"algo.max_grad_norm must be > 0 or null (got {self.max_grad_norm})")
+        if cfg.actor.chunk_steps < self.n_step:
+            out.append(f"actor.chunk_steps ({cfg.actor.chunk_steps}) must be >= algo.n_step ({self.n_step})")
+        if cfg.replay.capacity < self.batch_size:
+            out.append(f"replay.capacity ({cfg.replay.capacity}) must hold one batch "
+                       f"(algo.batch_size={self.batch_size})")
+        if cfg.deterministic:
+            out.append("deterministic=true is for on-policy algorithms (ppo, es): ddpg samples its replay at random")
+        return out
+
+
+@dataclass
+class ESConfig(AlgoConfig):
+    """OpenAI-ES (Salimans et al. 2017); defaults from the paper's MuJoCo settings (cited in conf/algo/es.yaml)."""
+
+    on_policy: ClassVar[bool] = True
+
+    name: str = "es"
+    batch_size: int = 128  # antithetic pairs per generation: the population is 2 x batch_size episodes
+    pairs_per_chunk: int = 4  # pairs an actor evaluates per message
+    sigma: float = 0.02
+    lr: float = 0.01  # Adam step size on theta
+    weight_decay: float = 0.005  # the paper's l2coeff
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
+    noise_table_size: int = 10_000_000  # float32 entries (40 MB), the same table in every process
+    noise_seed: int = 123
+    obs_norm: bool = True
+    obs_clip: float = 5.0
+
+    def problems(self, cfg: ExperimentConfig) -> list[str]:
+        out = [f"algo.{k} must be > 0 (got {v})" for k, v in
+               (("pairs_per_chunk", self.pairs_per_chunk), ("sigma", self.sigma), ("lr", self.lr),
+                ("noise_table_size", self.noise_table_size), ("obs_clip", self.obs_clip)) if not v > 0]
+        if self.weight_decay < 0:
+            out.append(f"algo.weight_decay must be >= 0 (got {self.weight_decay})")
+        if not self.hidden_sizes or any(h <= 0 for h in self.hidden_sizes):
+            out.append(f"algo.hidden_sizes must be a non-empty list of positive sizes (got {self.hidden_sizes})")
+        return out
+
+    def chunk_size(self, cfg: ExperimentConfig) -> int:
+        return self.pairs_per_chunk
+
+
+# Algorithm name (the `algo` group option and the node's `name`) -> its schema.
+ALGORITHMS: dict[str, type[AlgoConfig]] = {"ppo": PPOConfig, "ddpg": DDPGConfig, "es": ESConfig}
 
 
 @dataclass
@@ -126,7 +221,7 @@ class ActorConfig:
 
 @dataclass
 class ReplayConfig:
-    mode: str = "fifo"  # fifo | uniform | prioritized
+    mode: str = "auto"  # auto (fifo for on-policy algorithms, uniform for off-policy) | fifo | uniform | prioritized
     capacity: int = 100_000  # transitions per shard
     alpha: float = 0.6  # prioritized replay exponents (Schaul et al. 2016)
     beta: float = 0.4
@@ -166,6 +261,11 @@ class ExperimentConfig:
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     ps: PSConfig = field(default_factory=PSConfig)
+
+    def __post_init__(self) -> None:
+        # `replay.mode: auto` follows the algorithm, so `algo=ddpg` alone gives a transition replay.
+        if self.replay.mode == "auto":
+            self.replay.mode = "fifo" if type(self.algo).on_policy else "uniform"
 
 
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:
@@ -218,15 +318,17 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         need(cfg.replay.mode == "fifo", f"{algo.name} is on-policy: replay.mode must be fifo (got {cfg.replay.mode!r})")
         need(cfg.replay.capacity >= algo.batch_size,
              f"replay.capacity ({cfg.replay.capacity}) must hold one batch (algo.batch_size={algo.batch_size})")
+    else:
+        need(cfg.replay.mode != "fifo", f"{algo.name} is off-policy: replay.mode must be uniform or prioritized")
     problems += algo.problems(cfg)
     if cfg.deterministic:
-        chunk = cfg.actor.chunk_steps * cfg.topology.envs_per_actor
+        chunk = algo.chunk_size(cfg)
         need(cfg.topology.actors == 1, f"deterministic=true needs topology.actors=1 (got {cfg.topology.actors})")
         need(cfg.topology.replay_shards == 1,
              f"deterministic=true needs topology.replay_shards=1 (got {cfg.topology.replay_shards})")
         need(chunk > 0 and algo.batch_size % chunk == 0,
              f"deterministic=true needs algo.batch_size ({algo.batch_size}) to be a multiple of "
-             f"actor.chunk_steps x topology.envs_per_actor ({chunk})")
+             f"one actor message ({chunk} units)")
     if problems:
         raise ConfigError("invalid experiment config:\n  - " + "\n  - ".join(problems))
     return cfg

@@ -24,7 +24,6 @@ from surreal.metrics import RoleMetrics
 from surreal.proto.channels import ExperienceSender, ParamClient
 from surreal.proto.codec import Limits
 from surreal.roles.common import StopFlag, load_config, setup_logging
-from surreal.runtime.rollout import RolloutCollector
 from surreal.settings import Settings
 
 SEND_TIMEOUT_S = 1.0
@@ -47,11 +46,14 @@ def main(args: argparse.Namespace) -> int:
     algo = get_algorithm(cfg.algo.name)
     env_seed = cfg.seed + ENV_SEED_STRIDE * (index + 1)
     envs = make_vec_env(cfg.env.id, cfg.topology.envs_per_actor, env_seed, cfg.env.kwargs)
-    policy = algo.make_policy(envs.single_observation_space, envs.single_action_space, algo_config(cfg), index)
-    collector = RolloutCollector(envs, policy, cfg.actor.chunk_steps, index)
-    # This actor's share of a learner batch, in chunks; deterministic runs go in lock-step.
-    share = math.ceil(cfg.algo.batch_size / (cfg.topology.actors * cfg.actor.chunk_steps * cfg.topology.envs_per_actor))
-    rollout_ahead = 1 if cfg.deterministic else cfg.actor.rollout_ahead
+    policy = algo.make_policy(envs.single_observation_space, envs.single_action_space, algo_config(cfg), index,
+                              cfg.topology.actors)
+    collector = algo.make_collector(envs, policy, algo_config(cfg), index, cfg.actor.chunk_steps)
+    on_policy = type(cfg.algo).on_policy
+    # On-policy: this actor's share of a learner batch, in chunks; deterministic runs (and ES, whose results
+    # from an older theta are useless) go in lock-step.
+    share = math.ceil(cfg.algo.batch_size / (cfg.topology.actors * collector.chunk_size))
+    rollout_ahead = 1 if cfg.deterministic or algo.LOCKSTEP else cfg.actor.rollout_ahead
 
     metrics = RoleMetrics("actor", index)
     m_steps = metrics.counter("actor_env_steps_total", "environment steps taken")
@@ -67,10 +69,11 @@ def main(args: argparse.Namespace) -> int:
     sender = ExperienceSender(ctx, [r.experience for r in settings.replay])
     params = ParamClient(ctx, settings.ps_addrs, limits)
     version, incarnation, done = -1, "", False
+    allowance = math.inf  # off-policy: env steps this actor may take before it needs a newer blob
 
     def fetch(wait_for_new: bool) -> None:
         """Load newer parameters if the ps has them; with `wait_for_new`, keep asking until it does."""
-        nonlocal version, incarnation, done
+        nonlocal version, incarnation, done, allowance
         while not stop:
             reply = params.fetch(version, incarnation, cfg.actor.fetch_timeout_s)
             if reply is None:
@@ -78,7 +81,10 @@ def main(args: argparse.Namespace) -> int:
             elif reply.message is not None:
                 policy.load_params(reply.message.arrays)
                 version, incarnation = reply.version, reply.incarnation
-                done = bool(reply.message.meta.get("done", False))
+                meta = reply.message.meta
+                done = bool(meta.get("done", False))
+                if "env_step_budget" in meta:  # the learner's share of the budget left, split over the actors
+                    allowance = (int(meta["env_step_budget"]) - int(meta.get("env_steps", 0))) / cfg.topology.actors
                 m_version.set(version)
                 return
             if not wait_for_new:
@@ -110,8 +116,12 @@ def main(args: argparse.Namespace) -> int:
                 m_return.set(chunk.episode_returns[-1])
             chunks += 1
             since_base += 1
-            if rollout_ahead and since_base >= (version - base_version + rollout_ahead) * share:
+            allowance -= chunk.env_steps
+            if on_policy and rollout_ahead and since_base >= (version - base_version + rollout_ahead) * share:
                 fetch(wait_for_new=True)  # one new version lets this actor send one more share
+            elif not on_policy and allowance <= 0:
+                while not stop and not done and allowance <= 0:
+                    fetch(wait_for_new=True)  # ahead of the replay ratio: wait until the learner has caught up
             elif chunks % cfg.actor.param_fetch_interval == 0:
                 fetch(wait_for_new=False)
             if incarnation != base_incarnation:

@@ -40,6 +40,8 @@ from surreal.runtime.rollout import Chunk, evaluate
 from surreal.settings import Settings
 
 RECENT_EPISODES = 20
+OFF_POLICY_ROW_UPDATES = 250  # off-policy: gradient steps per metrics row (and per checkpoint_interval unit)
+IDLE_POLL_S = 0.005  # off-policy learner ahead of its replay ratio: pause between replies instead of spinning
 DONE_LINGER_S = 1.0  # keep answering late-subscribing ps replicas with the final blob this long
 
 
@@ -53,6 +55,7 @@ class Counters:
     episodes: int = 0
     stale_dropped: int = 0
     recent_returns: list[float] = field(default_factory=list)
+    shard_env_steps: list[int] = field(default_factory=list)  # off-policy: each replay shard's count seen last
 
 
 def resolve_device(name: str) -> torch.device:
@@ -82,6 +85,7 @@ def chunks_from_reply(arrays: dict[str, Any], meta: dict[str, Any]) -> list[Chun
                 actor=int(chunk_meta.get("actor", 0)),
                 episode_returns=[float(r) for r in chunk_meta.get("episode_returns", [])],
                 episode_lengths=[int(n) for n in chunk_meta.get("episode_lengths", [])],
+                steps=int(chunk_meta["env_steps"]) if "env_steps" in chunk_meta else None,
             )
         )
     return chunks
@@ -170,7 +174,10 @@ class Learner:
     # -- the loop ------------------------------------------------------------------------------------
 
     def publish(self, done: bool = False) -> None:
-        meta = {"incarnation": self.incarnation, "done": done, "env_steps": self.counters.env_steps}
+        meta: dict[str, Any] = {"incarnation": self.incarnation, "done": done, "env_steps": self.counters.env_steps}
+        budget = self.step_budget()
+        if budget is not None:
+            meta["env_step_budget"] = budget
         self.publisher.publish(self.counters.version, meta, self.learner.params())
         self.m_version.set(self.counters.version)
 
@@ -182,20 +189,22 @@ class Learner:
         _shard, message = got
         for chunk in chunks_from_reply(message.arrays, message.meta):
             self.queue.append(chunk)
-            self.queued_transitions += chunk.env_steps
+            self.queued_transitions += chunk.size
             self.counters.env_steps += chunk.env_steps
-            self.counters.episodes += len(chunk.episode_returns)
-            recent = (self.counters.recent_returns + chunk.episode_returns)[-RECENT_EPISODES:]
-            self.counters.recent_returns = recent
+            self._episodes(chunk.episode_returns)
         self.m_queue.set(self.queued_transitions)
 
+    def _episodes(self, returns: list[float]) -> None:
+        self.counters.episodes += len(returns)
+        self.counters.recent_returns = (self.counters.recent_returns + returns)[-RECENT_EPISODES:]
+
     def take_batch(self) -> list[Chunk]:
-        """Whole chunks, oldest first, until `batch_size` transitions; the rest waits for the next update."""
+        """Whole chunks, oldest first, until `batch_size` units; the rest waits for the next update."""
         batch, total = [], 0
         while self.queue and total < self.cfg.algo.batch_size:
             chunk = self.queue.popleft()
             batch.append(chunk)
-            total += chunk.env_steps
+            total += chunk.size
         self.queued_transitions -= total
         return batch
 
@@ -208,7 +217,7 @@ class Learner:
             return
         started = time.perf_counter()
         # Learning-rate annealing counts the steps used before this batch, as CleanRL does.
-        used_before = c.env_steps - self.queued_transitions - sum(chunk.env_steps for chunk in batch)
+        used_before = c.env_steps - sum(chunk.env_steps for chunk in (*self.queue, *batch))
         progress = min(1.0, used_before / self.cfg.total_env_steps)
         stats = self.learner.update(kept, progress)
         c.updates += 1
@@ -218,7 +227,7 @@ class Learner:
         if c.updates % self.cfg.learner.checkpoint_interval == 0:
             self.checkpoint()
 
-    def _record(self, stats: dict[str, float], lag_mean: float, update_s: float) -> None:
+    def _record(self, stats: dict[str, float], lag_mean: float | None, update_s: float) -> None:
         c = self.counters
         row = {
             "env_steps": c.env_steps,
@@ -227,7 +236,7 @@ class Learner:
             "episodes": c.episodes,
             "train_return_mean": float(np.mean(c.recent_returns)) if c.recent_returns else None,
             "stale_dropped": c.stale_dropped,
-            "version_lag_mean": lag_mean,
+            **({} if lag_mean is None else {"version_lag_mean": lag_mean}),
             **{k: float(v) for k, v in stats.items()},
         }
         self.metrics_file.write(json.dumps(row) + "\n")
@@ -242,16 +251,92 @@ class Learner:
         for name, value in stats.items():
             self.m_loss.labels(name=name).set(float(value))
             self.tensorboard.add_scalar(f"learner/{name}", float(value), c.env_steps)
-        self.tensorboard.add_scalar("learner/version_lag_mean", lag_mean, c.env_steps)
+        if lag_mean is not None:
+            self.tensorboard.add_scalar("learner/version_lag_mean", lag_mean, c.env_steps)
 
-    def run(self, stop: StopFlag) -> bool:
-        """Train until `total_env_steps` (True) or a stop signal (False)."""
-        self.publish()
+    # -- off-policy: sampled transitions ------------------------------------------------------------
+
+    def updates_allowed(self) -> int:
+        """Gradient steps the replay ratio allows at the env steps received so far (0 until learning_starts)."""
+        algo = self.cfg.algo
+        past_start = self.counters.env_steps - algo.learning_starts
+        return int(past_start * algo.replay_ratio) if past_start >= 0 else 0
+
+    def step_budget(self) -> int | None:
+        """Off-policy flow control: env steps the actors together may have taken by now, `rollout_ahead`
+        messages per actor past what the replay ratio needs (docs/architecture.md). None: unthrottled."""
+        algo, ahead = self.cfg.algo, self.cfg.actor.rollout_ahead
+        if type(algo).on_policy or ahead == 0:
+            return None
+        slack = ahead * self.cfg.topology.actors * algo.chunk_size(self.cfg)
+        return int(algo.learning_starts + self.counters.updates / algo.replay_ratio + slack)
+
+    def note_progress(self, shard: int, meta: dict[str, Any]) -> None:
+        """A sample reply's env-step count and finished episodes (off-policy learners see no chunks)."""
+        counts = self.counters.shard_env_steps
+        counts.extend([0] * (shard + 1 - len(counts)))
+        seen = meta.get("env_steps", 0)
+        seen = seen if isinstance(seen, int) and seen >= 0 else counts[shard]
+        self.counters.env_steps += seen - counts[shard] if seen >= counts[shard] else seen  # a restarted shard
+        counts[shard] = seen
+        returns = meta.get("episode_returns", [])
+        self._episodes([float(r) for r in returns] if isinstance(returns, list) else [])
+
+    def learn_from_sample(self, shard: int, arrays: dict[str, Any], interval: list[dict[str, float]]) -> None:
+        c = self.counters
+        started = time.perf_counter()
+        stats, priorities = self.learner.update(arrays)
+        c.updates += 1
+        if self.cfg.replay.mode == "prioritized":
+            update = {"slots": np.asarray(arrays["slots"]), "ids": np.asarray(arrays["ids"]),
+                      "priorities": priorities.astype(np.float64)}
+            self.sampler.update_priorities(shard, update)
+        interval.append(stats)
+        if c.updates % self.cfg.algo.publish_interval == 0:
+            c.version += 1
+            self.publish()
+        if c.updates % OFF_POLICY_ROW_UPDATES == 0:
+            means = {k: float(np.mean([row[k] for row in interval])) for k in interval[0]}
+            interval.clear()
+            self._record(means, None, time.perf_counter() - started)
+            if (c.updates // OFF_POLICY_ROW_UPDATES) % self.cfg.learner.checkpoint_interval == 0:
+                self.checkpoint()
+
+    def _run_off_policy(self, stop: StopFlag) -> None:
+        """Sample, update at the replay ratio, send priorities home, publish every `publish_interval`."""
+        samples: deque[tuple[int, dict[str, Any]]] = deque()
+        keep = self.cfg.learner.prefetch * len(self.sampler.shards)
+        interval: list[dict[str, float]] = []
+        while not stop and self.counters.env_steps < self.cfg.total_env_steps:
+            self.publisher.service()
+            if samples and self.counters.updates < self.updates_allowed():
+                self.learn_from_sample(*samples.popleft(), interval)
+                continue
+            got = self.sampler.next_batch(self.cfg.algo.batch_size, timeout_s=0.05)
+            if got is None:
+                continue
+            shard, message = got
+            self.note_progress(shard, message.meta)
+            samples.append((shard, message.arrays))
+            while len(samples) > keep:
+                samples.popleft()  # a newer sample of the same buffer replaces it
+            if self.counters.updates >= self.updates_allowed():
+                time.sleep(IDLE_POLL_S)
+
+    def _run_on_policy(self, stop: StopFlag) -> None:
         while not stop and self.counters.env_steps < self.cfg.total_env_steps:
             self.publisher.service()
             self.receive(timeout_s=0.05)
             if self.queued_transitions >= self.cfg.algo.batch_size:
                 self.update(self.take_batch())
+
+    def run(self, stop: StopFlag) -> bool:
+        """Train until `total_env_steps` (True) or a stop signal (False)."""
+        self.publish()
+        if type(self.cfg.algo).on_policy:
+            self._run_on_policy(stop)
+        else:
+            self._run_off_policy(stop)
         if stop:
             self.checkpoint()
             return False
@@ -261,7 +346,7 @@ class Learner:
 
     def finish(self) -> None:
         """Evaluate the deterministic policy, write eval.json, tell actors training is over."""
-        policy = self.algo.make_policy(self.obs_space, self.act_space, algo_config(self.cfg), 0)
+        policy = self.algo.make_policy(self.obs_space, self.act_space, algo_config(self.cfg), 0, 1)
         policy.load_params(self.learner.params())
         returns = evaluate(self.cfg.env.id, policy, self.cfg.learner.eval_episodes, self.cfg.seed + 1_000_003,
                            self.cfg.env.kwargs)

@@ -38,6 +38,7 @@ from surreal.settings import Settings
 
 DEFER_S = 1.0
 MAX_PENDING = 64
+MAX_FORWARDED_EPISODES = 1000  # finished episodes held for the next reply; older ones are only on the actors' metrics
 REPLY_TIMEOUT_S = 1.0
 
 
@@ -110,6 +111,13 @@ class ReplayServer:
         self.rate_out = RateGauge(m.gauge("replay_transitions_out_per_second", "transitions out per second"))
         self.m_capacity.set(capacity)
         self.bad_messages = 0
+        # Off-policy learners never see chunks, only sampled transitions: every reply tells them how many
+        # env steps this shard has received in all (what the replay ratio and total_env_steps count) and
+        # hands over the episodes that finished since the last reply (the training-return curve).
+        self.forward_episodes = mode != "fifo"
+        self.env_steps_in = 0
+        self.finished_returns: deque[float] = deque(maxlen=MAX_FORWARDED_EPISODES)
+        self.finished_lengths: deque[int] = deque(maxlen=MAX_FORWARDED_EPISODES)
 
     # -- the loop -------------------------------------------------------------------------------------
 
@@ -161,6 +169,15 @@ class ReplayServer:
         except (ValueError, TypeError):
             self._drop("bad_chunk")
             return
+        steps = message.meta.get("env_steps")
+        self.env_steps_in += steps if isinstance(steps, int) and not isinstance(steps, bool) and steps >= 0 else n
+        if self.forward_episodes:
+            returns, lengths = message.meta.get("episode_returns"), message.meta.get("episode_lengths")
+            numbers = isinstance(returns, list) and isinstance(lengths, list) and len(returns) == len(lengths) and all(
+                isinstance(x, int | float) and not isinstance(x, bool) for x in returns + lengths)
+            if numbers:
+                self.finished_returns.extend(float(r) for r in returns)
+                self.finished_lengths.extend(int(length) for length in lengths)
         stats = self.replay.stats()
         self.m_in.inc(n)
         self.rate_in.add(n)
@@ -215,15 +232,26 @@ class ReplayServer:
                 self.rate_out.add(served)
                 size = self.replay.stats()["size"]
                 self.m_size.set(size)
-                reply_meta = {**meta, "id": request.request_id, "shard": self.shard, "size": size}
+                reply_meta = {**meta, **self._progress(), "id": request.request_id, "size": size}
                 self._reply(request.identity, SAMPLE_REPLY, reply_meta, arrays)
             elif now >= request.deadline:
-                empty = {"id": request.request_id, "shard": self.shard, "empty": True}
+                empty = {**self._progress(), "id": request.request_id, "empty": True}
                 self._reply(request.identity, SAMPLE_REPLY, empty)
             else:
                 break  # requests are answered in arrival order
             self.pending.popleft()
         self.m_pending.set(len(self.pending))
+
+    def _progress(self) -> dict[str, Any]:
+        """What every sample reply reports besides its data: this shard, its env-step count and (for
+        transition replays) the episodes finished since the previous reply."""
+        progress: dict[str, Any] = {"shard": self.shard, "env_steps": self.env_steps_in}
+        if self.forward_episodes:
+            progress["episode_returns"] = list(self.finished_returns)
+            progress["episode_lengths"] = list(self.finished_lengths)
+            self.finished_returns.clear()
+            self.finished_lengths.clear()
+        return progress
 
     def _reply(self, identity: bytes, kind: str, meta: dict[str, Any], arrays: dict[str, Any] | None = None) -> None:
         send(self.router, [identity, *encode(kind, meta, arrays)], REPLY_TIMEOUT_S)

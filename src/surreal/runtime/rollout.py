@@ -21,21 +21,40 @@ class Policy(Protocol):
 
     def act_deterministic(self, obs: np.ndarray) -> np.ndarray: ...
 
+    def episode_done(self, done: np.ndarray) -> None:
+        """Told which of the K environments just ended an episode (DDPG's OU noise resets there)."""
+
+
+class Collector(Protocol):
+    """What an actor runs: `collect` returns the next chunk to ship. `chunk_size` is the chunk's size in the
+    units the replay FIFO and the learner batch count (transitions for PPO, perturbation pairs for ES)."""
+
+    chunk_size: int
+
+    def collect(self, version: int) -> Chunk: ...
+
 
 @dataclass
 class Chunk:
-    """T steps of K environments, time-major (docs/architecture.md), plus who made it with what."""
+    """A batch of experience from one actor, plus who made it with what. Arrays are time-major
+    `[T, K, ...]` (docs/architecture.md); ES results use `[1, pairs, ...]`."""
 
     arrays: dict[str, np.ndarray]
     version: int
     actor: int
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
+    steps: int | None = None  # environment steps behind the chunk when that is not T*K (ES, n-step carry)
+
+    @property
+    def size(self) -> int:
+        """T*K: the units the replay FIFO and the learner's batch count."""
+        first = next(iter(self.arrays.values()))
+        return int(first.shape[0] * first.shape[1])
 
     @property
     def env_steps(self) -> int:
-        rewards = self.arrays["rewards"]
-        return int(rewards.shape[0] * rewards.shape[1])
+        return self.size if self.steps is None else self.steps
 
 
 class RolloutCollector:
@@ -48,6 +67,7 @@ class RolloutCollector:
         self.chunk_steps = chunk_steps
         self.actor_index = actor_index
         self.num_envs = envs.num_envs
+        self.chunk_size = chunk_steps * envs.num_envs
         self.obs, _ = envs.reset()
         self.episode_return = np.zeros(self.num_envs, np.float64)
         self.episode_length = np.zeros(self.num_envs, np.int64)
@@ -88,6 +108,8 @@ class RolloutCollector:
                 lengths.append(int(self.episode_length[i]))
             self.episode_return[done] = 0.0
             self.episode_length[done] = 0
+            if done.any():
+                self.policy.episode_done(done)
             self.obs = next_obs
         return Chunk(arrays, version, self.actor_index, returns, lengths)
 
