@@ -25,6 +25,7 @@ from surreal.config import (
     validate,
 )
 from surreal.config.loading import schema_node
+from surreal.config.schema import ALGORITHMS
 
 
 def test_defaults_are_the_schema_defaults_with_cleanrl_ppo():
@@ -36,7 +37,8 @@ def test_defaults_are_the_schema_defaults_with_cleanrl_ppo():
     assert cfg.replay.mode == "fifo"
 
 
-def test_yaml_spells_out_every_schema_key():
+@pytest.mark.parametrize("algo", ["ppo", "ddpg", "es"])
+def test_yaml_spells_out_every_schema_key(algo):
     """Hydra can only override (without '+') what the YAML holds, and the YAML is the documentation."""
 
     def keys(node, prefix=""):
@@ -50,8 +52,30 @@ def test_yaml_spells_out_every_schema_key():
     with initialize_config_module(config_module="surreal.conf", version_base="1.3"):
         from hydra import compose
 
-        composed = compose(config_name="experiment")
-    assert keys(composed) == keys(schema_node()) - {"algo.seed"}
+        composed = compose(config_name="experiment", overrides=[f"algo={algo}"])
+    assert keys(composed) == keys(schema_node(algo)) - {"algo.seed"}
+    loaded = load_config([f"algo={algo}"])
+    assert loaded.algo == replace(ALGORITHMS[algo](), seed=loaded.seed), "the YAML repeats the schema defaults"
+
+
+def test_replay_mode_auto_follows_the_algorithm_and_contradictions_are_named():
+    assert load_config(["algo=ddpg"]).replay.mode == "uniform"
+    assert load_config(["algo=es"]).replay.mode == "fifo"
+    assert load_config(["algo=ddpg", "replay.mode=prioritized"]).replay.mode == "prioritized"
+    with pytest.raises(ConfigError, match="ddpg is off-policy: replay.mode must be uniform or prioritized"):
+        load_config(["algo=ddpg", "replay.mode=fifo"])
+    with pytest.raises(ConfigError, match="es is on-policy: replay.mode must be fifo"):
+        load_config(["algo=es", "replay.mode=uniform"])
+    with pytest.raises(ConfigError, match="deterministic=true is for on-policy"):
+        load_config(["algo=ddpg", "deterministic=true", "actors=1"])
+    with pytest.raises(ConfigError) as bad:
+        load_config(["algo=ddpg", "algo.n_step=0", "algo.tau=2", "algo.noise_type=pink", "actor.chunk_steps=2",
+                     "algo.n_step=3"])
+    assert all(s in str(bad.value) for s in ("algo.tau", "noise_type", "actor.chunk_steps (2) must be >= algo.n_step"))
+    with pytest.raises(ConfigError, match="algo.sigma must be > 0"):
+        load_config(["algo=es", "algo.sigma=0"])
+    with pytest.raises(ConfigError, match=r"algo.lr.*did you mean"):
+        load_config(["algo=es", "algo.lrr=1"])
 
 
 def test_overrides_and_shorthands():

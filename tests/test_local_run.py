@@ -153,3 +153,34 @@ def test_run_survives_kill_9_of_actor_learner_and_replay(runs):
     assert summary["env_steps"] >= 40960
     assert "resumed at update" in (run.run_dir / "logs" / "learner.log").read_text()
     run.assert_nothing_left()
+
+
+@pytest.mark.slow
+def test_ddpg_learns_pendulum_within_30k_steps_through_a_learner_kill(runs):
+    """Off-policy end to end: two actors, prioritized replay, the replay ratio held, and a learner killed
+    mid-run resuming from its checkpoint against the replay that kept running."""
+    run = runs("ddpg-pendulum", "algo=ddpg", "env=Pendulum-v1", "actors=2", "steps=30000", "seed=1",
+               "replay.mode=prioritized", "algo.learning_starts=1000", "algo.hidden_sizes=[64,64]",
+               "actor.chunk_steps=32", "learner.checkpoint_interval=4")
+    wait_until(lambda: run.updates() >= 5000, 300)
+    run.role("learner").send_signal(signal.SIGKILL)
+    summary = run.wait(600)
+    assert summary["status"] == "completed" and summary["restarts"]["learner"] >= 1, summary
+    assert 30_000 <= summary["env_steps"] < 31_000
+    assert summary["eval_return_mean"] >= -250, summary
+    last = read_metrics(run.run_dir / "metrics.jsonl")[-1]
+    assert 0.85 <= last["updates"] / (last["env_steps"] - 1000) <= 1.05, "one gradient step per env step"
+    assert "resumed at update" in (run.run_dir / "logs" / "learner.log").read_text()
+    run.assert_nothing_left()
+
+
+@pytest.mark.slow
+def test_es_learns_inverted_pendulum(runs):
+    run = runs("es-pendulum", "algo=es", "env=InvertedPendulum-v5", "actors=2", "topology.envs_per_actor=8",
+               "algo.batch_size=32", "steps=400000", "seed=1")
+    summary = run.wait(600)
+    assert summary["status"] == "completed" and summary["eval_return_mean"] >= 900, summary
+    rows = read_metrics(run.run_dir / "metrics.jsonl")
+    assert all(r["pairs"] == 32 for r in rows), "every generation is one whole population"
+    assert rows[-1]["stale_dropped"] == 0, "lock-step actors compute nothing for an old theta"
+    run.assert_nothing_left()

@@ -138,6 +138,33 @@ def test_prioritized_updates_are_routed_to_the_owning_shard(roles, ctx):
     sampler.close()
 
 
+def test_transition_replies_count_env_steps_and_hand_over_finished_episodes_once(roles, ctx):
+    """Off-policy learners see no chunks: a reply carries the shard's env-step count (the actor's, which
+    differs from the transitions stored when actors send n-step transitions) and the episodes since."""
+    settings = loopback_settings()
+    roles.start("replay", settings, "--mode", "uniform", "--capacity", "1000")
+    endpoint = ReplayEndpoint("127.0.0.1", settings.experience_port, settings.sample_port)
+    sender = ExperienceSender(ctx, [endpoint.experience])
+    sampler = SampleClient(ctx, [endpoint.sample], LIMITS, prefetch=1)
+    meta = {"version": 0, "env_steps": 20, "episode_returns": [-3.5, 7.0], "episode_lengths": [10, 12]}
+    assert sender.send(chunk(1.0, T=8, K=2), meta, timeout_s=10)
+    assert sender.send(chunk(2.0, T=8, K=2), {"version": 0, "env_steps": 20}, timeout_s=10)
+    seen_returns: list[float] = []
+    replies = []
+    for _ in range(50):
+        got = sampler.next_batch(4, 1.0)
+        if got is None:
+            continue
+        replies.append(got[1].meta)
+        seen_returns += got[1].meta["episode_returns"]
+        if got[1].meta["env_steps"] == 40 and len(replies) > 3:
+            break
+    assert replies[-1]["env_steps"] == 40 and replies[-1]["shard"] == 0
+    assert seen_returns == [-3.5, 7.0], "each finished episode is handed over exactly once"
+    sender.close()
+    sampler.close()
+
+
 def test_ps_late_join_not_modified_and_new_incarnation(roles, ctx):
     settings = loopback_settings()
     publisher = ParamPublisher(ctx, settings.bind(settings.params_pub_port))
