@@ -1,6 +1,6 @@
 """Learning benchmark: a full `surreal run` per seed, compared with published returns.
 
-    python -m bench.learning ppo HalfCheetah-v5 [--steps 1000000] [--seeds 1 2 3] [--actors 4]
+    python -m bench.learning {ppo,ddpg,es} HalfCheetah-v5 [--steps 1000000] [--seeds 1 2 3] [--actors 4]
                              [--parallel] [overrides ...]
 
 Each seed is one ordinary run (its folder under bench/results/runs/ holds config, metrics, eval and the
@@ -21,20 +21,34 @@ import numpy as np
 from bench._runs import RESULTS, WatchedRun
 from surreal.launch.plot import plot_run
 
-# Published PPO returns at 1M environment steps (MuJoCo v4 / v3 tasks; v5 differs only in details).
+# Published returns (MuJoCo v4 / v3 tasks; v5 differs only in details), per algorithm and task.
 REFERENCES = {
-    "HalfCheetah-v5": {
-        "cleanrl_ppo_continuous_action": "about 1,400-2,000 (v4, 1M steps)",
-        "tianshou_ppo": "about 5,800 (v3, 1M steps)",
-        "target": 2500,
+    "ppo": {
+        "HalfCheetah-v5": {
+            "cleanrl_ppo_continuous_action": "about 1,400-2,000 (v4, 1M steps)",
+            "tianshou_ppo": "about 5,800 (v3, 1M steps)",
+            "target": 2500,
+        },
+        "InvertedPendulum-v5": {"cleanrl_ppo_continuous_action": "about 1,000 (v4)", "target": 900},
     },
-    "InvertedPendulum-v5": {"cleanrl_ppo_continuous_action": "about 1,000 (v4)", "target": 900},
+    "ddpg": {
+        "HalfCheetah-v5": {
+            "cleanrl_ddpg_continuous_action": "about 8,600-10,000 (v4, 1M steps)",
+            "cleanrl_td3_continuous_action": "about 9,600-10,200 (v4, 1M steps)",
+            "target": 8000,
+        },
+        "Pendulum-v1": {"target": -250, "note": "solved is about -150 to -200; the suite's bar is 30k steps"},
+    },
+    "es": {
+        "InvertedPendulum-v5": {"target": 900},
+        "HalfCheetah-v5": {"openai_es_paper": "about 3,000 after 5M timesteps on v1 (Salimans et al. 2017, Table 3)"},
+    },
 }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("algo", choices=["ppo"])
+    parser.add_argument("algo", choices=sorted(REFERENCES))
     parser.add_argument("env")
     parser.add_argument("--steps", type=int, default=1_000_000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
@@ -71,7 +85,7 @@ def main() -> None:
         "runs": results,
         "eval_return_mean": float(np.mean(returns)) if returns else None,
         "wall_s_mean": float(np.mean([r["wall_s"] for r in results])),
-        "references": REFERENCES.get(args.env, {}),
+        "references": REFERENCES[args.algo].get(args.env, {}),
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     line = json.dumps(result)

@@ -9,6 +9,11 @@ inside) are published after every update; a checkpoint is written every `checkpo
 and at the end, and `--resume` continues from the latest one with the same counters. When
 `total_env_steps` is reached it evaluates the deterministic policy, writes eval.json, publishes a final
 blob marked `done` (actors stop on it) and exits 0.
+
+On-policy algorithms (PPO, ES) learn from whole chunks, `batch_size` units per update. Off-policy ones
+(DDPG) learn from sampled transition batches, one gradient step each, at `replay_ratio` steps per env step
+(the env steps come from the shards' replies), send priorities back to the owning shard, publish every
+`publish_interval` steps and write a metrics row every 250 (docs/architecture.md, "Flow control").
 """
 
 from __future__ import annotations
