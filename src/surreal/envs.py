@@ -28,7 +28,7 @@ def make_vec_env(
         vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
         **(env_kwargs or {}),
     )
-    envs.reset(seed=[seed + i for i in range(num_envs)])
+    envs.reset(seed=[seed + i for i in range(num_envs)])  # type: ignore[arg-type]  # one seed per env is documented
     envs.action_space.seed(seed)
     return envs
 

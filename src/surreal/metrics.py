@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
@@ -18,7 +19,7 @@ class RoleMetrics:
         self.registry = CollectorRegistry()
         self.labels = {"role": role, "index": str(index)}
         self.port: int | None = None
-        self._server = None
+        self._server: WSGIServer | None = None
 
     def counter(self, name: str, doc: str, labelnames: Sequence[str] = ()):
         """A counter already bound to this role's labels; with `labelnames`, a family whose

@@ -41,6 +41,9 @@ def relu_mlp(sizes: list[int]) -> nn.Sequential:
 class DeterministicActor(nn.Module):
     """mu(s) = tanh(MLP(s)) * action_scale + action_bias: always inside the action bounds."""
 
+    action_scale: torch.Tensor
+    action_bias: torch.Tensor
+
     def __init__(self, obs_dim: int, act_space: spaces.Box, hidden_sizes: list[int]) -> None:
         super().__init__()
         self.net = relu_mlp([obs_dim, *hidden_sizes, int(act_space.shape[0])])

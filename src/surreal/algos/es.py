@@ -72,8 +72,8 @@ class Adam:
     def step(self, theta: np.ndarray, grad: np.ndarray) -> np.ndarray:
         """Returns the new theta, a step *down* `grad`."""
         self.t += 1
-        self.m = self.beta1 * self.m + (1 - self.beta1) * grad
-        self.v = self.beta2 * self.v + (1 - self.beta2) * grad * grad
+        self.m = (self.beta1 * self.m + (1 - self.beta1) * grad).astype(np.float32)
+        self.v = (self.beta2 * self.v + (1 - self.beta2) * grad * grad).astype(np.float32)
         step = self.lr * np.sqrt(1 - self.beta2**self.t) / (1 - self.beta1**self.t)
         return (theta - step * self.m / (np.sqrt(self.v) + self.eps)).astype(np.float32)
 

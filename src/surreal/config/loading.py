@@ -78,7 +78,7 @@ def read_config(path: str | os.PathLike[str]) -> ExperimentConfig:
     partial one (the Helm chart's `experiment` values) whose missing keys take the packaged defaults of
     its algorithm. `algo` may be a name (`algo: ddpg`) or a mapping with a `name` (`algo: {name: ddpg, ...}`)."""
     try:
-        node = OmegaConf.load(path)
+        node = OmegaConf.load(Path(path))
     except (OSError, yaml.YAMLError, OmegaConfBaseException) as exc:
         raise ConfigError(f"cannot read config {path}: {exc}") from None
     if not isinstance(node, DictConfig):
@@ -93,6 +93,7 @@ def read_config(path: str | os.PathLike[str]) -> ExperimentConfig:
         merged = OmegaConf.merge(defaults, node)
     except OmegaConfBaseException as exc:
         raise ConfigError(f"config {path}: {_short(exc, name)}") from None
+    assert isinstance(merged, DictConfig)
     return _to_config(merged)
 
 
@@ -222,7 +223,7 @@ def _lookup(schema: DictConfig, dotted: str) -> str:
 
 def _all_keys(node: DictConfig, prefix: str = "") -> Iterator[str]:
     for key in node:
-        full = f"{prefix}{key}"
+        full = f"{prefix}{key!s}"
         yield full
         child = node.get(key)
         if isinstance(child, DictConfig):

@@ -94,8 +94,9 @@ def create_run_folder(cfg: ExperimentConfig, overrides: Sequence[str] = ()) -> t
     Returns the absolute folder and the config with its name filled in. A folder that already holds a
     run (metrics.jsonl) is refused rather than mixed into: the learner appends to that file.
     """
-    cfg = replace(cfg, name=run_name(cfg))
-    run_dir = (runs_root() / cfg.name).resolve()
+    name = run_name(cfg)
+    cfg = replace(cfg, name=name)
+    run_dir = (runs_root() / name).resolve()
     if (run_dir / "metrics.jsonl").exists():
         raise ConfigError(f"{run_dir} already holds a run; choose another name=")
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)

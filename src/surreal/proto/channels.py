@@ -14,6 +14,7 @@ plus the small server-side helpers that keep socket options in one place.
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -70,12 +71,12 @@ def send(sock: zmq.Socket, frames: Sequence[Any], timeout_s: float) -> bool:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
-            sock.poll(min(remaining, 0.05) * 1000, zmq.POLLOUT)
+            sock.poll(math.ceil(min(remaining, 0.05) * 1000), zmq.POLLOUT)
 
 
 def recv_frames(sock: zmq.Socket, timeout_s: float) -> list[zmq.Frame] | None:
     """Receive one multipart message as zero-copy frames, or None after `timeout_s`."""
-    if sock.poll(max(timeout_s, 0.0) * 1000, zmq.POLLIN) == 0:
+    if sock.poll(math.ceil(max(timeout_s, 0.0) * 1000), zmq.POLLIN) == 0:
         return None
     return sock.recv_multipart(copy=False)
 
@@ -169,7 +170,7 @@ class SampleClient:
         while True:
             self._top_up(batch_size)
             remaining = deadline - time.monotonic()
-            ready = dict(self.poller.poll(max(remaining, 0.0) * 1000 if remaining > 0 else 0))
+            ready = dict(self.poller.poll(math.ceil(remaining * 1000) if remaining > 0 else 0))
             for index, shard in enumerate(self.shards):
                 if shard.sock not in ready:
                     continue

@@ -35,6 +35,7 @@ import zmq
 
 from surreal.algos import get_algorithm
 from surreal.config import ExperimentConfig, algo_config
+from surreal.config.schema import DDPGConfig
 from surreal.envs import make_env
 from surreal.metrics import RoleMetrics
 from surreal.proto.channels import ParamPublisher, SampleClient
@@ -264,6 +265,7 @@ class Learner:
     def updates_allowed(self) -> int:
         """Gradient steps the replay ratio allows at the env steps received so far (0 until learning_starts)."""
         algo = self.cfg.algo
+        assert isinstance(algo, DDPGConfig), "only off-policy algorithms have a replay ratio"
         past_start = self.counters.env_steps - algo.learning_starts
         return int(past_start * algo.replay_ratio) if past_start >= 0 else 0
 
@@ -271,7 +273,7 @@ class Learner:
         """Off-policy flow control: env steps the actors together may have taken by now, `rollout_ahead`
         messages per actor past what the replay ratio needs (docs/architecture.md). None: unthrottled."""
         algo, ahead = self.cfg.algo, self.cfg.actor.rollout_ahead
-        if type(algo).on_policy or ahead == 0:
+        if not isinstance(algo, DDPGConfig) or ahead == 0:
             return None
         slack = ahead * self.cfg.topology.actors * algo.chunk_size(self.cfg)
         return int(algo.learning_starts + self.counters.updates / algo.replay_ratio + slack)
@@ -297,6 +299,7 @@ class Learner:
                       "priorities": priorities.astype(np.float64)}
             self.sampler.update_priorities(shard, update)
         interval.append(stats)
+        assert isinstance(self.cfg.algo, DDPGConfig)
         if c.updates % self.cfg.algo.publish_interval == 0:
             c.version += 1
             self.publish()

@@ -13,6 +13,7 @@ incarnation (a learner resumed from a checkpoint restarts at the checkpoint's ve
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 import zmq
@@ -67,7 +68,7 @@ class ParamServer:
         self.bad_messages = 0
 
     def poll_once(self, timeout_s: float) -> None:
-        events = dict(self.poller.poll(timeout_s * 1000))
+        events = dict(self.poller.poll(math.ceil(timeout_s * 1000)))
         if self.subscriber.sock in events:
             while True:
                 try:

@@ -13,6 +13,7 @@ keeps serving. Torch-free.
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -122,7 +123,7 @@ class ReplayServer:
     # -- the loop -------------------------------------------------------------------------------------
 
     def poll_once(self, timeout_s: float) -> None:
-        events = dict(self.poller.poll(timeout_s * 1000))
+        events = dict(self.poller.poll(math.ceil(timeout_s * 1000)))
         if self.pull in events:
             for _ in range(64):  # drain a burst, but let sample requests in between bursts
                 try:
@@ -173,9 +174,8 @@ class ReplayServer:
         self.env_steps_in += steps if isinstance(steps, int) and not isinstance(steps, bool) and steps >= 0 else n
         if self.forward_episodes:
             returns, lengths = message.meta.get("episode_returns"), message.meta.get("episode_lengths")
-            numbers = isinstance(returns, list) and isinstance(lengths, list) and len(returns) == len(lengths) and all(
-                isinstance(x, int | float) and not isinstance(x, bool) for x in returns + lengths)
-            if numbers:
+            if (isinstance(returns, list) and isinstance(lengths, list) and len(returns) == len(lengths)
+                    and all(isinstance(x, int | float) and not isinstance(x, bool) for x in returns + lengths)):
                 self.finished_returns.extend(float(r) for r in returns)
                 self.finished_lengths.extend(int(length) for length in lengths)
         stats = self.replay.stats()

@@ -76,6 +76,7 @@ class RolloutCollector:
         """Step every environment `chunk_steps` times with `policy.act`; `version` labels the parameters."""
         T, K = self.chunk_steps, self.num_envs
         obs_shape = self.envs.single_observation_space.shape
+        assert obs_shape is not None, "Box observations have a shape"
         arrays: dict[str, np.ndarray] = {
             "obs": np.empty((T, K, *obs_shape), np.float32),
             "next_obs": np.empty((T, K, *obs_shape), np.float32),
@@ -125,7 +126,7 @@ def evaluate(
     running = np.zeros(n, np.float64)
     returns: list[float] = []
     envs = make_vec_env(env_id, n, seed, env_kwargs)
-    obs, _ = envs.reset(seed=[seed + i for i in range(n)])
+    obs, _ = envs.reset(seed=[seed + i for i in range(n)])  # type: ignore[arg-type]  # per-env seeds are documented
     try:
         while (done_count < quotas).any():
             obs, rewards, terminated, truncated, _ = envs.step(policy.act_deterministic(obs))

@@ -48,7 +48,8 @@ def train_serial(
     learner = algo.make_learner(obs_space, act_space, cfg, torch.device(device))
     policy.load_params(learner.params())
     collector = algo.make_collector(envs, policy, cfg, 0, chunk_steps)
-    env_steps, used, version, recent = 0, 0, 0, []
+    env_steps, used, version = 0, 0, 0
+    recent: list[float] = []
     try:
         while env_steps < total_env_steps:
             chunks, transitions = [], 0
