@@ -49,6 +49,7 @@ run: $(STAMP)
 ## The whole suite, learning and reliability runs included (what CI runs).
 test: $(STAMP) tools
 	$(PY) -m ruff check src tests bench
+	$(PY) -m ruff format --check src tests bench
 	$(PY) -m mypy
 	$(PY) -m pytest -q
 
@@ -58,6 +59,7 @@ test-fast: $(STAMP) tools
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests bench
+	$(PY) -m ruff format --check src tests bench
 
 ## Static types of the package (mypy, configured in pyproject.toml).
 typecheck: $(STAMP)

@@ -21,8 +21,12 @@ class WatchedRun:
         runs_root.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "SURREAL_RUNS_ROOT": str(runs_root), "PYTHONUNBUFFERED": "1"}
         self.console = open(runs_root / f"{name}.console.log", "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen([sys.executable, "-m", "surreal", "run", f"name={name}", *overrides,
-                                      "--no-progress"], env=env, stdout=self.console, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "surreal", "run", f"name={name}", *overrides, "--no-progress"],
+            env=env,
+            stdout=self.console,
+            stderr=subprocess.STDOUT,
+        )
         self.rows: list[tuple[float, dict]] = []
         self._offset = 0
 

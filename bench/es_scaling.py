@@ -47,11 +47,20 @@ def main() -> None:
     results = []
     for n in args.actors:
         if args.pairs % (n * args.pairs_per_chunk):
-            raise SystemExit(f"--pairs {args.pairs} must be a multiple of actors x pairs-per-chunk ({n} x "
-                             f"{args.pairs_per_chunk}) so every generation is exactly one population")
-        overrides = ["algo=es", f"env={args.env}", f"actors={n}", f"topology.envs_per_actor={args.envs_per_actor}",
-                     f"algo.batch_size={args.pairs}", f"algo.pairs_per_chunk={args.pairs_per_chunk}",
-                     "steps=1000000000", "seed=1"]
+            raise SystemExit(
+                f"--pairs {args.pairs} must be a multiple of actors x pairs-per-chunk ({n} x "
+                f"{args.pairs_per_chunk}) so every generation is exactly one population"
+            )
+        overrides = [
+            "algo=es",
+            f"env={args.env}",
+            f"actors={n}",
+            f"topology.envs_per_actor={args.envs_per_actor}",
+            f"algo.batch_size={args.pairs}",
+            f"algo.pairs_per_chunk={args.pairs_per_chunk}",
+            "steps=1000000000",
+            "seed=1",
+        ]
         run = WatchedRun(f"es-scaling-{n}-{stamp}", overrides, RESULTS / "runs")
         run.run_for(args.seconds)
         seconds, generations = generation_seconds(run, args.skip)

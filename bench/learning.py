@@ -60,8 +60,14 @@ def main() -> None:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     runs = []
     for seed in args.seeds:
-        overrides = [f"algo={args.algo}", f"env={args.env}", f"steps={args.steps}", f"seed={seed}",
-                     f"actors={args.actors}", *args.overrides]
+        overrides = [
+            f"algo={args.algo}",
+            f"env={args.env}",
+            f"steps={args.steps}",
+            f"seed={seed}",
+            f"actors={args.actors}",
+            *args.overrides,
+        ]
         run = WatchedRun(f"learning-{args.algo}-{args.env}-s{seed}-{stamp}", overrides, RESULTS / "runs")
         runs.append(run)
         if not args.parallel:
@@ -70,8 +76,21 @@ def main() -> None:
     for run in runs:
         summary = run.wait(args.timeout)
         plot_run(run.run_dir)
-        results.append({k: summary[k] for k in ("seed", "status", "env_steps", "wall_s", "env_steps_per_s",
-                                                "eval_return_mean", "eval_return_std", "train_return_mean")})
+        results.append(
+            {
+                k: summary[k]
+                for k in (
+                    "seed",
+                    "status",
+                    "env_steps",
+                    "wall_s",
+                    "env_steps_per_s",
+                    "eval_return_mean",
+                    "eval_return_std",
+                    "train_return_mean",
+                )
+            }
+        )
         print(json.dumps(results[-1]), flush=True)
     returns = [r["eval_return_mean"] for r in results if r["eval_return_mean"] is not None]
     result = {

@@ -33,9 +33,9 @@ MIB = 1 << 20
 OBS, ACT = 17, 6
 
 
-
 def free_port() -> int:
     return free_ports(1)[0]
+
 
 def experience_chunk(transitions: int, envs: int = 1) -> dict[str, np.ndarray]:
     """A time-major chunk shaped like an actor's (T, K) of HalfCheetah transitions."""
@@ -257,15 +257,24 @@ def main() -> None:
     result["raw_zmq_gbytes_per_s"] = push_throughput(_raw_pusher, messages, decode_messages=False)
     result["experience_gbytes_per_s"] = push_throughput(_experience_pusher, messages, decode_messages=True)
     result["ratio_to_raw"] = result["experience_gbytes_per_s"] / result["raw_zmq_gbytes_per_s"]
-    print(f"(a) raw {result['raw_zmq_gbytes_per_s']:.2f} GB/s  (b) experience "
-          f"{result['experience_gbytes_per_s']:.2f} GB/s  ratio {result['ratio_to_raw']:.2f}", flush=True)
+    print(
+        f"(a) raw {result['raw_zmq_gbytes_per_s']:.2f} GB/s  (b) experience "
+        f"{result['experience_gbytes_per_s']:.2f} GB/s  ratio {result['ratio_to_raw']:.2f}",
+        flush=True,
+    )
     result.update(replay_numbers(args.quick))
-    print(f"(c) {result['transitions_per_s']:,.0f} transitions/s into one shard  (d) "
-          f"{result['sample_batches_per_s_256']:.0f} batches/s of 256, "
-          f"{result['sample_batches_per_s_4096']:.0f} of 4096", flush=True)
+    print(
+        f"(c) {result['transitions_per_s']:,.0f} transitions/s into one shard  (d) "
+        f"{result['sample_batches_per_s_256']:.0f} batches/s of 256, "
+        f"{result['sample_batches_per_s_4096']:.0f} of 4096",
+        flush=True,
+    )
     result.update(param_fetch_numbers(args.quick))
-    print(f"(e) 1 MB param fetch with 8 actors: p50 {result['param_fetch_ms_p50']:.2f} ms, "
-          f"p99 {result['param_fetch_ms_p99']:.2f} ms", flush=True)
+    print(
+        f"(e) 1 MB param fetch with 8 actors: p50 {result['param_fetch_ms_p50']:.2f} ms, "
+        f"p99 {result['param_fetch_ms_p99']:.2f} ms",
+        flush=True,
+    )
     line = json.dumps(result)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -63,15 +63,26 @@ def raw_rate(env_id: str, actors: int, num_envs: int, seconds: float) -> float:
 def system_rate(env_id: str, actors: int, num_envs: int, seconds: float, device: str) -> dict:
     batch = max(2048, 2 * actors * num_envs * CHUNK_STEPS)
     overrides = [
-        f"env={env_id}", f"actors={actors}", f"topology.envs_per_actor={num_envs}", f"device={device}",
-        f"actor.chunk_steps={CHUNK_STEPS}", f"algo.batch_size={batch}", f"algo.minibatch_size={batch // MINIBATCHES}",
-        f"replay.capacity={4 * batch}", "steps=1000000000", "learner.checkpoint_interval=1000000",
+        f"env={env_id}",
+        f"actors={actors}",
+        f"topology.envs_per_actor={num_envs}",
+        f"device={device}",
+        f"actor.chunk_steps={CHUNK_STEPS}",
+        f"algo.batch_size={batch}",
+        f"algo.minibatch_size={batch // MINIBATCHES}",
+        f"replay.capacity={4 * batch}",
+        "steps=1000000000",
+        "learner.checkpoint_interval=1000000",
     ]
     run = WatchedRun(f"throughput-{actors}-{int(time.time())}", overrides, RESULTS / "runs")
     run.run_for(seconds)
     lags = [row["version_lag_mean"] for _, row in run.rows[3:]]
-    return {"rate": run.steady_rate(skip_rows=3), "updates": len(run.rows), "batch_size": batch,
-            "version_lag_mean": float(np.mean(lags)) if lags else float("nan")}
+    return {
+        "rate": run.steady_rate(skip_rows=3),
+        "updates": len(run.rows),
+        "batch_size": batch,
+        "version_lag_mean": float(np.mean(lags)) if lags else float("nan"),
+    }
 
 
 def main() -> None:

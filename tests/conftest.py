@@ -17,9 +17,9 @@ from surreal.settings import ReplayEndpoint, Settings
 REPO = Path(__file__).resolve().parents[1]
 
 
-
 def free_port() -> int:
     return free_ports(1)[0]
+
 
 def wait_until(condition: Callable[[], object], timeout_s: float, interval_s: float = 0.05) -> object:
     """Poll `condition` until truthy; fail the test after `timeout_s`."""

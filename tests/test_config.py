@@ -69,8 +69,9 @@ def test_replay_mode_auto_follows_the_algorithm_and_contradictions_are_named():
     with pytest.raises(ConfigError, match="deterministic=true is for on-policy"):
         load_config(["algo=ddpg", "deterministic=true", "actors=1"])
     with pytest.raises(ConfigError) as bad:
-        load_config(["algo=ddpg", "algo.n_step=0", "algo.tau=2", "algo.noise_type=pink", "actor.chunk_steps=2",
-                     "algo.n_step=3"])
+        load_config(
+            ["algo=ddpg", "algo.n_step=0", "algo.tau=2", "algo.noise_type=pink", "actor.chunk_steps=2", "algo.n_step=3"]
+        )
     assert all(s in str(bad.value) for s in ("algo.tau", "noise_type", "actor.chunk_steps (2) must be >= algo.n_step"))
     with pytest.raises(ConfigError, match="algo.sigma must be > 0"):
         load_config(["algo=es", "algo.sigma=0"])
@@ -79,8 +80,18 @@ def test_replay_mode_auto_follows_the_algorithm_and_contradictions_are_named():
 
 
 def test_overrides_and_shorthands():
-    cfg = load_config(["actors=4", "env=Hopper-v5", "steps=5000", "name=x", "algo.lr=1e-3", "seed=7",
-                       "env.kwargs.ctrl_cost_weight=0.2", "algo.hidden_sizes=[32,32]"])
+    cfg = load_config(
+        [
+            "actors=4",
+            "env=Hopper-v5",
+            "steps=5000",
+            "name=x",
+            "algo.lr=1e-3",
+            "seed=7",
+            "env.kwargs.ctrl_cost_weight=0.2",
+            "algo.hidden_sizes=[32,32]",
+        ]
+    )
     assert (cfg.topology.actors, cfg.env.id, cfg.total_env_steps, cfg.name) == (4, "Hopper-v5", 5000, "x")
     assert (cfg.algo.lr, cfg.algo.hidden_sizes, cfg.env.kwargs) == (1e-3, [32, 32], {"ctrl_cost_weight": 0.2})
     assert cfg.algo.seed == 7, "the algorithm sees the experiment's seed"
@@ -88,8 +99,14 @@ def test_overrides_and_shorthands():
 
 def test_expand_aliases_touches_only_the_shorthands():
     assert expand_aliases(["actors=4", "env=Ant-v5", "steps=10", "name=a", "algo=ppo", "env.id=X", "++steps=3"]) == [
-        "topology.actors=4", "env.id=Ant-v5", "total_env_steps=10", "name=a", "algo=ppo", "env.id=X",
-        "++total_env_steps=3"]
+        "topology.actors=4",
+        "env.id=Ant-v5",
+        "total_env_steps=10",
+        "name=a",
+        "algo=ppo",
+        "env.id=X",
+        "++total_env_steps=3",
+    ]
 
 
 def test_algo_config_carries_the_top_level_seed_without_touching_the_experiment():
@@ -101,8 +118,15 @@ def test_algo_config_carries_the_top_level_seed_without_touching_the_experiment(
 
 @pytest.mark.parametrize(
     ("override", "named"),
-    [("topology.actor=3", "'topology.actors'"), ("algo.lrr=1", "'algo.lr'"), ("seed=abc", "seed"),
-     ("actors=x", "topology.actors"), ("algo=nope", "nope"), ("algo.seed=3", "seed=N"), ("bogus", "bogus")],
+    [
+        ("topology.actor=3", "'topology.actors'"),
+        ("algo.lrr=1", "'algo.lr'"),
+        ("seed=abc", "seed"),
+        ("actors=x", "topology.actors"),
+        ("algo=nope", "nope"),
+        ("algo.seed=3", "seed=N"),
+        ("bogus", "bogus"),
+    ],
 )
 def test_typos_and_wrong_types_name_the_key(override, named):
     with pytest.raises(ConfigError) as info:
@@ -120,11 +144,29 @@ def test_every_unknown_key_is_listed_at_once():
 
 def test_bad_values_are_all_listed():
     with pytest.raises(ConfigError) as info:
-        load_config(["algo.gamma=2", "topology.actors=0", "device=tpu", "algo.minibatch_size=4096",
-                     "algo.gae_lambda=-0.1", "replay.mode=lifo", "env=''", "name=a/b"])
+        load_config(
+            [
+                "algo.gamma=2",
+                "topology.actors=0",
+                "device=tpu",
+                "algo.minibatch_size=4096",
+                "algo.gae_lambda=-0.1",
+                "replay.mode=lifo",
+                "env=''",
+                "name=a/b",
+            ]
+        )
     message = str(info.value)
-    for key in ("algo.gamma", "topology.actors", "device", "algo.minibatch_size", "algo.gae_lambda",
-                "replay.mode", "env.id", "name="):
+    for key in (
+        "algo.gamma",
+        "topology.actors",
+        "device",
+        "algo.minibatch_size",
+        "algo.gae_lambda",
+        "replay.mode",
+        "env.id",
+        "name=",
+    ):
         assert key in message
     assert isinstance(info.value, ValueError)
 

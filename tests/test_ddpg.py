@@ -103,8 +103,9 @@ def pendulum():
     env.close()
 
 
-@pytest.mark.parametrize(("noise_type", "steps", "std_range"), [("gaussian", 1, (0.17, 0.23)),
-                                                                 ("ou", 1500, (0.2, 0.55))])
+@pytest.mark.parametrize(
+    ("noise_type", "steps", "std_range"), [("gaussian", 1, (0.17, 0.23)), ("ou", 1500, (0.2, 0.55))]
+)
 def test_policy_explores_uniformly_until_the_first_update_then_around_mu(pendulum, noise_type, steps, std_range):
     cfg = algo_config(load_config(["algo=ddpg", f"algo.noise_type={noise_type}", "algo.hidden_sizes=[16]"]))
     policy = ddpg.make_policy(*pendulum, cfg, actor_index=0, num_actors=1)
@@ -141,8 +142,14 @@ def batch(n: int, rewards: float) -> dict[str, np.ndarray]:
     }
 
 
-@pytest.mark.parametrize("overrides", [[], ["algo.twin_critics=true", "algo.target_policy_noise=0.2"],
-                                       ["algo.target_update_period=10", "algo.max_grad_norm=1.0"]])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["algo.twin_critics=true", "algo.target_policy_noise=0.2"],
+        ["algo.target_update_period=10", "algo.max_grad_norm=1.0"],
+    ],
+)
 def test_critic_fits_the_target_and_priorities_are_its_td_errors(pendulum, overrides):
     cfg = algo_config(load_config(["algo=ddpg", "algo.hidden_sizes=[32,32]", "algo.critic_lr=1e-2", *overrides]))
     learner = ddpg.make_learner(*pendulum, cfg, torch.device("cpu"))

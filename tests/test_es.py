@@ -54,8 +54,9 @@ def test_adam_descends():
 
 @pytest.fixture
 def cfg():
-    return algo_config(load_config(["algo=es", "algo.noise_table_size=200000", "algo.hidden_sizes=[8]",
-                                    "algo.pairs_per_chunk=3"]))
+    return algo_config(
+        load_config(["algo=es", "algo.noise_table_size=200000", "algo.hidden_sizes=[8]", "algo.pairs_per_chunk=3"])
+    )
 
 
 def test_collector_evaluates_each_pair_twice_and_reports_consistent_statistics(cfg):
@@ -91,9 +92,14 @@ def fake_generation(learner, pairs: int, better_direction: np.ndarray) -> list[C
     score = noise @ better_direction
     returns = np.stack([score, -score], axis=1).astype(np.float32)
     obs_dim = len(learner.obs_rms.mean)
-    arrays = {"noise_offsets": offsets[None], "returns": returns[None], "lengths": np.ones((1, pairs, 2), np.int32),
-              "obs_sum": np.full((1, pairs, obs_dim), 2.0), "obs_sumsq": np.full((1, pairs, obs_dim), 8.0),
-              "obs_count": np.full((1, pairs), 2.0)}
+    arrays = {
+        "noise_offsets": offsets[None],
+        "returns": returns[None],
+        "lengths": np.ones((1, pairs, 2), np.int32),
+        "obs_sum": np.full((1, pairs, obs_dim), 2.0),
+        "obs_sumsq": np.full((1, pairs, obs_dim), 8.0),
+        "obs_count": np.full((1, pairs), 2.0),
+    }
     return [Chunk(arrays, version=0, actor=0, steps=2 * pairs)]
 
 

@@ -42,12 +42,21 @@ def valid_messages() -> list[list[bytes]]:
     return [
         [bytes(memoryview(f)) for f in encode("experience", {"version": 1}, arrays)],
         [bytes(memoryview(f)) for f in encode("sample_request", {"id": 1, "batch_size": 8})],
-        [bytes(memoryview(f)) for f in encode("priority_update", {}, {"slots": np.zeros(2, np.int64),
-                                                                     "ids": np.zeros(2, np.uint64),
-                                                                     "priorities": np.ones(2)})],
+        [
+            bytes(memoryview(f))
+            for f in encode(
+                "priority_update",
+                {},
+                {"slots": np.zeros(2, np.int64), "ids": np.zeros(2, np.uint64), "priorities": np.ones(2)},
+            )
+        ],
         [bytes(memoryview(f)) for f in encode("params_request", {"version": 0, "incarnation": "x"})],
-        [bytes(memoryview(f)) for f in encode("params", {"version": 10**6, "incarnation": "evil"},
-                                              {"policy": {"w": np.ones(3, np.float32)}})],
+        [
+            bytes(memoryview(f))
+            for f in encode(
+                "params", {"version": 10**6, "incarnation": "evil"}, {"policy": {"w": np.ones(3, np.float32)}}
+            )
+        ],
     ]
 
 
@@ -79,8 +88,18 @@ def mutate(frames: list[bytes], how: str, draw_bytes: bytes, position: int) -> l
     return [msgpack.packb(header), *frames[1:]]
 
 
-HOW = ["flip", "truncate", "version", "kind", "spec_size", "object_dtype", "bad_meta", "extra_frames",
-       "drop_frame", "oversize"]
+HOW = [
+    "flip",
+    "truncate",
+    "version",
+    "kind",
+    "spec_size",
+    "object_dtype",
+    "bad_meta",
+    "extra_frames",
+    "drop_frame",
+    "oversize",
+]
 random_frames = st.lists(st.binary(max_size=64), min_size=1, max_size=6)
 mutated = st.builds(
     mutate,
@@ -153,8 +172,7 @@ def test_fuzz_replay_and_ps_keep_serving(roles, ctx, tmp_path):
         "replay_router": make_socket(ctx, zmq.DEALER),
         "ps_router": make_socket(ctx, zmq.DEALER),
     }
-    endpoints = {"replay_pull": s.replay[0].experience, "replay_router": s.replay[0].sample,
-                 "ps_router": s.ps_addrs[0]}
+    endpoints = {"replay_pull": s.replay[0].experience, "replay_router": s.replay[0].sample, "ps_router": s.ps_addrs[0]}
     for name, endpoint in endpoints.items():
         targets[name].connect(endpoint)
         oversize[name].connect(endpoint)
@@ -194,8 +212,9 @@ def test_fuzz_replay_and_ps_keep_serving(roles, ctx, tmp_path):
     for i in range(5):
         assert sender.send(chunk(float(i)), {"version": 100 + i}, timeout_s=10)
     got = []
-    wait_until(lambda: (r := sampler.next_batch(10_000, 0.5)) and got.extend(r[1].meta["chunks"]) is None
-               and len(got) >= 5, 30)
+    wait_until(
+        lambda: (r := sampler.next_batch(10_000, 0.5)) and got.extend(r[1].meta["chunks"]) is None and len(got) >= 5, 30
+    )
     assert [m["version"] for m in got] == [100, 101, 102, 103, 104]
 
     # The ps still serves the real learner's latest blob (a forged "params" with a huge version may have

@@ -28,7 +28,10 @@ class LocalRun:
         self.log = open(tmp_path / f"{name}.console.log", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "surreal", "run", f"name={name}", *overrides, "--no-progress"],
-            env=env, cwd=tmp_path, stdout=self.log, stderr=subprocess.STDOUT,
+            env=env,
+            cwd=tmp_path,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
         )
         self.seen: dict[int, psutil.Process] = {}
 
@@ -99,8 +102,13 @@ def runs(tmp_path):
 
 
 def test_bad_config_fails_fast_with_a_clear_message(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "surreal", "run", "topology.actorz=2"], capture_output=True,
-                         text=True, timeout=60, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-m", "surreal", "run", "topology.actorz=2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert out.returncode == 2 and "topology.actorz" in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "runs").exists(), "nothing started for a bad config"
 
@@ -159,9 +167,19 @@ def test_run_survives_kill_9_of_actor_learner_and_replay(runs):
 def test_ddpg_learns_pendulum_within_30k_steps_through_a_learner_kill(runs):
     """Off-policy end to end: two actors, prioritized replay, the replay ratio held, and a learner killed
     mid-run resuming from its checkpoint against the replay that kept running."""
-    run = runs("ddpg-pendulum", "algo=ddpg", "env=Pendulum-v1", "actors=2", "steps=30000", "seed=1",
-               "replay.mode=prioritized", "algo.learning_starts=1000", "algo.hidden_sizes=[64,64]",
-               "actor.chunk_steps=32", "learner.checkpoint_interval=4")
+    run = runs(
+        "ddpg-pendulum",
+        "algo=ddpg",
+        "env=Pendulum-v1",
+        "actors=2",
+        "steps=30000",
+        "seed=1",
+        "replay.mode=prioritized",
+        "algo.learning_starts=1000",
+        "algo.hidden_sizes=[64,64]",
+        "actor.chunk_steps=32",
+        "learner.checkpoint_interval=4",
+    )
     wait_until(lambda: run.updates() >= 5000, 300)
     run.role("learner").send_signal(signal.SIGKILL)
     summary = run.wait(600)
@@ -176,8 +194,16 @@ def test_ddpg_learns_pendulum_within_30k_steps_through_a_learner_kill(runs):
 
 @pytest.mark.slow
 def test_es_learns_inverted_pendulum(runs):
-    run = runs("es-pendulum", "algo=es", "env=InvertedPendulum-v5", "actors=2", "topology.envs_per_actor=8",
-               "algo.batch_size=32", "steps=400000", "seed=1")
+    run = runs(
+        "es-pendulum",
+        "algo=es",
+        "env=InvertedPendulum-v5",
+        "actors=2",
+        "topology.envs_per_actor=8",
+        "algo.batch_size=32",
+        "steps=400000",
+        "seed=1",
+    )
     summary = run.wait(600)
     assert summary["status"] == "completed" and summary["eval_return_mean"] >= 900, summary
     rows = read_metrics(run.run_dir / "metrics.jsonl")

@@ -15,16 +15,16 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def write_run(run_dir, returns: list[float | None]) -> None:
     run_dir.mkdir()
     save_config(load_config(["name=curve", "env=Hopper-v5", "seed=4"]), run_dir / "config.yaml")
-    rows = [{"env_steps": 2048 * (i + 1), "updates": i + 1, "train_return_mean": r}
-            for i, r in enumerate(returns)]
+    rows = [{"env_steps": 2048 * (i + 1), "updates": i + 1, "train_return_mean": r} for i, r in enumerate(returns)]
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"env_st')
 
 
 def test_plot_writes_a_png_learning_curve(tmp_path):
     run_dir = tmp_path / "curve"
     write_run(run_dir, [None, *[float(i * i) for i in range(40)]])
-    (run_dir / "eval.json").write_text(json.dumps(
-        {"eval_return_mean": 1600.0, "eval_return_std": 40.0, "eval_episodes": 10, "env_steps": 2048 * 41}))
+    (run_dir / "eval.json").write_text(
+        json.dumps({"eval_return_mean": 1600.0, "eval_return_std": 40.0, "eval_episodes": 10, "env_steps": 2048 * 41})
+    )
 
     path = plot_run(run_dir)
     assert path == str(run_dir / "learning_curve.png")

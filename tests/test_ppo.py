@@ -148,8 +148,9 @@ def test_reward_scaling_does_not_depend_on_how_an_actors_stream_is_cut(setup):
     def chunk(actor, sl):
         return Chunk({"rewards": rewards[sl], "terminated": done[sl], "truncated": np.zeros_like(done[sl])}, 0, actor)
 
-    whole, pieces = (PPOLearner(envs.single_observation_space, envs.single_action_space, cfg, torch.device("cpu"))
-                     for _ in range(2))
+    whole, pieces = (
+        PPOLearner(envs.single_observation_space, envs.single_action_space, cfg, torch.device("cpu")) for _ in range(2)
+    )
     whole._scale_rewards(chunk(0, slice(0, 10)))
     pieces._scale_rewards(chunk(0, slice(0, 4)))
     pieces._scale_rewards(chunk(7, slice(0, 10)))  # another actor
@@ -166,8 +167,16 @@ def test_update_reports_its_statistics_anneals_and_counts(setup):
     collector = RolloutCollector(envs, policy, chunk_steps=32, actor_index=0)
     chunks = [collector.collect(0), collector.collect(0)]
     stats = learner.update(chunks, progress=0.25)
-    assert set(stats) == {"policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance",
-                          "lr", "batch_transitions"}
+    assert set(stats) == {
+        "policy_loss",
+        "value_loss",
+        "entropy",
+        "approx_kl",
+        "clipfrac",
+        "explained_variance",
+        "lr",
+        "batch_transitions",
+    }
     assert all(isinstance(v, float) for v in stats.values())
     assert stats["lr"] == pytest.approx(cfg.lr * 0.75) and stats["batch_transitions"] == 128
     assert (learner.updates, learner.env_steps_consumed) == (1, 128)

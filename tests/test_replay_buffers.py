@@ -212,8 +212,12 @@ def test_priority_updates_for_overwritten_or_empty_slots_are_skipped():
     np.testing.assert_allclose(tree.get(np.arange(4)), [before[0], 50.0, 50.0, before[3]], rtol=1e-6)
     empty = filled("prioritized", capacity=4, n=2)
     assert empty.update_priorities(np.array([3]), np.array([0], np.uint64), np.array([5.0])) == 0
-    for slots, priorities in ((np.array([0]), np.array([np.nan])), (np.array([4]), np.ones(1)),
-                              (np.array([-1]), np.ones(1)), (np.array([0, 1]), np.ones(1))):
+    for slots, priorities in (
+        (np.array([0]), np.array([np.nan])),
+        (np.array([4]), np.ones(1)),
+        (np.array([-1]), np.ones(1)),
+        (np.array([0, 1]), np.ones(1)),
+    ):
         with pytest.raises(ValueError):
             replay.update_priorities(slots, stale[: len(slots)], priorities)
 

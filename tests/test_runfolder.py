@@ -64,8 +64,10 @@ def test_git_state_is_unknown_outside_a_checkout(tmp_path):
 
 def test_summary_takes_eval_and_the_last_complete_metrics_row(cfg, runs_root):
     run_dir, named = create_run_folder(replace(cfg, name="done"))
-    rows = rows_text({"env_steps": 2048, "updates": 1, "train_return_mean": None},
-                     {"env_steps": 4096, "updates": 2, "train_return_mean": 12.5})
+    rows = rows_text(
+        {"env_steps": 2048, "updates": 1, "train_return_mean": None},
+        {"env_steps": 4096, "updates": 2, "train_return_mean": 12.5},
+    )
     (run_dir / "metrics.jsonl").write_text(rows + '{"env_steps": 6144, "upd')  # the learner was mid-write
     evaluation = {"eval_return_mean": 99.0, "eval_return_std": 3.0, "eval_episodes": 10, "env_steps": 4096}
     (run_dir / "eval.json").write_text(json.dumps(evaluation))
@@ -73,18 +75,30 @@ def test_summary_takes_eval_and_the_last_complete_metrics_row(cfg, runs_root):
     summary = write_summary(run_dir, named, 8.0, "completed", {"learner": 1, "actor-0": 0})
     assert json.loads((run_dir / "summary.json").read_text()) == summary
     assert summary | {"git_sha": None} == {
-        "algo": "ppo", "env": "Hopper-v5", "seed": 7, "status": "completed", "reason": None,
-        "env_steps": 4096, "updates": 2, "wall_s": 8.0, "env_steps_per_s": 512.0,
-        "eval_return_mean": 99.0, "eval_return_std": 3.0, "eval_episodes": 10, "train_return_mean": 12.5,
-        "actors": 3, "envs_per_actor": 1, "restarts": {"learner": 1, "actor-0": 0}, "git_sha": None,
+        "algo": "ppo",
+        "env": "Hopper-v5",
+        "seed": 7,
+        "status": "completed",
+        "reason": None,
+        "env_steps": 4096,
+        "updates": 2,
+        "wall_s": 8.0,
+        "env_steps_per_s": 512.0,
+        "eval_return_mean": 99.0,
+        "eval_return_std": 3.0,
+        "eval_episodes": 10,
+        "train_return_mean": 12.5,
+        "actors": 3,
+        "envs_per_actor": 1,
+        "restarts": {"learner": 1, "actor-0": 0},
+        "git_sha": None,
         "run_dir": str(run_dir),
     }
 
 
 def test_summary_of_a_run_that_ended_before_its_first_update(cfg, runs_root):
     run_dir, named = create_run_folder(replace(cfg, name="early"))
-    summary = write_summary(run_dir, named, 3.0, "failed", {"actor-0": 5},
-                            reason="actor-0 exhausted its restarts")
+    summary = write_summary(run_dir, named, 3.0, "failed", {"actor-0": 5}, reason="actor-0 exhausted its restarts")
     assert summary["env_steps"] == 0 and summary["updates"] == 0 and summary["env_steps_per_s"] == 0.0
     assert summary["eval_return_mean"] is None and summary["train_return_mean"] is None
     assert summary["status"] == "failed" and summary["reason"] == "actor-0 exhausted its restarts"

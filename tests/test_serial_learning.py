@@ -22,8 +22,9 @@ BUDGET = 96 * 2048  # 196,608 env steps: whole batches, within 200k
 def test_serial_ppo_solves_inverted_pendulum():
     torch.set_num_threads(1)
     started = time.perf_counter()
-    result = train_serial("InvertedPendulum-v5", PPOConfig(), total_env_steps=BUDGET, num_envs=2, chunk_steps=1024,
-                          seed=1)
+    result = train_serial(
+        "InvertedPendulum-v5", PPOConfig(), total_env_steps=BUDGET, num_envs=2, chunk_steps=1024, seed=1
+    )
     print(f"serial PPO InvertedPendulum-v5: {result} in {time.perf_counter() - started:.0f} s")
     assert result["env_steps"] == BUDGET
     assert result["eval_return_mean"] >= 900, result

@@ -52,8 +52,9 @@ def metric_value(text: str, name: str) -> float:
 
 def test_role_help_starts_nothing_and_replay_ps_never_import_torch():
     for role in ("replay", "ps", "learner", "actor"):
-        out = subprocess.run([sys.executable, "-m", "surreal", "role", role, "--help"], capture_output=True,
-                             text=True, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-m", "surreal", "role", role, "--help"], capture_output=True, text=True, timeout=60
+        )
         assert out.returncode == 0 and f"surreal role {role}" in out.stdout
     code = (
         "import sys, surreal.roles.replay, surreal.roles.ps, surreal.replay, surreal.proto.channels;"
@@ -78,8 +79,9 @@ def test_fifo_through_two_shards_round_robin_each_chunk_once(roles, ctx):
         assert sender.send(chunk(float(sent)), {"version": sent, "actor": 0}, timeout_s=5)
         sent += 1
         try:
-            return all(metric_value(metrics_text(s.metrics_port), "surreal_replay_transitions_in_total") > 0
-                       for s in shards)
+            return all(
+                metric_value(metrics_text(s.metrics_port), "surreal_replay_transitions_in_total") > 0 for s in shards
+            )
         except OSError:  # a shard's /metrics endpoint is not up yet
             return False
 

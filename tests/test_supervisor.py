@@ -53,7 +53,10 @@ def gone(pid: int) -> bool:
 
 def test_crash_is_restarted_with_doubling_backoff_then_given_up_with_the_log_tail_shown(tmp_path, capsys):
     starts = tmp_path / "starts"
-    crash = script(tmp_path, "crash", f"""
+    crash = script(
+        tmp_path,
+        "crash",
+        f"""
         import sys, time
         with open({str(starts)!r}, "a") as f:
             f.write(f"{{time.time()}}\\n")
@@ -61,7 +64,8 @@ def test_crash_is_restarted_with_doubling_backoff_then_given_up_with_the_log_tai
             print(f"line-{{i}}")
         print("ValueError: bad thing", flush=True)
         sys.exit(3)
-    """)
+    """,
+    )
     with Supervisor(tmp_path / "logs") as supervisor:
         supervisor.start(spec("actor-0", crash, max_restarts=3))
         poll_until(supervisor, lambda: supervisor.failed is not None)
@@ -82,11 +86,15 @@ def test_crash_is_restarted_with_doubling_backoff_then_given_up_with_the_log_tai
 
 
 def test_learner_is_restarted_with_its_resume_argv(tmp_path):
-    learner = script(tmp_path, "learner", """
+    learner = script(
+        tmp_path,
+        "learner",
+        """
         import sys
         print("args", sys.argv[1:], flush=True)
         sys.exit(0 if "--resume" in sys.argv else 1)
-    """)
+    """,
+    )
     with Supervisor(tmp_path / "logs", report=lambda _: None) as supervisor:
         supervisor.start(spec("learner", learner, resume_argv=[*learner, "--resume"]))
         poll_until(supervisor, lambda: supervisor.returncode("learner") is not None)
@@ -131,8 +139,11 @@ def test_stop_goes_role_by_role_and_leaves_no_process_behind(tmp_path):
             supervisor.start(spec(name, [*role, name], restart="always"))
         poll_until(supervisor, lambda: len(list(ready.iterdir())) == len(names))
         launcher = psutil.Process()
-        family = [p.pid for p in launcher.children(recursive=True) if p.pid in supervisor.alive_pids()
-                  or p.ppid() in supervisor.alive_pids()]
+        family = [
+            p.pid
+            for p in launcher.children(recursive=True)
+            if p.pid in supervisor.alive_pids() or p.ppid() in supervisor.alive_pids()
+        ]
         assert len(family) == len(names) + 1
     finally:
         supervisor.stop()
@@ -144,12 +155,16 @@ def test_stop_goes_role_by_role_and_leaves_no_process_behind(tmp_path):
 
 def test_child_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
     reports: list[str] = []
-    stubborn = script(tmp_path, "stubborn", f"""
+    stubborn = script(
+        tmp_path,
+        "stubborn",
+        f"""
         import signal, time
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        open({str(tmp_path / 'ready')!r}, "w").close()
+        open({str(tmp_path / "ready")!r}, "w").close()
         time.sleep(600)
-    """)
+    """,
+    )
     supervisor = Supervisor(tmp_path / "logs", grace_s=0.5, report=reports.append)
     try:
         supervisor.start(spec("replay-0", stubborn, restart="always"))
@@ -165,16 +180,20 @@ def test_child_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
 
 def test_children_die_with_a_kill_9ed_launcher(tmp_path):
     child_pid = tmp_path / "child.pid"
-    launcher = script(tmp_path, "launcher", f"""
+    launcher = script(
+        tmp_path,
+        "launcher",
+        f"""
         import os, sys, time
         from pathlib import Path
         from surreal.launch.supervisor import ProcessSpec, Supervisor
-        s = Supervisor(Path({str(tmp_path / 'logs')!r}))
+        s = Supervisor(Path({str(tmp_path / "logs")!r}))
         s.start(ProcessSpec("actor-0", "actor", 0, [sys.executable, "-c", "import time; time.sleep(600)"],
                             dict(os.environ)))
         Path({str(child_pid)!r}).write_text(str(s.alive_pids()[0]))
         time.sleep(600)
-    """)
+    """,
+    )
     proc = subprocess.Popen(launcher)
     pid = None
     try:
@@ -243,8 +262,9 @@ def test_run_experiment_starts_every_role_with_the_pod_contract_and_completes(fa
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["env_steps"] == 1536 and summary["updates"] == 3
     assert summary["eval_return_mean"] == 42.0 and summary["train_return_mean"] == 30.0
-    assert summary["restarts"] == dict.fromkeys(["replay-0", "replay-1", "ps-0", "ps-1", "learner", "actor-0",
-                                                 "actor-1", "actor-2"], 0)
+    assert summary["restarts"] == dict.fromkeys(
+        ["replay-0", "replay-1", "ps-0", "ps-1", "learner", "actor-0", "actor-1", "actor-2"], 0
+    )
 
     seen = {p.stem.removeprefix("fake-"): json.loads(p.read_text()) for p in run_dir.glob("fake-*.json")}
     settings = {name: Settings.from_env(info["env"]) for name, info in seen.items()}

@@ -88,8 +88,9 @@ class DDPGPolicy:
     """What an actor runs: mu(s) plus this actor's Gaussian or Ornstein-Uhlenbeck noise, in units of the
     action half-range; uniform random actions while the learner has not updated yet (the warm-up)."""
 
-    def __init__(self, obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig, actor_index: int,
-                 num_actors: int) -> None:
+    def __init__(
+        self, obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig, actor_index: int, num_actors: int
+    ) -> None:
         obs_dim, act_dim = _dims(obs_space, act_space)
         self.cfg = cfg
         self.actor = DeterministicActor(obs_dim, act_space, list(cfg.hidden_sizes)).requires_grad_(False).eval()
@@ -179,9 +180,15 @@ class NStepCollector:
         raw = chunk.arrays
         if self.carry is not None:
             raw = {k: np.concatenate([self.carry[k], v]) for k, v in raw.items()}
-        self.carry = {k: v[len(v) - (self.n - 1):] for k, v in raw.items()} if self.n > 1 else None
-        return Chunk(n_step_transitions(raw, self.n, self.gamma), chunk.version, chunk.actor,
-                     chunk.episode_returns, chunk.episode_lengths, steps=chunk.env_steps)
+        self.carry = {k: v[len(v) - (self.n - 1) :] for k, v in raw.items()} if self.n > 1 else None
+        return Chunk(
+            n_step_transitions(raw, self.n, self.gamma),
+            chunk.version,
+            chunk.actor,
+            chunk.episode_returns,
+            chunk.episode_lengths,
+            steps=chunk.env_steps,
+        )
 
 
 # -- learner side ---------------------------------------------------------------------------------------
@@ -215,8 +222,11 @@ class DDPGLearner:
     def _tensors(self, arrays: dict[str, Any]) -> dict[str, torch.Tensor]:
         keys = ("obs", "actions", "rewards", "next_obs", "discounts")
         out = {k: torch.as_tensor(np.asarray(arrays[k], np.float32), device=self.device) for k in keys}
-        out["weights"] = (torch.as_tensor(np.asarray(arrays["weights"], np.float32), device=self.device)
-                          if "weights" in arrays else torch.ones_like(out["rewards"]))
+        out["weights"] = (
+            torch.as_tensor(np.asarray(arrays["weights"], np.float32), device=self.device)
+            if "weights" in arrays
+            else torch.ones_like(out["rewards"])
+        )
         return out
 
     @torch.no_grad()
@@ -302,16 +312,17 @@ class DDPGLearner:
         self.updates = int(state["updates"])
 
 
-def make_policy(obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig, actor_index: int,
-                num_actors: int = 1) -> DDPGPolicy:
+def make_policy(
+    obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig, actor_index: int, num_actors: int = 1
+) -> DDPGPolicy:
     return DDPGPolicy(obs_space, act_space, cfg, actor_index, num_actors)
 
 
-def make_collector(envs: gym.vector.VectorEnv, policy: DDPGPolicy, cfg: DDPGConfig, actor_index: int,
-                   chunk_steps: int) -> NStepCollector:
+def make_collector(
+    envs: gym.vector.VectorEnv, policy: DDPGPolicy, cfg: DDPGConfig, actor_index: int, chunk_steps: int
+) -> NStepCollector:
     return NStepCollector(RolloutCollector(envs, policy, chunk_steps, actor_index), cfg.n_step, cfg.gamma)
 
 
 def make_learner(obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig, device: torch.device) -> DDPGLearner:
     return DDPGLearner(obs_space, act_space, cfg, device)
-

@@ -36,7 +36,7 @@ class NoiseTable:
         self.noise = np.random.default_rng(seed).standard_normal(size, dtype=np.float32)
 
     def get(self, offset: int, dim: int) -> np.ndarray:
-        return self.noise[offset:offset + dim]
+        return self.noise[offset : offset + dim]
 
     def sample_offset(self, rng: np.random.Generator, dim: int) -> int:
         if dim > len(self.noise):
@@ -103,9 +103,9 @@ class FlatMLP:
         """thetas [K, dim], x [K, obs_dim] -> [K, act_dim]."""
         start, h = 0, x.astype(np.float32)
         for layer, (n_out, n_in) in enumerate(self.shapes):
-            w = thetas[:, start:start + n_out * n_in].reshape(-1, n_out, n_in)
+            w = thetas[:, start : start + n_out * n_in].reshape(-1, n_out, n_in)
             start += n_out * n_in
-            b = thetas[:, start:start + n_out]
+            b = thetas[:, start : start + n_out]
             start += n_out
             h = np.einsum("koi,ki->ko", w, h) + b
             if layer < len(self.shapes) - 1:
@@ -294,14 +294,16 @@ class ESLearner:
         self.updates = int(state["updates"])
 
 
-def make_policy(obs_space: spaces.Box, act_space: spaces.Box, cfg: ESConfig, actor_index: int,
-                num_actors: int = 1) -> ESPolicy:
+def make_policy(
+    obs_space: spaces.Box, act_space: spaces.Box, cfg: ESConfig, actor_index: int, num_actors: int = 1
+) -> ESPolicy:
     del actor_index, num_actors  # exploration is the perturbations, drawn by the collector
     return ESPolicy(obs_space, act_space, cfg)
 
 
-def make_collector(envs: gym.vector.VectorEnv, policy: ESPolicy, cfg: ESConfig, actor_index: int,
-                   chunk_steps: int) -> ESCollector:
+def make_collector(
+    envs: gym.vector.VectorEnv, policy: ESPolicy, cfg: ESConfig, actor_index: int, chunk_steps: int
+) -> ESCollector:
     del chunk_steps  # a chunk is `pairs_per_chunk` whole-episode evaluations
     return ESCollector(envs, policy, cfg, actor_index)
 

@@ -196,8 +196,9 @@ class PPOLearner:
 
     def prepare(self, chunks: list[Chunk]) -> dict[str, torch.Tensor]:
         """Normalize, scale rewards, compute values and GAE per chunk; flatten into one batch."""
-        parts: dict[str, list[np.ndarray]] = {k: [] for k in ("obs", "actions", "logprobs", "advantages",
-                                                              "returns", "values")}
+        parts: dict[str, list[np.ndarray]] = {
+            k: [] for k in ("obs", "actions", "logprobs", "advantages", "returns", "values")
+        }
         for chunk in chunks:
             a = chunk.arrays
             obs, next_obs = self._normalize(np.asarray(a["obs"])), self._normalize(np.asarray(a["next_obs"]))
@@ -226,7 +227,7 @@ class PPOLearner:
         for _epoch in range(cfg.update_epochs):
             order = torch.randperm(batch_size, generator=self.generator).to(self.device)
             for start in range(0, batch_size, cfg.minibatch_size):
-                mb = order[start:start + cfg.minibatch_size]
+                mb = order[start : start + cfg.minibatch_size]
                 dist = self.model.distribution(b["obs"][mb])
                 newlogprob = dist.log_prob(b["actions"][mb]).sum(-1)
                 entropy = dist.entropy().sum(-1)
@@ -324,8 +325,9 @@ def make_policy(
     return PPOPolicy(obs_space, act_space, cfg, actor_index)
 
 
-def make_collector(envs: gym.vector.VectorEnv, policy: PPOPolicy, cfg: PPOConfig, actor_index: int,
-                   chunk_steps: int) -> RolloutCollector:
+def make_collector(
+    envs: gym.vector.VectorEnv, policy: PPOPolicy, cfg: PPOConfig, actor_index: int, chunk_steps: int
+) -> RolloutCollector:
     del cfg
     return RolloutCollector(envs, policy, chunk_steps, actor_index)
 

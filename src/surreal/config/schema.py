@@ -79,12 +79,24 @@ class PPOConfig(AlgoConfig):
     reward_clip: float = 10.0
 
     def problems(self, cfg: ExperimentConfig) -> list[str]:
-        out = [f"algo.{k} must be > 0 (got {v})" for k, v in
-               (("minibatch_size", self.minibatch_size), ("update_epochs", self.update_epochs), ("lr", self.lr),
-                ("clip_coef", self.clip_coef), ("max_grad_norm", self.max_grad_norm),
-                ("obs_clip", self.obs_clip), ("reward_clip", self.reward_clip)) if not v > 0]
-        out += [f"algo.{k} must be >= 0 (got {v})" for k, v in
-                (("ent_coef", self.ent_coef), ("vf_coef", self.vf_coef)) if not v >= 0]
+        out = [
+            f"algo.{k} must be > 0 (got {v})"
+            for k, v in (
+                ("minibatch_size", self.minibatch_size),
+                ("update_epochs", self.update_epochs),
+                ("lr", self.lr),
+                ("clip_coef", self.clip_coef),
+                ("max_grad_norm", self.max_grad_norm),
+                ("obs_clip", self.obs_clip),
+                ("reward_clip", self.reward_clip),
+            )
+            if not v > 0
+        ]
+        out += [
+            f"algo.{k} must be >= 0 (got {v})"
+            for k, v in (("ent_coef", self.ent_coef), ("vf_coef", self.vf_coef))
+            if not v >= 0
+        ]
         if not 0 < self.gamma <= 1:
             out.append(f"algo.gamma must be in (0, 1] (got {self.gamma})")
         if not 0 <= self.gae_lambda <= 1:
@@ -128,15 +140,31 @@ class DDPGConfig(AlgoConfig):
     max_grad_norm: float | None = None
 
     def problems(self, cfg: ExperimentConfig) -> list[str]:
-        out = [f"algo.{k} must be > 0 (got {v})" for k, v in
-               (("actor_lr", self.actor_lr), ("critic_lr", self.critic_lr), ("n_step", self.n_step),
-                ("replay_ratio", self.replay_ratio), ("publish_interval", self.publish_interval),
-                ("policy_delay", self.policy_delay), ("noise_spread", self.noise_spread)) if not v > 0]
-        out += [f"algo.{k} must be >= 0 (got {v})" for k, v in
-                (("learning_starts", self.learning_starts), ("exploration_noise", self.exploration_noise),
-                 ("target_update_period", self.target_update_period), ("ou_theta", self.ou_theta),
-                 ("target_policy_noise", self.target_policy_noise), ("target_noise_clip", self.target_noise_clip))
-                if not v >= 0]
+        out = [
+            f"algo.{k} must be > 0 (got {v})"
+            for k, v in (
+                ("actor_lr", self.actor_lr),
+                ("critic_lr", self.critic_lr),
+                ("n_step", self.n_step),
+                ("replay_ratio", self.replay_ratio),
+                ("publish_interval", self.publish_interval),
+                ("policy_delay", self.policy_delay),
+                ("noise_spread", self.noise_spread),
+            )
+            if not v > 0
+        ]
+        out += [
+            f"algo.{k} must be >= 0 (got {v})"
+            for k, v in (
+                ("learning_starts", self.learning_starts),
+                ("exploration_noise", self.exploration_noise),
+                ("target_update_period", self.target_update_period),
+                ("ou_theta", self.ou_theta),
+                ("target_policy_noise", self.target_policy_noise),
+                ("target_noise_clip", self.target_noise_clip),
+            )
+            if not v >= 0
+        ]
         if not 0 < self.gamma <= 1:
             out.append(f"algo.gamma must be in (0, 1] (got {self.gamma})")
         if not 0 < self.tau <= 1:
@@ -150,8 +178,9 @@ class DDPGConfig(AlgoConfig):
         if cfg.actor.chunk_steps < self.n_step:
             out.append(f"actor.chunk_steps ({cfg.actor.chunk_steps}) must be >= algo.n_step ({self.n_step})")
         if cfg.replay.capacity < self.batch_size:
-            out.append(f"replay.capacity ({cfg.replay.capacity}) must hold one batch "
-                       f"(algo.batch_size={self.batch_size})")
+            out.append(
+                f"replay.capacity ({cfg.replay.capacity}) must hold one batch (algo.batch_size={self.batch_size})"
+            )
         if cfg.deterministic:
             out.append("deterministic=true is for on-policy algorithms (ppo, es): ddpg samples its replay at random")
         return out
@@ -176,9 +205,17 @@ class ESConfig(AlgoConfig):
     obs_clip: float = 5.0
 
     def problems(self, cfg: ExperimentConfig) -> list[str]:
-        out = [f"algo.{k} must be > 0 (got {v})" for k, v in
-               (("pairs_per_chunk", self.pairs_per_chunk), ("sigma", self.sigma), ("lr", self.lr),
-                ("noise_table_size", self.noise_table_size), ("obs_clip", self.obs_clip)) if not v > 0]
+        out = [
+            f"algo.{k} must be > 0 (got {v})"
+            for k, v in (
+                ("pairs_per_chunk", self.pairs_per_chunk),
+                ("sigma", self.sigma),
+                ("lr", self.lr),
+                ("noise_table_size", self.noise_table_size),
+                ("obs_clip", self.obs_clip),
+            )
+            if not v > 0
+        ]
         if self.weight_decay < 0:
             out.append(f"algo.weight_decay must be >= 0 (got {self.weight_decay})")
         if not self.hidden_sizes or any(h <= 0 for h in self.hidden_sizes):
@@ -303,12 +340,16 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     need(cfg.seed >= 0, f"seed must be >= 0 (got {cfg.seed})")
     need(cfg.actor.rollout_ahead >= 0, f"actor.rollout_ahead must be >= 0 (got {cfg.actor.rollout_ahead})")
     need(cfg.learner.max_staleness >= 0, f"learner.max_staleness must be >= 0 (got {cfg.learner.max_staleness})")
-    need(cfg.name is None or RUN_NAME.fullmatch(cfg.name) is not None,
-         f"name={cfg.name!r} must be a folder name: letters, digits, '.', '_', '-'")
+    need(
+        cfg.name is None or RUN_NAME.fullmatch(cfg.name) is not None,
+        f"name={cfg.name!r} must be a folder name: letters, digits, '.', '_', '-'",
+    )
     need(bool(cfg.env.id.strip()), "env.id must name a Gymnasium environment")
     need(DEVICE.fullmatch(cfg.device) is not None, f"device must be auto, cpu, cuda or cuda:N (got {cfg.device!r})")
-    need(cfg.replay.mode in REPLAY_MODES,
-         f"replay.mode must be one of {', '.join(REPLAY_MODES)} (got {cfg.replay.mode!r})")
+    need(
+        cfg.replay.mode in REPLAY_MODES,
+        f"replay.mode must be one of {', '.join(REPLAY_MODES)} (got {cfg.replay.mode!r})",
+    )
     need(0 <= cfg.replay.alpha <= 1, f"replay.alpha must be in [0, 1] (got {cfg.replay.alpha})")
     need(0 <= cfg.replay.beta <= 1, f"replay.beta must be in [0, 1] (got {cfg.replay.beta})")
 
@@ -316,19 +357,25 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     need(algo.name in ALGORITHMS, f"algo.name {algo.name!r} is not one of {', '.join(ALGORITHMS)}")
     if type(algo).on_policy:
         need(cfg.replay.mode == "fifo", f"{algo.name} is on-policy: replay.mode must be fifo (got {cfg.replay.mode!r})")
-        need(cfg.replay.capacity >= algo.batch_size,
-             f"replay.capacity ({cfg.replay.capacity}) must hold one batch (algo.batch_size={algo.batch_size})")
+        need(
+            cfg.replay.capacity >= algo.batch_size,
+            f"replay.capacity ({cfg.replay.capacity}) must hold one batch (algo.batch_size={algo.batch_size})",
+        )
     else:
         need(cfg.replay.mode != "fifo", f"{algo.name} is off-policy: replay.mode must be uniform or prioritized")
     problems += algo.problems(cfg)
     if cfg.deterministic:
         chunk = algo.chunk_size(cfg)
         need(cfg.topology.actors == 1, f"deterministic=true needs topology.actors=1 (got {cfg.topology.actors})")
-        need(cfg.topology.replay_shards == 1,
-             f"deterministic=true needs topology.replay_shards=1 (got {cfg.topology.replay_shards})")
-        need(chunk > 0 and algo.batch_size % chunk == 0,
-             f"deterministic=true needs algo.batch_size ({algo.batch_size}) to be a multiple of "
-             f"one actor message ({chunk} units)")
+        need(
+            cfg.topology.replay_shards == 1,
+            f"deterministic=true needs topology.replay_shards=1 (got {cfg.topology.replay_shards})",
+        )
+        need(
+            chunk > 0 and algo.batch_size % chunk == 0,
+            f"deterministic=true needs algo.batch_size ({algo.batch_size}) to be a multiple of "
+            f"one actor message ({chunk} units)",
+        )
     if problems:
         raise ConfigError("invalid experiment config:\n  - " + "\n  - ".join(problems))
     return cfg

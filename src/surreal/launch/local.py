@@ -77,8 +77,10 @@ def plan_processes(cfg: ExperimentConfig, run_dir: Path, base_env: Mapping[str, 
         )
 
     return [
-        *(spec("replay", i, "always", experience_port=s.experience_port, sample_port=s.sample_port)
-          for i, s in enumerate(shards)),
+        *(
+            spec("replay", i, "always", experience_port=s.experience_port, sample_port=s.sample_port)
+            for i, s in enumerate(shards)
+        ),
         *(spec("ps", i, "always", ps_port=port) for i, port in enumerate(ps_ports)),
         spec("learner", 0, "on-failure", resume=True, params_pub_port=pub_port),
         *(spec("actor", i, "on-failure") for i in range(topo.actors)),
@@ -104,8 +106,9 @@ class StopRequests:
         self._previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
 
@@ -133,8 +136,9 @@ def verdict(supervisor: Supervisor, stop: StopRequests, run_dir: Path) -> tuple[
     return None
 
 
-def supervise(cfg: ExperimentConfig, run_dir: Path, specs: list[ProcessSpec], stop: StopRequests,
-              live: bool) -> Outcome:
+def supervise(
+    cfg: ExperimentConfig, run_dir: Path, specs: list[ProcessSpec], stop: StopRequests, live: bool
+) -> Outcome:
     """Start everything, watch until the run is over, stop everything (also on an exception)."""
     supervisor = Supervisor(run_dir / "logs")
     started = time.monotonic()
@@ -161,13 +165,15 @@ def run_experiment(overrides: list[str], live: bool = True) -> int:
         print(f"surreal: {exc}", file=sys.stderr)
         return 2
     topo = cfg.topology
-    print(f"[surreal] {cfg.name}: {cfg.algo.name} on {cfg.env.id}, {topo.actors} actor(s) x "
-          f"{topo.envs_per_actor} env(s), {topo.replay_shards} replay shard(s), {topo.ps_replicas} ps; "
-          f"logs in {run_dir / 'logs'}", flush=True)
+    print(
+        f"[surreal] {cfg.name}: {cfg.algo.name} on {cfg.env.id}, {topo.actors} actor(s) x "
+        f"{topo.envs_per_actor} env(s), {topo.replay_shards} replay shard(s), {topo.ps_replicas} ps; "
+        f"logs in {run_dir / 'logs'}",
+        flush=True,
+    )
     with StopRequests() as stop:
         outcome = supervise(cfg, run_dir, plan_processes(cfg, run_dir, os.environ), stop, live)
-        summary = write_summary(run_dir, cfg, outcome.wall_s, outcome.status, outcome.restarts,
-                                outcome.reason)
+        summary = write_summary(run_dir, cfg, outcome.wall_s, outcome.status, outcome.restarts, outcome.reason)
         print_result(summary)
     return EXIT_CODES[outcome.status]
 
@@ -181,8 +187,9 @@ def print_result(summary: dict[str, Any]) -> None:
         lines.append(f"reason: {summary['reason']}")
     if summary["eval_return_mean"] is not None:
         std = summary["eval_return_std"] or 0.0
-        lines.append(f"eval return {summary['eval_return_mean']:.1f} +- {std:.1f} "
-                     f"over {summary['eval_episodes']} episodes")
+        lines.append(
+            f"eval return {summary['eval_return_mean']:.1f} +- {std:.1f} over {summary['eval_episodes']} episodes"
+        )
     restarted = {name: n for name, n in summary["restarts"].items() if n}
     if restarted:
         lines.append("restarts: " + ", ".join(f"{name} x{n}" for name, n in restarted.items()))

@@ -34,13 +34,20 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> str:
     fig = Figure(figsize=(7, 4.2))
     FigureCanvasAgg(fig)
     ax = fig.subplots()
-    ax.plot([r["env_steps"] for r in rows], [r["train_return_mean"] for r in rows],
-            label="train return (last 20 episodes)")
+    ax.plot(
+        [r["env_steps"] for r in rows], [r["train_return_mean"] for r in rows], label="train return (last 20 episodes)"
+    )
     evaluation = read_eval(run_dir)
     if "eval_return_mean" in evaluation and "env_steps" in evaluation:
-        ax.errorbar([evaluation["env_steps"]], [evaluation["eval_return_mean"]],
-                    yerr=[evaluation.get("eval_return_std") or 0.0], fmt="o", color="C3", capsize=4,
-                    label=f"final eval ({evaluation.get('eval_episodes', '?')} episodes)")
+        ax.errorbar(
+            [evaluation["env_steps"]],
+            [evaluation["eval_return_mean"]],
+            yerr=[evaluation.get("eval_return_std") or 0.0],
+            fmt="o",
+            color="C3",
+            capsize=4,
+            label=f"final eval ({evaluation.get('eval_episodes', '?')} episodes)",
+        )
     ax.set_xlabel("environment steps")
     ax.set_ylabel("episode return")
     ax.set_title(_title(run_dir))

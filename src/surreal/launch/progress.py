@@ -106,8 +106,9 @@ class ProgressView:
             self._live.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self._live is not None:
             self._live.stop()
 
@@ -144,8 +145,13 @@ class ProgressView:
 def _table(fields: dict[str, str]) -> Table:
     """One row of numbers; restarts, which can name several processes, go in the caption (fits 80 columns)."""
     numbers = {key: value for key, value in fields.items() if key != "restarts"}
-    table = Table(title="surreal run", title_justify="left", caption=f"restarts: {fields['restarts']}",
-                  caption_justify="left", box=box.SIMPLE_HEAD)
+    table = Table(
+        title="surreal run",
+        title_justify="left",
+        caption=f"restarts: {fields['restarts']}",
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+    )
     for column in numbers:
         table.add_column(column, justify="right", no_wrap=True)
     table.add_row(*numbers.values())

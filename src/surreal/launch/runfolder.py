@@ -58,8 +58,9 @@ def git_state(path: Path | None = None) -> tuple[str, bool]:
 
     def git(*args: str) -> subprocess.CompletedProcess[str] | None:
         try:
-            return subprocess.run(["git", *args], cwd=anchor.parent, capture_output=True, text=True,
-                                  timeout=GIT_TIMEOUT_S)
+            return subprocess.run(
+                ["git", *args], cwd=anchor.parent, capture_output=True, text=True, timeout=GIT_TIMEOUT_S
+            )
         except (OSError, subprocess.TimeoutExpired):
             return None
 
@@ -103,17 +104,20 @@ def create_run_folder(cfg: ExperimentConfig, overrides: Sequence[str] = ()) -> t
     (run_dir / "checkpoints").mkdir(exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
     sha, dirty = git_state()
-    write_json(run_dir / "reproduce.json", {
-        "git_sha": sha,
-        "git_dirty": dirty,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "packages": package_versions(),
-        "executable": sys.executable,
-        "cwd": os.getcwd(),
-        "command": sys.argv,
-        "overrides": list(overrides),
-    })
+    write_json(
+        run_dir / "reproduce.json",
+        {
+            "git_sha": sha,
+            "git_dirty": dirty,
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "packages": package_versions(),
+            "executable": sys.executable,
+            "cwd": os.getcwd(),
+            "command": sys.argv,
+            "overrides": list(overrides),
+        },
+    )
     return run_dir, cfg
 
 
@@ -143,8 +147,14 @@ def read_eval(run_dir: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def write_summary(run_dir: Path, cfg: ExperimentConfig, wall_s: float, status: str, restarts: dict[str, int],
-                  reason: str | None = None) -> dict[str, Any]:
+def write_summary(
+    run_dir: Path,
+    cfg: ExperimentConfig,
+    wall_s: float,
+    status: str,
+    restarts: dict[str, int],
+    reason: str | None = None,
+) -> dict[str, Any]:
     """summary.json from eval.json and the last metrics row; fields are null where a run ended early."""
     rows = read_metrics(run_dir / "metrics.jsonl")
     last = rows[-1] if rows else {}

@@ -153,8 +153,9 @@ class Supervisor:
     def __enter__(self) -> Supervisor:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     def start(self, spec: ProcessSpec) -> None:
@@ -218,8 +219,10 @@ class Supervisor:
         assert child.returncode is not None
         lines = log_tail(child.log_path) or ["(empty log)"]
         body = "\n".join(f"  {child.spec.name} | {line}" for line in lines)
-        self.report(f"[surreal] {child.spec.name} {describe_exit(child.returncode)}; {action}. "
-                    f"Last lines of {child.log_path}:\n{body}")
+        self.report(
+            f"[surreal] {child.spec.name} {describe_exit(child.returncode)}; {action}. "
+            f"Last lines of {child.log_path}:\n{body}"
+        )
 
     def returncode(self, name: str) -> int | None:
         """Exit code of a child that will not be started again; None while it runs or awaits a restart."""

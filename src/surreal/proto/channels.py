@@ -316,4 +316,3 @@ class ParamClient:
 
     def close(self) -> None:
         self.sock.close(0)
-

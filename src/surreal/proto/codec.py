@@ -107,9 +107,7 @@ def encode(kind: str, meta: Mapping[str, Any] | None = None, arrays: Arrays | No
         specs.append([name, dtype.str, list(contiguous.shape)])
         # A 0-d or empty array has no buffer worth sharing; a bytes frame is just as cheap.
         frames.append(contiguous.data if contiguous.ndim and contiguous.size else contiguous.tobytes())
-    header = msgpack.packb(
-        {"v": PROTOCOL_VERSION, "k": kind, "m": dict(meta or {}), "a": specs}, use_bin_type=True
-    )
+    header = msgpack.packb({"v": PROTOCOL_VERSION, "k": kind, "m": dict(meta or {}), "a": specs}, use_bin_type=True)
     return [header, *frames]
 
 

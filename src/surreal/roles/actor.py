@@ -46,8 +46,9 @@ def main(args: argparse.Namespace) -> int:
     algo = get_algorithm(cfg.algo.name)
     env_seed = cfg.seed + ENV_SEED_STRIDE * (index + 1)
     envs = make_vec_env(cfg.env.id, cfg.topology.envs_per_actor, env_seed, cfg.env.kwargs)
-    policy = algo.make_policy(envs.single_observation_space, envs.single_action_space, algo_config(cfg), index,
-                              cfg.topology.actors)
+    policy = algo.make_policy(
+        envs.single_observation_space, envs.single_action_space, algo_config(cfg), index, cfg.topology.actors
+    )
     collector = algo.make_collector(envs, policy, algo_config(cfg), index, cfg.actor.chunk_steps)
     on_policy = type(cfg.algo).on_policy
     # On-policy: this actor's share of a learner batch, in chunks; deterministic runs (and ES, whose results

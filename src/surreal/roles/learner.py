@@ -154,8 +154,12 @@ class Learner:
             return
         self.learner.load_state_dict(state["learner"])
         self.counters = Counters(**state["counters"])
-        self.log.info("resumed at update %d, %d env steps, version %d", self.counters.updates,
-                      self.counters.env_steps, self.counters.version)
+        self.log.info(
+            "resumed at update %d, %d env steps, version %d",
+            self.counters.updates,
+            self.counters.env_steps,
+            self.counters.version,
+        )
         # Drop metrics rows written after this checkpoint: the run continues from here.
         self._truncate_metrics(self.counters.updates)
 
@@ -295,8 +299,11 @@ class Learner:
         stats, priorities = self.learner.update(arrays)
         c.updates += 1
         if self.cfg.replay.mode == "prioritized":
-            update = {"slots": np.asarray(arrays["slots"]), "ids": np.asarray(arrays["ids"]),
-                      "priorities": priorities.astype(np.float64)}
+            update = {
+                "slots": np.asarray(arrays["slots"]),
+                "ids": np.asarray(arrays["ids"]),
+                "priorities": priorities.astype(np.float64),
+            }
             self.sampler.update_priorities(shard, update)
         interval.append(stats)
         assert isinstance(self.cfg.algo, DDPGConfig)
@@ -356,8 +363,9 @@ class Learner:
         """Evaluate the deterministic policy, write eval.json, tell actors training is over."""
         policy = self.algo.make_policy(self.obs_space, self.act_space, algo_config(self.cfg), 0, 1)
         policy.load_params(self.learner.params())
-        returns = evaluate(self.cfg.env.id, policy, self.cfg.learner.eval_episodes, self.cfg.seed + 1_000_003,
-                           self.cfg.env.kwargs)
+        returns = evaluate(
+            self.cfg.env.id, policy, self.cfg.learner.eval_episodes, self.cfg.seed + 1_000_003, self.cfg.env.kwargs
+        )
         result = {
             "eval_return_mean": float(np.mean(returns)),
             "eval_return_std": float(np.std(returns)),
@@ -367,8 +375,9 @@ class Learner:
         }
         (self.run_dir / "eval.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
         self.tensorboard.add_scalar("eval/return_mean", result["eval_return_mean"], self.counters.env_steps)
-        self.log.info("eval over %d episodes: %.1f +- %.1f", len(returns), result["eval_return_mean"],
-                      result["eval_return_std"])
+        self.log.info(
+            "eval over %d episodes: %.1f +- %.1f", len(returns), result["eval_return_mean"], result["eval_return_std"]
+        )
         self.publish(done=True)
         deadline = time.monotonic() + DONE_LINGER_S
         while time.monotonic() < deadline:
@@ -395,12 +404,22 @@ def main(args: argparse.Namespace) -> int:
     stop = StopFlag().install()
     learner = Learner(cfg, settings, resume=args.resume, log=log)
     port = learner.metrics.serve(settings.bind_host, settings.metrics_port)
-    log.info("learning %s on %s with %s (device %s), metrics :%s", cfg.algo.name, cfg.env.id,
-             Path(settings.run_dir), learner.device, port)
+    log.info(
+        "learning %s on %s with %s (device %s), metrics :%s",
+        cfg.algo.name,
+        cfg.env.id,
+        Path(settings.run_dir),
+        learner.device,
+        port,
+    )
     try:
         finished = learner.run(stop)
     finally:
         learner.close()
-    log.info("%s at %d env steps, %d updates", "finished" if finished else "stopped",
-             learner.counters.env_steps, learner.counters.updates)
+    log.info(
+        "%s at %d env steps, %d updates",
+        "finished" if finished else "stopped",
+        learner.counters.env_steps,
+        learner.counters.updates,
+    )
     return 0

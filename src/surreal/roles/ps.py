@@ -160,8 +160,13 @@ def main(args: argparse.Namespace) -> int:
         limits=Limits(max_bytes=cfg.ps.max_message_bytes),
     )
     port = server.metrics.serve(settings.bind_host, settings.metrics_port)
-    log.info("serving replica %d on :%d, learner %s, metrics :%s", settings.index, settings.ps_port,
-             settings.learner_addr, port)
+    log.info(
+        "serving replica %d on :%d, learner %s, metrics :%s",
+        settings.index,
+        settings.ps_port,
+        settings.learner_addr,
+        port,
+    )
     try:
         server.run(stop)
     finally:

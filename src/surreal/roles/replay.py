@@ -174,8 +174,12 @@ class ReplayServer:
         self.env_steps_in += steps if isinstance(steps, int) and not isinstance(steps, bool) and steps >= 0 else n
         if self.forward_episodes:
             returns, lengths = message.meta.get("episode_returns"), message.meta.get("episode_lengths")
-            if (isinstance(returns, list) and isinstance(lengths, list) and len(returns) == len(lengths)
-                    and all(isinstance(x, int | float) and not isinstance(x, bool) for x in returns + lengths)):
+            if (
+                isinstance(returns, list)
+                and isinstance(lengths, list)
+                and len(returns) == len(lengths)
+                and all(isinstance(x, int | float) and not isinstance(x, bool) for x in returns + lengths)
+            ):
                 self.finished_returns.extend(float(r) for r in returns)
                 self.finished_lengths.extend(int(length) for length in lengths)
         stats = self.replay.stats()
@@ -284,8 +288,12 @@ def main(args: argparse.Namespace) -> int:
     port = server.metrics.serve(settings.bind_host, settings.metrics_port)
     log.info(
         "serving shard %d (%s, capacity %d) experience :%d sample :%d metrics :%s",
-        settings.index, args.mode or cfg.replay.mode, args.capacity or cfg.replay.capacity,
-        settings.experience_port, settings.sample_port, port,
+        settings.index,
+        args.mode or cfg.replay.mode,
+        args.capacity or cfg.replay.capacity,
+        settings.experience_port,
+        settings.sample_port,
+        port,
     )
     try:
         server.run(stop)
