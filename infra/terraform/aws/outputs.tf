@@ -1,0 +1,47 @@
+# The same output names on gcp/, aws/ and azure/ (tests/test_terraform_stacks.py checks it).
+
+output "cluster_name" {
+  description = "Name of the EKS cluster."
+  value       = module.eks.cluster_name
+}
+
+output "cluster_endpoint" {
+  description = "The API server's endpoint (resolves privately inside the VPC; publicly only for control_plane_authorized_cidrs)."
+  value       = module.eks.cluster_endpoint
+  sensitive   = true
+}
+
+output "kubeconfig_command" {
+  description = "Shell command that writes credentials for this cluster into $KUBECONFIG (needs the aws CLI)."
+  value       = "aws eks update-kubeconfig --name ${module.eks.cluster_name} --region ${var.region}"
+}
+
+output "cpu_pool_labels" {
+  description = "Labels on the CPU node group's nodes that the contract defines."
+  value       = module.contract.node_labels.cpu
+}
+
+output "cpu_pool_taints" {
+  description = "Taints on the CPU node group's nodes (Kubernetes form)."
+  value       = module.contract.node_taints.cpu
+}
+
+output "gpu_pool_labels" {
+  description = "Labels on the GPU node group's nodes that the contract defines."
+  value       = module.contract.node_labels.gpu
+}
+
+output "gpu_pool_taints" {
+  description = "Taints on the GPU node group's nodes (Kubernetes form)."
+  value       = module.contract.node_taints.gpu
+}
+
+output "helm_pool_values" {
+  description = "Chart values (YAML) that place each role on its pool; make cluster-up writes them to pool-values.yaml and make deploy passes them before VALUES."
+  value       = module.contract.helm_values_yaml
+}
+
+output "workload_identity" {
+  description = "How pods get cloud credentials: the IAM OIDC provider that IRSA roles trust."
+  value       = module.eks.oidc_provider_arn
+}

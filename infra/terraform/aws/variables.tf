@@ -1,0 +1,115 @@
+variable "name" {
+  type        = string
+  description = "Name of the EKS cluster; also names the VPC and prefixes IAM roles."
+  default     = "surreal"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{0,18}[a-z0-9]$", var.name))
+    error_message = "name must be 2-20 lowercase letters, digits and hyphens, starting with a letter (it prefixes IAM role names)."
+  }
+}
+
+variable "region" {
+  type        = string
+  description = "AWS region of the cluster and its VPC."
+  default     = "us-east-1"
+
+  validation {
+    condition     = can(regex("^[a-z]{2}(-[a-z]+)+-[0-9]$", var.region))
+    error_message = "region must be an AWS region name such as us-east-1."
+  }
+}
+
+variable "availability_zones" {
+  type        = number
+  description = "How many of the region's availability zones the VPC (one private and one public subnet each) and the node groups span."
+  default     = 3
+
+  validation {
+    condition     = var.availability_zones >= 2 && var.availability_zones <= 4
+    error_message = "availability_zones must be 2 to 4 (EKS needs subnets in at least two)."
+  }
+}
+
+variable "vpc_cidr" {
+  type        = string
+  description = "CIDR of the cluster's VPC; split into one /19 private (nodes and pods) and one /24 public (NAT, load balancers) subnet per zone."
+  default     = "10.0.0.0/16"
+
+  validation {
+    condition     = can(cidrhost(var.vpc_cidr, 0)) && tonumber(split("/", var.vpc_cidr)[1]) <= 16
+    error_message = "vpc_cidr must be a CIDR block of /16 or larger."
+  }
+}
+
+variable "single_nat_gateway" {
+  type        = bool
+  description = "One NAT gateway for the whole VPC (cheaper) instead of one per zone (survives a zone outage)."
+  default     = true
+}
+
+variable "control_plane_authorized_cidrs" {
+  type        = list(string)
+  description = "CIDR blocks allowed to reach the API server's public endpoint. Empty (the default): the endpoint is private only; run terraform, kubectl and helm from inside the VPC (SSM bastion, VPN)."
+  default     = []
+
+  validation {
+    condition     = alltrue([for cidr in var.control_plane_authorized_cidrs : can(cidrhost(cidr, 0)) && cidr != "0.0.0.0/0"])
+    error_message = "control_plane_authorized_cidrs must be CIDR blocks, and not 0.0.0.0/0: name the networks that may reach the API."
+  }
+}
+
+variable "kubernetes_version" {
+  type        = string
+  description = "EKS Kubernetes version (major.minor). The cluster autoscaler image follows it (v<version>.0)."
+  default     = "1.35"
+
+  validation {
+    condition     = can(regex("^1\\.[0-9]{2}$", var.kubernetes_version))
+    error_message = "kubernetes_version must look like 1.35."
+  }
+}
+
+variable "cpu_pool" {
+  type = object({
+    machine_type = optional(string, "m6i.2xlarge")
+    min_nodes    = optional(number, 1)
+    max_nodes    = optional(number, 10)
+    spot         = optional(bool, false)
+    disk_size_gb = optional(number, 100)
+  })
+  description = "CPU node group for actors, replay and ps (and the system pods): instance type, size bounds, spot capacity, data volume GB. Validated by the contract module."
+  default     = {}
+}
+
+variable "gpu_pool" {
+  type = object({
+    machine_type      = optional(string, "g6.2xlarge")
+    accelerator_type  = optional(string, "")
+    accelerator_count = optional(number, 1)
+    min_nodes         = optional(number, 0)
+    max_nodes         = optional(number, 2)
+    spot              = optional(bool, false)
+    disk_size_gb      = optional(number, 200)
+  })
+  description = "GPU node group for the learner: a GPU instance type (the GPU comes with it; accelerator_type is unused on EKS, accelerator_count is informational), size bounds (scales from 0 through the cluster autoscaler), spot capacity, data volume GB. Validated by the contract module."
+  default     = {}
+}
+
+variable "cluster_autoscaler_chart_version" {
+  type        = string
+  description = "Version of the kubernetes/autoscaler cluster-autoscaler Helm chart installed into kube-system."
+  default     = "9.59.0"
+}
+
+variable "deletion_protection" {
+  type        = bool
+  description = "EKS deletion protection: make cluster-down fails until this is set to false and applied."
+  default     = false
+}
+
+variable "tags" {
+  type        = map(string)
+  description = "Tags put on every AWS resource (provider default_tags)."
+  default     = {}
+}

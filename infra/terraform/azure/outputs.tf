@@ -1,0 +1,47 @@
+# The same output names on gcp/, aws/ and azure/ (tests/test_terraform_stacks.py checks it).
+
+output "cluster_name" {
+  description = "Name of the AKS cluster."
+  value       = azurerm_kubernetes_cluster.this.name
+}
+
+output "cluster_endpoint" {
+  description = "The API server's endpoint (a private FQDN unless control_plane_authorized_cidrs opened a public one)."
+  value       = azurerm_kubernetes_cluster.this.kube_config[0].host
+  sensitive   = true
+}
+
+output "kubeconfig_command" {
+  description = "Shell command that writes credentials for this cluster into $KUBECONFIG (needs the az CLI and kubelogin)."
+  value       = "az aks get-credentials --resource-group ${azurerm_resource_group.this.name} --name ${azurerm_kubernetes_cluster.this.name} --subscription ${var.subscription_id} --file \"$KUBECONFIG\" --overwrite-existing && kubelogin convert-kubeconfig --login azurecli"
+}
+
+output "cpu_pool_labels" {
+  description = "Labels on the CPU pool's nodes that the contract defines (plus AKS's spot label when spot)."
+  value       = module.contract.node_labels.cpu
+}
+
+output "cpu_pool_taints" {
+  description = "Taints on the CPU pool's nodes (Kubernetes form)."
+  value       = module.contract.node_taints.cpu
+}
+
+output "gpu_pool_labels" {
+  description = "Labels on the GPU pool's nodes that the contract defines (plus AKS's spot label when spot)."
+  value       = module.contract.node_labels.gpu
+}
+
+output "gpu_pool_taints" {
+  description = "Taints on the GPU pool's nodes (Kubernetes form)."
+  value       = module.contract.node_taints.gpu
+}
+
+output "helm_pool_values" {
+  description = "Chart values (YAML) that place each role on its pool; make cluster-up writes them to pool-values.yaml and make deploy passes them before VALUES."
+  value       = module.contract.helm_values_yaml
+}
+
+output "workload_identity" {
+  description = "How pods get cloud credentials: the cluster's OIDC issuer that federated identity credentials trust."
+  value       = azurerm_kubernetes_cluster.this.oidc_issuer_url
+}

@@ -1,0 +1,167 @@
+# GKE: a VPC with a private node subnet and Cloud NAT, and a regional private cluster with a CPU and a GPU node
+# pool whose labels and taints come from the shared contract module.
+
+provider "google" {
+  project = var.project_id
+  region  = var.region
+}
+
+locals {
+  subnet_name         = "${var.name}-nodes"
+  pods_range_name     = "${var.name}-pods"
+  services_range_name = "${var.name}-services"
+  # No public endpoint unless someone was given access to it.
+  private_endpoint = length(var.control_plane_authorized_cidrs) == 0
+  pools            = module.contract.pools
+}
+
+module "contract" {
+  source = "../modules/contract"
+
+  cloud    = "gcp"
+  cpu_pool = var.cpu_pool
+  gpu_pool = var.gpu_pool
+}
+
+module "vpc" {
+  source  = "terraform-google-modules/network/google"
+  version = "18.1.0"
+
+  project_id   = var.project_id
+  network_name = "${var.name}-network"
+  routing_mode = "REGIONAL"
+
+  subnets = [{
+    subnet_name   = local.subnet_name
+    subnet_ip     = var.nodes_cidr
+    subnet_region = var.region
+    # Private Google Access: nodes without external IPs still reach Artifact Registry and Google APIs.
+    subnet_private_access = "true"
+    subnet_flow_logs      = "true"
+  }]
+
+  secondary_ranges = {
+    (local.subnet_name) = [
+      { range_name = local.pods_range_name, ip_cidr_range = var.pods_cidr },
+      { range_name = local.services_range_name, ip_cidr_range = var.services_cidr },
+    ]
+  }
+}
+
+# Private nodes have no external IP: Cloud NAT is their way out (images from public registries, datasets).
+resource "google_compute_router" "nat" {
+  name    = "${var.name}-router"
+  project = var.project_id
+  region  = var.region
+  network = module.vpc.network_name
+}
+
+resource "google_compute_router_nat" "nat" {
+  name                               = "${var.name}-nat"
+  project                            = var.project_id
+  region                             = var.region
+  router                             = google_compute_router.nat.name
+  nat_ip_allocate_option             = "AUTO_ONLY"
+  source_subnetwork_ip_ranges_to_nat = "ALL_SUBNETWORKS_ALL_IP_RANGES"
+
+  log_config {
+    enable = true
+    filter = "ERRORS_ONLY"
+  }
+}
+
+module "gke" {
+  source  = "terraform-google-modules/kubernetes-engine/google//modules/private-cluster"
+  version = "44.2.0"
+
+  project_id         = var.project_id
+  name               = var.name
+  regional           = true
+  region             = var.region
+  zones              = var.zones
+  kubernetes_version = var.kubernetes_version
+  release_channel    = var.release_channel
+
+  network           = module.vpc.network_name
+  subnetwork        = module.vpc.subnets_names[0]
+  ip_range_pods     = local.pods_range_name
+  ip_range_services = local.services_range_name
+
+  # Nodes have private IPs only; the control plane has a private endpoint, and a public one only for the CIDRs
+  # in control_plane_authorized_cidrs (never for "any Google Cloud IP").
+  enable_private_nodes            = true
+  enable_private_endpoint         = local.private_endpoint
+  master_ipv4_cidr_block          = var.control_plane_cidr
+  gcp_public_cidrs_access_enabled = false
+  master_authorized_networks = [
+    for cidr in var.control_plane_authorized_cidrs : { cidr_block = cidr, display_name = "authorized ${cidr}" }
+  ]
+
+  # Dataplane V2 enforces the chart's NetworkPolicy.
+  datapath_provider = "ADVANCED_DATAPATH"
+
+  # Workload Identity: pods get Google credentials through their Kubernetes service account, and nodes run as a
+  # dedicated least-privilege service account instead of the default compute one with keys.
+  identity_namespace     = "enabled"
+  node_metadata          = "GKE_METADATA"
+  create_service_account = true
+  grant_registry_access  = true
+
+  remove_default_node_pool = true
+  deletion_protection      = var.deletion_protection
+  cluster_resource_labels  = var.labels
+
+  node_pools = [
+    {
+      name            = "cpu"
+      machine_type    = local.pools.cpu.machine_type
+      autoscaling     = true
+      total_min_count = local.pools.cpu.min_nodes
+      total_max_count = local.pools.cpu.max_nodes
+      location_policy = "BALANCED"
+      # Per zone; the autoscaler then keeps the total within the bounds.
+      initial_node_count = ceil(local.pools.cpu.min_nodes / length(var.zones))
+      spot               = local.pools.cpu.spot
+      disk_size_gb       = local.pools.cpu.disk_size_gb
+      disk_type          = "pd-balanced"
+      image_type         = "COS_CONTAINERD"
+      enable_secure_boot = true
+      auto_repair        = true
+      auto_upgrade       = true
+    },
+    {
+      name              = "gpu"
+      machine_type      = local.pools.gpu.machine_type
+      accelerator_type  = local.pools.gpu.accelerator_type
+      accelerator_count = local.pools.gpu.accelerator_count
+      # GKE installs the NVIDIA driver and runs the device plugin itself; it also taints GPU nodes with
+      # nvidia.com/gpu=present:NoSchedule, which is why the contract declares no taint for this pool on GKE.
+      gpu_driver_version = var.gpu_driver_version
+      autoscaling        = true
+      total_min_count    = local.pools.gpu.min_nodes
+      total_max_count    = local.pools.gpu.max_nodes
+      # GPUs are scarce: take them from whichever zone has capacity.
+      location_policy    = "ANY"
+      initial_node_count = ceil(local.pools.gpu.min_nodes / length(var.zones))
+      spot               = local.pools.gpu.spot
+      disk_size_gb       = local.pools.gpu.disk_size_gb
+      disk_type          = "pd-balanced"
+      image_type         = "COS_CONTAINERD"
+      enable_secure_boot = true
+      auto_repair        = true
+      auto_upgrade       = true
+    },
+  ]
+
+  node_pools_labels = {
+    all = {}
+    cpu = local.pools.cpu.labels
+    gpu = local.pools.gpu.labels
+  }
+
+  node_pools_taints = {
+    all = []
+    cpu = local.pools.cpu.declared_taints_enum
+    gpu = local.pools.gpu.declared_taints_enum
+  }
+}

@@ -1,0 +1,158 @@
+variable "project_id" {
+  type        = string
+  description = "The GCP project that holds the cluster and its network."
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{4,28}[a-z0-9]$", var.project_id))
+    error_message = "project_id must be a GCP project ID (6-30 lowercase letters, digits and hyphens)."
+  }
+}
+
+variable "name" {
+  type        = string
+  description = "Name of the cluster; also prefixes the network, subnet, router and node service account."
+  default     = "surreal"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{0,18}[a-z0-9]$", var.name))
+    error_message = "name must be 2-20 lowercase letters, digits and hyphens, starting with a letter (it prefixes other resource names)."
+  }
+}
+
+variable "region" {
+  type        = string
+  description = "Region of the (regional) cluster, its subnet and Cloud NAT."
+  default     = "us-central1"
+}
+
+variable "zones" {
+  type        = list(string)
+  description = "Zones the node pools span. Pick zones that offer gpu_pool.accelerator_type (gcloud compute accelerator-types list)."
+  default     = ["us-central1-a", "us-central1-c"]
+
+  validation {
+    condition     = length(var.zones) >= 1
+    error_message = "zones must name at least one zone."
+  }
+}
+
+variable "nodes_cidr" {
+  type        = string
+  description = "Primary range of the node subnet."
+  default     = "10.10.0.0/20"
+
+  validation {
+    condition     = can(cidrhost(var.nodes_cidr, 0))
+    error_message = "nodes_cidr must be a CIDR block."
+  }
+}
+
+variable "pods_cidr" {
+  type        = string
+  description = "Secondary range of the node subnet for pod IPs (VPC-native cluster)."
+  default     = "10.16.0.0/14"
+
+  validation {
+    condition     = can(cidrhost(var.pods_cidr, 0))
+    error_message = "pods_cidr must be a CIDR block."
+  }
+}
+
+variable "services_cidr" {
+  type        = string
+  description = "Secondary range of the node subnet for Service IPs."
+  default     = "10.20.0.0/20"
+
+  validation {
+    condition     = can(cidrhost(var.services_cidr, 0))
+    error_message = "services_cidr must be a CIDR block."
+  }
+}
+
+variable "control_plane_cidr" {
+  type        = string
+  description = "The /28 the GKE control plane's private endpoint lives in; must not overlap the other ranges."
+  default     = "172.16.0.0/28"
+
+  validation {
+    condition     = can(cidrhost(var.control_plane_cidr, 0)) && endswith(var.control_plane_cidr, "/28")
+    error_message = "control_plane_cidr must be a /28 CIDR block."
+  }
+}
+
+variable "control_plane_authorized_cidrs" {
+  type        = list(string)
+  description = "CIDR blocks allowed to reach the control plane's public endpoint. Empty (the default): no public endpoint at all; reach the API from inside the VPC (IAP bastion, VPN, Cloud Shell with private access)."
+  default     = []
+
+  validation {
+    condition     = alltrue([for cidr in var.control_plane_authorized_cidrs : can(cidrhost(cidr, 0)) && cidr != "0.0.0.0/0"])
+    error_message = "control_plane_authorized_cidrs must be CIDR blocks, and not 0.0.0.0/0: name the networks that may reach the API."
+  }
+}
+
+variable "kubernetes_version" {
+  type        = string
+  description = "Control plane version, or \"latest\" for the newest in the release channel."
+  default     = "latest"
+}
+
+variable "release_channel" {
+  type        = string
+  description = "GKE release channel: the control plane and nodes are upgraded automatically within it."
+  default     = "REGULAR"
+
+  validation {
+    condition     = contains(["RAPID", "REGULAR", "STABLE"], var.release_channel)
+    error_message = "release_channel must be RAPID, REGULAR or STABLE."
+  }
+}
+
+variable "cpu_pool" {
+  type = object({
+    machine_type = optional(string, "n2-standard-8")
+    min_nodes    = optional(number, 1)
+    max_nodes    = optional(number, 10)
+    spot         = optional(bool, false)
+    disk_size_gb = optional(number, 100)
+  })
+  description = "CPU pool for actors, replay and ps (and the system pods): machine type, total node bounds across zones, spot VMs, boot disk GB. Validated by the contract module."
+  default     = {}
+}
+
+variable "gpu_pool" {
+  type = object({
+    machine_type      = optional(string, "g2-standard-8")
+    accelerator_type  = optional(string, "nvidia-l4")
+    accelerator_count = optional(number, 1)
+    min_nodes         = optional(number, 0)
+    max_nodes         = optional(number, 2)
+    spot              = optional(bool, false)
+    disk_size_gb      = optional(number, 200)
+  })
+  description = "GPU pool for the learner: machine type, accelerator type and count per node, total node bounds (scales from 0), spot VMs, boot disk GB. Validated by the contract module."
+  default     = {}
+}
+
+variable "gpu_driver_version" {
+  type        = string
+  description = "NVIDIA driver GKE installs on GPU nodes: DEFAULT (the version tested with the node's GKE version) or LATEST."
+  default     = "DEFAULT"
+
+  validation {
+    condition     = contains(["DEFAULT", "LATEST"], var.gpu_driver_version)
+    error_message = "gpu_driver_version must be DEFAULT or LATEST."
+  }
+}
+
+variable "deletion_protection" {
+  type        = bool
+  description = "Refuse to destroy the cluster (make cluster-down fails until this is set to false and applied)."
+  default     = false
+}
+
+variable "labels" {
+  type        = map(string)
+  description = "GCP resource labels put on the cluster (cost attribution)."
+  default     = {}
+}
