@@ -3,23 +3,13 @@
 # in; without it neither group would scale, the GPU group never off zero).
 
 locals {
-  azs = slice(data.aws_availability_zones.available.names, 0, var.availability_zones)
   # /19 private subnets from the bottom of the VPC, /24 public ones from its top half.
-  private_subnets = [for i in range(var.availability_zones) : cidrsubnet(var.vpc_cidr, 3, i)]
-  public_subnets  = [for i in range(var.availability_zones) : cidrsubnet(var.vpc_cidr, 8, 128 + i)]
+  private_subnets = [for i in range(length(var.zones)) : cidrsubnet(var.vpc_cidr, 3, i)]
+  public_subnets  = [for i in range(length(var.zones)) : cidrsubnet(var.vpc_cidr, 8, 128 + i)]
 
   pools = module.contract.pools
 
   cluster_autoscaler_service_account = "cluster-autoscaler"
-}
-
-data "aws_availability_zones" "available" {
-  state = "available"
-  # Local and Wavelength zones cannot host EKS nodes.
-  filter {
-    name   = "opt-in-status"
-    values = ["opt-in-not-required"]
-  }
 }
 
 module "contract" {
@@ -31,12 +21,13 @@ module "contract" {
 }
 
 module "vpc" {
+  # checkov:skip=CKV_TF_1:Registry module pinned to an exact release (version below), the form terraform init, the lock file and tflint's terraform_module_version rule understand; a commit hash needs a git:: source instead.
   source  = "terraform-aws-modules/vpc/aws"
   version = "6.6.0"
 
   name = var.name
   cidr = var.vpc_cidr
-  azs  = local.azs
+  azs  = var.zones
 
   private_subnets = local.private_subnets
   public_subnets  = local.public_subnets
@@ -59,6 +50,7 @@ module "vpc" {
 }
 
 module "eks" {
+  # checkov:skip=CKV_TF_1:Registry module pinned to an exact release (version below), the form terraform init, the lock file and tflint's terraform_module_version rule understand; a commit hash needs a git:: source instead.
   source  = "terraform-aws-modules/eks/aws"
   version = "21.19.0"
 
@@ -131,6 +123,7 @@ module "eks" {
 
 # The cluster autoscaler's IAM role, assumed through IRSA by its service account only.
 module "cluster_autoscaler_irsa" {
+  # checkov:skip=CKV_TF_1:Registry module pinned to an exact release (version below), the form terraform init, the lock file and tflint's terraform_module_version rule understand; a commit hash needs a git:: source instead.
   source  = "terraform-aws-modules/iam/aws//modules/iam-role-for-service-accounts"
   version = "6.5.0"
 

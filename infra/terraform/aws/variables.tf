@@ -20,14 +20,18 @@ variable "region" {
   }
 }
 
-variable "availability_zones" {
-  type        = number
-  description = "How many of the region's availability zones the VPC (one private and one public subnet each) and the node groups span."
-  default     = 3
+variable "zones" {
+  type        = list(string)
+  description = "Availability zones the VPC (one private and one public subnet each) and the node groups span. Named, not looked up, so a zone AWS adds later never reshuffles the subnets. Pick zones that offer gpu_pool.machine_type."
+  default     = ["us-east-1a", "us-east-1b", "us-east-1c"]
 
   validation {
-    condition     = var.availability_zones >= 2 && var.availability_zones <= 4
-    error_message = "availability_zones must be 2 to 4 (EKS needs subnets in at least two)."
+    condition     = length(var.zones) >= 2 && length(var.zones) <= 4 && length(distinct(var.zones)) == length(var.zones)
+    error_message = "zones must name 2 to 4 distinct availability zones (EKS needs subnets in at least two)."
+  }
+  validation {
+    condition     = alltrue([for zone in var.zones : startswith(zone, var.region)])
+    error_message = "every zone must be in region (e.g. us-east-1a for us-east-1)."
   }
 }
 

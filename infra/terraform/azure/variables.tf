@@ -154,6 +154,12 @@ variable "gpu_pool" {
   default     = {}
 }
 
+variable "host_encryption_enabled" {
+  type        = bool
+  description = "Encrypt temp disks, caches and OS/data flows on the VM hosts. Register the feature first: az feature register --namespace Microsoft.Compute --name EncryptionAtHost (and check the GPU size supports it)."
+  default     = false
+}
+
 variable "nvidia_device_plugin_chart_version" {
   type        = string
   description = "Version of NVIDIA's nvidia-device-plugin Helm chart installed into kube-system (AKS installs the driver, not the device plugin)."
