@@ -79,3 +79,66 @@ bench-es-scaling: $(STAMP)
 
 clean:
 	rm -rf $(VENV) $(TOOLS) runs .pytest_cache .ruff_cache
+
+# ---- Provisioner: Terraform ----
+# One root stack per cloud under infra/terraform/ (gcp, aws, azure) on a shared, provider-free node-pool contract
+# module; infra/scripts/cluster.sh checks the cloud CLI and login before Terraform runs. State is local unless
+# BACKEND_CONFIG names a backend file (see infra/terraform/README.md, "Remote state").
+TERRAFORM ?= terraform
+TFLINT    ?= tflint
+TF_ROOT   := infra/terraform
+TF_STACKS := gcp aws azure
+TF_ENV    := CHECKPOINT_DISABLE=1 TF_IN_AUTOMATION=1
+CLOUD          ?=
+VALUES         ?=
+AUTO_APPROVE   ?= 0
+BACKEND_CONFIG ?=
+
+.PHONY: cluster-up cluster-down deploy tf-fmt tf-test tf-validate tflint checkov-terraform terraform-test
+
+## Create or update the cluster on CLOUD=gcp|aws|azure: init, plan, apply (asks unless AUTO_APPROVE=1), kubeconfig.
+cluster-up:
+	AUTO_APPROVE="$(AUTO_APPROVE)" BACKEND_CONFIG="$(BACKEND_CONFIG)" TERRAFORM="$(TERRAFORM)" \
+		infra/scripts/cluster.sh up "$(CLOUD)"
+
+## Destroy the cluster on CLOUD=gcp|aws|azure (asks unless AUTO_APPROVE=1).
+cluster-down:
+	AUTO_APPROVE="$(AUTO_APPROVE)" BACKEND_CONFIG="$(BACKEND_CONFIG)" TERRAFORM="$(TERRAFORM)" \
+		infra/scripts/cluster.sh down "$(CLOUD)"
+
+## helm upgrade --install the chart into the cluster cluster-up made: make deploy VALUES=infra/helm/values/ppo.yaml [CLOUD=...].
+deploy: $(HELM)
+	HELM="$(HELM)" VALUES="$(VALUES)" infra/scripts/cluster.sh deploy "$(CLOUD)"
+
+## terraform fmt -check over every stack, module and test.
+tf-fmt:
+	$(TF_ENV) $(TERRAFORM) fmt -check -recursive -diff $(TF_ROOT)
+
+## terraform test of the contract module (provider-free: works offline).
+tf-test:
+	cd $(TF_ROOT)/modules/contract && $(TF_ENV) $(TERRAFORM) init -input=false -backend=false >/dev/null && $(TF_ENV) $(TERRAFORM) test
+
+## init -backend=false + validate of each stack (downloads providers and modules: needs network, as in GitHub Actions).
+tf-validate:
+	@set -e; for stack in $(TF_STACKS); do \
+		echo "== $(TF_ROOT)/$$stack"; \
+		$(TF_ENV) $(TERRAFORM) -chdir=$(TF_ROOT)/$$stack init -backend=false -input=false; \
+		$(TF_ENV) $(TERRAFORM) -chdir=$(TF_ROOT)/$$stack validate; \
+	done
+
+## tflint over each stack and the contract module with infra/terraform/.tflint.hcl (downloads rulesets: GitHub Actions).
+tflint:
+	@command -v $(TFLINT) >/dev/null 2>&1 || { echo "error: tflint not found on PATH: install it (https://github.com/terraform-linters/tflint#installation; GitHub Actions: terraform-linters/setup-tflint)" >&2; exit 1; }
+	$(TFLINT) --init --config=$(CURDIR)/$(TF_ROOT)/.tflint.hcl
+	@set -e; for dir in $(TF_STACKS) modules/contract; do \
+		echo "== $(TF_ROOT)/$$dir"; \
+		$(TFLINT) --chdir=$(TF_ROOT)/$$dir --config=$(CURDIR)/$(TF_ROOT)/.tflint.hcl --format=compact; \
+	done
+
+## checkov over infra/terraform (every suppression carries its reason inline).
+checkov-terraform: $(CHECKOV)
+	$(CHECKOV) -d $(TF_ROOT) --framework terraform --quiet --compact
+
+## The provisioner's tests: static checks of every stack, fmt, terraform test, checkov, the chart contract, cluster.sh.
+terraform-test: $(STAMP) $(CHECKOV)
+	$(PY) -m pytest -q tests/test_terraform*.py tests/test_pool_contract.py
