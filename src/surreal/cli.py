@@ -3,6 +3,7 @@
     surreal role <replay|ps|learner|actor> [options]   start one role (what a pod runs)
     surreal run [overrides...]                         run a whole experiment as local processes
     surreal plot <run folder>                          learning curve PNG of a run
+    surreal probe progress --url URL                   wait until a learner reports progress (helm test)
 
 Role modules are imported only when chosen, so `surreal role replay` never loads torch and `--help`
 starts nothing.
@@ -48,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     plot = commands.add_parser("plot", help="write the learning curve of a run folder as PNG")
     plot.add_argument("run_dir", help="runs/<name>")
     plot.add_argument("--out", help="output PNG (default: <run_dir>/learning_curve.png)")
+    probe = commands.add_parser("probe", help="health checks against a running experiment")
+    checks = probe.add_subparsers(dest="check", required=True)
+    progress = checks.add_parser("progress", help="wait until the learner's /metrics shows updates (helm test)")
+    from surreal.launch.probe import add_arguments as add_probe_arguments  # urllib and prometheus_client only
+
+    add_probe_arguments(progress)
     return parser
 
 
@@ -72,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
 
         print(plot_run(args.run_dir, args.out))
         return 0
+    if args.command == "probe":
+        from surreal.launch.probe import main as probe_main
+
+        return probe_main(args)
     parser.error(f"unknown command {args.command}")
     return 2
 

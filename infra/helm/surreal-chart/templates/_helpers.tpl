@@ -1,0 +1,207 @@
+{{/*
+Names. The release's full name prefixes every object; each role appends its name
+(<fullname>-learner, -replay, -ps, -actor).
+*/}}
+{{- define "surreal.name" -}}surreal{{- end -}}
+
+{{/* <release>-surreal, or the release name alone when it already says surreal. */}}
+{{- define "surreal.fullname" -}}
+{{- if contains "surreal" .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-surreal" .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* <fullname>-<role>; 40 + 8 characters leave room for StatefulSet pod names and revision hashes. */}}
+{{- define "surreal.roleName" -}}
+{{- printf "%s-%s" (include "surreal.fullname" .root) .role -}}
+{{- end -}}
+
+{{/* Selector labels (Bitnami's split): name + instance only, never anything that changes on upgrade. */}}
+{{- define "surreal.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "surreal.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "surreal.labels" -}}
+{{ include "surreal.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: surreal
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* A role's selector labels: the release's plus app.kubernetes.io/component. */}}
+{{- define "surreal.roleSelectorLabels" -}}
+{{ include "surreal.selectorLabels" .root }}
+app.kubernetes.io/component: {{ .role }}
+{{- end -}}
+
+{{- define "surreal.roleLabels" -}}
+{{ include "surreal.labels" .root }}
+app.kubernetes.io/component: {{ .role }}
+{{- end -}}
+
+{{- define "surreal.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "surreal.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The image of a role: {root, role ("actor"|"learner"|"replay"), override (the role block's image)}.
+registry/repository:tag, or @digest when one is set (the role's, else the global one).
+*/}}
+{{- define "surreal.image" -}}
+{{- $img := .root.Values.image -}}
+{{- $override := .override | default dict -}}
+{{- $repository := $override.repository | default (get $img .role) -}}
+{{- $tag := $override.tag | default $img.tag | default .root.Chart.AppVersion -}}
+{{- $digest := $override.digest | default $img.digest -}}
+{{- $name := $repository -}}
+{{- if $img.registry -}}{{- $name = printf "%s/%s" (trimSuffix "/" $img.registry) $repository -}}{{- end -}}
+{{- if $digest -}}
+{{- printf "%s@%s" $name $digest -}}
+{{- else -}}
+{{- printf "%s:%s" $name (toString $tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* DNS names of the Services (namespace-qualified, resolved through the pod's search path). */}}
+{{- define "surreal.learnerHost" -}}
+{{- printf "%s.%s.svc" (include "surreal.roleName" (dict "root" . "role" "learner")) .Release.Namespace -}}
+{{- end -}}
+
+{{- define "surreal.psHost" -}}
+{{- printf "%s.%s.svc" (include "surreal.roleName" (dict "root" . "role" "ps")) .Release.Namespace -}}
+{{- end -}}
+
+{{/* Every replay shard by its stable pod DNS name under the headless Service, with its ports. */}}
+{{- define "surreal.replayAddrs" -}}
+{{- $name := include "surreal.roleName" (dict "root" . "role" "replay") -}}
+{{- $addrs := list -}}
+{{- range $i := until (int .Values.replay.shards) -}}
+{{- $addrs = append $addrs (printf "%s-%d.%s.%s.svc:%d:%d" $name $i $name $.Release.Namespace (int $.Values.ports.experience) (int $.Values.ports.sample)) -}}
+{{- end -}}
+{{- join "," $addrs -}}
+{{- end -}}
+
+{{/* The experiment as the ConfigMap holds it: the values' `experiment` plus the topology of the workloads. */}}
+{{- define "surreal.experiment" -}}
+{{- $experiment := deepCopy .Values.experiment -}}
+{{- $_ := set $experiment "topology" (dict "actors" (int .Values.actors.replicas) "envs_per_actor" (int .Values.actors.envsPerActor) "replay_shards" (int .Values.replay.shards) "ps_replicas" (int .Values.ps.replicas)) -}}
+{{- toYaml $experiment -}}
+{{- end -}}
+
+{{- define "surreal.configMountPath" -}}/etc/surreal{{- end -}}
+{{- define "surreal.configPath" -}}/etc/surreal/experiment.yaml{{- end -}}
+
+{{/*
+What every role's container shares: SURREAL_* identity-free settings, the config mount, scratch space,
+security context. {root, role (values key), block (the role's values)}.
+*/}}
+{{- define "surreal.commonEnv" -}}
+- name: SURREAL_CONFIG
+  value: {{ include "surreal.configPath" .root | quote }}
+- name: SURREAL_BIND_HOST
+  value: "0.0.0.0"
+- name: SURREAL_METRICS_PORT
+  value: {{ .root.Values.ports.metrics | int | quote }}
+- name: HOME
+  value: /tmp
+- name: MPLCONFIGDIR
+  value: /tmp/matplotlib
+- name: PYTHONUNBUFFERED
+  value: "1"
+{{- end -}}
+
+{{- define "surreal.podSecurityContext" -}}
+{{- toYaml (mergeOverwrite (deepCopy .root.Values.podSecurityContext) (.block.podSecurityContext | default dict)) -}}
+{{- end -}}
+
+{{- define "surreal.securityContext" -}}
+{{- toYaml (mergeOverwrite (deepCopy .root.Values.securityContext) (.block.securityContext | default dict)) -}}
+{{- end -}}
+
+{{/* The pod-level fields every role shares: service account, placement, security, volumes of scratch and config. */}}
+{{- define "surreal.podCommon" -}}
+serviceAccountName: {{ include "surreal.serviceAccountName" .root }}
+automountServiceAccountToken: false
+enableServiceLinks: false
+securityContext:
+  {{- include "surreal.podSecurityContext" . | nindent 2 }}
+terminationGracePeriodSeconds: {{ .block.terminationGracePeriodSeconds }}
+{{- with .root.Values.image.pullSecrets }}
+imagePullSecrets:
+  {{- range . }}
+  - name: {{ . }}
+  {{- end }}
+{{- end }}
+{{- with .block.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .block.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .block.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{- define "surreal.volumes" -}}
+- name: experiment
+  configMap:
+    name: {{ include "surreal.roleName" (dict "root" .root "role" "experiment") }}
+- name: tmp
+  emptyDir:
+    sizeLimit: {{ .root.Values.tmpSizeLimit }}
+{{- end -}}
+
+{{- define "surreal.volumeMounts" -}}
+- name: experiment
+  mountPath: {{ include "surreal.configMountPath" .root }}
+  readOnly: true
+- name: tmp
+  mountPath: /tmp
+{{- end -}}
+
+{{/* Probes on the metrics endpoint, which every role serves from a thread of its own. */}}
+{{- define "surreal.probes" -}}
+startupProbe:
+  httpGet:
+    path: /metrics
+    port: metrics
+  periodSeconds: 5
+  failureThreshold: 60
+readinessProbe:
+  httpGet:
+    path: /metrics
+    port: metrics
+  periodSeconds: 10
+  timeoutSeconds: 5
+livenessProbe:
+  httpGet:
+    path: /metrics
+    port: metrics
+  periodSeconds: 20
+  timeoutSeconds: 10
+  failureThreshold: 6
+{{- end -}}
+
+{{/* checkov suppressions every workload shares, one reason each (README: "checkov"). */}}
+{{- define "surreal.checkovSkips" -}}
+checkov.io/skip1: "CKV_K8S_43=image digests are optional (image.digest); make images tags every build with its immutable git sha"
+checkov.io/skip2: "CKV_K8S_15=tags are immutable git shas, so IfNotPresent is safe and lets kind run the images it loaded"
+{{- end -}}
+
+{{/* The algorithm's name: `experiment.algo` is a name or a mapping with `name` (ppo when absent, as read_config). */}}
+{{- define "surreal.algoName" -}}
+{{- $algo := .Values.experiment.algo | default "ppo" -}}
+{{- if kindIs "map" $algo -}}{{- $algo.name | default "ppo" -}}{{- else -}}{{- $algo -}}{{- end -}}
+{{- end -}}

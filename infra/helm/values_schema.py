@@ -1,0 +1,277 @@
+"""Write infra/helm/surreal-chart/values.schema.json: the chart's own keys by hand, `experiment` from the runtime.
+
+The `experiment` part is derived from the typed config the roles read (surreal.config.schema: the
+ExperimentConfig dataclass tree and the ALGORITHMS registry), so the chart's schema and `read_config` agree on
+every key and type; tests/test_chart.py fails when the committed file differs from what this script writes
+(`make helm-schema` rewrites it). The schema is self-contained (no remote `$ref`: Helm 4 would fetch it at lint
+time) and closed (`additionalProperties: false`) wherever the keys are ours; Kubernetes-owned objects
+(affinity, security contexts) are only typed, since the API server checks them.
+
+    python infra/helm/values_schema.py [--check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from surreal.config.schema import ALGORITHMS, REPLAY_MODES, ExperimentConfig
+
+SCHEMA_PATH = Path(__file__).resolve().parent / "surreal-chart" / "values.schema.json"
+
+# Keys of ExperimentConfig the chart owns: `topology` comes from actors/replay/ps (see values.yaml).
+CHART_OWNED = {"topology"}
+# Per-algorithm keys a config file may not set: algo.seed always follows the top-level seed.
+ALGO_EXCLUDED = {"seed"}
+# Value rules that are plain JSON Schema (validate() in surreal.config.schema has the full set).
+EXTRA: dict[str, dict[str, Any]] = {
+    "name": {"pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]*$"},
+    "device": {"pattern": r"^(auto|cpu|cuda(:[0-9]+)?)$"},
+    "replay.mode": {"enum": ["auto", *REPLAY_MODES]},
+    "seed": {"minimum": 0},
+    "total_env_steps": {"minimum": 1},
+    "env.id": {"minLength": 1},
+}
+
+
+def type_schema(hint: Any, path: str) -> dict[str, Any]:
+    """JSON Schema of one dataclass field's type hint."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        nullable = len(args) < len(typing.get_args(hint))
+        assert len(args) == 1, f"{path}: unions other than X | None are not supported"
+        inner = type_schema(args[0], path)
+        if nullable:
+            kinds = inner["type"] if isinstance(inner["type"], list) else [inner["type"]]
+            inner["type"] = [*kinds, "null"]
+        return inner
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        return {"type": "array", "items": type_schema(item, f"{path}[]")}
+    if origin is dict or hint is dict:
+        return {"type": "object"}  # free-form (env.kwargs goes to gymnasium.make)
+    if dataclasses.is_dataclass(hint):
+        return object_schema(hint, path)
+    simple = {bool: "boolean", int: "integer", float: "number", str: "string"}
+    assert hint in simple, f"{path}: no JSON Schema for {hint!r}"
+    return {"type": simple[hint]}
+
+
+def object_schema(cls: Any, prefix: str, skip: set[str] = frozenset()) -> dict[str, Any]:  # type: ignore[assignment]
+    hints = typing.get_type_hints(cls)
+    properties: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        path = f"{prefix}{f.name}"
+        properties[f.name] = {**type_schema(hints[f.name], path), **EXTRA.get(path, {})}
+    return {"type": "object", "additionalProperties": False, "properties": properties}
+
+
+def algo_schema() -> dict[str, Any]:
+    """`experiment.algo`: a name, or a mapping typed by the algorithm its `name` picks (ppo when absent)."""
+    names = list(ALGORITHMS)
+    per_algo = {}
+    for name, cls in ALGORITHMS.items():
+        fields = object_schema(cls, "algo.", skip=ALGO_EXCLUDED)
+        fields["properties"]["name"] = {"type": "string", "enum": names}
+        per_algo[name] = fields
+    # if name == ddpg then ddpg's keys else if name == es then es's keys ... else ppo's (read_config's default).
+    chain: dict[str, Any] = per_algo["ppo"]
+    for name in reversed([n for n in names if n != "ppo"]):
+        chain = {
+            "if": {"required": ["name"], "properties": {"name": {"const": name}}},
+            "then": per_algo[name],
+            "else": chain,
+        }
+    return {
+        "description": "the algorithm: a name (ppo, ddpg, es) or a mapping with `name` and its hyperparameters",
+        "type": ["string", "object"],
+        "if": {"type": "string"},
+        "then": {"enum": names},
+        "else": {"properties": {"name": {"type": "string", "enum": names}}, **chain},
+    }
+
+
+def experiment_schema() -> dict[str, Any]:
+    schema = object_schema(ExperimentConfig, "", skip=CHART_OWNED)
+    schema["properties"]["algo"] = algo_schema()
+    schema["description"] = (
+        "the experiment config as `surreal run` takes it (partial: missing keys get the algorithm's defaults); "
+        "topology is not set here but from actors.replicas, actors.envsPerActor, replay.shards and ps.replicas"
+    )
+    return schema
+
+
+def closed(properties: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"type": "object", "additionalProperties": False, "properties": properties, **extra}
+
+
+def chart_definitions() -> dict[str, Any]:
+    quantity = {
+        "description": "a Kubernetes quantity, e.g. 500m, 2, 4Gi",
+        "type": ["string", "number"],
+        "pattern": r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$",
+    }
+    return {
+        "quantity": quantity,
+        "resources": closed(
+            {
+                "requests": {"type": "object", "additionalProperties": {"$ref": "#/definitions/quantity"}},
+                "limits": {"type": "object", "additionalProperties": {"$ref": "#/definitions/quantity"}},
+            },
+            required=["requests", "limits"],
+            description="requests and limits (both required: every container is bounded)",
+        ),
+        "nodeSelector": {"type": "object", "additionalProperties": {"type": "string"}},
+        "tolerations": {
+            "type": "array",
+            "items": closed(
+                {
+                    "key": {"type": "string"},
+                    "operator": {"enum": ["Exists", "Equal"]},
+                    "value": {"type": "string"},
+                    "effect": {"enum": ["", "NoSchedule", "PreferNoSchedule", "NoExecute"]},
+                    "tolerationSeconds": {"type": "integer"},
+                }
+            ),
+        },
+        "imageOverride": closed(
+            {
+                "repository": {"type": "string", "minLength": 1},
+                "tag": {"type": "string"},
+                "digest": {"type": "string", "pattern": "^(sha256:[a-f0-9]{64})?$"},
+            },
+            description="overrides image.<kind> / image.tag / image.digest for this role",
+        ),
+        "k8sObject": {"type": "object", "description": "a Kubernetes object (checked by the API server)"},
+        "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+        "pdb": closed(
+            {"enabled": {"type": "boolean"}, "maxUnavailable": {"type": ["integer", "string"], "minimum": 0}},
+            required=["enabled", "maxUnavailable"],
+        ),
+        "port": {"type": "integer", "minimum": 1, "maximum": 65535},
+        "grace": {"type": "integer", "minimum": 0},
+    }
+
+
+def role(count_key: str | None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A role's values block (KubeRay style: the same keys for every role)."""
+    properties: dict[str, Any] = {
+        "image": {"$ref": "#/definitions/imageOverride"},
+        "nodeSelector": {"$ref": "#/definitions/nodeSelector"},
+        "tolerations": {"$ref": "#/definitions/tolerations"},
+        "affinity": {"$ref": "#/definitions/k8sObject"},
+        "resources": {"$ref": "#/definitions/resources"},
+        "podSecurityContext": {"$ref": "#/definitions/k8sObject"},
+        "securityContext": {"$ref": "#/definitions/k8sObject"},
+        "podAnnotations": {"$ref": "#/definitions/annotations"},
+        "terminationGracePeriodSeconds": {"$ref": "#/definitions/grace"},
+    }
+    if count_key is not None:
+        properties[count_key] = {"type": "integer", "minimum": 1, "maximum": 10000}
+    properties.update(extra or {})
+    return closed(properties)
+
+
+def values_schema() -> dict[str, Any]:
+    ref = lambda name: {"$ref": f"#/definitions/{name}"}  # noqa: E731
+    return {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "title": "Values of the Surreal chart (generated by infra/helm/values_schema.py: do not edit by hand)",
+        "type": "object",
+        "additionalProperties": False,
+        "definitions": chart_definitions(),
+        "properties": {
+            "experiment": experiment_schema(),
+            "image": closed(
+                {
+                    "registry": {"type": "string"},
+                    "tag": {"type": "string"},
+                    "digest": {"type": "string", "pattern": "^(sha256:[a-f0-9]{64})?$"},
+                    "pullPolicy": {"enum": ["Always", "IfNotPresent", "Never"]},
+                    "pullSecrets": {"type": "array", "items": {"type": "string", "minLength": 1}},
+                    "actor": {"type": "string", "minLength": 1},
+                    "learner": {"type": "string", "minLength": 1},
+                    "replay": {"type": "string", "minLength": 1},
+                }
+            ),
+            "ports": closed({k: ref("port") for k in ("experience", "sample", "paramsPub", "ps", "metrics")}),
+            "podSecurityContext": ref("k8sObject"),
+            "securityContext": ref("k8sObject"),
+            "tmpSizeLimit": ref("quantity"),
+            "learner": role(
+                None,
+                {
+                    "checkpoints": closed(
+                        {"size": ref("quantity"), "storageClassName": {"type": "string"}}, required=["size"]
+                    ),
+                    "pdb": ref("pdb"),
+                },
+            ),
+            "replay": role("shards", {"pdb": ref("pdb")}),
+            "ps": role("replicas"),
+            "actors": role("replicas", {"envsPerActor": {"type": "integer", "minimum": 1, "maximum": 1024}}),
+            "serviceAccount": closed(
+                {"create": {"type": "boolean"}, "name": {"type": "string"}, "annotations": ref("annotations")}
+            ),
+            "networkPolicy": closed(
+                {
+                    "enabled": {"type": "boolean"},
+                    "metricsFrom": {"type": "array", "items": ref("k8sObject")},
+                    "extraEgress": {"type": "array", "items": ref("k8sObject")},
+                }
+            ),
+            "serviceMonitor": closed(
+                {
+                    "enabled": {"type": "boolean"},
+                    "interval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+                    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                }
+            ),
+            "grafanaDashboard": closed(
+                {
+                    "enabled": {"type": "boolean"},
+                    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                }
+            ),
+            "helmTest": closed(
+                {
+                    "minUpdates": {"type": "integer", "minimum": 1},
+                    "timeoutSeconds": {"type": "integer", "minimum": 1},
+                    "resources": ref("resources"),
+                }
+            ),
+            "global": {"type": "object"},  # Helm passes a parent chart's globals to every subchart
+        },
+    }
+
+
+def render() -> str:
+    return json.dumps(values_schema(), indent=2) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if the committed schema is out of date")
+    args = parser.parse_args()
+    text = render()
+    if args.check:
+        if SCHEMA_PATH.read_text() != text:
+            print(f"{SCHEMA_PATH} is out of date: run make helm-schema", file=sys.stderr)
+            return 1
+        return 0
+    SCHEMA_PATH.write_text(text)
+    print(f"wrote {SCHEMA_PATH}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
