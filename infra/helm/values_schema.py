@@ -38,6 +38,7 @@ EXTRA: dict[str, dict[str, Any]] = {
     "total_env_steps": {"minimum": 1},
     "env.id": {"minLength": 1},
 }
+_EXTRA_USED: set[str] = set()
 
 
 def type_schema(hint: Any, path: str) -> dict[str, Any]:
@@ -58,7 +59,7 @@ def type_schema(hint: Any, path: str) -> dict[str, Any]:
     if origin is dict or hint is dict:
         return {"type": "object"}  # free-form (env.kwargs goes to gymnasium.make)
     if dataclasses.is_dataclass(hint):
-        return object_schema(hint, path)
+        return object_schema(hint, f"{path}.")
     simple = {bool: "boolean", int: "integer", float: "number", str: "string"}
     assert hint in simple, f"{path}: no JSON Schema for {hint!r}"
     return {"type": simple[hint]}
@@ -72,6 +73,7 @@ def object_schema(cls: Any, prefix: str, skip: set[str] = frozenset()) -> dict[s
             continue
         path = f"{prefix}{f.name}"
         properties[f.name] = {**type_schema(hints[f.name], path), **EXTRA.get(path, {})}
+        _EXTRA_USED.add(path)
     return {"type": "object", "additionalProperties": False, "properties": properties}
 
 
@@ -103,6 +105,8 @@ def algo_schema() -> dict[str, Any]:
 def experiment_schema() -> dict[str, Any]:
     schema = object_schema(ExperimentConfig, "", skip=CHART_OWNED)
     schema["properties"]["algo"] = algo_schema()
+    unused = set(EXTRA) - _EXTRA_USED
+    assert not unused, f"EXTRA names keys the config does not have: {sorted(unused)}"
     schema["description"] = (
         "the experiment config as `surreal run` takes it (partial: missing keys get the algorithm's defaults); "
         "topology is not set here but from actors.replicas, actors.envsPerActor, replay.shards and ps.replicas"

@@ -1,0 +1,52 @@
+"""Write images/requirements/{base,rl}.txt: every package an image installs, pinned to one version.
+
+Resolves the project's own dependency sets with pip (`pip install --dry-run --report`, nothing installed):
+`base` is `surreal` alone (the replay/ps image: numpy, pyzmq, msgpack, prometheus-client and the config
+loader), `rl` is `surreal[rl]` (actor and learner) without torch, which each image installs from its own index
+(CPU build for the actor, CUDA build for the learner) at the version pyproject.toml pins. Rerun after changing
+pyproject.toml's dependencies (`make images-lock`); tests/test_images.py checks the pins still satisfy it.
+
+    python images/lock.py
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "images" / "requirements"
+SETS = {"base": str(REPO), "rl": f"{REPO}[rl]"}
+INSTALLED_SEPARATELY = {"surreal", "torch"}
+HEADER = "# Pinned by images/lock.py from pyproject.toml ({target}); do not edit by hand: rerun `make images-lock`.\n"
+
+
+def resolve(target: str) -> dict[str, str]:
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet"]
+            + ["--report", str(report), target],
+            check=True,
+        )
+        items = json.loads(report.read_text())["install"]
+    return {i["metadata"]["name"]: i["metadata"]["version"].split("+")[0] for i in items}
+
+
+def main() -> int:
+    OUT.mkdir(parents=True, exist_ok=True)
+    for name, target in SETS.items():
+        pins = resolve(target)
+        lines = [f"{pkg}=={version}" for pkg, version in sorted(pins.items(), key=lambda kv: kv[0].lower())]
+        lines = [line for line in lines if line.split("==")[0].lower() not in INSTALLED_SEPARATELY]
+        label = "surreal" if name == "base" else "surreal[rl] without torch"
+        (OUT / f"{name}.txt").write_text(HEADER.format(target=label) + "\n".join(lines) + "\n")
+        print(f"wrote {OUT / f'{name}.txt'} ({len(lines)} packages)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,586 @@
+"""The Helm chart (infra/helm/surreal-chart) offline: helm lint and template for every values file, the rendered
+manifests against the Kubernetes JSON schemas (kubernetes-validate) and the ServiceMonitor CRD's, the values
+schema (generated from the runtime config; bad values rejected with a clear message), every values file's
+experiment accepted by `read_config`, the topology/placement/security/network contracts, and checkov.
+
+The end-to-end wiring (the rendered commands and env run as local processes) is tests/test_chart_wiring.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from surreal.config import read_config
+from surreal.settings import Settings
+
+REPO = Path(__file__).resolve().parents[1]
+HELM = REPO / ".tools" / "bin" / "helm"
+CHECKOV = REPO / ".tools" / "checkov" / "bin" / "checkov"
+CHART = REPO / "infra" / "helm" / "surreal-chart"
+VALUES_DIR = REPO / "infra" / "helm" / "values"
+VALUES_FILES = sorted(VALUES_DIR.glob("*.yaml"))
+SERVICEMONITOR_SCHEMA = REPO / "infra" / "helm" / "crds" / "servicemonitor-v1.schema.json"
+SERVICEMONITOR_API = "monitoring.coreos.com/v1/ServiceMonitor"
+KUBE_VERSIONS = ("1.30.0", "1.33.0")  # the chart's kubeVersion floor and a current release
+NAMESPACE = "surreal-test"
+RELEASE = "exp1"
+WORKLOAD_KINDS = ("StatefulSet", "Deployment")
+ROLE_PORTS = {"experience", "sample", "paramsPub", "ps", "metrics"}
+
+sys.path.insert(0, str(REPO / "infra" / "helm"))
+import values_schema  # noqa: E402  (infra/helm/values_schema.py, the schema generator)
+
+
+def helm() -> str:
+    assert HELM.exists(), f"{HELM} is missing: run `make tools` (installs helm v4 under .tools/)"
+    return str(HELM)
+
+
+def run_helm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([helm(), *args], cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+
+
+def render(
+    *values: Path | str, sets: tuple[str, ...] = (), api_versions: tuple[str, ...] = (), show_only: str | None = None
+) -> list[dict[str, Any]]:
+    """`helm template` of the chart as the documents it renders (None documents dropped)."""
+    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+    for path in values:
+        args += ["-f", str(path)]
+    for item in sets:
+        args += ["--set", item]
+    for api in api_versions:
+        args += ["--api-versions", api]
+    if show_only:
+        args += ["--show-only", show_only]
+    done = run_helm(*args)
+    assert done.returncode == 0, f"helm template failed:\n{done.stderr}"
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def find(docs: list[dict[str, Any]], kind: str, component: str) -> dict[str, Any]:
+    matches = [
+        d for d in by_kind(docs, kind) if d["metadata"]["labels"].get("app.kubernetes.io/component") == component
+    ]
+    assert len(matches) == 1, f"expected one {kind} for {component}, found {len(matches)}"
+    return matches[0]
+
+
+def pod_specs(docs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """(name, pod spec) of every workload's pod template and of every bare Pod (the helm test)."""
+    specs = [(d["metadata"]["name"], d["spec"]["template"]["spec"]) for d in docs if d["kind"] in WORKLOAD_KINDS]
+    specs += [(d["metadata"]["name"], d["spec"]) for d in by_kind(docs, "Pod")]
+    return specs
+
+
+def env_of(container: dict[str, Any]) -> dict[str, str]:
+    return {item["name"]: item["value"] for item in container.get("env", [])}
+
+
+def experiment_of(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (configmap,) = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("-experiment")]
+    return yaml.safe_load(configmap["data"]["experiment.yaml"])
+
+
+def values_ids(path: Path) -> str:
+    return path.stem
+
+
+@pytest.fixture(scope="module", params=VALUES_FILES, ids=values_ids)
+def rendered(request: pytest.FixtureRequest) -> tuple[Path, list[dict[str, Any]]]:
+    """Every values file rendered with the optional parts on (ServiceMonitor API present, dashboard)."""
+    docs = render(
+        request.param,
+        sets=("serviceMonitor.enabled=true", "grafanaDashboard.enabled=true"),
+        api_versions=(SERVICEMONITOR_API,),
+    )
+    return request.param, docs
+
+
+def test_the_values_files_exist() -> None:
+    assert {p.stem for p in VALUES_FILES} >= {"ppo", "ddpg", "es", "smoke"}
+
+
+def test_helm_is_v4() -> None:
+    done = run_helm("version", "--short")
+    assert done.returncode == 0 and done.stdout.startswith("v4."), done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("values", [None, *VALUES_FILES], ids=lambda p: "defaults" if p is None else p.stem)
+def test_helm_lint_strict(values: Path | None) -> None:
+    done = run_helm("lint", "--strict", str(CHART), *(["-f", str(values)] if values else []))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 chart(s) failed" in done.stdout
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+def test_rendered_manifests_validate_against_kubernetes_schemas(rendered, kube_version: str) -> None:
+    path, docs = rendered
+    kinds = set()
+    for doc in docs:
+        kinds.add(doc["kind"])
+        if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+            continue  # a CRD: kubernetes-validate has no schema for it (test below)
+        try:
+            kubernetes_validate.validate(doc, kube_version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{path.name}: {doc['kind']}/{doc['metadata']['name']} invalid for {kube_version}: {exc}")
+    assert kinds >= {
+        "ConfigMap",
+        "ServiceAccount",
+        "Service",
+        "StatefulSet",
+        "Deployment",
+        "NetworkPolicy",
+        "Pod",
+        "ServiceMonitor",
+    }
+
+
+def test_a_broken_manifest_is_caught_by_kubernetes_validate(rendered) -> None:
+    """The validation above can fail: a misspelt field in a rendered StatefulSet is rejected."""
+    _, docs = rendered
+    broken = json.loads(json.dumps(find(docs, "StatefulSet", "learner")))
+    broken["spec"]["template"]["spec"]["containers"][0]["imagePullPolcy"] = "Always"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBE_VERSIONS[0], strict=True)
+
+
+def test_servicemonitor_validates_against_the_crd_schema(rendered) -> None:
+    _, docs = rendered
+    schema = json.loads(SERVICEMONITOR_SCHEMA.read_text())
+    (monitor,) = by_kind(docs, "ServiceMonitor")
+    jsonschema.validate(monitor, schema)
+    # It selects exactly the release's Services that expose a metrics port.
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    selected = [s for s in by_kind(docs, "Service") if selector.items() <= s["metadata"]["labels"].items()]
+    assert {s["metadata"]["labels"]["app.kubernetes.io/component"] for s in selected} == {
+        "learner",
+        "replay",
+        "ps",
+        "actor",
+    }
+    for service in selected:
+        assert "metrics" in {p["name"] for p in service["spec"]["ports"]}
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    bad = json.loads(json.dumps(monitor))
+    bad["spec"]["endpoints"][0]["interval"] = "15 seconds"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
+
+
+def test_servicemonitor_is_gated_on_the_api_being_served() -> None:
+    enabled = ("serviceMonitor.enabled=true",)
+    assert by_kind(render(sets=enabled), "ServiceMonitor") == []
+    assert len(by_kind(render(sets=enabled, api_versions=(SERVICEMONITOR_API,)), "ServiceMonitor")) == 1
+    assert by_kind(render(api_versions=(SERVICEMONITOR_API,)), "ServiceMonitor") == []
+    notes = run_helm("install", RELEASE, str(CHART), "--dry-run=client", "--set", enabled[0])
+    assert notes.returncode == 0, notes.stderr
+    assert "no ServiceMonitor was created" in notes.stdout
+
+
+# -- the values schema ------------------------------------------------------------------------------------
+
+
+def test_values_schema_is_generated_from_the_runtime_config() -> None:
+    committed = (CHART / "values.schema.json").read_text()
+    assert committed == values_schema.render(), (
+        "values.schema.json differs from what infra/helm/values_schema.py derives from surreal.config.schema: "
+        "run `make helm-schema`"
+    )
+
+
+def test_values_schema_is_self_contained_and_closed() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    refs = re.findall(r'"\$ref":\s*"([^"]+)"', json.dumps(schema))
+    assert refs and all(ref.startswith("#/") for ref in refs), f"non-local $ref: {refs}"
+    assert schema["additionalProperties"] is False
+    for key in ("image", "ports", "learner", "replay", "ps", "actors", "experiment", "networkPolicy", "helmTest"):
+        assert schema["properties"][key].get("additionalProperties") is False, key
+    jsonschema.Draft7Validator.check_schema(schema)
+
+
+def test_default_values_and_every_values_file_pass_the_schema() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    jsonschema.validate(yaml.safe_load((CHART / "values.yaml").read_text()), schema)
+
+
+BAD_VALUES = {
+    "negative actors": ("actors:\n  replicas: -1\n", "at '/actors/replicas': minimum: got -1, want 1"),
+    "zero shards": ("replay:\n  shards: 0\n", "at '/replay/shards': minimum: got 0, want 1"),
+    "unknown algorithm": ("experiment:\n  algo: nope\n", "value must be one of 'ppo', 'ddpg', 'es'"),
+    "unknown algorithm in a mapping": ("experiment:\n  algo:\n    name: sac\n", "value must be one of"),
+    "misspelt role key": ("actors:\n  replica: 4\n", "additional properties 'replica' not allowed"),
+    "misspelt top-level key": ("actor:\n  replicas: 4\n", "additional properties 'actor' not allowed"),
+    "misspelt experiment key": ("experiment:\n  total_env_step: 10\n", "additional properties 'total_env_step'"),
+    "misspelt env key": ("experiment:\n  env:\n    idd: Hopper-v5\n", "additional properties 'idd' not allowed"),
+    "topology is the chart's": ("experiment:\n  topology:\n    actors: 4\n", "additional properties 'topology'"),
+    "string for an integer": ("replay:\n  shards: two\n", "at '/replay/shards': got string, want integer"),
+    "float for an integer": ("actors:\n  envsPerActor: 1.5\n", "at '/actors/envsPerActor': got number, want integer"),
+    "string for a number": ("experiment:\n  algo:\n    name: ppo\n    lr: fast\n", "at '/experiment/algo/lr'"),
+    "a PPO key under DDPG": (
+        "experiment:\n  algo:\n    name: ddpg\n    clip_coef: 0.2\n",
+        "additional properties 'clip_coef' not allowed",
+    ),
+    "algo.seed follows seed": ("experiment:\n  algo:\n    seed: 3\n", "additional properties 'seed' not allowed"),
+    "unknown replay mode": ("experiment:\n  replay:\n    mode: lifo\n", "at '/experiment/replay/mode'"),
+    "bad device": ("experiment:\n  device: gpu\n", "at '/experiment/device'"),
+    "limits are required": (
+        "learner:\n  resources:\n    requests:\n      cpu: '1'\n    limits: null\n",
+        "at '/learner/resources'",
+    ),
+    "bad toleration effect": (
+        "learner:\n  tolerations:\n    - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedul}\n",
+        "at '/learner/tolerations/0/effect'",
+    ),
+    "bad pull policy": ("image:\n  pullPolicy: Sometimes\n", "at '/image/pullPolicy'"),
+    "bad port": ("ports:\n  metrics: 70000\n", "at '/ports/metrics': maximum"),
+    "bad digest": ("image:\n  digest: latest\n", "at '/image/digest'"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_VALUES))
+def test_bad_values_are_rejected_with_a_clear_message(name: str, tmp_path: Path) -> None:
+    text, message = BAD_VALUES[name]
+    values = tmp_path / "bad.yaml"
+    values.write_text(text)
+    done = run_helm("template", RELEASE, str(CHART), "-f", str(values))
+    assert done.returncode != 0, f"{name}: accepted\n{done.stdout[:500]}"
+    assert "values don't meet the specifications of the schema" in done.stderr, done.stderr
+    assert message in done.stderr, f"{name}: expected {message!r} in:\n{done.stderr}"
+    lint = run_helm("lint", str(CHART), "-f", str(values))
+    assert lint.returncode != 0 and message in lint.stdout + lint.stderr
+
+
+# -- the experiment the pods read ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", VALUES_FILES, ids=values_ids)
+def test_every_values_files_experiment_is_accepted_by_read_config(values: Path, tmp_path: Path) -> None:
+    """What the ConfigMap holds is what SURREAL_CONFIG gives every role: `read_config` must accept it."""
+    docs = render(values)
+    path = tmp_path / "experiment.yaml"
+    path.write_text(yaml.safe_dump(experiment_of(docs)))
+    cfg = read_config(path)
+    chart = yaml.safe_load(values.read_text())
+    expected_algo = chart["experiment"]["algo"]
+    expected_algo = expected_algo if isinstance(expected_algo, str) else expected_algo["name"]
+    assert cfg.algo.name == expected_algo
+    assert cfg.env.id == chart["experiment"]["env"]["id"]
+    assert cfg.topology.actors == chart["actors"]["replicas"]
+    assert cfg.topology.replay_shards == chart["replay"]["shards"]
+    assert cfg.topology.ps_replicas == chart["ps"]["replicas"]
+    assert cfg.topology.envs_per_actor == chart["actors"]["envsPerActor"]
+
+
+def test_ddpg_values_use_prioritized_replay_and_on_policy_ones_fifo(tmp_path: Path) -> None:
+    modes = {}
+    for name in ("ppo", "ddpg", "es"):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(experiment_of(render(VALUES_DIR / f"{name}.yaml"))))
+        modes[name] = read_config(path).replay.mode
+    assert modes == {"ppo": "fifo", "ddpg": "prioritized", "es": "fifo"}
+
+
+def test_topology_and_workloads_follow_the_role_sizes() -> None:
+    docs = render(sets=("actors.replicas=5", "actors.envsPerActor=3", "replay.shards=4", "ps.replicas=2"))
+    assert experiment_of(docs)["topology"] == {"actors": 5, "envs_per_actor": 3, "replay_shards": 4, "ps_replicas": 2}
+    assert find(docs, "StatefulSet", "actor")["spec"]["replicas"] == 5
+    assert find(docs, "StatefulSet", "replay")["spec"]["replicas"] == 4
+    assert find(docs, "Deployment", "ps")["spec"]["replicas"] == 2
+    assert find(docs, "StatefulSet", "learner")["spec"]["replicas"] == 1
+    replay = find(docs, "StatefulSet", "replay")["metadata"]["name"]
+    headless = find(docs, "Service", "replay")
+    assert headless["spec"]["clusterIP"] == "None"
+    for component in ("actor", "learner"):
+        kind = "StatefulSet"
+        container = find(docs, kind, component)["spec"]["template"]["spec"]["containers"][0]
+        entries = Settings.from_env(env_of(container)).replay
+        assert [e.host for e in entries] == [
+            f"{replay}-{i}.{headless['metadata']['name']}.{NAMESPACE}.svc" for i in range(4)
+        ]
+        assert {(e.experience_port, e.sample_port) for e in entries} == {(7001, 7002)}
+
+
+def test_an_actor_takes_its_index_from_its_statefulset_ordinal() -> None:
+    """Exploration depends on the actor index: pod <name>-i must be actor i (surreal.settings reads HOSTNAME)."""
+    actors = find(render(sets=("actors.replicas=3",)), "StatefulSet", "actor")
+    container = actors["spec"]["template"]["spec"]["containers"][0]
+    env = env_of(container)
+    assert "SURREAL_INDEX" not in env, "a fixed SURREAL_INDEX would give every actor the same index"
+    for ordinal in range(3):
+        pod_env = {**env, "HOSTNAME": f"{actors['metadata']['name']}-{ordinal}"}
+        assert Settings.from_env(pod_env).index == ordinal
+
+
+def test_pods_restart_when_the_experiment_changes() -> None:
+    first = find(render(), "StatefulSet", "learner")["spec"]["template"]["metadata"]["annotations"]
+    second = find(render(sets=("experiment.seed=7",)), "StatefulSet", "learner")["spec"]["template"]["metadata"]
+    assert first["checksum/experiment"] != second["annotations"]["checksum/experiment"]
+
+
+# -- placement: the node-pool contract ---------------------------------------------------------------------
+
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def test_default_values_carry_the_agreed_pool_contract() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["learner"]["nodeSelector"] == {"surreal.dev/pool": "gpu"}
+    assert values["learner"]["tolerations"] == [GPU_TOLERATION]
+    assert values["learner"]["resources"]["limits"]["nvidia.com/gpu"] == 1
+    for role in ("actors", "replay", "ps"):
+        assert values[role]["nodeSelector"] == {"surreal.dev/pool": "cpu"}, role
+        assert values[role]["tolerations"] == [], role
+
+
+def test_gpu_placement_is_rendered_explicitly() -> None:
+    """GKE adds the GPU toleration by itself, AKS and EKS do not: the chart must render it."""
+    docs = render()
+    learner = find(docs, "StatefulSet", "learner")["spec"]["template"]["spec"]
+    assert learner["nodeSelector"] == {"surreal.dev/pool": "gpu"}
+    assert learner["tolerations"] == [GPU_TOLERATION]
+    assert learner["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
+    for kind, component in (("StatefulSet", "actor"), ("StatefulSet", "replay"), ("Deployment", "ps")):
+        spec = find(docs, kind, component)["spec"]["template"]["spec"]
+        assert spec["nodeSelector"] == {"surreal.dev/pool": "cpu"}, component
+        assert "tolerations" not in spec, component
+        assert "nvidia.com/gpu" not in spec["containers"][0]["resources"]["limits"], component
+
+
+def test_es_and_smoke_learners_ask_for_no_gpu() -> None:
+    for name, pool in (("es", {"surreal.dev/pool": "cpu"}), ("smoke", None)):
+        learner = find(render(VALUES_DIR / f"{name}.yaml"), "StatefulSet", "learner")["spec"]["template"]["spec"]
+        assert "nvidia.com/gpu" not in learner["containers"][0]["resources"]["limits"], name
+        assert "tolerations" not in learner, name
+        assert learner.get("nodeSelector") == pool, name
+
+
+# -- security and workload shape ---------------------------------------------------------------------------
+
+
+def test_every_pod_runs_restricted(rendered) -> None:
+    path, docs = rendered
+    for name, spec in pod_specs(docs):
+        where = f"{path.name}: {name}"
+        assert spec["automountServiceAccountToken"] is False, where
+        assert spec["securityContext"]["runAsNonRoot"] is True, where
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, where
+        assert spec["serviceAccountName"] == f"{RELEASE}-surreal", where
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        for container in spec["containers"]:
+            sc = container["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True, where
+            assert sc["allowPrivilegeEscalation"] is False, where
+            assert sc["capabilities"]["drop"] == ["ALL"], where
+            assert sc["runAsNonRoot"] is True and sc["runAsUser"] >= 10000, where
+            for bound in ("requests", "limits"):
+                assert {"cpu", "memory"} <= set(container["resources"][bound]), f"{where}: {bound}"
+            mounts = {m["mountPath"]: m for m in container.get("volumeMounts", [])}
+            assert "emptyDir" in volumes[mounts["/tmp"]["name"]], f"{where}: /tmp must be a writable emptyDir"
+            assert container["workingDir"] == "/tmp", where
+            for path_mount, mount in mounts.items():
+                if "configMap" in volumes.get(mount["name"], {}):
+                    assert mount.get("readOnly") is True, f"{where}: {path_mount}"
+    (account,) = by_kind(docs, "ServiceAccount")
+    assert account["automountServiceAccountToken"] is False
+
+
+def test_the_learner_keeps_its_run_folder_on_a_volume_and_resumes() -> None:
+    learner = find(render(), "StatefulSet", "learner")
+    container = learner["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["surreal", "role", "learner"] and container["args"] == ["--resume"]
+    (claim,) = learner["spec"]["volumeClaimTemplates"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    run_dir = env_of(container)["SURREAL_RUN_DIR"]
+    assert run_dir.startswith(mounts[claim["metadata"]["name"]] + "/")
+    assert claim["spec"]["resources"]["requests"]["storage"] == "20Gi"
+
+
+def test_every_role_runs_its_surreal_role_command_with_the_config_mounted(rendered) -> None:
+    path, docs = rendered
+    commands = {}
+    for doc in docs:
+        if doc["kind"] not in WORKLOAD_KINDS:
+            continue
+        spec = doc["spec"]["template"]["spec"]
+        (container,) = spec["containers"]
+        commands[doc["metadata"]["labels"]["app.kubernetes.io/component"]] = container["command"]
+        env = env_of(container)
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        config_volume = next(v for v in spec["volumes"] if "configMap" in v)
+        assert env["SURREAL_CONFIG"] == f"{mounts[config_volume['name']]}/experiment.yaml", path.name
+        assert env["SURREAL_BIND_HOST"] == "0.0.0.0"
+        Settings.from_env(env)  # every SURREAL_* value parses
+    assert commands == {role: ["surreal", "role", role] for role in ("learner", "replay", "ps", "actor")}
+
+
+def test_network_policy_admits_only_the_release_and_metrics_scrapers() -> None:
+    docs = render(VALUES_DIR / "ppo.yaml")
+    (policy,) = by_kind(docs, "NetworkPolicy")
+    release = {"app.kubernetes.io/name": "surreal", "app.kubernetes.io/instance": RELEASE}
+    assert policy["spec"]["podSelector"] == {"matchLabels": release}
+    assert set(policy["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+    own, scrape = policy["spec"]["ingress"]
+    assert own["from"] == [{"podSelector": {"matchLabels": release}}]
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    ports = {values["ports"][k] for k in ROLE_PORTS}
+    assert {p["port"] for p in own["ports"]} == ports
+    assert [p["port"] for p in scrape["ports"]] == [values["ports"]["metrics"]]
+    assert scrape["from"] == values["networkPolicy"]["metricsFrom"]
+    egress_ports = {p["port"] for rule in policy["spec"]["egress"] for p in rule["ports"]}
+    assert egress_ports == ports | {53}
+    # Every pod of the release (the helm test's too) is selected, and every port a pod opens is admitted.
+    for doc in docs:
+        labels = (
+            doc["spec"]["template"]["metadata"]["labels"]
+            if doc["kind"] in WORKLOAD_KINDS
+            else doc["metadata"]["labels"]
+        )
+        if doc["kind"] in (*WORKLOAD_KINDS, "Pod"):
+            assert release.items() <= labels.items(), doc["metadata"]["name"]
+        if doc["kind"] in WORKLOAD_KINDS:
+            opened = {p["containerPort"] for p in doc["spec"]["template"]["spec"]["containers"][0]["ports"]}
+            assert opened <= ports, doc["metadata"]["name"]
+    # With no scrapers configured only the release itself gets in.
+    (closed,) = by_kind(render(sets=("networkPolicy.metricsFrom=null",)), "NetworkPolicy")
+    assert len(closed["spec"]["ingress"]) == 1
+
+
+def test_disruption_budgets_cover_learner_and_replay() -> None:
+    budgets = {
+        d["metadata"]["labels"]["app.kubernetes.io/component"]: d for d in by_kind(render(), "PodDisruptionBudget")
+    }
+    assert set(budgets) == {"learner", "replay"}
+    assert budgets["learner"]["spec"]["maxUnavailable"] == 0
+    assert budgets["replay"]["spec"]["maxUnavailable"] == 1
+    docs = render()
+    for component, budget in budgets.items():
+        workload = find(docs, "StatefulSet", component)
+        assert budget["spec"]["selector"] == workload["spec"]["selector"]
+
+
+def test_helm_test_hook_probes_the_learners_metrics_through_its_service() -> None:
+    docs = render()
+    (pod,) = by_kind(docs, "Pod")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert pod["spec"]["restartPolicy"] == "Never"
+    (container,) = pod["spec"]["containers"]
+    assert container["command"] == ["surreal", "probe", "progress"]
+    assert container["image"].startswith("surreal-replay:"), "the probe needs no torch: the small replay image"
+    args = container["args"]
+    learner_service = find(docs, "Service", "learner")
+    metrics_port = next(p["port"] for p in learner_service["spec"]["ports"] if p["name"] == "metrics")
+    url = args[args.index("--url") + 1]
+    assert url == f"http://{learner_service['metadata']['name']}.{NAMESPACE}.svc:{metrics_port}/metrics"
+    assert args[args.index("--min-updates") + 1] == "1"
+
+
+def test_images_follow_values() -> None:
+    docs = render(sets=("image.registry=ghcr.io/org/", "image.tag=abc1234", "learner.image.repository=custom-learner"))
+    images = {
+        d["metadata"]["labels"]["app.kubernetes.io/component"]: d["spec"]["template"]["spec"]["containers"][0]["image"]
+        for d in docs
+        if d["kind"] in WORKLOAD_KINDS
+    }
+    assert images == {
+        "learner": "ghcr.io/org/custom-learner:abc1234",
+        "actor": "ghcr.io/org/surreal-actor:abc1234",
+        "replay": "ghcr.io/org/surreal-replay:abc1234",
+        "ps": "ghcr.io/org/surreal-replay:abc1234",
+    }
+    digest = "sha256:" + "a" * 64
+    pinned = find(render(sets=(f"image.digest={digest}",)), "StatefulSet", "actor")
+    assert pinned["spec"]["template"]["spec"]["containers"][0]["image"] == f"surreal-actor@{digest}"
+
+
+def test_notes_tell_how_to_watch_the_run() -> None:
+    done = run_helm(
+        "install", RELEASE, str(CHART), "--dry-run=client", "-n", NAMESPACE, "-f", str(VALUES_DIR / "ddpg.yaml")
+    )
+    assert done.returncode == 0, done.stderr
+    notes = done.stdout.split("NOTES:", 1)[1]
+    assert "ddpg on HalfCheetah-v5" in notes
+    assert f"helm test {RELEASE} -n {NAMESPACE}" in notes
+    assert f"logs -f statefulset/{RELEASE}-surreal-learner" in notes
+
+
+def test_dashboard_queries_only_metrics_the_roles_export() -> None:
+    dashboard = json.loads((CHART / "dashboards" / "surreal.json").read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    used = {m for expr in exprs for m in re.findall(r"\b(surreal_[a-z_]+)\b", expr)}
+    source = "\n".join(p.read_text() for p in (REPO / "src" / "surreal" / "roles").glob("*.py"))
+    exported = {f"surreal_{name}" for name in re.findall(r'\.(?:counter|gauge)\(\s*"([a-z_]+)"', source)}
+    assert used, "the dashboard queries nothing"
+    assert used <= exported, f"dashboard uses metrics no role exports: {sorted(used - exported)}"
+    (configmap,) = [
+        d for d in render(sets=("grafanaDashboard.enabled=true",)) if d["metadata"]["name"].endswith("-dashboard")
+    ]
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(configmap["data"]["surreal.json"]) == dashboard
+
+
+# -- checkov ------------------------------------------------------------------------------------------------
+
+
+def test_checkov_finds_no_failed_check_in_any_rendering(tmp_path: Path) -> None:
+    assert CHECKOV.exists(), f"{CHECKOV} is missing: run `make tools`"
+    for values in VALUES_FILES:
+        docs = render(
+            values,
+            sets=("serviceMonitor.enabled=true", "grafanaDashboard.enabled=true"),
+            api_versions=(SERVICEMONITOR_API,),
+        )
+        (tmp_path / values.name).write_text(yaml.safe_dump_all(docs))
+    done = subprocess.run(
+        [str(CHECKOV), "-d", str(tmp_path), "--framework", "kubernetes", "--compact", "-o", "json", "--skip-download"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    reports = json.loads(done.stdout)
+    reports = reports if isinstance(reports, list) else [reports]
+    failed = [
+        f"{f['check_id']} {f['resource']} ({f['file_path']}): {f['check_name']}"
+        for report in reports
+        for f in report["results"]["failed_checks"]
+    ]
+    assert failed == [], "checkov failed checks:\n" + "\n".join(failed)
+    assert done.returncode == 0
+    assert sum(r["summary"]["passed"] for r in reports) >= 500, "checkov scanned too little"
+    # Every skip is one of the documented ones and carries its reason (README, "checkov").
+    skipped = {
+        (s["check_id"], s["check_result"].get("suppress_comment", ""))
+        for report in reports
+        for s in report["results"]["skipped_checks"]
+    }
+    assert {check for check, _ in skipped} == {"CKV_K8S_43", "CKV_K8S_15", "CKV_K8S_8", "CKV_K8S_9"}
+    for check, reason in skipped:
+        assert len(reason.split()) >= 8, f"{check} is skipped without a real reason: {reason!r}"
+
+
+def test_checkov_suppressions_in_the_chart_all_give_reasons() -> None:
+    found = []
+    for path in (p for p in (CHART / "templates").rglob("*") if p.is_file()):
+        for line in path.read_text().splitlines():
+            if "checkov.io/skip" in line:
+                match = re.search(r'checkov\.io/skip\d+: "(CKV_K8S_\d+)=(.+)"', line)
+                assert match, f"{path.name}: malformed suppression {line.strip()!r}"
+                assert len(match.group(2).split()) >= 8, f"{path.name}: {match.group(1)} needs a real reason"
+                found.append(match.group(1))
+    assert sorted(set(found)) == ["CKV_K8S_15", "CKV_K8S_43", "CKV_K8S_8", "CKV_K8S_9"]
