@@ -10,6 +10,7 @@ starting (pulling its image, loading torch, waiting for a GPU node).
 from __future__ import annotations
 
 import argparse
+import http.client
 import time
 import urllib.error
 import urllib.request
@@ -59,7 +60,7 @@ def wait_for_progress(
     while True:
         try:
             seen = read_learner(url, timeout_s=min(5.0, max(interval_s, 0.5)))
-        except (OSError, urllib.error.URLError, ValueError) as exc:
+        except (OSError, urllib.error.URLError, http.client.HTTPException, ValueError) as exc:
             say(f"learner metrics not reachable yet at {url}: {exc}")
         else:
             if "updates" not in seen:
