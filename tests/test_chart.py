@@ -249,6 +249,7 @@ BAD_VALUES = {
     ),
     "bad pull policy": ("image:\n  pullPolicy: Sometimes\n", "at '/image/pullPolicy'"),
     "bad port": ("ports:\n  metrics: 70000\n", "at '/ports/metrics': maximum"),
+    "a numeric tag (use --set-string)": ("image:\n  tag: 1234567\n", "at '/image/tag': got number, want string"),
     "bad digest": ("image:\n  digest: latest\n", "at '/image/digest'"),
 }
 

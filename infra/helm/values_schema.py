@@ -118,7 +118,12 @@ def closed(properties: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return {"type": "object", "additionalProperties": False, "properties": properties, **extra}
 
 
+# An all-digit git sha given with --set arrives as a number (and one with a leading 0 loses it): refuse numbers.
+TAG_NOTE = "an image tag, a string: pass git shas with --set-string image.tag=<sha>"
+
+
 def chart_definitions() -> dict[str, Any]:
+    tag = {"type": "string", "description": TAG_NOTE}
     quantity = {
         "description": "a Kubernetes quantity, e.g. 500m, 2, 4Gi",
         "type": ["string", "number"],
@@ -150,7 +155,7 @@ def chart_definitions() -> dict[str, Any]:
         "imageOverride": closed(
             {
                 "repository": {"type": "string", "minLength": 1},
-                "tag": {"type": "string"},
+                "tag": tag,
                 "digest": {"type": "string", "pattern": "^(sha256:[a-f0-9]{64})?$"},
             },
             description="overrides image.<kind> / image.tag / image.digest for this role",
@@ -198,7 +203,7 @@ def values_schema() -> dict[str, Any]:
             "image": closed(
                 {
                     "registry": {"type": "string"},
-                    "tag": {"type": "string"},
+                    "tag": {"type": "string", "description": TAG_NOTE},
                     "digest": {"type": "string", "pattern": "^(sha256:[a-f0-9]{64})?$"},
                     "pullPolicy": {"enum": ["Always", "IfNotPresent", "Never"]},
                     "pullSecrets": {"type": "array", "items": {"type": "string", "minLength": 1}},

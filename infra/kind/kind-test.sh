@@ -70,7 +70,7 @@ done
 
 echo "== helm install $release ($values)"
 "$helm" install "$release" "$chart" -f "$values" --namespace "$namespace" --create-namespace \
-  --set image.tag="$tag" --set image.pullPolicy=Never --wait --timeout 10m
+  --set-string image.tag="$tag" --set image.pullPolicy=Never --wait --timeout 10m
 
 echo "== helm test $release (passes once the learner reports progress)"
 "$helm" test "$release" --namespace "$namespace" --logs --timeout 15m
