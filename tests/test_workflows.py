@@ -35,7 +35,7 @@ def make_targets(command: str) -> list[str]:
     """Targets named by `make` invocations in a `run:` script (variables and flags left out)."""
     targets = []
     for line in command.splitlines():
-        words = shlex.split(line)
+        words = shlex.split(re.sub(r"\$\{\{[^}]*\}\}", "EXPR", line))  # a ${{ ... }} is one value
         if words[:1] == ["make"]:
             targets += [w for w in words[1:] if "=" not in w and not w.startswith("-")]
     return targets
