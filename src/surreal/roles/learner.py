@@ -137,6 +137,10 @@ class Learner:
         self.m_return = m.gauge("learner_train_return_mean", "mean return of recent training episodes")
         self.m_loss = m.gauge("learner_stat", "last update's statistics", ["name"])
         self.m_update_s = m.gauge("learner_update_seconds", "wall time of the last update")
+        # A resumed learner reports where it is from the start (the chart's `helm test` reads these).
+        self.m_env_steps.set(self.counters.env_steps)
+        self.m_updates.set(self.counters.updates)
+        self.m_stale.set(self.counters.stale_dropped)
         self.metrics_file = open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
         self.tensorboard = self._tensorboard()
 
