@@ -1,6 +1,8 @@
 """`make local-kind-test` cannot run on this machine (no Docker, no kind); what can be checked here: it stops at
 once, before creating anything, with a clear message and a non-zero exit when Docker, its daemon or kind is
-missing, and the script is valid bash."""
+missing; the script is valid bash; and, with stand-in docker / kind / helm / kubectl that record their calls, it
+leaves the logs and `helm test` output CI uploads (kind.yml) and deletes the cluster whether `helm test` passes
+or fails."""
 
 from __future__ import annotations
 
@@ -59,3 +61,66 @@ def test_make_target_reports_the_same(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode != 0 and "docker not found on PATH" in done.stderr
+
+
+KUBECTL_STUB = """echo "kubectl $*" >> "$CALLS"
+case "$*" in
+  *"get pods -o name"*) printf 'pod/smoke-surreal-learner-0\\npod/smoke-surreal-replay-0\\n' ;;
+  *"get pods -o wide"*) echo "NAME READY STATUS RESTARTS" ;;
+  *"describe pods"*) echo "Name: smoke-surreal-learner-0" ;;
+  *"get events"*) echo "Normal Started" ;;
+  *"logs smoke-surreal-learner-0"*"--previous"*) echo "learner before its restart" ;;
+  *"--previous"*) echo "previous terminated container not found" >&2; exit 1 ;;
+  *"logs smoke-surreal-"*) echo "log of $4" ;;
+  *"exec"*"cat /data/run/metrics.jsonl"*) echo '{"env_steps": 4096, "updates": 2}' ;;
+  *) echo "kubectl output" ;;
+esac"""
+
+
+def run_with_a_cluster(tmp_path: Path, helm_test_rc: int) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """The script end to end against stand-ins; `helm test` exits with helm_test_rc."""
+    artifacts = tmp_path / "artifacts"
+    helm = f'echo "helm $*" >> "$CALLS"; [ "$1" = test ] && {{ echo "Phase: Succeeded"; exit {helm_test_rc}; }}; exit 0'
+    done = run(
+        tmp_path,
+        DOCKER=str(stub(tmp_path / "docker", 'echo "docker $*" >> "$CALLS"')),
+        KIND=str(stub(tmp_path / "kind", 'echo "kind $*" >> "$CALLS"')),
+        HELM=str(stub(tmp_path / "helm", helm)),
+        KUBECTL=str(stub(tmp_path / "kubectl", KUBECTL_STUB)),
+        IMAGE_TAG="t1",
+        KIND_ARTIFACTS=str(artifacts),
+    )
+    return done, artifacts
+
+
+def kind_calls(tmp_path: Path) -> list[str]:
+    return [line for line in (tmp_path / "calls").read_text().splitlines() if line.startswith("kind ")]
+
+
+def test_a_passing_run_leaves_logs_and_helm_test_output_and_deletes_the_cluster(tmp_path: Path) -> None:
+    done, artifacts = run_with_a_cluster(tmp_path, helm_test_rc=0)
+    assert done.returncode == 0, done.stderr
+    assert "Phase: Succeeded" in (artifacts / "helm-test.log").read_text()
+    assert (artifacts / "logs" / "smoke-surreal-learner-0.log").read_text().strip() == "log of smoke-surreal-learner-0"
+    assert (artifacts / "logs" / "smoke-surreal-replay-0.log").exists()
+    assert "before its restart" in (artifacts / "logs" / "smoke-surreal-learner-0.previous.log").read_text()
+    assert not (artifacts / "logs" / "smoke-surreal-replay-0.previous.log").exists(), "no restart, no file"
+    assert '"env_steps": 4096' in (artifacts / "learner-metrics.jsonl").read_text()
+    assert {"pods.txt", "describe-pods.txt", "events.txt"} <= {p.name for p in artifacts.iterdir()}
+    calls = kind_calls(tmp_path)
+    assert calls[0].startswith("kind create cluster --name surreal-smoke")
+    assert calls[-1] == "kind delete cluster --name surreal-smoke"
+    assert [c for c in calls if "load docker-image" in c] == [
+        "kind load docker-image surreal-actor:t1 --name surreal-smoke",
+        "kind load docker-image surreal-replay:t1 --name surreal-smoke",
+    ]
+
+
+def test_a_failing_helm_test_still_leaves_its_output_and_the_logs_and_deletes_the_cluster(tmp_path: Path) -> None:
+    done, artifacts = run_with_a_cluster(tmp_path, helm_test_rc=1)
+    assert done.returncode != 0
+    assert "Phase: Succeeded" in (artifacts / "helm-test.log").read_text()  # whatever helm printed is kept
+    assert (artifacts / "logs" / "smoke-surreal-learner-0.log").exists()
+    assert "log of smoke-surreal-learner-0" in done.stderr, "the learner's log tail is on the console too"
+    assert kind_calls(tmp_path)[-1] == "kind delete cluster --name surreal-smoke"
+    assert "local-kind-test: passed" not in done.stdout
