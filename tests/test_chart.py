@@ -412,6 +412,14 @@ def test_the_learner_keeps_its_run_folder_on_a_volume_and_resumes() -> None:
     assert claim["spec"]["resources"]["requests"]["storage"] == "20Gi"
 
 
+def test_finished_learner_and_actors_hold_instead_of_exiting_into_a_restart_loop() -> None:
+    """StatefulSets restart every container that exits; the roles that finish must idle until the release goes."""
+    docs = render()
+    for role in ("learner", "actor"):
+        (container,) = find(docs, "StatefulSet", role)["spec"]["template"]["spec"]["containers"]
+        assert Settings.from_env(env_of(container)).hold_when_done, role
+
+
 def test_every_role_runs_its_surreal_role_command_with_the_config_mounted(rendered) -> None:
     path, docs = rendered
     commands = {}

@@ -18,6 +18,12 @@ hand on a laptop finds its peers on 127.0.0.1 with the default ports.
 | SURREAL_PS_ADDRS          | actor                   | comma list of ps hosts (``host`` or ``host:port``)           | 127.0.0.1 |
 | SURREAL_CONFIG            | every role              | path of the resolved experiment config (YAML)                | unset: built-in defaults |
 | SURREAL_RUN_DIR           | learner, actor          | run folder: checkpoints, metrics.jsonl, eval.json            | ./runs/default |
+| SURREAL_HOLD_WHEN_DONE    | learner, actor          | 1: once training is done, stay up idle until SIGTERM         | 0 |
+
+SURREAL_HOLD_WHEN_DONE is for orchestrators that restart a container whenever it exits (the chart's
+StatefulSets): a finished learner or actor that exited would be started again, forever. With it set, the role
+keeps serving /metrics (and the learner its final `done` parameters) until it is stopped; `surreal run`
+leaves it unset, because there a finished learner's exit is what ends the run.
 
 A replay shard's address list entry may carry its own ports (``replay-1.replay:7001:7002``); otherwise the
 default ports above apply, which is what the chart's headless Service gives every shard.
@@ -78,6 +84,7 @@ class Settings:
     ps_addrs: tuple[str, ...] = (f"tcp://127.0.0.1:{DEFAULT_PS_PORT}",)
     config_path: Path | None = None
     run_dir: Path = field(default_factory=lambda: Path("runs") / "default")
+    hold_when_done: bool = False
 
     def bind(self, port: int) -> str:
         """ZMQ endpoint a server of this process binds to."""
@@ -102,6 +109,7 @@ class Settings:
                 ),
                 config_path=Path(env["SURREAL_CONFIG"]) if env.get("SURREAL_CONFIG") else None,
                 run_dir=Path(env.get("SURREAL_RUN_DIR", str(Path("runs") / "default"))),
+                hold_when_done=_flag(env, "SURREAL_HOLD_WHEN_DONE"),
             )
         except SettingsError:
             raise
@@ -122,6 +130,7 @@ class Settings:
             "SURREAL_LEARNER_ADDR": self.learner_addr.removeprefix("tcp://"),
             "SURREAL_PS_ADDRS": ",".join(a.removeprefix("tcp://") for a in self.ps_addrs),
             "SURREAL_RUN_DIR": str(self.run_dir),
+            "SURREAL_HOLD_WHEN_DONE": "1" if self.hold_when_done else "0",
         }
         if self.config_path is not None:
             env["SURREAL_CONFIG"] = str(self.config_path)
@@ -145,6 +154,13 @@ def _index(env: Mapping[str, str]) -> int:
     if value < 0:
         raise SettingsError(f"SURREAL_INDEX must be >= 0, got {value}")
     return value
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    value = env.get(name, "0").strip().lower()
+    if value not in ("0", "1", "true", "false"):
+        raise SettingsError(f"{name}={value!r}: use 1 or 0")
+    return value in ("1", "true")
 
 
 def _port(env: Mapping[str, str], name: str, default: int, allow_zero: bool = False) -> int:

@@ -23,7 +23,7 @@ from surreal.envs import make_vec_env
 from surreal.metrics import RoleMetrics
 from surreal.proto.channels import ExperienceSender, ParamClient
 from surreal.proto.codec import Limits
-from surreal.roles.common import StopFlag, load_config, setup_logging
+from surreal.roles.common import StopFlag, hold_until_stopped, load_config, setup_logging
 from surreal.settings import Settings
 
 SEND_TIMEOUT_S = 1.0
@@ -127,6 +127,8 @@ def main(args: argparse.Namespace) -> int:
                 fetch(wait_for_new=False)
             if incarnation != base_incarnation:
                 base_version, since_base, base_incarnation = version, 0, incarnation
+        if done and settings.hold_when_done:
+            hold_until_stopped(stop, log)
     finally:
         sender.close()
         params.close()

@@ -1,4 +1,4 @@
-"""What every role does the same way: stop on SIGTERM/SIGINT, log, read its config."""
+"""What every role does the same way: stop on SIGTERM/SIGINT, hold when done, log, read its config."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import logging
 import signal
 import sys
 import threading
+from collections.abc import Callable
 
 from surreal.config import ExperimentConfig, config_from_env
 
@@ -29,6 +30,16 @@ class StopFlag:
 
     def wait(self, timeout_s: float) -> bool:
         return self._event.wait(timeout_s)
+
+
+def hold_until_stopped(stop: StopFlag, log: logging.Logger, service: Callable[[], object] | None = None) -> None:
+    """SURREAL_HOLD_WHEN_DONE: stay up, idle, until SIGTERM/SIGINT. A StatefulSet restarts every container that
+    exits, so a finished role that exited would run again forever; holding keeps /metrics answering (probes
+    pass) and, with `service`, keeps doing that little work (the learner re-sends its final blob)."""
+    log.info("training done: holding until stopped (SURREAL_HOLD_WHEN_DONE=1)")
+    while not stop.wait(0.5):
+        if service is not None:
+            service()
 
 
 def setup_logging(role: str, index: int) -> logging.Logger:

@@ -8,7 +8,8 @@ the next batch is already there when it ends. Parameters (with the observation-n
 inside) are published after every update; a checkpoint is written every `checkpoint_interval` updates
 and at the end, and `--resume` continues from the latest one with the same counters. When
 `total_env_steps` is reached it evaluates the deterministic policy, writes eval.json, publishes a final
-blob marked `done` (actors stop on it) and exits 0.
+blob marked `done` (actors stop on it) and exits 0, or with SURREAL_HOLD_WHEN_DONE stays up re-sending that
+blob until stopped. A learner resumed after it finished does not evaluate again: it announces `done`.
 
 On-policy algorithms (PPO, ES) learn from whole chunks, `batch_size` units per update. Off-policy ones
 (DDPG) learn from sampled transition batches, one gradient step each, at `replay_ratio` steps per env step
@@ -40,7 +41,7 @@ from surreal.envs import make_env
 from surreal.metrics import RoleMetrics
 from surreal.proto.channels import ParamPublisher, SampleClient
 from surreal.proto.codec import Limits
-from surreal.roles.common import StopFlag, load_config, setup_logging
+from surreal.roles.common import StopFlag, hold_until_stopped, load_config, setup_logging
 from surreal.runtime.checkpoint import CheckpointStore
 from surreal.runtime.rollout import Chunk, evaluate
 from surreal.settings import Settings
@@ -351,6 +352,10 @@ class Learner:
 
     def run(self, stop: StopFlag) -> bool:
         """Train until `total_env_steps` (True) or a stop signal (False)."""
+        if self.counters.env_steps >= self.cfg.total_env_steps and (self.run_dir / "eval.json").exists():
+            self.log.info("already finished at %d env steps (eval.json): not evaluating again", self.counters.env_steps)
+            self.announce_done()
+            return True
         self.publish()
         if type(self.cfg.algo).on_policy:
             self._run_on_policy(stop)
@@ -382,6 +387,13 @@ class Learner:
         self.log.info(
             "eval over %d episodes: %.1f +- %.1f", len(returns), result["eval_return_mean"], result["eval_return_std"]
         )
+        self.announce_done()
+
+    def announce_done(self) -> None:
+        """Publish the final blob marked `done` and keep answering late ps subscriptions for a moment. It gets a
+        version of its own: a ps replaces its blob only for a newer version, and an actor asks for one newer
+        than it runs, so under the last update's version `done` would reach no actor that already has it."""
+        self.counters.version += 1
         self.publish(done=True)
         deadline = time.monotonic() + DONE_LINGER_S
         while time.monotonic() < deadline:
@@ -418,6 +430,8 @@ def main(args: argparse.Namespace) -> int:
     )
     try:
         finished = learner.run(stop)
+        if finished and settings.hold_when_done:
+            hold_until_stopped(stop, log, learner.publisher.service)
     finally:
         learner.close()
     log.info(
