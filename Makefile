@@ -120,9 +120,11 @@ cluster-down:
 	AUTO_APPROVE="$(AUTO_APPROVE)" BACKEND_CONFIG="$(BACKEND_CONFIG)" TERRAFORM="$(TERRAFORM)" \
 		infra/scripts/cluster.sh down "$(CLOUD)"
 
-## helm upgrade --install the chart into the cluster cluster-up made: make deploy VALUES=infra/helm/values/ppo.yaml [CLOUD=...].
+## helm upgrade --install the chart into the cluster cluster-up made, with the images make push-images pushed:
+## make deploy VALUES=infra/helm/values/ppo.yaml IMAGE_REGISTRY=ghcr.io/org [IMAGE_TAG=...] [CLOUD=...].
 deploy: $(HELM)
-	HELM="$(HELM)" VALUES="$(VALUES)" infra/scripts/cluster.sh deploy "$(CLOUD)"
+	HELM="$(HELM)" VALUES="$(VALUES)" IMAGE_REGISTRY="$(IMAGE_REGISTRY)" IMAGE_TAG="$(IMAGE_TAG)" \
+		infra/scripts/cluster.sh deploy "$(CLOUD)"
 
 ## terraform fmt -check over every stack, module and test.
 tf-fmt:

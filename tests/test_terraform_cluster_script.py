@@ -223,6 +223,30 @@ def test_deploy_runs_helm_with_the_pool_values_before_the_experiment_values(sand
     ]
 
 
+def test_deploy_sets_the_pushed_images_registry_and_tag_as_a_string(sandbox: dict[str, Path]) -> None:
+    write_tool(sandbox["bin"], "helm", '#!/usr/bin/env bash\necho "helm $*" >> "$CALLS"\n')
+    stack = sandbox["tf_root"] / "aws"
+    (stack / "kubeconfig").write_text("x")
+    (stack / "pool-values.yaml").write_text("x")
+    chart = sandbox["tmp"] / "chart"
+    chart.mkdir()
+    result = run_script(
+        sandbox,
+        "deploy",
+        "aws",
+        HELM=str(sandbox["bin"] / "helm"),
+        SURREAL_CHART=str(chart),
+        IMAGE_REGISTRY="ghcr.io/org/",
+        IMAGE_TAG="0123456",
+    )
+    assert result.returncode == 0, result.stderr
+    (call,) = calls(sandbox)
+    assert call.endswith(
+        f"-f {stack}/pool-values.yaml --set image.registry=ghcr.io/org --set-string image.tag=0123456 "
+        "--wait --timeout 15m"
+    )
+
+
 def test_the_makefile_targets_call_the_script() -> None:
     makefile = (REPO / "Makefile").read_text()
     block = makefile.split("# ---- Provisioner: Terraform ----", 1)[1]

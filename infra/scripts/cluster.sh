@@ -4,6 +4,7 @@
 #   make cluster-up   CLOUD=gcp|aws|azure [AUTO_APPROVE=1] [BACKEND_CONFIG=backend.hcl]
 #   make cluster-down CLOUD=gcp|aws|azure [AUTO_APPROVE=1] [BACKEND_CONFIG=backend.hcl]
 #   make deploy       [CLOUD=...] [VALUES=values.yaml] [RELEASE=surreal] [NAMESPACE=surreal]
+#                     [IMAGE_REGISTRY=ghcr.io/org] [IMAGE_TAG=<tag>, default the git short sha make push-images pushed]
 # Every missing tool, login or file is reported before Terraform touches anything.
 set -euo pipefail
 
@@ -145,6 +146,9 @@ deploy() {
     [[ -f $VALUES ]] || die "VALUES file $VALUES not found"
     values_args+=(-f "$VALUES")
   fi
+  # The images `make push-images` pushed: registry and tag (a string: a sha of digits must stay a string).
+  [[ -n ${IMAGE_REGISTRY:-} ]] && values_args+=(--set "image.registry=${IMAGE_REGISTRY%/}")
+  [[ -n ${IMAGE_TAG:-} ]] && values_args+=(--set-string "image.tag=$IMAGE_TAG")
   # pool-values.yaml first: the experiment's values may still override placement.
   "$helm" upgrade --install "${RELEASE:-surreal}" "$chart" \
     --kubeconfig "$dir/kubeconfig" --namespace "${NAMESPACE:-surreal}" --create-namespace \
