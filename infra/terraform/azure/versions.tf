@@ -1,5 +1,6 @@
 terraform {
-  # 1.9 for cross-variable validation in the contract module; 1.10 to match the other stacks.
+  # One floor for every stack: 1.9 for cross-variable validation in the contract module, 1.10 for S3-native
+  # state locking on aws/.
   required_version = ">= 1.10, < 2.0"
 
   required_providers {
