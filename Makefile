@@ -168,7 +168,7 @@ IMAGE_TAG      ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo dev)
 IMAGE_PREFIX   := $(if $(IMAGE_REGISTRY),$(IMAGE_REGISTRY:%/=%)/,)
 IMAGE_ROLES    := actor learner replay
 IMAGE_SHA      := $(shell git rev-parse HEAD 2>/dev/null)
-PUSH_TAGS       = $(IMAGE_TAG) $(if $(IMAGE_SHA),sha-$(IMAGE_SHA))
+PUSH_TAGS       = $(IMAGE_TAG) sha-$(IMAGE_SHA)
 # The repository URL written into the images' org.opencontainers.image.source label (GHCR links the package to it).
 IMAGE_SOURCE   ?=
 DOCKER         ?= docker

@@ -177,28 +177,38 @@ def test_the_build_context_is_only_what_the_image_needs(image: str) -> None:
         assert (REPO / path).exists(), path
 
 
-def test_make_images_builds_all_three_with_one_tag(tmp_path: Path) -> None:
-    """`make images` with a stand-in docker that records its arguments (no Docker daemon here)."""
+def make_with_recording_docker(tmp_path: Path, target: str, *variables: str) -> tuple[int, str, list[str]]:
+    """`make TARGET` with a stand-in docker that records its arguments (no Docker daemon here): the exit status,
+    the output and one line per docker call."""
     calls = tmp_path / "calls"
+    calls.unlink(missing_ok=True)
     fake = tmp_path / "docker"
     fake.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
     fake.chmod(0o755)
     done = subprocess.run(
-        ["make", "-s", "images", f"DOCKER={fake}", "IMAGE_TAG=abc1234", "IMAGE_REGISTRY=ghcr.io/org/"],
+        ["make", "-s", target, f"DOCKER={fake}", *variables],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert calls.read_text().splitlines() == [
-        f"build -f images/{image}/Dockerfile -t ghcr.io/org/surreal-{image}:abc1234 ." for image in ROLES
-    ]
-    default_tag = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    calls.unlink()
-    subprocess.run(["make", "-s", "images", f"DOCKER={fake}"], cwd=REPO, capture_output=True, timeout=60, check=True)
-    assert calls.read_text().splitlines()[0].endswith(f"surreal-actor:{default_tag.stdout.strip()} .")
+    return done.returncode, done.stdout + done.stderr, calls.read_text().splitlines() if calls.exists() else []
+
+
+def git_rev(*args: str) -> str:
+    return subprocess.run(["git", "rev-parse", *args, "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+
+
+def test_make_images_builds_all_three_with_one_tag(tmp_path: Path) -> None:
+    rc, output, calls = make_with_recording_docker(
+        tmp_path, "images", "IMAGE_TAG=abc1234", "IMAGE_REGISTRY=ghcr.io/org/"
+    )
+    assert rc == 0, output
+    assert calls == [f"build -f images/{image}/Dockerfile -t ghcr.io/org/surreal-{image}:abc1234 ." for image in ROLES]
+    rc, output, calls = make_with_recording_docker(tmp_path, "images")
+    assert rc == 0, output
+    assert calls[0].endswith(f"surreal-actor:{git_rev('--short')} .")
 
 
 def test_make_images_without_docker_says_so(tmp_path: Path) -> None:
@@ -213,33 +223,17 @@ def test_make_images_without_docker_says_so(tmp_path: Path) -> None:
 
 
 def test_make_push_images_pushes_tag_and_commit_with_provenance_and_sbom(tmp_path: Path) -> None:
-    """What images.yml runs on a version tag, with a stand-in docker: one buildx build --push per image, tagged with
-    the version and sha-<commit>, BuildKit provenance (mode=max) and an SBOM attached, the source and revision
-    labels set."""
-    calls = tmp_path / "calls"
-    fake = tmp_path / "docker"
-    fake.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
-    fake.chmod(0o755)
-    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
-    sha = sha.stdout.strip()
-    done = subprocess.run(
-        [
-            "make",
-            "-s",
-            "push-images",
-            f"DOCKER={fake}",
-            "IMAGE_TAG=v1.2.0",
-            "IMAGE_REGISTRY=ghcr.io/org/",
-            "IMAGE_SOURCE=https://github.com/org/surreal",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    """What images.yml runs on a version tag: one buildx build --push per image, tagged with the version and
+    sha-<commit>, BuildKit provenance (mode=max) and an SBOM attached, the source and revision labels set."""
+    sha = git_rev()
+    rc, output, lines = make_with_recording_docker(
+        tmp_path,
+        "push-images",
+        "IMAGE_TAG=v1.2.0",
+        "IMAGE_REGISTRY=ghcr.io/org/",
+        "IMAGE_SOURCE=https://github.com/org/surreal",
     )
-    assert done.returncode == 0, done.stdout + done.stderr
-    lines = calls.read_text().splitlines()
+    assert rc == 0, output
     assert len(lines) == len(ROLES)
     for image, line in zip(ROLES, lines, strict=True):
         args = line.split()
@@ -255,14 +249,5 @@ def test_make_push_images_pushes_tag_and_commit_with_provenance_and_sbom(tmp_pat
 
 
 def test_make_push_images_needs_a_registry(tmp_path: Path) -> None:
-    fake = tmp_path / "docker"
-    fake.write_text("#!/bin/sh\nexit 0\n")
-    fake.chmod(0o755)
-    done = subprocess.run(
-        ["make", "-s", "push-images", f"DOCKER={fake}", "IMAGE_REGISTRY="],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode != 0 and "set IMAGE_REGISTRY" in done.stderr
+    rc, output, calls = make_with_recording_docker(tmp_path, "push-images", "IMAGE_REGISTRY=")
+    assert rc != 0 and "set IMAGE_REGISTRY" in output and calls == []

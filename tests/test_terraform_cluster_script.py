@@ -199,48 +199,33 @@ def test_deploy_needs_a_cluster_first(sandbox: dict[str, Path]) -> None:
     assert "run make cluster-up" in result.stderr
 
 
-def test_deploy_runs_helm_with_the_pool_values_before_the_experiment_values(sandbox: dict[str, Path]) -> None:
+def deploy_to_a_cluster(sandbox: dict[str, Path], cloud: str, **env: str) -> tuple[Path, Path, str]:
+    """`cluster.sh deploy` after a (stand-in) cluster-up on `cloud`, helm recording its call: the stack folder,
+    the chart and the one helm command line."""
     write_tool(sandbox["bin"], "helm", '#!/usr/bin/env bash\necho "helm $*" >> "$CALLS"\n')
-    stack = sandbox["tf_root"] / "gcp"
+    stack = sandbox["tf_root"] / cloud
     (stack / "kubeconfig").write_text("x")
     (stack / "pool-values.yaml").write_text("x")
     chart = sandbox["tmp"] / "chart"
     chart.mkdir()
+    result = run_script(sandbox, "deploy", "", HELM=str(sandbox["bin"] / "helm"), SURREAL_CHART=str(chart), **env)
+    assert result.returncode == 0, result.stderr
+    (call,) = calls(sandbox)
+    return stack, chart, call
+
+
+def test_deploy_runs_helm_with_the_pool_values_before_the_experiment_values(sandbox: dict[str, Path]) -> None:
     experiment = sandbox["tmp"] / "ppo.yaml"
     experiment.write_text("x")
-    result = run_script(
-        sandbox,
-        "deploy",
-        "",
-        HELM=str(sandbox["bin"] / "helm"),
-        SURREAL_CHART=str(chart),
-        VALUES=str(experiment),
-    )
-    assert result.returncode == 0, result.stderr
-    assert calls(sandbox) == [
+    stack, chart, call = deploy_to_a_cluster(sandbox, "gcp", VALUES=str(experiment))
+    assert call == (
         f"helm upgrade --install surreal {chart} --kubeconfig {stack}/kubeconfig --namespace surreal "
         f"--create-namespace -f {stack}/pool-values.yaml -f {experiment} --wait --timeout 15m"
-    ]
+    )
 
 
 def test_deploy_sets_the_pushed_images_registry_and_tag_as_a_string(sandbox: dict[str, Path]) -> None:
-    write_tool(sandbox["bin"], "helm", '#!/usr/bin/env bash\necho "helm $*" >> "$CALLS"\n')
-    stack = sandbox["tf_root"] / "aws"
-    (stack / "kubeconfig").write_text("x")
-    (stack / "pool-values.yaml").write_text("x")
-    chart = sandbox["tmp"] / "chart"
-    chart.mkdir()
-    result = run_script(
-        sandbox,
-        "deploy",
-        "aws",
-        HELM=str(sandbox["bin"] / "helm"),
-        SURREAL_CHART=str(chart),
-        IMAGE_REGISTRY="ghcr.io/org/",
-        IMAGE_TAG="0123456",
-    )
-    assert result.returncode == 0, result.stderr
-    (call,) = calls(sandbox)
+    stack, _, call = deploy_to_a_cluster(sandbox, "aws", IMAGE_REGISTRY="ghcr.io/org/", IMAGE_TAG="0123456")
     assert call.endswith(
         f"-f {stack}/pool-values.yaml --set image.registry=ghcr.io/org --set-string image.tag=0123456 "
         "--wait --timeout 15m"
