@@ -13,7 +13,7 @@ import torch
 from surreal.algos import es
 from surreal.config import algo_config, load_config
 from surreal.envs import make_vec_env
-from surreal.runtime.rollout import Chunk
+from surreal.proto.wire import Chunk
 
 
 def test_gradient_estimate_on_a_quadratic_matches_the_analytic_gradient():
@@ -76,12 +76,6 @@ def test_collector_evaluates_each_pair_twice_and_reports_consistent_statistics(c
     mean = a["obs_sum"][0].sum(0) / a["obs_count"].sum()
     assert np.all(np.abs(mean) < 10)
     envs.close()
-
-
-def test_stale_results_are_dropped_and_counted():
-    chunk = lambda v: Chunk({"returns": np.zeros((1, 2, 2))}, version=v, actor=0)
-    kept, dropped = es.filter_stale([chunk(3), chunk(2), chunk(3)], current_version=3, max_staleness=5)
-    assert [c.version for c in kept] == [3, 3] and dropped == 1
 
 
 def fake_generation(learner, pairs: int, better_direction: np.ndarray) -> list[Chunk]:

@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from surreal.algos import get_algorithm
-from surreal.algos.ppo import PPOLearner, PPOPolicy, filter_stale, gae
+from surreal.algos.ppo import PPOLearner, PPOPolicy, gae
 from surreal.config.schema import PPOConfig
 from surreal.envs import make_vec_env
-from surreal.runtime.rollout import Chunk, RolloutCollector
+from surreal.proto.wire import Chunk
+from surreal.runtime.rollout import RolloutCollector
 
 torch.set_num_threads(1)
 
@@ -56,12 +57,6 @@ def test_truncation_bootstraps_and_termination_does_not():
     truncated = gae(terminated=np.zeros((1, 1), bool), truncated=np.ones((1, 1), bool), **kwargs)
     terminated = gae(terminated=np.ones((1, 1), bool), truncated=np.zeros((1, 1), bool), **kwargs)
     assert truncated[0, 0] == pytest.approx(0.5) and terminated[0, 0] == 0.0
-
-
-def test_filter_stale_drops_and_counts():
-    chunks = [Chunk({"rewards": np.zeros((1, 1))}, version=v, actor=0) for v in (10, 7, 6, 3)]
-    kept, dropped = filter_stale(chunks, current_version=10, max_staleness=4)
-    assert [c.version for c in kept] == [10, 7, 6] and dropped == 1
 
 
 def test_registry_knows_ppo_names_the_known_on_error_and_imports_torch_lazily():

@@ -16,7 +16,8 @@ import torch
 from surreal.algos.ppo import PPOPolicy
 from surreal.config.schema import PPOConfig
 from surreal.envs import make_vec_env
-from surreal.runtime.rollout import Chunk, RolloutCollector, evaluate
+from surreal.proto.wire import Chunk
+from surreal.runtime.rollout import RolloutCollector, evaluate
 
 torch.set_num_threads(1)
 

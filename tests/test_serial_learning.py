@@ -12,19 +12,29 @@ import time
 import pytest
 import torch
 
-from surreal.config.schema import PPOConfig
-from surreal.runtime.serial import train_serial
+from surreal.config import load_config
+from surreal.launch.serial import run_serial
 
 BUDGET = 96 * 2048  # 196,608 env steps: whole batches, within 200k
 
 
 @pytest.mark.slow
-def test_serial_ppo_solves_inverted_pendulum():
+def test_serial_ppo_solves_inverted_pendulum(tmp_path):
     torch.set_num_threads(1)
-    started = time.perf_counter()
-    result = train_serial(
-        "InvertedPendulum-v5", PPOConfig(), total_env_steps=BUDGET, num_envs=2, chunk_steps=1024, seed=1
+    cfg = load_config(
+        [
+            "env=InvertedPendulum-v5",
+            f"steps={BUDGET}",
+            "actors=1",
+            "topology.envs_per_actor=2",
+            "actor.chunk_steps=1024",
+            "deterministic=true",
+            "device=cpu",
+            "seed=1",
+        ]
     )
+    started = time.perf_counter()
+    result = run_serial(cfg, tmp_path)
     print(f"serial PPO InvertedPendulum-v5: {result} in {time.perf_counter() - started:.0f} s")
     assert result["env_steps"] == BUDGET
     assert result["eval_return_mean"] >= 900, result

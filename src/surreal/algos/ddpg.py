@@ -23,9 +23,8 @@ from gymnasium import spaces
 from torch import nn
 
 from surreal.config.schema import DDPGConfig
-from surreal.runtime.rollout import Chunk, RolloutCollector
-
-LOCKSTEP = False  # off-policy: actors are held by the learner's env-step budget instead
+from surreal.proto.wire import Chunk
+from surreal.runtime.rollout import RolloutCollector
 
 # -- networks -------------------------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ Gaussian noise table that every process builds from the same seed, so only the s
 returns travel. The learner turns the returns into centered ranks (fitness shaping), estimates the
 gradient, applies weight decay and an Adam step to theta, merges the observation statistics the actors
 gathered and publishes theta. Results computed for an older theta are useless to this update: they are
-dropped and counted (`filter_stale`), and actors run in lock-step with the versions (`LOCKSTEP`).
+dropped and counted, and actors run in lock-step with the versions (the "lockstep" rule, runtime/flow.py).
 Numpy only: the policy is small enough that batched matrix products beat torch's per-call overhead.
 """
 
@@ -21,10 +21,7 @@ from gymnasium import spaces
 
 from surreal.algos.normalizer import RunningMeanStd
 from surreal.config.schema import ESConfig
-from surreal.runtime.rollout import Chunk
-
-LOCKSTEP = True  # a result is only worth something for the theta it was computed with
-
+from surreal.proto.wire import Chunk
 
 # -- the math ---------------------------------------------------------------------------------------------
 
@@ -223,13 +220,6 @@ class ESCollector:
 
 
 # -- learner side ---------------------------------------------------------------------------------------
-
-
-def filter_stale(chunks: list[Chunk], current_version: int, max_staleness: int) -> tuple[list[Chunk], int]:
-    """Only results for the current theta count (`max_staleness` does not apply to ES); the rest are dropped."""
-    del max_staleness
-    kept = [c for c in chunks if c.version == current_version]
-    return kept, len(chunks) - len(kept)
 
 
 class ESLearner:

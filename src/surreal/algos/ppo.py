@@ -8,7 +8,7 @@ clipping, entropy bonus, global gradient clipping and linear learning-rate annea
 
 What distribution changes: the experience comes from actors running slightly older parameters, so the
 ratio is taken against the behavior log-probability each actor recorded, chunks more than
-`max_staleness` versions old are dropped (`filter_stale`), and the observation-normalizer statistics
+`max_staleness` versions old are dropped (runtime/flow.py), and the observation-normalizer statistics
 travel inside the parameter blob so actors normalize exactly as the learner does.
 Sockets and loops live in the roles; this file is the math.
 """
@@ -26,9 +26,8 @@ from torch.distributions import Normal
 
 from surreal.algos.normalizer import RunningMeanStd
 from surreal.config.schema import PPOConfig
-from surreal.runtime.rollout import Chunk, RolloutCollector
-
-LOCKSTEP = False  # actors may run `actor.rollout_ahead` batches ahead (ratio against the behavior logprob)
+from surreal.proto.wire import Chunk
+from surreal.runtime.rollout import RolloutCollector
 
 # -- networks -------------------------------------------------------------------------------------------
 
@@ -136,12 +135,6 @@ def gae(
         last = deltas[t] + gamma * gae_lambda * episode_continues[t] * last
         advantages[t] = last
     return advantages
-
-
-def filter_stale(chunks: list[Chunk], current_version: int, max_staleness: int) -> tuple[list[Chunk], int]:
-    """The staleness bound: drop chunks produced more than `max_staleness` versions ago; count them."""
-    kept = [c for c in chunks if current_version - c.version <= max_staleness]
-    return kept, len(chunks) - len(kept)
 
 
 class PPOLearner:

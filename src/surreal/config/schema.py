@@ -35,12 +35,20 @@ class AlgoConfig:
     `seed` is not set by users here: the loader (and `algo_config`) copies the experiment's top-level
     `seed` into it, so the algorithm code receives one object holding everything it needs."""
 
-    # Off-policy algorithms set this False; on-policy ones need FIFO replay (every sample used once).
-    on_policy: ClassVar[bool] = True
+    # Where the algorithm's code lives (networks, losses, the update: torch), imported only when a role
+    # needs it, so that this torch-free registry is the only list of algorithms (`surreal.algos`).
+    module: ClassVar[str]
+    # The flow-control rule that holds actors and learner together (runtime/flow.py): "staleness" and
+    # "lockstep" are on-policy (FIFO replay, every chunk used once), "replay_ratio" is off-policy.
+    flow_control: ClassVar[str] = "staleness"
 
     name: str = MISSING
     seed: int = 1
     batch_size: int = 2048  # transitions per learner update: what the learner role collects before update()
+
+    @property
+    def on_policy(self) -> bool:
+        return self.flow_control != "replay_ratio"
 
     def problems(self, cfg: ExperimentConfig) -> list[str]:
         """The algorithm's own value rules (`validate` adds them to its list); none by default."""
@@ -52,10 +60,21 @@ class AlgoConfig:
 
 
 @dataclass
+class OffPolicyConfig(AlgoConfig):
+    """What an off-policy algorithm adds: the replay ratio the learner keeps (runtime/flow.py)."""
+
+    flow_control: ClassVar[str] = "replay_ratio"
+
+    learning_starts: int = 25_000  # env steps of uniform random actions before the first update
+    replay_ratio: float = 1.0  # gradient updates per env step
+    publish_interval: int = 16  # updates between parameter publications
+
+
+@dataclass
 class PPOConfig(AlgoConfig):
     """PPO hyperparameters; defaults are CleanRL's ppo_continuous_action (cited in conf/algo/ppo.yaml)."""
 
-    on_policy: ClassVar[bool] = True
+    module: ClassVar[str] = "surreal.algos.ppo"
 
     name: str = "ppo"
     lr: float = 3e-4
@@ -111,11 +130,11 @@ class PPOConfig(AlgoConfig):
 
 
 @dataclass
-class DDPGConfig(AlgoConfig):
+class DDPGConfig(OffPolicyConfig):
     """DDPG (Lillicrap et al. 2016) with TD3's extras (Fujimoto et al. 2018) as switches; defaults are CleanRL's
     ddpg_continuous_action (cited in conf/algo/ddpg.yaml)."""
 
-    on_policy: ClassVar[bool] = False
+    module: ClassVar[str] = "surreal.algos.ddpg"
 
     name: str = "ddpg"
     batch_size: int = 256  # transitions per gradient step, sampled from replay
@@ -126,9 +145,6 @@ class DDPGConfig(AlgoConfig):
     target_update_period: int = 0  # > 0: hard copy of the targets every this many critic updates
     n_step: int = 1
     hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
-    learning_starts: int = 25_000  # env steps of uniform random actions before the first update
-    replay_ratio: float = 1.0  # gradient updates per env step
-    publish_interval: int = 16  # updates between parameter publications
     exploration_noise: float = 0.1  # Gaussian (or OU sigma), in units of the action range's half-width
     noise_spread: float = 1.0  # actor i's scale: exploration_noise * spread**(2i/(N-1) - 1); 1 = all equal
     noise_type: str = "gaussian"  # gaussian | ou
@@ -190,7 +206,8 @@ class DDPGConfig(AlgoConfig):
 class ESConfig(AlgoConfig):
     """OpenAI-ES (Salimans et al. 2017); defaults from the paper's MuJoCo settings (cited in conf/algo/es.yaml)."""
 
-    on_policy: ClassVar[bool] = True
+    module: ClassVar[str] = "surreal.algos.es"
+    flow_control: ClassVar[str] = "lockstep"  # a result is only worth something for the theta it was computed with
 
     name: str = "es"
     batch_size: int = 128  # antithetic pairs per generation: the population is 2 x batch_size episodes
@@ -302,7 +319,7 @@ class ExperimentConfig:
     def __post_init__(self) -> None:
         # `replay.mode: auto` follows the algorithm, so `algo=ddpg` alone gives a transition replay.
         if self.replay.mode == "auto":
-            self.replay.mode = "fifo" if type(self.algo).on_policy else "uniform"
+            self.replay.mode = "fifo" if self.algo.on_policy else "uniform"
 
 
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:
@@ -355,7 +372,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
 
     algo = cfg.algo
     need(algo.name in ALGORITHMS, f"algo.name {algo.name!r} is not one of {', '.join(ALGORITHMS)}")
-    if type(algo).on_policy:
+    if algo.on_policy:
         need(cfg.replay.mode == "fifo", f"{algo.name} is on-policy: replay.mode must be fifo (got {cfg.replay.mode!r})")
         need(
             cfg.replay.capacity >= algo.batch_size,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,13 @@ PARAMS = "params"
 PARAMS_REQUEST = "params_request"
 NOT_MODIFIED = "not_modified"
 ERROR = "error"
+
+ErrorSink = Callable[[str], None]  # a client's count of replies it dropped, by reason (the role exports it)
+
+
+def ignore_error(reason: str) -> None:
+    del reason
+
 
 RECONNECT_IVL_MS = 100
 RECONNECT_IVL_MAX_MS = 2000
@@ -131,6 +138,7 @@ class SampleClient:
         limits: Limits,
         prefetch: int = 2,
         lost_after_s: float = 5.0,
+        on_error: ErrorSink = ignore_error,
     ) -> None:
         self.limits = Limits(
             max_frames=limits.max_frames,
@@ -149,7 +157,7 @@ class SampleClient:
         for shard in self.shards:
             self.poller.register(shard.sock, zmq.POLLIN)
         self._ids = itertools.count()
-        self.errors = 0
+        self.on_error = on_error
 
     def _top_up(self, batch_size: int) -> None:
         now = time.monotonic()
@@ -179,11 +187,11 @@ class SampleClient:
                 shard.last_reply = time.monotonic()
                 try:
                     message = decode(frames, self.limits)
-                except ProtocolError:
-                    self.errors += 1
+                except ProtocolError as exc:
+                    self.on_error(exc.reason)
                     continue
                 if message.kind == ERROR:
-                    self.errors += 1
+                    self.on_error("error_reply")
                     continue
                 if message.meta.get("empty"):
                     continue
@@ -277,7 +285,9 @@ class ParamClient:
     "anything other than (version, incarnation)?" and waits up to `timeout_s`; a reply that arrives after
     its request timed out is still a valid answer and is taken by the next `fetch`."""
 
-    def __init__(self, ctx: zmq.Context, addresses: Sequence[str], limits: Limits) -> None:
+    def __init__(
+        self, ctx: zmq.Context, addresses: Sequence[str], limits: Limits, on_error: ErrorSink = ignore_error
+    ) -> None:
         self.limits = Limits(
             max_frames=limits.max_frames,
             max_bytes=limits.max_bytes,
@@ -287,7 +297,7 @@ class ParamClient:
         self.sock.setsockopt(zmq.IMMEDIATE, 1)
         for address in addresses:
             self.sock.connect(address)
-        self.errors = 0
+        self.on_error = on_error
 
     def fetch(self, version: int, incarnation: str, timeout_s: float) -> ParamsReply | None:
         deadline = time.monotonic() + timeout_s
@@ -300,16 +310,16 @@ class ParamClient:
                 return None
             try:
                 message = decode(frames, self.limits)
-            except ProtocolError:
-                self.errors += 1
+            except ProtocolError as exc:
+                self.on_error(exc.reason)
                 continue
             if message.kind == ERROR:
-                self.errors += 1
+                self.on_error("error_reply")
                 continue
             version_seen = message.meta.get("version", -1)
             incarnation_seen = message.meta.get("incarnation", "")
             if not isinstance(version_seen, int) or not isinstance(incarnation_seen, str):
-                self.errors += 1
+                self.on_error("bad_blob_meta")
                 continue
             return ParamsReply(version_seen, incarnation_seen, message if message.kind == PARAMS else None)
         return None

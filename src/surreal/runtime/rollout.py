@@ -7,13 +7,13 @@ actor sends them zero-copy, and ZMQ may still be reading them while the next chu
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
 
 from surreal.envs import make_vec_env
+from surreal.proto.wire import Chunk
 
 
 class Policy(Protocol):
@@ -23,38 +23,6 @@ class Policy(Protocol):
 
     def episode_done(self, done: np.ndarray) -> None:
         """Told which of the K environments just ended an episode (DDPG's OU noise resets there)."""
-
-
-class Collector(Protocol):
-    """What an actor runs: `collect` returns the next chunk to ship. `chunk_size` is the chunk's size in the
-    units the replay FIFO and the learner batch count (transitions for PPO, perturbation pairs for ES)."""
-
-    chunk_size: int
-
-    def collect(self, version: int) -> Chunk: ...
-
-
-@dataclass
-class Chunk:
-    """A batch of experience from one actor, plus who made it with what. Arrays are time-major
-    `[T, K, ...]` (docs/architecture.md); ES results use `[1, pairs, ...]`."""
-
-    arrays: dict[str, np.ndarray]
-    version: int
-    actor: int
-    episode_returns: list[float] = field(default_factory=list)
-    episode_lengths: list[int] = field(default_factory=list)
-    steps: int | None = None  # environment steps behind the chunk when that is not T*K (ES, n-step carry)
-
-    @property
-    def size(self) -> int:
-        """T*K: the units the replay FIFO and the learner's batch count."""
-        first = next(iter(self.arrays.values()))
-        return int(first.shape[0] * first.shape[1])
-
-    @property
-    def env_steps(self) -> int:
-        return self.size if self.steps is None else self.steps
 
 
 class RolloutCollector:

@@ -1,0 +1,265 @@
+"""What each message carries: typed metadata with one encoder and one decoder per message kind.
+
+`codec.py` is the envelope (header frame + raw array frames, checked against `Limits`); this module is the
+content. Every field a peer sends is read here and only here, so "what can arrive" is one file to read:
+
+- an experience **chunk** (actor -> replay -> learner): `Chunk` + `ChunkMeta`;
+- a **sample reply**'s progress (`ReplyProgress`, every reply) and a FIFO reply's chunk list;
+- the **parameter blob**'s metadata (`BlobMeta`, learner -> ps -> actor).
+
+Decoders validate types and ranges (integers bounded so sums stay encodable, finite floats, bounded list
+lengths) and raise `ProtocolError` with a stable reason, which receivers count and drop. Numpy only: the
+replay and ps images import this without torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from surreal.proto.codec import Arrays, ProtocolError, flatten
+
+# Bounds on metadata values. Counters are summed over chunks, shards and a whole run, so each value is kept
+# far below 2**63 (msgpack's and numpy's int64) even after a very long run of maximal values.
+MAX_VERSION = 2**53
+MAX_CHUNK_ENV_STEPS = 10**8  # one message's env steps (ES: whole episodes of every pair)
+MAX_TOTAL_ENV_STEPS = 2**53  # a shard's or a learner's running count
+MAX_EPISODES = 100_000  # finished episodes listed in one message
+MAX_EPISODE_LENGTH = 2**31
+MAX_ACTORS = 2**20
+MAX_SHARDS = 2**16
+MAX_TEXT = 64  # incarnation ids
+
+
+@dataclass
+class Chunk:
+    """A batch of experience from one actor, plus who made it with what. Arrays are time-major
+    `[T, K, ...]` (docs/architecture.md); ES results use `[1, pairs, ...]`."""
+
+    arrays: dict[str, Any]
+    version: int
+    actor: int
+    episode_returns: list[float] = field(default_factory=list)
+    episode_lengths: list[int] = field(default_factory=list)
+    steps: int | None = None  # environment steps behind the chunk when that is not T*K (ES, n-step carry)
+
+    @property
+    def size(self) -> int:
+        """T*K: the units the replay FIFO and the learner's batch count."""
+        t, k = lead_dims(self.arrays)
+        return t * k
+
+    @property
+    def env_steps(self) -> int:
+        return self.size if self.steps is None else self.steps
+
+
+def lead_dims(arrays: Arrays) -> tuple[int, int]:
+    """The `[T, K]` every array of a chunk starts with (nested dicts allowed); ValueError otherwise.
+
+    Two arrays with the same T*K but different [T, K] would be paired up transition by transition in the
+    wrong order, so the leading dims must agree exactly."""
+    leaves = flatten(arrays)
+    if not leaves:
+        raise ValueError("chunk has no arrays")
+    lead = leaves[0][1].shape[:2]
+    for name, array in leaves:
+        if array.ndim < 2 or array.shape[:2] != lead:
+            raise ValueError(f"{name}: shape {array.shape} does not start with the chunk's [T, K] = {lead}")
+    return int(lead[0]), int(lead[1])
+
+
+# -- field readers: one place for "what a valid value is" -----------------------------------------------
+
+
+def _int(meta: Mapping[str, Any], key: str, low: int, high: int, reason: str, default: int | None = None) -> int:
+    value = meta.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ProtocolError(reason, f"{key}={value!r:.40} not an integer in [{low}, {high}]")
+    return value
+
+
+def _text(meta: Mapping[str, Any], key: str, reason: str, default: str | None = None) -> str:
+    value = meta.get(key, default)
+    if not isinstance(value, str) or len(value) > MAX_TEXT:
+        raise ProtocolError(reason, f"{key} is not a string of at most {MAX_TEXT} characters")
+    return value
+
+
+def _episodes(meta: Mapping[str, Any], reason: str) -> tuple[list[float], list[int]]:
+    """`episode_returns` (finite floats) and `episode_lengths` (non-negative ints), equally long, bounded."""
+    returns, lengths = meta.get("episode_returns", []), meta.get("episode_lengths", [])
+    if not isinstance(returns, list) or not isinstance(lengths, list) or len(returns) != len(lengths):
+        raise ProtocolError(reason, "episode_returns and episode_lengths must be lists of one length")
+    if len(returns) > MAX_EPISODES:
+        raise ProtocolError(reason, f"{len(returns)} episodes > {MAX_EPISODES}")
+    if not all(isinstance(r, int | float) and not isinstance(r, bool) and math.isfinite(r) for r in returns):
+        raise ProtocolError(reason, "episode_returns must be finite numbers")
+    if not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_EPISODE_LENGTH for n in lengths):
+        raise ProtocolError(reason, "episode_lengths must be non-negative integers")
+    return [float(r) for r in returns], list(lengths)
+
+
+# -- experience chunks ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChunkMeta:
+    """An experience message's metadata: the parameter version (and learner incarnation) that produced
+    every step, the actor, the env steps behind the chunk, and the episodes that finished inside it."""
+
+    version: int
+    incarnation: str
+    actor: int
+    env_steps: int
+    episode_returns: list[float]
+    episode_lengths: list[int]
+
+    def to_meta(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "incarnation": self.incarnation,
+            "actor": self.actor,
+            "env_steps": self.env_steps,
+            "episode_returns": self.episode_returns,
+            "episode_lengths": self.episode_lengths,
+        }
+
+    @classmethod
+    def from_meta(cls, meta: Mapping[str, Any], transitions: int) -> ChunkMeta:
+        """`transitions` (T*K) stands in for an absent `env_steps`; `actor` and `incarnation` are optional."""
+        returns, lengths = _episodes(meta, "bad_chunk_meta")
+        return cls(
+            version=_int(meta, "version", 0, MAX_VERSION, "bad_chunk_meta"),
+            incarnation=_text(meta, "incarnation", "bad_chunk_meta", default=""),
+            actor=_int(meta, "actor", 0, MAX_ACTORS, "bad_chunk_meta", default=0),
+            env_steps=_int(meta, "env_steps", 0, MAX_CHUNK_ENV_STEPS, "bad_chunk_meta", default=transitions),
+            episode_returns=returns,
+            episode_lengths=lengths,
+        )
+
+
+def encode_chunk(chunk: Chunk, incarnation: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(meta, arrays) of the experience message an actor sends for `chunk`."""
+    meta = ChunkMeta(
+        chunk.version, incarnation, chunk.actor, chunk.env_steps, chunk.episode_returns, chunk.episode_lengths
+    )
+    return meta.to_meta(), chunk.arrays
+
+
+def decode_chunk(arrays: dict[str, Any], meta: Mapping[str, Any]) -> tuple[Chunk, ChunkMeta]:
+    """Validate an experience message's content; the arrays must share their leading [T, K]."""
+    try:
+        t, k = lead_dims(arrays)
+    except ValueError as exc:
+        raise ProtocolError("bad_chunk", str(exc)[:80]) from None
+    chunk_meta = ChunkMeta.from_meta(meta, t * k)
+    chunk = Chunk(
+        arrays,
+        chunk_meta.version,
+        chunk_meta.actor,
+        chunk_meta.episode_returns,
+        chunk_meta.episode_lengths,
+        steps=chunk_meta.env_steps,
+    )
+    return chunk, chunk_meta
+
+
+# -- sample replies -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReplyProgress:
+    """What every sample reply reports besides its data: the shard, the env steps it has received in all
+    (what an off-policy learner's replay ratio and `total_env_steps` count) and, for transition replays,
+    the episodes finished since its previous reply (an off-policy learner never sees chunks)."""
+
+    shard: int
+    env_steps: int
+    episode_returns: list[float] = field(default_factory=list)
+    episode_lengths: list[int] = field(default_factory=list)
+
+    def to_meta(self) -> dict[str, Any]:
+        return {
+            "shard": self.shard,
+            "env_steps": self.env_steps,
+            "episode_returns": self.episode_returns,
+            "episode_lengths": self.episode_lengths,
+        }
+
+    @classmethod
+    def from_meta(cls, meta: Mapping[str, Any]) -> ReplyProgress:
+        returns, lengths = _episodes(meta, "bad_reply_meta")
+        return cls(
+            shard=_int(meta, "shard", 0, MAX_SHARDS, "bad_reply_meta", default=0),
+            env_steps=_int(meta, "env_steps", 0, MAX_TOTAL_ENV_STEPS, "bad_reply_meta", default=0),
+            episode_returns=returns,
+            episode_lengths=lengths,
+        )
+
+
+def fifo_reply(items: list[tuple[dict[str, Any], dict[str, Any]]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A FIFO reply's (arrays, meta) for whole chunks given as (arrays, chunk meta): chunks nest under
+    "0", "1", ... and their metadata is the list meta["chunks"]."""
+    arrays = {str(i): chunk_arrays for i, (chunk_arrays, _) in enumerate(items)}
+    return arrays, {"chunks": [meta for _, meta in items]}
+
+
+def decode_fifo_reply(arrays: Mapping[str, Any], meta: Mapping[str, Any]) -> list[Chunk]:
+    """The chunks of a FIFO reply, each validated as an experience message is."""
+    metas = meta.get("chunks", [])
+    if not isinstance(metas, list) or len(metas) != len(arrays):
+        raise ProtocolError("bad_reply_meta", "chunks list does not match the reply's arrays")
+    chunks = []
+    for i, chunk_meta in enumerate(metas):
+        chunk_arrays = arrays.get(str(i))
+        if not isinstance(chunk_meta, dict) or not isinstance(chunk_arrays, dict):
+            raise ProtocolError("bad_reply_meta", f"chunk {i} malformed")
+        chunks.append(decode_chunk(chunk_arrays, chunk_meta)[0])
+    return chunks
+
+
+# -- parameter blobs ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BlobMeta:
+    """A parameter blob's metadata. `incarnation` names the learner process (a resumed learner restarts at
+    its checkpoint's version under a new one); `done` ends training; `env_steps` is what the learner has
+    counted; `env_step_budget` (off-policy flow control, runtime/flow.py) the env steps the actors together
+    may have taken by now, None when unthrottled."""
+
+    version: int
+    incarnation: str
+    done: bool = False
+    env_steps: int = 0
+    env_step_budget: int | None = None
+
+    def to_meta(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            "version": self.version,
+            "incarnation": self.incarnation,
+            "done": self.done,
+            "env_steps": self.env_steps,
+        }
+        if self.env_step_budget is not None:
+            meta["env_step_budget"] = self.env_step_budget
+        return meta
+
+    @classmethod
+    def from_meta(cls, meta: Mapping[str, Any]) -> BlobMeta:
+        done = meta.get("done", False)
+        if not isinstance(done, bool):
+            raise ProtocolError("bad_blob_meta", "done is not a boolean")
+        budget = meta.get("env_step_budget")
+        return cls(
+            version=_int(meta, "version", 0, MAX_VERSION, "bad_blob_meta"),
+            incarnation=_text(meta, "incarnation", "bad_blob_meta"),
+            done=done,
+            env_steps=_int(meta, "env_steps", 0, MAX_TOTAL_ENV_STEPS, "bad_blob_meta", default=0),
+            env_step_budget=None
+            if budget is None
+            else _int(meta, "env_step_budget", 0, MAX_TOTAL_ENV_STEPS, "bad_blob_meta"),
+        )

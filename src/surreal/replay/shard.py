@@ -1,0 +1,72 @@
+"""One replay shard without its sockets: validated chunks in, sample replies out.
+
+The replay role (`roles/replay.py`) puts this behind its PULL and ROUTER sockets; serial mode calls it
+directly (`roles/ports.py`), so both keep the same books: the env steps received (what an off-policy learner's
+replay ratio counts) and, for transition replays, the episodes finished since the previous reply (an
+off-policy learner never sees chunks, so this is how the training-return curve reaches it). Torch-free.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from surreal.proto.wire import ReplyProgress, decode_chunk
+from surreal.replay.buffers import make_replay
+
+MAX_FORWARDED_EPISODES = 1000  # finished episodes held for the next reply; older ones are only on the actors' metrics
+
+
+class ReplayShard:
+    def __init__(
+        self,
+        mode: str,
+        capacity: int,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        priority_eps: float = 1e-6,
+        seed: int = 0,
+        shard: int = 0,
+    ) -> None:
+        self.shard = shard
+        self.replay = make_replay(mode, capacity, alpha, beta, priority_eps, seed + 7919 * shard)
+        self.forward_episodes = mode != "fifo"
+        self.env_steps_in = 0
+        self.finished_returns: deque[float] = deque(maxlen=MAX_FORWARDED_EPISODES)
+        self.finished_lengths: deque[int] = deque(maxlen=MAX_FORWARDED_EPISODES)
+
+    def add(self, arrays: dict[str, Any], meta: dict[str, Any]) -> int:
+        """Store one experience message's chunk; returns its transitions (T*K). Raises `ProtocolError` (bad
+        content) or ValueError (a chunk this storage cannot hold); nothing is stored then."""
+        chunk, chunk_meta = decode_chunk(arrays, meta)
+        n = chunk.size
+        self.replay.add_chunk(arrays, chunk_meta.to_meta(), n)
+        self.env_steps_in += chunk_meta.env_steps
+        if self.forward_episodes:
+            self.finished_returns.extend(chunk_meta.episode_returns)
+            self.finished_lengths.extend(chunk_meta.episode_lengths)
+        return n
+
+    def ready(self, batch_size: int) -> bool:
+        return self.replay.ready(batch_size)
+
+    def sample(self, batch_size: int, max_frames: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        """A reply's arrays and meta: the data, what it holds (`transitions`), and the shard's progress."""
+        arrays, meta = self.replay.sample(batch_size, max_frames)
+        return arrays, {**meta, **self.progress()}
+
+    def progress(self) -> dict[str, Any]:
+        """This shard's progress for the next reply (data or empty); hands over the finished episodes once."""
+        returns, lengths = list(self.finished_returns), list(self.finished_lengths)
+        progress = ReplyProgress(self.shard, self.env_steps_in, returns, lengths)
+        self.finished_returns.clear()
+        self.finished_lengths.clear()
+        return progress.to_meta()
+
+    def update_priorities(self, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> int:
+        return self.replay.update_priorities(slots, ids, priorities)
+
+    def stats(self) -> dict[str, int]:
+        return self.replay.stats()

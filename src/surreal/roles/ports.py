@@ -1,0 +1,216 @@
+"""The four ports a role core talks to, one per path of the dataflow (proto/channels.py):
+
+    experience out   actor -> replay        ExperienceOut   ZmqExperienceOut  | InProcessReplay
+    batches in       replay -> learner      BatchesIn       ZmqBatchesIn      | InProcessReplay
+    parameters out   learner -> ps          ParamsOut       ZmqParamsOut      | InProcessParams
+    parameters in    ps -> actor            ParamsIn        ZmqParamsIn       | InProcessParams
+
+The ZMQ ports put the typed content of proto/wire.py on the channels; the in-process ones hold a replay shard
+and the latest blob in memory, so serial mode and the tests run the very cores the processes run. A port never
+raises for what a peer sent: bad content is counted by reason (`on_error`) and dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import zmq
+
+from surreal.proto.channels import ErrorSink, ExperienceSender, ParamClient, ParamPublisher, SampleClient, ignore_error
+from surreal.proto.codec import Limits, ProtocolError
+from surreal.proto.wire import BlobMeta, Chunk, ReplyProgress, decode_fifo_reply, encode_chunk
+from surreal.replay.shard import ReplayShard
+
+FETCH_TIMEOUT = "fetch_timeout"  # what ZmqParamsIn tells its error sink when no ps answered in time
+
+
+@dataclass
+class SampleReply:
+    """One reply of a replay shard: FIFO replies hold whole `chunks`, transition replies one `transitions`
+    batch (with `slots`, `ids` and, when prioritized, `weights`)."""
+
+    progress: ReplyProgress
+    chunks: list[Chunk]
+    transitions: dict[str, Any] | None = None
+
+
+@dataclass
+class Params:
+    """A parameter blob as an actor receives it."""
+
+    blob: BlobMeta
+    arrays: dict[str, Any]
+
+
+class ExperienceOut(Protocol):
+    def send(self, chunk: Chunk, incarnation: str, timeout_s: float) -> bool:
+        """Ship one chunk; False: backpressure (every shard full or unreachable) for `timeout_s`."""
+        ...
+
+
+class BatchesIn(Protocol):
+    @property
+    def shards(self) -> int: ...
+
+    def next(self, batch_size: int, timeout_s: float) -> SampleReply | None:
+        """The next reply holding data, or None after `timeout_s`."""
+        ...
+
+    def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None: ...
+
+
+class ParamsOut(Protocol):
+    def publish(self, blob: BlobMeta, arrays: dict[str, Any]) -> None: ...
+
+    def service(self) -> None:
+        """Called from the learner's loop: answer late subscribers, re-send the latest blob."""
+        ...
+
+
+class ParamsIn(Protocol):
+    def fetch(self, version: int, incarnation: str, timeout_s: float) -> Params | None:
+        """A blob other than (`version`, `incarnation`), or None (not modified, or no answer in time)."""
+        ...
+
+
+# -- over ZMQ -------------------------------------------------------------------------------------------
+
+
+class ZmqExperienceOut:
+    def __init__(self, ctx: zmq.Context, addresses: Sequence[str]) -> None:
+        self.sender = ExperienceSender(ctx, addresses)
+
+    def send(self, chunk: Chunk, incarnation: str, timeout_s: float) -> bool:
+        meta, arrays = encode_chunk(chunk, incarnation)
+        return self.sender.send(arrays, meta, timeout_s)
+
+    def close(self) -> None:
+        self.sender.close()
+
+
+class ZmqBatchesIn:
+    def __init__(
+        self,
+        ctx: zmq.Context,
+        addresses: Sequence[str],
+        limits: Limits,
+        prefetch: int,
+        on_error: ErrorSink = ignore_error,
+    ) -> None:
+        self.client = SampleClient(ctx, addresses, limits, prefetch, on_error=on_error)
+        self.on_error = on_error
+
+    @property
+    def shards(self) -> int:
+        return len(self.client.shards)
+
+    def next(self, batch_size: int, timeout_s: float) -> SampleReply | None:
+        got = self.client.next_batch(batch_size, timeout_s)
+        if got is None:
+            return None
+        shard, message = got
+        try:
+            progress = ReplyProgress.from_meta({**message.meta, "shard": shard})
+            if "chunks" in message.meta:
+                return SampleReply(progress, decode_fifo_reply(message.arrays, message.meta))
+            return SampleReply(progress, [], message.arrays)
+        except ProtocolError as exc:
+            self.on_error(exc.reason)
+            return None
+
+    def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None:
+        self.client.update_priorities(shard, {"slots": slots, "ids": ids, "priorities": priorities})
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class ZmqParamsOut:
+    def __init__(self, ctx: zmq.Context, bind: str) -> None:
+        self.publisher = ParamPublisher(ctx, bind)
+
+    def publish(self, blob: BlobMeta, arrays: dict[str, Any]) -> None:
+        self.publisher.publish(blob.version, blob.to_meta(), arrays)
+
+    def service(self) -> None:
+        self.publisher.service()
+
+    def close(self) -> None:
+        self.publisher.close()
+
+
+class ZmqParamsIn:
+    def __init__(self, ctx: zmq.Context, addresses: Sequence[str], limits: Limits, on_error: ErrorSink = ignore_error):
+        self.client = ParamClient(ctx, addresses, limits, on_error=on_error)
+        self.on_error = on_error
+
+    def fetch(self, version: int, incarnation: str, timeout_s: float) -> Params | None:
+        reply = self.client.fetch(version, incarnation, timeout_s)
+        if reply is None:
+            self.on_error(FETCH_TIMEOUT)
+            return None
+        if reply.message is None:
+            return None
+        try:
+            return Params(BlobMeta.from_meta(reply.message.meta), reply.message.arrays)
+        except ProtocolError as exc:
+            self.on_error(exc.reason)
+            return None
+
+    def close(self) -> None:
+        self.client.close()
+
+
+# -- in process -----------------------------------------------------------------------------------------
+
+
+class InProcessReplay:
+    """Experience out and batches in over one replay shard in memory (never full: the shard evicts)."""
+
+    shards = 1
+
+    def __init__(self, shard: ReplayShard) -> None:
+        self.shard = shard
+
+    def send(self, chunk: Chunk, incarnation: str, timeout_s: float = 0.0) -> bool:
+        del timeout_s
+        meta, arrays = encode_chunk(chunk, incarnation)
+        self.shard.add(arrays, meta)
+        return True
+
+    def next(self, batch_size: int, timeout_s: float = 0.0) -> SampleReply | None:
+        del timeout_s
+        if not self.shard.ready(batch_size):
+            return None
+        arrays, meta = self.shard.sample(batch_size)
+        progress = ReplyProgress.from_meta(meta)
+        if "chunks" in meta:
+            return SampleReply(progress, decode_fifo_reply(arrays, meta))
+        return SampleReply(progress, [], arrays)
+
+    def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None:
+        del shard
+        self.shard.update_priorities(slots, ids, priorities)
+
+
+class InProcessParams:
+    """Parameters out and in: the latest blob, handed to whoever asks for a different one."""
+
+    def __init__(self) -> None:
+        self.latest: Params | None = None
+
+    def publish(self, blob: BlobMeta, arrays: dict[str, Any]) -> None:
+        self.latest = Params(blob, arrays)
+
+    def service(self) -> None:
+        pass  # nobody subscribes late in one process
+
+    def fetch(self, version: int, incarnation: str, timeout_s: float = 0.0) -> Params | None:
+        del timeout_s
+        latest = self.latest
+        if latest is None or (latest.blob.version, latest.blob.incarnation) == (version, incarnation):
+            return None
+        return latest

@@ -1,0 +1,73 @@
+"""Where a learner's progress goes: `metrics.jsonl` (one row per record, no clock times, so two deterministic
+runs write identical files), TensorBoard, and the learner's Prometheus gauges."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from surreal.metrics import RoleMetrics
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def truncate_metrics(path: Path, updates: int) -> None:
+    """Keep the rows written up to `updates` (a learner resumed from that checkpoint continues from there)."""
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            if json.loads(line)["updates"] <= updates:
+                kept.append(line)
+        except (json.JSONDecodeError, KeyError, TypeError):
+            continue
+    path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+
+
+class Recorder:
+    def __init__(self, run_dir: Path, metrics: RoleMetrics) -> None:
+        from torch.utils.tensorboard import SummaryWriter  # torch: the learner's dependency, not the package's
+
+        self.file = open(run_dir / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
+        self.tensorboard = SummaryWriter(str(run_dir / "tensorboard"))
+        m = metrics
+        self.m_env_steps = m.gauge("learner_env_steps", "environment steps consumed")
+        self.m_updates = m.gauge("learner_updates", "updates done")
+        self.m_version = m.gauge("learner_param_version", "latest published parameter version")
+        self.m_stale = m.gauge("learner_stale_dropped", "chunks dropped for exceeding max_staleness")
+        self.m_queue = m.gauge("learner_queued_transitions", "transitions received, waiting for an update")
+        self.m_return = m.gauge("learner_train_return_mean", "mean return of recent training episodes")
+        self.m_stat = m.gauge("learner_stat", "last update's statistics", ["name"])
+        self.m_update_s = m.gauge("learner_update_seconds", "wall time of the last update")
+
+    def progress(self, env_steps: int, updates: int, stale_dropped: int) -> None:
+        """The gauges the chart's `helm test` reads (also right after a resume, before any update)."""
+        self.m_env_steps.set(env_steps)
+        self.m_updates.set(updates)
+        self.m_stale.set(stale_dropped)
+
+    def row(self, row: dict[str, Any], stats: dict[str, float], update_s: float) -> None:
+        """One metrics.jsonl row: the counters in `row`, then the update's statistics."""
+        full = {**row, **{k: float(v) for k, v in stats.items()}}
+        self.file.write(json.dumps(full) + "\n")
+        self.file.flush()
+        env_steps = row["env_steps"]
+        self.progress(env_steps, row["updates"], row["stale_dropped"])
+        self.m_update_s.set(update_s)
+        if row["train_return_mean"] is not None:
+            self.m_return.set(row["train_return_mean"])
+            self.tensorboard.add_scalar("train/return_mean", row["train_return_mean"], env_steps)
+        if "version_lag_mean" in row:
+            self.tensorboard.add_scalar("learner/version_lag_mean", row["version_lag_mean"], env_steps)
+        for name, value in stats.items():
+            self.m_stat.labels(name=name).set(float(value))
+            self.tensorboard.add_scalar(f"learner/{name}", float(value), env_steps)
+
+    def evaluation(self, return_mean: float, env_steps: int) -> None:
+        self.tensorboard.add_scalar("eval/return_mean", return_mean, env_steps)
+
+    def close(self) -> None:
+        self.file.close()
+        self.tensorboard.close()
