@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from surreal.config import ConfigError, ExperimentConfig, save_config
+from surreal.metricsfile import read_metrics
 
 PACKAGES = ("surreal", "numpy", "torch", "gymnasium", "mujoco", "pyzmq", "msgpack", "hydra-core", "omegaconf")
 GIT_TIMEOUT_S = 10.0
@@ -119,23 +120,6 @@ def create_run_folder(cfg: ExperimentConfig, overrides: Sequence[str] = ()) -> t
         },
     )
     return run_dir, cfg
-
-
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """Rows of metrics.jsonl; an unparsable line (a partially written last one) is skipped."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return []
-    rows = []
-    for line in text.splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
 
 
 def read_eval(run_dir: Path) -> dict[str, Any]:
