@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from surreal.config import ConfigError, ExperimentConfig, save_config
+from surreal.fileio import atomic_write_text
 from surreal.metricsfile import read_metrics
 
 PACKAGES = ("surreal", "numpy", "torch", "gymnasium", "mujoco", "pyzmq", "msgpack", "hydra-core", "omegaconf")
@@ -84,10 +85,8 @@ def package_versions() -> dict[str, str | None]:
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write via a temporary file and rename, so a reader never sees half a file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    """Write at once (temporary file and rename), so a reader never sees half a file."""
+    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
 
 
 def create_run_folder(cfg: ExperimentConfig, overrides: Sequence[str] = ()) -> tuple[Path, ExperimentConfig]:
