@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from surreal.metricsfile import MetricsTail
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -28,21 +30,12 @@ class WatchedRun:
             stderr=subprocess.STDOUT,
         )
         self.rows: list[tuple[float, dict]] = []
-        self._offset = 0
+        self._tail = MetricsTail(self.run_dir / "metrics.jsonl")
 
     def poll(self) -> None:
-        path = self.run_dir / "metrics.jsonl"
-        if not path.exists():
-            return
-        with open(path, encoding="utf-8") as f:
-            f.seek(self._offset)
-            lines = f.readlines()
+        rows = self._tail.read()
         now = time.monotonic()
-        for line in lines:
-            if not line.endswith("\n"):
-                break  # written halfway: read it next time
-            self._offset += len(line.encode())
-            self.rows.append((now, json.loads(line)))
+        self.rows.extend((now, row) for row in rows)
 
     def steady_rate(self, skip_rows: int) -> float:
         """Env steps per second between row `skip_rows` (after start-up) and the last row."""

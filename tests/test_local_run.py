@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from conftest import wait_until
-from surreal.launch.runfolder import read_metrics
+from surreal.metricsfile import read_metrics
 
 
 class LocalRun:

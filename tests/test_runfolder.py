@@ -10,8 +10,9 @@ from dataclasses import replace
 import pytest
 
 from surreal.config import ConfigError, load_config, read_config
-from surreal.launch.progress import MetricsTail, Rates
+from surreal.launch.progress import Rates
 from surreal.launch.runfolder import PACKAGES, create_run_folder, git_state, run_name, write_summary
+from surreal.metricsfile import MetricsTail, parse_row, read_metrics
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +103,16 @@ def test_summary_of_a_run_that_ended_before_its_first_update(cfg, runs_root):
     assert summary["env_steps"] == 0 and summary["updates"] == 0 and summary["env_steps_per_s"] == 0.0
     assert summary["eval_return_mean"] is None and summary["train_return_mean"] is None
     assert summary["status"] == "failed" and summary["reason"] == "actor-0 exhausted its restarts"
+
+
+def test_a_metrics_line_is_a_row_only_when_it_is_a_json_object(tmp_path):
+    assert parse_row('{"updates": 3}') == parse_row(b'{"updates": 3}\n') == {"updates": 3}
+    for not_a_row in ('{"upda', "[1, 2]", "7", "", b"\xff\xfe{", b'{"a": "\xff"}'):
+        assert parse_row(not_a_row) is None, not_a_row
+    path = tmp_path / "metrics.jsonl"
+    assert read_metrics(path) == []
+    path.write_bytes(b'{"updates": 1}\n[1]\n\xff\n{"updates": 2}\n{"upd')
+    assert read_metrics(path) == [{"updates": 1}, {"updates": 2}]
 
 
 def test_metrics_tail_returns_only_complete_new_rows_and_rereads_a_rewritten_file(tmp_path):

@@ -21,6 +21,7 @@ import pytest
 from conftest import wait_until
 from surreal.launch import local
 from surreal.launch.supervisor import ProcessSpec, Supervisor
+from surreal.roles.common import StopFlag
 from surreal.settings import Settings
 
 
@@ -309,3 +310,15 @@ def test_bad_config_is_one_message_and_starts_nothing(fake_roles, capsys):
     err = capsys.readouterr().err
     assert err.startswith("surreal: ") and "topology.actorz" in err and "Traceback" not in err
     assert not fake_roles.exists()
+
+
+def test_stop_flag_keeps_the_first_signal_and_puts_the_old_handlers_back_after_the_block():
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    with StopFlag() as stop:
+        assert not stop and stop.signal is None
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.wait(5)
+        os.kill(os.getpid(), signal.SIGINT)  # a second Ctrl-C: noted, nothing raised
+        time.sleep(0.1)
+        assert stop and stop.signal == signal.SIGTERM
+    assert {sig: signal.getsignal(sig) for sig in before} == before

@@ -21,7 +21,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from surreal.config.schema import ALGORITHMS, REPLAY_MODES, ExperimentConfig
+from surreal.config.schema import ALGORITHMS, REPLAY_MODES, RUN_NAME, ExperimentConfig
 
 SCHEMA_PATH = Path(__file__).resolve().parent / "surreal-chart" / "values.schema.json"
 
@@ -31,7 +31,7 @@ CHART_OWNED = {"topology"}
 ALGO_EXCLUDED = {"seed"}
 # Value rules that are plain JSON Schema (validate() in surreal.config.schema has the full set).
 EXTRA: dict[str, dict[str, Any]] = {
-    "name": {"pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]*$"},
+    "name": {"pattern": f"^{RUN_NAME.pattern}$"},
     "device": {"pattern": r"^(auto|cpu|cuda(:[0-9]+)?)$"},
     "replay.mode": {"enum": ["auto", *REPLAY_MODES]},
     "seed": {"minimum": 0},

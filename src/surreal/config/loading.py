@@ -37,6 +37,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from surreal.config.schema import ALGORITHMS, AlgoConfig, ConfigError, ExperimentConfig, validate
+from surreal.fileio import atomic_write_text
 
 CONFIG_MODULE = "surreal.conf"
 CONFIG_NAME = "experiment"
@@ -67,9 +68,7 @@ def save_config(cfg: ExperimentConfig, path: str | os.PathLike[str]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = OmegaConf.to_yaml(OmegaConf.structured(replace(cfg, algo=algo_config(cfg))))
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    atomic_write_text(path, text)
     return path
 
 

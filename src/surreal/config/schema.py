@@ -20,7 +20,12 @@ from omegaconf import MISSING
 
 MIB = 1 << 20
 REPLAY_MODES = ("fifo", "uniform", "prioritized")  # what `auto` resolves to, or set explicitly
-RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # the launcher's rule for a run folder name
+# A run's name is its folder's name (runs/<name>): a letter or digit, then letters, digits, '.', '_', '-'.
+# The launcher, this schema and the chart's values.schema.json all use these.
+_RUN_NAME_CHARS = "A-Za-z0-9._-"
+RUN_NAME = re.compile(rf"[A-Za-z0-9][{_RUN_NAME_CHARS}]*")
+NOT_IN_RUN_NAME = re.compile(rf"[^{_RUN_NAME_CHARS}]")  # what the launcher replaces in a generated name
+RUN_NAME_RULE = "must be a folder name: letters, digits, '.', '_', '-'"
 DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
@@ -359,7 +364,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     need(cfg.learner.max_staleness >= 0, f"learner.max_staleness must be >= 0 (got {cfg.learner.max_staleness})")
     need(
         cfg.name is None or RUN_NAME.fullmatch(cfg.name) is not None,
-        f"name={cfg.name!r} must be a folder name: letters, digits, '.', '_', '-'",
+        f"name={cfg.name!r} {RUN_NAME_RULE}",
     )
     need(bool(cfg.env.id.strip()), "env.id must name a Gymnasium environment")
     need(DEVICE.fullmatch(cfg.device) is not None, f"device must be auto, cpu, cuda or cuda:N (got {cfg.device!r})")

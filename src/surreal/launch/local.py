@@ -18,13 +18,13 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import FrameType, TracebackType
 from typing import Any
 
 from surreal.config import ConfigError, ExperimentConfig, load_config
 from surreal.launch.progress import ProgressView, format_duration
 from surreal.launch.runfolder import create_run_folder, write_summary
 from surreal.launch.supervisor import ProcessSpec, Restart, Supervisor
+from surreal.roles.common import StopFlag
 from surreal.settings import ReplayEndpoint, Settings
 
 ROLE_COMMAND = (sys.executable, "-m", "surreal", "role")  # what a pod's container runs
@@ -87,32 +87,6 @@ def plan_processes(cfg: ExperimentConfig, run_dir: Path, base_env: Mapping[str, 
     ]
 
 
-class StopRequests:
-    """SIGINT/SIGTERM set a flag instead of raising, for as long as the block runs: the launcher notices
-    it in its loop and shuts down in order, and a second Ctrl-C cannot interrupt that cleanup."""
-
-    def __init__(self) -> None:
-        self.signal: int | None = None
-        self._previous: dict[int, Any] = {}
-
-    def __bool__(self) -> bool:
-        return self.signal is not None
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        del frame
-        self.signal = self.signal or signum
-
-    def __enter__(self) -> StopRequests:
-        self._previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-
 @dataclass(frozen=True)
 class Outcome:
     status: str  # completed | interrupted | failed
@@ -121,7 +95,7 @@ class Outcome:
     restarts: dict[str, int]
 
 
-def verdict(supervisor: Supervisor, stop: StopRequests, run_dir: Path) -> tuple[str, str | None] | None:
+def verdict(supervisor: Supervisor, stop: StopFlag, run_dir: Path) -> tuple[str, str | None] | None:
     """(status, reason) once the run is over, else None."""
     if stop:
         assert stop.signal is not None
@@ -136,9 +110,7 @@ def verdict(supervisor: Supervisor, stop: StopRequests, run_dir: Path) -> tuple[
     return None
 
 
-def supervise(
-    cfg: ExperimentConfig, run_dir: Path, specs: list[ProcessSpec], stop: StopRequests, live: bool
-) -> Outcome:
+def supervise(cfg: ExperimentConfig, run_dir: Path, specs: list[ProcessSpec], stop: StopFlag, live: bool) -> Outcome:
     """Start everything, watch until the run is over, stop everything (also on an exception)."""
     supervisor = Supervisor(run_dir / "logs")
     started = time.monotonic()
@@ -171,7 +143,7 @@ def run_experiment(overrides: list[str], live: bool = True) -> int:
         f"logs in {run_dir / 'logs'}",
         flush=True,
     )
-    with StopRequests() as stop:
+    with StopFlag() as stop:
         outcome = supervise(cfg, run_dir, plan_processes(cfg, run_dir, os.environ), stop, live)
         summary = write_summary(run_dir, cfg, outcome.wall_s, outcome.status, outcome.restarts, outcome.reason)
         print_result(summary)

@@ -13,7 +13,8 @@ import yaml
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from surreal.launch.runfolder import read_eval, read_metrics
+from surreal.launch.runfolder import read_eval
+from surreal.metricsfile import read_metrics
 
 
 class NoMetricsError(SystemExit):

@@ -8,7 +8,6 @@ file) a plain line every `PLAIN_EVERY_S`.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections import deque
@@ -21,44 +20,11 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from surreal.metricsfile import MetricsTail
+
 PLAIN_EVERY_S = 10.0
 RATE_WINDOW_S = 30.0  # rates are averaged over the rows of the last half minute
 MIN_RATE_SPAN_S = 1.0  # rows that arrived closer together than this give no rate yet
-
-
-class MetricsTail:
-    """Reads the rows appended to metrics.jsonl since the last call, keeping an unfinished last line.
-
-    A file that shrank was rewritten (a resumed learner drops the rows after its checkpoint): it is read
-    again from the start.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._offset = 0
-        self._partial = b""
-
-    def read(self) -> list[dict[str, Any]]:
-        try:
-            with open(self.path, "rb") as f:
-                size = f.seek(0, 2)
-                if size < self._offset:
-                    self._offset, self._partial = 0, b""
-                f.seek(self._offset)
-                data = f.read()
-        except FileNotFoundError:
-            return []
-        self._offset += len(data)
-        *lines, self._partial = (self._partial + data).split(b"\n")
-        rows = []
-        for line in lines:
-            try:
-                row = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                continue
-            if isinstance(row, dict):
-                rows.append(row)
-        return rows
 
 
 class Rates:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import re
 import subprocess
 import sys
 import time
@@ -28,10 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from surreal.config import ConfigError, ExperimentConfig, save_config
+from surreal.config.schema import NOT_IN_RUN_NAME, RUN_NAME, RUN_NAME_RULE
+from surreal.fileio import atomic_write_text
+from surreal.metricsfile import read_metrics
 
 PACKAGES = ("surreal", "numpy", "torch", "gymnasium", "mujoco", "pyzmq", "msgpack", "hydra-core", "omegaconf")
 GIT_TIMEOUT_S = 10.0
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def runs_root() -> Path:
@@ -41,10 +42,10 @@ def runs_root() -> Path:
 def run_name(cfg: ExperimentConfig) -> str:
     """`cfg.name`, else `<YYYYmmdd-HHMMSS>-<algo>-<env id>`; a `/` in an id (`ALE/Pong-v5`) becomes `_`."""
     if cfg.name is not None:
-        if not _NAME.fullmatch(cfg.name):
-            raise ConfigError(f"name={cfg.name!r} must be a folder name: letters, digits, '.', '_', '-'")
+        if not RUN_NAME.fullmatch(cfg.name):
+            raise ConfigError(f"name={cfg.name!r} {RUN_NAME_RULE}")
         return cfg.name
-    env_id = re.sub(r"[^A-Za-z0-9._-]", "_", cfg.env.id)
+    env_id = NOT_IN_RUN_NAME.sub("_", cfg.env.id)
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.algo.name}-{env_id}"
 
 
@@ -83,10 +84,8 @@ def package_versions() -> dict[str, str | None]:
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write via a temporary file and rename, so a reader never sees half a file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    """Write at once (temporary file and rename), so a reader never sees half a file."""
+    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
 
 
 def create_run_folder(cfg: ExperimentConfig, overrides: Sequence[str] = ()) -> tuple[Path, ExperimentConfig]:
@@ -119,23 +118,6 @@ def create_run_folder(cfg: ExperimentConfig, overrides: Sequence[str] = ()) -> t
         },
     )
     return run_dir, cfg
-
-
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """Rows of metrics.jsonl; an unparsable line (a partially written last one) is skipped."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return []
-    rows = []
-    for line in text.splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
 
 
 def read_eval(run_dir: Path) -> dict[str, Any]:

@@ -1,4 +1,7 @@
-"""What every role does the same way: stop on SIGTERM/SIGINT, hold when done, log, read its config."""
+"""What every role does the same way: stop on SIGTERM/SIGINT, hold when done, log, read its config.
+
+`StopFlag` also serves the launcher (`surreal run`), which stops on the same signals.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +10,46 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from types import FrameType, TracebackType
+from typing import Any
 
 from surreal.config import ExperimentConfig, config_from_env
 
 
 class StopFlag:
-    """Set by SIGTERM/SIGINT so a role's main loop ends cleanly (sockets closed, checkpoint flushed)."""
+    """Set by SIGTERM/SIGINT instead of raising, so a loop that checks it ends cleanly: a role's (sockets
+    closed, checkpoint flushed) or the launcher's (children stopped in order, which a second Ctrl-C cannot
+    interrupt). `signal` is the first signal received.
+
+    A role calls `install()` once: its handlers stay for the life of the process. The launcher, which
+    tests and callers also run inside a bigger process, uses it as a context manager: the handlers that
+    were there before are put back when the block ends.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self.signal: int | None = None
+        self._previous: dict[int, Any] = {}
 
     def install(self) -> StopFlag:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: self._event.set())
+        self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
         return self
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        del frame
+        self.signal = self.signal or signum
+        self._event.set()
+
+    def __enter__(self) -> StopFlag:
+        return self.install()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
 
     def set(self) -> None:
         self._event.set()

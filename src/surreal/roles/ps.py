@@ -13,11 +13,11 @@ incarnation (a learner resumed from a checkpoint restarts at the checkpoint's ve
 from __future__ import annotations
 
 import argparse
-import math
 from typing import Any
 
 import zmq
 
+from surreal.config import ExperimentConfig
 from surreal.metrics import RoleMetrics
 from surreal.proto.channels import (
     ERROR,
@@ -26,16 +26,15 @@ from surreal.proto.channels import (
     PARAMS_REQUEST,
     ParamSubscriber,
     make_socket,
-    send,
 )
 from surreal.proto.codec import Limits, ProtocolError, decode, encode
-from surreal.roles.common import StopFlag, load_config, setup_logging
+from surreal.roles.server import Server, accepting, endpoint, serve_main
 from surreal.settings import Settings
 
-REPLY_TIMEOUT_S = 1.0
+REQUEST_BURST = 256  # actor requests answered per poll before newer parameters are taken in
 
 
-class ParamServer:
+class ParamServer(Server):
     def __init__(
         self,
         ctx: zmq.Context,
@@ -45,68 +44,42 @@ class ParamServer:
         limits: Limits | None = None,
         metrics: RoleMetrics | None = None,
     ) -> None:
+        super().__init__(metrics or RoleMetrics("ps", replica))
         limits = limits or Limits()
         self.limits = limits
-        self.params_limits = Limits(limits.max_frames, limits.max_bytes, kinds=frozenset({PARAMS}))
-        self.request_limits = Limits(limits.max_frames, limits.max_bytes, kinds=frozenset({PARAMS_REQUEST}))
+        self.replica, self.learner_addr = replica, learner_addr
+        self.params_limits = accepting(limits, PARAMS)
+        self.request_limits = accepting(limits, PARAMS_REQUEST)
         self.subscriber = ParamSubscriber(ctx, learner_addr, limits)
-        self.router = make_socket(ctx, zmq.ROUTER, limits, sndhwm=256, rcvhwm=1024)
-        self.router.bind(serve_bind)
-        self.poller = zmq.Poller()
-        self.poller.register(self.subscriber.sock, zmq.POLLIN)
-        self.poller.register(self.router, zmq.POLLIN)
+        self.listen(self.subscriber.sock, self._on_params, None)  # unbounded: its queue is short (rcvhwm 4)
+        router = make_socket(ctx, zmq.ROUTER, limits, sndhwm=256, rcvhwm=1024)
+        router.bind(serve_bind)
+        self.serve_requests(router, REQUEST_BURST)
         self.frames: list[zmq.Frame] | None = None
         self.version = -1
         self.incarnation = ""
-        self.metrics = metrics or RoleMetrics("ps", replica)
         m = self.metrics
         self.m_version = m.gauge("ps_param_version", "version of the parameters held")
         self.m_requests = m.counter("ps_requests_total", "actor requests answered", ["answer"])
         self.m_updates = m.counter("ps_updates_total", "parameter blobs accepted from the learner")
-        self.m_bad = m.counter("messages_dropped_total", "malformed messages counted and dropped", ["reason"])
         self.m_blob_bytes = m.gauge("ps_blob_bytes", "size of the held parameter blob")
-        self.bad_messages = 0
 
-    def poll_once(self, timeout_s: float) -> None:
-        events = dict(self.poller.poll(math.ceil(timeout_s * 1000)))
-        if self.subscriber.sock in events:
-            while True:
-                try:
-                    frames = self.subscriber.sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
-                except zmq.Again:
-                    break
-                self._on_params(frames)
-        if self.router in events:
-            for _ in range(256):
-                try:
-                    frames = self.router.recv_multipart(flags=zmq.NOBLOCK, copy=False)
-                except zmq.Again:
-                    break
-                self._on_request(frames)
+    def describe(self) -> str:
+        return f"replica {self.replica} on {endpoint(self.router)}, learner {self.learner_addr}"
 
-    def run(self, stop: StopFlag) -> None:
-        while not stop:
-            self.poll_once(0.1)
-
-    def close(self) -> None:
-        self.subscriber.close()
-        self.router.close(0)
-        self.metrics.close()
-
-    def _drop(self, reason: str) -> None:
-        self.bad_messages += 1
-        self.m_bad.labels(reason=reason).inc()
+    def final_state(self) -> str:
+        return f"at version {self.version}; {super().final_state()}"
 
     def _on_params(self, frames: list[zmq.Frame]) -> None:
         try:
             # Checked in full (sizes, dtypes) though only the metadata is read: actors get these frames as-is.
             meta = decode(frames, self.params_limits).meta
         except ProtocolError as exc:
-            self._drop(exc.reason)
+            self.drop(exc.reason)
             return
         version, incarnation = meta.get("version"), meta.get("incarnation", "")
         if not isinstance(version, int) or isinstance(version, bool) or not isinstance(incarnation, str):
-            self._drop("bad_params_meta")
+            self.drop("bad_params_meta")
             return
         if version > self.version or incarnation != self.incarnation:
             self.frames, self.version, self.incarnation = frames, version, incarnation
@@ -114,30 +87,27 @@ class ParamServer:
             self.m_version.set(version)
             self.m_blob_bytes.set(sum(len(f) for f in frames))
 
-    def _on_request(self, frames: list[zmq.Frame]) -> None:
-        if len(frames) < 2:
-            self._drop("no_envelope")
-            return
-        identity = frames[0].bytes
+    def on_request(self, identity: bytes, frames: list[zmq.Frame]) -> None:
         try:
-            message = decode(frames[1:], self.request_limits)
+            message = decode(frames, self.request_limits)
         except ProtocolError as exc:
-            self._drop(exc.reason)
-            self._reply(identity, encode(ERROR, {"reason": exc.reason}), "error")
+            self.drop(exc.reason)
+            self._answer(identity, encode(ERROR, {"reason": exc.reason}), "error")
             return
         have, incarnation = message.meta.get("version"), message.meta.get("incarnation")
         if not isinstance(have, int) or not isinstance(incarnation, str):
-            self._drop("bad_request")
-            self._reply(identity, encode(ERROR, {"reason": "bad_request"}), "error")
+            self.drop("bad_request")
+            self._answer(identity, encode(ERROR, {"reason": "bad_request"}), "error")
             return
         if self.frames is None or (have == self.version and incarnation == self.incarnation):
             meta: dict[str, Any] = {"version": self.version, "incarnation": self.incarnation}
-            self._reply(identity, encode(NOT_MODIFIED, meta), "not_modified")
+            self._answer(identity, encode(NOT_MODIFIED, meta), "not_modified")
         else:
-            self._reply(identity, self.frames, "params")
+            self._answer(identity, self.frames, "params")
 
-    def _reply(self, identity: bytes, frames: list[Any], answer: str) -> None:
-        if send(self.router, [identity, *frames], REPLY_TIMEOUT_S):
+    def _answer(self, identity: bytes, frames: list[Any], answer: str) -> None:
+        """Reply, counting the answer in ps_requests_total only once it was sent."""
+        if self.reply_frames(identity, frames):
             self.m_requests.labels(answer=answer).inc()
 
 
@@ -147,30 +117,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     del args
-    settings = Settings.from_env()
-    cfg = load_config()
-    log = setup_logging("ps", settings.index)
-    stop = StopFlag().install()
-    ctx = zmq.Context()
-    server = ParamServer(
-        ctx,
-        settings.learner_addr,
-        settings.bind(settings.ps_port),
-        replica=settings.index,
-        limits=Limits(max_bytes=cfg.ps.max_message_bytes),
-    )
-    port = server.metrics.serve(settings.bind_host, settings.metrics_port)
-    log.info(
-        "serving replica %d on :%d, learner %s, metrics :%s",
-        settings.index,
-        settings.ps_port,
-        settings.learner_addr,
-        port,
-    )
-    try:
-        server.run(stop)
-    finally:
-        server.close()
-        ctx.term()
-    log.info("stopped at version %d; %d malformed messages dropped", server.version, server.bad_messages)
-    return 0
+
+    def build(ctx: zmq.Context, settings: Settings, cfg: ExperimentConfig) -> ParamServer:
+        return ParamServer(
+            ctx,
+            settings.learner_addr,
+            settings.bind(settings.ps_port),
+            replica=settings.index,
+            limits=Limits(max_bytes=cfg.ps.max_message_bytes),
+        )
+
+    return serve_main("ps", build)

@@ -13,7 +13,6 @@ keeps serving. Torch-free.
 from __future__ import annotations
 
 import argparse
-import math
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any
 import numpy as np
 import zmq
 
+from surreal.config import ExperimentConfig
 from surreal.metrics import RateGauge, RoleMetrics
 from surreal.proto.channels import (
     ERROR,
@@ -30,17 +30,16 @@ from surreal.proto.channels import (
     SAMPLE_REPLY,
     SAMPLE_REQUEST,
     make_socket,
-    send,
 )
-from surreal.proto.codec import Limits, ProtocolError, decode, encode
+from surreal.proto.codec import Limits, ProtocolError, decode
 from surreal.replay import make_replay
-from surreal.roles.common import StopFlag, load_config, setup_logging
+from surreal.roles.server import Server, accepting, endpoint, serve_main
 from surreal.settings import Settings
 
 DEFER_S = 1.0
 MAX_PENDING = 64
 MAX_FORWARDED_EPISODES = 1000  # finished episodes held for the next reply; older ones are only on the actors' metrics
-REPLY_TIMEOUT_S = 1.0
+BURST = 64  # messages taken from one socket per poll: experience floods must let sample requests in
 
 
 @dataclass
@@ -67,7 +66,7 @@ def chunk_transitions(arrays: dict[str, Any]) -> int:
     return int(lead[0] * lead[1])
 
 
-class ReplayServer:
+class ReplayServer(Server):
     def __init__(
         self,
         ctx: zmq.Context,
@@ -83,35 +82,31 @@ class ReplayServer:
         limits: Limits | None = None,
         metrics: RoleMetrics | None = None,
     ) -> None:
+        super().__init__(metrics or RoleMetrics("replay", shard))
         limits = limits or Limits()
         self.shard = shard
+        self.mode, self.capacity = mode, capacity
         self.max_frames = limits.max_frames
         self.replay = make_replay(mode, capacity, alpha, beta, priority_eps, seed + 7919 * shard)
-        self.experience_limits = Limits(limits.max_frames, limits.max_bytes, kinds=frozenset({EXPERIENCE}))
-        self.request_limits = Limits(
-            limits.max_frames, limits.max_bytes, kinds=frozenset({SAMPLE_REQUEST, PRIORITY_UPDATE})
-        )
+        self.experience_limits = accepting(limits, EXPERIENCE)
+        self.request_limits = accepting(limits, SAMPLE_REQUEST, PRIORITY_UPDATE)
         self.pull = make_socket(ctx, zmq.PULL, limits, rcvhwm=64)
         self.pull.bind(experience_bind)
-        self.router = make_socket(ctx, zmq.ROUTER, limits, sndhwm=64, rcvhwm=256)
-        self.router.bind(sample_bind)
-        self.poller = zmq.Poller()
-        self.poller.register(self.pull, zmq.POLLIN)
-        self.poller.register(self.router, zmq.POLLIN)
+        self.listen(self.pull, self._on_experience, BURST)
+        router = make_socket(ctx, zmq.ROUTER, limits, sndhwm=64, rcvhwm=256)
+        router.bind(sample_bind)
+        self.serve_requests(router, BURST)
         self.pending: deque[_Pending] = deque()
-        self.metrics = metrics or RoleMetrics("replay", shard)
         m = self.metrics
         self.m_in = m.counter("replay_transitions_in_total", "transitions received")
         self.m_out = m.counter("replay_transitions_out_total", "transitions served in sample replies")
         self.m_dropped = m.counter("replay_transitions_dropped_total", "transitions evicted or refused")
-        self.m_bad = m.counter("messages_dropped_total", "malformed messages counted and dropped", ["reason"])
         self.m_size = m.gauge("replay_size", "transitions held")
         self.m_capacity = m.gauge("replay_capacity", "capacity in transitions")
         self.m_pending = m.gauge("replay_pending_requests", "sample requests waiting for data")
         self.rate_in = RateGauge(m.gauge("replay_transitions_in_per_second", "transitions in per second"))
         self.rate_out = RateGauge(m.gauge("replay_transitions_out_per_second", "transitions out per second"))
         self.m_capacity.set(capacity)
-        self.bad_messages = 0
         # Off-policy learners never see chunks, only sampled transitions: every reply tells them how many
         # env steps this shard has received in all (what the replay ratio and total_env_steps count) and
         # hands over the episodes that finished since the last reply (the training-return curve).
@@ -123,40 +118,19 @@ class ReplayServer:
     # -- the loop -------------------------------------------------------------------------------------
 
     def poll_once(self, timeout_s: float) -> None:
-        events = dict(self.poller.poll(math.ceil(timeout_s * 1000)))
-        if self.pull in events:
-            for _ in range(64):  # drain a burst, but let sample requests in between bursts
-                try:
-                    frames = self.pull.recv_multipart(flags=zmq.NOBLOCK, copy=False)
-                except zmq.Again:
-                    break
-                self._on_experience(frames)
-        if self.router in events:
-            for _ in range(64):
-                try:
-                    frames = self.router.recv_multipart(flags=zmq.NOBLOCK, copy=False)
-                except zmq.Again:
-                    break
-                self._on_request(frames)
+        super().poll_once(timeout_s)
         self._serve_pending()
         now = time.monotonic()
         self.rate_in.tick(now)
         self.rate_out.tick(now)
 
-    def run(self, stop: StopFlag) -> None:
-        while not stop:
-            self.poll_once(0.1)
-
-    def close(self) -> None:
-        self.pull.close(0)
-        self.router.close(0)
-        self.metrics.close()
+    def describe(self) -> str:
+        return (
+            f"shard {self.shard} ({self.mode}, capacity {self.capacity}) "
+            f"experience {endpoint(self.pull)} sample {endpoint(self.router)}"
+        )
 
     # -- handlers -------------------------------------------------------------------------------------
-
-    def _drop(self, reason: str) -> None:
-        self.bad_messages += 1
-        self.m_bad.labels(reason=reason).inc()
 
     def _on_experience(self, frames: list[zmq.Frame]) -> None:
         try:
@@ -165,10 +139,10 @@ class ReplayServer:
             before = self.replay.stats()["dropped"]
             self.replay.add_chunk(message.arrays, message.meta, n)
         except ProtocolError as exc:
-            self._drop(exc.reason)
+            self.drop(exc.reason)
             return
         except (ValueError, TypeError):
-            self._drop("bad_chunk")
+            self.drop("bad_chunk")
             return
         steps = message.meta.get("env_steps")
         self.env_steps_in += steps if isinstance(steps, int) and not isinstance(steps, bool) and steps >= 0 else n
@@ -188,28 +162,24 @@ class ReplayServer:
         self.m_dropped.inc(stats["dropped"] - before)
         self.m_size.set(stats["size"])
 
-    def _on_request(self, frames: list[zmq.Frame]) -> None:
-        if len(frames) < 2:
-            self._drop("no_envelope")
-            return
-        identity = frames[0].bytes
+    def on_request(self, identity: bytes, frames: list[zmq.Frame]) -> None:
         try:
-            message = decode(frames[1:], self.request_limits)
+            message = decode(frames, self.request_limits)
         except ProtocolError as exc:
-            self._drop(exc.reason)
-            self._reply(identity, ERROR, {"reason": exc.reason})
+            self.drop(exc.reason)
+            self.reply(identity, ERROR, {"reason": exc.reason})
             return
         if message.kind == PRIORITY_UPDATE:
             self._on_priorities(identity, message.arrays)
             return
         batch_size = message.meta.get("batch_size")
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
-            self._drop("bad_request")
-            self._reply(identity, ERROR, {"reason": "bad_request", "id": message.meta.get("id")})
+            self.drop("bad_request")
+            self.reply(identity, ERROR, {"reason": "bad_request", "id": message.meta.get("id")})
             return
         if len(self.pending) >= MAX_PENDING:
-            self._drop("too_many_pending")
-            self._reply(identity, ERROR, {"reason": "too_many_pending", "id": message.meta.get("id")})
+            self.drop("too_many_pending")
+            self.reply(identity, ERROR, {"reason": "too_many_pending", "id": message.meta.get("id")})
             return
         self.pending.append(_Pending(identity, message.meta.get("id"), batch_size, time.monotonic() + DEFER_S))
 
@@ -222,8 +192,8 @@ class ReplayServer:
                 raise ValueError("slots, ids and priorities must be 1-d and equally long")
             self.replay.update_priorities(slots, ids, priorities)
         except (KeyError, ValueError, TypeError, IndexError):
-            self._drop("bad_priorities")
-            self._reply(identity, ERROR, {"reason": "bad_priorities"})
+            self.drop("bad_priorities")
+            self.reply(identity, ERROR, {"reason": "bad_priorities"})
 
     def _serve_pending(self) -> None:
         now = time.monotonic()
@@ -237,10 +207,10 @@ class ReplayServer:
                 size = self.replay.stats()["size"]
                 self.m_size.set(size)
                 reply_meta = {**meta, **self._progress(), "id": request.request_id, "size": size}
-                self._reply(request.identity, SAMPLE_REPLY, reply_meta, arrays)
+                self.reply(request.identity, SAMPLE_REPLY, reply_meta, arrays)
             elif now >= request.deadline:
                 empty = {**self._progress(), "id": request.request_id, "empty": True}
-                self._reply(request.identity, SAMPLE_REPLY, empty)
+                self.reply(request.identity, SAMPLE_REPLY, empty)
             else:
                 break  # requests are answered in arrival order
             self.pending.popleft()
@@ -257,9 +227,6 @@ class ReplayServer:
             self.finished_lengths.clear()
         return progress
 
-    def _reply(self, identity: bytes, kind: str, meta: dict[str, Any], arrays: dict[str, Any] | None = None) -> None:
-        send(self.router, [identity, *encode(kind, meta, arrays)], REPLY_TIMEOUT_S)
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=["fifo", "uniform", "prioritized"], help="default: replay.mode of the config")
@@ -267,38 +234,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    settings = Settings.from_env()
-    cfg = load_config()
-    log = setup_logging("replay", settings.index)
-    stop = StopFlag().install()
-    ctx = zmq.Context()
-    server = ReplayServer(
-        ctx,
-        settings.bind(settings.experience_port),
-        settings.bind(settings.sample_port),
-        mode=args.mode or cfg.replay.mode,
-        capacity=args.capacity or cfg.replay.capacity,
-        alpha=cfg.replay.alpha,
-        beta=cfg.replay.beta,
-        priority_eps=cfg.replay.priority_eps,
-        seed=cfg.seed,
-        shard=settings.index,
-        limits=Limits(max_frames=cfg.replay.max_frames, max_bytes=cfg.replay.max_message_bytes),
-    )
-    port = server.metrics.serve(settings.bind_host, settings.metrics_port)
-    log.info(
-        "serving shard %d (%s, capacity %d) experience :%d sample :%d metrics :%s",
-        settings.index,
-        args.mode or cfg.replay.mode,
-        args.capacity or cfg.replay.capacity,
-        settings.experience_port,
-        settings.sample_port,
-        port,
-    )
-    try:
-        server.run(stop)
-    finally:
-        server.close()
-        ctx.term()
-    log.info("stopped; %d malformed messages dropped", server.bad_messages)
-    return 0
+    def build(ctx: zmq.Context, settings: Settings, cfg: ExperimentConfig) -> ReplayServer:
+        return ReplayServer(
+            ctx,
+            settings.bind(settings.experience_port),
+            settings.bind(settings.sample_port),
+            mode=args.mode or cfg.replay.mode,
+            capacity=args.capacity or cfg.replay.capacity,
+            alpha=cfg.replay.alpha,
+            beta=cfg.replay.beta,
+            priority_eps=cfg.replay.priority_eps,
+            seed=cfg.seed,
+            shard=settings.index,
+            limits=Limits(max_frames=cfg.replay.max_frames, max_bytes=cfg.replay.max_message_bytes),
+        )
+
+    return serve_main("replay", build)

@@ -7,12 +7,13 @@ only tensors, numbers, strings and containers come back, never arbitrary objects
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from surreal.fileio import atomic_writer
 
 PATTERN = re.compile(r"^ckpt-(\d{10})\.pt$")
 
@@ -32,17 +33,8 @@ class CheckpointStore:
 
     def save(self, step: int, state: dict[str, Any]) -> Path:
         final = self.directory / f"ckpt-{step:010d}.pt"
-        tmp = final.with_name(final.name + ".tmp")
-        with open(tmp, "wb") as f:
+        with atomic_writer(final, durable=True) as f:  # fsynced, the rename too: survives a power cut
             torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
-        dir_fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)  # the rename itself survives a power cut
-        finally:
-            os.close(dir_fd)
         for old in self.paths()[: -self.keep]:
             old.unlink(missing_ok=True)
         return final

@@ -1,0 +1,59 @@
+"""Reading metrics.jsonl, the learner's one-JSON-object-per-line log of its updates.
+
+The file is read while the learner appends to it and after a resumed learner rewrote it, so a reader
+meets a half-written last line, and whatever a crash left: a line that is not a JSON object is not a
+row and is skipped, never an error. `parse_row` is that rule; the whole-file and the incremental reader
+apply it. Torch-free and launcher-free, so any role, the launcher and the benchmarks can share it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def parse_row(line: str | bytes) -> dict[str, Any] | None:
+    """The row a line holds, or None for a line that is not a JSON object (partly written, cut short
+    by a crash, not UTF-8)."""
+    try:
+        row = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return row if isinstance(row, dict) else None
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """Rows of metrics.jsonl (none if it does not exist yet); lines that are not rows are skipped."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return []
+    return [row for line in text.splitlines() if (row := parse_row(line)) is not None]
+
+
+class MetricsTail:
+    """Reads the rows appended to metrics.jsonl since the last call, keeping an unfinished last line.
+
+    A file that shrank was rewritten (a resumed learner drops the rows after its checkpoint): it is read
+    again from the start.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._partial = b""
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as f:
+                size = f.seek(0, 2)
+                if size < self._offset:
+                    self._offset, self._partial = 0, b""
+                f.seek(self._offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        self._offset += len(data)
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        return [row for line in lines if (row := parse_row(line)) is not None]

@@ -1,0 +1,150 @@
+"""What the replay and ps servers share: a poll loop over their sockets, counted drops, ROUTER replies,
+and the shell that runs one as a role.
+
+A server registers each socket it reads with a handler and a burst bound: one poll drains up to that
+many messages from a socket before the next socket gets its turn, so a flood on one (experience) cannot
+starve another (sample requests). A malformed message is counted by reason in `messages_dropped_total`
+and dropped; the loop keeps serving. Torch-free, like the servers built on it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import zmq
+
+from surreal.config import ExperimentConfig
+from surreal.metrics import RoleMetrics
+from surreal.proto.channels import send
+from surreal.proto.codec import Limits, encode
+from surreal.roles.common import StopFlag, load_config, setup_logging
+from surreal.settings import Settings
+
+REPLY_TIMEOUT_S = 1.0  # a requester that does not take its reply by then loses it; the server moves on
+POLL_S = 0.1  # how often `run` looks at the stop flag when nothing arrives
+
+Handler = Callable[[list[zmq.Frame]], None]
+
+
+def accepting(limits: Limits, *kinds: str) -> Limits:
+    """`limits`' frame and byte bounds for a socket that takes only `kinds`: a message of another kind
+    is refused by `decode` before its arrays are looked at."""
+    return Limits(limits.max_frames, limits.max_bytes, kinds=frozenset(kinds))
+
+
+class Server:
+    """A poll loop over registered (socket, handler, burst) entries, plus one ROUTER that takes requests
+    and carries the replies. Subclasses register their sockets in `__init__` and implement `on_request`
+    and `describe`."""
+
+    router: zmq.Socket  # set by `serve_requests`
+
+    def __init__(self, metrics: RoleMetrics) -> None:
+        self.metrics = metrics
+        self.m_bad = metrics.counter("messages_dropped_total", "malformed messages counted and dropped", ["reason"])
+        self.bad_messages = 0
+        self.poller = zmq.Poller()
+        self._handlers: list[tuple[zmq.Socket, Handler, int | None]] = []
+
+    # -- registration ---------------------------------------------------------------------------------
+
+    def listen(self, sock: zmq.Socket, handler: Handler, burst: int | None) -> None:
+        """Hand each message arriving on `sock` to `handler`, at most `burst` per poll (None: until the
+        socket is empty). Sockets are served in the order they were registered."""
+        self.poller.register(sock, zmq.POLLIN)
+        self._handlers.append((sock, handler, burst))
+
+    def serve_requests(self, router: zmq.Socket, burst: int) -> None:
+        """Take requests on `router` (each reaches `on_request` without its envelope) and reply there."""
+        self.router = router
+        self.listen(router, self._unwrap, burst)
+
+    # -- the loop -------------------------------------------------------------------------------------
+
+    def poll_once(self, timeout_s: float) -> None:
+        events = dict(self.poller.poll(math.ceil(timeout_s * 1000)))
+        for sock, handler, burst in self._handlers:
+            if sock in events:
+                _drain(sock, handler, burst)
+
+    def run(self, stop: StopFlag) -> None:
+        while not stop:
+            self.poll_once(POLL_S)
+
+    def close(self) -> None:
+        for sock, _, _ in self._handlers:
+            sock.close(0)
+        self.metrics.close()
+
+    # -- what handlers use ----------------------------------------------------------------------------
+
+    def drop(self, reason: str) -> None:
+        """Count a message refused for `reason`; the caller then forgets it."""
+        self.bad_messages += 1
+        self.m_bad.labels(reason=reason).inc()
+
+    def reply(self, identity: bytes, kind: str, meta: dict[str, Any], arrays: dict[str, Any] | None = None) -> bool:
+        """Encode and send one reply to `identity`; False if it could not be sent within REPLY_TIMEOUT_S."""
+        return self.reply_frames(identity, encode(kind, meta, arrays))
+
+    def reply_frames(self, identity: bytes, frames: Sequence[Any]) -> bool:
+        """Send already framed message parts to `identity` (the ps forwards a stored blob as it came)."""
+        return send(self.router, [identity, *frames], REPLY_TIMEOUT_S)
+
+    # -- what a subclass supplies ---------------------------------------------------------------------
+
+    def on_request(self, identity: bytes, frames: list[zmq.Frame]) -> None:
+        """One request from `identity`: the message frames after the ROUTER envelope."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """What the start-up log line says this server serves."""
+        raise NotImplementedError
+
+    def final_state(self) -> str:
+        """What the shut-down log line reports; a server adds its own state in front."""
+        return f"{self.bad_messages} malformed messages dropped"
+
+    def _unwrap(self, frames: list[zmq.Frame]) -> None:
+        if len(frames) < 2:
+            self.drop("no_envelope")
+            return
+        self.on_request(frames[0].bytes, frames[1:])
+
+
+def _drain(sock: zmq.Socket, handler: Handler, burst: int | None) -> None:
+    received = 0
+    while burst is None or received < burst:
+        try:
+            frames = sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            break
+        handler(frames)
+        received += 1
+
+
+def endpoint(sock: zmq.Socket) -> str:
+    """The address `sock` was last bound or connected to, as ZMQ resolved it (the port of a `:0` bind)."""
+    return sock.getsockopt_string(zmq.LAST_ENDPOINT)
+
+
+def serve_main(role: str, build: Callable[[zmq.Context, Settings, ExperimentConfig], Server]) -> int:
+    """The shell of a server role: settings and config from the environment, logging, SIGTERM/SIGINT,
+    /metrics, then `build(ctx, settings, cfg).run` until stopped, closing the sockets however it ends."""
+    settings = Settings.from_env()
+    cfg = load_config()
+    log = setup_logging(role, settings.index)
+    stop = StopFlag().install()
+    ctx = zmq.Context()
+    server = build(ctx, settings, cfg)
+    port = server.metrics.serve(settings.bind_host, settings.metrics_port)
+    log.info("serving %s, metrics :%s", server.describe(), port)
+    try:
+        server.run(stop)
+    finally:
+        server.close()
+        ctx.term()
+    log.info("stopped: %s", server.final_state())
+    return 0
