@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+METRICS_FILE = "metrics.jsonl"  # in the run folder, written by the learner
+
 
 def parse_row(line: str | bytes) -> dict[str, Any] | None:
     """The row a line holds, or None for a line that is not a JSON object (partly written, cut short

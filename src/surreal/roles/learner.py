@@ -35,14 +35,16 @@ import zmq
 from surreal.algos import OffPolicyLearner, OnPolicyLearner, get_algorithm
 from surreal.config import ExperimentConfig, algo_config
 from surreal.envs import make_env
+from surreal.fileio import atomic_write_text
 from surreal.metrics import RoleMetrics
+from surreal.metricsfile import METRICS_FILE
 from surreal.proto.codec import Limits
 from surreal.proto.wire import BlobMeta, Chunk
 from surreal.roles.common import StopFlag, hold_until_stopped, load_config, setup_logging
 from surreal.roles.ports import BatchesIn, ParamsOut, SampleReply, ZmqBatchesIn, ZmqParamsOut
 from surreal.runtime.checkpoint import CheckpointStore
 from surreal.runtime.flow import ShardEnvSteps, replay_ratio_limiter, staleness_bound
-from surreal.runtime.recorder import METRICS_FILE, Recorder, truncate_metrics
+from surreal.runtime.recorder import Recorder, truncate_metrics
 from surreal.runtime.rollout import evaluate
 from surreal.settings import Settings
 
@@ -283,7 +285,7 @@ class LearnerCore:
             "updates": self.counters.updates,
             "eval_returns": [float(r) for r in returns],
         }
-        (self.run_dir / "eval.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+        atomic_write_text(self.run_dir / "eval.json", json.dumps(result, indent=2))
         self.recorder.evaluation(return_mean, self.counters.env_steps)
         self.log.info("eval over %d episodes: %.1f +- %.1f", len(returns), return_mean, np.std(returns))
         self.announce_done()

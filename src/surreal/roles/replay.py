@@ -32,13 +32,12 @@ from surreal.proto.channels import (
     make_socket,
 )
 from surreal.proto.codec import Limits, ProtocolError, decode
-from surreal.replay import make_replay
+from surreal.replay.shard import ReplayShard
 from surreal.roles.server import Server, accepting, endpoint, serve_main
 from surreal.settings import Settings
 
 DEFER_S = 1.0
 MAX_PENDING = 64
-MAX_FORWARDED_EPISODES = 1000  # finished episodes held for the next reply; older ones are only on the actors' metrics
 BURST = 64  # messages taken from one socket per poll: experience floods must let sample requests in
 
 
@@ -48,22 +47,6 @@ class _Pending:
     request_id: Any
     batch_size: int
     deadline: float
-
-
-def chunk_transitions(arrays: dict[str, Any]) -> int:
-    """T*K of a time-major chunk; every array must share the leading [T, K] dims."""
-    leaves: list[np.ndarray] = []
-    stack = [arrays]
-    while stack:
-        node = stack.pop()
-        for value in node.values():
-            (stack.append if isinstance(value, dict) else leaves.append)(value)
-    if not leaves:
-        raise ValueError("chunk has no arrays")
-    lead = leaves[0].shape[:2]
-    if len(lead) != 2 or any(a.shape[:2] != lead for a in leaves):
-        raise ValueError("chunk arrays must share leading [T, K] dimensions")
-    return int(lead[0] * lead[1])
 
 
 class ReplayServer(Server):
@@ -87,7 +70,7 @@ class ReplayServer(Server):
         self.shard = shard
         self.mode, self.capacity = mode, capacity
         self.max_frames = limits.max_frames
-        self.replay = make_replay(mode, capacity, alpha, beta, priority_eps, seed + 7919 * shard)
+        self.replay = ReplayShard(mode, capacity, alpha, beta, priority_eps, seed, shard)
         self.experience_limits = accepting(limits, EXPERIENCE)
         self.request_limits = accepting(limits, SAMPLE_REQUEST, PRIORITY_UPDATE)
         self.pull = make_socket(ctx, zmq.PULL, limits, rcvhwm=64)
@@ -107,13 +90,6 @@ class ReplayServer(Server):
         self.rate_in = RateGauge(m.gauge("replay_transitions_in_per_second", "transitions in per second"))
         self.rate_out = RateGauge(m.gauge("replay_transitions_out_per_second", "transitions out per second"))
         self.m_capacity.set(capacity)
-        # Off-policy learners never see chunks, only sampled transitions: every reply tells them how many
-        # env steps this shard has received in all (what the replay ratio and total_env_steps count) and
-        # hands over the episodes that finished since the last reply (the training-return curve).
-        self.forward_episodes = mode != "fifo"
-        self.env_steps_in = 0
-        self.finished_returns: deque[float] = deque(maxlen=MAX_FORWARDED_EPISODES)
-        self.finished_lengths: deque[int] = deque(maxlen=MAX_FORWARDED_EPISODES)
 
     # -- the loop -------------------------------------------------------------------------------------
 
@@ -133,29 +109,16 @@ class ReplayServer(Server):
     # -- handlers -------------------------------------------------------------------------------------
 
     def _on_experience(self, frames: list[zmq.Frame]) -> None:
+        before = self.replay.stats()["dropped"]
         try:
             message = decode(frames, self.experience_limits)
-            n = chunk_transitions(message.arrays)
-            before = self.replay.stats()["dropped"]
-            self.replay.add_chunk(message.arrays, message.meta, n)
+            n = self.replay.add(message.arrays, message.meta)
         except ProtocolError as exc:
             self.drop(exc.reason)
             return
         except (ValueError, TypeError):
             self.drop("bad_chunk")
             return
-        steps = message.meta.get("env_steps")
-        self.env_steps_in += steps if isinstance(steps, int) and not isinstance(steps, bool) and steps >= 0 else n
-        if self.forward_episodes:
-            returns, lengths = message.meta.get("episode_returns"), message.meta.get("episode_lengths")
-            if (
-                isinstance(returns, list)
-                and isinstance(lengths, list)
-                and len(returns) == len(lengths)
-                and all(isinstance(x, int | float) and not isinstance(x, bool) for x in returns + lengths)
-            ):
-                self.finished_returns.extend(float(r) for r in returns)
-                self.finished_lengths.extend(int(length) for length in lengths)
         stats = self.replay.stats()
         self.m_in.inc(n)
         self.rate_in.add(n)
@@ -206,26 +169,15 @@ class ReplayServer(Server):
                 self.rate_out.add(served)
                 size = self.replay.stats()["size"]
                 self.m_size.set(size)
-                reply_meta = {**meta, **self._progress(), "id": request.request_id, "size": size}
+                reply_meta = {**meta, "id": request.request_id, "size": size}
                 self.reply(request.identity, SAMPLE_REPLY, reply_meta, arrays)
             elif now >= request.deadline:
-                empty = {**self._progress(), "id": request.request_id, "empty": True}
+                empty = {**self.replay.progress(), "id": request.request_id, "empty": True}
                 self.reply(request.identity, SAMPLE_REPLY, empty)
             else:
                 break  # requests are answered in arrival order
             self.pending.popleft()
         self.m_pending.set(len(self.pending))
-
-    def _progress(self) -> dict[str, Any]:
-        """What every sample reply reports besides its data: this shard, its env-step count and (for
-        transition replays) the episodes finished since the previous reply."""
-        progress: dict[str, Any] = {"shard": self.shard, "env_steps": self.env_steps_in}
-        if self.forward_episodes:
-            progress["episode_returns"] = list(self.finished_returns)
-            progress["episode_lengths"] = list(self.finished_lengths)
-            self.finished_returns.clear()
-            self.finished_lengths.clear()
-        return progress
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

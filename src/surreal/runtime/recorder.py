@@ -7,23 +7,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+from surreal.fileio import atomic_write_text
 from surreal.metrics import RoleMetrics
-
-METRICS_FILE = "metrics.jsonl"
+from surreal.metricsfile import METRICS_FILE, read_metrics
 
 
 def truncate_metrics(path: Path, updates: int) -> None:
     """Keep the rows written up to `updates` (a learner resumed from that checkpoint continues from there)."""
-    if not path.exists():
-        return
-    kept = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            if json.loads(line)["updates"] <= updates:
-                kept.append(line)
-        except (json.JSONDecodeError, KeyError, TypeError):
-            continue
-    path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    kept = [row for row in read_metrics(path) if isinstance(row.get("updates"), int) and row["updates"] <= updates]
+    atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in kept))
 
 
 class Recorder:
