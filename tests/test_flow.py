@@ -1,0 +1,200 @@
+"""Flow control (runtime/flow.py), rule by rule, and the role cores driven in-process on in-process ports:
+no sockets, no subprocesses, deterministic."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from surreal.algos import get_algorithm
+from surreal.config import algo_config, load_config
+from surreal.launch.serial import run_serial
+from surreal.metrics import RoleMetrics
+from surreal.metricsfile import read_metrics
+from surreal.proto.wire import BlobMeta, Chunk
+from surreal.replay.shard import ReplayShard
+from surreal.roles.actor import ActorCore
+from surreal.roles.ports import InProcessParams, InProcessReplay
+from surreal.runtime.flow import (
+    EnvStepAllowance,
+    ReplayRatioLimiter,
+    ShardEnvSteps,
+    StalenessBound,
+    VersionThrottle,
+    actor_throttle,
+    replay_ratio_limiter,
+    staleness_bound,
+)
+
+torch.set_num_threads(1)
+
+
+def chunks(*versions: int) -> list[Chunk]:
+    return [Chunk({"rewards": np.zeros((1, 1))}, version=v, actor=0) for v in versions]
+
+
+# -- the actor's end ------------------------------------------------------------------------------------
+
+
+def sent_until_wait(throttle: VersionThrottle, version: int) -> int:
+    sent = 0
+    while not throttle.must_wait(version) and sent < 100:
+        throttle.on_sent(1)
+        sent += 1
+    return sent
+
+
+def test_an_actor_sends_rollout_ahead_shares_then_one_share_per_new_version():
+    throttle = VersionThrottle(share=3, rollout_ahead=2)
+    throttle.on_params(BlobMeta(version=5, incarnation="a"))
+    assert sent_until_wait(throttle, 5) == 6, "two shares on the first version seen"
+    throttle.on_params(BlobMeta(version=6, incarnation="a"))
+    assert sent_until_wait(throttle, 6) == 3, "each new version releases one more share"
+    assert sent_until_wait(throttle, 6) == 0
+
+
+def test_a_new_learner_incarnation_restarts_the_count():
+    throttle = VersionThrottle(share=2, rollout_ahead=1)
+    throttle.on_params(BlobMeta(version=40, incarnation="a"))
+    assert sent_until_wait(throttle, 40) == 2
+    throttle.on_params(BlobMeta(version=12, incarnation="b"))  # resumed from an older checkpoint
+    assert sent_until_wait(throttle, 12) == 2, "versions count again from the resumed learner's"
+
+
+def test_lockstep_for_es_and_for_deterministic_runs_and_shares_from_the_topology():
+    ppo = actor_throttle(load_config(["actors=4", "actor.chunk_steps=128"]))
+    assert isinstance(ppo, VersionThrottle) and ppo.share == 4 and ppo.rollout_ahead == 2  # ceil(2048 / 512)
+    es = actor_throttle(load_config(["algo=es", "actors=2"]))
+    assert isinstance(es, VersionThrottle) and es.rollout_ahead == 1
+    deterministic = actor_throttle(load_config(["deterministic=true", "actors=1"]))
+    assert isinstance(deterministic, VersionThrottle) and deterministic.rollout_ahead == 1
+    assert isinstance(actor_throttle(load_config(["algo=ddpg"])), EnvStepAllowance)
+
+
+def test_an_off_policy_actor_takes_its_share_of_the_budget_then_waits():
+    allowance = EnvStepAllowance(actors=4)
+    assert not allowance.must_wait(0), "no budget published: free-running"
+    allowance.on_params(BlobMeta(version=1, incarnation="a", env_steps=1000, env_step_budget=1400))
+    allowance.on_sent(60)
+    assert not allowance.must_wait(1)
+    allowance.on_sent(40)
+    assert allowance.must_wait(1), "(1400 - 1000) / 4 = 100 steps each"
+
+
+# -- the learner's end ----------------------------------------------------------------------------------
+
+
+def test_the_staleness_bound_drops_and_counts_old_chunks():
+    kept, dropped = StalenessBound(max_lag=4).split(chunks(10, 7, 6, 3), version=10)
+    assert [c.version for c in kept] == [10, 7, 6] and dropped == 1
+    kept, dropped = StalenessBound(max_lag=None).split(chunks(3, 2, 3), version=3)
+    assert [c.version for c in kept] == [3, 3] and dropped == 1, "lockstep: only the current version"
+    assert staleness_bound(load_config(["algo=es"])).max_lag is None
+    assert staleness_bound(load_config(["learner.max_staleness=7"])).max_lag == 7
+
+
+def test_replay_ratio_limiter_counts_from_learning_starts_and_its_budget_survives_a_restart():
+    limiter = ReplayRatioLimiter(learning_starts=1000, replay_ratio=0.5, slack=200, publish_interval=16)
+    assert limiter.updates_allowed(999) == 0 and limiter.updates_allowed(1000) == 0
+    assert limiter.updates_allowed(1600) == 300
+    # The budget is a function of the checkpointed update count alone: a resumed learner publishes the same.
+    assert limiter.budget(300) == 1000 + 600 + 200
+    cfg = load_config(["algo=ddpg", "actors=3", "actor.chunk_steps=32", "algo.learning_starts=100"])
+    assert replay_ratio_limiter(cfg).slack == 2 * 3 * 32
+    assert replay_ratio_limiter(load_config(["algo=ddpg", "actor.rollout_ahead=0"])).budget(5) is None
+    with pytest.raises(TypeError, match="on-policy"):
+        replay_ratio_limiter(load_config([]))
+
+
+def test_shard_env_steps_add_up_across_shards_and_a_restarted_shard():
+    steps = ShardEnvSteps()
+    assert steps.observe(0, 100) == 100 and steps.observe(1, 50) == 50 and steps.observe(0, 160) == 60
+    assert steps.observe(0, 30) == 30, "a restarted shard counts from zero: all of it is new"
+    assert steps.counts == [30, 50]
+
+
+# -- the cores, in process ------------------------------------------------------------------------------
+
+
+def test_actor_core_sends_its_shares_waits_and_resumes_on_a_new_version():
+    cfg = load_config(["env=InvertedPendulum-v5", "actors=2", "actor.chunk_steps=64", "algo.batch_size=256"])
+    shard = ReplayShard("fifo", 10_000)
+    params = InProcessParams()
+    actor = ActorCore(cfg, 0, InProcessReplay(shard), params, RoleMetrics("actor", 0))
+    try:
+        assert not actor.step(), "no parameters yet: nothing to run"
+        spaces = actor.envs.single_observation_space, actor.envs.single_action_space
+        blob = get_algorithm("ppo").make_learner(*spaces, algo_config(cfg), torch.device("cpu")).params()
+        params.publish(BlobMeta(0, "inc"), blob)
+        sum(actor.step() for _ in range(20))
+        assert shard.replay.stats()["size"] == 4 * 64, "share 2 (256 / (2 actors x 64)) x rollout_ahead 2"
+        params.publish(BlobMeta(1, "inc"), blob)
+        progressed = sum(actor.step() for _ in range(20))
+        assert shard.replay.stats()["size"] == 6 * 64 and progressed == 3, "one fetch, then one more share"
+        params.publish(BlobMeta(2, "inc", done=True), blob)
+        actor.step()
+        assert actor.done
+    finally:
+        actor.close()
+
+
+def serial(tmp_path, name: str, *overrides: str) -> dict:
+    return run_serial(load_config(["device=cpu", "learner.eval_episodes=2", *overrides]), tmp_path / name)
+
+
+@pytest.mark.parametrize("actors", [1, 3])
+def test_the_replay_ratio_is_held_as_actors_are_added(tmp_path, actors):
+    result = serial(
+        tmp_path,
+        f"ddpg{actors}",
+        "algo=ddpg",
+        "env=Pendulum-v1",
+        f"actors={actors}",
+        "steps=1500",
+        "algo.learning_starts=300",
+        "algo.hidden_sizes=[16,16]",
+        "algo.batch_size=32",
+        "algo.replay_ratio=0.5",
+        "actor.chunk_steps=16",
+    )
+    ratio = result["updates"] / (result["env_steps"] - 300)
+    assert 0.45 <= ratio <= 0.5, f"{actors} actors: {ratio:.3f} updates per env step"
+    slack = 2 * actors * 16
+    assert result["env_steps"] <= 1500 + slack, "the budget held the actors"
+
+
+@pytest.mark.parametrize("algo", ["ppo", "es"])
+def test_serial_on_policy_runs_are_deterministic(tmp_path, algo):
+    overrides = [f"algo={algo}", "env=InvertedPendulum-v5", "actors=1", "steps=4096", "seed=3", "deterministic=true"]
+    if algo == "ppo":
+        overrides += ["algo.batch_size=1024", "actor.chunk_steps=256", "algo.update_epochs=2"]
+    else:
+        overrides += ["algo.batch_size=8", "topology.envs_per_actor=4"]
+    first, second = serial(tmp_path, "a", *overrides), serial(tmp_path, "b", *overrides)
+    assert first == second
+    rows = (tmp_path / "a" / "metrics.jsonl").read_text()
+    assert rows == (tmp_path / "b" / "metrics.jsonl").read_text() and rows
+    assert read_metrics(tmp_path / "a" / "metrics.jsonl")[-1]["stale_dropped"] == 0
+    assert json.loads((tmp_path / "a" / "eval.json").read_text())["env_steps"] >= 4096
+
+
+@pytest.mark.slow
+def test_serial_ddpg_learns_pendulum(tmp_path):
+    result = serial(
+        tmp_path,
+        "ddpg",
+        "algo=ddpg",
+        "env=Pendulum-v1",
+        "actors=1",
+        "steps=15000",
+        "seed=1",
+        "algo.learning_starts=1000",
+        "algo.hidden_sizes=[64,64]",
+        "actor.chunk_steps=32",
+        "learner.eval_episodes=10",
+    )
+    print(f"serial DDPG Pendulum-v1: {result['eval_return_mean']:.1f} at {result['env_steps']} env steps")
+    assert result["eval_return_mean"] >= -250, result
