@@ -4,7 +4,7 @@
 content. Every field a peer sends is read here and only here, so "what can arrive" is one file to read:
 
 - an experience **chunk** (actor -> replay -> learner): `Chunk` + `ChunkMeta`;
-- a **sample reply**'s progress (`ReplyProgress`, every reply) and a FIFO reply's chunk list;
+- a **sample reply**'s progress (`ShardReport`, every reply) and a FIFO reply's chunk list;
 - the **parameter blob**'s metadata (`BlobMeta`, learner -> ps -> actor).
 
 Decoders validate types and ranges (integers bounded so sums stay encodable, finite floats, bounded list
@@ -171,7 +171,7 @@ def decode_chunk(arrays: dict[str, Any], meta: Mapping[str, Any]) -> tuple[Chunk
 
 
 @dataclass(frozen=True)
-class ReplyProgress:
+class ShardReport:
     """What every sample reply reports besides its data: the shard, the env steps it has received in all
     (what an off-policy learner's replay ratio and `total_env_steps` count) and, for transition replays,
     the episodes finished since its previous reply (an off-policy learner never sees chunks)."""
@@ -190,7 +190,7 @@ class ReplyProgress:
         }
 
     @classmethod
-    def from_meta(cls, meta: Mapping[str, Any]) -> ReplyProgress:
+    def from_meta(cls, meta: Mapping[str, Any]) -> ShardReport:
         returns, lengths = _episodes(meta, "bad_reply_meta")
         return cls(
             shard=_int(meta, "shard", 0, MAX_SHARDS, "bad_reply_meta", default=0),

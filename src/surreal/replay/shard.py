@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from surreal.proto.wire import ReplyProgress, decode_chunk
+from surreal.proto.wire import ShardReport, decode_chunk
 from surreal.replay.buffers import make_replay
 
 MAX_FORWARDED_EPISODES = 1000  # finished episodes held for the next reply; older ones are only on the actors' metrics
@@ -55,15 +55,15 @@ class ReplayShard:
     def sample(self, batch_size: int, max_frames: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
         """A reply's arrays and meta: the data, what it holds (`transitions`), and the shard's progress."""
         arrays, meta = self.replay.sample(batch_size, max_frames)
-        return arrays, {**meta, **self.progress()}
+        return arrays, {**meta, **self.report()}
 
-    def progress(self) -> dict[str, Any]:
+    def report(self) -> dict[str, Any]:
         """This shard's progress for the next reply (data or empty); hands over the finished episodes once."""
         returns, lengths = list(self.finished_returns), list(self.finished_lengths)
-        progress = ReplyProgress(self.shard, self.env_steps_in, returns, lengths)
+        report = ShardReport(self.shard, self.env_steps_in, returns, lengths)
         self.finished_returns.clear()
         self.finished_lengths.clear()
-        return progress.to_meta()
+        return report.to_meta()
 
     def update_priorities(self, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> int:
         return self.replay.update_priorities(slots, ids, priorities)

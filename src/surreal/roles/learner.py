@@ -109,14 +109,14 @@ class LearnerCore:
         self.obs_space, self.act_space = probe.observation_space, probe.action_space
         probe.close()
         self.algo = get_algorithm(cfg.algo.name)
-        self.learner = self.algo.make_learner(self.obs_space, self.act_space, algo_config(cfg), self.device)
+        self.algo_learner = self.algo.make_learner(self.obs_space, self.act_space, algo_config(cfg), self.device)
         self.checkpoints = CheckpointStore(run_dir / "checkpoints", cfg.learner.keep_checkpoints)
         self.counters = Counters()
         if resume:
             self._restore()
         self.incarnation = uuid.uuid4().hex[:12]
         self.recorder = Recorder(run_dir, metrics)
-        self.recorder.progress(self.counters.env_steps, self.counters.updates, self.counters.stale_dropped)
+        self.recorder.counters(self.counters.env_steps, self.counters.updates, self.counters.stale_dropped)
         if cfg.algo.on_policy:
             self.staleness = staleness_bound(cfg)
             self.queue: deque[Chunk] = deque()
@@ -162,16 +162,16 @@ class LearnerCore:
         reply = self.batches.next(self.cfg.algo.batch_size, timeout_s)
         if reply is None or reply.transitions is None:
             return False
-        self._progress(reply)
-        self.samples.append((reply.progress.shard, reply.transitions))
+        self._count_reply(reply)
+        self.samples.append((reply.report.shard, reply.transitions))
         while len(self.samples) > self.cfg.learner.prefetch * self.batches.shards:
             self.samples.popleft()  # a newer sample of the same buffer replaces it
         return self.counters.updates < self.limiter.updates_allowed(self.counters.env_steps)
 
-    def _progress(self, reply: SampleReply) -> None:
+    def _count_reply(self, reply: SampleReply) -> None:
         """A transition reply's env-step count and finished episodes (off-policy learners see no chunks)."""
-        self.counters.env_steps += self.shard_steps.observe(reply.progress.shard, reply.progress.env_steps)
-        self._episodes(reply.progress.episode_returns)
+        self.counters.env_steps += self.shard_steps.observe(reply.report.shard, reply.report.env_steps)
+        self._episodes(reply.report.episode_returns)
 
     def _episodes(self, returns: list[float]) -> None:
         self.counters.episodes += len(returns)
@@ -196,8 +196,8 @@ class LearnerCore:
         started = time.perf_counter()
         # Learning-rate annealing counts the steps used before this batch, as CleanRL does.
         used_before = c.env_steps - sum(chunk.env_steps for chunk in (*self.queue, *batch))
-        progress = min(1.0, used_before / self.cfg.total_env_steps)
-        stats = cast(OnPolicyLearner, self.learner).update(kept, progress)
+        fraction_done = min(1.0, used_before / self.cfg.total_env_steps)
+        stats = cast(OnPolicyLearner, self.algo_learner).update(kept, fraction_done)
         lag_mean = float(np.mean([max(0, c.version - chunk.version) for chunk in batch]))
         c.updates += 1
         c.version += 1
@@ -209,7 +209,7 @@ class LearnerCore:
     def _update_transitions(self, shard: int, batch: dict[str, Any]) -> None:
         c = self.counters
         started = time.perf_counter()
-        stats, priorities = cast(OffPolicyLearner, self.learner).update(batch)
+        stats, priorities = cast(OffPolicyLearner, self.algo_learner).update(batch)
         c.updates += 1
         if self.cfg.replay.mode == "prioritized":
             slots, ids = np.asarray(batch["slots"]), np.asarray(batch["ids"])
@@ -243,7 +243,7 @@ class LearnerCore:
         c = self.counters
         budget = None if self.cfg.algo.on_policy else self.limiter.budget(c.updates)
         blob = BlobMeta(c.version, self.incarnation, done, c.env_steps, budget)
-        self.params_out.publish(blob, self.learner.params())
+        self.params_out.publish(blob, self.algo_learner.params())
         self.recorder.m_version.set(c.version)
 
     # -- state ---------------------------------------------------------------------------------------
@@ -253,7 +253,7 @@ class LearnerCore:
         if state is None:
             self.log.info("--resume: no checkpoint yet, starting fresh")
             return
-        self.learner.load_state_dict(state["learner"])
+        self.algo_learner.load_state_dict(state["learner"])
         self.counters = Counters(**state["counters"])
         c = self.counters
         self.log.info("resumed at update %d, %d env steps, version %d", c.updates, c.env_steps, c.version)
@@ -261,7 +261,7 @@ class LearnerCore:
 
     def checkpoint(self) -> None:
         # The algorithm's state carries its own torch RNG; the learner draws no other random numbers.
-        state = {"learner": self.learner.state_dict(), "counters": asdict(self.counters)}
+        state = {"learner": self.algo_learner.state_dict(), "counters": asdict(self.counters)}
         self.checkpoints.save(self.counters.updates, state)
 
     @property
@@ -273,7 +273,7 @@ class LearnerCore:
         """Evaluate the deterministic policy, write eval.json, tell actors training is over."""
         self.checkpoint()
         policy = self.algo.make_policy(self.obs_space, self.act_space, algo_config(self.cfg), 0, 1)
-        policy.load_params(self.learner.params())
+        policy.load_params(self.algo_learner.params())
         cfg = self.cfg
         returns = evaluate(cfg.env.id, policy, cfg.learner.eval_episodes, cfg.seed + EVAL_SEED_OFFSET, cfg.env.kwargs)
         return_mean = float(np.mean(returns))

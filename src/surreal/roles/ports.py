@@ -21,7 +21,7 @@ import zmq
 
 from surreal.proto.channels import ErrorSink, ExperienceSender, ParamClient, ParamPublisher, SampleClient, ignore_error
 from surreal.proto.codec import Limits, ProtocolError
-from surreal.proto.wire import BlobMeta, Chunk, ReplyProgress, decode_fifo_reply, encode_chunk
+from surreal.proto.wire import BlobMeta, Chunk, ShardReport, decode_fifo_reply, encode_chunk
 from surreal.replay.shard import ReplayShard
 
 FETCH_TIMEOUT = "fetch_timeout"  # what ZmqParamsIn tells its error sink when no ps answered in time
@@ -32,7 +32,7 @@ class SampleReply:
     """One reply of a replay shard: FIFO replies hold whole `chunks`, transition replies one `transitions`
     batch (with `slots`, `ids` and, when prioritized, `weights`)."""
 
-    progress: ReplyProgress
+    report: ShardReport
     chunks: list[Chunk]
     transitions: dict[str, Any] | None = None
 
@@ -113,10 +113,10 @@ class ZmqBatchesIn:
             return None
         shard, message = got
         try:
-            progress = ReplyProgress.from_meta({**message.meta, "shard": shard})
+            report = ShardReport.from_meta({**message.meta, "shard": shard})
             if "chunks" in message.meta:
-                return SampleReply(progress, decode_fifo_reply(message.arrays, message.meta))
-            return SampleReply(progress, [], message.arrays)
+                return SampleReply(report, decode_fifo_reply(message.arrays, message.meta))
+            return SampleReply(report, [], message.arrays)
         except ProtocolError as exc:
             self.on_error(exc.reason)
             return None
@@ -186,10 +186,10 @@ class InProcessReplay:
         if not self.shard.ready(batch_size):
             return None
         arrays, meta = self.shard.sample(batch_size)
-        progress = ReplyProgress.from_meta(meta)
+        report = ShardReport.from_meta(meta)
         if "chunks" in meta:
-            return SampleReply(progress, decode_fifo_reply(arrays, meta))
-        return SampleReply(progress, [], arrays)
+            return SampleReply(report, decode_fifo_reply(arrays, meta))
+        return SampleReply(report, [], arrays)
 
     def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None:
         del shard

@@ -172,7 +172,7 @@ class ReplayServer(Server):
                 reply_meta = {**meta, "id": request.request_id, "size": size}
                 self.reply(request.identity, SAMPLE_REPLY, reply_meta, arrays)
             elif now >= request.deadline:
-                empty = {**self.replay.progress(), "id": request.request_id, "empty": True}
+                empty = {**self.replay.report(), "id": request.request_id, "empty": True}
                 self.reply(request.identity, SAMPLE_REPLY, empty)
             else:
                 break  # requests are answered in arrival order

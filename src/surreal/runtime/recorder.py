@@ -34,7 +34,7 @@ class Recorder:
         self.m_stat = m.gauge("learner_stat", "last update's statistics", ["name"])
         self.m_update_s = m.gauge("learner_update_seconds", "wall time of the last update")
 
-    def progress(self, env_steps: int, updates: int, stale_dropped: int) -> None:
+    def counters(self, env_steps: int, updates: int, stale_dropped: int) -> None:
         """The gauges the chart's `helm test` reads (also right after a resume, before any update)."""
         self.m_env_steps.set(env_steps)
         self.m_updates.set(updates)
@@ -46,7 +46,7 @@ class Recorder:
         self.file.write(json.dumps(full) + "\n")
         self.file.flush()
         env_steps = row["env_steps"]
-        self.progress(env_steps, row["updates"], row["stale_dropped"])
+        self.counters(env_steps, row["updates"], row["stale_dropped"])
         self.m_update_s.set(update_s)
         if row["train_return_mean"] is not None:
             self.m_return.set(row["train_return_mean"])
