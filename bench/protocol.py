@@ -110,10 +110,11 @@ def push_throughput(pusher, count: int, decode_messages: bool) -> float:
 
 
 def _replay_server(exp: str, sample: str, capacity: int, ready, stop_event) -> None:
+    from surreal.replay.shard import ReplayShard
     from surreal.roles.replay import ReplayServer
 
     ctx = zmq.Context()
-    server = ReplayServer(ctx, exp, sample, mode="uniform", capacity=capacity)
+    server = ReplayServer(ctx, exp, sample, ReplayShard("uniform", capacity))
     ready.set()
     while not stop_event.is_set():
         server.poll_once(0.05)

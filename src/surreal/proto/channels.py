@@ -81,6 +81,19 @@ def send(sock: zmq.Socket, frames: Sequence[Any], timeout_s: float) -> bool:
             sock.poll(math.ceil(min(remaining, 0.05) * 1000), zmq.POLLOUT)
 
 
+def decode_reply(frames: Sequence[Any], limits: Limits, on_error: ErrorSink) -> Message | None:
+    """A client's view of a server's reply: None (counted by reason) for a malformed one or an error reply."""
+    try:
+        message = decode(frames, limits)
+    except ProtocolError as exc:
+        on_error(exc.reason)
+        return None
+    if message.kind == ERROR:
+        on_error("error_reply")
+        return None
+    return message
+
+
 def recv_frames(sock: zmq.Socket, timeout_s: float) -> list[zmq.Frame] | None:
     """Receive one multipart message as zero-copy frames, or None after `timeout_s`."""
     if sock.poll(math.ceil(max(timeout_s, 0.0) * 1000), zmq.POLLIN) == 0:
@@ -185,15 +198,8 @@ class SampleClient:
                 frames = shard.sock.recv_multipart(copy=False)
                 shard.inflight = max(shard.inflight - 1, 0)
                 shard.last_reply = time.monotonic()
-                try:
-                    message = decode(frames, self.limits)
-                except ProtocolError as exc:
-                    self.on_error(exc.reason)
-                    continue
-                if message.kind == ERROR:
-                    self.on_error("error_reply")
-                    continue
-                if message.meta.get("empty"):
+                message = decode_reply(frames, self.limits, self.on_error)
+                if message is None or message.meta.get("empty"):
                     continue
                 return index, message
             if time.monotonic() >= deadline:
@@ -308,13 +314,8 @@ class ParamClient:
             frames = recv_frames(self.sock, remaining)
             if frames is None:
                 return None
-            try:
-                message = decode(frames, self.limits)
-            except ProtocolError as exc:
-                self.on_error(exc.reason)
-                continue
-            if message.kind == ERROR:
-                self.on_error("error_reply")
+            message = decode_reply(frames, self.limits, self.on_error)
+            if message is None:
                 continue
             version_seen = message.meta.get("version", -1)
             incarnation_seen = message.meta.get("incarnation", "")

@@ -20,49 +20,18 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from surreal.proto.codec import flatten, unflatten
+from surreal.proto.wire import lead_dims
 from surreal.replay.sumtree import SumTree
 
-SEPARATOR = "/"  # nested chunk keys are stored flat as a/b paths, the codec's own convention
 RESERVED_KEYS = frozenset({"slots", "ids", "weights"})  # what a transition batch adds next to the data
 
 
-def _leaves(arrays: dict[str, Any], prefix: str = "") -> list[tuple[str, np.ndarray]]:
-    out: list[tuple[str, np.ndarray]] = []
-    for key, value in arrays.items():
-        if isinstance(value, dict):
-            out.extend(_leaves(value, f"{prefix}{key}{SEPARATOR}"))
-        else:
-            out.append((f"{prefix}{key}", np.asarray(value)))
-    return out
-
-
-def _nest(flat: dict[str, np.ndarray]) -> dict[str, Any]:
-    """a/b paths -> nested dicts, the inverse of `_leaves`."""
-    nested: dict[str, Any] = {}
-    for name, value in flat.items():
-        *branches, leaf = name.split(SEPARATOR)
-        node = nested
-        for branch in branches:
-            node = node.setdefault(branch, {})
-        node[leaf] = value
-    return nested
-
-
 def flatten_time_major(arrays: dict[str, Any]) -> dict[str, np.ndarray]:
-    """A chunk's [T, K, ...] arrays (nested dicts allowed) -> [T*K, ...] transitions keyed by a/b paths.
-
-    Every array must share the leading [T, K]: two arrays with the same T*K but different [T, K] would
-    otherwise be paired up transition by transition in the wrong order.
-    """
-    leaves = _leaves(arrays)
-    if not leaves:
-        raise ValueError("chunk has no arrays")
-    lead = leaves[0][1].shape[:2]
-    for name, array in leaves:
-        if array.ndim < 2 or array.shape[:2] != lead:
-            raise ValueError(f"{name}: shape {array.shape} does not start with the chunk's [T, K] = {lead}")
-    n = lead[0] * lead[1]
-    return {name: array.reshape(n, *array.shape[2:]) for name, array in leaves}
+    """A chunk's [T, K, ...] arrays (nested dicts allowed) -> [T*K, ...] transitions keyed by a/b paths
+    (the codec's names), every array sharing the chunk's leading [T, K] (`lead_dims`)."""
+    t, k = lead_dims(arrays)
+    return {name: array.reshape(t * k, *array.shape[2:]) for name, array in flatten(arrays)}
 
 
 # -- on-policy ------------------------------------------------------------------------------------------
@@ -110,7 +79,7 @@ class ChunkFifo:
             self.size -= oldest.n_transitions
             self.dropped_transitions += oldest.n_transitions
             self.dropped_chunks += 1
-        self._items.append(FifoItem(arrays, meta, n_transitions, len(_leaves(arrays))))
+        self._items.append(FifoItem(arrays, meta, n_transitions, len(flatten(arrays))))
         self.size += n_transitions
 
     def take(self, max_transitions: int, max_frames: int | None = None) -> list[FifoItem]:
@@ -357,7 +326,7 @@ class TransitionReplay:
             slots, weights = self.sampler.sample(self.storage, batch_size, self.rng)
         else:
             slots = self.sampler.sample(self.storage, batch_size, self.rng)
-        arrays = _nest(self.storage.gather(slots))
+        arrays = unflatten(list(self.storage.gather(slots).items()))
         arrays["slots"] = slots
         arrays["ids"] = self.storage.ids[slots]
         if weights is not None:

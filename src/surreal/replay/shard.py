@@ -30,7 +30,7 @@ class ReplayShard:
         seed: int = 0,
         shard: int = 0,
     ) -> None:
-        self.shard = shard
+        self.shard, self.mode, self.capacity = shard, mode, capacity
         self.replay = make_replay(mode, capacity, alpha, beta, priority_eps, seed + 7919 * shard)
         self.forward_episodes = mode != "fifo"
         self.env_steps_in = 0

@@ -55,22 +55,14 @@ class ReplayServer(Server):
         ctx: zmq.Context,
         experience_bind: str,
         sample_bind: str,
-        mode: str,
-        capacity: int,
-        alpha: float = 0.6,
-        beta: float = 0.4,
-        priority_eps: float = 1e-6,
-        seed: int = 0,
-        shard: int = 0,
+        replay: ReplayShard,
         limits: Limits | None = None,
         metrics: RoleMetrics | None = None,
     ) -> None:
-        super().__init__(metrics or RoleMetrics("replay", shard))
+        super().__init__(metrics or RoleMetrics("replay", replay.shard))
         limits = limits or Limits()
-        self.shard = shard
-        self.mode, self.capacity = mode, capacity
+        self.replay = replay
         self.max_frames = limits.max_frames
-        self.replay = ReplayShard(mode, capacity, alpha, beta, priority_eps, seed, shard)
         self.experience_limits = accepting(limits, EXPERIENCE)
         self.request_limits = accepting(limits, SAMPLE_REQUEST, PRIORITY_UPDATE)
         self.pull = make_socket(ctx, zmq.PULL, limits, rcvhwm=64)
@@ -89,7 +81,7 @@ class ReplayServer(Server):
         self.m_pending = m.gauge("replay_pending_requests", "sample requests waiting for data")
         self.rate_in = RateGauge(m.gauge("replay_transitions_in_per_second", "transitions in per second"))
         self.rate_out = RateGauge(m.gauge("replay_transitions_out_per_second", "transitions out per second"))
-        self.m_capacity.set(capacity)
+        self.m_capacity.set(replay.capacity)
 
     # -- the loop -------------------------------------------------------------------------------------
 
@@ -102,7 +94,7 @@ class ReplayServer(Server):
 
     def describe(self) -> str:
         return (
-            f"shard {self.shard} ({self.mode}, capacity {self.capacity}) "
+            f"shard {self.replay.shard} ({self.replay.mode}, capacity {self.replay.capacity}) "
             f"experience {endpoint(self.pull)} sample {endpoint(self.router)}"
         )
 
@@ -191,13 +183,11 @@ def main(args: argparse.Namespace) -> int:
             ctx,
             settings.bind(settings.experience_port),
             settings.bind(settings.sample_port),
-            mode=args.mode or cfg.replay.mode,
-            capacity=args.capacity or cfg.replay.capacity,
-            alpha=cfg.replay.alpha,
-            beta=cfg.replay.beta,
-            priority_eps=cfg.replay.priority_eps,
-            seed=cfg.seed,
-            shard=settings.index,
+            ReplayShard(
+                args.mode or cfg.replay.mode,
+                args.capacity or cfg.replay.capacity,
+                *(cfg.replay.alpha, cfg.replay.beta, cfg.replay.priority_eps, cfg.seed, settings.index),
+            ),
             limits=Limits(max_frames=cfg.replay.max_frames, max_bytes=cfg.replay.max_message_bytes),
         )
 
