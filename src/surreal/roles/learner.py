@@ -41,10 +41,10 @@ from surreal.metricsfile import METRICS_FILE
 from surreal.proto.codec import Limits
 from surreal.proto.wire import BlobMeta, Chunk
 from surreal.roles.common import StopFlag, hold_until_stopped, load_config, setup_logging
-from surreal.roles.ports import BatchesIn, ParamsOut, SampleReply, ZmqBatchesIn, ZmqParamsOut
+from surreal.roles.ports import BackgroundBatches, BatchesIn, ParamsOut, SampleReply, ZmqBatchesIn, ZmqParamsOut
 from surreal.runtime.checkpoint import CheckpointStore
 from surreal.runtime.flow import ShardEnvSteps, replay_ratio_limiter, staleness_bound
-from surreal.runtime.recorder import Recorder, truncate_metrics
+from surreal.runtime.recorder import Recorder, WallTime, truncate_metrics
 from surreal.runtime.rollout import evaluate
 from surreal.settings import Settings
 
@@ -116,6 +116,7 @@ class LearnerCore:
             self._restore()
         self.incarnation = uuid.uuid4().hex[:12]
         self.recorder = Recorder(run_dir, metrics)
+        self.wall = WallTime(metrics)
         self.recorder.counters(self.counters.env_steps, self.counters.updates, self.counters.stale_dropped)
         if cfg.algo.on_policy:
             self.staleness = staleness_bound(cfg)
@@ -135,12 +136,17 @@ class LearnerCore:
 
     def step(self, timeout_s: float = RECEIVE_TIMEOUT_S) -> bool:
         """Take a sample reply and update when the flow-control rule allows. False: nothing happened."""
-        self.params_out.service()
+        with self.wall.phase("io"):
+            self.params_out.service()
         return self._step_chunks(timeout_s) if self.cfg.algo.on_policy else self._step_transitions(timeout_s)
+
+    def _next_reply(self, timeout_s: float) -> SampleReply | None:
+        with self.wall.phase("wait"):
+            return self.batches.next(self.cfg.algo.batch_size, timeout_s)
 
     def _step_chunks(self, timeout_s: float) -> bool:
         """On-policy: queue whole chunks; update once a batch's worth is queued."""
-        reply = self.batches.next(self.cfg.algo.batch_size, timeout_s)
+        reply = self._next_reply(timeout_s)
         if reply is not None:
             for chunk in reply.chunks:
                 self.queue.append(chunk)
@@ -159,7 +165,7 @@ class LearnerCore:
         if self.samples and self.counters.updates < allowed:
             self._update_transitions(*self.samples.popleft())
             return True
-        reply = self.batches.next(self.cfg.algo.batch_size, timeout_s)
+        reply = self._next_reply(timeout_s)
         if reply is None or reply.transitions is None:
             return False
         self._count_reply(reply)
@@ -197,33 +203,39 @@ class LearnerCore:
         # Learning-rate annealing counts the steps used before this batch, as CleanRL does.
         used_before = c.env_steps - sum(chunk.env_steps for chunk in (*self.queue, *batch))
         fraction_done = min(1.0, used_before / self.cfg.total_env_steps)
-        stats = cast(OnPolicyLearner, self.algo_learner).update(kept, fraction_done)
+        with self.wall.phase("update"):
+            stats = cast(OnPolicyLearner, self.algo_learner).update(kept, fraction_done)
+        update_s = time.perf_counter() - started
         lag_mean = float(np.mean([max(0, c.version - chunk.version) for chunk in batch]))
         c.updates += 1
         c.version += 1
-        self.publish()
-        self._record(stats, time.perf_counter() - started, lag_mean)
-        if c.updates % self.cfg.learner.checkpoint_interval == 0:
-            self.checkpoint()
+        with self.wall.phase("io"):
+            self.publish()
+            self._record(stats, update_s, lag_mean)
+            if c.updates % self.cfg.learner.checkpoint_interval == 0:
+                self.checkpoint()
 
     def _update_transitions(self, shard: int, batch: dict[str, Any]) -> None:
         c = self.counters
         started = time.perf_counter()
-        stats, priorities = cast(OffPolicyLearner, self.algo_learner).update(batch)
+        with self.wall.phase("update"):
+            stats, priorities = cast(OffPolicyLearner, self.algo_learner).update(batch)
+        update_s = time.perf_counter() - started
         c.updates += 1
-        if self.cfg.replay.mode == "prioritized":
-            slots, ids = np.asarray(batch["slots"]), np.asarray(batch["ids"])
-            self.batches.send_priorities(shard, slots, ids, priorities.astype(np.float64))
         self.interval.append(stats)
-        if c.updates % self.limiter.publish_interval == 0:
-            c.version += 1
-            self.publish()
-        if c.updates % OFF_POLICY_ROW_UPDATES == 0:
-            means = {k: float(np.mean([row[k] for row in self.interval])) for k in self.interval[0]}
-            self.interval.clear()
-            self._record(means, time.perf_counter() - started)
-            if (c.updates // OFF_POLICY_ROW_UPDATES) % self.cfg.learner.checkpoint_interval == 0:
-                self.checkpoint()
+        with self.wall.phase("io"):
+            if self.cfg.replay.mode == "prioritized":
+                slots, ids = np.asarray(batch["slots"]), np.asarray(batch["ids"])
+                self.batches.send_priorities(shard, slots, ids, priorities.astype(np.float64))
+            if c.updates % self.limiter.publish_interval == 0:
+                c.version += 1
+                self.publish()
+            if c.updates % OFF_POLICY_ROW_UPDATES == 0:
+                means = {k: float(np.mean([row[k] for row in self.interval])) for k in self.interval[0]}
+                self.interval.clear()
+                self._record(means, update_s)
+                if (c.updates // OFF_POLICY_ROW_UPDATES) % self.cfg.learner.checkpoint_interval == 0:
+                    self.checkpoint()
 
     def _record(self, stats: dict[str, float], update_s: float, lag_mean: float | None = None) -> None:
         c = self.counters
@@ -237,6 +249,8 @@ class LearnerCore:
         }
         if lag_mean is not None:
             row["version_lag_mean"] = lag_mean
+        if not self.cfg.deterministic:  # a deterministic run writes the same file twice: no wall times in it
+            row.update(self.wall.take())
         self.recorder.row(row, stats, update_s)
 
     def publish(self, done: bool = False) -> None:
@@ -317,7 +331,13 @@ def main(args: argparse.Namespace) -> int:
     ctx = zmq.Context()
     limits = Limits(max_frames=cfg.replay.max_frames, max_bytes=cfg.replay.max_message_bytes)
     on_error = lambda reason: m_bad.labels(reason=reason).inc()
-    batches = ZmqBatchesIn(ctx, [r.sample for r in settings.replay], limits, cfg.learner.prefetch, on_error)
+    addresses = [r.sample for r in settings.replay]
+    batches = BackgroundBatches(
+        lambda: ZmqBatchesIn(ctx, addresses, limits, cfg.learner.prefetch, on_error),
+        shards=len(addresses),
+        batch_size=cfg.algo.batch_size,
+        depth=cfg.learner.prefetch * len(addresses),
+    )
     params_out = ZmqParamsOut(ctx, settings.bind(settings.params_pub_port))
     core = LearnerCore(cfg, settings.run_dir, batches, params_out, metrics, args.resume, log)
     port = metrics.serve(settings.bind_host, settings.metrics_port)

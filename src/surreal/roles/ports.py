@@ -12,7 +12,9 @@ raises for what a peer sent: bad content is counted by reason (`on_error`) and d
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import queue
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -126,6 +128,52 @@ class ZmqBatchesIn:
 
     def close(self) -> None:
         self.client.close()
+
+
+class BackgroundBatches:
+    """A `BatchesIn` whose receiving and decoding run on a thread of their own, so the next batch arrives while
+    the learner updates. The thread owns the ZMQ port (sockets are not shared between threads): priority
+    updates reach it through a queue, and it keeps at most `depth` replies waiting (then it stops asking the
+    shards, which hold the data: backpressure, not an unbounded queue)."""
+
+    def __init__(self, make_port: Callable[[], ZmqBatchesIn], shards: int, batch_size: int, depth: int) -> None:
+        self.shards = shards
+        self.batch_size = batch_size
+        self._replies: queue.Queue[SampleReply] = queue.Queue(maxsize=depth)
+        self._priorities: queue.SimpleQueue[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(make_port,), name="batches-in", daemon=True)
+        self._thread.start()
+
+    def _run(self, make_port: Callable[[], ZmqBatchesIn]) -> None:
+        port = make_port()
+        try:
+            while not self._stop.is_set():
+                while not self._priorities.empty():
+                    port.send_priorities(*self._priorities.get())
+                reply = port.next(self.batch_size, timeout_s=0.05)
+                while reply is not None and not self._stop.is_set():
+                    try:
+                        self._replies.put(reply, timeout=0.05)
+                        reply = None
+                    except queue.Full:
+                        continue
+        finally:
+            port.close()
+
+    def next(self, batch_size: int, timeout_s: float) -> SampleReply | None:
+        del batch_size  # fixed when the thread started: a learner asks for one batch size
+        try:
+            return self._replies.get(timeout=timeout_s) if timeout_s > 0 else self._replies.get_nowait()
+        except queue.Empty:
+            return None
+
+    def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None:
+        self._priorities.put((shard, slots, ids, priorities))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
 
 
 class ZmqParamsOut:

@@ -4,6 +4,9 @@ runs write identical files), TensorBoard, and the learner's Prometheus gauges.""
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,34 @@ def truncate_metrics(path: Path, updates: int) -> None:
     """Keep the rows written up to `updates` (a learner resumed from that checkpoint continues from there)."""
     kept = [row for row in read_metrics(path) if isinstance(row.get("updates"), int) and row["updates"] <= updates]
     atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in kept))
+
+
+class WallTime:
+    """Where the learner's wall time goes: `update` (the algorithm's update), `wait` (blocked on the next
+    batch: the actors or the replay are the limit) and `io` (publishing, checkpoints, metrics). In all on
+    /metrics (`learner_seconds_total{phase}`), and per metrics row since the previous one."""
+
+    PHASES = ("update", "wait", "io")
+
+    def __init__(self, metrics: RoleMetrics) -> None:
+        self.m_seconds = metrics.counter("learner_seconds_total", "learner wall time by phase", ["phase"])
+        self.since_row = dict.fromkeys(self.PHASES, 0.0)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            seconds = time.perf_counter() - started
+            self.since_row[name] += seconds
+            self.m_seconds.labels(phase=name).inc(seconds)
+
+    def take(self) -> dict[str, float]:
+        """`time_<phase>_s` since the last call, for a metrics row."""
+        row = {f"time_{name}_s": round(seconds, 6) for name, seconds in self.since_row.items()}
+        self.since_row = dict.fromkeys(self.PHASES, 0.0)
+        return row
 
 
 class Recorder:
