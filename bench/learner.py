@@ -15,8 +15,9 @@ own policy and collector, then fed to the learner in-process, over and over.
   discounts), 256-256 MLPs; the reference is CleanRL's ddpg / td3_continuous_action update.
 
 Each variant gets one untimed first update (its time is reported: for a compiled learner it holds the
-compile time), one more warm-up, then rounds that alternate the variants so they share the machine's
-load; the rate is the median round's. `ratio` = current / reference in updates per second. The last
+compile time, which depends on inductor's on-disk cache: point TORCHINDUCTOR_CACHE_DIR at an empty folder
+for the cold figure), one more warm-up, then ten or more short rounds that alternate the variants so they
+share the machine's load; the rate is the median round's. `ratio` = current / reference in updates per second. The last
 line printed is one JSON object; `--save` also writes it to bench/results/learner.<machine>.json.
 """
 
@@ -246,7 +247,7 @@ def measure(variants: list[Variant], updates: int, seconds: float, sync: Callabl
         v.first_update_s = time.perf_counter() - started
         v.update()
         sync()
-    per_round = max(1, updates // 5)
+    per_round = max(1, updates // 10)
     deadline = time.perf_counter() + seconds
     done = 0
     while done < updates and (done == 0 or time.perf_counter() < deadline):
@@ -291,7 +292,7 @@ def ppo_row(cfg: PPOConfig, device: torch.device, args: argparse.Namespace, sync
         variants.append(Variant("current_compiled", lambda: compiled.update(chunks, 0.5)))
     reference = CleanRLPPO(obs_space.shape[0], act_space.shape[0], cfg, device)
     variants.append(Variant("reference", lambda: reference.update(chunks)))
-    measure(variants, args.updates or (3 if args.quick else 10), args.seconds, sync)
+    measure(variants, args.updates or (4 if args.quick else 20), args.seconds, sync)
     steps = cfg.update_epochs * (cfg.batch_size // cfg.minibatch_size)
     return {
         "algo": "ppo",
@@ -356,7 +357,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algo", nargs="+", default=["ppo", "ddpg", "td3"], choices=["ppo", "ddpg", "td3"])
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--updates", type=int, help="timed updates per variant (default: ppo 10, ddpg 300)")
+    parser.add_argument("--updates", type=int, help="timed updates per variant (default: ppo 20, ddpg 300)")
     parser.add_argument("--seconds", type=float, default=60.0, help="stop adding rounds after this, per row")
     parser.add_argument("--compile", action="store_true", help="also measure the learner with compile=True")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the learner role's default: 1)")
