@@ -197,3 +197,181 @@ def test_checkpoint_round_trip_through_weights_only_load_reproduces_the_next_upd
     for key in ("mean", "var", "count"):
         np.testing.assert_array_equal(learner.params()["obs_norm"][key], restored.params()["obs_norm"][key])
     assert (restored.updates, restored.env_steps_consumed) == (2, 256)
+
+
+# -- the fast update against plain references ----------------------------------------------------------
+
+
+def numpy_prepare(learner, chunks):
+    """The batch as the learner used to prepare it: chunk by chunk, in NumPy, with the per-step return
+    carry; laid out as the learner lays it ([T, K_total] time-major, chunks of one T side by side)."""
+    cfg = learner.cfg
+    groups = {}
+    for chunk in chunks:
+        groups.setdefault(len(chunk.arrays["rewards"]), []).append(chunk)
+    out = {k: [] for k in ("obs", "advantages", "returns", "values")}
+    for group in groups.values():
+        parts = {k: [] for k in out}
+        for chunk in group:
+            a = chunk.arrays
+            obs = learner.obs_rms.normalize(a["obs"], cfg.obs_clip)
+            next_obs = learner.obs_rms.normalize(a["next_obs"], cfg.obs_clip)
+            with torch.no_grad():
+                values = learner.model.value(torch.from_numpy(obs)).numpy()
+                next_values = learner.model.value(torch.from_numpy(next_obs)).numpy()
+            done = a["terminated"] | a["truncated"]
+            rewards = a["rewards"].astype(np.float64)
+            carry = learner.return_carry.get(chunk.actor)
+            carry = np.zeros(rewards.shape[1:]) if carry is None else np.asarray(carry)
+            discounted = np.empty_like(rewards)
+            for t in range(len(rewards)):
+                carry = carry * cfg.gamma + rewards[t]
+                discounted[t] = carry
+                carry = np.where(done[t], 0.0, carry)
+            learner.return_carry[chunk.actor] = torch.from_numpy(carry)
+            learner.ret_rms.update(discounted.reshape(-1))
+            scaled = np.clip(rewards / np.sqrt(learner.ret_rms.var + 1e-8), -cfg.reward_clip, cfg.reward_clip)
+            advantages = reference_gae(
+                scaled, values, next_values, a["terminated"], a["truncated"], cfg.gamma, cfg.gae_lambda
+            )
+            for key, value in (("obs", obs), ("advantages", advantages), ("returns", advantages + values)):
+                parts[key].append(value)
+            parts["values"].append(values)
+        for key, value in parts.items():
+            joined = np.concatenate(value, axis=1)
+            out[key].append(joined.reshape(-1, *joined.shape[2:]))
+    return {k: np.concatenate(v) for k, v in out.items()}
+
+
+def chunks_from_two_actors(spaces, cfg, steps, count):
+    """`count` chunks of [steps, 2] from actors 0 and 1 taking turns (InvertedPendulum ends episodes often)."""
+    collectors = []
+    for actor in (0, 1):
+        envs = make_vec_env(ENV_ID, 2, seed=10 * actor)
+        collectors.append(RolloutCollector(envs, PPOPolicy(*spaces, cfg, actor_index=actor), steps, actor))
+    chunks = [collectors[i % 2].collect(0) for i in range(count)]
+    for collector in collectors:
+        collector.envs.close()
+    return chunks
+
+
+def test_prepare_matches_the_per_chunk_numpy_computation(setup):
+    """Whole-batch preparation equals the chunk-by-chunk NumPy one to 1e-5, over two batches (the return
+    carry crosses batches and, within a batch, an actor's consecutive chunks), with chunks of two lengths."""
+    envs, cfg, _learner, _policy = setup
+    spaces = envs.single_observation_space, envs.single_action_space
+    fast, slow = (PPOLearner(*spaces, cfg, torch.device("cpu")) for _ in "ab")
+    batches = [chunks_from_two_actors(spaces, cfg, 32, 4), chunks_from_two_actors(spaces, cfg, 32, 4)]
+    batches[1] += chunks_from_two_actors(spaces, dataclasses.replace(cfg, seed=5), 16, 2)  # another T
+    assert any(c.arrays["terminated"].any() for batch in batches for c in batch)
+    for chunks in batches:
+        prepared = fast.prepare(chunks)
+        expected = numpy_prepare(slow, chunks)
+        for key, value in expected.items():
+            np.testing.assert_allclose(prepared[key].numpy(), value, rtol=0, atol=1e-5, err_msg=key)
+        for actor, carry in slow.return_carry.items():
+            np.testing.assert_allclose(fast.return_carry[actor].numpy(), carry.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(fast.ret_rms.var, slow.ret_rms.var, rtol=1e-12)
+        for chunk in chunks:  # the next batch normalizes with moved statistics
+            for learner in (fast, slow):
+                learner.obs_rms.update(chunk.arrays["obs"].reshape(-1, 4))
+
+
+def test_update_matches_a_plain_cleanrl_loop_with_the_same_minibatches(setup):
+    """One update from identical state: the learner's step equals CleanRL's per-minibatch loop (default
+    Adam, torch.distributions) run on the same prepared batch in the same minibatch order, to 1e-5."""
+    envs, cfg, _learner, _policy = setup
+    spaces = envs.single_observation_space, envs.single_action_space
+    chunks = chunks_from_two_actors(spaces, cfg, 32, 4)  # 256 transitions: 8 minibatches of 32, 2 epochs
+    learner, reference = (PPOLearner(*spaces, cfg, torch.device("cpu")) for _ in "ab")
+    stats = learner.update(chunks, progress=0.25)
+
+    b = reference.prepare(chunks)
+    agent = reference.model
+    optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.lr * 0.75, eps=1e-5)
+    orders = [torch.randperm(len(b["obs"]), generator=reference.generator) for _ in range(cfg.update_epochs)]
+    for order in orders:
+        for start in range(0, len(order), cfg.minibatch_size):
+            mb = order[start : start + cfg.minibatch_size]
+            mean = agent.actor_mean(b["obs"][mb])
+            probs = torch.distributions.Normal(mean, agent.actor_logstd.expand_as(mean).exp())
+            logratio = probs.log_prob(b["actions"][mb]).sum(1) - b["logprobs"][mb]
+            ratio = logratio.exp()
+            newvalue = agent.value(b["obs"][mb])
+            mb_advantages = (b["advantages"][mb] - b["advantages"][mb].mean()) / (b["advantages"][mb].std() + 1e-8)
+            pg_loss = torch.max(-mb_advantages * ratio, -mb_advantages * torch.clamp(ratio, 0.8, 1.2)).mean()
+            v_clipped = b["values"][mb] + torch.clamp(newvalue - b["values"][mb], -0.2, 0.2)
+            v_loss = 0.5 * torch.max((newvalue - b["returns"][mb]) ** 2, (v_clipped - b["returns"][mb]) ** 2).mean()
+            loss = pg_loss - cfg.ent_coef * probs.entropy().sum(1).mean() + cfg.vf_coef * v_loss
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm)
+            optimizer.step()
+
+    for (name, a), (_, b_) in zip(learner.model.state_dict().items(), agent.state_dict().items(), strict=True):
+        torch.testing.assert_close(a, b_, rtol=0, atol=1e-5, msg=name)
+    assert stats["policy_loss"] == pytest.approx(pg_loss.item(), abs=1e-5)
+    assert stats["value_loss"] == pytest.approx(v_loss.item(), abs=1e-5)
+
+
+def test_minibatches_have_one_shape_and_the_remainder_sits_the_epoch_out(setup):
+    envs, cfg, _learner, policy = setup
+    learner = PPOLearner(envs.single_observation_space, envs.single_action_space, cfg, torch.device("cpu"))
+    collector = RolloutCollector(envs, policy, chunk_steps=50, actor_index=0)
+    shapes = []
+    step = learner.step_fn
+    learner.step_fn = lambda minibatch: shapes.append(minibatch["obs"].shape) or step(minibatch)
+    stats = learner.update([collector.collect(0)], progress=0.0)  # 100 transitions, minibatches of 32
+    assert shapes == [(32, 4)] * (3 * cfg.update_epochs) and stats["batch_transitions"] == 100
+
+
+def test_a_failing_compile_falls_back_to_eager_with_one_log_line(setup, monkeypatch, caplog):
+    envs, cfg, _learner, policy = setup
+
+    def broken_compile(fn, **kwargs):
+        def fail(*args, **kwargs):
+            raise RuntimeError("no compiler here")
+
+        return fail
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    spaces = envs.single_observation_space, envs.single_action_space
+    learner = PPOLearner(*spaces, cfg, torch.device("cpu"), compile=True)
+    eager = PPOLearner(*spaces, cfg, torch.device("cpu"))
+    collector = RolloutCollector(envs, policy, chunk_steps=64, actor_index=0)
+    chunks = [collector.collect(0), collector.collect(0)]
+    with caplog.at_level("WARNING", logger="surreal.algos.ppo"):
+        assert learner.update(chunks, 0.0) == eager.update(chunks, 0.0)
+        learner.update(chunks, 0.0)
+    assert len(caplog.records) == 1 and "no compiler here" in caplog.text
+
+
+@pytest.mark.slow
+def test_compiled_update_matches_the_eager_one(setup):
+    """torch.compile of the loss (inductor; tens of seconds on CPU) gives the eager numbers to 1e-5."""
+    envs, cfg, _learner, _policy = setup
+    spaces = envs.single_observation_space, envs.single_action_space
+    eager, compiled = (PPOLearner(*spaces, cfg, torch.device("cpu"), compile=c) for c in (False, True))
+    for _ in range(2):
+        chunks = chunks_from_two_actors(spaces, cfg, 32, 4)
+        stats_eager, stats_compiled = eager.update(chunks, 0.1), compiled.update(chunks, 0.1)
+    assert compiled.compile, "the compiled step fell back to eager"
+    assert stats_compiled == pytest.approx(stats_eager, abs=1e-5)
+    for (name, a), (_, b) in zip(eager.model.state_dict().items(), compiled.model.state_dict().items(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5, msg=name)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_cuda_graph_update_matches_the_eager_one(setup):
+    """On CUDA, compile=True replays each minibatch step as a captured graph; same numbers as eager."""
+    envs, cfg, _learner, _policy = setup
+    spaces = envs.single_observation_space, envs.single_action_space
+    cuda = torch.device("cuda")
+    eager, graphed = (PPOLearner(*spaces, cfg, cuda, compile=c) for c in (False, True))
+    for progress in (0.1, 0.6):  # the annealed learning rate reaches the captured graph
+        chunks = chunks_from_two_actors(spaces, cfg, 32, 4)
+        stats_eager, stats_graphed = eager.update(chunks, progress), graphed.update(chunks, progress)
+    assert graphed.compile and graphed.step_fn.graph is not None
+    assert stats_graphed == pytest.approx(stats_eager, abs=1e-4)
+    for (name, a), (_, b) in zip(eager.model.state_dict().items(), graphed.model.state_dict().items(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-4, msg=name)

@@ -15,7 +15,9 @@ Sockets and loops live in the roles; this file is the math.
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -28,6 +30,8 @@ from surreal.algos.normalizer import RunningMeanStd
 from surreal.config.schema import PPOConfig
 from surreal.proto.wire import Chunk
 from surreal.runtime.rollout import RolloutCollector
+
+log = logging.getLogger(__name__)
 
 # -- networks -------------------------------------------------------------------------------------------
 
@@ -58,7 +62,8 @@ class ActorCritic(nn.Module):
 
     def distribution(self, obs: torch.Tensor) -> Normal:
         mean = self.actor_mean(obs)
-        return Normal(mean, self.actor_logstd.expand_as(mean).exp())
+        # No argument validation: the std is an exp, always valid, and checking it costs a host sync per call.
+        return Normal(mean, self.actor_logstd.expand_as(mean).exp(), validate_args=False)
 
 
 def _dims(obs_space: spaces.Box, act_space: spaces.Box) -> tuple[int, int]:
@@ -112,146 +117,248 @@ class PPOPolicy:
 # -- learner side ---------------------------------------------------------------------------------------
 
 
+Array = TypeVar("Array", np.ndarray, torch.Tensor)
+
+
 def gae(
-    rewards: np.ndarray,
-    values: np.ndarray,
-    next_values: np.ndarray,
-    terminated: np.ndarray,
-    truncated: np.ndarray,
+    rewards: Array,
+    values: Array,
+    next_values: Array,
+    terminated: Array,
+    truncated: Array,
     gamma: float,
     gae_lambda: float,
-) -> np.ndarray:
-    """Generalized advantage estimation over a time-major [T, K] chunk.
+) -> Array:
+    """Generalized advantage estimation over a time-major [T, K] batch (NumPy arrays or torch tensors).
 
     delta_t = r_t + gamma * V(s'_t) * (1 - terminated_t) - V(s_t): a truncated step still bootstraps from
     its final observation. The recursion stops at any episode end (terminated or truncated), and the
-    chunk's last step needs no carried advantage because its V(s'_T) is already in delta_T."""
-    T = rewards.shape[0]
-    deltas = rewards + gamma * next_values * (1.0 - terminated) - values
-    episode_continues = 1.0 - (terminated | truncated)
-    advantages = np.zeros_like(deltas)
-    last = np.zeros(deltas.shape[1:], deltas.dtype)
-    for t in reversed(range(T)):
-        last = deltas[t] + gamma * gae_lambda * episode_continues[t] * last
-        advantages[t] = last
+    batch's last step needs no carried advantage because its V(s'_T) is already in delta_T. One reverse
+    scan over T serves all K columns at once."""
+    advantages = rewards + gamma * next_values * ~terminated - values  # delta_t, turned into A_t in place
+    decay = gamma * gae_lambda * ~(terminated | truncated)
+    for t in reversed(range(len(rewards) - 1)):
+        advantages[t] += decay[t] * advantages[t + 1]
     return advantages
 
 
+STEP_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")  # what ppo_loss reports, in order
+MINIBATCH_KEYS = ("obs", "actions", "logprobs", "advantages", "returns", "values")  # ppo_loss's arguments
+
+
 class PPOLearner:
-    def __init__(self, obs_space: spaces.Box, act_space: spaces.Box, cfg: PPOConfig, device: torch.device) -> None:
+    """The PPO update, with the speed belonging to the device: the batch is prepared in a few whole-batch
+    tensor operations, the epoch loop never waits for the device, and every minibatch step has the same
+    shapes, so `compile=True` can compile the loss (and, on CUDA, replay the whole step as a CUDA graph).
+    `compile=False` runs the same step eagerly: the reference the compiled path is tested against."""
+
+    def __init__(
+        self, obs_space: spaces.Box, act_space: spaces.Box, cfg: PPOConfig, device: torch.device, compile: bool = False
+    ) -> None:
         obs_dim, act_dim = _dims(obs_space, act_space)
         self.cfg = cfg
         self.device = device
         torch.manual_seed(cfg.seed)
         self.model = ActorCritic(obs_dim, act_dim, list(cfg.hidden_sizes)).to(device)
-        # foreach: one kernel per step for all parameters instead of one per tensor (the update is hundreds
-        # of tiny steps, so per-tensor overhead dominates, on CPU and GPU alike).
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, eps=1e-5, foreach=True)
+        # A captured graph reads the learning rate from a device tensor, so annealing needs no re-capture.
+        capture = compile and device.type == "cuda"
+        lr = torch.tensor(cfg.lr, device=device) if capture else cfg.lr
+        # fused: one kernel per step for all parameters (the update is hundreds of tiny steps, so per-tensor
+        # overhead dominates, on CPU and GPU alike); fused Adam is also safe to capture in a CUDA graph.
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=lr, eps=1e-5, fused=True, capturable=capture)
         self.obs_rms = RunningMeanStd((obs_dim,))
         self.ret_rms = RunningMeanStd(())
-        self.return_carry: dict[int, np.ndarray] = {}  # discounted return so far, per actor, per env
+        self.return_carry: dict[int, torch.Tensor] = {}  # discounted return so far, per actor, per env
         self.generator = torch.Generator().manual_seed(cfg.seed)  # minibatch shuffles
         self.updates = 0
         self.env_steps_consumed = 0
+        self.compile = compile
+        self.loss_fn, self.step_fn = self._fast_paths()
 
     # -- data preparation ---------------------------------------------------------------------------
 
-    def _normalize(self, obs: np.ndarray) -> np.ndarray:
-        return self.obs_rms.normalize(obs, self.cfg.obs_clip) if self.cfg.obs_norm else obs.astype(np.float32)
+    def _stack(self, chunks: Sequence[Chunk], key: str, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """One array of chunks of equal T, side by side along K ([T, K_total, ...]), on the device."""
+        return torch.from_numpy(np.concatenate([c.arrays[key] for c in chunks], axis=1)).to(self.device, dtype)
 
-    def _scale_rewards(self, chunk: Chunk) -> np.ndarray:
-        """CleanRL's NormalizeReward: divide by the running std of the discounted return.
+    def _normalize(self, obs: torch.Tensor) -> torch.Tensor:
+        """RunningMeanStd.normalize on the device, in float64 as the actors compute it, so both agree."""
+        if not self.cfg.obs_norm:
+            return obs.float()
+        mean, var = (torch.from_numpy(stat).to(self.device) for stat in (self.obs_rms.mean, self.obs_rms.var))
+        return ((obs.double() - mean) / torch.sqrt(var + 1e-8)).clamp(-self.cfg.obs_clip, self.cfg.obs_clip).float()
+
+    def _scale_rewards(self, *chunks: Chunk) -> torch.Tensor:
+        """CleanRL's NormalizeReward for chunks of one length T ([T, K_total]): divide by the running std of
+        the discounted return.
 
         The return carry continues across an actor's consecutive chunks (one per env, reset at episode
         ends), so the statistic is the one a wrapper inside each actor would have seen; the statistics
-        are updated once per chunk rather than per step, which changes nothing beyond the first chunks."""
-        rewards = np.asarray(chunk.arrays["rewards"], np.float64)
-        if not self.cfg.reward_scale:
-            return rewards.astype(np.float32)
-        done = np.asarray(chunk.arrays["terminated"]) | np.asarray(chunk.arrays["truncated"])
-        carry = self.return_carry.get(chunk.actor)
-        if carry is None or carry.shape != rewards.shape[1:]:
-            carry = np.zeros(rewards.shape[1:])
-        returns = np.empty_like(rewards)
-        for t in range(rewards.shape[0]):
-            carry = carry * self.cfg.gamma + rewards[t]
-            returns[t] = carry
-            carry = np.where(done[t], 0.0, carry)
-        self.return_carry[chunk.actor] = carry
-        self.ret_rms.update(returns.reshape(-1))
-        scaled = rewards / np.sqrt(self.ret_rms.var + 1e-8)
-        return np.clip(scaled, -self.cfg.reward_clip, self.cfg.reward_clip).astype(np.float32)
+        are updated once per chunk, in batch order, rather than per step, which changes nothing beyond the
+        first chunks. One scan over T serves every chunk: each column starts from zero, and since the
+        return is linear in the carry it starts from, each chunk then adds its actor's carry times what
+        survives of it (gamma^(t+1) until the column's first episode end). That carry may come from the
+        actor's previous chunk in this very batch, which is why chunks are finished in order."""
+        cfg = self.cfg
+        rewards = self._stack(chunks, "rewards", torch.float64)
+        if not cfg.reward_scale:
+            return rewards.float()
+        done = self._stack(chunks, "terminated") | self._stack(chunks, "truncated")
+        returns = torch.empty_like(rewards)
+        running = torch.zeros_like(rewards[0])
+        for t in range(len(rewards)):
+            running = running * cfg.gamma + rewards[t]
+            returns[t] = running
+            running = running.masked_fill(done[t], 0.0)
+        steps = torch.arange(1, len(rewards) + 1, device=self.device, dtype=torch.float64)
+        no_end_before = (done.cumsum(0) - done.long()) == 0
+        carry_survives = cfg.gamma ** steps[:, None] * no_end_before
+
+        columns, first = [], 0
+        for chunk in chunks:
+            width = chunk.arrays["rewards"].shape[1]
+            cols = slice(first, first + width)
+            first += width
+            carry = self.return_carry.get(chunk.actor)
+            if carry is not None and carry.shape == (width,):
+                returns[:, cols] += carry * carry_survives[:, cols]
+            self.return_carry[chunk.actor] = returns[-1, cols].masked_fill(done[-1, cols], 0.0)
+            columns.append(cols)
+        moments = torch.stack([torch.stack([returns[:, c].mean(), returns[:, c].var(correction=0)]) for c in columns])
+        stds = []
+        for cols, (mean, var) in zip(columns, moments.cpu().numpy(), strict=True):
+            self.ret_rms.merge(returns[:, cols].numel(), np.asarray(mean), np.asarray(var))
+            stds += [np.sqrt(self.ret_rms.var + 1e-8)] * (cols.stop - cols.start)
+        scaled = rewards / torch.as_tensor(np.array(stds), device=self.device)
+        return scaled.clamp(-cfg.reward_clip, cfg.reward_clip).float()
 
     @torch.no_grad()
-    def _values(self, obs: np.ndarray) -> np.ndarray:
-        flat = torch.from_numpy(obs.reshape(-1, obs.shape[-1])).to(self.device)
-        return self.model.value(flat).cpu().numpy().reshape(obs.shape[:-1])
+    def _prepare_group(self, chunks: list[Chunk]) -> dict[str, torch.Tensor]:
+        """Chunks of one length T as one [T, K_total] batch: normalization, one value pass for s_t and s'_t,
+        reward scaling and GAE each run once over the whole batch."""
+        cfg = self.cfg
+        observations = self._normalize(torch.stack([self._stack(chunks, "obs"), self._stack(chunks, "next_obs")]))
+        values, next_values = self.model.value(observations)
+        rewards = self._scale_rewards(*chunks)
+        terminated, truncated = self._stack(chunks, "terminated"), self._stack(chunks, "truncated")
+        advantages = gae(rewards, values, next_values, terminated, truncated, cfg.gamma, cfg.gae_lambda)
+        return {
+            "obs": observations[0].flatten(0, 1),
+            "actions": self._stack(chunks, "actions", torch.float32).flatten(0, 1),
+            "logprobs": self._stack(chunks, "logprobs", torch.float32).flatten(),
+            "advantages": advantages.flatten(),
+            "returns": (advantages + values).flatten(),
+            "values": values.flatten(),
+        }
 
     def prepare(self, chunks: list[Chunk]) -> dict[str, torch.Tensor]:
-        """Normalize, scale rewards, compute values and GAE per chunk; flatten into one batch."""
-        parts: dict[str, list[np.ndarray]] = {
-            k: [] for k in ("obs", "actions", "logprobs", "advantages", "returns", "values")
-        }
+        """The flat batch on the device. Chunks are grouped by length T (every actor uses the same
+        chunk_steps, so normally there is one group); each group is prepared as one [T, K_total] batch."""
+        groups: dict[int, list[Chunk]] = {}
         for chunk in chunks:
-            a = chunk.arrays
-            obs, next_obs = self._normalize(np.asarray(a["obs"])), self._normalize(np.asarray(a["next_obs"]))
-            values, next_values = self._values(obs), self._values(next_obs)
-            rewards = self._scale_rewards(chunk)
-            terminated, truncated = np.asarray(a["terminated"]), np.asarray(a["truncated"])
-            advantages = gae(rewards, values, next_values, terminated, truncated, self.cfg.gamma, self.cfg.gae_lambda)
-            parts["obs"].append(obs.reshape(-1, obs.shape[-1]))
-            parts["actions"].append(np.asarray(a["actions"]).reshape(-1, a["actions"].shape[-1]))
-            parts["logprobs"].append(np.asarray(a["logprobs"]).reshape(-1))
-            parts["advantages"].append(advantages.reshape(-1))
-            parts["returns"].append((advantages + values).reshape(-1))
-            parts["values"].append(values.reshape(-1))
-        return {k: torch.from_numpy(np.concatenate(v).astype(np.float32)).to(self.device) for k, v in parts.items()}
+            groups.setdefault(len(chunk.arrays["rewards"]), []).append(chunk)
+        parts = [self._prepare_group(group) for group in groups.values()]
+        return {k: torch.cat([part[k] for part in parts]) for k in MINIBATCH_KEYS}
 
     # -- the update ---------------------------------------------------------------------------------
 
-    def update(self, chunks: list[Chunk], progress: float) -> dict[str, float]:
-        """One learner step on a batch of chunks; `progress` in [0, 1] drives learning-rate annealing."""
+    def ppo_loss(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        logprobs: torch.Tensor,
+        advantages: torch.Tensor,
+        returns: torch.Tensor,
+        values: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """CleanRL's loss on one minibatch; also the STEP_STATS, detached, as one tensor (no host sync)."""
         cfg = self.cfg
-        if cfg.anneal_lr:
-            self.optimizer.param_groups[0]["lr"] = cfg.lr * max(0.0, 1.0 - progress)
+        dist = self.model.distribution(obs)
+        newlogprob = dist.log_prob(actions).sum(-1)
+        entropy = dist.entropy().sum(-1)
+        newvalue = self.model.value(obs)
+        logratio = newlogprob - logprobs  # against the behavior policy the actor ran
+        ratio = logratio.exp()
+        with torch.no_grad():
+            approx_kl = ((ratio - 1) - logratio).mean()
+            clipfrac = ((ratio - 1.0).abs() > cfg.clip_coef).float().mean()
+
+        if cfg.norm_adv:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        pg_loss1 = -advantages * ratio
+        pg_loss2 = -advantages * torch.clamp(ratio, 1 - cfg.clip_coef, 1 + cfg.clip_coef)
+        pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+        if cfg.clip_vloss:
+            v_clipped = values + torch.clamp(newvalue - values, -cfg.clip_coef, cfg.clip_coef)
+            v_loss = 0.5 * torch.max((newvalue - returns) ** 2, (v_clipped - returns) ** 2).mean()
+        else:
+            v_loss = 0.5 * ((newvalue - returns) ** 2).mean()
+
+        entropy_loss = entropy.mean()
+        loss = pg_loss - cfg.ent_coef * entropy_loss + v_loss * cfg.vf_coef
+        return loss, torch.stack([pg_loss, v_loss, entropy_loss, approx_kl, clipfrac]).detach()
+
+    def minibatch_step(self, minibatch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Forward, loss, backward, gradient clipping and Adam on one minibatch: the unit that is compiled
+        and captured. The optimizer stays outside torch.compile: the annealed learning rate would recompile
+        it every update, and fused Adam is one kernel already."""
+        self.optimizer.zero_grad()  # to None: inside a capture, backward then takes the grads from its pool
+        loss, stats = self.loss_fn(**minibatch)
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm, foreach=True)
+        self.optimizer.step()
+        return stats
+
+    def _fast_paths(self) -> tuple[Callable[..., tuple[torch.Tensor, torch.Tensor]], Callable[..., torch.Tensor]]:
+        """(loss function, step function): eager, or compiled (and CUDA-graph captured on CUDA)."""
+        if not self.compile:
+            return self.ppo_loss, self.minibatch_step
+        loss_fn = torch.compile(self.ppo_loss, dynamic=False)
+        return loss_fn, CapturedStep(self.minibatch_step) if self.device.type == "cuda" else self.minibatch_step
+
+    def _step(self, minibatch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """One minibatch step; if compiling or capturing fails (no C++/Triton toolchain, an unsupported op,
+        a capture error), it says so once and the learner goes on eagerly, which gives the same numbers."""
+        try:
+            return self.step_fn(minibatch)
+        except Exception as error:
+            if not self.compile:
+                raise
+            log.warning("PPO: the compiled minibatch step failed, continuing eagerly: %r", error)
+            self.compile = False
+            self.loss_fn, self.step_fn = self._fast_paths()
+            return self.step_fn(minibatch)
+
+    def update(self, chunks: list[Chunk], progress: float) -> dict[str, float]:
+        """One learner step on a batch of chunks; `progress` in [0, 1] drives learning-rate annealing.
+
+        Minibatches have a fixed shape: each epoch draws a permutation of the batch and cuts its first
+        `batch // minibatch_size * minibatch_size` entries into minibatches; the remainder (fewer than
+        minibatch_size transitions, a different random few each epoch) sits that epoch out. The device is
+        waited for once, for the statistics at the end (and once per epoch when `target_kl` is set)."""
+        cfg = self.cfg
+        lr = cfg.lr * max(0.0, 1.0 - progress) if cfg.anneal_lr else cfg.lr
+        group = self.optimizer.param_groups[0]
+        if isinstance(group["lr"], torch.Tensor):
+            group["lr"].fill_(lr)  # the tensor a captured graph reads
+        else:
+            group["lr"] = lr
         b = self.prepare(chunks)
-        batch_size = b["obs"].shape[0]
-        clipfracs, approx_kl = [], torch.zeros(())
-        for _epoch in range(cfg.update_epochs):
-            order = torch.randperm(batch_size, generator=self.generator).to(self.device)
-            for start in range(0, batch_size, cfg.minibatch_size):
-                mb = order[start : start + cfg.minibatch_size]
-                dist = self.model.distribution(b["obs"][mb])
-                newlogprob = dist.log_prob(b["actions"][mb]).sum(-1)
-                entropy = dist.entropy().sum(-1)
-                newvalue = self.model.value(b["obs"][mb])
-                logratio = newlogprob - b["logprobs"][mb]  # against the behavior policy the actor ran
-                ratio = logratio.exp()
-                with torch.no_grad():
-                    approx_kl = ((ratio - 1) - logratio).mean()
-                    clipfracs.append(((ratio - 1.0).abs() > cfg.clip_coef).float().mean())  # no sync per step
-
-                advantages = b["advantages"][mb]
-                if cfg.norm_adv:
-                    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-                pg_loss1 = -advantages * ratio
-                pg_loss2 = -advantages * torch.clamp(ratio, 1 - cfg.clip_coef, 1 + cfg.clip_coef)
-                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-
-                returns, old_values = b["returns"][mb], b["values"][mb]
-                if cfg.clip_vloss:
-                    v_clipped = old_values + torch.clamp(newvalue - old_values, -cfg.clip_coef, cfg.clip_coef)
-                    v_loss = 0.5 * torch.max((newvalue - returns) ** 2, (v_clipped - returns) ** 2).mean()
-                else:
-                    v_loss = 0.5 * ((newvalue - returns) ** 2).mean()
-
-                entropy_loss = entropy.mean()
-                loss = pg_loss - cfg.ent_coef * entropy_loss + v_loss * cfg.vf_coef
-                self.optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm, foreach=True)
-                self.optimizer.step()
-            if cfg.target_kl is not None and approx_kl.item() > cfg.target_kl:
+        batch_size = len(b["obs"])
+        minibatch_size = min(cfg.minibatch_size, batch_size)
+        num_minibatches = batch_size // minibatch_size
+        orders = torch.stack([torch.randperm(batch_size, generator=self.generator) for _ in range(cfg.update_epochs)])
+        orders = orders[:, : num_minibatches * minibatch_size].to(self.device)
+        clipfrac_sum = torch.zeros((), device=self.device)
+        steps = 0
+        for epoch in range(cfg.update_epochs):
+            shuffled = {k: v[orders[epoch]].unflatten(0, (num_minibatches, minibatch_size)) for k, v in b.items()}
+            for i in range(num_minibatches):
+                stats = self._step({k: v[i] for k, v in shuffled.items()})
+                clipfrac_sum += stats[STEP_STATS.index("clipfrac")]
+            steps += num_minibatches
+            if cfg.target_kl is not None and stats[STEP_STATS.index("approx_kl")].item() > cfg.target_kl:
                 break
 
         # Statistics move only after the update, so this batch was normalized as its actors saw it.
@@ -261,16 +368,15 @@ class PPOLearner:
                 self.obs_rms.update(raw.reshape(-1, raw.shape[-1]))
         self.updates += 1
         self.env_steps_consumed += batch_size
-        y_pred, y_true = b["values"].cpu().numpy(), b["returns"].cpu().numpy()
-        var_y = np.var(y_true)
+        var_y = b["returns"].var(correction=0)
+        explained_variance = 1 - (b["returns"] - b["values"]).var(correction=0) / var_y
+        last = torch.cat([stats[:-1], (clipfrac_sum / steps)[None], var_y[None], explained_variance[None]])
+        *losses, clipfrac, var_y_host, explained = last.tolist()  # the one wait for the device
         return {
-            "policy_loss": pg_loss.item(),
-            "value_loss": v_loss.item(),
-            "entropy": entropy_loss.item(),
-            "approx_kl": approx_kl.item(),
-            "clipfrac": torch.stack(clipfracs).mean().item(),
-            "explained_variance": float("nan") if var_y == 0 else float(1 - np.var(y_true - y_pred) / var_y),
-            "lr": self.optimizer.param_groups[0]["lr"],
+            **dict(zip(STEP_STATS[:-1], losses, strict=True)),
+            "clipfrac": clipfrac,
+            "explained_variance": float("nan") if var_y_host == 0 else explained,
+            "lr": lr,
             "batch_transitions": float(batch_size),
         }
 
@@ -293,7 +399,7 @@ class PPOLearner:
             "optimizer": self.optimizer.state_dict(),
             "obs_rms": as_tensors(self.obs_rms.state()),
             "ret_rms": as_tensors(self.ret_rms.state()),
-            "return_carry": {str(k): torch.as_tensor(v) for k, v in self.return_carry.items()},
+            "return_carry": {str(k): v for k, v in self.return_carry.items()},
             "generator": self.generator.get_state(),  # the only torch RNG an update draws from
             "updates": self.updates,
             "env_steps_consumed": self.env_steps_consumed,
@@ -301,14 +407,57 @@ class PPOLearner:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        # How this process steps (fused, capturable, the lr tensor a graph reads) is not part of what
+        # resumes: a checkpoint from another device or an older version keeps this optimizer's choices.
+        ours = {k: self.optimizer.param_groups[0][k] for k in ("lr", "foreach", "fused", "capturable")}
+        optimizer = state["optimizer"]
+        self.optimizer.load_state_dict({**optimizer, "param_groups": [{**optimizer["param_groups"][0], **ours}]})
         as_arrays = lambda state: {k: v.numpy() for k, v in state.items()}
         self.obs_rms.load(as_arrays(state["obs_rms"]))
         self.ret_rms.load(as_arrays(state["ret_rms"]))
-        self.return_carry = {int(k): v.numpy().copy() for k, v in state["return_carry"].items()}
+        self.return_carry = {int(k): v.to(self.device, torch.float64) for k, v in state["return_carry"].items()}
         self.generator.set_state(state["generator"])
         self.updates = int(state["updates"])
         self.env_steps_consumed = int(state["env_steps_consumed"])
+        self.loss_fn, self.step_fn = self._fast_paths()  # a captured graph holds the optimizer state it replaced
+
+
+class CapturedStep:
+    """A minibatch step replayed as one CUDA graph instead of hundreds of kernel launches.
+
+    The first WARMUP calls run eagerly on a side stream (capture needs lazy initialization, cuBLAS
+    workspaces and compilation done); the next call captures the step reading static input buffers,
+    then every call copies its minibatch into them and replays. The returned statistics tensor is the
+    graph's output buffer: read it before the next call, or accumulate it on the device as `update` does."""
+
+    WARMUP = 3
+
+    def __init__(self, step: Callable[[dict[str, torch.Tensor]], torch.Tensor]) -> None:
+        self.step = step
+        self.calls = 0
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.inputs: dict[str, torch.Tensor] = {}
+        self.output = torch.empty(0)
+
+    def __call__(self, minibatch: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.graph is None:
+            self.calls += 1
+            if self.calls <= self.WARMUP:
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    output = self.step(minibatch)
+                torch.cuda.current_stream().wait_stream(side)
+                return output
+            self.inputs = {k: v.clone() for k, v in minibatch.items()}
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                self.output = self.step(self.inputs)
+            self.graph = graph  # capture records without running: this minibatch is replayed below
+        for k, v in minibatch.items():
+            self.inputs[k].copy_(v)
+        self.graph.replay()
+        return self.output
 
 
 def make_policy(
@@ -325,5 +474,9 @@ def make_collector(
     return RolloutCollector(envs, policy, chunk_steps, actor_index)
 
 
-def make_learner(obs_space: spaces.Box, act_space: spaces.Box, cfg: PPOConfig, device: torch.device) -> PPOLearner:
-    return PPOLearner(obs_space, act_space, cfg, device)
+def make_learner(
+    obs_space: spaces.Box, act_space: spaces.Box, cfg: PPOConfig, device: torch.device, *, compile: bool = False
+) -> PPOLearner:
+    """`compile`: compile the minibatch loss and, on CUDA, replay the step as a CUDA graph (the first update
+    then pays the compilation); off, the same step runs eagerly."""
+    return PPOLearner(obs_space, act_space, cfg, device, compile=compile)

@@ -1,0 +1,391 @@
+"""Learner update speed: the algorithm's learner against a plain CleanRL-style loop, same batch, same run.
+
+    python -m bench.learner [--algo ppo ddpg td3] [--device cpu|cuda] [--updates N] [--seconds S]
+                            [--compile] [--threads 1] [--quick] [--save]
+
+No sockets: real experience is collected once on HalfCheetah-v5 (obs 17-D, act 6-D) with the algorithm's
+own policy and collector, then fed to the learner in-process, over and over.
+
+- ppo: 8 chunks of [256, 1] from two actors (a 2,048-transition batch; CleanRL's minibatch 64 x 10 epochs)
+  and, as a second row, 16 chunks (4,096; minibatch 1,024 x 2 epochs, Sample Factory's MuJoCo defaults).
+  The reference is CleanRL's ppo_continuous_action written plainly: the old per-chunk NumPy preparation
+  (normalization, values, reward-scaling carry, GAE), then per-minibatch gathers, torch.distributions,
+  default Adam and clip_grad_norm_, and CleanRL's `.item()` per minibatch.
+- ddpg / td3: transition batches of 256 shaped as replay sends them (obs, actions, rewards, next_obs,
+  discounts), 256-256 MLPs; the reference is CleanRL's ddpg / td3_continuous_action update.
+
+Each variant gets one untimed first update (its time is reported: for a compiled learner it holds the
+compile time, which depends on inductor's on-disk cache: point TORCHINDUCTOR_CACHE_DIR at an empty folder
+for the cold figure), one more warm-up, then ten or more short rounds that alternate the variants so they
+share the machine's load; the rate is the median round's. `ratio` = current / reference in updates per second. The last
+line printed is one JSON object; `--save` also writes it to bench/results/learner.<machine>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import inspect
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn, optim
+from torch.distributions import Normal
+
+from bench._runs import RESULTS
+from surreal.algos import get_algorithm
+from surreal.algos.ddpg import Critic, DeterministicActor
+from surreal.algos.normalizer import RunningMeanStd
+from surreal.algos.ppo import ActorCritic
+from surreal.config.schema import DDPGConfig, PPOConfig
+from surreal.envs import make_vec_env
+from surreal.proto.wire import Chunk
+
+ENV_ID = "HalfCheetah-v5"
+CHUNK_STEPS = 256
+ACTORS = 2
+
+# -- the references: CleanRL's updates, written plainly ------------------------------------------------
+
+
+class CleanRLPPO:
+    """ppo_continuous_action's update on the same chunks: per-chunk NumPy preparation, then the
+    per-minibatch loop exactly as CleanRL writes it."""
+
+    def __init__(self, obs_dim: int, act_dim: int, cfg: PPOConfig, device: torch.device) -> None:
+        self.cfg, self.device = cfg, device
+        torch.manual_seed(cfg.seed)
+        self.agent = ActorCritic(obs_dim, act_dim, list(cfg.hidden_sizes)).to(device)
+        self.optimizer = optim.Adam(self.agent.parameters(), lr=cfg.lr, eps=1e-5)
+        self.obs_rms, self.ret_rms = RunningMeanStd((obs_dim,)), RunningMeanStd(())
+        self.return_carry: dict[int, np.ndarray] = {}
+
+    def prepare(self, chunks: list[Chunk]) -> dict[str, torch.Tensor]:
+        cfg, parts = self.cfg, {k: [] for k in ("obs", "actions", "logprobs", "advantages", "returns", "values")}
+        for chunk in chunks:
+            a = chunk.arrays
+            obs = self.obs_rms.normalize(a["obs"], cfg.obs_clip)
+            next_obs = self.obs_rms.normalize(a["next_obs"], cfg.obs_clip)
+            with torch.no_grad():
+                values = self.agent.value(torch.from_numpy(obs).to(self.device)).cpu().numpy()
+                next_values = self.agent.value(torch.from_numpy(next_obs).to(self.device)).cpu().numpy()
+            done = a["terminated"] | a["truncated"]
+            rewards = a["rewards"].astype(np.float64)
+            carry = self.return_carry.get(chunk.actor, np.zeros(rewards.shape[1:]))
+            discounted = np.empty_like(rewards)
+            for t in range(len(rewards)):
+                carry = carry * cfg.gamma + rewards[t]
+                discounted[t] = carry
+                carry = np.where(done[t], 0.0, carry)
+            self.return_carry[chunk.actor] = carry
+            self.ret_rms.update(discounted.reshape(-1))
+            rewards = np.clip(rewards / np.sqrt(self.ret_rms.var + 1e-8), -cfg.reward_clip, cfg.reward_clip)
+            advantages = np.zeros_like(values)
+            lastgaelam = np.zeros(values.shape[1:], values.dtype)
+            for t in reversed(range(len(rewards))):
+                delta = rewards[t] + cfg.gamma * next_values[t] * (1.0 - a["terminated"][t]) - values[t]
+                lastgaelam = delta + cfg.gamma * cfg.gae_lambda * (1.0 - done[t]) * lastgaelam
+                advantages[t] = lastgaelam
+            parts["obs"].append(obs.reshape(-1, obs.shape[-1]))
+            parts["actions"].append(a["actions"].reshape(-1, a["actions"].shape[-1]))
+            parts["logprobs"].append(a["logprobs"].reshape(-1))
+            parts["advantages"].append(advantages.reshape(-1))
+            parts["returns"].append((advantages + values).reshape(-1))
+            parts["values"].append(values.reshape(-1))
+        return {k: torch.from_numpy(np.concatenate(v).astype(np.float32)).to(self.device) for k, v in parts.items()}
+
+    def update(self, chunks: list[Chunk]) -> dict[str, float]:
+        cfg, agent = self.cfg, self.agent
+        b = self.prepare(chunks)
+        batch_size = len(b["obs"])
+        b_inds = np.arange(batch_size)
+        clipfracs = []
+        for _epoch in range(cfg.update_epochs):
+            np.random.shuffle(b_inds)
+            for start in range(0, batch_size, cfg.minibatch_size):
+                mb_inds = torch.from_numpy(b_inds[start : start + cfg.minibatch_size]).to(self.device)
+                mean = agent.actor_mean(b["obs"][mb_inds])
+                probs = Normal(mean, agent.actor_logstd.expand_as(mean).exp())
+                newlogprob = probs.log_prob(b["actions"][mb_inds]).sum(1)
+                entropy = probs.entropy().sum(1)
+                newvalue = agent.value(b["obs"][mb_inds])
+                logratio = newlogprob - b["logprobs"][mb_inds]
+                ratio = logratio.exp()
+                with torch.no_grad():
+                    approx_kl = ((ratio - 1) - logratio).mean()
+                    clipfracs += [((ratio - 1.0).abs() > cfg.clip_coef).float().mean().item()]
+                mb_advantages = b["advantages"][mb_inds]
+                mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+                pg_loss1 = -mb_advantages * ratio
+                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - cfg.clip_coef, 1 + cfg.clip_coef)
+                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+                v_loss_unclipped = (newvalue - b["returns"][mb_inds]) ** 2
+                v_clipped = b["values"][mb_inds] + torch.clamp(
+                    newvalue - b["values"][mb_inds], -cfg.clip_coef, cfg.clip_coef
+                )
+                v_loss_clipped = (v_clipped - b["returns"][mb_inds]) ** 2
+                v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+                entropy_loss = entropy.mean()
+                loss = pg_loss - cfg.ent_coef * entropy_loss + v_loss * cfg.vf_coef
+                self.optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm)
+                self.optimizer.step()
+        for chunk in chunks:
+            self.obs_rms.update(chunk.arrays["obs"].reshape(-1, chunk.arrays["obs"].shape[-1]))
+        return {"policy_loss": pg_loss.item(), "value_loss": v_loss.item(), "approx_kl": approx_kl.item()}
+
+
+class CleanRLDDPG:
+    """ddpg_continuous_action's update (td3_continuous_action's with twin critics and target smoothing),
+    plus the |TD error| the replay needs as priorities."""
+
+    def __init__(self, obs_dim: int, act_space: Any, cfg: DDPGConfig, device: torch.device) -> None:
+        self.cfg, self.device = cfg, device
+        torch.manual_seed(cfg.seed)
+        act_dim, hidden = int(act_space.shape[0]), list(cfg.hidden_sizes)
+        self.actor = DeterministicActor(obs_dim, act_space, hidden).to(device)
+        self.qfs = [Critic(obs_dim, act_dim, hidden).to(device) for _ in range(2 if cfg.twin_critics else 1)]
+        self.target_actor = copy.deepcopy(self.actor)
+        self.qf_targets = [copy.deepcopy(qf) for qf in self.qfs]
+        self.q_optimizer = optim.Adam([p for qf in self.qfs for p in qf.parameters()], lr=cfg.critic_lr)
+        self.actor_optimizer = optim.Adam(self.actor.parameters(), lr=cfg.actor_lr)
+        self.global_step = 0
+
+    def update(self, arrays: dict[str, np.ndarray]) -> tuple[float, np.ndarray]:
+        cfg = self.cfg
+        data = {k: torch.as_tensor(arrays[k], device=self.device) for k in arrays}
+        with torch.no_grad():
+            next_actions = self.target_actor(data["next_obs"])
+            if cfg.target_policy_noise > 0:
+                scale, bias = self.actor.action_scale, self.actor.action_bias
+                clipped_noise = (torch.randn_like(next_actions) * cfg.target_policy_noise).clamp(
+                    -cfg.target_noise_clip, cfg.target_noise_clip
+                ) * scale
+                next_actions = torch.max(torch.min(next_actions + clipped_noise, bias + scale), bias - scale)
+            min_qf_next_target = self.qf_targets[0](data["next_obs"], next_actions)
+            for qf_target in self.qf_targets[1:]:
+                min_qf_next_target = torch.min(min_qf_next_target, qf_target(data["next_obs"], next_actions))
+            next_q_value = data["rewards"] + data["discounts"] * min_qf_next_target
+        qf_a_values = [qf(data["obs"], data["actions"]) for qf in self.qfs]
+        qf_loss = sum(F.mse_loss(q, next_q_value) for q in qf_a_values)
+        self.q_optimizer.zero_grad()
+        qf_loss.backward()
+        self.q_optimizer.step()
+        self.global_step += 1
+        if self.global_step % cfg.policy_delay == 0:
+            actor_loss = -self.qfs[0](data["obs"], self.actor(data["obs"])).mean()
+            self.actor_optimizer.zero_grad()
+            actor_loss.backward()
+            self.actor_optimizer.step()
+            pairs = [(self.actor, self.target_actor), *zip(self.qfs, self.qf_targets, strict=True)]
+            for net, target in pairs:
+                for param, target_param in zip(net.parameters(), target.parameters(), strict=True):
+                    target_param.data.copy_(cfg.tau * param.data + (1 - cfg.tau) * target_param.data)
+        return qf_loss.item(), (qf_a_values[0] - next_q_value).abs().detach().cpu().numpy()
+
+
+# -- experience -------------------------------------------------------------------------------------------
+
+
+def collect_chunks(algo: str, cfg: Any, num_chunks: int) -> tuple[Any, Any, list[Chunk]]:
+    """`num_chunks` real chunks of [CHUNK_STEPS, 1] from ACTORS actors taking turns, as replay hands them over."""
+    module = get_algorithm(algo)
+    collectors = []
+    for actor in range(ACTORS):
+        envs = make_vec_env(ENV_ID, 1, seed=cfg.seed + 100 * actor)
+        policy = module.make_policy(envs.single_observation_space, envs.single_action_space, cfg, actor, ACTORS)
+        collectors.append((envs, module.make_collector(envs, policy, cfg, actor, CHUNK_STEPS)))
+    chunks = [collectors[i % ACTORS][1].collect(0) for i in range(num_chunks)]
+    spaces = collectors[0][0].single_observation_space, collectors[0][0].single_action_space
+    for envs, _ in collectors:
+        envs.close()
+    return *spaces, chunks
+
+
+def transition_batches(chunks: list[Chunk], batch: int, count: int, seed: int) -> list[dict[str, np.ndarray]]:
+    """Uniform samples of `batch` transitions, the arrays a replay sample reply carries."""
+    pool = {
+        k: np.concatenate([c.arrays[k].reshape(-1, *c.arrays[k].shape[2:]) for c in chunks]) for k in chunks[0].arrays
+    }
+    rng = np.random.default_rng(seed)
+    size = len(pool["rewards"])
+    return [{k: v[idx] for k, v in pool.items()} for idx in (rng.integers(0, size, batch) for _ in range(count))]
+
+
+# -- timing -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Variant:
+    name: str
+    update: Callable[[], object]
+    first_update_s: float = 0.0
+    round_s: list[float] = field(default_factory=list)  # seconds per update, one entry per round
+
+    @property
+    def update_s(self) -> float:
+        return statistics.median(self.round_s)
+
+
+def measure(variants: list[Variant], updates: int, seconds: float, sync: Callable[[], None]) -> None:
+    """First update (timed alone), a warm-up, then alternating rounds until `updates` or `seconds` run out."""
+    for v in variants:
+        started = time.perf_counter()
+        v.update()
+        sync()
+        v.first_update_s = time.perf_counter() - started
+        v.update()
+        sync()
+    per_round = max(1, updates // 10)
+    deadline = time.perf_counter() + seconds
+    done = 0
+    while done < updates and (done == 0 or time.perf_counter() < deadline):
+        for v in variants:
+            started = time.perf_counter()
+            for _ in range(per_round):
+                v.update()
+            sync()
+            v.round_s.append((time.perf_counter() - started) / per_round)
+        done += per_round
+
+
+def report(variants: list[Variant], samples: int, steps: float) -> dict[str, Any]:
+    """Rates per variant; `ratio` of each learner variant against the reference (the last one)."""
+    reference = variants[-1]
+    out: dict[str, Any] = {}
+    for v in variants:
+        out[v.name] = {
+            "updates_per_s": round(1.0 / v.update_s, 3),
+            "samples_per_s": round(samples / v.update_s, 1),
+            "ms_per_step": round(1e3 * v.update_s / steps, 4),
+            "first_update_s": round(v.first_update_s, 3),
+            "warmup_extra_s": round(max(0.0, v.first_update_s - v.update_s), 3),  # compile / capture time
+            "rounds": len(v.round_s),
+        }
+        if v is not reference:
+            out[f"ratio_{v.name}"] = round(reference.update_s / v.update_s, 3)
+    return out
+
+
+def takes_compile(make_learner: Callable[..., Any]) -> bool:
+    return "compile" in inspect.signature(make_learner).parameters
+
+
+def ppo_row(cfg: PPOConfig, device: torch.device, args: argparse.Namespace, sync: Callable[[], None]) -> dict:
+    module = get_algorithm("ppo")
+    obs_space, act_space, chunks = collect_chunks("ppo", cfg, cfg.batch_size // CHUNK_STEPS)
+    learner = module.make_learner(obs_space, act_space, cfg, device)
+    variants = [Variant("current", lambda: learner.update(chunks, 0.5))]
+    if args.compile and takes_compile(module.make_learner):
+        compiled = module.make_learner(obs_space, act_space, cfg, device, compile=True)
+        variants.append(Variant("current_compiled", lambda: compiled.update(chunks, 0.5)))
+    reference = CleanRLPPO(obs_space.shape[0], act_space.shape[0], cfg, device)
+    variants.append(Variant("reference", lambda: reference.update(chunks)))
+    measure(variants, args.updates or (4 if args.quick else 20), args.seconds, sync)
+    steps = cfg.update_epochs * (cfg.batch_size // cfg.minibatch_size)
+    return {
+        "algo": "ppo",
+        "batch_size": cfg.batch_size,
+        "minibatch_size": cfg.minibatch_size,
+        "update_epochs": cfg.update_epochs,
+        "hidden_sizes": list(cfg.hidden_sizes),
+        **report(variants, cfg.batch_size, steps),
+    }
+
+
+def ddpg_row(algo: str, device: torch.device, args: argparse.Namespace, sync: Callable[[], None]) -> dict:
+    td3 = {"twin_critics": True, "target_policy_noise": 0.2} if algo == "td3" else {}
+    cfg = DDPGConfig(seed=1, **td3)
+    module = get_algorithm("ddpg")
+    obs_space, act_space, chunks = collect_chunks("ddpg", cfg, 8)
+    batches = transition_batches(chunks, cfg.batch_size, 64, cfg.seed)
+    turn = iter(range(1 << 62))
+    batch = lambda: batches[next(turn) % len(batches)]
+    learner = module.make_learner(obs_space, act_space, cfg, device)
+    variants = [Variant("current", lambda: learner.update(batch()))]
+    if args.compile and takes_compile(module.make_learner):
+        compiled = module.make_learner(obs_space, act_space, cfg, device, compile=True)
+        variants.append(Variant("current_compiled", lambda: compiled.update(batch())))
+    reference = CleanRLDDPG(obs_space.shape[0], act_space, cfg, device)
+    variants.append(Variant("reference", lambda: reference.update(batch())))
+    measure(variants, args.updates or (50 if args.quick else 300), args.seconds, sync)
+    return {
+        "algo": algo,
+        "batch_size": cfg.batch_size,
+        "hidden_sizes": list(cfg.hidden_sizes),
+        **report(variants, cfg.batch_size, 1.0 + 1.0 / cfg.policy_delay),  # critic step + every 2nd actor step
+    }
+
+
+def machine(device: torch.device) -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if "model name" in line]
+        cpu = names[0] if names else cpu
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu
+    return {
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "device": str(device),
+        "device_name": name,
+    }
+
+
+def machine_tag(device: torch.device) -> str:
+    cores = f"{os.cpu_count()}core"
+    if device.type != "cuda":
+        return cores
+    gpu = torch.cuda.get_device_name(device).lower().replace("nvidia", "").split()
+    return f"{gpu[0] if gpu else 'gpu'}-{cores}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algo", nargs="+", default=["ppo", "ddpg", "td3"], choices=["ppo", "ddpg", "td3"])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--updates", type=int, help="timed updates per variant (default: ppo 20, ddpg 300)")
+    parser.add_argument("--seconds", type=float, default=60.0, help="stop adding rounds after this, per row")
+    parser.add_argument("--compile", action="store_true", help="also measure the learner with compile=True")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (the learner role's default: 1)")
+    parser.add_argument("--quick", action="store_true", help="fewer updates, CleanRL's PPO setting only")
+    parser.add_argument("--save", action="store_true", help="write bench/results/learner.<machine>.json")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    rows = []
+    for algo in args.algo:
+        if algo == "ppo":
+            configs = [PPOConfig(seed=1)]
+            if not args.quick:
+                configs.append(PPOConfig(seed=1, batch_size=4096, minibatch_size=1024, update_epochs=2))
+            new_rows = [ppo_row(cfg, device, args, sync) for cfg in configs]
+        else:
+            new_rows = [ddpg_row(algo, device, args, sync)]
+        for row in new_rows:
+            print(json.dumps(row), flush=True)
+        rows += new_rows
+    result = {"benchmark": "learner", "env": ENV_ID, "quick": args.quick, "machine": machine(device), "rows": rows}
+    line = json.dumps(result)
+    if args.save:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / f"learner.{machine_tag(device)}.json").write_text(line + "\n")
+    print(line)
+
+
+if __name__ == "__main__":
+    main()
