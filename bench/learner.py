@@ -11,6 +11,8 @@ own policy and collector, then fed to the learner in-process, over and over.
   The reference is CleanRL's ppo_continuous_action written plainly: the old per-chunk NumPy preparation
   (normalization, values, reward-scaling carry, GAE), then per-minibatch gathers, torch.distributions,
   default Adam and clip_grad_norm_, and CleanRL's `.item()` per minibatch.
+- core: the learner role's `LearnerCore` fed the same experience in-process (staleness bound, the update,
+  publishing the blob, metrics rows, checkpoints): what a learner process does per update, minus sockets.
 - ddpg / td3: transition batches of 256 shaped as replay sends them (obs, actions, rewards, next_obs,
   discounts), 256-256 MLPs; the reference is CleanRL's ddpg / td3_continuous_action update.
 
@@ -25,14 +27,15 @@ from __future__ import annotations
 
 import argparse
 import copy
-import inspect
 import json
+import logging
 import os
 import platform
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +50,13 @@ from surreal.algos import get_algorithm
 from surreal.algos.ddpg import Critic, DeterministicActor
 from surreal.algos.normalizer import RunningMeanStd
 from surreal.algos.ppo import ActorCritic
+from surreal.config import load_config
 from surreal.config.schema import DDPGConfig, PPOConfig
 from surreal.envs import make_vec_env
-from surreal.proto.wire import Chunk
+from surreal.metrics import RoleMetrics
+from surreal.proto.wire import Chunk, ShardReport
+from surreal.roles.learner import LearnerCore
+from surreal.roles.ports import InProcessParams, SampleReply
 
 ENV_ID = "HalfCheetah-v5"
 CHUNK_STEPS = 256
@@ -278,8 +285,48 @@ def report(variants: list[Variant], samples: int, steps: float) -> dict[str, Any
     return out
 
 
-def takes_compile(make_learner: Callable[..., Any]) -> bool:
-    return "compile" in inspect.signature(make_learner).parameters
+class RepeatingBatches:
+    """A `BatchesIn` that hands the learner core the same experience on every request: PPO's chunks restamped
+    with the core's current version (so the staleness bound keeps them), or DDPG's transition batches in turn."""
+
+    shards = 1
+
+    def __init__(self, chunks: list[Chunk], transitions: list[dict[str, np.ndarray]], core: Callable[[], Any]):
+        self.chunks, self.transitions, self.core = chunks, transitions, core
+        self.turn = 0
+
+    def next(self, batch_size: int, timeout_s: float) -> SampleReply:
+        del batch_size, timeout_s
+        self.turn += 1
+        version = self.core().counters.version
+        if self.transitions:  # one batch's worth of env steps per reply: the replay ratio allows one update each
+            batch = self.transitions[self.turn % len(self.transitions)]
+            return SampleReply(ShardReport(0, self.turn * len(batch["rewards"])), [], batch)
+        env_steps = self.turn * sum(c.env_steps for c in self.chunks)
+        return SampleReply(ShardReport(0, env_steps), [replace(c, version=version) for c in self.chunks])
+
+    def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None:
+        del shard, slots, ids, priorities
+
+
+def one_update(core: LearnerCore) -> None:
+    """Step the core until it has updated once (it takes a reply, then updates)."""
+    before = core.counters.updates
+    while core.counters.updates == before:
+        core.step(0.0)
+
+
+def learner_core(
+    algo: str, overrides: list[str], chunks: list[Chunk], transitions: list[dict[str, np.ndarray]], run_dir: Path
+) -> LearnerCore:
+    """The learner role's core on in-process ports: what a learner process does per update, minus sockets
+    (staleness bound, the algorithm's update, publishing the blob, metrics rows and checkpoints)."""
+    cfg = load_config([f"algo={algo}", f"env={ENV_ID}", "steps=1000000000000", "seed=1", *overrides])
+    holder: list[LearnerCore] = []
+    batches = RepeatingBatches(chunks, transitions, lambda: holder[0])
+    log = logging.getLogger("bench.learner")
+    holder.append(LearnerCore(cfg, run_dir, batches, InProcessParams(), RoleMetrics("learner", 0), False, log))
+    return holder[0]
 
 
 def ppo_row(cfg: PPOConfig, device: torch.device, args: argparse.Namespace, sync: Callable[[], None]) -> dict:
@@ -287,9 +334,18 @@ def ppo_row(cfg: PPOConfig, device: torch.device, args: argparse.Namespace, sync
     obs_space, act_space, chunks = collect_chunks("ppo", cfg, cfg.batch_size // CHUNK_STEPS)
     learner = module.make_learner(obs_space, act_space, cfg, device)
     variants = [Variant("current", lambda: learner.update(chunks, 0.5))]
-    if args.compile and takes_compile(module.make_learner):
+    if args.compile:
         compiled = module.make_learner(obs_space, act_space, cfg, device, compile=True)
         variants.append(Variant("current_compiled", lambda: compiled.update(chunks, 0.5)))
+    overrides = [
+        f"device={device}",
+        f"learner.compile={args.compile}",
+        f"algo.batch_size={cfg.batch_size}",
+        f"algo.minibatch_size={cfg.minibatch_size}",
+        f"algo.update_epochs={cfg.update_epochs}",
+    ]
+    core = learner_core("ppo", overrides, chunks, [], args.run_dir / f"ppo-{cfg.minibatch_size}")
+    variants.append(Variant("core", lambda: one_update(core)))
     reference = CleanRLPPO(obs_space.shape[0], act_space.shape[0], cfg, device)
     variants.append(Variant("reference", lambda: reference.update(chunks)))
     measure(variants, args.updates or (4 if args.quick else 20), args.seconds, sync)
@@ -314,9 +370,10 @@ def ddpg_row(algo: str, device: torch.device, args: argparse.Namespace, sync: Ca
     batch = lambda: batches[next(turn) % len(batches)]
     learner = module.make_learner(obs_space, act_space, cfg, device)
     variants = [Variant("current", lambda: learner.update(batch()))]
-    if args.compile and takes_compile(module.make_learner):
-        compiled = module.make_learner(obs_space, act_space, cfg, device, compile=True)
-        variants.append(Variant("current_compiled", lambda: compiled.update(batch())))
+    switches = [f"algo.{k}={v}" for k, v in td3.items()]
+    overrides = [f"device={device}", "algo.learning_starts=0", f"algo.replay_ratio={1 / cfg.batch_size}", *switches]
+    core = learner_core("ddpg", overrides, [], batches, args.run_dir / algo)
+    variants.append(Variant("core", lambda: one_update(core)))
     reference = CleanRLDDPG(obs_space.shape[0], act_space, cfg, device)
     variants.append(Variant("reference", lambda: reference.update(batch())))
     measure(variants, args.updates or (50 if args.quick else 300), args.seconds, sync)
@@ -364,6 +421,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer updates, CleanRL's PPO setting only")
     parser.add_argument("--save", action="store_true", help="write bench/results/learner.<machine>.json")
     args = parser.parse_args()
+    temporary = tempfile.TemporaryDirectory(prefix="bench-learner-")  # the cores' run folders
+    args.run_dir = Path(temporary.name)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)

@@ -76,8 +76,10 @@ class Algorithm(Protocol):
     ) -> Collector: ...
 
     def make_learner(
-        self, obs_space: Any, act_space: Any, cfg: Any, device: torch.device
-    ) -> OnPolicyLearner | OffPolicyLearner: ...
+        self, obs_space: Any, act_space: Any, cfg: Any, device: torch.device, *, compile: bool = False
+    ) -> OnPolicyLearner | OffPolicyLearner:
+        """`compile`: use the algorithm's compiled (and, on CUDA, graph-captured) update where it has one."""
+        ...
 
 
 def get_algorithm(name: str) -> Algorithm:

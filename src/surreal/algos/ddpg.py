@@ -323,5 +323,8 @@ def make_collector(
     return NStepCollector(RolloutCollector(envs, policy, chunk_steps, actor_index), cfg.n_step, cfg.gamma)
 
 
-def make_learner(obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig, device: torch.device) -> DDPGLearner:
+def make_learner(
+    obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig, device: torch.device, *, compile: bool = False
+) -> DDPGLearner:
+    del compile  # no compiled path yet: the update runs eagerly
     return DDPGLearner(obs_space, act_space, cfg, device)

@@ -298,5 +298,8 @@ def make_collector(
     return ESCollector(envs, policy, cfg, actor_index)
 
 
-def make_learner(obs_space: spaces.Box, act_space: spaces.Box, cfg: ESConfig, device: torch.device) -> ESLearner:
+def make_learner(
+    obs_space: spaces.Box, act_space: spaces.Box, cfg: ESConfig, device: torch.device, *, compile: bool = False
+) -> ESLearner:
+    del compile  # numpy: nothing to compile
     return ESLearner(obs_space, act_space, cfg, device)

@@ -299,6 +299,9 @@ class LearnerConfig:
     keep_checkpoints: int = 3
     eval_episodes: int = 10
     torch_threads: int = 1  # CPU threads for a CPU learner: PPO's 64-sample minibatches gain nothing from more
+    # torch.compile the update (PPO: the minibatch loss; on CUDA the whole step replayed as a CUDA graph). The
+    # first update pays the compilation (about 17 s on one CPU core with a cold inductor cache).
+    compile: bool = False
 
 
 @dataclass

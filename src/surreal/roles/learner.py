@@ -109,7 +109,9 @@ class LearnerCore:
         self.obs_space, self.act_space = probe.observation_space, probe.action_space
         probe.close()
         self.algo = get_algorithm(cfg.algo.name)
-        self.algo_learner = self.algo.make_learner(self.obs_space, self.act_space, algo_config(cfg), self.device)
+        self.algo_learner = self.algo.make_learner(
+            self.obs_space, self.act_space, algo_config(cfg), self.device, compile=cfg.learner.compile
+        )
         self.checkpoints = CheckpointStore(run_dir / "checkpoints", cfg.learner.keep_checkpoints)
         self.counters = Counters()
         if resume:
