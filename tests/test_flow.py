@@ -4,6 +4,7 @@ no sockets, no subprocesses, deterministic."""
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from surreal.metricsfile import read_metrics
 from surreal.proto.wire import BlobMeta, Chunk
 from surreal.replay.shard import ReplayShard
 from surreal.roles.actor import ActorCore
+from surreal.roles.learner import choose_device, update_seconds
 from surreal.roles.ports import InProcessParams, InProcessReplay
 from surreal.runtime.flow import (
     EnvStepAllowance,
@@ -198,3 +200,37 @@ def test_serial_ddpg_learns_pendulum(tmp_path):
     )
     print(f"serial DDPG Pendulum-v1: {result['eval_return_mean']:.1f} at {result['env_steps']} env steps")
     assert result["eval_return_mean"] >= -250, result
+
+
+# -- device=auto ----------------------------------------------------------------------------------------
+
+
+def test_device_auto_picks_the_faster_device_and_only_measures_when_cuda_is_there(caplog):
+    log = logging.getLogger("test")
+    timings = {"cpu": 0.2, "cuda": 0.5}
+    timed: list[str] = []
+
+    def seconds(device: torch.device) -> float:
+        timed.append(device.type)
+        return timings[device.type]
+
+    assert choose_device(load_config(["device=cpu"]), seconds, log, cuda_available=True).type == "cpu"
+    assert choose_device(load_config([]), seconds, log, cuda_available=False).type == "cpu"
+    assert timed == [], "an explicit device, or no CUDA, needs no measurement"
+    with caplog.at_level(logging.INFO):
+        assert choose_device(load_config([]), seconds, log, cuda_available=True).type == "cpu"
+        timings["cuda"] = 0.05
+        assert choose_device(load_config([]), seconds, log, cuda_available=True).type == "cuda"
+    assert "device=auto: cuda (one update: cpu 0.2000 s, cuda 0.0500 s)" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["algo.batch_size=256", "actor.chunk_steps=64", "algo.update_epochs=1"],
+        ["algo=ddpg", "algo.batch_size=64", "actor.chunk_steps=16", "algo.hidden_sizes=[16,16]"],
+    ],
+)
+def test_an_update_is_timed_on_real_experience(overrides):
+    cfg = load_config(["env=Pendulum-v1", "topology.envs_per_actor=2", *overrides])
+    assert 0 < update_seconds(cfg, torch.device("cpu"), repeats=1) < 5
