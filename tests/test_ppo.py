@@ -277,10 +277,15 @@ def test_prepare_matches_the_per_chunk_numpy_computation(setup):
                 learner.obs_rms.update(chunk.arrays["obs"].reshape(-1, 4))
 
 
-def test_update_matches_a_plain_cleanrl_loop_with_the_same_minibatches(setup):
+@pytest.mark.parametrize(
+    "switches", [{}, {"clip_vloss": True, "norm_adv": True, "vf_coef": 0.5}], ids=["defaults", "cleanrl"]
+)
+def test_update_matches_a_plain_cleanrl_loop_with_the_same_minibatches(setup, switches):
     """One update from identical state: the learner's step equals CleanRL's per-minibatch loop (default
-    Adam, torch.distributions) run on the same prepared batch in the same minibatch order, to 1e-5."""
+    Adam, torch.distributions) run on the same prepared batch in the same minibatch order, to 1e-5, with the
+    packaged defaults and with CleanRL's advantage normalization and value clipping."""
     envs, cfg, _learner, _policy = setup
+    cfg = dataclasses.replace(cfg, **switches)
     spaces = envs.single_observation_space, envs.single_action_space
     chunks = chunks_from_two_actors(spaces, cfg, 32, 4)  # 256 transitions: 8 minibatches of 32, 2 epochs
     learner, reference = (PPOLearner(*spaces, cfg, torch.device("cpu")) for _ in "ab")
@@ -298,10 +303,15 @@ def test_update_matches_a_plain_cleanrl_loop_with_the_same_minibatches(setup):
             logratio = probs.log_prob(b["actions"][mb]).sum(1) - b["logprobs"][mb]
             ratio = logratio.exp()
             newvalue = agent.value(b["obs"][mb])
-            mb_advantages = (b["advantages"][mb] - b["advantages"][mb].mean()) / (b["advantages"][mb].std() + 1e-8)
+            mb_advantages = b["advantages"][mb]
+            if cfg.norm_adv:
+                mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
             pg_loss = torch.max(-mb_advantages * ratio, -mb_advantages * torch.clamp(ratio, 0.8, 1.2)).mean()
-            v_clipped = b["values"][mb] + torch.clamp(newvalue - b["values"][mb], -0.2, 0.2)
-            v_loss = 0.5 * torch.max((newvalue - b["returns"][mb]) ** 2, (v_clipped - b["returns"][mb]) ** 2).mean()
+            v_loss = 0.5 * (newvalue - b["returns"][mb]) ** 2
+            if cfg.clip_vloss:
+                v_clipped = b["values"][mb] + torch.clamp(newvalue - b["values"][mb], -0.2, 0.2)
+                v_loss = torch.max(v_loss, 0.5 * (v_clipped - b["returns"][mb]) ** 2)
+            v_loss = v_loss.mean()
             loss = pg_loss - cfg.ent_coef * probs.entropy().sum(1).mean() + cfg.vf_coef * v_loss
             optimizer.zero_grad()
             loss.backward()

@@ -51,11 +51,11 @@ def mlp(sizes: list[int], out_std: float) -> nn.Sequential:
 
 
 class ActorCritic(nn.Module):
-    def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: list[int]) -> None:
+    def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: list[int], log_std_init: float = 0.0) -> None:
         super().__init__()
         self.critic = mlp([obs_dim, *hidden_sizes, 1], out_std=1.0)
         self.actor_mean = mlp([obs_dim, *hidden_sizes, act_dim], out_std=0.01)
-        self.actor_logstd = nn.Parameter(torch.zeros(1, act_dim))
+        self.actor_logstd = nn.Parameter(torch.full((1, act_dim), log_std_init))
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.critic(obs).squeeze(-1)
@@ -81,7 +81,9 @@ class PPOPolicy:
     def __init__(self, obs_space: spaces.Box, act_space: spaces.Box, cfg: PPOConfig, actor_index: int) -> None:
         obs_dim, act_dim = _dims(obs_space, act_space)
         self.cfg = cfg
-        self.model = ActorCritic(obs_dim, act_dim, list(cfg.hidden_sizes)).requires_grad_(False).eval()
+        self.model = (
+            ActorCritic(obs_dim, act_dim, list(cfg.hidden_sizes), cfg.log_std_init).requires_grad_(False).eval()
+        )
         self.obs_rms = RunningMeanStd((obs_dim,))
         self.low, self.high = act_space.low, act_space.high
         # Actors sample differently, and reproducibly: each has its own seeded generator (exploration is
@@ -159,7 +161,7 @@ class PPOLearner:
         self.cfg = cfg
         self.device = device
         torch.manual_seed(cfg.seed)
-        self.model = ActorCritic(obs_dim, act_dim, list(cfg.hidden_sizes)).to(device)
+        self.model = ActorCritic(obs_dim, act_dim, list(cfg.hidden_sizes), cfg.log_std_init).to(device)
         # A captured graph reads the learning rate from a device tensor, so annealing needs no re-capture.
         capture = compile and device.type == "cuda"
         lr = torch.tensor(cfg.lr, device=device) if capture else cfg.lr

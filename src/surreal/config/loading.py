@@ -43,6 +43,7 @@ CONFIG_MODULE = "surreal.conf"
 CONFIG_NAME = "experiment"
 DEFAULT_ALGO = "ppo"  # the `algo` default in conf/experiment.yaml
 ALIASES = {"actors": "topology.actors", "env": "env.id", "steps": "total_env_steps"}
+GROUPS = ("algo", "preset")  # Hydra config groups: `algo=ddpg`, `preset=ppo-cleanrl` choose a file, not a value
 
 # Hydra keeps one global instance; two threads composing at once would clobber each other's.
 _HYDRA_LOCK = threading.Lock()
@@ -187,7 +188,7 @@ def _check_keys(overrides: list[str]) -> list[str]:
     for item in overrides:
         key, sep, _ = item.partition("=")
         prefix, bare = _split_prefix(key)
-        if not sep or prefix or bare == "algo" or bare.startswith("hydra.") or "@" in bare:
+        if not sep or prefix or bare in GROUPS or bare.startswith("hydra.") or "@" in bare:
             checked.append(item)  # malformed, explicit +/++/~, a group choice: Hydra's own checks apply
         elif bare == "algo.seed":
             problems.append("algo.seed follows the top-level seed: set seed=N instead")

@@ -77,7 +77,8 @@ class OffPolicyConfig(AlgoConfig):
 
 @dataclass
 class PPOConfig(AlgoConfig):
-    """PPO hyperparameters; defaults are CleanRL's ppo_continuous_action (cited in conf/algo/ppo.yaml)."""
+    """PPO hyperparameters; defaults are CleanRL's ppo_continuous_action with four of Tianshou's MuJoCo PPO
+    (both cited in conf/algo/ppo.yaml; `preset=ppo-cleanrl` is CleanRL's exactly)."""
 
     module: ClassVar[str] = "surreal.algos.ppo"
 
@@ -90,13 +91,14 @@ class PPOConfig(AlgoConfig):
     minibatch_size: int = 64
     update_epochs: int = 10
     clip_coef: float = 0.2
-    clip_vloss: bool = True
-    norm_adv: bool = True
+    clip_vloss: bool = False
+    norm_adv: bool = False
     ent_coef: float = 0.0
-    vf_coef: float = 0.5
+    vf_coef: float = 0.25
     max_grad_norm: float = 0.5
     target_kl: float | None = None
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
+    log_std_init: float = -0.5  # the state-independent log-std's start (Tianshou's MuJoCo PPO; CleanRL 0)
     obs_norm: bool = True
     obs_clip: float = 10.0
     reward_scale: bool = True
