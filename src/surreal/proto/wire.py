@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from surreal.proto.codec import Arrays, ProtocolError, flatten
 
 # Bounds on metadata values. Counters are summed over chunks, shards and a whole run, so each value is kept
@@ -150,11 +152,17 @@ def encode_chunk(chunk: Chunk, incarnation: str) -> tuple[dict[str, Any], dict[s
 
 
 def decode_chunk(arrays: dict[str, Any], meta: Mapping[str, Any]) -> tuple[Chunk, ChunkMeta]:
-    """Validate an experience message's content; the arrays must share their leading [T, K]."""
+    """Validate an experience message's content: arrays sharing a non-empty leading [T, K], every float
+    finite (a diverging simulation's NaN must never reach an optimizer), and the metadata's fields."""
     try:
         t, k = lead_dims(arrays)
     except ValueError as exc:
         raise ProtocolError("bad_chunk", str(exc)[:80]) from None
+    if t * k == 0:
+        raise ProtocolError("empty_chunk", "a chunk of zero transitions")
+    for name, array in flatten(arrays):
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            raise ProtocolError("non_finite", f"{name} holds NaN or infinity")
     chunk_meta = ChunkMeta.from_meta(meta, t * k)
     chunk = Chunk(
         arrays,

@@ -25,6 +25,7 @@ from surreal.proto.wire import lead_dims
 from surreal.replay.sumtree import SumTree
 
 RESERVED_KEYS = frozenset({"slots", "ids", "weights"})  # what a transition batch adds next to the data
+MAX_PRIORITY = 1e6  # |TD error| above this counts as this (priorities are finite: anything else is refused)
 
 
 def flatten_time_major(arrays: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -219,7 +220,9 @@ class PrioritizedSampler:
     def update_priorities(
         self, storage: TransitionStorage, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray
     ) -> int:
-        """Set p = (|priority| + eps)^alpha where `storage.ids[slots] == ids`; returns how many applied.
+        """Set p = (min(|priority|, MAX_PRIORITY) + eps)^alpha where `storage.ids[slots] == ids`; returns how
+        many applied. The clamp keeps every importance weight meaningful whatever a client sends: one huge
+        priority would otherwise shrink every other slot's share, and so its weight, to nothing.
 
         Entries for slots overwritten since they were sampled (or never written) are skipped: their
         priority was computed for a transition that is no longer there.
@@ -234,7 +237,7 @@ class PrioritizedSampler:
         if not np.all(np.isfinite(priorities)):
             raise ValueError("priorities must be finite")
         current = (storage.ids[slots] == ids) & (ids != 0)
-        fresh = np.abs(priorities[current]) + self.eps
+        fresh = np.minimum(np.abs(priorities[current]), MAX_PRIORITY) + self.eps
         if fresh.size:
             self.max_priority = max(self.max_priority, float(fresh.max()))
             self.tree.update(slots[current], fresh**self.alpha)

@@ -38,6 +38,7 @@ from surreal.settings import Settings
 
 DEFER_S = 1.0
 MAX_PENDING = 64
+MAX_PENDING_PER_PEER = 16  # parked requests one client may hold, so one cannot starve another (learners keep 2)
 BURST = 64  # messages taken from one socket per poll: experience floods must let sample requests in
 
 
@@ -132,7 +133,12 @@ class ReplayServer(Server):
             self.drop("bad_request")
             self.reply(identity, ERROR, {"reason": "bad_request", "id": message.meta.get("id")})
             return
-        if len(self.pending) >= MAX_PENDING:
+        if batch_size > self.replay.capacity:  # could never be answered with data: refused now, not parked
+            self.drop("bad_request")
+            self.reply(identity, ERROR, {"reason": "bad_request", "id": message.meta.get("id")})
+            return
+        parked_by_peer = sum(request.identity == identity for request in self.pending)
+        if len(self.pending) >= MAX_PENDING or parked_by_peer >= MAX_PENDING_PER_PEER:
             self.drop("too_many_pending")
             self.reply(identity, ERROR, {"reason": "too_many_pending", "id": message.meta.get("id")})
             return
@@ -151,9 +157,11 @@ class ReplayServer(Server):
             self.reply(identity, ERROR, {"reason": "bad_priorities"})
 
     def _serve_pending(self) -> None:
+        """Answer every parked request that data can answer now (in arrival order), and the overdue ones
+        with an empty reply; the rest stay parked. No request waits behind one that asks for more."""
         now = time.monotonic()
-        while self.pending:
-            request = self.pending[0]
+        waiting: deque[_Pending] = deque()
+        for request in self.pending:
             if self.replay.ready(request.batch_size):
                 arrays, meta = self.replay.sample(request.batch_size, self.max_frames)
                 served = int(meta.get("transitions", 0))
@@ -167,8 +175,8 @@ class ReplayServer(Server):
                 empty = {**self.replay.report(), "id": request.request_id, "empty": True}
                 self.reply(request.identity, SAMPLE_REPLY, empty)
             else:
-                break  # requests are answered in arrival order
-            self.pending.popleft()
+                waiting.append(request)
+        self.pending = waiting
         self.m_pending.set(len(self.pending))
 
 

@@ -1,0 +1,169 @@
+"""The typed wire content (proto/wire.py) and what a replay shard does with hostile but well-framed messages:
+every field validated where it is decoded, bad content counted and dropped, nothing raised."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+import zmq
+
+from conftest import free_port
+from surreal.proto.channels import ERROR, SAMPLE_REPLY, SAMPLE_REQUEST, make_socket
+from surreal.proto.codec import ProtocolError, decode, encode
+from surreal.proto.wire import (
+    MAX_CHUNK_ENV_STEPS,
+    BlobMeta,
+    Chunk,
+    ChunkMeta,
+    ShardReport,
+    decode_chunk,
+    decode_fifo_reply,
+    encode_chunk,
+    fifo_reply,
+)
+from surreal.replay.buffers import MAX_PRIORITY, PrioritizedSampler, TransitionStorage
+from surreal.replay.shard import ReplayShard
+from surreal.roles.replay import MAX_PENDING_PER_PEER, ReplayServer
+
+
+def chunk(value: float = 1.0, T: int = 4, K: int = 2) -> Chunk:
+    arrays = {"obs": np.full((T, K, 3), value, np.float32), "rewards": np.full((T, K), value, np.float32)}
+    return Chunk(arrays, version=3, actor=1, episode_returns=[2.5], episode_lengths=[7])
+
+
+def test_a_chunk_round_trips_through_its_encoder_and_decoder():
+    meta, arrays = encode_chunk(chunk(), incarnation="abc")
+    decoded, chunk_meta = decode_chunk(arrays, meta)
+    assert chunk_meta == ChunkMeta(3, "abc", 1, 8, [2.5], [7])
+    assert (decoded.version, decoded.actor, decoded.size, decoded.env_steps) == (3, 1, 8, 8)
+    reply_arrays, reply_meta = fifo_reply([(arrays, meta), (arrays, meta)])
+    assert [c.version for c in decode_fifo_reply(reply_arrays, reply_meta)] == [3, 3]
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"version": 1.5}, "bad_chunk_meta"),
+        ({"version": -1}, "bad_chunk_meta"),
+        ({"version": True}, "bad_chunk_meta"),
+        ({"env_steps": MAX_CHUNK_ENV_STEPS + 1}, "bad_chunk_meta"),
+        ({"env_steps": 2**64 - 1}, "bad_chunk_meta"),
+        ({"episode_returns": [math.nan], "episode_lengths": [3]}, "bad_chunk_meta"),
+        ({"episode_returns": [1.0], "episode_lengths": [math.inf]}, "bad_chunk_meta"),
+        ({"episode_returns": [1.0, 2.0], "episode_lengths": [3]}, "bad_chunk_meta"),
+        ({"episode_returns": "x"}, "bad_chunk_meta"),
+        ({"incarnation": "x" * 1000}, "bad_chunk_meta"),
+    ],
+)
+def test_out_of_range_chunk_metadata_is_refused_with_a_reason(change, reason):
+    meta, arrays = encode_chunk(chunk(), incarnation="abc")
+    with pytest.raises(ProtocolError) as caught:
+        decode_chunk(arrays, {**meta, **change})
+    assert caught.value.reason == reason
+
+
+@pytest.mark.parametrize(("bad", "reason"), [(math.nan, "non_finite"), (math.inf, "non_finite")])
+def test_non_finite_observations_or_rewards_never_pass(bad, reason):
+    for key in ("obs", "rewards"):
+        meta, arrays = encode_chunk(chunk(), incarnation="")
+        arrays[key] = arrays[key].copy()
+        arrays[key].flat[3] = bad
+        with pytest.raises(ProtocolError) as caught:
+            decode_chunk(arrays, meta)
+        assert caught.value.reason == reason
+
+
+def test_empty_and_ragged_chunks_are_refused():
+    meta, arrays = encode_chunk(chunk(T=4), incarnation="")
+    with pytest.raises(ProtocolError, match="empty_chunk"):
+        decode_chunk({k: v[:0] for k, v in arrays.items()}, meta)
+    with pytest.raises(ProtocolError, match="bad_chunk"):
+        decode_chunk({**arrays, "rewards": np.zeros((3, 2), np.float32)}, meta)
+
+
+def test_reply_and_blob_metadata_are_typed_and_bounded():
+    assert ShardReport.from_meta({"shard": 2, "env_steps": 10}) == ShardReport(2, 10)
+    with pytest.raises(ProtocolError, match="bad_reply_meta"):
+        ShardReport.from_meta({"shard": 0, "env_steps": 2**63})
+    blob = BlobMeta(5, "inc", done=True, env_steps=100, env_step_budget=140)
+    assert BlobMeta.from_meta(blob.to_meta()) == blob
+    for bad in ({"done": "yes"}, {"version": "5"}, {"env_step_budget": -1}):
+        with pytest.raises(ProtocolError, match="bad_blob_meta"):
+            BlobMeta.from_meta({**blob.to_meta(), **bad})
+
+
+def test_a_replay_shard_refuses_bad_content_and_keeps_its_books_right():
+    shard = ReplayShard("uniform", 100)
+    meta, arrays = encode_chunk(chunk(), incarnation="")
+    assert shard.add(arrays, meta) == 8
+    nan = {**arrays, "rewards": np.full((4, 2), math.nan, np.float32)}
+    with pytest.raises(ProtocolError):
+        shard.add(nan, meta)
+    assert shard.stats()["size"] == 8 and shard.env_steps_in == 8, "nothing of the refused chunk counted"
+
+
+def test_a_huge_priority_is_clamped_so_other_weights_stay_meaningful():
+    storage, sampler = TransitionStorage(8), PrioritizedSampler(8, alpha=0.6, beta=0.4, eps=1e-6)
+    slots = storage.add({"x": np.zeros((8, 1), np.float32)})
+    sampler.on_add(slots)
+    sampler.update_priorities(storage, slots, storage.ids[slots], np.array([1e308] + [1.0] * 7))
+    _, weights = sampler.sample(storage, 64, np.random.default_rng(0))
+    assert sampler.max_priority == pytest.approx(MAX_PRIORITY + 1e-6)
+    assert weights.min() > 1e-3, "a slot of priority 1 still has a usable importance weight"
+    with pytest.raises(ValueError, match="finite"):
+        sampler.update_priorities(storage, slots[:1], storage.ids[slots[:1]], np.array([math.nan]))
+
+
+# -- a replay server in this process: parked requests ---------------------------------------------------
+
+
+@pytest.fixture
+def server():
+    ctx = zmq.Context()
+    exp, sample = free_port(), free_port()
+    replay = ReplayServer(ctx, f"tcp://127.0.0.1:{exp}", f"tcp://127.0.0.1:{sample}", ReplayShard("uniform", 1000))
+    clients: list[zmq.Socket] = []
+
+    def client(kind: int = zmq.DEALER) -> zmq.Socket:
+        sock = make_socket(ctx, kind)
+        sock.connect(f"tcp://127.0.0.1:{exp if kind == zmq.PUSH else sample}")
+        clients.append(sock)
+        return sock
+
+    yield replay, client
+    for sock in clients:
+        sock.close(0)
+    replay.close()
+    ctx.term()
+
+
+def replies(server: ReplayServer, sock: zmq.Socket, count: int, timeout_s: float = 5.0) -> list:
+    got: list = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < count and time.monotonic() < deadline:
+        server.poll_once(0.01)
+        while sock.poll(0):
+            got.append(decode(sock.recv_multipart()))
+    return got
+
+
+def test_one_peers_absurd_requests_never_starve_another(server):
+    replay, client = server
+    hostile, learner = client(), client()
+    for i in range(MAX_PENDING_PER_PEER + 4):
+        hostile.send_multipart(encode(SAMPLE_REQUEST, {"id": i, "batch_size": 900}))  # parks: 900 > what is held
+    hostile.send_multipart(encode(SAMPLE_REQUEST, {"id": "x", "batch_size": 10**9}))  # more than capacity
+    refused = replies(replay, hostile, 5)
+    assert [m.kind for m in refused] == [ERROR] * 5
+    assert {m.meta["reason"] for m in refused} == {"too_many_pending", "bad_request"}
+
+    meta, arrays = encode_chunk(chunk(T=50, K=2), incarnation="")
+    client(zmq.PUSH).send_multipart(encode("experience", meta, arrays))
+    asked = time.monotonic()
+    learner.send_multipart(encode(SAMPLE_REQUEST, {"id": "mine", "batch_size": 32}))
+    (answer,) = replies(replay, learner, 1)
+    assert answer.kind == SAMPLE_REPLY and answer.meta["id"] == "mine" and len(answer.arrays["obs"]) == 32
+    assert time.monotonic() - asked < 0.5, "served at once, not after the parked requests' 1 s deadline"
