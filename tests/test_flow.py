@@ -18,7 +18,7 @@ from surreal.metricsfile import read_metrics
 from surreal.proto.wire import BlobMeta, Chunk
 from surreal.replay.shard import ReplayShard
 from surreal.roles.actor import ActorCore
-from surreal.roles.learner import choose_device, update_seconds
+from surreal.roles.device import choose_device, update_seconds
 from surreal.roles.ports import InProcessParams, InProcessReplay
 from surreal.runtime.flow import (
     EnvStepAllowance,

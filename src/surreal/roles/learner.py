@@ -24,7 +24,6 @@ import random
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -35,14 +34,14 @@ import zmq
 
 from surreal.algos import OffPolicyLearner, OnPolicyLearner, get_algorithm
 from surreal.config import ExperimentConfig, algo_config
-from surreal.envs import make_env, make_vec_env
+from surreal.envs import make_env
 from surreal.fileio import atomic_write_text
 from surreal.metrics import RoleMetrics
 from surreal.metricsfile import METRICS_FILE
 from surreal.proto.codec import Limits
 from surreal.proto.wire import BlobMeta, Chunk
-from surreal.replay.buffers import flatten_time_major
 from surreal.roles.common import StopFlag, hold_until_stopped, load_config, setup_logging
+from surreal.roles.device import choose_device, update_seconds
 from surreal.roles.ports import BackgroundBatches, BatchesIn, ParamsOut, SampleReply, ZmqBatchesIn, ZmqParamsOut
 from surreal.runtime.checkpoint import CheckpointStore
 from surreal.runtime.flow import ShardEnvSteps, replay_ratio_limiter, staleness_bound
@@ -69,56 +68,6 @@ class Counters:
     stale_dropped: int = 0
     recent_returns: list[float] = field(default_factory=list)
     shard_env_steps: list[int] = field(default_factory=list)  # off-policy: each replay shard's count seen last
-
-
-def choose_device(
-    cfg: ExperimentConfig,
-    update_seconds: Callable[[torch.device], float],
-    log: logging.Logger,
-    cuda_available: bool | None = None,
-) -> torch.device:
-    """`device=auto` means the faster device for this network and batch, not the GPU whenever there is one:
-    tiny MLPs with small minibatches can update faster on one CPU core than through kernel launches. With
-    CUDA present, `update_seconds` times an update on each device and the faster wins; the choice is logged."""
-    if cfg.device != "auto":
-        return torch.device(cfg.device)
-    if not (torch.cuda.is_available() if cuda_available is None else cuda_available):
-        log.info("device=auto: no CUDA device, learning on cpu")
-        return torch.device("cpu")
-    seconds = {name: update_seconds(torch.device(name)) for name in ("cpu", "cuda")}
-    chosen = min(seconds, key=lambda name: seconds[name])
-    log.info("device=auto: %s (one update: cpu %.4f s, cuda %.4f s)", chosen, seconds["cpu"], seconds["cuda"])
-    return torch.device(chosen)
-
-
-def update_seconds(cfg: ExperimentConfig, device: torch.device, repeats: int = 3) -> float:
-    """The median time of one update of a throwaway learner on `device`, on one batch of real experience
-    collected with a fresh policy (after one untimed update: allocation, compilation)."""
-    algo = get_algorithm(cfg.algo.name)
-    envs = make_vec_env(cfg.env.id, cfg.topology.envs_per_actor, cfg.seed, cfg.env.kwargs)
-    spaces = envs.single_observation_space, envs.single_action_space
-    acfg = algo_config(cfg)
-    collector = algo.make_collector(envs, algo.make_policy(*spaces, acfg, 0, 1), acfg, 0, cfg.actor.chunk_steps)
-    chunks, units = [], 0
-    while units < cfg.algo.batch_size:
-        chunks.append(collector.collect(0))
-        units += chunks[-1].size
-    envs.close()
-    learner = algo.make_learner(*spaces, acfg, device, compile=cfg.learner.compile)
-    if cfg.algo.on_policy:
-        update: Callable[[], object] = lambda: cast(OnPolicyLearner, learner).update(chunks, 0.0)
-    else:
-        flat = [flatten_time_major(chunk.arrays) for chunk in chunks]
-        batch = {k: np.concatenate([f[k] for f in flat])[: cfg.algo.batch_size] for k in flat[0]}
-        update = lambda: cast(OffPolicyLearner, learner).update(batch)
-    times = []
-    for _ in range(repeats + 1):
-        started = time.perf_counter()
-        update()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append(time.perf_counter() - started)
-    return float(np.median(times[1:]))
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:
