@@ -532,7 +532,8 @@ def test_dashboard_queries_only_metrics_the_roles_export() -> None:
     dashboard = json.loads((CHART / "dashboards" / "surreal.json").read_text())
     exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
     used = {m for expr in exprs for m in re.findall(r"\b(surreal_[a-z_]+)\b", expr)}
-    source = "\n".join(p.read_text() for p in (REPO / "src" / "surreal" / "roles").glob("*.py"))
+    package = REPO / "src" / "surreal"
+    source = "\n".join(p.read_text() for p in [*package.glob("roles/*.py"), *package.glob("runtime/*.py")])
     exported = {f"surreal_{name}" for name in re.findall(r'\.(?:counter|gauge)\(\s*"([a-z_]+)"', source)}
     assert used, "the dashboard queries nothing"
     assert used <= exported, f"dashboard uses metrics no role exports: {sorted(used - exported)}"
