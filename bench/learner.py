@@ -291,7 +291,7 @@ class RepeatingBatches:
 
     shards = 1
 
-    def __init__(self, chunks: list[Chunk], transitions: list[dict[str, np.ndarray]], core: Callable[[], Any]):
+    def __init__(self, chunks: list[Chunk], transitions: list[dict[str, np.ndarray]], core: Callable[[], Any]) -> None:
         self.chunks, self.transitions, self.core = chunks, transitions, core
         self.turn = 0
 

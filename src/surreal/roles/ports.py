@@ -191,7 +191,9 @@ class ZmqParamsOut:
 
 
 class ZmqParamsIn:
-    def __init__(self, ctx: zmq.Context, addresses: Sequence[str], limits: Limits, on_error: ErrorSink = ignore_error):
+    def __init__(
+        self, ctx: zmq.Context, addresses: Sequence[str], limits: Limits, on_error: ErrorSink = ignore_error
+    ) -> None:
         self.client = ParamClient(ctx, addresses, limits, on_error=on_error)
         self.on_error = on_error
 
