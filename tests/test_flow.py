@@ -19,6 +19,7 @@ from surreal.proto.wire import BlobMeta, Chunk
 from surreal.replay.shard import ReplayShard
 from surreal.roles.actor import ActorCore
 from surreal.roles.device import choose_device, update_seconds
+from surreal.roles.learner import LearnerCore
 from surreal.roles.ports import InProcessParams, InProcessReplay
 from surreal.runtime.flow import (
     EnvStepAllowance,
@@ -234,3 +235,83 @@ def test_device_auto_picks_the_faster_device_and_only_measures_when_cuda_is_ther
 def test_an_update_is_timed_on_real_experience(overrides):
     cfg = load_config(["env=Pendulum-v1", "topology.envs_per_actor=2", *overrides])
     assert 0 < update_seconds(cfg, torch.device("cpu"), repeats=1) < 5
+
+
+# -- checkpoints: a restart never resets counters or rewrites history ------------------------------------
+
+
+def small_ppo(tmp_path, *overrides: str):
+    cfg = load_config(
+        [
+            "env=InvertedPendulum-v5",
+            "actors=1",
+            "device=cpu",
+            "algo.batch_size=128",
+            "actor.chunk_steps=64",
+            "algo.update_epochs=1",
+            "learner.keep_checkpoints=2",
+            *overrides,
+        ]
+    )
+    replay, params = InProcessReplay(ReplayShard("fifo", 10_000)), InProcessParams()
+    actor = ActorCore(cfg, 0, replay, params, RoleMetrics("actor", 0))
+
+    def learner(resume: bool) -> LearnerCore:
+        return LearnerCore(cfg, tmp_path, replay, params, RoleMetrics("learner", 0), resume, logging.getLogger("t"))
+
+    def train(core: LearnerCore, updates: int) -> None:
+        core.publish()
+        target = core.counters.updates + updates
+        for _ in range(1000):
+            if core.counters.updates >= target:
+                return
+            if not core.step(0.0):
+                actor.step()
+        raise AssertionError("no progress")
+
+    return learner, train, actor
+
+
+def updates_written(tmp_path) -> list[int]:
+    return [row["updates"] for row in read_metrics(tmp_path / "metrics.jsonl")]
+
+
+def test_a_learner_killed_before_its_first_interval_resumes_from_its_start_checkpoint(tmp_path):
+    learner, train, actor = small_ppo(tmp_path, "learner.checkpoint_interval=50")
+    first = learner(resume=False)
+    train(first, 3)
+    assert updates_written(tmp_path) == [1, 2, 3]
+    first.close()  # killed: no checkpoint since the one at start
+    second = learner(resume=True)
+    assert second.counters.updates == 0 and updates_written(tmp_path) == [], "rows after the checkpoint go"
+    train(second, 2)
+    second.close()
+    actor.close()
+    assert updates_written(tmp_path) == [1, 2], "metrics.jsonl never goes backwards"
+
+
+def test_a_damaged_newest_checkpoint_is_set_aside_and_the_previous_one_restored(tmp_path, caplog):
+    learner, train, actor = small_ppo(tmp_path, "learner.checkpoint_interval=1")
+    first = learner(resume=False)
+    train(first, 3)
+    first.close()
+    newest = sorted((tmp_path / "checkpoints").glob("ckpt-*.pt"))[-1]
+    newest.write_bytes(newest.read_bytes()[:100])  # cut short, as a full disk would
+    with caplog.at_level(logging.WARNING):
+        second = learner(resume=True)
+    assert second.counters.updates == 2 and updates_written(tmp_path) == [1, 2]
+    assert newest.with_name(newest.name + ".corrupt").exists() and "set aside" in caplog.text
+    second.close()
+    actor.close()
+
+
+def test_checkpoints_are_also_written_on_a_timer(tmp_path):
+    learner, train, actor = small_ppo(tmp_path, "learner.checkpoint_interval=50", "learner.checkpoint_interval_s=1e-9")
+    core = learner(resume=False)
+    train(core, 2)
+    core.close()
+    actor.close()
+    assert [p.name for p in sorted((tmp_path / "checkpoints").glob("ckpt-*.pt"))] == [
+        "ckpt-0000000001.pt",
+        "ckpt-0000000002.pt",
+    ]

@@ -298,6 +298,7 @@ class LearnerConfig:
     prefetch: int = 2  # sample requests kept in flight per shard
     max_staleness: int = 4  # chunks from parameters more than this many versions old are dropped
     checkpoint_interval: int = 20  # updates
+    checkpoint_interval_s: float = 60.0  # and at least this often, so a killed learner loses little
     keep_checkpoints: int = 3
     eval_episodes: int = 10
     torch_threads: int = 1  # CPU threads for a CPU learner: PPO's 64-sample minibatches gain nothing from more
@@ -356,6 +357,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         "replay.max_frames": cfg.replay.max_frames,
         "learner.prefetch": cfg.learner.prefetch,
         "learner.checkpoint_interval": cfg.learner.checkpoint_interval,
+        "learner.checkpoint_interval_s": cfg.learner.checkpoint_interval_s,
         "learner.keep_checkpoints": cfg.learner.keep_checkpoints,
         "learner.eval_episodes": cfg.learner.eval_episodes,
         "learner.torch_threads": cfg.learner.torch_threads,

@@ -109,8 +109,9 @@ class LearnerCore:
         )
         self.checkpoints = CheckpointStore(run_dir / "checkpoints", cfg.learner.keep_checkpoints)
         self.counters = Counters()
-        if resume:
-            self._restore()
+        self.checkpointed_at = time.monotonic()
+        if not (resume and self._restore()):
+            self.checkpoint()  # from the start: a learner killed before its first interval resumes, not restarts
         self.incarnation = uuid.uuid4().hex[:12]
         self.recorder = Recorder(run_dir, metrics)
         self.wall = WallTime(metrics)
@@ -209,7 +210,7 @@ class LearnerCore:
         with self.wall.phase("io"):
             self.publish()
             self._record(stats, update_s, lag_mean)
-            if c.updates % self.cfg.learner.checkpoint_interval == 0:
+            if self._checkpoint_due(c.updates % self.cfg.learner.checkpoint_interval == 0):
                 self.checkpoint()
 
     def _update_transitions(self, shard: int, batch: dict[str, Any]) -> None:
@@ -231,8 +232,10 @@ class LearnerCore:
                 means = {k: float(np.mean([row[k] for row in self.interval])) for k in self.interval[0]}
                 self.interval.clear()
                 self._record(means, update_s)
-                if (c.updates // OFF_POLICY_ROW_UPDATES) % self.cfg.learner.checkpoint_interval == 0:
-                    self.checkpoint()
+            if self._checkpoint_due(
+                c.updates % (OFF_POLICY_ROW_UPDATES * self.cfg.learner.checkpoint_interval) == 0
+            ):
+                self.checkpoint()
 
     def _record(self, stats: dict[str, float], update_s: float, lag_mean: float | None = None) -> None:
         c = self.counters
@@ -259,21 +262,37 @@ class LearnerCore:
 
     # -- state ---------------------------------------------------------------------------------------
 
-    def _restore(self) -> None:
-        state = self.checkpoints.load_latest()
-        if state is None:
-            self.log.info("--resume: no checkpoint yet, starting fresh")
-            return
-        self.algo_learner.load_state_dict(state["learner"])
-        self.counters = Counters(**state["counters"])
+    def _restore(self) -> bool:
+        """The newest checkpoint that restores (damaged ones are set aside); False: none, start afresh."""
+
+        def apply(state: dict[str, Any]) -> None:
+            counters = Counters(**state["counters"])
+            self.algo_learner.load_state_dict(state["learner"])
+            self.counters = counters
+
+        if self.checkpoints.restore(apply, self.log) is None:
+            self.log.info("--resume: no checkpoint restores, starting fresh")
+            # A checkpoint that failed half-way may have loaded part of its state: start from a new learner.
+            self.algo_learner = self.algo.make_learner(
+                self.obs_space, self.act_space, algo_config(self.cfg), self.device, compile=self.cfg.learner.compile
+            )
+            truncate_metrics(self.run_dir / METRICS_FILE, 0)
+            return False
         c = self.counters
         self.log.info("resumed at update %d, %d env steps, version %d", c.updates, c.env_steps, c.version)
         truncate_metrics(self.run_dir / METRICS_FILE, c.updates)  # the run continues from this checkpoint
+        return True
 
     def checkpoint(self) -> None:
         # The algorithm's state carries its own torch RNG; the learner draws no other random numbers.
         state = {"learner": self.algo_learner.state_dict(), "counters": asdict(self.counters)}
         self.checkpoints.save(self.counters.updates, state)
+        self.checkpointed_at = time.monotonic()
+
+    def _checkpoint_due(self, interval_reached: bool) -> bool:
+        """Every `checkpoint_interval` (updates, or metrics rows off-policy) and every `checkpoint_interval_s`."""
+        overdue = time.monotonic() - self.checkpointed_at >= self.cfg.learner.checkpoint_interval_s
+        return interval_reached or overdue
 
     @property
     def finished_before(self) -> bool:

@@ -1,13 +1,16 @@
 """Atomic, rotated checkpoints that load without executing pickled code.
 
 A checkpoint is written to a temporary file, fsynced, then renamed over its final name, so a learner
-killed mid-write leaves the previous checkpoint intact. Loading uses ``torch.load(weights_only=True)``:
+killed mid-write leaves the previous checkpoint intact; one that does not restore is set aside and the
+previous one is used. Loading uses ``torch.load(weights_only=True)``:
 only tensors, numbers, strings and containers come back, never arbitrary objects.
 """
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +42,17 @@ class CheckpointStore:
             old.unlink(missing_ok=True)
         return final
 
-    def load_latest(self) -> dict[str, Any] | None:
-        paths = self.paths()
-        if not paths:
-            return None
-        return torch.load(paths[-1], map_location="cpu", weights_only=True)
+    def restore(self, apply: Callable[[dict[str, Any]], None], log: logging.Logger) -> dict[str, Any] | None:
+        """Load the newest checkpoint and hand it to `apply`; one that fails either way (cut short by a full
+        disk, written by another algorithm, damaged) is set aside as `<name>.corrupt`, with a log line, and
+        the one before it is tried. None: no checkpoint could be restored."""
+        for path in reversed(self.paths()):
+            try:
+                state = torch.load(path, map_location="cpu", weights_only=True)
+                apply(state)
+                return state
+            except Exception as exc:  # torch.load and a load_state_dict raise many unrelated types
+                aside = path.with_name(path.name + ".corrupt")
+                path.replace(aside)
+                log.warning("checkpoint %s does not restore (%s): set aside as %s", path.name, exc, aside.name)
+        return None
