@@ -232,9 +232,7 @@ class LearnerCore:
                 means = {k: float(np.mean([row[k] for row in self.interval])) for k in self.interval[0]}
                 self.interval.clear()
                 self._record(means, update_s)
-            if self._checkpoint_due(
-                c.updates % (OFF_POLICY_ROW_UPDATES * self.cfg.learner.checkpoint_interval) == 0
-            ):
+            if self._checkpoint_due(c.updates % (OFF_POLICY_ROW_UPDATES * self.cfg.learner.checkpoint_interval) == 0):
                 self.checkpoint()
 
     def _record(self, stats: dict[str, float], update_s: float, lag_mean: float | None = None) -> None:
