@@ -9,6 +9,8 @@ import time
 import numpy as np
 import pytest
 import zmq
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import free_port
 from surreal.proto.channels import ERROR, SAMPLE_REPLY, SAMPLE_REQUEST, make_socket
@@ -167,3 +169,61 @@ def test_one_peers_absurd_requests_never_starve_another(server):
     (answer,) = replies(replay, learner, 1)
     assert answer.kind == SAMPLE_REPLY and answer.meta["id"] == "mine" and len(answer.arrays["obs"]) == 32
     assert time.monotonic() - asked < 0.5, "served at once, not after the parked requests' 1 s deadline"
+
+
+# -- hostile content, generated ---------------------------------------------------------------------------
+
+# Anything msgpack carries: what a peer can put in a well-framed header's metadata.
+values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats()
+    | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+fields = st.sampled_from(
+    ["version", "incarnation", "actor", "env_steps", "episode_returns", "episode_lengths", "shard", "done"]
+    + ["env_step_budget", "chunks"]
+)
+hostile_meta = st.dictionaries(fields, values, max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(meta=hostile_meta, value=st.floats(width=32))
+def test_every_decoder_returns_a_typed_value_or_refuses_with_a_reason(meta, value):
+    arrays = {"obs": np.full((2, 2, 3), value, np.float32), "rewards": np.zeros((2, 2), np.float32)}
+    decoders = [
+        lambda: decode_chunk(arrays, meta),
+        lambda: ShardReport.from_meta(meta),
+        lambda: BlobMeta.from_meta(meta),
+        lambda: decode_fifo_reply({"0": arrays}, meta),
+    ]
+    for decoder in decoders:
+        try:
+            decoded = decoder()
+        except ProtocolError as exc:
+            assert exc.reason  # a stable label for the dropped-messages counter
+            continue
+        if isinstance(decoded, tuple):  # decode_chunk: what passed is sane, and re-encodes
+            chunk_, chunk_meta = decoded
+            assert np.isfinite(chunk_.arrays["obs"]).all() and 0 <= chunk_meta.env_steps <= MAX_CHUNK_ENV_STEPS
+            encode("experience", chunk_meta.to_meta(), chunk_.arrays)
+        elif isinstance(decoded, BlobMeta | ShardReport):
+            encode("params", decoded.to_meta())
+
+
+@settings(max_examples=150, deadline=None)
+@given(metas=st.lists(hostile_meta, min_size=1, max_size=8))
+def test_a_shard_fed_hostile_chunks_keeps_books_that_stay_encodable(metas):
+    shard = ReplayShard("prioritized", 1000)
+    good_meta, arrays = encode_chunk(chunk(), incarnation="a")
+    for meta in [*metas, good_meta]:
+        try:
+            shard.add(arrays, meta)
+        except ValueError:  # ProtocolError is one: refused with a reason, nothing stored
+            continue
+    out, reply_meta = shard.sample(4)
+    encode(SAMPLE_REPLY, reply_meta, out)  # the reply a learner gets is always encodable
+    assert 0 < shard.env_steps_in <= (len(metas) + 1) * MAX_CHUNK_ENV_STEPS
