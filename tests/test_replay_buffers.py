@@ -13,6 +13,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from surreal.proto.codec import Limits, ProtocolError, header_cost
 from surreal.replay import (
     ChunkFifo,
     PrioritizedSampler,
@@ -22,6 +23,7 @@ from surreal.replay import (
     flatten_time_major,
     make_replay,
 )
+from surreal.replay.buffers import REPLY_HEADER_RESERVE
 
 
 def chunk(value: float, T: int = 4, K: int = 2) -> dict[str, np.ndarray]:
@@ -51,15 +53,44 @@ def test_fifo_serves_each_chunk_once_in_order_and_drops_oldest_when_full():
 
 
 def test_fifo_rejects_oversize_chunks_and_respects_the_frame_budget():
-    fifo = ChunkFifo(capacity_transitions=100)
+    fifo = ChunkFifo(capacity_transitions=100, reply=Limits(max_frames=5))
     for i in range(5):
         fifo.add(chunk(i), {"i": i}, 8)
     fifo.add(chunk(9, T=60), {"i": 9}, 120)  # bigger than the whole capacity: refused, queue untouched
     assert (fifo.dropped_transitions, fifo.dropped_chunks, fifo.size, fifo.num_chunks) == (120, 1, 40, 5)
-    assert [item.meta["i"] for item in fifo.take(1000, max_frames=5)] == [0, 1]  # two arrays per chunk
-    assert [item.meta["i"] for item in fifo.take(1000, max_frames=1)] == [2], "at least one chunk"
+    assert [item.meta["i"] for item in fifo.take(1000)] == [0, 1]  # two arrays per chunk
+    assert [item.meta["i"] for item in fifo.take(1000)] == [2, 3]
     with pytest.raises(ValueError):
         fifo.add(chunk(0), {}, -1)
+    with pytest.raises(ProtocolError, match="too_large_for_reply"):  # refused when it arrives, never lost later
+        ChunkFifo(100, reply=Limits(max_frames=1)).add(chunk(0), {}, 8)
+
+
+def test_fifo_replies_keep_to_the_receivers_byte_and_header_limits():
+    size = chunk(0)["obs"].nbytes + chunk(0)["rewards"].nbytes + header_cost({"i": 0}, chunk(0))
+    fifo = ChunkFifo(100, reply=Limits(max_bytes=REPLY_HEADER_RESERVE + 3 * size + 10))
+    for i in range(6):
+        fifo.add(chunk(i), {"i": i}, 8)
+    assert [item.meta["i"] for item in fifo.take(1000)] == [0, 1, 2], "three chunks' bytes fit, four do not"
+    header = header_cost({"i": 0, "episode_returns": [1.0] * 500}, chunk(0))
+    wordy = ChunkFifo(100, reply=Limits(max_header_bytes=REPLY_HEADER_RESERVE + 2 * header + 10))
+    for i in range(4):
+        wordy.add(chunk(i), {"i": i, "episode_returns": [1.0] * 500}, 8)
+    assert [item.meta["i"] for item in wordy.take(1000)] == [0, 1], "the reply's header stays under its limit"
+    with pytest.raises(ProtocolError, match="too_large_for_reply"):
+        wordy.add(chunk(0), {"episode_returns": [1.0] * 5000}, 8)
+
+
+def test_capacity_in_bytes_evicts_the_oldest_chunks_and_bounds_a_transition_layout():
+    per_chunk = chunk(0)["obs"].nbytes + chunk(0)["rewards"].nbytes
+    fifo = ChunkFifo(1000, capacity_bytes=3 * per_chunk)
+    for i in range(5):
+        fifo.add(chunk(i), {"i": i}, 8)
+    assert [item.meta["i"] for item in fifo.take(1000)] == [2, 3, 4] and fifo.dropped_chunks == 2
+    storage = TransitionStorage(1000, capacity_bytes=1000 * 4)
+    with pytest.raises(ValueError, match="exceed"):
+        storage.add({"x": np.zeros((3, 2), np.float32)})  # 8 bytes a transition: 8,000 > 4,000
+    assert not storage.data
 
 
 def test_fifo_facade_nests_chunks_and_keeps_the_books():

@@ -284,6 +284,8 @@ class ActorConfig:
 class ReplayConfig:
     mode: str = "auto"  # auto (fifo for on-policy algorithms, uniform for off-policy) | fifo | uniform | prioritized
     capacity: int = 100_000  # transitions per shard
+    capacity_bytes: int = 4 << 30  # and bytes per shard: the oldest chunks go first (a transition replay refuses
+    # a layout whose `capacity` transitions would not fit)
     alpha: float = 0.6  # prioritized replay exponents (Schaul et al. 2016)
     beta: float = 0.4
     priority_eps: float = 1e-6
@@ -352,6 +354,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         "actor.fetch_timeout_s": cfg.actor.fetch_timeout_s,
         "actor.torch_threads": cfg.actor.torch_threads,
         "replay.capacity": cfg.replay.capacity,
+        "replay.capacity_bytes": cfg.replay.capacity_bytes,
         "replay.priority_eps": cfg.replay.priority_eps,
         "replay.max_message_bytes": cfg.replay.max_message_bytes,
         "replay.max_frames": cfg.replay.max_frames,

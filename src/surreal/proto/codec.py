@@ -111,6 +111,13 @@ def encode(kind: str, meta: Mapping[str, Any] | None = None, arrays: Arrays | No
     return [header, *frames]
 
 
+def header_cost(meta: Mapping[str, Any], arrays: Arrays) -> int:
+    """Bytes that `meta` and the array specs of `arrays` add to a header: what a sender adds up to keep a
+    message it assembles from parts (a FIFO reply's chunks) under the receiver's `max_header_bytes`."""
+    specs = [[name, array.dtype.str, list(array.shape)] for name, array in flatten(arrays)]
+    return len(msgpack.packb(dict(meta), use_bin_type=True)) + len(msgpack.packb(specs, use_bin_type=True))
+
+
 def decode(frames: Sequence[Any], limits: Limits = Limits()) -> Message:
     """Check and decode received frames (``zmq.Frame``, bytes or memoryviews) into a `Message`."""
     if not frames:

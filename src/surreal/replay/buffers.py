@@ -1,7 +1,8 @@
 """Replay storage and samplers, composed TorchRL-style: storage holds data, a sampler picks slots.
 
 - `ChunkFifo`: on-policy. Whole time-major chunks, served once each in arrival order, oldest dropped
-  (and counted) when the capacity in transitions would be exceeded.
+  (and counted) when the capacity in transitions or bytes would be exceeded; a reply packs chunks only up
+  to the receiver's limits, and a chunk that could never fit one is refused when it arrives.
 - `TransitionStorage`: off-policy ring buffer of transitions, preallocated from the first batch, with a
   monotonic insertion id per slot so a priority update for a slot that was overwritten since it was
   sampled can be recognised and ignored.
@@ -20,12 +21,15 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from surreal.proto.codec import flatten, unflatten
+from surreal.proto.codec import Limits, ProtocolError, flatten, header_cost, unflatten
 from surreal.proto.wire import lead_dims
 from surreal.replay.sumtree import SumTree
 
 RESERVED_KEYS = frozenset({"slots", "ids", "weights"})  # what a transition batch adds next to the data
 MAX_PRIORITY = 1e6  # |TD error| above this counts as this (priorities are finite: anything else is refused)
+REPLY_HEADER_RESERVE = 4096  # header bytes a FIFO reply needs besides its chunks' (progress, ids, name prefixes)
+DEFAULT_CAPACITY_BYTES = 4 << 30
+DEFAULT_REPLY = Limits()  # a receiver with the protocol's default limits
 
 
 def flatten_time_major(arrays: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -40,10 +44,14 @@ def flatten_time_major(arrays: dict[str, Any]) -> dict[str, np.ndarray]:
 
 @dataclass
 class FifoItem:
+    """A held chunk and what it costs a reply: frames, bytes, and header bytes (its metadata and specs)."""
+
     arrays: dict[str, Any]
     meta: dict[str, Any]
     n_transitions: int
-    frames: int  # arrays in the chunk: what it costs in a reply's frame budget
+    frames: int
+    nbytes: int
+    header_bytes: int
 
 
 class ChunkFifo:
@@ -51,12 +59,17 @@ class ChunkFifo:
     actors produced them, so nothing is sampled or split; when the learner falls behind, the oldest
     (most off-policy) data goes first."""
 
-    def __init__(self, capacity_transitions: int) -> None:
+    def __init__(
+        self, capacity_transitions: int, capacity_bytes: int = DEFAULT_CAPACITY_BYTES, reply: Limits = DEFAULT_REPLY
+    ) -> None:
         if capacity_transitions < 1:
             raise ValueError(f"capacity must be >= 1 (got {capacity_transitions})")
         self.capacity = capacity_transitions
+        self.capacity_bytes = capacity_bytes
+        self.reply = reply  # the receiver's limits: every reply must pass its decode
         self._items: deque[FifoItem] = deque()
         self.size = 0
+        self.size_bytes = 0
         self.added_transitions = 0  # everything offered: added = size + served + dropped
         self.served_transitions = 0
         self.dropped_transitions = 0
@@ -67,38 +80,58 @@ class ChunkFifo:
         return len(self._items)
 
     def add(self, arrays: dict[str, Any], meta: dict[str, Any], n_transitions: int) -> None:
-        """Append a chunk; a chunk larger than the whole capacity could never be held, so it is dropped."""
+        """Append a chunk. One that no reply could carry is refused (`ProtocolError`), so it is never lost
+        later; one larger than the whole capacity could never be held, so it is dropped (counted)."""
         if n_transitions < 0:
             raise ValueError(f"n_transitions must be >= 0 (got {n_transitions})")
+        leaves = flatten(arrays)
+        item = FifoItem(
+            arrays,
+            meta,
+            n_transitions,
+            len(leaves),
+            sum(array.nbytes for _, array in leaves),
+            header_cost(meta, arrays),
+        )
+        if not self._fits([item]):
+            raise ProtocolError("too_large_for_reply", f"{item.nbytes} bytes, {item.frames} frames")
         self.added_transitions += n_transitions
-        if n_transitions > self.capacity:
+        if n_transitions > self.capacity or item.nbytes > self.capacity_bytes:
             self.dropped_transitions += n_transitions
             self.dropped_chunks += 1
             return
-        while self.size + n_transitions > self.capacity:
+        while self.size + n_transitions > self.capacity or self.size_bytes + item.nbytes > self.capacity_bytes:
             oldest = self._items.popleft()
             self.size -= oldest.n_transitions
+            self.size_bytes -= oldest.nbytes
             self.dropped_transitions += oldest.n_transitions
             self.dropped_chunks += 1
-        self._items.append(FifoItem(arrays, meta, n_transitions, len(flatten(arrays))))
+        self._items.append(item)
         self.size += n_transitions
+        self.size_bytes += item.nbytes
 
-    def take(self, max_transitions: int, max_frames: int | None = None) -> list[FifoItem]:
+    def _fits(self, items: list[FifoItem]) -> bool:
+        """Whether one reply can carry `items` within the receiver's frame, byte and header limits."""
+        header = REPLY_HEADER_RESERVE + sum(item.header_bytes for item in items)
+        return (
+            sum(item.frames for item in items) <= self.reply.max_frames
+            and header <= self.reply.max_header_bytes
+            and header + sum(item.nbytes for item in items) <= self.reply.max_bytes
+        )
+
+    def take(self, max_transitions: int) -> list[FifoItem]:
         """Whole chunks in arrival order: at least one if any is held (a chunk bigger than the request
-        must still flow, or it would block the queue), then more while they fit in `max_transitions`
-        and, when given, in `max_frames` arrays, the receiver's frame limit."""
+        must still flow, or it would block the queue), then more while they fit in `max_transitions` and
+        in the receiver's limits; the rest waits for the next request."""
         taken: list[FifoItem] = []
-        transitions = frames = 0
+        transitions = 0
         while self._items:
             head = self._items[0]
-            if taken and (
-                transitions + head.n_transitions > max_transitions
-                or (max_frames is not None and frames + head.frames > max_frames)
-            ):
+            if taken and (transitions + head.n_transitions > max_transitions or not self._fits([*taken, head])):
                 break
             taken.append(self._items.popleft())
             transitions += head.n_transitions
-            frames += head.frames
+            self.size_bytes -= head.nbytes
         self.size -= transitions
         self.served_transitions += transitions
         return taken
@@ -116,10 +149,11 @@ class TransitionStorage:
     was overwritten in between and the priority belongs to a transition that is gone.
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, capacity_bytes: int = DEFAULT_CAPACITY_BYTES) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1 (got {capacity})")
         self.capacity = capacity
+        self.capacity_bytes = capacity_bytes
         self.data: dict[str, np.ndarray] = {}
         self.ids = np.zeros(capacity, dtype=np.uint64)
         self.size = 0
@@ -136,6 +170,11 @@ class TransitionStorage:
         if len(lengths) != 1:
             raise ValueError(f"arrays of a batch differ in length: {sorted(lengths)}")
         if not self.data:
+            per_transition = sum(a[:1].nbytes for a in arrays.values())
+            if per_transition * self.capacity > self.capacity_bytes:
+                raise ValueError(
+                    f"{self.capacity} transitions of {per_transition} bytes exceed {self.capacity_bytes} bytes"
+                )
             self.data = {k: np.zeros((self.capacity, *a.shape[1:]), dtype=a.dtype) for k, a in arrays.items()}
         if arrays.keys() != self.data.keys():
             raise ValueError(f"batch keys {sorted(arrays)} differ from the stored {sorted(self.data)}")
@@ -254,7 +293,7 @@ class Replay(Protocol):
 
     def ready(self, batch_size: int) -> bool: ...
 
-    def sample(self, batch_size: int, max_frames: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]: ...
+    def sample(self, batch_size: int) -> tuple[dict[str, Any], dict[str, Any]]: ...
 
     def update_priorities(self, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> int: ...
 
@@ -265,8 +304,8 @@ class FifoReplay:
     """`batch_size` is the most transitions a reply carries; a reply is whole chunks nested as
     {"0": chunk0, "1": chunk1, ...} with meta {"chunks": [meta0, ...], "transitions": n}."""
 
-    def __init__(self, capacity: int) -> None:
-        self.fifo = ChunkFifo(capacity)
+    def __init__(self, capacity: int, capacity_bytes: int, reply: Limits) -> None:
+        self.fifo = ChunkFifo(capacity, capacity_bytes, reply)
 
     def add_chunk(self, arrays: dict[str, Any], meta: dict[str, Any], n_transitions: int) -> None:
         self.fifo.add(arrays, meta, n_transitions)
@@ -275,8 +314,8 @@ class FifoReplay:
         del batch_size  # a FIFO reply is "what there is, at least one chunk"
         return self.fifo.num_chunks > 0
 
-    def sample(self, batch_size: int, max_frames: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-        items = self.fifo.take(batch_size, max_frames)
+    def sample(self, batch_size: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        items = self.fifo.take(batch_size)
         arrays = {str(i): item.arrays for i, item in enumerate(items)}
         meta = {"chunks": [item.meta for item in items], "transitions": sum(item.n_transitions for item in items)}
         return arrays, meta
@@ -300,8 +339,10 @@ class TransitionReplay:
     plus `slots` (int64) and `ids` (uint64) to send back with priorities, and for a prioritized sampler
     `weights` (float32). `dropped` counts transitions overwritten by newer ones."""
 
-    def __init__(self, capacity: int, sampler: UniformSampler | PrioritizedSampler, seed: int) -> None:
-        self.storage = TransitionStorage(capacity)
+    def __init__(
+        self, capacity: int, sampler: UniformSampler | PrioritizedSampler, seed: int, capacity_bytes: int
+    ) -> None:
+        self.storage = TransitionStorage(capacity, capacity_bytes)
         self.sampler = sampler
         self.rng = np.random.default_rng(seed)
         self.served = 0
@@ -322,8 +363,7 @@ class TransitionReplay:
     def ready(self, batch_size: int) -> bool:
         return self.storage.size >= batch_size
 
-    def sample(self, batch_size: int, max_frames: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-        del max_frames  # a transition batch has one frame per stored key, far below any limit
+    def sample(self, batch_size: int) -> tuple[dict[str, Any], dict[str, Any]]:
         weights: np.ndarray | None = None
         if isinstance(self.sampler, PrioritizedSampler):
             slots, weights = self.sampler.sample(self.storage, batch_size, self.rng)
@@ -354,13 +394,22 @@ class TransitionReplay:
 
 
 def make_replay(
-    mode: str, capacity: int, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6, seed: int = 0
+    mode: str,
+    capacity: int,
+    alpha: float = 0.6,
+    beta: float = 0.4,
+    eps: float = 1e-6,
+    seed: int = 0,
+    capacity_bytes: int = DEFAULT_CAPACITY_BYTES,
+    reply: Limits = DEFAULT_REPLY,
 ) -> Replay:
-    """`fifo` (on-policy chunks), `uniform` or `prioritized` (off-policy transitions); capacity in transitions."""
+    """`fifo` (on-policy chunks), `uniform` or `prioritized` (off-policy transitions); capacity in transitions
+    and in bytes; `reply`: the receiver's limits, which a FIFO reply's packing keeps to (a transition batch
+    is one frame per stored key, far below any limit)."""
     if mode == "fifo":
-        return FifoReplay(capacity)
+        return FifoReplay(capacity, capacity_bytes, reply)
     if mode == "uniform":
-        return TransitionReplay(capacity, UniformSampler(), seed)
+        return TransitionReplay(capacity, UniformSampler(), seed, capacity_bytes)
     if mode == "prioritized":
-        return TransitionReplay(capacity, PrioritizedSampler(capacity, alpha, beta, eps), seed)
+        return TransitionReplay(capacity, PrioritizedSampler(capacity, alpha, beta, eps), seed, capacity_bytes)
     raise ValueError(f"unknown replay mode {mode!r}: fifo, uniform or prioritized")

@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from surreal.proto.codec import Limits
 from surreal.proto.wire import ShardReport, decode_chunk
-from surreal.replay.buffers import make_replay
+from surreal.replay.buffers import DEFAULT_CAPACITY_BYTES, DEFAULT_REPLY, make_replay
 
 MAX_FORWARDED_EPISODES = 1000  # finished episodes held for the next reply; older ones are only on the actors' metrics
 
@@ -29,9 +30,12 @@ class ReplayShard:
         priority_eps: float = 1e-6,
         seed: int = 0,
         shard: int = 0,
+        capacity_bytes: int = DEFAULT_CAPACITY_BYTES,
+        reply: Limits = DEFAULT_REPLY,
     ) -> None:
+        """`reply`: the learner's limits, which every reply keeps to (replay/buffers.py)."""
         self.shard, self.mode, self.capacity = shard, mode, capacity
-        self.replay = make_replay(mode, capacity, alpha, beta, priority_eps, seed + 7919 * shard)
+        self.replay = make_replay(mode, capacity, alpha, beta, priority_eps, seed + 7919 * shard, capacity_bytes, reply)
         self.forward_episodes = mode != "fifo"
         self.env_steps_in = 0
         self.finished_returns: deque[float] = deque(maxlen=MAX_FORWARDED_EPISODES)
@@ -39,7 +43,8 @@ class ReplayShard:
 
     def add(self, arrays: dict[str, Any], meta: dict[str, Any]) -> int:
         """Store one experience message's chunk; returns its transitions (T*K). Raises `ProtocolError` (bad
-        content) or ValueError (a chunk this storage cannot hold); nothing is stored then."""
+        content, or a chunk no reply could carry) or ValueError (a chunk this storage cannot hold); nothing
+        is stored or counted then."""
         chunk, chunk_meta = decode_chunk(arrays, meta)
         n = chunk.size
         self.replay.add_chunk(arrays, chunk_meta.to_meta(), n)
@@ -52,9 +57,9 @@ class ReplayShard:
     def ready(self, batch_size: int) -> bool:
         return self.replay.ready(batch_size)
 
-    def sample(self, batch_size: int, max_frames: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    def sample(self, batch_size: int) -> tuple[dict[str, Any], dict[str, Any]]:
         """A reply's arrays and meta: the data, what it holds (`transitions`), and the shard's progress."""
-        arrays, meta = self.replay.sample(batch_size, max_frames)
+        arrays, meta = self.replay.sample(batch_size)
         return arrays, {**meta, **self.report()}
 
     def report(self) -> dict[str, Any]:

@@ -63,7 +63,6 @@ class ReplayServer(Server):
         super().__init__(metrics or RoleMetrics("replay", replay.shard))
         limits = limits or Limits()
         self.replay = replay
-        self.max_frames = limits.max_frames
         self.experience_limits = accepting(limits, EXPERIENCE)
         self.request_limits = accepting(limits, SAMPLE_REQUEST, PRIORITY_UPDATE)
         self.pull = make_socket(ctx, zmq.PULL, limits, rcvhwm=64)
@@ -163,7 +162,7 @@ class ReplayServer(Server):
         waiting: deque[_Pending] = deque()
         for request in self.pending:
             if self.replay.ready(request.batch_size):
-                arrays, meta = self.replay.sample(request.batch_size, self.max_frames)
+                arrays, meta = self.replay.sample(request.batch_size)
                 served = int(meta.get("transitions", 0))
                 self.m_out.inc(served)
                 self.rate_out.add(served)
@@ -187,6 +186,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     def build(ctx: zmq.Context, settings: Settings, cfg: ExperimentConfig) -> ReplayServer:
+        # The learner decodes replies with these limits too (roles/learner.py): replies are packed to fit.
+        limits = Limits(max_frames=cfg.replay.max_frames, max_bytes=cfg.replay.max_message_bytes)
         return ReplayServer(
             ctx,
             settings.bind(settings.experience_port),
@@ -195,8 +196,10 @@ def main(args: argparse.Namespace) -> int:
                 args.mode or cfg.replay.mode,
                 args.capacity or cfg.replay.capacity,
                 *(cfg.replay.alpha, cfg.replay.beta, cfg.replay.priority_eps, cfg.seed, settings.index),
+                capacity_bytes=cfg.replay.capacity_bytes,
+                reply=limits,
             ),
-            limits=Limits(max_frames=cfg.replay.max_frames, max_bytes=cfg.replay.max_message_bytes),
+            limits=limits,
         )
 
     return serve_main("replay", build)
