@@ -179,3 +179,16 @@ def test_checkpoint_round_trip_continues_identically(pendulum):
     assert stats_a == stats_b and np.array_equal(prio_a, prio_b)
     for key, value in a.params()["actor"].items():
         np.testing.assert_array_equal(value, b.params()["actor"][key])
+
+
+def test_a_non_finite_critic_loss_skips_the_step_and_keeps_the_networks(pendulum):
+    cfg = algo_config(load_config(["algo=ddpg", "algo.hidden_sizes=[16]"]))
+    learner = ddpg.make_learner(*pendulum, cfg, torch.device("cpu"))
+    learner.update(batch(32, rewards=1.0))
+    before = {k: v.clone() for k, v in learner.critics.state_dict().items()}
+    stats, priorities = learner.update(batch(32, rewards=float("inf")))
+    assert stats["nonfinite_skipped"] == 1.0 and priorities.size == 0 and learner.updates == 1
+    for name, value in learner.critics.state_dict().items():
+        torch.testing.assert_close(value, before[name], rtol=0, atol=0, msg=name)
+    stats, _ = learner.update(batch(32, rewards=1.0))
+    assert stats["nonfinite_skipped"] == 0.0 and learner.updates == 2

@@ -15,12 +15,12 @@ from surreal.config import algo_config, load_config
 from surreal.launch.serial import run_serial
 from surreal.metrics import RoleMetrics
 from surreal.metricsfile import read_metrics
-from surreal.proto.wire import BlobMeta, Chunk
+from surreal.proto.wire import BlobMeta, Chunk, ShardReport
 from surreal.replay.shard import ReplayShard
 from surreal.roles.actor import ActorCore
 from surreal.roles.device import choose_device, update_seconds
 from surreal.roles.learner import LearnerCore
-from surreal.roles.ports import InProcessParams, InProcessReplay
+from surreal.roles.ports import InProcessParams, InProcessReplay, SampleReply
 from surreal.runtime.flow import (
     EnvStepAllowance,
     ReplayRatioLimiter,
@@ -315,3 +315,39 @@ def test_checkpoints_are_also_written_on_a_timer(tmp_path):
         "ckpt-0000000001.pt",
         "ckpt-0000000002.pt",
     ]
+
+
+class PoisonedBatches:
+    """A `BatchesIn` whose every reply holds a batch that makes the update diverge (infinite rewards)."""
+
+    shards = 1
+
+    def next(self, batch_size: int, timeout_s: float) -> SampleReply:
+        T = batch_size
+        arrays = {
+            "obs": np.zeros((T, 1, 4), np.float32),
+            "next_obs": np.zeros((T, 1, 4), np.float32),
+            "actions": np.zeros((T, 1, 1), np.float32),
+            "logprobs": np.zeros((T, 1), np.float32),
+            "rewards": np.full((T, 1), np.inf, np.float32),
+            "terminated": np.zeros((T, 1), bool),
+            "truncated": np.zeros((T, 1), bool),
+        }
+        return SampleReply(ShardReport(0, T), [Chunk(arrays, version=0, actor=0)])
+
+    def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None:
+        raise AssertionError("on-policy: no priorities")
+
+
+def test_the_learner_core_counts_and_survives_updates_that_go_non_finite(tmp_path, caplog):
+    cfg = load_config(["env=InvertedPendulum-v5", "device=cpu", "algo.batch_size=64", "algo.minibatch_size=32"])
+    metrics = RoleMetrics("learner", 0)
+    core = LearnerCore(cfg, tmp_path, PoisonedBatches(), InProcessParams(), metrics, False, logging.getLogger("t"))
+    before = {k: v.copy() for k, v in core.algo_learner.params()["policy"].items()}
+    with caplog.at_level(logging.WARNING):
+        assert core.step(0.0) and core.step(0.0)
+    core.close()
+    assert core.skipped == 2 and "went non-finite and was skipped" in caplog.text
+    assert metrics.registry.get_sample_value("surreal_learner_updates_skipped_total", metrics.labels) == 2
+    for name, value in core.algo_learner.params()["policy"].items():
+        np.testing.assert_array_equal(value, before[name])

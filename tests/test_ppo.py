@@ -171,6 +171,7 @@ def test_update_reports_its_statistics_anneals_and_counts(setup):
         "explained_variance",
         "lr",
         "batch_transitions",
+        "nonfinite_skipped",
     }
     assert all(isinstance(v, float) for v in stats.values())
     assert stats["lr"] == pytest.approx(cfg.lr * 0.75) and stats["batch_transitions"] == 128
@@ -385,3 +386,25 @@ def test_cuda_graph_update_matches_the_eager_one(setup):
     assert stats_graphed == pytest.approx(stats_eager, abs=1e-4)
     for (name, a), (_, b) in zip(eager.model.state_dict().items(), graphed.model.state_dict().items(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-4, msg=name)
+
+
+def test_a_non_finite_update_is_undone_and_the_next_one_learns(setup):
+    envs, cfg, learner, policy = setup
+    policy.load_params(learner.params())
+    collector = RolloutCollector(envs, policy, chunk_steps=64, actor_index=0)
+    good = [collector.collect(0), collector.collect(0)]
+    learner.update(good, progress=0.0)  # optimizer state exists from here on
+    before = {k: v.clone() for k, v in learner.model.state_dict().items()}
+    moments = [t.clone() for t in learner._updated_in_place()]
+    poisoned = [
+        dataclasses.replace(c, arrays={**c.arrays, "rewards": np.full_like(c.arrays["rewards"], np.inf)}) for c in good
+    ]
+    stats = learner.update(poisoned, progress=0.1)
+    assert stats["nonfinite_skipped"] == 1.0 and learner.updates == 1
+    for name, value in learner.model.state_dict().items():
+        torch.testing.assert_close(value, before[name], rtol=0, atol=0, msg=name)
+    for now, then in zip(learner._updated_in_place(), moments, strict=True):
+        torch.testing.assert_close(now, then, rtol=0, atol=0)
+    stats = learner.update(good, progress=0.2)
+    assert stats["nonfinite_skipped"] == 0.0 and learner.updates == 2
+    assert any(not torch.equal(v, before[k]) for k, v in learner.model.state_dict().items())

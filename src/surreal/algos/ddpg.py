@@ -243,13 +243,18 @@ class DDPGLearner:
 
     def update(self, arrays: dict[str, Any]) -> tuple[dict[str, float], np.ndarray]:
         """One gradient step of the critic(s) on a sampled batch (and of the actor every `policy_delay`-th);
-        returns statistics and the new priorities |TD error| of the batch's transitions."""
+        returns statistics and the new priorities |TD error| of the batch's transitions. A non-finite critic
+        loss skips the step (`nonfinite_skipped` = 1, no priorities)."""
         cfg = self.cfg
         b = self._tensors(arrays)
         target = self._target(b)
         q_values = [critic(b["obs"], b["actions"]) for critic in self.critics]
         # Importance weights correct prioritized sampling's bias (all ones for uniform replay).
         critic_loss = sum((b["weights"] * (q - target) ** 2).mean() for q in q_values)
+        if not torch.isfinite(critic_loss):  # diverged: skip the step, keep the networks finite
+            nan = float("nan")
+            stats = {"critic_loss": nan, "actor_loss": nan, "q_mean": nan, "td_error_mean": nan}
+            return {**stats, "nonfinite_skipped": 1.0}, np.empty(0)
         self.critic_optimizer.zero_grad()
         critic_loss.backward()
         if cfg.max_grad_norm is not None:
@@ -278,6 +283,7 @@ class DDPGLearner:
             "actor_loss": self.last_actor_loss,
             "q_mean": q_values[0].detach().mean().item(),
             "td_error_mean": float(td_errors.mean()),
+            "nonfinite_skipped": 0.0,
         }
         return stats, td_errors
 

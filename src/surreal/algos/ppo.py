@@ -335,6 +335,9 @@ class PPOLearner:
     def update(self, chunks: list[Chunk], progress: float) -> dict[str, float]:
         """One learner step on a batch of chunks; `progress` in [0, 1] drives learning-rate annealing.
 
+        A step that leaves a loss or a parameter non-finite (a diverged update) is undone: parameters and
+        optimizer state go back to where they were, and the statistics say `nonfinite_skipped` = 1.
+
         Minibatches have a fixed shape: each epoch draws a permutation of the batch and cuts its first
         `batch // minibatch_size * minibatch_size` entries into minibatches; the remainder (fewer than
         minibatch_size transitions, a different random few each epoch) sits that epoch out. The device is
@@ -346,7 +349,11 @@ class PPOLearner:
             group["lr"].fill_(lr)  # the tensor a captured graph reads
         else:
             group["lr"] = lr
+        # What a diverged update must not leave behind: the return statistics `prepare` moves, and below
+        # the parameters and optimizer state.
+        ret_rms, return_carry = self.ret_rms.state(), dict(self.return_carry)
         b = self.prepare(chunks)
+        saved = [t.detach().clone() for t in self._updated_in_place()]
         batch_size = len(b["obs"])
         minibatch_size = min(cfg.minibatch_size, batch_size)
         num_minibatches = batch_size // minibatch_size
@@ -363,24 +370,48 @@ class PPOLearner:
             if cfg.target_kl is not None and stats[STEP_STATS.index("approx_kl")].item() > cfg.target_kl:
                 break
 
-        # Statistics move only after the update, so this batch was normalized as its actors saw it.
-        if cfg.obs_norm:
-            for chunk in chunks:
-                raw = np.asarray(chunk.arrays["obs"])
-                self.obs_rms.update(raw.reshape(-1, raw.shape[-1]))
-        self.updates += 1
-        self.env_steps_consumed += batch_size
         var_y = b["returns"].var(correction=0)
         explained_variance = 1 - (b["returns"] - b["values"]).var(correction=0) / var_y
-        last = torch.cat([stats[:-1], (clipfrac_sum / steps)[None], var_y[None], explained_variance[None]])
-        *losses, clipfrac, var_y_host, explained = last.tolist()  # the one wait for the device
+        finite = torch.stack([torch.isfinite(t).all() for t in (stats, *self.model.parameters())]).all()
+        last = torch.cat(
+            [stats[:-1], (clipfrac_sum / steps)[None], var_y[None], explained_variance[None], finite[None]]
+        )
+        *losses, clipfrac, var_y_host, explained, all_finite = last.tolist()  # the one wait for the device
+        if not all_finite:  # a diverged step: the update never happened
+            self._restore_in_place(saved)
+            self.ret_rms.load(ret_rms)
+            self.return_carry = return_carry
+        else:
+            # Statistics move only after the update, so this batch was normalized as its actors saw it.
+            if cfg.obs_norm:
+                for chunk in chunks:
+                    raw = np.asarray(chunk.arrays["obs"])
+                    self.obs_rms.update(raw.reshape(-1, raw.shape[-1]))
+            self.updates += 1
+            self.env_steps_consumed += batch_size
         return {
             **dict(zip(STEP_STATS[:-1], losses, strict=True)),
             "clipfrac": clipfrac,
             "explained_variance": float("nan") if var_y_host == 0 else explained,
             "lr": lr,
             "batch_transitions": float(batch_size),
+            "nonfinite_skipped": 0.0 if all_finite else 1.0,
         }
+
+    def _updated_in_place(self) -> list[torch.Tensor]:
+        """What an update changes: the parameters and the optimizer's state (moments, step counts)."""
+        state = [v for per_param in self.optimizer.state.values() for v in per_param.values() if torch.is_tensor(v)]
+        return [*self.model.parameters(), *state]
+
+    @torch.no_grad()
+    def _restore_in_place(self, saved: list[torch.Tensor]) -> None:
+        """Put back what `_updated_in_place` held before the update, copying into the same tensors (a
+        captured CUDA graph keeps reading them); optimizer state the update created starts from zero."""
+        for i, tensor in enumerate(self._updated_in_place()):
+            if i < len(saved):
+                tensor.copy_(saved[i])
+            else:
+                tensor.zero_()
 
     # -- parameters and checkpoints -----------------------------------------------------------------
 

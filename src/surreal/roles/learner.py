@@ -115,6 +115,8 @@ class LearnerCore:
         self.incarnation = uuid.uuid4().hex[:12]
         self.recorder = Recorder(run_dir, metrics)
         self.wall = WallTime(metrics)
+        self.m_skipped = metrics.counter("learner_updates_skipped_total", "updates undone for going non-finite")
+        self.skipped = 0
         self.recorder.counters(self.counters.env_steps, self.counters.updates, self.counters.stale_dropped)
         if cfg.algo.on_policy:
             self.staleness = staleness_bound(cfg)
@@ -204,6 +206,7 @@ class LearnerCore:
         with self.wall.phase("update"):
             stats = cast(OnPolicyLearner, self.algo_learner).update(kept, fraction_done)
         update_s = time.perf_counter() - started
+        self._note_skipped(stats)
         lag_mean = float(np.mean([max(0, c.version - chunk.version) for chunk in batch]))
         c.updates += 1
         c.version += 1
@@ -220,20 +223,34 @@ class LearnerCore:
             stats, priorities = cast(OffPolicyLearner, self.algo_learner).update(batch)
         update_s = time.perf_counter() - started
         c.updates += 1
-        self.interval.append(stats)
+        skipped = self._note_skipped(stats)
+        if not skipped:
+            self.interval.append(stats)
         with self.wall.phase("io"):
-            if self.cfg.replay.mode == "prioritized":
+            if self.cfg.replay.mode == "prioritized" and not skipped:
                 slots, ids = np.asarray(batch["slots"]), np.asarray(batch["ids"])
                 self.batches.send_priorities(shard, slots, ids, priorities.astype(np.float64))
             if c.updates % self.limiter.publish_interval == 0:
                 c.version += 1
                 self.publish()
-            if c.updates % OFF_POLICY_ROW_UPDATES == 0:
+            if c.updates % OFF_POLICY_ROW_UPDATES == 0 and self.interval:
                 means = {k: float(np.mean([row[k] for row in self.interval])) for k in self.interval[0]}
                 self.interval.clear()
                 self._record(means, update_s)
             if self._checkpoint_due(c.updates % (OFF_POLICY_ROW_UPDATES * self.cfg.learner.checkpoint_interval) == 0):
                 self.checkpoint()
+
+    def _note_skipped(self, stats: dict[str, float]) -> bool:
+        """Count (and log, now and then) an update the algorithm undid because it went non-finite."""
+        if not stats.get("nonfinite_skipped"):
+            return False
+        self.m_skipped.inc()
+        self.skipped += 1
+        if self.skipped == 1 or self.skipped % 100 == 0:
+            self.log.warning(
+                "update %d went non-finite and was skipped (%d so far)", self.counters.updates, self.skipped
+            )
+        return True
 
     def _record(self, stats: dict[str, float], update_s: float, lag_mean: float | None = None) -> None:
         c = self.counters
