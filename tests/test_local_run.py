@@ -101,16 +101,39 @@ def runs(tmp_path):
         run.close()
 
 
-def test_bad_config_fails_fast_with_a_clear_message(tmp_path):
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["run", "topology.actorz=2"], "topology.actorz"),
+        (["run", "env=HalfCheeta-v5"], "did you mean 'HalfCheetah-v5'"),
+        (["run", "name=" + "x" * 150], "at most 100"),
+    ],
+)
+def test_bad_config_fails_fast_with_a_clear_message(tmp_path, args, says):
     out = subprocess.run(
-        [sys.executable, "-m", "surreal", "run", "topology.actorz=2"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
+        [sys.executable, "-m", "surreal", *args], capture_output=True, text=True, timeout=60, cwd=tmp_path
     )
-    assert out.returncode == 2 and "topology.actorz" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) <= 3, "a short message, not a wall of tracebacks"
     assert not (tmp_path / "runs").exists(), "nothing started for a bad config"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("SURREAL_PS_PORT", "abc"),
+        ("SURREAL_INDEX", "-1"),
+        ("SURREAL_REPLAY_ADDRS", ","),
+        ("SURREAL_CONFIG", "/nope.yaml"),
+    ],
+)
+def test_a_bad_surreal_variable_is_one_line_naming_it(tmp_path, variable, value):
+    env = {**os.environ, variable: value}
+    out = subprocess.run(
+        [sys.executable, "-m", "surreal", "role", "ps"], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.count("\n") == 1 and (variable in out.stderr or value in out.stderr), out.stderr
 
 
 def test_deterministic_runs_write_identical_metrics(runs):

@@ -41,7 +41,7 @@ def test_run_name_is_the_configured_one_or_timestamp_algo_env(cfg):
 
 
 def test_create_run_folder_writes_resolved_config_and_reproduce_info(cfg, runs_root):
-    run_dir, named = create_run_folder(replace(cfg, name="r1"), ["env=Hopper-v5", "seed=7", "actors=3"])
+    run_dir, named, _lock = create_run_folder(replace(cfg, name="r1"), ["env=Hopper-v5", "seed=7", "actors=3"])
     assert run_dir == (runs_root / "r1").resolve() and named.name == "r1"
     assert (run_dir / "logs").is_dir() and (run_dir / "checkpoints").is_dir()
     assert read_config(run_dir / "config.yaml") == named
@@ -54,9 +54,22 @@ def test_create_run_folder_writes_resolved_config_and_reproduce_info(cfg, runs_r
     assert reproduce["command"] == sys.argv
     assert reproduce["overrides"] == ["env=Hopper-v5", "seed=7", "actors=3"]
 
+    with pytest.raises(ConfigError, match=r"in use by another launcher \(pid \d+\)"):
+        create_run_folder(replace(cfg, name="r1"))  # this launcher still holds it
+    _lock.release()
     (run_dir / "metrics.jsonl").write_text(rows_text({"env_steps": 1, "updates": 1}))
     with pytest.raises(ConfigError, match="already holds a run"):
         create_run_folder(replace(cfg, name="r1"))
+
+
+def test_a_run_folder_that_cannot_be_made_or_named_is_one_clear_error(cfg, runs_root, monkeypatch, tmp_path):
+    with pytest.raises(ConfigError, match="folder name of at most 100"):
+        run_name(replace(cfg, name="x" * 101))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("SURREAL_RUNS_ROOT", str(blocker / "runs"))  # a runs folder inside a file
+    with pytest.raises(ConfigError, match="cannot create the run folder"):
+        create_run_folder(replace(cfg, name="r2"))
 
 
 def test_git_state_is_unknown_outside_a_checkout(tmp_path):
@@ -64,7 +77,7 @@ def test_git_state_is_unknown_outside_a_checkout(tmp_path):
 
 
 def test_summary_takes_eval_and_the_last_complete_metrics_row(cfg, runs_root):
-    run_dir, named = create_run_folder(replace(cfg, name="done"))
+    run_dir, named, _ = create_run_folder(replace(cfg, name="done"))
     rows = rows_text(
         {"env_steps": 2048, "updates": 1, "train_return_mean": None},
         {"env_steps": 4096, "updates": 2, "train_return_mean": 12.5},
@@ -98,7 +111,7 @@ def test_summary_takes_eval_and_the_last_complete_metrics_row(cfg, runs_root):
 
 
 def test_summary_of_a_run_that_ended_before_its_first_update(cfg, runs_root):
-    run_dir, named = create_run_folder(replace(cfg, name="early"))
+    run_dir, named, _ = create_run_folder(replace(cfg, name="early"))
     summary = write_summary(run_dir, named, 3.0, "failed", {"actor-0": 5}, reason="actor-0 exhausted its restarts")
     assert summary["env_steps"] == 0 and summary["updates"] == 0 and summary["env_steps_per_s"] == 0.0
     assert summary["eval_return_mean"] is None and summary["train_return_mean"] is None

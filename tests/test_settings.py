@@ -58,7 +58,7 @@ def test_hold_when_done_reads_a_flag(value, expected):
         ({"SURREAL_REPLAY_ADDRS": "host:1"}, "neither"),
         ({"SURREAL_PS_ADDRS": " , "}, "empty address list"),
         ({"SURREAL_LEARNER_ADDR": ":7003"}, "has no host"),
-        ({"SURREAL_SAMPLE_PORT": "seven"}, "invalid literal"),
+        ({"SURREAL_SAMPLE_PORT": "seven"}, "SURREAL_SAMPLE_PORT=.seven. is not an integer"),
     ],
 )
 def test_a_bad_value_is_a_settings_error_naming_it(env, message):

@@ -15,6 +15,9 @@ import argparse
 import importlib
 import sys
 
+from surreal.config import ConfigError
+from surreal.settings import SettingsError
+
 ROLES = {
     "replay": ("surreal.roles.replay", "replay shard: FIFO / uniform / prioritized experience storage"),
     "ps": ("surreal.roles.ps", "parameter server replica: serves the latest parameters to actors"),
@@ -69,7 +72,12 @@ def main(argv: list[str] | None = None) -> int:
             prog=f"surreal role {args.role}", description=ROLES[args.role][1], epilog=ENVIRONMENT_HELP
         )
         module.add_arguments(role_parser)
-        return int(module.main(role_parser.parse_args(rest)))
+        role_args = role_parser.parse_args(rest)
+        try:
+            return int(module.main(role_args))
+        except (SettingsError, ConfigError) as exc:  # a SURREAL_* variable or the config file: one line
+            print(f"surreal role {args.role}: {exc}", file=sys.stderr)
+            return 2
     if args.command == "run":
         from surreal.launch.local import run_experiment
 

@@ -11,9 +11,13 @@ warning, so it cannot be filtered here.
 
 from __future__ import annotations
 
+import difflib
+import importlib
 from typing import Any
 
 import gymnasium as gym
+
+from surreal.config import ConfigError
 
 
 def make_vec_env(
@@ -38,3 +42,21 @@ def make_env(env_id: str, seed: int, env_kwargs: dict[str, Any] | None = None) -
     env = gym.make(env_id, **(env_kwargs or {}))
     env.reset(seed=seed)
     return env
+
+
+def check_env_id(env_id: str) -> None:
+    """Raise ConfigError, with the nearest registered ids, unless `env_id` is in Gymnasium's registry (after
+    importing the module of a `module:Name` id, as `gym.make` would). Checked before any process starts,
+    so a typo is one clear line instead of every role crash-looping."""
+    module, sep, name = env_id.rpartition(":")
+    if sep:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ConfigError(f"env.id={env_id!r}: cannot import {module!r} ({exc})") from None
+    registered = gym.envs.registry
+    if (name if sep else env_id) in registered:
+        return
+    near = difflib.get_close_matches(name if sep else env_id, list(registered), n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else ""
+    raise ConfigError(f"env.id={env_id!r} is not a registered Gymnasium environment{hint}")

@@ -93,28 +93,23 @@ class Settings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
-        try:
-            return cls(
-                index=_index(env),
-                bind_host=env.get("SURREAL_BIND_HOST", "127.0.0.1"),
-                experience_port=_port(env, "SURREAL_EXPERIENCE_PORT", DEFAULT_EXPERIENCE_PORT),
-                sample_port=_port(env, "SURREAL_SAMPLE_PORT", DEFAULT_SAMPLE_PORT),
-                params_pub_port=_port(env, "SURREAL_PARAMS_PUB_PORT", DEFAULT_PARAMS_PUB_PORT),
-                ps_port=_port(env, "SURREAL_PS_PORT", DEFAULT_PS_PORT),
-                metrics_port=_port(env, "SURREAL_METRICS_PORT", DEFAULT_METRICS_PORT, allow_zero=True),
-                replay=tuple(_replay_entry(e) for e in _split(env.get("SURREAL_REPLAY_ADDRS", "127.0.0.1"))),
-                learner_addr=_host_port(env.get("SURREAL_LEARNER_ADDR", "127.0.0.1"), DEFAULT_PARAMS_PUB_PORT),
-                ps_addrs=tuple(
-                    _host_port(e, DEFAULT_PS_PORT) for e in _split(env.get("SURREAL_PS_ADDRS", "127.0.0.1"))
-                ),
-                config_path=Path(env["SURREAL_CONFIG"]) if env.get("SURREAL_CONFIG") else None,
-                run_dir=Path(env.get("SURREAL_RUN_DIR", str(Path("runs") / "default"))),
-                hold_when_done=_flag(env, "SURREAL_HOLD_WHEN_DONE"),
-            )
-        except SettingsError:
-            raise
-        except ValueError as exc:  # int() of a malformed value
-            raise SettingsError(str(exc)) from exc
+        return cls(
+            index=_index(env),
+            bind_host=env.get("SURREAL_BIND_HOST", "127.0.0.1"),
+            experience_port=_port(env, "SURREAL_EXPERIENCE_PORT", DEFAULT_EXPERIENCE_PORT),
+            sample_port=_port(env, "SURREAL_SAMPLE_PORT", DEFAULT_SAMPLE_PORT),
+            params_pub_port=_port(env, "SURREAL_PARAMS_PUB_PORT", DEFAULT_PARAMS_PUB_PORT),
+            ps_port=_port(env, "SURREAL_PS_PORT", DEFAULT_PS_PORT),
+            metrics_port=_port(env, "SURREAL_METRICS_PORT", DEFAULT_METRICS_PORT, allow_zero=True),
+            replay=tuple(_replay_entry(e) for e in _split(env, "SURREAL_REPLAY_ADDRS")),
+            learner_addr=_host_port(env.get("SURREAL_LEARNER_ADDR", "127.0.0.1"), DEFAULT_PARAMS_PUB_PORT),
+            ps_addrs=tuple(
+                _host_port(e, DEFAULT_PS_PORT) for e in _split(env, "SURREAL_PS_ADDRS")
+            ),
+            config_path=Path(env["SURREAL_CONFIG"]) if env.get("SURREAL_CONFIG") else None,
+            run_dir=Path(env.get("SURREAL_RUN_DIR", str(Path("runs") / "default"))),
+            hold_when_done=_flag(env, "SURREAL_HOLD_WHEN_DONE"),
+        )
 
     def to_env(self) -> dict[str, str]:
         """The inverse of `from_env`: what a launcher puts in a child's environment."""
@@ -137,23 +132,31 @@ class Settings:
         return env
 
 
-def _split(value: str) -> list[str]:
+def _split(env: Mapping[str, str], name: str) -> list[str]:
+    value = env.get(name, "127.0.0.1")
     items = [v.strip() for v in value.split(",") if v.strip()]
     if not items:
-        raise SettingsError(f"empty address list {value!r}")
+        raise SettingsError(f"{name}={value!r} is an empty address list")
     return items
 
 
 def _index(env: Mapping[str, str]) -> int:
     """SURREAL_INDEX, else the ordinal a StatefulSet puts at the end of the pod's hostname."""
     if "SURREAL_INDEX" in env:
-        value = int(env["SURREAL_INDEX"])
+        value = _int("SURREAL_INDEX", env["SURREAL_INDEX"])
     else:
         match = re.search(r"-(\d+)$", env.get("HOSTNAME", ""))
         value = int(match.group(1)) if match else 0
     if value < 0:
         raise SettingsError(f"SURREAL_INDEX must be >= 0, got {value}")
     return value
+
+
+def _int(name: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise SettingsError(f"{name}={value!r} is not an integer") from None
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
@@ -164,7 +167,7 @@ def _flag(env: Mapping[str, str], name: str) -> bool:
 
 
 def _port(env: Mapping[str, str], name: str, default: int, allow_zero: bool = False) -> int:
-    value = int(env.get(name, default))
+    value = _int(name, env.get(name, str(default)))
     if not (0 if allow_zero else 1) <= value <= 65535:
         raise SettingsError(f"{name}={value} is not a valid port")
     return value
@@ -174,7 +177,7 @@ def _host_port(entry: str, default_port: int) -> str:
     host, _, port = entry.removeprefix("tcp://").partition(":")
     if not host:
         raise SettingsError(f"address {entry!r} has no host")
-    return f"tcp://{host}:{int(port) if port else default_port}"
+    return f"tcp://{host}:{_int(f'port of address {entry!r}', port) if port else default_port}"
 
 
 def _replay_entry(entry: str) -> ReplayEndpoint:
@@ -182,5 +185,6 @@ def _replay_entry(entry: str) -> ReplayEndpoint:
     if len(parts) == 1:
         return ReplayEndpoint(parts[0])
     if len(parts) == 3 and parts[0]:
-        return ReplayEndpoint(parts[0], int(parts[1]), int(parts[2]))
+        where = f"port of replay address {entry!r}"
+        return ReplayEndpoint(parts[0], _int(where, parts[1]), _int(where, parts[2]))
     raise SettingsError(f"replay address {entry!r} is neither 'host' nor 'host:experience_port:sample_port'")

@@ -23,9 +23,9 @@ REPLAY_MODES = ("fifo", "uniform", "prioritized")  # what `auto` resolves to, or
 # A run's name is its folder's name (runs/<name>): a letter or digit, then letters, digits, '.', '_', '-'.
 # The launcher, this schema and the chart's values.schema.json all use these.
 _RUN_NAME_CHARS = "A-Za-z0-9._-"
-RUN_NAME = re.compile(rf"[A-Za-z0-9][{_RUN_NAME_CHARS}]*")
+RUN_NAME = re.compile(rf"[A-Za-z0-9][{_RUN_NAME_CHARS}]{{0,99}}")  # at most 100: a folder name, with room to spare
 NOT_IN_RUN_NAME = re.compile(rf"[^{_RUN_NAME_CHARS}]")  # what the launcher replaces in a generated name
-RUN_NAME_RULE = "must be a folder name: letters, digits, '.', '_', '-'"
+RUN_NAME_RULE = "must be a folder name of at most 100 characters: letters, digits, '.', '_', '-'"
 DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from surreal.config import ConfigError, ExperimentConfig, load_config
+from surreal.envs import check_env_id
 from surreal.launch.progress import ProgressView, format_duration
 from surreal.launch.runfolder import create_run_folder, write_summary
 from surreal.launch.supervisor import ProcessSpec, Restart, Supervisor
@@ -132,7 +133,8 @@ def run_experiment(overrides: list[str], live: bool = True) -> int:
     """Run one experiment locally. Exit code: 0 completed, 1 failed, 2 bad config, 130 interrupted."""
     try:
         cfg = load_config(overrides)
-        run_dir, cfg = create_run_folder(cfg, overrides)
+        check_env_id(cfg.env.id)
+        run_dir, cfg, lock = create_run_folder(cfg, overrides)
     except ConfigError as exc:
         print(f"surreal: {exc}", file=sys.stderr)
         return 2
@@ -143,7 +145,7 @@ def run_experiment(overrides: list[str], live: bool = True) -> int:
         f"logs in {run_dir / 'logs'}",
         flush=True,
     )
-    with StopFlag() as stop:
+    with lock, StopFlag() as stop:
         outcome = supervise(cfg, run_dir, plan_processes(cfg, run_dir, os.environ), stop, live)
         summary = write_summary(run_dir, cfg, outcome.wall_s, outcome.status, outcome.restarts, outcome.reason)
         print_result(summary)

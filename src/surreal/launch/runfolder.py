@@ -14,6 +14,7 @@ The root is `SURREAL_RUNS_ROOT` (default `./runs`).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import platform
@@ -88,19 +89,54 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     atomic_write_text(path, json.dumps(data, indent=2) + "\n")
 
 
-def create_run_folder(cfg: ExperimentConfig, overrides: Sequence[str] = ()) -> tuple[Path, ExperimentConfig]:
-    """Make `<root>/<name>/{logs,checkpoints}` with config.yaml and reproduce.json.
+class RunFolderLock:
+    """An exclusive lock on a run folder, held by the launcher that runs in it (released on exit, also when
+    the launcher dies: the kernel drops a dead process's flock), so two launchers never share one folder."""
 
-    Returns the absolute folder and the config with its name filled in. A folder that already holds a
-    run (metrics.jsonl) is refused rather than mixed into: the learner appends to that file.
+    def __init__(self, run_dir: Path) -> None:
+        self.file = open(run_dir / ".launcher.lock", "a+", encoding="utf-8")  # noqa: SIM115
+        try:
+            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.file.seek(0)
+            owner = self.file.read().strip() or "?"
+            self.file.close()
+            raise ConfigError(f"{run_dir} is in use by another launcher (pid {owner}); choose another name=") from None
+        self.file.truncate(0)
+        self.file.write(str(os.getpid()))
+        self.file.flush()
+
+    def __enter__(self) -> RunFolderLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def release(self) -> None:
+        self.file.close()  # closing the file releases the lock
+
+
+def create_run_folder(
+    cfg: ExperimentConfig, overrides: Sequence[str] = ()
+) -> tuple[Path, ExperimentConfig, RunFolderLock]:
+    """Make `<root>/<name>/{logs,checkpoints}` with config.yaml and reproduce.json, locked for this launcher.
+
+    Returns the absolute folder, the config with its name filled in, and the lock to hold while the run
+    lasts. A folder another launcher holds, or one that already holds a run (metrics.jsonl), is refused
+    rather than mixed into: the learner appends to that file. A folder that cannot be made is one line.
     """
     name = run_name(cfg)
     cfg = replace(cfg, name=name)
     run_dir = (runs_root() / name).resolve()
+    try:
+        (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        (run_dir / "checkpoints").mkdir(exist_ok=True)
+        lock = RunFolderLock(run_dir)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the run folder {run_dir}: {exc.strerror or exc}") from None
     if (run_dir / "metrics.jsonl").exists():
+        lock.release()
         raise ConfigError(f"{run_dir} already holds a run; choose another name=")
-    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-    (run_dir / "checkpoints").mkdir(exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
     sha, dirty = git_state()
     write_json(
@@ -117,7 +153,7 @@ def create_run_folder(cfg: ExperimentConfig, overrides: Sequence[str] = ()) -> t
             "overrides": list(overrides),
         },
     )
-    return run_dir, cfg
+    return run_dir, cfg, lock
 
 
 def read_eval(run_dir: Path) -> dict[str, Any]:
