@@ -103,9 +103,7 @@ class Settings:
             metrics_port=_port(env, "SURREAL_METRICS_PORT", DEFAULT_METRICS_PORT, allow_zero=True),
             replay=tuple(_replay_entry(e) for e in _split(env, "SURREAL_REPLAY_ADDRS")),
             learner_addr=_host_port(env.get("SURREAL_LEARNER_ADDR", "127.0.0.1"), DEFAULT_PARAMS_PUB_PORT),
-            ps_addrs=tuple(
-                _host_port(e, DEFAULT_PS_PORT) for e in _split(env, "SURREAL_PS_ADDRS")
-            ),
+            ps_addrs=tuple(_host_port(e, DEFAULT_PS_PORT) for e in _split(env, "SURREAL_PS_ADDRS")),
             config_path=Path(env["SURREAL_CONFIG"]) if env.get("SURREAL_CONFIG") else None,
             run_dir=Path(env.get("SURREAL_RUN_DIR", str(Path("runs") / "default"))),
             hold_when_done=_flag(env, "SURREAL_HOLD_WHEN_DONE"),
