@@ -6,9 +6,11 @@ hands out, and check afterwards that no process it started is left.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -172,8 +174,16 @@ def test_run_survives_kill_9_of_actor_learner_and_replay(runs):
     wait_until(lambda: run.updates() >= 7, 120)
     run.role("learner").send_signal(signal.SIGKILL)
     wait_until(lambda: run.updates() >= 10, 180)
-    run.role("replay-0").send_signal(signal.SIGKILL)
-    summary = run.wait(400)
+    replay = run.role("replay-0")
+    ports = [int(replay.environ()[f"SURREAL_{kind}_PORT"]) for kind in ("EXPERIENCE", "SAMPLE")]
+    replay.send_signal(signal.SIGKILL)
+    with contextlib.ExitStack() as squatters:  # another program takes the dead replay's TCP ports meanwhile
+        for port in ports:
+            sock = squatters.enter_context(socket.socket())
+            with contextlib.suppress(OSError):  # already bound again by something else: taken all the same
+                sock.bind(("127.0.0.1", port))
+                sock.listen()
+        summary = run.wait(400)
     assert summary["status"] == "completed", summary
     assert summary["restarts"]["actor-0"] >= 1
     assert summary["restarts"]["learner"] >= 1

@@ -68,8 +68,23 @@ def test_a_bad_value_is_a_settings_error_naming_it(env, message):
 
 def test_the_table_documents_every_variable_a_launcher_writes_and_the_readme_mirrors_it():
     documented = documented_variables()
-    written = set(Settings(config_path=Path("x.yaml")).to_env())
+    written = set(Settings(config_path=Path("x.yaml"), ipc_dir=Path("/tmp/s")).to_env())
     assert set(documented) == written
     readme = README.read_text()
     missing = [name for name in documented if f"`{name}`" not in readme]
     assert not missing, f"README's SURREAL_* table lacks {missing}"
+
+
+def test_with_an_ipc_dir_every_zmq_address_is_a_unix_socket_named_by_its_port():
+    settings = Settings(
+        replay=(ReplayEndpoint("127.0.0.1", 8001, 8002),),
+        learner_addr="tcp://127.0.0.1:8003",
+        ps_addrs=("tcp://127.0.0.1:8004",),
+        ipc_dir=Path("/tmp/surreal-x"),
+    )
+    again = Settings.from_env(settings.to_env())
+    assert again == settings
+    assert again.bind(8001) == again.experience_addrs[0] == "ipc:///tmp/surreal-x/8001"
+    assert again.sample_addrs == ["ipc:///tmp/surreal-x/8002"]
+    assert again.connect(again.learner_addr) == "ipc:///tmp/surreal-x/8003"
+    assert Settings().connect("tcp://ps-0:7004") == "tcp://ps-0:7004", "unset: TCP as given"

@@ -7,11 +7,14 @@ one process from colliding, and lets each role name exactly what it exports. Eve
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+log = logging.getLogger("surreal.metrics")
 
 
 class RoleMetrics:
@@ -40,7 +43,11 @@ class RoleMetrics:
         """Start the /metrics endpoint (port 0: none). Returns the port actually bound."""
         if port == 0:
             return None
-        self._server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        try:
+            self._server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as exc:  # taken meanwhile (a restarted local role): serve on a free port, say which
+            self._server, _thread = start_http_server(0, addr=host, registry=self.registry)
+            log.warning("metrics port %d unavailable (%s); serving on %d", port, exc, self._server.server_port)
         self.port = self._server.server_port
         return self.port
 

@@ -19,11 +19,16 @@ hand on a laptop finds its peers on 127.0.0.1 with the default ports.
 | SURREAL_CONFIG            | every role              | path of the resolved experiment config (YAML)                | unset: built-in defaults |
 | SURREAL_RUN_DIR           | learner, actor          | run folder: checkpoints, metrics.jsonl, eval.json            | ./runs/default |
 | SURREAL_HOLD_WHEN_DONE    | learner, actor          | 1: once training is done, stay up idle until SIGTERM         | 0 |
+| SURREAL_IPC_DIR           | replay, ps, learner, actor | set: every ZMQ address `tcp://host:port` becomes `ipc://<dir>/<port>` | unset: TCP |
 
 SURREAL_HOLD_WHEN_DONE is for orchestrators that restart a container whenever it exits (the chart's
 StatefulSets): a finished learner or actor that exited would be started again, forever. With it set, the role
 keeps serving /metrics (and the learner its final `done` parameters) until it is stopped; `surreal run`
 leaves it unset, because there a finished learner's exit is what ends the run.
+
+SURREAL_IPC_DIR is for processes on one machine (`surreal run` sets it to a folder of its own): ports are then
+only names of Unix sockets in that folder, so a restarted replay or ps always gets its address back, whatever
+else took the TCP port meanwhile. /metrics stays on TCP.
 
 A replay shard's address list entry may carry its own ports (``replay-1.replay:7001:7002``); otherwise the
 default ports above apply, which is what the chart's headless Service gives every shard.
@@ -85,10 +90,25 @@ class Settings:
     config_path: Path | None = None
     run_dir: Path = field(default_factory=lambda: Path("runs") / "default")
     hold_when_done: bool = False
+    ipc_dir: Path | None = None
 
     def bind(self, port: int) -> str:
         """ZMQ endpoint a server of this process binds to."""
-        return f"tcp://{self.bind_host}:{port}"
+        return self.connect(f"tcp://{self.bind_host}:{port}")
+
+    def connect(self, address: str) -> str:
+        """The ZMQ endpoint for a `tcp://host:port` address: itself, or with SURREAL_IPC_DIR its Unix socket."""
+        if self.ipc_dir is None:
+            return address
+        return f"ipc://{self.ipc_dir / address.rpartition(':')[2]}"
+
+    @property
+    def experience_addrs(self) -> list[str]:
+        return [self.connect(r.experience) for r in self.replay]
+
+    @property
+    def sample_addrs(self) -> list[str]:
+        return [self.connect(r.sample) for r in self.replay]
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -107,6 +127,7 @@ class Settings:
             config_path=Path(env["SURREAL_CONFIG"]) if env.get("SURREAL_CONFIG") else None,
             run_dir=Path(env.get("SURREAL_RUN_DIR", str(Path("runs") / "default"))),
             hold_when_done=_flag(env, "SURREAL_HOLD_WHEN_DONE"),
+            ipc_dir=Path(env["SURREAL_IPC_DIR"]) if env.get("SURREAL_IPC_DIR") else None,
         )
 
     def to_env(self) -> dict[str, str]:
@@ -127,6 +148,8 @@ class Settings:
         }
         if self.config_path is not None:
             env["SURREAL_CONFIG"] = str(self.config_path)
+        if self.ipc_dir is not None:
+            env["SURREAL_IPC_DIR"] = str(self.ipc_dir)
         return env
 
 

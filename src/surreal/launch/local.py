@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -45,9 +46,13 @@ def free_ports(count: int) -> list[int]:
         return [sock.getsockname()[1] for sock in socks]
 
 
-def plan_processes(cfg: ExperimentConfig, run_dir: Path, base_env: Mapping[str, str]) -> list[ProcessSpec]:
+def plan_processes(
+    cfg: ExperimentConfig, run_dir: Path, base_env: Mapping[str, str], ipc_dir: Path | None = None
+) -> list[ProcessSpec]:
     """The processes of an experiment in start order, each with the environment a pod of its role gets:
-    `base_env` plus every SURREAL_* variable (own ports, peers' addresses, config and run folder)."""
+    `base_env` plus every SURREAL_* variable (own ports, peers' addresses, config and run folder). With
+    `ipc_dir`, the roles talk over Unix sockets there (SURREAL_IPC_DIR): a restarted replay or ps gets its
+    address back even if another program took its TCP port meanwhile."""
     topo = cfg.topology
     processes = topo.replay_shards + topo.ps_replicas + 1 + topo.actors
     ports = iter(free_ports(2 * topo.replay_shards + topo.ps_replicas + 1 + processes))
@@ -61,6 +66,7 @@ def plan_processes(cfg: ExperimentConfig, run_dir: Path, base_env: Mapping[str, 
         ps_addrs=tuple(f"tcp://{LOOPBACK}:{port}" for port in ps_ports),
         config_path=run_dir / "config.yaml",
         run_dir=run_dir,
+        ipc_dir=ipc_dir,
     )
 
     def spec(role: str, index: int, restart: Restart, resume: bool = False, **own: Any) -> ProcessSpec:
@@ -145,8 +151,10 @@ def run_experiment(overrides: list[str], live: bool = True) -> int:
         f"logs in {run_dir / 'logs'}",
         flush=True,
     )
-    with lock, StopFlag() as stop:
-        outcome = supervise(cfg, run_dir, plan_processes(cfg, run_dir, os.environ), stop, live)
+    # Unix sockets live in a short folder of their own: a socket path must stay under ~100 characters.
+    with lock, tempfile.TemporaryDirectory(prefix="surreal-") as sockets, StopFlag() as stop:
+        specs = plan_processes(cfg, run_dir, os.environ, Path(sockets))
+        outcome = supervise(cfg, run_dir, specs, stop, live)
         summary = write_summary(run_dir, cfg, outcome.wall_s, outcome.status, outcome.restarts, outcome.reason)
         print_result(summary)
     return EXIT_CODES[outcome.status]

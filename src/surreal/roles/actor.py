@@ -117,8 +117,9 @@ def main(args: argparse.Namespace) -> int:
         (m_fetch_fail if reason == FETCH_TIMEOUT else m_bad.labels(reason=reason)).inc()
 
     ctx = zmq.Context()
-    experience = ZmqExperienceOut(ctx, [r.experience for r in settings.replay])
-    params = ZmqParamsIn(ctx, settings.ps_addrs, Limits(max_bytes=cfg.ps.max_message_bytes), on_error)
+    experience = ZmqExperienceOut(ctx, settings.experience_addrs)
+    ps_addrs = [settings.connect(a) for a in settings.ps_addrs]
+    params = ZmqParamsIn(ctx, ps_addrs, Limits(max_bytes=cfg.ps.max_message_bytes), on_error)
     core = ActorCore(cfg, settings.index, experience, params, metrics)
     metrics.serve(settings.bind_host, settings.metrics_port)
     log.info(
@@ -126,7 +127,7 @@ def main(args: argparse.Namespace) -> int:
         cfg.algo.name,
         cfg.topology.envs_per_actor,
         cfg.env.id,
-        ",".join(settings.ps_addrs),
+        ",".join(ps_addrs),
     )
     try:
         while not stop and not core.done:

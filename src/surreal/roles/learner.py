@@ -362,7 +362,7 @@ def main(args: argparse.Namespace) -> int:
     ctx = zmq.Context()
     limits = Limits(max_frames=cfg.replay.max_frames, max_bytes=cfg.replay.max_message_bytes)
     on_error = lambda reason: m_bad.labels(reason=reason).inc()
-    addresses = [r.sample for r in settings.replay]
+    addresses = settings.sample_addrs
     batches = BackgroundBatches(
         lambda: ZmqBatchesIn(ctx, addresses, limits, cfg.learner.prefetch, on_error),
         shards=len(addresses),

@@ -121,7 +121,7 @@ def main(args: argparse.Namespace) -> int:
     def build(ctx: zmq.Context, settings: Settings, cfg: ExperimentConfig) -> ParamServer:
         return ParamServer(
             ctx,
-            settings.learner_addr,
+            settings.connect(settings.learner_addr),
             settings.bind(settings.ps_port),
             replica=settings.index,
             limits=Limits(max_bytes=cfg.ps.max_message_bytes),
