@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 import zmq
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import free_port
@@ -227,3 +227,23 @@ def test_a_shard_fed_hostile_chunks_keeps_books_that_stay_encodable(metas):
     out, reply_meta = shard.sample(4)
     encode(SAMPLE_REPLY, reply_meta, out)  # the reply a learner gets is always encodable
     assert 0 < shard.env_steps_in <= (len(metas) + 1) * MAX_CHUNK_ENV_STEPS
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(metas=st.lists(hostile_meta, min_size=1, max_size=4), request_meta=hostile_meta)
+def test_a_live_replay_fed_hostile_content_still_answers_well_formed_requests_right(server, metas, request_meta):
+    replay, client = server
+    push, hostile, learner = client(zmq.PUSH), client(), client()
+    _, arrays = encode_chunk(chunk(), incarnation="")
+    for meta in metas:
+        push.send_multipart(encode("experience", meta, arrays))
+    hostile.send_multipart(encode(SAMPLE_REQUEST, request_meta))
+    good_meta, good_arrays = encode_chunk(chunk(value=7.0, T=40, K=2), incarnation="")
+    push.send_multipart(encode("experience", good_meta, good_arrays))
+    deadline = time.monotonic() + 5
+    while replay.replay.env_steps_in < 80 and time.monotonic() < deadline:  # the good chunk is in
+        replay.poll_once(0.01)
+    learner.send_multipart(encode(SAMPLE_REQUEST, {"id": "ok", "batch_size": 32}))
+    answer = next(m for m in replies(replay, learner, 1) if m.meta.get("id") == "ok")
+    assert answer.kind == SAMPLE_REPLY and answer.arrays["obs"].shape == (32, 3)
+    assert np.isfinite(answer.arrays["obs"]).all() and ShardReport.from_meta(answer.meta).env_steps >= 80

@@ -28,6 +28,7 @@ from surreal.proto.channels import (
     make_socket,
 )
 from surreal.proto.codec import Limits, ProtocolError, decode, encode
+from surreal.proto.wire import BlobMeta
 from surreal.roles.server import Server, accepting, endpoint, serve_main
 from surreal.settings import Settings
 
@@ -72,15 +73,13 @@ class ParamServer(Server):
 
     def _on_params(self, frames: list[zmq.Frame]) -> None:
         try:
-            # Checked in full (sizes, dtypes) though only the metadata is read: actors get these frames as-is.
-            meta = decode(frames, self.params_limits).meta
+            # Checked in full (sizes, dtypes, every metadata field) though only the version is used here:
+            # actors get these frames as they are.
+            blob = BlobMeta.from_meta(decode(frames, self.params_limits).meta)
         except ProtocolError as exc:
             self.drop(exc.reason)
             return
-        version, incarnation = meta.get("version"), meta.get("incarnation", "")
-        if not isinstance(version, int) or isinstance(version, bool) or not isinstance(incarnation, str):
-            self.drop("bad_params_meta")
-            return
+        version, incarnation = blob.version, blob.incarnation
         if version > self.version or incarnation != self.incarnation:
             self.frames, self.version, self.incarnation = frames, version, incarnation
             self.m_updates.inc()
@@ -91,12 +90,12 @@ class ParamServer(Server):
         try:
             message = decode(frames, self.request_limits)
         except ProtocolError as exc:
-            self.drop(exc.reason)
+            self.drop(exc.reason, identity)
             self._answer(identity, encode(ERROR, {"reason": exc.reason}), "error")
             return
         have, incarnation = message.meta.get("version"), message.meta.get("incarnation")
         if not isinstance(have, int) or not isinstance(incarnation, str):
-            self.drop("bad_request")
+            self.drop("bad_request", identity)
             self._answer(identity, encode(ERROR, {"reason": "bad_request"}), "error")
             return
         if self.frames is None or (have == self.version and incarnation == self.incarnation):

@@ -121,7 +121,7 @@ class ReplayServer(Server):
         try:
             message = decode(frames, self.request_limits)
         except ProtocolError as exc:
-            self.drop(exc.reason)
+            self.drop(exc.reason, identity)
             self.reply(identity, ERROR, {"reason": exc.reason})
             return
         if message.kind == PRIORITY_UPDATE:
@@ -129,16 +129,16 @@ class ReplayServer(Server):
             return
         batch_size = message.meta.get("batch_size")
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
-            self.drop("bad_request")
+            self.drop("bad_request", identity)
             self.reply(identity, ERROR, {"reason": "bad_request", "id": message.meta.get("id")})
             return
         if batch_size > self.replay.capacity:  # could never be answered with data: refused now, not parked
-            self.drop("bad_request")
+            self.drop("bad_request", identity)
             self.reply(identity, ERROR, {"reason": "bad_request", "id": message.meta.get("id")})
             return
         parked_by_peer = sum(request.identity == identity for request in self.pending)
         if len(self.pending) >= MAX_PENDING or parked_by_peer >= MAX_PENDING_PER_PEER:
-            self.drop("too_many_pending")
+            self.drop("too_many_pending", identity)
             self.reply(identity, ERROR, {"reason": "too_many_pending", "id": message.meta.get("id")})
             return
         self.pending.append(_Pending(identity, message.meta.get("id"), batch_size, time.monotonic() + DEFER_S))
@@ -152,7 +152,7 @@ class ReplayServer(Server):
                 raise ValueError("slots, ids and priorities must be 1-d and equally long")
             self.replay.update_priorities(slots, ids, priorities)
         except (KeyError, ValueError, TypeError, IndexError):
-            self.drop("bad_priorities")
+            self.drop("bad_priorities", identity)
             self.reply(identity, ERROR, {"reason": "bad_priorities"})
 
     def _serve_pending(self) -> None:

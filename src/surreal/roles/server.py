@@ -9,6 +9,7 @@ and dropped; the loop keeps serving. Torch-free, like the servers built on it.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -21,6 +22,8 @@ from surreal.proto.channels import send
 from surreal.proto.codec import Limits, encode
 from surreal.roles.common import StopFlag, load_config, setup_logging
 from surreal.settings import Settings
+
+log = logging.getLogger("surreal.server")
 
 REPLY_TIMEOUT_S = 1.0  # a requester that does not take its reply by then loses it; the server moves on
 POLL_S = 0.1  # how often `run` looks at the stop flag when nothing arrives
@@ -45,6 +48,7 @@ class Server:
         self.metrics = metrics
         self.m_bad = metrics.counter("messages_dropped_total", "malformed messages counted and dropped", ["reason"])
         self.bad_messages = 0
+        self.logged_reasons: set[str] = set()
         self.poller = zmq.Poller()
         self._handlers: list[tuple[zmq.Socket, Handler, int | None]] = []
 
@@ -80,10 +84,17 @@ class Server:
 
     # -- what handlers use ----------------------------------------------------------------------------
 
-    def drop(self, reason: str) -> None:
-        """Count a message refused for `reason`; the caller then forgets it."""
+    def drop(self, reason: str, peer: bytes | None = None) -> None:
+        """Count a message refused for `reason`; the caller then forgets it. The first of each reason is
+        logged with its peer (a ROUTER identity; a PUSH peer is anonymous), the rest only counted."""
         self.bad_messages += 1
         self.m_bad.labels(reason=reason).inc()
+        if reason not in self.logged_reasons:
+            self.logged_reasons.add(reason)
+            who = f"peer {peer.hex()}" if peer else "an anonymous peer"
+            log.warning(
+                "dropped a message from %s: %s (further ones are counted in messages_dropped_total)", who, reason
+            )
 
     def reply(self, identity: bytes, kind: str, meta: dict[str, Any], arrays: dict[str, Any] | None = None) -> bool:
         """Encode and send one reply to `identity`; False if it could not be sent within REPLY_TIMEOUT_S."""
