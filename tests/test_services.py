@@ -12,6 +12,7 @@ import pytest
 import zmq
 
 from conftest import loopback_settings, wait_until
+from surreal.config import load_config, save_config
 from surreal.proto.channels import ExperienceSender, ParamClient, ParamPublisher, SampleClient
 from surreal.proto.codec import Limits
 from surreal.settings import ReplayEndpoint
@@ -155,10 +156,11 @@ def test_prioritized_updates_are_routed_to_the_owning_shard(roles, ctx):
     sampler.close()
 
 
-def test_transition_replies_count_env_steps_and_hand_over_finished_episodes_once(roles, ctx):
+def test_transition_replies_count_env_steps_and_hand_over_finished_episodes_once(roles, ctx, tmp_path):
     """Off-policy learners see no chunks: a reply carries the shard's env-step count (the actor's, which
     differs from the transitions stored when actors send n-step transitions) and the episodes since."""
-    settings = loopback_settings()
+    config = save_config(load_config(["algo=ddpg", "algo.n_step=2"]), tmp_path / "ddpg.yaml")
+    settings = loopback_settings(config_path=config)  # n-step 2: 16 transitions may stand for up to 32 steps
     roles.start("replay", settings, "--mode", "uniform", "--capacity", "1000")
     endpoint = ReplayEndpoint("127.0.0.1", settings.experience_port, settings.sample_port)
     sender = ExperienceSender(ctx, [endpoint.experience])

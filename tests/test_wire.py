@@ -247,3 +247,25 @@ def test_a_live_replay_fed_hostile_content_still_answers_well_formed_requests_ri
     answer = next(m for m in replies(replay, learner, 1) if m.meta.get("id") == "ok")
     assert answer.kind == SAMPLE_REPLY and answer.arrays["obs"].shape == (32, 3)
     assert np.isfinite(answer.arrays["obs"]).all() and ShardReport.from_meta(answer.meta).env_steps >= 80
+
+
+def test_a_chunk_cannot_claim_more_env_steps_than_its_units_can_stand_for():
+    meta, arrays = encode_chunk(chunk(T=4, K=2), incarnation="")
+    assert decode_chunk(arrays, {**meta, "env_steps": 8}, max_steps_per_unit=1)[1].env_steps == 8
+    for claim in (9, 10**6):
+        with pytest.raises(ProtocolError, match="implausible_env_steps"):
+            decode_chunk(arrays, {**meta, "env_steps": claim}, max_steps_per_unit=1)
+    assert decode_chunk(arrays, {**meta, "env_steps": 24}, max_steps_per_unit=3)[1].env_steps == 24  # n-step
+    shard = ReplayShard("fifo", 100, max_steps_per_unit=1)
+    with pytest.raises(ProtocolError, match="implausible"):
+        shard.add(arrays, {**meta, "env_steps": 10**6})
+    assert shard.env_steps_in == 0, "one chunk never ends a run"
+
+
+def test_each_algorithm_bounds_the_env_steps_a_unit_of_its_data_stands_for():
+    from surreal.config import load_config
+
+    assert load_config([]).algo.max_env_steps_per_unit(1000) == 1  # PPO: one step per transition
+    assert load_config(["algo=ddpg", "algo.n_step=3"]).algo.max_env_steps_per_unit(1000) == 3
+    es = load_config(["algo=es"]).algo
+    assert es.max_env_steps_per_unit(1000) == 2000 and es.max_env_steps_per_unit(None) is None

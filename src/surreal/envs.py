@@ -60,3 +60,11 @@ def check_env_id(env_id: str) -> None:
     near = difflib.get_close_matches(name if sep else env_id, list(registered), n=3, cutoff=0.6)
     hint = f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else ""
     raise ConfigError(f"env.id={env_id!r} is not a registered Gymnasium environment{hint}")
+
+
+def max_episode_steps(env_id: str) -> int | None:
+    """The env's time limit from its registration (None: none registered)."""
+    module, sep, name = env_id.rpartition(":")
+    if sep:
+        importlib.import_module(module)  # a `module:Name` id registers its envs on import, as gym.make does
+    return gym.spec(name if sep else env_id).max_episode_steps

@@ -63,6 +63,12 @@ class AlgoConfig:
         """Units (what `batch_size` counts) in one actor message: T x K transitions unless overridden."""
         return cfg.actor.chunk_steps * cfg.topology.envs_per_actor
 
+    def max_env_steps_per_unit(self, max_episode_steps: int | None) -> int | None:
+        """The most env steps one unit of data can stand for (a transition: 1), so a chunk claiming more is
+        refused instead of advancing `total_env_steps` (docs/architecture.md). None: no bound is known."""
+        del max_episode_steps
+        return 1
+
 
 @dataclass
 class OffPolicyConfig(AlgoConfig):
@@ -162,6 +168,10 @@ class DDPGConfig(OffPolicyConfig):
     target_noise_clip: float = 0.5
     max_grad_norm: float | None = None
 
+    def max_env_steps_per_unit(self, max_episode_steps: int | None) -> int | None:
+        del max_episode_steps
+        return self.n_step  # an actor's first chunk: T steps make T - n + 1 n-step transitions
+
     def problems(self, cfg: ExperimentConfig) -> list[str]:
         out = [
             f"algo.{k} must be > 0 (got {v})"
@@ -248,6 +258,9 @@ class ESConfig(AlgoConfig):
 
     def chunk_size(self, cfg: ExperimentConfig) -> int:
         return self.pairs_per_chunk
+
+    def max_env_steps_per_unit(self, max_episode_steps: int | None) -> int | None:
+        return None if max_episode_steps is None else 2 * max_episode_steps  # a unit is two whole episodes
 
 
 # Algorithm name (the `algo` group option and the node's `name`) -> its schema.

@@ -151,9 +151,13 @@ def encode_chunk(chunk: Chunk, incarnation: str) -> tuple[dict[str, Any], dict[s
     return meta.to_meta(), chunk.arrays
 
 
-def decode_chunk(arrays: dict[str, Any], meta: Mapping[str, Any]) -> tuple[Chunk, ChunkMeta]:
+def decode_chunk(
+    arrays: dict[str, Any], meta: Mapping[str, Any], max_steps_per_unit: int | None = None
+) -> tuple[Chunk, ChunkMeta]:
     """Validate an experience message's content: arrays sharing a non-empty leading [T, K], every float
-    finite (a diverging simulation's NaN must never reach an optimizer), and the metadata's fields."""
+    finite (a diverging simulation's NaN must never reach an optimizer), the metadata's fields, and, given
+    the algorithm's `max_steps_per_unit`, env steps its T*K units can stand for (one chunk must not claim
+    a whole run)."""
     try:
         t, k = lead_dims(arrays)
     except ValueError as exc:
@@ -164,6 +168,8 @@ def decode_chunk(arrays: dict[str, Any], meta: Mapping[str, Any]) -> tuple[Chunk
         if array.dtype.kind == "f" and not np.isfinite(array).all():
             raise ProtocolError("non_finite", f"{name} holds NaN or infinity")
     chunk_meta = ChunkMeta.from_meta(meta, t * k)
+    if max_steps_per_unit is not None and chunk_meta.env_steps > t * k * max_steps_per_unit:
+        raise ProtocolError("implausible_env_steps", f"{chunk_meta.env_steps} env steps for {t * k} units")
     chunk = Chunk(
         arrays,
         chunk_meta.version,
@@ -215,7 +221,9 @@ def fifo_reply(items: list[tuple[dict[str, Any], dict[str, Any]]]) -> tuple[dict
     return arrays, {"chunks": [meta for _, meta in items]}
 
 
-def decode_fifo_reply(arrays: Mapping[str, Any], meta: Mapping[str, Any]) -> list[Chunk]:
+def decode_fifo_reply(
+    arrays: Mapping[str, Any], meta: Mapping[str, Any], max_steps_per_unit: int | None = None
+) -> list[Chunk]:
     """The chunks of a FIFO reply, each validated as an experience message is."""
     metas = meta.get("chunks", [])
     if not isinstance(metas, list) or len(metas) != len(arrays):
@@ -225,7 +233,7 @@ def decode_fifo_reply(arrays: Mapping[str, Any], meta: Mapping[str, Any]) -> lis
         chunk_arrays = arrays.get(str(i))
         if not isinstance(chunk_meta, dict) or not isinstance(chunk_arrays, dict):
             raise ProtocolError("bad_reply_meta", f"chunk {i} malformed")
-        chunks.append(decode_chunk(chunk_arrays, chunk_meta)[0])
+        chunks.append(decode_chunk(chunk_arrays, chunk_meta, max_steps_per_unit)[0])
     return chunks
 
 

@@ -32,9 +32,12 @@ class ReplayShard:
         shard: int = 0,
         capacity_bytes: int = DEFAULT_CAPACITY_BYTES,
         reply: Limits = DEFAULT_REPLY,
+        max_steps_per_unit: int | None = None,
     ) -> None:
-        """`reply`: the learner's limits, which every reply keeps to (replay/buffers.py)."""
+        """`reply`: the learner's limits, which every reply keeps to (replay/buffers.py);
+        `max_steps_per_unit`: the algorithm's bound on the env steps a chunk may claim (`decode_chunk`)."""
         self.shard, self.mode, self.capacity = shard, mode, capacity
+        self.max_steps_per_unit = max_steps_per_unit
         self.replay = make_replay(mode, capacity, alpha, beta, priority_eps, seed + 7919 * shard, capacity_bytes, reply)
         self.forward_episodes = mode != "fifo"
         self.env_steps_in = 0
@@ -45,7 +48,7 @@ class ReplayShard:
         """Store one experience message's chunk; returns its transitions (T*K). Raises `ProtocolError` (bad
         content, or a chunk no reply could carry) or ValueError (a chunk this storage cannot hold); nothing
         is stored or counted then."""
-        chunk, chunk_meta = decode_chunk(arrays, meta)
+        chunk, chunk_meta = decode_chunk(arrays, meta, self.max_steps_per_unit)
         n = chunk.size
         self.replay.add_chunk(arrays, chunk_meta.to_meta(), n)
         self.env_steps_in += chunk_meta.env_steps

@@ -34,7 +34,7 @@ import zmq
 
 from surreal.algos import OffPolicyLearner, OnPolicyLearner, get_algorithm
 from surreal.config import ExperimentConfig, algo_config
-from surreal.envs import make_env
+from surreal.envs import make_env, max_episode_steps
 from surreal.fileio import atomic_write_text
 from surreal.metrics import RoleMetrics
 from surreal.metricsfile import METRICS_FILE
@@ -363,8 +363,9 @@ def main(args: argparse.Namespace) -> int:
     limits = Limits(max_frames=cfg.replay.max_frames, max_bytes=cfg.replay.max_message_bytes)
     on_error = lambda reason: m_bad.labels(reason=reason).inc()
     addresses = settings.sample_addrs
+    max_steps_per_unit = cfg.algo.max_env_steps_per_unit(max_episode_steps(cfg.env.id))
     batches = BackgroundBatches(
-        lambda: ZmqBatchesIn(ctx, addresses, limits, cfg.learner.prefetch, on_error),
+        lambda: ZmqBatchesIn(ctx, addresses, limits, cfg.learner.prefetch, on_error, max_steps_per_unit),
         shards=len(addresses),
         batch_size=cfg.algo.batch_size,
         depth=cfg.learner.prefetch * len(addresses),

@@ -101,9 +101,11 @@ class ZmqBatchesIn:
         limits: Limits,
         prefetch: int,
         on_error: ErrorSink = ignore_error,
+        max_steps_per_unit: int | None = None,
     ) -> None:
         self.client = SampleClient(ctx, addresses, limits, prefetch, on_error=on_error)
         self.on_error = on_error
+        self.max_steps_per_unit = max_steps_per_unit  # the algorithm's bound on a chunk's env steps
 
     @property
     def shards(self) -> int:
@@ -117,7 +119,7 @@ class ZmqBatchesIn:
         try:
             report = ShardReport.from_meta({**message.meta, "shard": shard})
             if "chunks" in message.meta:
-                return SampleReply(report, decode_fifo_reply(message.arrays, message.meta))
+                return SampleReply(report, decode_fifo_reply(message.arrays, message.meta, self.max_steps_per_unit))
             return SampleReply(report, [], message.arrays)
         except ProtocolError as exc:
             self.on_error(exc.reason)

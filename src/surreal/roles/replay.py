@@ -198,6 +198,8 @@ def main(args: argparse.Namespace) -> int:
                 *(cfg.replay.alpha, cfg.replay.beta, cfg.replay.priority_eps, cfg.seed, settings.index),
                 capacity_bytes=cfg.replay.capacity_bytes,
                 reply=limits,
+                # Torch- and gymnasium-free: the env's episode limit is unknown here (ES checks at the learner).
+                max_steps_per_unit=cfg.algo.max_env_steps_per_unit(None),
             ),
             limits=limits,
         )
