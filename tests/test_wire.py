@@ -3,6 +3,7 @@ every field validated where it is decoded, bad content counted and dropped, noth
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 
@@ -13,7 +14,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import free_port
-from surreal.proto.channels import ERROR, SAMPLE_REPLY, SAMPLE_REQUEST, make_socket
+from surreal.proto.channels import (
+    ERROR,
+    PARAMS,
+    PARAMS_REQUEST,
+    PRIORITY_UPDATE,
+    SAMPLE_REPLY,
+    SAMPLE_REQUEST,
+    ParamPublisher,
+    make_socket,
+    send,
+)
 from surreal.proto.codec import ProtocolError, decode, encode
 from surreal.proto.wire import (
     MAX_CHUNK_ENV_STEPS,
@@ -28,6 +39,7 @@ from surreal.proto.wire import (
 )
 from surreal.replay.buffers import MAX_PRIORITY, PrioritizedSampler, TransitionStorage
 from surreal.replay.shard import ReplayShard
+from surreal.roles.ps import ParamServer
 from surreal.roles.replay import MAX_PENDING_PER_PEER, ReplayServer
 
 
@@ -126,7 +138,8 @@ def test_a_huge_priority_is_clamped_so_other_weights_stay_meaningful():
 def server():
     ctx = zmq.Context()
     exp, sample = free_port(), free_port()
-    replay = ReplayServer(ctx, f"tcp://127.0.0.1:{exp}", f"tcp://127.0.0.1:{sample}", ReplayShard("uniform", 1000))
+    shard = ReplayShard("prioritized", 1000)
+    replay = ReplayServer(ctx, f"tcp://127.0.0.1:{exp}", f"tcp://127.0.0.1:{sample}", shard)
     clients: list[zmq.Socket] = []
 
     def client(kind: int = zmq.DEALER) -> zmq.Socket:
@@ -230,14 +243,27 @@ def test_a_shard_fed_hostile_chunks_keeps_books_that_stay_encodable(metas):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(metas=st.lists(hostile_meta, min_size=1, max_size=4), request_meta=hostile_meta)
-def test_a_live_replay_fed_hostile_content_still_answers_well_formed_requests_right(server, metas, request_meta):
+@given(
+    metas=st.lists(hostile_meta, min_size=1, max_size=4),
+    request_meta=hostile_meta,
+    slots=st.lists(st.integers(min_value=-(2**40), max_value=2**40), min_size=1, max_size=8),
+    priorities=st.lists(st.floats(), min_size=1, max_size=8),
+)
+def test_a_live_replay_fed_hostile_content_still_answers_well_formed_requests_right(
+    server, metas, request_meta, slots, priorities
+):
     replay, client = server
     push, hostile, learner = client(zmq.PUSH), client(), client()
     _, arrays = encode_chunk(chunk(), incarnation="")
     for meta in metas:
         push.send_multipart(encode("experience", meta, arrays))
     hostile.send_multipart(encode(SAMPLE_REQUEST, request_meta))
+    update = {
+        "slots": np.array(slots, np.int64),
+        "ids": np.arange(len(slots), dtype=np.uint64),
+        "priorities": np.array(priorities[: len(slots)], np.float64),
+    }
+    hostile.send_multipart(encode(PRIORITY_UPDATE, request_meta, update))
     good_meta, good_arrays = encode_chunk(chunk(value=7.0, T=40, K=2), incarnation="")
     push.send_multipart(encode("experience", good_meta, good_arrays))
     deadline = time.monotonic() + 5
@@ -269,3 +295,37 @@ def test_each_algorithm_bounds_the_env_steps_a_unit_of_its_data_stands_for():
     assert load_config(["algo=ddpg", "algo.n_step=3"]).algo.max_env_steps_per_unit(1000) == 3
     es = load_config(["algo=es"]).algo
     assert es.max_env_steps_per_unit(1000) == 2000 and es.max_env_steps_per_unit(None) is None
+
+
+@pytest.fixture
+def ps_server():
+    ctx = zmq.Context()
+    pub_port, serve_port = free_port(), free_port()
+    publisher = ParamPublisher(ctx, f"tcp://127.0.0.1:{pub_port}")
+    ps = ParamServer(ctx, f"tcp://127.0.0.1:{pub_port}", f"tcp://127.0.0.1:{serve_port}")
+    actor = make_socket(ctx, zmq.DEALER)
+    actor.connect(f"tcp://127.0.0.1:{serve_port}")
+    yield publisher, ps, actor, itertools.count()
+    actor.close(0)
+    ps.close()
+    publisher.close()
+    ctx.term()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(blob_metas=st.lists(hostile_meta, min_size=1, max_size=3), request_meta=hostile_meta)
+def test_a_live_ps_fed_hostile_blobs_and_requests_still_serves_the_learners_blob(ps_server, blob_metas, request_meta):
+    publisher, ps, actor, turn = ps_server
+    n = next(turn)
+    weights = {"policy": {"w": np.full(4, float(n), np.float32)}}
+    for meta in blob_metas:
+        send(publisher.sock, encode(PARAMS, meta, weights), 0.0)
+    actor.send_multipart(encode(PARAMS_REQUEST, request_meta))
+    publisher.publish(n, {"incarnation": f"learner-{n}"}, weights)  # a new incarnation always replaces
+    deadline = time.monotonic() + 5
+    while ps.incarnation != f"learner-{n}" and time.monotonic() < deadline:
+        publisher.service()
+        ps.poll_once(0.01)
+    actor.send_multipart(encode(PARAMS_REQUEST, {"version": -1, "incarnation": ""}))
+    got = [m for m in replies(ps, actor, 2) if m.kind == PARAMS and m.meta.get("incarnation") == f"learner-{n}"]
+    assert got and np.array_equal(got[-1].arrays["policy"]["w"], weights["policy"]["w"])
