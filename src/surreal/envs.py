@@ -17,7 +17,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from surreal.config import ConfigError
+from surreal.config import ConfigError, ExperimentConfig
 
 
 def make_vec_env(
@@ -62,9 +62,10 @@ def check_env_id(env_id: str) -> None:
     raise ConfigError(f"env.id={env_id!r} is not a registered Gymnasium environment{hint}")
 
 
-def max_episode_steps(env_id: str) -> int | None:
-    """The env's time limit from its registration (None: none registered)."""
-    module, sep, name = env_id.rpartition(":")
+def env_steps_bound(cfg: ExperimentConfig) -> int | None:
+    """The most env steps one unit of this experiment's data may claim: the algorithm's
+    `max_env_steps_per_unit`, given the env's registered time limit."""
+    module, sep, name = cfg.env.id.rpartition(":")
     if sep:
         importlib.import_module(module)  # a `module:Name` id registers its envs on import, as gym.make does
-    return gym.spec(name if sep else env_id).max_episode_steps
+    return cfg.algo.max_env_steps_per_unit(gym.spec(name if sep else cfg.env.id).max_episode_steps)

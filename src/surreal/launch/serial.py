@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from surreal.config import ExperimentConfig
-from surreal.envs import max_episode_steps
+from surreal.envs import env_steps_bound
 from surreal.metrics import RoleMetrics
 from surreal.replay.shard import ReplayShard
 from surreal.roles.actor import ActorCore
@@ -30,8 +30,9 @@ def run_serial(cfg: ExperimentConfig, run_dir: Path, log: logging.Logger | None 
     """Train until `total_env_steps`, evaluate, and return eval.json's content (the run folder is `run_dir`)."""
     log = log or logging.getLogger("surreal.serial")
     r = cfg.replay
-    bound = cfg.algo.max_env_steps_per_unit(max_episode_steps(cfg.env.id))
-    shard = ReplayShard(r.mode, r.capacity, r.alpha, r.beta, r.priority_eps, cfg.seed, max_steps_per_unit=bound)
+    shard = ReplayShard(
+        r.mode, r.capacity, r.alpha, r.beta, r.priority_eps, cfg.seed, max_steps_per_unit=env_steps_bound(cfg)
+    )
     replay = InProcessReplay(shard)
     params = InProcessParams()
     learner = LearnerCore(cfg, run_dir, replay, params, RoleMetrics("learner", 0), resume=False, log=log)

@@ -34,7 +34,7 @@ import zmq
 
 from surreal.algos import OffPolicyLearner, OnPolicyLearner, get_algorithm
 from surreal.config import ExperimentConfig, algo_config
-from surreal.envs import make_env, max_episode_steps
+from surreal.envs import env_steps_bound, make_env
 from surreal.fileio import atomic_write_text
 from surreal.metrics import RoleMetrics
 from surreal.metricsfile import METRICS_FILE
@@ -104,9 +104,7 @@ class LearnerCore:
         self.obs_space, self.act_space = probe.observation_space, probe.action_space
         probe.close()
         self.algo = get_algorithm(cfg.algo.name)
-        self.algo_learner = self.algo.make_learner(
-            self.obs_space, self.act_space, algo_config(cfg), self.device, compile=cfg.learner.compile
-        )
+        self.algo_learner = self._new_algo_learner()
         self.checkpoints = CheckpointStore(run_dir / "checkpoints", cfg.learner.keep_checkpoints)
         self.counters = Counters()
         self.checkpointed_at = time.monotonic()
@@ -277,6 +275,11 @@ class LearnerCore:
 
     # -- state ---------------------------------------------------------------------------------------
 
+    def _new_algo_learner(self) -> OnPolicyLearner | OffPolicyLearner:
+        return self.algo.make_learner(
+            self.obs_space, self.act_space, algo_config(self.cfg), self.device, compile=self.cfg.learner.compile
+        )
+
     def _restore(self) -> bool:
         """The newest checkpoint that restores (damaged ones are set aside); False: none, start afresh."""
 
@@ -288,9 +291,7 @@ class LearnerCore:
         if self.checkpoints.restore(apply, self.log) is None:
             self.log.info("--resume: no checkpoint restores, starting fresh")
             # A checkpoint that failed half-way may have loaded part of its state: start from a new learner.
-            self.algo_learner = self.algo.make_learner(
-                self.obs_space, self.act_space, algo_config(self.cfg), self.device, compile=self.cfg.learner.compile
-            )
+            self.algo_learner = self._new_algo_learner()
             truncate_metrics(self.run_dir / METRICS_FILE, 0)
             return False
         c = self.counters
@@ -363,7 +364,7 @@ def main(args: argparse.Namespace) -> int:
     limits = Limits(max_frames=cfg.replay.max_frames, max_bytes=cfg.replay.max_message_bytes)
     on_error = lambda reason: m_bad.labels(reason=reason).inc()
     addresses = settings.sample_addrs
-    max_steps_per_unit = cfg.algo.max_env_steps_per_unit(max_episode_steps(cfg.env.id))
+    max_steps_per_unit = env_steps_bound(cfg)
     batches = BackgroundBatches(
         lambda: ZmqBatchesIn(ctx, addresses, limits, cfg.learner.prefetch, on_error, max_steps_per_unit),
         shards=len(addresses),
