@@ -328,6 +328,24 @@ class PSConfig:
 
 
 @dataclass
+class ChaosConfig:
+    """Rehearsed preemption of actors: the local launcher (launch/chaos.py) and, in a cluster, the chart's chaos
+    Job kill actors on this schedule, so a run's tolerance of lost actors can be tried anywhere. All off by
+    default; learners, replay shards and ps are never touched."""
+
+    seed: int = 0  # which actor dies when is drawn from this seed
+    kill_every_s: float = 0.0  # kill one live actor (SIGKILL) every this many seconds; 0: never
+    restart: bool = True  # killed actors are started again (at once, as a supervisor or StatefulSet would)
+    alive: int | None = None  # during the window keep only this many actors alive (None: no window)
+    window_start_s: float = 0.0  # the window opens this long after the run starts ...
+    window_s: float = 0.0  # ... and lasts this long; then the held-down actors start again
+
+    @property
+    def active(self) -> bool:
+        return self.kill_every_s > 0 or (self.alive is not None and self.window_s > 0)
+
+
+@dataclass
 class ExperimentConfig:
     name: str | None = None  # run folder name; None: a timestamped name chosen by the launcher
     algo: AlgoConfig = field(default_factory=PPOConfig)  # typed by ALGORITHMS[algo.name] when loaded
@@ -341,6 +359,7 @@ class ExperimentConfig:
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     ps: PSConfig = field(default_factory=PSConfig)
+    chaos: ChaosConfig = field(default_factory=ChaosConfig)
 
     def __post_init__(self) -> None:
         # `replay.mode: auto` follows the algorithm, so `algo=ddpg` alone gives a transition replay.
@@ -384,6 +403,15 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         need(value > 0, f"{key} must be > 0 (got {value})")
     need(cfg.seed >= 0, f"seed must be >= 0 (got {cfg.seed})")
     need(cfg.actor.rollout_ahead >= 0, f"actor.rollout_ahead must be >= 0 (got {cfg.actor.rollout_ahead})")
+    chaos = cfg.chaos
+    need(chaos.kill_every_s >= 0, f"chaos.kill_every_s must be >= 0 (got {chaos.kill_every_s})")
+    need(chaos.window_start_s >= 0, f"chaos.window_start_s must be >= 0 (got {chaos.window_start_s})")
+    need(chaos.window_s >= 0, f"chaos.window_s must be >= 0 (got {chaos.window_s})")
+    need(
+        chaos.alive is None or 0 <= chaos.alive <= cfg.topology.actors,
+        f"chaos.alive must be between 0 and topology.actors={cfg.topology.actors} (got {chaos.alive})",
+    )
+    need(not (chaos.active and cfg.deterministic), "chaos needs deterministic=false: killed actors are not replayable")
     need(cfg.learner.max_staleness >= 0, f"learner.max_staleness must be >= 0 (got {cfg.learner.max_staleness})")
     need(
         cfg.name is None or RUN_NAME.fullmatch(cfg.name) is not None,
