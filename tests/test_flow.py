@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import cast
 
 import numpy as np
 import pytest
@@ -23,11 +24,13 @@ from surreal.roles.learner import LearnerCore
 from surreal.roles.ports import InProcessParams, InProcessReplay, SampleReply
 from surreal.runtime.flow import (
     EnvStepAllowance,
+    LiveActors,
     ReplayRatioLimiter,
     ShardEnvSteps,
     StalenessBound,
     VersionThrottle,
     actor_throttle,
+    live_actors,
     replay_ratio_limiter,
     staleness_bound,
 )
@@ -50,8 +53,21 @@ def sent_until_wait(throttle: VersionThrottle, version: int) -> int:
     return sent
 
 
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def throttle_of(share: int, rollout_ahead: int, overdraft_after_s: float = 0.0, **kw) -> VersionThrottle:
+    """A throttle whose share is `share` chunks with the configured single actor."""
+    return VersionThrottle(share * 10, 10, 1, rollout_ahead, overdraft_after_s, **kw)
+
+
 def test_an_actor_sends_rollout_ahead_shares_then_one_share_per_new_version():
-    throttle = VersionThrottle(share=3, rollout_ahead=2)
+    throttle = throttle_of(share=3, rollout_ahead=2)
     throttle.on_params(BlobMeta(version=5, incarnation="a"))
     assert sent_until_wait(throttle, 5) == 6, "two shares on the first version seen"
     throttle.on_params(BlobMeta(version=6, incarnation="a"))
@@ -60,7 +76,7 @@ def test_an_actor_sends_rollout_ahead_shares_then_one_share_per_new_version():
 
 
 def test_a_new_learner_incarnation_restarts_the_count():
-    throttle = VersionThrottle(share=2, rollout_ahead=1)
+    throttle = throttle_of(share=2, rollout_ahead=1)
     throttle.on_params(BlobMeta(version=40, incarnation="a"))
     assert sent_until_wait(throttle, 40) == 2
     throttle.on_params(BlobMeta(version=12, incarnation="b"))  # resumed from an older checkpoint
@@ -75,6 +91,72 @@ def test_lockstep_for_es_and_for_deterministic_runs_and_shares_from_the_topology
     deterministic = actor_throttle(load_config(["deterministic=true", "actors=1"]))
     assert isinstance(deterministic, VersionThrottle) and deterministic.rollout_ahead == 1
     assert isinstance(actor_throttle(load_config(["algo=ddpg"])), EnvStepAllowance)
+
+
+def test_shares_follow_the_actors_the_learner_hears_from():
+    throttle = VersionThrottle(batch_units=2048, chunk_units=256, actors=4, rollout_ahead=1, overdraft_after_s=0)
+    throttle.on_params(BlobMeta(version=1, incarnation="a"))
+    assert sent_until_wait(throttle, 1) == 2, "configured 4 actors: 2048 / (4 * 256)"
+    throttle.on_params(BlobMeta(version=2, incarnation="a", actors=2))
+    assert sent_until_wait(throttle, 2) == 4, "two actors left: each sends half a batch"
+    throttle.on_params(BlobMeta(version=3, incarnation="a", actors=8))
+    assert sent_until_wait(throttle, 3) == 1, "eight actors heard: one chunk each"
+
+
+def test_an_actor_waiting_past_a_stall_overdraws_one_share_and_never_sooner():
+    clock = FakeClock()
+    throttle = throttle_of(share=2, rollout_ahead=1, overdraft_after_s=30.0, clock=clock)
+    throttle.on_params(BlobMeta(version=1, incarnation="a"))
+    assert sent_until_wait(throttle, 1) == 2
+    clock.now += 29.0
+    assert throttle.must_wait(1), "no version interval known yet: waits overdraft_after_s"
+    clock.now += 1.0
+    assert sent_until_wait(throttle, 1) == 2, "a batch short of a lost actor's share: one more share"
+    for version in range(2, 7):  # versions 0.5 s apart: a stall is 3 x 0.5 s, but at least 1 s
+        clock.now += 0.5
+        throttle.on_params(BlobMeta(version=version, incarnation="a"))
+        assert sent_until_wait(throttle, version) == 2
+    assert throttle.stall_s() == 1.5
+    clock.now += 1.4
+    assert throttle.must_wait(6), "within an ordinary update's wait"
+    clock.now += 0.1
+    assert sent_until_wait(throttle, 6) == 2
+    assert throttle_of(1, 1, overdraft_after_s=0.0).stall_s() == 0.0
+    never = throttle_of(share=1, rollout_ahead=1, overdraft_after_s=0.0, clock=clock)
+    never.on_params(BlobMeta(version=1, incarnation="a"))
+    never.on_sent(1)
+    assert never.must_wait(1)
+    clock.now += 1e6
+    assert never.must_wait(1), "overdraft_after_s=0: never overdraws"
+
+
+def test_deterministic_runs_never_overdraw():
+    assert cast(VersionThrottle, actor_throttle(load_config(["deterministic=true", "actors=1"]))).overdraft_after_s == 0
+    assert cast(VersionThrottle, actor_throttle(load_config(["actors=2"]))).overdraft_after_s == 30.0
+
+
+def test_the_learner_counts_the_actors_it_heard_from_lately():
+    live = LiveActors(window=2)
+    assert live.count(0) is None, "nothing heard: actors keep the configured count"
+    for actor in (0, 1, 2):
+        live.heard(actor, 3)
+    live.heard(1, 4)
+    live.heard(7, 5)  # an actor index beyond the configured count joined
+    assert live.count(5) == 4
+    assert live.count(6) == 2, "actors 0 and 2 not heard for more than two versions"
+    assert live_actors(load_config(["deterministic=true", "actors=1"])) is None
+    ddpg = live_actors(load_config(["algo=ddpg", "actors=3", "actor.chunk_steps=32"]))
+    assert ddpg is not None and ddpg.window == 2 * 2 * 3 * 32, "off-policy: two slacks of env steps"
+    assert live_actors(load_config(["algo=ddpg", "actor.rollout_ahead=0"])) is None
+
+
+def test_an_off_policy_budget_is_shared_by_the_actors_heard():
+    allowance = EnvStepAllowance(actors=4)
+    allowance.on_params(BlobMeta(version=1, incarnation="a", env_steps=1000, env_step_budget=1400, actors=2))
+    allowance.on_sent(199)
+    assert not allowance.must_wait(1)
+    allowance.on_sent(1)
+    assert allowance.must_wait(1), "(1400 - 1000) / 2 live actors = 200 steps each"
 
 
 def test_an_off_policy_actor_takes_its_share_of_the_budget_then_waits():

@@ -247,3 +247,109 @@ def test_es_learns_inverted_pendulum(runs):
     assert all(r["pairs"] == 32 for r in rows), "every generation is one whole population"
     assert rows[-1]["stale_dropped"] == 0, "lock-step actors compute nothing for an old theta"
     run.assert_nothing_left()
+
+
+def assert_no_long_stall(rows: list[dict]) -> None:
+    """The learner never waited long for experience (`time_wait_s`: its time blocked on the replay since the
+    previous row), and rows kept coming (the gaps also hold updates slowed by 2 cores shared with 4 actors)."""
+    assert max(r["time_wait_s"] for r in rows) < 5.0, "a lost actor's share is not waited for"
+    times = [r["time"] for r in rows]
+    assert max(b - a for a, b in zip(times, times[1:], strict=False)) < 15.0
+
+
+def chaos_events(run: LocalRun) -> list[dict]:
+    path = run.run_dir / "chaos.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.mark.slow
+def test_ppo_learns_through_actors_killed_every_few_seconds_and_one_kept_dead(runs):
+    """4 actors, one SIGKILLed every 5 s (restarted at once) and one held down from 15 s for 50 s (about a
+    third of the run): the batch fills from whoever is alive, the learning bar and step budget are the
+    two-actor test's, and the learner never stalls for long."""
+    run = runs(
+        "ppo-chaos",
+        "env=InvertedPendulum-v5",
+        "actors=4",
+        "steps=200000",
+        "seed=1",
+        "chaos.kill_every_s=5",
+        "chaos.alive=3",
+        "chaos.window_start_s=15",
+        "chaos.window_s=50",
+    )
+    summary = run.wait(900)
+    assert summary["status"] == "completed" and summary["env_steps"] >= 200_000, summary
+    assert summary["eval_return_mean"] >= 900, summary
+    events = chaos_events(run)
+    assert sum(e["action"] == "kill" for e in events) >= 10 and any(e["action"] == "hold" for e in events)
+    assert not any(summary["restarts"].values()), "chaos kills are no failures"
+    rows = read_metrics(run.run_dir / "metrics.jsonl")
+    assert_no_long_stall(rows)
+    run.assert_nothing_left()
+
+
+@pytest.mark.slow
+def test_ddpg_learns_through_actors_killed_every_few_seconds_and_one_kept_dead(runs):
+    run = runs(
+        "ddpg-chaos",
+        "algo=ddpg",
+        "env=Pendulum-v1",
+        "actors=3",
+        "steps=30000",
+        "seed=1",
+        "algo.learning_starts=1000",
+        "algo.hidden_sizes=[64,64]",
+        "actor.chunk_steps=32",
+        "chaos.kill_every_s=5",
+        "chaos.alive=2",
+        "chaos.window_start_s=15",
+        "chaos.window_s=50",
+    )
+    summary = run.wait(900)
+    assert summary["status"] == "completed" and 30_000 <= summary["env_steps"] < 31_000, summary
+    assert summary["eval_return_mean"] >= -250, summary
+    assert sum(e["action"] == "kill" for e in chaos_events(run)) >= 10
+    rows = read_metrics(run.run_dir / "metrics.jsonl")
+    assert_no_long_stall(rows)
+    last = rows[-1]
+    assert 0.85 <= last["updates"] / (last["env_steps"] - 1000) <= 1.05, "the replay ratio still holds"
+    run.assert_nothing_left()
+
+
+def env_steps_per_s(rows: list[dict]) -> float:
+    return (rows[-1]["env_steps"] - rows[0]["env_steps"]) / (rows[-1]["time"] - rows[0]["time"])
+
+
+@pytest.mark.slow
+def test_an_actor_index_added_mid_run_joins_and_throughput_rises(runs):
+    """One configured actor; a second (index 1, which the config never planned) is started by hand as
+    `kubectl scale` would start a new pod: it is heard, shares halve, env steps per second rise."""
+    run = runs(
+        "scale-up",
+        "env=InvertedPendulum-v5",
+        "actors=1",
+        "steps=1000000000",
+        "algo.update_epochs=2",
+        "algo.minibatch_size=512",
+    )
+    wait_until(lambda: run.updates() >= 12, 180)
+    actor0 = run.role("actor-0")
+    env = {**actor0.environ(), "SURREAL_INDEX": "1", "SURREAL_METRICS_PORT": "0"}
+    joined_at = run.updates()
+    extra = subprocess.Popen(
+        actor0.cmdline(), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:
+        wait_until(lambda: run.updates() >= joined_at + 30, 240)
+    finally:
+        extra.send_signal(signal.SIGTERM)
+        extra.wait(timeout=30)
+        run.proc.send_signal(signal.SIGINT)
+        run.wait(60)
+    rows = read_metrics(run.run_dir / "metrics.jsonl")
+    before = rows[4:joined_at]
+    after = rows[joined_at + 8 :]
+    assert {r["live_actors"] for r in before} == {1} and {r["live_actors"] for r in after} == {2}
+    assert env_steps_per_s(after) > 1.2 * env_steps_per_s(before), (env_steps_per_s(before), env_steps_per_s(after))
+    run.assert_nothing_left()

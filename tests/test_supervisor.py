@@ -322,3 +322,25 @@ def test_stop_flag_keeps_the_first_signal_and_puts_the_old_handlers_back_after_t
         time.sleep(0.1)
         assert stop and stop.signal == signal.SIGTERM
     assert {sig: signal.getsignal(sig) for sig in before} == before
+
+
+def test_a_killed_child_restarts_at_once_uncounted_and_a_held_one_only_when_released(tmp_path):
+    sleeper = script(tmp_path, "sleeper", "import time\ntime.sleep(60)\n")
+    with Supervisor(tmp_path / "logs", grace_s=1.0, report=lambda _: None) as sup:
+        sup.start(spec("actor-0", sleeper, max_restarts=0))
+        sup.start(spec("actor-1", sleeper, max_restarts=0))
+        poll_until(sup, lambda: sup.running("actor") == ["actor-0", "actor-1"])
+        first = sup.alive_pids()
+        assert sup.kill("actor-0")
+        poll_until(sup, lambda: sorted(sup.running("actor")) == ["actor-0", "actor-1"] and sup.alive_pids() != first)
+        assert sup.restarts()["actor-0"] == 0 and sup.failed is None, "max_restarts=0, yet not a failure"
+        assert sup.kill("actor-1", hold=True)
+        poll_until(sup, lambda: sup.running("actor") == ["actor-0"])
+        time.sleep(0.3)
+        sup.poll()
+        assert sup.running("actor") == ["actor-0"] and sup.held() == ["actor-1"], "held down"
+        sup.release("actor-1")
+        poll_until(sup, lambda: sorted(sup.running("actor")) == ["actor-0", "actor-1"])
+        assert sup.held() == [] and sup.failed is None
+        pids = sup.alive_pids()
+    assert all(gone(pid) for pid in pids)

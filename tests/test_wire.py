@@ -43,9 +43,9 @@ from surreal.roles.ps import ParamServer
 from surreal.roles.replay import MAX_PENDING_PER_PEER, ReplayServer
 
 
-def chunk(value: float = 1.0, T: int = 4, K: int = 2) -> Chunk:
+def chunk(value: float = 1.0, T: int = 4, K: int = 2, actor: int = 1) -> Chunk:
     arrays = {"obs": np.full((T, K, 3), value, np.float32), "rewards": np.full((T, K), value, np.float32)}
-    return Chunk(arrays, version=3, actor=1, episode_returns=[2.5], episode_lengths=[7])
+    return Chunk(arrays, version=3, actor=actor, episode_returns=[2.5], episode_lengths=[7])
 
 
 def test_a_chunk_round_trips_through_its_encoder_and_decoder():
@@ -102,11 +102,26 @@ def test_reply_and_blob_metadata_are_typed_and_bounded():
     assert ShardReport.from_meta({"shard": 2, "env_steps": 10}) == ShardReport(2, 10)
     with pytest.raises(ProtocolError, match="bad_reply_meta"):
         ShardReport.from_meta({"shard": 0, "env_steps": 2**63})
-    blob = BlobMeta(5, "inc", done=True, env_steps=100, env_step_budget=140)
+    report = ShardReport(1, 10, [5.0], [3], actors=[0, 7])
+    assert ShardReport.from_meta(report.to_meta()) == report
+    for actors in ([-1], ["0"], [True], 3, list(range(5000))):
+        with pytest.raises(ProtocolError, match="bad_reply_meta"):
+            ShardReport.from_meta({**report.to_meta(), "actors": actors})
+    blob = BlobMeta(5, "inc", done=True, env_steps=100, env_step_budget=140, actors=3)
     assert BlobMeta.from_meta(blob.to_meta()) == blob
-    for bad in ({"done": "yes"}, {"version": "5"}, {"env_step_budget": -1}):
+    assert BlobMeta.from_meta({"version": 1, "incarnation": "a"}).actors is None, "absent: the configured count"
+    for bad in ({"done": "yes"}, {"version": "5"}, {"env_step_budget": -1}, {"actors": 0}, {"actors": 1.5}):
         with pytest.raises(ProtocolError, match="bad_blob_meta"):
             BlobMeta.from_meta({**blob.to_meta(), **bad})
+
+
+def test_a_transition_shard_reports_each_actor_heard_once():
+    shard = ReplayShard("uniform", 100)
+    for actor in (3, 1, 3):
+        meta, arrays = encode_chunk(chunk(actor=actor), incarnation="")
+        shard.add(arrays, meta)
+    assert ShardReport.from_meta(shard.report()).actors == [1, 3]
+    assert ShardReport.from_meta(shard.report()).actors == [], "handed over once"
 
 
 def test_a_replay_shard_refuses_bad_content_and_keeps_its_books_right():

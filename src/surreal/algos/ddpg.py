@@ -77,10 +77,12 @@ def _dims(obs_space: spaces.Box, act_space: spaces.Box) -> tuple[int, int]:
 
 def actor_noise_scale(cfg: DDPGConfig, actor_index: int, num_actors: int) -> float:
     """Actor i's exploration scale: geometric between exploration_noise / spread and * spread (Ape-X's
-    per-actor epsilon, for continuous actions); every actor gets exploration_noise when spread is 1."""
+    per-actor epsilon, for continuous actions); every actor gets exploration_noise when spread is 1. Actors
+    added beyond the configured count (an elastic fleet) take the ladder's rungs again from the bottom."""
     if num_actors <= 1:
         return cfg.exploration_noise
-    return cfg.exploration_noise * cfg.noise_spread ** (2.0 * actor_index / (num_actors - 1) - 1.0)
+    rung = actor_index % num_actors
+    return cfg.exploration_noise * cfg.noise_spread ** (2.0 * rung / (num_actors - 1) - 1.0)
 
 
 class DDPGPolicy:

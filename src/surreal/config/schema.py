@@ -291,6 +291,10 @@ class ActorConfig:
     # parameter version, then waits for the next. 1 is lock-step; 2 lets collection overlap the update
     # with at most one version of lag; 0 never waits (off-policy).
     rollout_ahead: int = 2
+    # Elastic on-policy flow (runtime/flow.py): an actor that waits longer than 3x the median interval between
+    # versions takes one more share, so a batch short of a lost actor's share still fills; before it has seen
+    # two versions (the first update may include torch.compile) it waits this long. 0: never.
+    overdraft_after_s: float = 30.0
 
 
 @dataclass
@@ -402,6 +406,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     for key, value in positive.items():
         need(value > 0, f"{key} must be > 0 (got {value})")
     need(cfg.seed >= 0, f"seed must be >= 0 (got {cfg.seed})")
+    need(cfg.actor.overdraft_after_s >= 0, f"actor.overdraft_after_s must be >= 0 (got {cfg.actor.overdraft_after_s})")
     need(cfg.actor.rollout_ahead >= 0, f"actor.rollout_ahead must be >= 0 (got {cfg.actor.rollout_ahead})")
     chaos = cfg.chaos
     need(chaos.kill_every_s >= 0, f"chaos.kill_every_s must be >= 0 (got {chaos.kill_every_s})")

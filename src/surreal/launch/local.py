@@ -3,7 +3,8 @@
 Every role is started exactly as a pod starts it (`python -m surreal role <name>` plus `SURREAL_*`
 variables), on loopback ports the OS hands out. Actors that crash are restarted with backoff; a crashed
 learner is restarted with `--resume` from its last checkpoint; replay and ps are restarted on the same
-ports (actors and the learner reconnect by themselves). The run ends when the learner exits after
+ports (actors and the learner reconnect by themselves). `chaos.*` kills actors on a schedule (launch/chaos.py)
+to rehearse preemption. The run ends when the learner exits after
 training, on Ctrl-C / SIGTERM, or when a role exhausts its restarts.
 """
 
@@ -23,6 +24,7 @@ from typing import Any
 
 from surreal.config import ConfigError, ExperimentConfig, load_config
 from surreal.envs import check_env_id
+from surreal.launch.chaos import Chaos
 from surreal.launch.progress import ProgressView, format_duration
 from surreal.launch.runfolder import create_run_folder, write_summary
 from surreal.launch.supervisor import ProcessSpec, Restart, Supervisor
@@ -120,6 +122,7 @@ def verdict(supervisor: Supervisor, stop: StopFlag, run_dir: Path) -> tuple[str,
 def supervise(cfg: ExperimentConfig, run_dir: Path, specs: list[ProcessSpec], stop: StopFlag, live: bool) -> Outcome:
     """Start everything, watch until the run is over, stop everything (also on an exception)."""
     supervisor = Supervisor(run_dir / "logs")
+    chaos = Chaos(cfg.chaos, run_dir) if cfg.chaos.active else None
     started = time.monotonic()
     with supervisor, ProgressView(run_dir / "metrics.jsonl", cfg.total_env_steps, live) as progress:
         for spec in specs:
@@ -127,6 +130,8 @@ def supervise(cfg: ExperimentConfig, run_dir: Path, specs: list[ProcessSpec], st
         while (result := verdict(supervisor, stop, run_dir)) is None:
             time.sleep(POLL_S)
             supervisor.poll()
+            if chaos is not None:
+                chaos.tick(supervisor, time.monotonic() - started)
             progress.update(supervisor.restarts())
         wall_s = time.monotonic() - started
         status, reason = result

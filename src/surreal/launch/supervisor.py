@@ -127,6 +127,8 @@ class _Child:
     restart_at: float | None = None  # monotonic time of a pending restart
     returncode: int | None = None  # of the last exit
     done: bool = False  # will not be started again
+    killed: bool = False  # by `kill`: its exit is no failure
+    held: bool = False  # killed and kept down until `release`
 
 
 class Supervisor:
@@ -202,6 +204,10 @@ class Supervisor:
         child.proc = None
         child.returncode = code
         spec = child.spec
+        if child.killed:  # on purpose (chaos): started again at once unless held, and not counted
+            child.killed = False
+            child.restart_at = None if child.held else now
+            return
         if code == 0 and spec.restart != "always":
             child.done = True
             return
@@ -223,6 +229,35 @@ class Supervisor:
             f"[surreal] {child.spec.name} {describe_exit(child.returncode)}; {action}. "
             f"Last lines of {child.log_path}:\n{body}"
         )
+
+    def kill(self, name: str, hold: bool = False) -> bool:
+        """SIGKILL a running child on purpose (rehearsed preemption): it is started again at once, or with
+        `hold` only after `release`; neither counts as a restart. False: it was not running."""
+        child = self._children[name]
+        if child.done or child.proc is None or child.proc.poll() is not None:
+            return False
+        child.killed, child.held = True, hold
+        _kill_group(child.proc.pid)
+        return True
+
+    def release(self, name: str) -> None:
+        """Start a held child again (at the next `poll`)."""
+        child = self._children[name]
+        if child.held and not child.done:
+            child.held = False
+            if child.proc is None and not child.killed:
+                child.restart_at = time.monotonic()
+
+    def running(self, role: str) -> list[str]:
+        """Names of the children of `role` that are running now."""
+        return [
+            name
+            for name, child in self._children.items()
+            if child.spec.role == role and child.proc is not None and child.proc.poll() is None and not child.killed
+        ]
+
+    def held(self) -> list[str]:
+        return [name for name, child in self._children.items() if child.held]
 
     def returncode(self, name: str) -> int | None:
         """Exit code of a child that will not be started again; None while it runs or awaits a restart."""

@@ -119,8 +119,10 @@ class ExperienceSender:
     def send(self, arrays: Arrays, meta: dict[str, Any], timeout_s: float) -> bool:
         return send(self.sock, encode(EXPERIENCE, meta, arrays), timeout_s)
 
-    def close(self) -> None:
-        self.sock.close(0)
+    def close(self, linger_s: float = 0.0) -> None:
+        """`linger_s` > 0: messages still queued get that long to reach a shard (a preempted actor's last
+        chunks); 0 drops them."""
+        self.sock.close(int(linger_s * 1000))
 
 
 # ----------------------------------------------------------------------------------------------------

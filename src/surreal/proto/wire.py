@@ -32,6 +32,7 @@ MAX_EPISODES = 100_000  # finished episodes listed in one message
 MAX_EPISODE_LENGTH = 2**31
 MAX_ACTORS = 2**20
 MAX_SHARDS = 2**16
+MAX_REPORTED_ACTORS = 4096  # distinct actors one sample reply may name
 MAX_TEXT = 64  # incarnation ids
 
 
@@ -188,12 +189,14 @@ def decode_chunk(
 class ShardReport:
     """What every sample reply reports besides its data: the shard, the env steps it has received in all
     (what an off-policy learner's replay ratio and `total_env_steps` count) and, for transition replays,
-    the episodes finished since its previous reply (an off-policy learner never sees chunks)."""
+    the episodes finished and the actors heard from since its previous reply (an off-policy learner never
+    sees chunks; runtime/flow.py's `LiveActors` counts the actors)."""
 
     shard: int
     env_steps: int
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
+    actors: list[int] = field(default_factory=list)
 
     def to_meta(self) -> dict[str, Any]:
         return {
@@ -201,16 +204,25 @@ class ShardReport:
             "env_steps": self.env_steps,
             "episode_returns": self.episode_returns,
             "episode_lengths": self.episode_lengths,
+            "actors": self.actors,
         }
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any]) -> ShardReport:
         returns, lengths = _episodes(meta, "bad_reply_meta")
+        actors = meta.get("actors", [])
+        if (
+            not isinstance(actors, list)
+            or len(actors) > MAX_REPORTED_ACTORS
+            or not all(type(a) is int and 0 <= a < MAX_ACTORS for a in actors)
+        ):
+            raise ProtocolError("bad_reply_meta", "actors is not a list of actor indices")
         return cls(
             shard=_int(meta, "shard", 0, MAX_SHARDS, "bad_reply_meta", default=0),
             env_steps=_int(meta, "env_steps", 0, MAX_TOTAL_ENV_STEPS, "bad_reply_meta", default=0),
             episode_returns=returns,
             episode_lengths=lengths,
+            actors=actors,
         )
 
 
@@ -245,13 +257,15 @@ class BlobMeta:
     """A parameter blob's metadata. `incarnation` names the learner process (a resumed learner restarts at
     its checkpoint's version under a new one); `done` ends training; `env_steps` is what the learner has
     counted; `env_step_budget` (off-policy flow control, runtime/flow.py) the env steps the actors together
-    may have taken by now, None when unthrottled."""
+    may have taken by now, None when unthrottled; `actors` how many actors the learner hears from (the
+    actors' shares follow it), None before it has heard from any."""
 
     version: int
     incarnation: str
     done: bool = False
     env_steps: int = 0
     env_step_budget: int | None = None
+    actors: int | None = None
 
     def to_meta(self) -> dict[str, Any]:
         meta: dict[str, Any] = {
@@ -262,6 +276,8 @@ class BlobMeta:
         }
         if self.env_step_budget is not None:
             meta["env_step_budget"] = self.env_step_budget
+        if self.actors is not None:
+            meta["actors"] = self.actors
         return meta
 
     @classmethod
@@ -269,7 +285,7 @@ class BlobMeta:
         done = meta.get("done", False)
         if not isinstance(done, bool):
             raise ProtocolError("bad_blob_meta", "done is not a boolean")
-        budget = meta.get("env_step_budget")
+        budget, actors = meta.get("env_step_budget"), meta.get("actors")
         return cls(
             version=_int(meta, "version", 0, MAX_VERSION, "bad_blob_meta"),
             incarnation=_text(meta, "incarnation", "bad_blob_meta"),
@@ -278,4 +294,5 @@ class BlobMeta:
             env_step_budget=None
             if budget is None
             else _int(meta, "env_step_budget", 0, MAX_TOTAL_ENV_STEPS, "bad_blob_meta"),
+            actors=None if actors is None else _int(meta, "actors", 1, MAX_ACTORS, "bad_blob_meta"),
         )

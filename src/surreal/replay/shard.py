@@ -2,8 +2,9 @@
 
 The replay role (`roles/replay.py`) puts this behind its PULL and ROUTER sockets; serial mode calls it
 directly (`roles/ports.py`), so both keep the same books: the env steps received (what an off-policy learner's
-replay ratio counts) and, for transition replays, the episodes finished since the previous reply (an
-off-policy learner never sees chunks, so this is how the training-return curve reaches it). Torch-free.
+replay ratio counts) and, for transition replays, the episodes finished and the actors heard from since the
+previous reply (an off-policy learner never sees chunks, so this is how the training-return curve and the
+live-actor count of flow control reach it). Torch-free.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from surreal.proto.codec import Limits
-from surreal.proto.wire import ShardReport, decode_chunk
+from surreal.proto.wire import MAX_REPORTED_ACTORS, ShardReport, decode_chunk
 from surreal.replay.buffers import DEFAULT_CAPACITY_BYTES, DEFAULT_REPLY, make_replay
 
 MAX_FORWARDED_EPISODES = 1000  # finished episodes held for the next reply; older ones are only on the actors' metrics
@@ -43,6 +44,7 @@ class ReplayShard:
         self.env_steps_in = 0
         self.finished_returns: deque[float] = deque(maxlen=MAX_FORWARDED_EPISODES)
         self.finished_lengths: deque[int] = deque(maxlen=MAX_FORWARDED_EPISODES)
+        self.actors_heard: set[int] = set()
 
     def add(self, arrays: dict[str, Any], meta: dict[str, Any]) -> int:
         """Store one experience message's chunk; returns its transitions (T*K). Raises `ProtocolError` (bad
@@ -55,6 +57,8 @@ class ReplayShard:
         if self.forward_episodes:
             self.finished_returns.extend(chunk_meta.episode_returns)
             self.finished_lengths.extend(chunk_meta.episode_lengths)
+            if len(self.actors_heard) < MAX_REPORTED_ACTORS:
+                self.actors_heard.add(chunk_meta.actor)
         return n
 
     def ready(self, batch_size: int) -> bool:
@@ -66,11 +70,13 @@ class ReplayShard:
         return arrays, {**meta, **self.report()}
 
     def report(self) -> dict[str, Any]:
-        """This shard's progress for the next reply (data or empty); hands over the finished episodes once."""
+        """This shard's progress for the next reply (data or empty); hands over the finished episodes and the
+        actors heard from once."""
         returns, lengths = list(self.finished_returns), list(self.finished_lengths)
-        report = ShardReport(self.shard, self.env_steps_in, returns, lengths)
+        report = ShardReport(self.shard, self.env_steps_in, returns, lengths, sorted(self.actors_heard))
         self.finished_returns.clear()
         self.finished_lengths.clear()
+        self.actors_heard.clear()
         return report.to_meta()
 
     def update_priorities(self, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> int:

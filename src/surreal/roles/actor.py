@@ -4,7 +4,10 @@
 
 `ActorCore` is that loop without sockets (serial mode and the tests drive it on in-process ports); `main` is
 the process shell: settings, sockets, /metrics, signals. Stateless: everything an actor holds is rebuilt
-from the ps on start, so a killed actor is simply started again. Backpressure blocks it (a full or
+from the ps on start, so a killed actor is simply started again. On SIGTERM (a spot node's preemption
+notice, `kubectl delete pod`) it finishes the chunk it is stepping, gives a chunk that backpressure refused
+one more try, lets its queued chunks reach the replay for up to `FLUSH_S` and exits: a chunk's steps plus
+about 3 s, well inside the chart's grace period. Backpressure blocks it (a full or
 unreachable replay stops the stepping rather than growing a queue), and the flow-control rule of the
 algorithm (runtime/flow.py) holds it to what the learner can use.
 """
@@ -29,6 +32,7 @@ from surreal.runtime.flow import actor_throttle
 from surreal.settings import Settings
 
 SEND_TIMEOUT_S = 1.0
+FLUSH_S = 2.0  # on SIGTERM: how long queued chunks may take to reach the replay
 IDLE_S = 0.01  # pause before asking the ps again when it had nothing newer
 ENV_SEED_STRIDE = 10_007  # far enough apart that actors' env seeds never overlap
 
@@ -79,6 +83,13 @@ class ActorCore:
         if self.chunks_sent % self.cfg.actor.param_fetch_interval == 0:
             self.fetch()
         return True
+
+    def flush(self) -> bool:
+        """On the way out: one more try for a chunk backpressure refused. True: nothing is left unsent."""
+        if self.unsent is not None and self.experience.send(self.unsent, self.incarnation, SEND_TIMEOUT_S):
+            self.unsent = None
+            self.chunks_sent += 1
+        return self.unsent is None
 
     def fetch(self) -> bool:
         """Load newer parameters if the ps has them."""
@@ -133,10 +144,12 @@ def main(args: argparse.Namespace) -> int:
         while not stop and not core.done:
             if not core.step():
                 time.sleep(IDLE_S)
+        if stop and not core.flush():
+            log.info("stopping: the replay took no more chunks in %.0f s; one chunk lost", SEND_TIMEOUT_S)
         if core.done and settings.hold_when_done:
             hold_until_stopped(stop, log)
     finally:
-        experience.close()
+        experience.close(FLUSH_S if stop else 0.0)
         params.close()
         ctx.term()
         core.close()

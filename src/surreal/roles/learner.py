@@ -44,7 +44,7 @@ from surreal.roles.common import StopFlag, hold_until_stopped, load_config, setu
 from surreal.roles.device import choose_device, update_seconds
 from surreal.roles.ports import BackgroundBatches, BatchesIn, ParamsOut, SampleReply, ZmqBatchesIn, ZmqParamsOut
 from surreal.runtime.checkpoint import CheckpointStore
-from surreal.runtime.flow import ShardEnvSteps, replay_ratio_limiter, staleness_bound
+from surreal.runtime.flow import ShardEnvSteps, live_actors, replay_ratio_limiter, staleness_bound
 from surreal.runtime.recorder import Recorder, WallTime, truncate_metrics
 from surreal.runtime.rollout import evaluate
 from surreal.settings import Settings
@@ -116,6 +116,8 @@ class LearnerCore:
         self.m_skipped = metrics.counter("learner_updates_skipped_total", "updates undone for going non-finite")
         self.skipped = 0
         self.recorder.counters(self.counters.env_steps, self.counters.updates, self.counters.stale_dropped)
+        self.live = live_actors(cfg)
+        self.m_live = metrics.gauge("learner_live_actors", "actors heard from lately: what their shares follow")
         if cfg.algo.on_policy:
             self.staleness = staleness_bound(cfg)
             self.queue: deque[Chunk] = deque()
@@ -147,6 +149,8 @@ class LearnerCore:
         reply = self._next_reply(timeout_s)
         if reply is not None:
             for chunk in reply.chunks:
+                if self.live is not None:
+                    self.live.heard(chunk.actor, self.counters.version)
                 self.queue.append(chunk)
                 self.queued_units += chunk.size
                 self.counters.env_steps += chunk.env_steps
@@ -176,6 +180,9 @@ class LearnerCore:
         """A transition reply's env-step count and finished episodes (off-policy learners see no chunks)."""
         self.counters.env_steps += self.shard_steps.observe(reply.report.shard, reply.report.env_steps)
         self._episodes(reply.report.episode_returns)
+        if self.live is not None:
+            for actor in reply.report.actors:
+                self.live.heard(actor, self.counters.env_steps)
 
     def _episodes(self, returns: list[float]) -> None:
         self.counters.episodes += len(returns)
@@ -263,15 +270,25 @@ class LearnerCore:
         if lag_mean is not None:
             row["version_lag_mean"] = lag_mean
         if not self.cfg.deterministic:  # a deterministic run writes the same file twice: no wall times in it
+            row["time"] = round(time.time(), 3)  # unix time: gaps between rows show stalls, across restarts too
+            row["live_actors"] = self.live_actors()
             row.update(self.wall.take())
         self.recorder.row(row, stats, update_s)
 
     def publish(self, done: bool = False) -> None:
         c = self.counters
         budget = None if self.cfg.algo.on_policy else self.limiter.budget(c.updates)
-        blob = BlobMeta(c.version, self.incarnation, done, c.env_steps, budget)
+        blob = BlobMeta(c.version, self.incarnation, done, c.env_steps, budget, self.live_actors())
         self.params_out.publish(blob, self.algo_learner.params())
         self.recorder.m_version.set(c.version)
+
+    def live_actors(self) -> int | None:
+        """The actors heard from lately (runtime/flow.py `LiveActors`); None: none yet, or shares are fixed."""
+        if self.live is None:
+            return None
+        actors = self.live.count(self.counters.version if self.cfg.algo.on_policy else self.counters.env_steps)
+        self.m_live.set(actors or 0)
+        return actors
 
     # -- state ---------------------------------------------------------------------------------------
 

@@ -89,8 +89,8 @@ class ZmqExperienceOut:
         meta, arrays = encode_chunk(chunk, incarnation)
         return self.sender.send(arrays, meta, timeout_s)
 
-    def close(self) -> None:
-        self.sender.close()
+    def close(self, linger_s: float = 0.0) -> None:
+        self.sender.close(linger_s)
 
 
 class ZmqBatchesIn:
