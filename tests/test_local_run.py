@@ -322,7 +322,7 @@ def env_steps_per_s(rows: list[dict]) -> float:
 
 
 @pytest.mark.slow
-def test_an_actor_index_added_mid_run_joins_and_throughput_rises(runs):
+def test_an_actor_index_added_mid_run_joins_raises_throughput_and_leaves_on_sigterm(runs):
     """One configured actor; a second (index 1, which the config never planned) is started by hand as
     `kubectl scale` would start a new pod: it is heard, shares halve, env steps per second rise."""
     run = runs(
@@ -343,10 +343,13 @@ def test_an_actor_index_added_mid_run_joins_and_throughput_rises(runs):
     try:
         wait_until(lambda: run.updates() >= joined_at + 30, 240)
     finally:
+        preempted = time.monotonic()  # as a spot node's notice: SIGTERM, then the grace period
         extra.send_signal(signal.SIGTERM)
         extra.wait(timeout=30)
+        exit_s = time.monotonic() - preempted
         run.proc.send_signal(signal.SIGINT)
         run.wait(60)
+    assert extra.returncode == 0 and exit_s < 5.0, f"SIGTERM: out in {exit_s:.1f} s, well inside a 20 s grace"
     rows = read_metrics(run.run_dir / "metrics.jsonl")
     before = rows[4:joined_at]
     after = rows[joined_at + 8 :]

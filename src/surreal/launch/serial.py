@@ -10,6 +10,7 @@ multi-process path is tested separately.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,8 @@ class SerialStalled(RuntimeError):
 def run_serial(cfg: ExperimentConfig, run_dir: Path, log: logging.Logger | None = None) -> dict[str, Any]:
     """Train until `total_env_steps`, evaluate, and return eval.json's content (the run folder is `run_dir`)."""
     log = log or logging.getLogger("surreal.serial")
+    # No actor can be lost here, and wall-clock time must not change a run: actors never overdraw.
+    cfg = replace(cfg, actor=replace(cfg.actor, overdraft_after_s=0.0))
     r = cfg.replay
     shard = ReplayShard(
         r.mode, r.capacity, r.alpha, r.beta, r.priority_eps, cfg.seed, max_steps_per_unit=env_steps_bound(cfg)
