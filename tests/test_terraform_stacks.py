@@ -175,7 +175,8 @@ def test_node_pools_take_labels_and_taints_from_the_contract(stack: str) -> None
     }[stack]
     taints_from_contract = {
         "gcp": [
-            "node_pools_taints = merge({ all = [] }, { for name, pool in local.pools : name => pool.declared_taints_enum })"
+            "node_pools_taints = merge({ all = [] }, "
+            "{ for name, pool in local.pools : name => pool.declared_taints_enum })"
         ],
         "aws": ["taints = { for taint in pool.declared_taints_enum : taint.key => taint }"],
         "azure": ["node_taints = each.value.declared_taints_aks"],
