@@ -776,6 +776,16 @@ def test_chaos_settings_follow_the_schedule(tmp_path: Path) -> None:
     assert env_of(chaos_on(*CHAOS_ON)["Job"]["spec"]["template"]["spec"]["containers"][0])["RESTART"] == "true"
 
 
+def test_notes_say_when_chaos_is_on() -> None:
+    for sets, on in (((), False), (CHAOS_ON, True)):
+        args = ["install", RELEASE, str(CHART), "--dry-run=client", "-n", NAMESPACE]
+        done = run_helm(*args, *(arg for item in sets for arg in ("--set", item)))
+        assert done.returncode == 0, done.stderr
+        notes = done.stdout.split("NOTES:", 1)[1]
+        assert ("Chaos is on" in notes) == on
+        assert ("app.kubernetes.io/component=chaos" in notes) == on
+
+
 def test_a_changed_schedule_replaces_the_chaos_job() -> None:
     """A Job's pod template is immutable: its name carries a hash, so helm upgrade replaces it."""
     name = lambda *sets: chaos_on(*sets)["Job"]["metadata"]["name"]  # noqa: E731

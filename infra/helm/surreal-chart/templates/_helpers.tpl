@@ -246,3 +246,11 @@ clouds' spot taints: replay, ps and the learner keep their state and must not be
 {{- end -}}
 {{- toYaml (dict "nodeSelector" $nodeSelector "tolerations" $tolerations "affinity" $affinity) -}}
 {{- end -}}
+
+{{/* "true" when experiment.chaos schedules anything (ChaosConfig.active): kills, or a window holding actors down. */}}
+{{- define "surreal.chaosActive" -}}
+{{- $chaos := .Values.experiment.chaos | default dict -}}
+{{- $kills := gt ($chaos.kill_every_s | default 0 | float64) 0.0 -}}
+{{- $window := and (not (kindIs "invalid" $chaos.alive)) (gt ($chaos.window_s | default 0 | float64) 0.0) -}}
+{{- if or $kills $window -}}true{{- end -}}
+{{- end -}}
