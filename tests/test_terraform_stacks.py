@@ -160,7 +160,8 @@ def test_modules_are_pinned_to_exact_versions_and_the_contract_is_used(stack: st
     assert unquote(contract["source"]) == "../modules/contract"
     assert "version" not in contract
     assert unquote(contract["cloud"]) == stack
-    assert contract["cpu_pool"] == "${var.cpu_pool}" and contract["gpu_pool"] == "${var.gpu_pool}"
+    for pool in ("cpu_pool", "gpu_pool", "actor_pool"):
+        assert contract[pool] == f"${{var.{pool}}}", f"{stack}: the contract must get {pool} as the stack's input"
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -168,12 +169,15 @@ def test_node_pools_take_labels_and_taints_from_the_contract(stack: str) -> None
     code = re.sub(r"#.*", "", (TF_ROOT / stack / "main.tf").read_text())
     text = " ".join(code.split())
     labels_from_contract = {
-        "gcp": ["cpu = local.pools.cpu.labels", "gpu = local.pools.gpu.labels"],
+        "gcp": ["node_pools_labels = merge({ all = {} }, { for name, pool in local.pools : name => pool.labels })"],
         "aws": ["labels = pool.labels"],
         "azure": ["node_labels = each.value.labels"],
     }[stack]
     taints_from_contract = {
-        "gcp": ["cpu = local.pools.cpu.declared_taints_enum", "gpu = local.pools.gpu.declared_taints_enum"],
+        "gcp": [
+            "node_pools_taints = merge({ all = [] }, "
+            "{ for name, pool in local.pools : name => pool.declared_taints_enum })"
+        ],
         "aws": ["taints = { for taint in pool.declared_taints_enum : taint.key => taint }"],
         "azure": ["node_taints = each.value.declared_taints_aks"],
     }[stack]
@@ -182,6 +186,30 @@ def test_node_pools_take_labels_and_taints_from_the_contract(stack: str) -> None
     assert "nvidia.com/gpu" not in text.replace("nvidia.com/gpu=present:NoSchedule", ""), (
         f"{stack} hard-codes the GPU taint instead of taking it from the contract"
     )
+    for own in ("surreal.dev/pool", "scalesetpriority"):
+        assert own not in text, f"{stack} hard-codes {own} instead of taking it from the contract"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_actor_pool_is_created_only_from_the_contracts_actor_entry(stack: str) -> None:
+    """Off by default (the contract has no actor entry then), spot by default, the same bounds everywhere."""
+    text = " ".join(re.sub(r"#.*", "", (TF_ROOT / stack / "main.tf").read_text()).split())
+    # gcp lists its pools by hand and adds the actor pool from the contract; aws and azure loop over every pool.
+    creates = {
+        "gcp": 'if name == "actor" ]',
+        "aws": "eks_managed_node_groups = { for name, pool in local.pools : name =>",
+        "azure": "for_each = local.pools",
+    }[stack]
+    assert creates in text, f"{stack}/main.tf does not create its pools from the contract's pools"
+    assert 'capacity_type = pool.spot ? "SPOT" : "ON_DEMAND"' in text or stack != "aws"
+    assert 'priority = each.value.spot ? "Spot" : "Regular"' in text or stack != "azure"
+    assert "spot = pool.spot" in text or stack != "gcp"
+    actor = blocks(TF_ROOT / stack, "variable")["actor_pool"]
+    assert actor["default"] == {}, f"{stack}: actor_pool must be off unless set"
+    fields = re.findall(r"(\w+) = optional\((\w+), ([^)]*)\)", actor["type"])
+    defaults = {name: value for name, _, value in fields}
+    assert defaults["enabled"] == "false" and defaults["spot"] == "true", defaults
+    assert (defaults["min_nodes"], defaults["max_nodes"]) == ("0", "20"), defaults
 
 
 def test_the_three_stacks_expose_the_same_outputs() -> None:
@@ -193,7 +221,7 @@ def test_the_three_stacks_expose_the_same_outputs() -> None:
 
 
 def test_the_three_stacks_share_their_common_inputs() -> None:
-    common = {"name", "control_plane_authorized_cidrs", "cpu_pool", "gpu_pool"}
+    common = {"name", "control_plane_authorized_cidrs", "cpu_pool", "gpu_pool", "actor_pool"}
     for stack in STACKS:
         variables = blocks(TF_ROOT / stack, "variable")
         assert common <= variables.keys(), f"{stack} lacks {common - variables.keys()}"

@@ -227,7 +227,16 @@ def values_schema() -> dict[str, Any]:
             ),
             "replay": role("shards", {"pdb": ref("pdb")}),
             "ps": role("replicas"),
-            "actors": role("replicas", {"envsPerActor": {"type": "integer", "minimum": 1, "maximum": 1024}}),
+            "actors": role(
+                "replicas",
+                {
+                    "envsPerActor": {"type": "integer", "minimum": 1, "maximum": 1024},
+                    "pool": {
+                        "description": "auto (the actor pool if the cluster has one, else cpu), actor, cpu or none",
+                        "enum": ["auto", "actor", "cpu", "none"],
+                    },
+                },
+            ),
             "serviceAccount": closed(
                 {"create": {"type": "boolean"}, "name": {"type": "string"}, "annotations": ref("annotations")}
             ),
@@ -237,6 +246,15 @@ def values_schema() -> dict[str, Any]:
                     "metricsFrom": {"type": "array", "items": ref("k8sObject")},
                     "extraEgress": {"type": "array", "items": ref("k8sObject")},
                 }
+            ),
+            "chaos": closed(
+                {
+                    "image": {"type": "string", "minLength": 1},
+                    "pullPolicy": {"enum": ["Always", "IfNotPresent", "Never"]},
+                    "apiServerPorts": {"type": "array", "items": ref("port"), "minItems": 1},
+                    "resources": ref("resources"),
+                },
+                description="the chaos Job that runs experiment.chaos in the cluster (rendered only when it is active)",
             ),
             "serviceMonitor": closed(
                 {

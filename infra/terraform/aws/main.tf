@@ -1,6 +1,6 @@
-# EKS: a VPC with private node subnets behind NAT, an EKS cluster with a CPU and a GPU managed node group whose
-# labels and taints come from the shared contract module, IRSA, and the cluster autoscaler (EKS has none built
-# in; without it neither group would scale, the GPU group never off zero).
+# EKS: a VPC with private node subnets behind NAT, an EKS cluster with a CPU, a GPU and an optional (spot) actor
+# managed node group whose labels and taints come from the shared contract module, IRSA, and the cluster
+# autoscaler (EKS has none built in; without it no group would scale, the GPU and actor groups never off zero).
 
 locals {
   # /19 private subnets from the bottom of the VPC, /24 public ones from its top half.
@@ -15,9 +15,10 @@ locals {
 module "contract" {
   source = "../modules/contract"
 
-  cloud    = "aws"
-  cpu_pool = var.cpu_pool
-  gpu_pool = var.gpu_pool
+  cloud      = "aws"
+  cpu_pool   = var.cpu_pool
+  gpu_pool   = var.gpu_pool
+  actor_pool = var.actor_pool
 }
 
 module "vpc" {
@@ -84,6 +85,9 @@ module "eks" {
     coredns                = {}
   }
 
+  # One managed node group per contract pool (cpu, gpu, and actor when enabled). With capacity_type SPOT (the actor
+  # group's default) EKS turns on capacity rebalancing: it starts a replacement and drains a Spot node once EC2
+  # says it is at elevated risk of interruption, before the 2-minute notice.
   eks_managed_node_groups = {
     for name, pool in local.pools : name => {
       # Bottlerocket: a minimal, read-only OS. Its NVIDIA variant ships the driver and runs the NVIDIA device

@@ -82,7 +82,7 @@ variable "cpu_pool" {
     spot         = optional(bool, false)
     disk_size_gb = optional(number, 100)
   })
-  description = "CPU node group for actors, replay and ps (and the system pods): instance type, size bounds, spot capacity, data volume GB. Validated by the contract module."
+  description = "Stable CPU node group for replay, ps and the actors unless actor_pool is enabled (and the system pods): instance type, size bounds, spot capacity, data volume GB. Validated by the contract module."
   default     = {}
 }
 
@@ -97,6 +97,19 @@ variable "gpu_pool" {
     disk_size_gb      = optional(number, 200)
   })
   description = "GPU node group for the learner: a GPU instance type (the GPU comes with it; accelerator_type is unused on EKS, accelerator_count is informational), size bounds (scales from 0 through the cluster autoscaler), spot capacity, data volume GB. Validated by the contract module."
+  default     = {}
+}
+
+variable "actor_pool" {
+  type = object({
+    enabled      = optional(bool, false)
+    machine_type = optional(string, "m6i.2xlarge")
+    min_nodes    = optional(number, 0)
+    max_nodes    = optional(number, 20)
+    spot         = optional(bool, true)
+    disk_size_gb = optional(number, 100)
+  })
+  description = "Actor node group: capacity_type SPOT by default, instance type, size bounds (from 0, through the cluster autoscaler), data volume GB. Off unless enabled; tainted surreal.dev/pool=actor:NoSchedule so only actors land there. Validated by the contract module."
   default     = {}
 }
 

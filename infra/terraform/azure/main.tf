@@ -1,6 +1,6 @@
 # AKS: a resource group and VNet, a cluster with Entra ID-only access, workload identity and Cilium network
-# policy, a small system pool, and a CPU and a GPU user pool whose labels and taints come from the shared
-# contract module. AKS installs the GPU driver; the NVIDIA device plugin is installed with Helm.
+# policy, a small system pool, and a CPU, a GPU and an optional (spot) actor user pool whose labels and taints
+# come from the shared contract module. AKS installs the GPU driver; the NVIDIA device plugin is installed with Helm.
 # Plain azurerm resources: Azure's AKS module (Azure/aks/azurerm) is being retired and its AVM successor is
 # still pre-1.0 and azapi-based.
 
@@ -18,9 +18,10 @@ data "azurerm_client_config" "current" {}
 module "contract" {
   source = "../modules/contract"
 
-  cloud    = "azure"
-  cpu_pool = var.cpu_pool
-  gpu_pool = var.gpu_pool
+  cloud      = "azure"
+  cpu_pool   = var.cpu_pool
+  gpu_pool   = var.gpu_pool
+  actor_pool = var.actor_pool
 }
 
 resource "azurerm_resource_group" "this" {

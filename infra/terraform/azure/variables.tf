@@ -136,7 +136,7 @@ variable "cpu_pool" {
     spot         = optional(bool, false)
     disk_size_gb = optional(number, 100)
   })
-  description = "CPU user pool for actors, replay and ps: VM size, autoscaler bounds, spot VMs (then tainted kubernetes.azure.com/scalesetpriority=spot:NoSchedule, see the contract module), OS disk GB. Validated by the contract module."
+  description = "Stable CPU user pool for replay, ps and the actors unless actor_pool is enabled: VM size, autoscaler bounds, spot VMs (then tainted kubernetes.azure.com/scalesetpriority=spot:NoSchedule, see the contract module), OS disk GB. Validated by the contract module."
   default     = {}
 }
 
@@ -151,6 +151,19 @@ variable "gpu_pool" {
     disk_size_gb      = optional(number, 200)
   })
   description = "GPU user pool for the learner: a GPU VM size (the GPU comes with it; accelerator_type is unused on AKS, accelerator_count is informational), autoscaler bounds (from 0), spot VMs, OS disk GB. Validated by the contract module."
+  default     = {}
+}
+
+variable "actor_pool" {
+  type = object({
+    enabled      = optional(bool, false)
+    machine_type = optional(string, "Standard_D8s_v5")
+    min_nodes    = optional(number, 0)
+    max_nodes    = optional(number, 20)
+    spot         = optional(bool, true)
+    disk_size_gb = optional(number, 100)
+  })
+  description = "Actor user pool: Spot priority by default (eviction Delete, max price -1: the pay-as-you-go price at most; AKS taints it kubernetes.azure.com/scalesetpriority=spot:NoSchedule), VM size, autoscaler bounds (from 0), OS disk GB. Off unless enabled; tainted surreal.dev/pool=actor:NoSchedule so only actors land there. Validated by the contract module."
   default     = {}
 }
 

@@ -1,5 +1,5 @@
-# GKE: a VPC with a private node subnet and Cloud NAT, and a regional private cluster with a CPU and a GPU node
-# pool whose labels and taints come from the shared contract module.
+# GKE: a VPC with a private node subnet and Cloud NAT, and a regional private cluster with a CPU, a GPU and an
+# optional (spot) actor node pool whose labels and taints come from the shared contract module.
 
 provider "google" {
   project = var.project_id
@@ -13,14 +13,37 @@ locals {
   # No public endpoint unless someone was given access to it.
   private_endpoint = length(var.control_plane_authorized_cidrs) == 0
   pools            = module.contract.pools
+
+  # The actor pool, when enabled: Spot VMs by default. GKE gives a Spot node's pods 15 s of its 30 s notice
+  # (graceful node shutdown), which the chart's actor terminationGracePeriodSeconds fits.
+  actor_node_pools = [
+    for name, pool in local.pools : {
+      name            = name
+      machine_type    = pool.machine_type
+      autoscaling     = true
+      total_min_count = pool.min_nodes
+      total_max_count = pool.max_nodes
+      # Spot capacity comes and goes per zone: take it wherever there is some.
+      location_policy    = "ANY"
+      initial_node_count = ceil(pool.min_nodes / length(var.zones))
+      spot               = pool.spot
+      disk_size_gb       = pool.disk_size_gb
+      disk_type          = "pd-balanced"
+      image_type         = "COS_CONTAINERD"
+      enable_secure_boot = true
+      auto_repair        = true
+      auto_upgrade       = true
+    } if name == "actor"
+  ]
 }
 
 module "contract" {
   source = "../modules/contract"
 
-  cloud    = "gcp"
-  cpu_pool = var.cpu_pool
-  gpu_pool = var.gpu_pool
+  cloud      = "gcp"
+  cpu_pool   = var.cpu_pool
+  gpu_pool   = var.gpu_pool
+  actor_pool = var.actor_pool
 }
 
 module "vpc" {
@@ -113,7 +136,7 @@ module "gke" {
   deletion_protection      = var.deletion_protection
   cluster_resource_labels  = var.labels
 
-  node_pools = [
+  node_pools = concat([
     {
       name            = "cpu"
       machine_type    = local.pools.cpu.machine_type
@@ -153,17 +176,9 @@ module "gke" {
       auto_repair        = true
       auto_upgrade       = true
     },
-  ]
+  ], local.actor_node_pools)
 
-  node_pools_labels = {
-    all = {}
-    cpu = local.pools.cpu.labels
-    gpu = local.pools.gpu.labels
-  }
-
-  node_pools_taints = {
-    all = []
-    cpu = local.pools.cpu.declared_taints_enum
-    gpu = local.pools.gpu.declared_taints_enum
-  }
+  # Every pool's labels and declared taints come from the contract (the actor pool's only when it exists).
+  node_pools_labels = merge({ all = {} }, { for name, pool in local.pools : name => pool.labels })
+  node_pools_taints = merge({ all = [] }, { for name, pool in local.pools : name => pool.declared_taints_enum })
 }

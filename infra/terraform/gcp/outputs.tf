@@ -36,6 +36,16 @@ output "gpu_pool_taints" {
   value       = module.contract.node_taints.gpu
 }
 
+output "actor_pool_labels" {
+  description = "Labels on the actor pool's nodes that the contract defines (GKE adds cloud.google.com/gke-spot=true to Spot nodes itself); null without an actor pool."
+  value       = try(module.contract.node_labels.actor, null)
+}
+
+output "actor_pool_taints" {
+  description = "Taints on the actor pool's nodes (Kubernetes form); null without an actor pool."
+  value       = try(module.contract.node_taints.actor, null)
+}
+
 output "helm_pool_values" {
   description = "Chart values (YAML) that place each role on its pool; make cluster-up writes them to pool-values.yaml and make deploy passes them before VALUES."
   value       = module.contract.helm_values_yaml

@@ -116,7 +116,7 @@ variable "cpu_pool" {
     spot         = optional(bool, false)
     disk_size_gb = optional(number, 100)
   })
-  description = "CPU pool for actors, replay and ps (and the system pods): machine type, total node bounds across zones, spot VMs, boot disk GB. Validated by the contract module."
+  description = "Stable CPU pool for replay, ps and the actors unless actor_pool is enabled (and the system pods): machine type, total node bounds across zones, spot VMs, boot disk GB. Validated by the contract module."
   default     = {}
 }
 
@@ -131,6 +131,19 @@ variable "gpu_pool" {
     disk_size_gb      = optional(number, 200)
   })
   description = "GPU pool for the learner: machine type, accelerator type and count per node, total node bounds (scales from 0), spot VMs, boot disk GB. Validated by the contract module."
+  default     = {}
+}
+
+variable "actor_pool" {
+  type = object({
+    enabled      = optional(bool, false)
+    machine_type = optional(string, "n2-standard-8")
+    min_nodes    = optional(number, 0)
+    max_nodes    = optional(number, 20)
+    spot         = optional(bool, true)
+    disk_size_gb = optional(number, 100)
+  })
+  description = "Actor pool: GKE Spot VMs by default (GKE labels them cloud.google.com/gke-spot=true), machine type, total node bounds across zones (from 0), boot disk GB. Off unless enabled; tainted surreal.dev/pool=actor:NoSchedule so only actors land there. Validated by the contract module."
   default     = {}
 }
 

@@ -205,3 +205,52 @@ checkov.io/skip2: "CKV_K8S_15=tags are immutable git shas, so IfNotPresent is sa
 {{- $algo := .Values.experiment.algo | default "ppo" -}}
 {{- if kindIs "map" $algo -}}{{- $algo.name | default "ppo" -}}{{- else -}}{{- $algo -}}{{- end -}}
 {{- end -}}
+
+{{/*
+Where the actors run (values.yaml, actors.pool): nodeSelector, tolerations and affinity as YAML, the pool's
+placement first and the actors block's own on top. Only actors ever tolerate the actor pool's taint and the
+clouds' spot taints: replay, ps and the learner keep their state and must not be preempted.
+*/}}
+{{- define "surreal.actorPoolTolerations" -}}
+- key: surreal.dev/pool                       # the actor pool's own taint (surreal.dev/pool=actor), every cloud
+  operator: Exists
+  effect: NoSchedule
+- key: kubernetes.azure.com/scalesetpriority  # AKS taints every spot node with it
+  operator: Exists
+  effect: NoSchedule
+- key: cloud.google.com/gke-spot              # GKE taints Spot pools it creates itself (node auto-provisioning)
+  operator: Exists
+  effect: NoSchedule
+{{- end -}}
+
+{{- define "surreal.actorPlacement" -}}
+{{- $actors := .Values.actors -}}
+{{- $key := "surreal.dev/pool" -}}
+{{- $nodeSelector := deepCopy ($actors.nodeSelector | default dict) -}}
+{{- $affinity := deepCopy ($actors.affinity | default dict) -}}
+{{- $tolerations := list -}}
+{{- if has $actors.pool (list "auto" "actor") -}}
+{{- $tolerations = include "surreal.actorPoolTolerations" . | fromYamlArray -}}
+{{- end -}}
+{{- range $actors.tolerations -}}
+{{- if not (has . $tolerations) -}}{{- $tolerations = append $tolerations . -}}{{- end -}}
+{{- end -}}
+{{- if eq $actors.pool "auto" -}}
+{{- if not (hasKey $affinity "nodeAffinity") -}}
+{{- $required := dict "nodeSelectorTerms" (list (dict "matchExpressions" (list (dict "key" $key "operator" "In" "values" (list "actor" "cpu"))))) -}}
+{{- $preferred := list (dict "weight" 100 "preference" (dict "matchExpressions" (list (dict "key" $key "operator" "In" "values" (list "actor"))))) -}}
+{{- $_ := set $affinity "nodeAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" $required "preferredDuringSchedulingIgnoredDuringExecution" $preferred) -}}
+{{- end -}}
+{{- else if ne $actors.pool "none" -}}
+{{- $_ := set $nodeSelector $key $actors.pool -}}
+{{- end -}}
+{{- toYaml (dict "nodeSelector" $nodeSelector "tolerations" $tolerations "affinity" $affinity) -}}
+{{- end -}}
+
+{{/* "true" when experiment.chaos schedules anything (ChaosConfig.active): kills, or a window holding actors down. */}}
+{{- define "surreal.chaosActive" -}}
+{{- $chaos := .Values.experiment.chaos | default dict -}}
+{{- $kills := gt ($chaos.kill_every_s | default 0 | float64) 0.0 -}}
+{{- $window := and (not (kindIs "invalid" $chaos.alive)) (gt ($chaos.window_s | default 0 | float64) 0.0) -}}
+{{- if or $kills $window -}}true{{- end -}}
+{{- end -}}

@@ -10,6 +10,11 @@ locals {
   # GPU node itself; on EKS and AKS the stack declares it.
   gpu_taint = { key = "nvidia.com/gpu", value = "present", effect = "NoSchedule" }
 
+  # The actor pool is tainted with its own label on every cloud, so that only the actors (the one role that
+  # tolerates it) land there: GKE and EKS spot nodes carry no taint of their own, and without this one replay
+  # shards, ps, the learner's helpers or the cluster's system pods could be scheduled onto preemptible nodes.
+  actor_taint = { key = local.pool_label_key, value = "actor", effect = "NoSchedule" }
+
   # AKS puts this label and taint on every spot node and requires a spot pool to declare both. GKE (label
   # cloud.google.com/gke-spot) and EKS (label eks.amazonaws.com/capacityType) only label spot nodes: nothing to
   # tolerate there, and the contract adds nothing.
@@ -19,18 +24,17 @@ locals {
   spot_labels = { for name, pool in local.inputs : name => (var.cloud == "azure" && pool.spot ? local.aks_spot_label : {}) }
   spot_taints = { for name, pool in local.inputs : name => (var.cloud == "azure" && pool.spot ? [local.aks_spot_taint] : []) }
 
-  inputs = { cpu = var.cpu_pool, gpu = var.gpu_pool }
+  # The actor pool exists only when enabled; every per-pool output then has an `actor` entry.
+  inputs = merge(
+    { cpu = var.cpu_pool, gpu = var.gpu_pool },
+    { for name, pool in { actor = var.actor_pool } : name => pool if pool.enabled },
+  )
 
   # Taints every node of the pool carries, whoever puts them there (Kubernetes form).
-  taints = {
-    cpu = local.spot_taints.cpu
-    gpu = concat([local.gpu_taint], local.spot_taints.gpu)
-  }
+  own_taints = { cpu = [], gpu = [local.gpu_taint], actor = [local.actor_taint] }
+  taints     = { for name, pool in local.inputs : name => concat(local.own_taints[name], local.spot_taints[name]) }
   # Taints the cloud applies without being asked, so declaring them would only make a perpetual diff.
-  cloud_applied_taints = {
-    cpu = []
-    gpu = var.cloud == "gcp" ? [local.gpu_taint] : []
-  }
+  cloud_applied_taints = { for name, pool in local.inputs : name => (name == "gpu" && var.cloud == "gcp" ? [local.gpu_taint] : []) }
   declared_taints = {
     for name, taints in local.taints : name => [for taint in taints : taint if !contains(local.cloud_applied_taints[name], taint)]
   }
@@ -61,7 +65,11 @@ locals {
     }
   }
 
-  # The chart's roles, each with the pool it runs on.
-  role_pools  = { learner = "gpu", actors = "cpu", replay = "cpu", ps = "cpu" }
-  helm_values = { for role, pool in local.role_pools : role => { nodeSelector = local.pools[pool].node_selector, tolerations = local.pools[pool].tolerations } }
+  # The chart's roles, each with the pool it runs on: the actors on the actor pool when there is one. Replay, ps
+  # and the learner never move there (they do not tolerate its taint).
+  role_pools = { learner = "gpu", actors = var.actor_pool.enabled ? "actor" : "cpu", replay = "cpu", ps = "cpu" }
+  placement  = { for role, pool in local.role_pools : role => { nodeSelector = local.pools[pool].node_selector, tolerations = local.pools[pool].tolerations } }
+  # actors.pool tells the chart which pool the nodeSelector means (the chart's own default, `auto`, is for
+  # clusters it knows nothing about); see infra/helm/surreal-chart/values.yaml.
+  helm_values = merge(local.placement, { actors = merge(local.placement.actors, { pool = local.role_pools.actors }) })
 }

@@ -16,7 +16,7 @@ variable "cpu_pool" {
     spot         = optional(bool, false)
     disk_size_gb = optional(number, 100)
   })
-  description = "The CPU pool (actors, replay, ps; on GKE and EKS also the cluster's system pods): machine type, autoscaling bounds, spot/preemptible capacity and boot disk size."
+  description = "The stable CPU pool (replay, ps, and the actors unless there is an actor pool; on GKE and EKS also the cluster's system pods): machine type, autoscaling bounds, spot/preemptible capacity (which would put the replay shards on preemptible nodes too: use actor_pool for spot actors) and boot disk size."
 
   validation {
     condition     = trimspace(var.cpu_pool.machine_type) != ""
@@ -72,5 +72,35 @@ variable "gpu_pool" {
   validation {
     condition     = var.gpu_pool.disk_size_gb >= 50
     error_message = "gpu_pool.disk_size_gb must be at least 50 (the learner image carries CUDA)."
+  }
+}
+
+variable "actor_pool" {
+  type = object({
+    enabled      = optional(bool, false)
+    machine_type = optional(string, "")
+    min_nodes    = optional(number, 0)
+    max_nodes    = optional(number, 20)
+    spot         = optional(bool, true)
+    disk_size_gb = optional(number, 100)
+  })
+  description = "The optional actor pool (actors only; tainted surreal.dev/pool=actor:NoSchedule so nothing else lands there): off unless enabled; spot/preemptible capacity by default; machine type, autoscaling bounds (from 0) and boot disk size."
+  default     = {}
+
+  validation {
+    condition     = !var.actor_pool.enabled || trimspace(var.actor_pool.machine_type) != ""
+    error_message = "actor_pool.machine_type must not be empty when actor_pool.enabled."
+  }
+  validation {
+    condition     = var.actor_pool.min_nodes >= 0 && floor(var.actor_pool.min_nodes) == var.actor_pool.min_nodes
+    error_message = "actor_pool.min_nodes must be a whole number >= 0."
+  }
+  validation {
+    condition     = var.actor_pool.max_nodes >= 1 && var.actor_pool.max_nodes >= var.actor_pool.min_nodes && var.actor_pool.max_nodes <= 1000 && floor(var.actor_pool.max_nodes) == var.actor_pool.max_nodes
+    error_message = "actor_pool.max_nodes must be a whole number between max(1, min_nodes) and 1000."
+  }
+  validation {
+    condition     = var.actor_pool.disk_size_gb >= 30
+    error_message = "actor_pool.disk_size_gb must be at least 30 (images for the actor role are several GB)."
   }
 }

@@ -175,6 +175,139 @@ run "aks_spot_gpu_only_leaves_the_cpu_roles_alone" {
   }
 }
 
+run "no_actor_pool_unless_enabled" {
+  command = apply
+
+  assert {
+    condition     = keys(output.pools) == ["cpu", "gpu"] && keys(output.node_labels) == ["cpu", "gpu"]
+    error_message = "the actor pool must not exist unless actor_pool.enabled"
+  }
+  assert {
+    condition     = output.helm_values.actors.pool == "cpu"
+    error_message = "without an actor pool the chart must pin the actors to the CPU pool"
+  }
+}
+
+run "gke_actor_pool_is_spot_and_tainted_for_actors_only" {
+  command = apply
+
+  variables {
+    actor_pool = { enabled = true, machine_type = "n2-standard-8" }
+  }
+
+  assert {
+    condition     = output.node_labels.actor == { "surreal.dev/pool" = "actor" }
+    error_message = "actor nodes must carry exactly surreal.dev/pool=actor on GKE (GKE adds its own spot label)"
+  }
+  assert {
+    condition     = output.node_taints.actor == [{ key = "surreal.dev/pool", value = "actor", effect = "NoSchedule" }]
+    error_message = "actor nodes must carry exactly surreal.dev/pool=actor:NoSchedule"
+  }
+  assert {
+    condition     = output.pools.actor.declared_taints_enum == [{ key = "surreal.dev/pool", value = "actor", effect = "NO_SCHEDULE" }]
+    error_message = "GKE does not add the actor taint: the stack must declare it"
+  }
+  assert {
+    condition     = output.pools.actor.spot && output.pools.actor.min_nodes == 0 && output.pools.actor.max_nodes == 20 && output.pools.actor.accelerator_count == 0
+    error_message = "the actor pool is spot by default, scales from 0 to 20 and has no accelerator"
+  }
+  assert {
+    condition     = output.helm_values.actors == { pool = "actor", nodeSelector = { "surreal.dev/pool" = "actor" }, tolerations = [{ key = "surreal.dev/pool", operator = "Exists", effect = "NoSchedule" }] }
+    error_message = "the actors must select the actor pool and tolerate its taint"
+  }
+  assert {
+    condition     = alltrue([for role in ["replay", "ps"] : output.helm_values[role].nodeSelector == { "surreal.dev/pool" = "cpu" } && length(output.helm_values[role].tolerations) == 0])
+    error_message = "replay and ps stay on the CPU pool and tolerate nothing"
+  }
+  assert {
+    condition     = output.helm_values.learner.tolerations == [{ key = "nvidia.com/gpu", operator = "Exists", effect = "NoSchedule" }]
+    error_message = "the learner must not tolerate the actor pool"
+  }
+  assert {
+    condition     = output.node_taints.cpu == [] && output.node_labels.cpu == { "surreal.dev/pool" = "cpu" }
+    error_message = "an actor pool leaves the CPU pool as it was"
+  }
+}
+
+run "eks_actor_pool_declares_its_taint_in_enum_form" {
+  command = apply
+
+  variables {
+    cloud      = "aws"
+    gpu_pool   = { machine_type = "g6.2xlarge" }
+    actor_pool = { enabled = true, machine_type = "m6i.2xlarge", min_nodes = 1, max_nodes = 50 }
+  }
+
+  assert {
+    condition     = output.pools.actor.declared_taints_enum == [{ key = "surreal.dev/pool", value = "actor", effect = "NO_SCHEDULE" }]
+    error_message = "EKS spot adds no taint: the actor pool declares only its own"
+  }
+  assert {
+    condition     = output.pools.actor.min_nodes == 1 && output.pools.actor.max_nodes == 50
+    error_message = "actor pool bounds must pass through"
+  }
+}
+
+run "aks_spot_actor_pool_carries_and_tolerates_both_taints" {
+  command = apply
+
+  variables {
+    cloud      = "azure"
+    cpu_pool   = { machine_type = "Standard_D8s_v5" }
+    gpu_pool   = { machine_type = "Standard_NC8as_T4_v3" }
+    actor_pool = { enabled = true, machine_type = "Standard_D8s_v5" }
+  }
+
+  assert {
+    condition     = output.node_labels.actor == { "surreal.dev/pool" = "actor", "kubernetes.azure.com/scalesetpriority" = "spot" }
+    error_message = "an AKS spot actor pool must declare the scalesetpriority label"
+  }
+  assert {
+    condition     = output.pools.actor.declared_taints_aks == ["surreal.dev/pool=actor:NoSchedule", "kubernetes.azure.com/scalesetpriority=spot:NoSchedule"]
+    error_message = "an AKS spot actor pool must declare the actor and the spot taint"
+  }
+  assert {
+    condition     = output.helm_values.actors.tolerations == [{ key = "surreal.dev/pool", operator = "Exists", effect = "NoSchedule" }, { key = "kubernetes.azure.com/scalesetpriority", operator = "Exists", effect = "NoSchedule" }]
+    error_message = "the actors must tolerate the actor and the AKS spot taint"
+  }
+  assert {
+    condition     = alltrue([for role in ["learner", "replay", "ps"] : !contains([for t in output.helm_values[role].tolerations : t.key], "kubernetes.azure.com/scalesetpriority")])
+    error_message = "replay, ps and the learner must not tolerate spot nodes"
+  }
+}
+
+run "aks_on_demand_actor_pool_has_no_spot_taint" {
+  command = apply
+
+  variables {
+    cloud      = "azure"
+    cpu_pool   = { machine_type = "Standard_D8s_v5" }
+    gpu_pool   = { machine_type = "Standard_NC8as_T4_v3" }
+    actor_pool = { enabled = true, machine_type = "Standard_F8s_v2", spot = false }
+  }
+
+  assert {
+    condition     = output.pools.actor.declared_taints_aks == ["surreal.dev/pool=actor:NoSchedule"] && output.node_labels.actor == { "surreal.dev/pool" = "actor" }
+    error_message = "an on-demand actor pool carries only its own label and taint"
+  }
+}
+
+run "rejects_an_enabled_actor_pool_without_machine_type" {
+  command = plan
+  variables {
+    actor_pool = { enabled = true }
+  }
+  expect_failures = [var.actor_pool]
+}
+
+run "rejects_an_actor_pool_that_cannot_scale_up" {
+  command = plan
+  variables {
+    actor_pool = { enabled = true, machine_type = "n2-standard-8", max_nodes = 0 }
+  }
+  expect_failures = [var.actor_pool]
+}
+
 run "rejects_an_unknown_cloud" {
   command = plan
   variables {
