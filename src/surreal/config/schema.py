@@ -338,7 +338,7 @@ class ChaosConfig:
     default; learners, replay shards and ps are never touched."""
 
     seed: int = 0  # which actor dies when is drawn from this seed
-    kill_every_s: float = 0.0  # kill one live actor (SIGKILL) every this many seconds; 0: never
+    kill_every_s: float = 0.0  # kill a live actor this often (local: SIGKILL; chart: pod delete); 0: never
     restart: bool = True  # killed actors are started again (at once, as a supervisor or StatefulSet would)
     alive: int | None = None  # during the window keep only this many actors alive (None: no window)
     window_start_s: float = 0.0  # the window opens this long after the run starts ...
