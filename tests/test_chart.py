@@ -835,12 +835,12 @@ def run_chaos_script(tmp_path: Path, timeout: float, *sets: str) -> tuple[list[s
     return calls, output
 
 
-def test_chaos_without_restart_scales_the_actors_down_and_ends(tmp_path: Path) -> None:
+def test_chaos_without_restart_scales_the_actors_down_to_the_last_one_and_ends(tmp_path: Path) -> None:
     calls, output = run_chaos_script(
-        tmp_path, 20, "experiment.chaos.kill_every_s=1", "experiment.chaos.restart=false", "actors.replicas=2"
+        tmp_path, 20, "experiment.chaos.kill_every_s=1", "experiment.chaos.restart=false", "actors.replicas=3"
     )
     actors = f"{RELEASE}-surreal-actor"
-    assert calls == [f"scale statefulset {actors} --replicas=1", f"scale statefulset {actors} --replicas=0"], output
+    assert calls == [f"scale statefulset {actors} --replicas=2", f"scale statefulset {actors} --replicas=1"], output
     assert output.rstrip().endswith("done")
 
 

@@ -7,8 +7,9 @@
 #   KILL_EVERY             delete one live actor every this many seconds (0: never)
 #   RESTART                true: the StatefulSet recreates a deleted actor; false: scale down by one instead
 #   ALIVE, WINDOW_START, WINDOW  keep only ALIVE actors from WINDOW_START for WINDOW seconds (WINDOW 0: no window)
-# It exits once nothing is left to do: the window is over and no kill is scheduled (or every actor is gone for
-# good); with KILL_EVERY > 0 and RESTART=true it runs until the release is deleted.
+# It exits once nothing is left to do: the window is over and no kill is scheduled (or all actors but the last
+# are gone for good: as in the local launcher, the last one is never removed, or the run could not go on); with
+# KILL_EVERY > 0 and RESTART=true it runs until the release is deleted.
 set -u
 
 start=$(date +%s)
@@ -70,11 +71,11 @@ while :; do
     window=over
     scale "$(size)" "window closes"
   fi
-  if [ "$KILL_EVERY" -gt 0 ] && [ "$target" -gt 0 ] && [ "$now" -ge "$next_kill" ]; then
+  if [ "$KILL_EVERY" -gt 0 ] && [ "$target" -gt 1 ] && [ "$now" -ge "$next_kill" ]; then
     kill_one
     next_kill=$((next_kill + KILL_EVERY))
   fi
-  if [ "$window" = over ] && { [ "$KILL_EVERY" -eq 0 ] || [ "$target" -eq 0 ]; }; then
+  if [ "$window" = over ] && { [ "$KILL_EVERY" -eq 0 ] || [ "$target" -le 1 ]; }; then
     log "done"
     exit 0
   fi
