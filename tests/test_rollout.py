@@ -42,8 +42,18 @@ class Counter(gym.Env):
         return np.array([100.0 * self.kind + self.t], np.float32)
 
 
+class SuccessCounter(Counter):
+    """The counter reporting `is_success` on every step: true throughout the episodes that terminate (kind 1)."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward, terminated, truncated, {**info, "is_success": self.kind == 1}
+
+
+SUCCESS_ID = "SurrealSuccessCounter-v0"
 if COUNTER_ID not in gym.registry:
     gym.register(COUNTER_ID, entry_point=Counter, max_episode_steps=4)
+    gym.register(SUCCESS_ID, entry_point=SuccessCounter, max_episode_steps=4)
 
 
 class RecordingPolicy:
@@ -127,6 +137,24 @@ def test_ppo_policy_records_logprobs_per_step():
 
 @pytest.mark.parametrize("episodes", [1, 5, 12])
 def test_evaluate_returns_exactly_the_requested_full_episodes(episodes):
-    returns = evaluate(COUNTER_ID, RecordingPolicy(), episodes=episodes, seed=7)
-    assert len(returns) == episodes
-    assert set(returns) <= {6.0, 10.0}
+    evaluation = evaluate(COUNTER_ID, RecordingPolicy(), episodes=episodes, seed=7)
+    assert len(evaluation.returns) == episodes
+    assert set(evaluation.returns) <= {6.0, 10.0}
+    assert evaluation.successes == [], "the counter reports no success"
+
+
+def test_an_env_reporting_is_success_gets_one_success_per_finished_episode():
+    envs = make_vec_env(SUCCESS_ID, num_envs=3, seed=5)
+    chunk = RolloutCollector(envs, RecordingPolicy(), chunk_steps=20, actor_index=0).collect(version=0)
+    envs.close()
+    assert len(chunk.episode_returns) >= 10
+    assert chunk.episode_successes == [r == 6.0 for r in chunk.episode_returns], "the terminating kind succeeds"
+    evaluation = evaluate(SUCCESS_ID, RecordingPolicy(), episodes=7, seed=7)
+    assert evaluation.successes == [r == 6.0 for r in evaluation.returns] and len(evaluation.successes) == 7
+
+
+def test_an_env_without_is_success_reports_no_successes():
+    envs = make_vec_env(COUNTER_ID, num_envs=2, seed=5)
+    chunk = RolloutCollector(envs, RecordingPolicy(), chunk_steps=12, actor_index=0).collect(version=0)
+    envs.close()
+    assert chunk.episode_returns and chunk.episode_successes == []

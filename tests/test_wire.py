@@ -70,6 +70,12 @@ def test_a_chunk_round_trips_through_its_encoder_and_decoder():
         ({"episode_returns": [1.0, 2.0], "episode_lengths": [3]}, "bad_chunk_meta"),
         ({"episode_returns": "x"}, "bad_chunk_meta"),
         ({"incarnation": "x" * 1000}, "bad_chunk_meta"),
+        ({"episode_successes": [True, False]}, "bad_chunk_meta"),
+        ({"episode_successes": [2]}, "bad_chunk_meta"),
+        ({"episode_successes": [1.0]}, "bad_chunk_meta"),
+        ({"episode_successes": ["yes"]}, "bad_chunk_meta"),
+        ({"episode_successes": None}, "bad_chunk_meta"),
+        ({"episode_successes": True}, "bad_chunk_meta"),
     ],
 )
 def test_out_of_range_chunk_metadata_is_refused_with_a_reason(change, reason):
@@ -96,6 +102,31 @@ def test_empty_and_ragged_chunks_are_refused():
         decode_chunk({k: v[:0] for k, v in arrays.items()}, meta)
     with pytest.raises(ProtocolError, match="bad_chunk"):
         decode_chunk({**arrays, "rewards": np.zeros((3, 2), np.float32)}, meta)
+
+
+def test_episode_successes_travel_beside_returns_and_are_optional():
+    successful = chunk()
+    successful.episode_successes = [True]
+    meta, arrays = encode_chunk(successful, incarnation="abc")
+    assert decode_chunk(arrays, meta)[0].episode_successes == [True]
+    assert decode_chunk(arrays, {**meta, "episode_successes": [0]})[0].episode_successes == [False], "0/1 too"
+    assert decode_chunk(arrays, {k: v for k, v in meta.items() if k != "episode_successes"})[1].episode_successes == []
+    report = ShardReport(1, 10, [5.0, 1.0], [3, 3], actors=[0], episode_successes=[True, False])
+    assert ShardReport.from_meta(report.to_meta()) == report
+    with pytest.raises(ProtocolError, match="bad_reply_meta"):
+        ShardReport.from_meta({**report.to_meta(), "episode_successes": [True]})
+
+
+def test_a_transition_shard_forwards_successes_only_while_every_episode_has_one():
+    shard = ReplayShard("uniform", 100)
+    with_success, without = chunk(), chunk()
+    with_success.episode_successes = [True]
+    shard.add(*reversed(encode_chunk(with_success, incarnation="a")))
+    assert ShardReport.from_meta(shard.report()).episode_successes == [True]
+    shard.add(*reversed(encode_chunk(with_success, incarnation="a")))
+    shard.add(*reversed(encode_chunk(without, incarnation="a")))
+    report = ShardReport.from_meta(shard.report())
+    assert report.episode_returns == [2.5, 2.5] and report.episode_successes == [], "unpaired: none forwarded"
 
 
 def test_reply_and_blob_metadata_are_typed_and_bounded():
@@ -213,7 +244,7 @@ values = st.recursive(
 )
 fields = st.sampled_from(
     ["version", "incarnation", "actor", "env_steps", "episode_returns", "episode_lengths", "shard", "done"]
-    + ["env_step_budget", "chunks"]
+    + ["env_step_budget", "chunks", "episode_successes"]
 )
 hostile_meta = st.dictionaries(fields, values, max_size=6)
 

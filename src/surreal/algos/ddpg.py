@@ -189,6 +189,7 @@ class NStepCollector:
             chunk.episode_returns,
             chunk.episode_lengths,
             steps=chunk.env_steps,
+            episode_successes=chunk.episode_successes,
         )
 
 

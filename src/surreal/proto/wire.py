@@ -47,6 +47,7 @@ class Chunk:
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
     steps: int | None = None  # environment steps behind the chunk when that is not T*K (ES, n-step carry)
+    episode_successes: list[bool] = field(default_factory=list)  # one per episode, or none: the env reports none
 
     @property
     def size(self) -> int:
@@ -91,8 +92,9 @@ def _text(meta: Mapping[str, Any], key: str, reason: str, default: str | None = 
     return value
 
 
-def _episodes(meta: Mapping[str, Any], reason: str) -> tuple[list[float], list[int]]:
-    """`episode_returns` (finite floats) and `episode_lengths` (non-negative ints), equally long, bounded."""
+def _episodes(meta: Mapping[str, Any], reason: str) -> tuple[list[float], list[int], list[bool]]:
+    """`episode_returns` (finite floats) and `episode_lengths` (non-negative ints), equally long, bounded, and
+    `episode_successes` (booleans, or 0/1): absent, empty (the env reports no success) or one per episode."""
     returns, lengths = meta.get("episode_returns", []), meta.get("episode_lengths", [])
     if not isinstance(returns, list) or not isinstance(lengths, list) or len(returns) != len(lengths):
         raise ProtocolError(reason, "episode_returns and episode_lengths must be lists of one length")
@@ -102,7 +104,12 @@ def _episodes(meta: Mapping[str, Any], reason: str) -> tuple[list[float], list[i
         raise ProtocolError(reason, "episode_returns must be finite numbers")
     if not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_EPISODE_LENGTH for n in lengths):
         raise ProtocolError(reason, "episode_lengths must be non-negative integers")
-    return [float(r) for r in returns], list(lengths)
+    successes = meta.get("episode_successes", [])
+    if not isinstance(successes, list) or len(successes) not in (0, len(returns)):
+        raise ProtocolError(reason, "episode_successes must be an empty list or one entry per episode")
+    if not all(isinstance(x, bool) or (type(x) is int and x in (0, 1)) for x in successes):
+        raise ProtocolError(reason, "episode_successes must be booleans (or 0/1)")
+    return [float(r) for r in returns], list(lengths), [bool(x) for x in successes]
 
 
 # -- experience chunks ----------------------------------------------------------------------------------
@@ -119,6 +126,7 @@ class ChunkMeta:
     env_steps: int
     episode_returns: list[float]
     episode_lengths: list[int]
+    episode_successes: list[bool] = field(default_factory=list)
 
     def to_meta(self) -> dict[str, Any]:
         return {
@@ -128,12 +136,13 @@ class ChunkMeta:
             "env_steps": self.env_steps,
             "episode_returns": self.episode_returns,
             "episode_lengths": self.episode_lengths,
+            "episode_successes": self.episode_successes,
         }
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any], transitions: int) -> ChunkMeta:
         """`transitions` (T*K) stands in for an absent `env_steps`; `actor` and `incarnation` are optional."""
-        returns, lengths = _episodes(meta, "bad_chunk_meta")
+        returns, lengths, successes = _episodes(meta, "bad_chunk_meta")
         return cls(
             version=_int(meta, "version", 0, MAX_VERSION, "bad_chunk_meta"),
             incarnation=_text(meta, "incarnation", "bad_chunk_meta", default=""),
@@ -141,13 +150,20 @@ class ChunkMeta:
             env_steps=_int(meta, "env_steps", 0, MAX_CHUNK_ENV_STEPS, "bad_chunk_meta", default=transitions),
             episode_returns=returns,
             episode_lengths=lengths,
+            episode_successes=successes,
         )
 
 
 def encode_chunk(chunk: Chunk, incarnation: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """(meta, arrays) of the experience message an actor sends for `chunk`."""
     meta = ChunkMeta(
-        chunk.version, incarnation, chunk.actor, chunk.env_steps, chunk.episode_returns, chunk.episode_lengths
+        chunk.version,
+        incarnation,
+        chunk.actor,
+        chunk.env_steps,
+        chunk.episode_returns,
+        chunk.episode_lengths,
+        chunk.episode_successes,
     )
     return meta.to_meta(), chunk.arrays
 
@@ -178,6 +194,7 @@ def decode_chunk(
         chunk_meta.episode_returns,
         chunk_meta.episode_lengths,
         steps=chunk_meta.env_steps,
+        episode_successes=chunk_meta.episode_successes,
     )
     return chunk, chunk_meta
 
@@ -197,6 +214,7 @@ class ShardReport:
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
     actors: list[int] = field(default_factory=list)
+    episode_successes: list[bool] = field(default_factory=list)
 
     def to_meta(self) -> dict[str, Any]:
         return {
@@ -205,11 +223,12 @@ class ShardReport:
             "episode_returns": self.episode_returns,
             "episode_lengths": self.episode_lengths,
             "actors": self.actors,
+            "episode_successes": self.episode_successes,
         }
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any]) -> ShardReport:
-        returns, lengths = _episodes(meta, "bad_reply_meta")
+        returns, lengths, successes = _episodes(meta, "bad_reply_meta")
         actors = meta.get("actors", [])
         if (
             not isinstance(actors, list)
@@ -223,6 +242,7 @@ class ShardReport:
             episode_returns=returns,
             episode_lengths=lengths,
             actors=actors,
+            episode_successes=successes,
         )
 
 

@@ -44,6 +44,9 @@ class ReplayShard:
         self.env_steps_in = 0
         self.finished_returns: deque[float] = deque(maxlen=MAX_FORWARDED_EPISODES)
         self.finished_lengths: deque[int] = deque(maxlen=MAX_FORWARDED_EPISODES)
+        # One per finished episode while every chunk reports success; a chunk without breaks the pairing and
+        # the next report then carries none (an env reports success for all its episodes or for none).
+        self.finished_successes: deque[bool] = deque(maxlen=MAX_FORWARDED_EPISODES)
         self.actors_heard: set[int] = set()
 
     def add(self, arrays: dict[str, Any], meta: dict[str, Any]) -> int:
@@ -57,6 +60,7 @@ class ReplayShard:
         if self.forward_episodes:
             self.finished_returns.extend(chunk_meta.episode_returns)
             self.finished_lengths.extend(chunk_meta.episode_lengths)
+            self.finished_successes.extend(chunk_meta.episode_successes)
             if len(self.actors_heard) < MAX_REPORTED_ACTORS:
                 self.actors_heard.add(chunk_meta.actor)
         return n
@@ -73,9 +77,11 @@ class ReplayShard:
         """This shard's progress for the next reply (data or empty); hands over the finished episodes and the
         actors heard from once."""
         returns, lengths = list(self.finished_returns), list(self.finished_lengths)
-        report = ShardReport(self.shard, self.env_steps_in, returns, lengths, sorted(self.actors_heard))
+        successes = list(self.finished_successes) if len(self.finished_successes) == len(returns) else []
+        report = ShardReport(self.shard, self.env_steps_in, returns, lengths, sorted(self.actors_heard), successes)
         self.finished_returns.clear()
         self.finished_lengths.clear()
+        self.finished_successes.clear()
         self.actors_heard.clear()
         return report.to_meta()
 

@@ -67,6 +67,7 @@ class Counters:
     episodes: int = 0
     stale_dropped: int = 0
     recent_returns: list[float] = field(default_factory=list)
+    recent_successes: list[bool] = field(default_factory=list)  # envs reporting `is_success` only
     shard_env_steps: list[int] = field(default_factory=list)  # off-policy: each replay shard's count seen last
 
 
@@ -154,7 +155,7 @@ class LearnerCore:
                 self.queue.append(chunk)
                 self.queued_units += chunk.size
                 self.counters.env_steps += chunk.env_steps
-                self._episodes(chunk.episode_returns)
+                self._episodes(chunk.episode_returns, chunk.episode_successes)
             self.recorder.m_queue.set(self.queued_units)
         if self.queued_units >= self.cfg.algo.batch_size:
             self._update_chunks(self._take_batch())
@@ -179,14 +180,15 @@ class LearnerCore:
     def _count_reply(self, reply: SampleReply) -> None:
         """A transition reply's env-step count and finished episodes (off-policy learners see no chunks)."""
         self.counters.env_steps += self.shard_steps.observe(reply.report.shard, reply.report.env_steps)
-        self._episodes(reply.report.episode_returns)
+        self._episodes(reply.report.episode_returns, reply.report.episode_successes)
         if self.live is not None:
             for actor in reply.report.actors:
                 self.live.heard(actor, self.counters.env_steps)
 
-    def _episodes(self, returns: list[float]) -> None:
+    def _episodes(self, returns: list[float], successes: list[bool]) -> None:
         self.counters.episodes += len(returns)
         self.counters.recent_returns = (self.counters.recent_returns + returns)[-RECENT_EPISODES:]
+        self.counters.recent_successes = (self.counters.recent_successes + successes)[-RECENT_EPISODES:]
 
     def _take_batch(self) -> list[Chunk]:
         """Whole chunks, oldest first, until `batch_size` units; the rest waits for the next update."""
@@ -267,6 +269,8 @@ class LearnerCore:
             "train_return_mean": float(np.mean(c.recent_returns)) if c.recent_returns else None,
             "stale_dropped": c.stale_dropped,
         }
+        if c.recent_successes:  # only for envs reporting `is_success`
+            row["train_success_rate"] = float(np.mean(c.recent_successes))
         if lag_mean is not None:
             row["version_lag_mean"] = lag_mean
         if not self.cfg.deterministic:  # a deterministic run writes the same file twice: no wall times in it
@@ -338,9 +342,12 @@ class LearnerCore:
         policy = self.algo.make_policy(self.obs_space, self.act_space, algo_config(self.cfg), 0, 1)
         policy.load_params(self.algo_learner.params())
         cfg = self.cfg
-        returns = evaluate(cfg.env.id, policy, cfg.learner.eval_episodes, cfg.seed + EVAL_SEED_OFFSET, cfg.env.kwargs)
+        evaluation = evaluate(
+            cfg.env.id, policy, cfg.learner.eval_episodes, cfg.seed + EVAL_SEED_OFFSET, cfg.env.kwargs
+        )
+        returns = evaluation.returns
         return_mean = float(np.mean(returns))
-        result = {
+        result: dict[str, Any] = {
             "eval_return_mean": return_mean,
             "eval_return_std": float(np.std(returns)),
             "eval_episodes": len(returns),
@@ -348,6 +355,9 @@ class LearnerCore:
             "updates": self.counters.updates,
             "eval_returns": [float(r) for r in returns],
         }
+        if evaluation.successes:  # only for envs reporting `is_success`
+            result["eval_success_rate"] = float(np.mean(evaluation.successes))
+            result["eval_successes"] = evaluation.successes
         atomic_write_text(self.run_dir / "eval.json", json.dumps(result, indent=2))
         self.recorder.evaluation(return_mean, self.counters.env_steps)
         self.log.info("eval over %d episodes: %.1f +- %.1f", len(returns), return_mean, np.std(returns))

@@ -3,10 +3,15 @@
 Used by the actor role (which ships chunks to replay) and by the serial mode (which hands them straight
 to the learner), so both produce exactly the same data. A chunk's arrays are freshly allocated: the
 actor sends them zero-copy, and ZMQ may still be reading them while the next chunk is collected.
+
+Episode success: an env that reports `info["is_success"]` (the Gymnasium-Robotics convention; the robosuite
+adapter does) has it read on each episode's last step, and the chunk lists one success per finished episode
+beside its return; an env that does not report it gets no success list at all.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import gymnasium as gym
@@ -23,6 +28,20 @@ class Policy(Protocol):
 
     def episode_done(self, done: np.ndarray) -> None:
         """Told which of the K environments just ended an episode (DDPG's OU noise resets there)."""
+
+
+def final_success(infos: dict[str, Any], i: int) -> bool | None:
+    """Env i's `is_success` on the step that just ended its episode (SAME_STEP autoreset moves that step's info
+    to `final_info`); None when the env does not report success."""
+    final = infos.get("final_info", {})
+    if "is_success" not in final or not final["_is_success"][i]:
+        return None
+    return bool(final["is_success"][i])
+
+
+def all_or_none(successes: list[bool | None]) -> list[bool]:
+    """Every episode's success, or none when any episode's env did not report one (the lists stay paired)."""
+    return [] if any(s is None for s in successes) else [bool(s) for s in successes]
 
 
 class RolloutCollector:
@@ -54,6 +73,7 @@ class RolloutCollector:
         }
         returns: list[float] = []
         lengths: list[int] = []
+        successes: list[bool | None] = []
         for t in range(T):
             env_actions, record = self.policy.act(self.obs)
             if t == 0:
@@ -75,35 +95,46 @@ class RolloutCollector:
                 arrays["next_obs"][t, i] = infos["final_obs"][i]
                 returns.append(float(self.episode_return[i]))
                 lengths.append(int(self.episode_length[i]))
+                successes.append(final_success(infos, i))
             self.episode_return[done] = 0.0
             self.episode_length[done] = 0
             if done.any():
                 self.policy.episode_done(done)
             self.obs = next_obs
-        return Chunk(arrays, version, self.actor_index, returns, lengths)
+        return Chunk(arrays, version, self.actor_index, returns, lengths, episode_successes=all_or_none(successes))
+
+
+@dataclass
+class Evaluation:
+    """The deterministic policy's full episodes: returns, and successes when the env reports them (else empty)."""
+
+    returns: list[float] = field(default_factory=list)
+    successes: list[bool] = field(default_factory=list)
 
 
 def evaluate(
     env_id: str, policy: Policy, episodes: int, seed: int, env_kwargs: dict[str, Any] | None = None
-) -> list[float]:
-    """Full-episode returns of the deterministic policy. Each of up to 10 parallel envs runs a fixed
-    quota of episodes, so short episodes are not over-represented."""
+) -> Evaluation:
+    """Full episodes of the deterministic policy. Each of up to 10 parallel envs runs a fixed quota of
+    episodes, so short episodes are not over-represented."""
     n = min(episodes, 10)
     quotas = np.array([episodes // n + (1 if i < episodes % n else 0) for i in range(n)])
     done_count = np.zeros(n, np.int64)
     running = np.zeros(n, np.float64)
     returns: list[float] = []
+    successes: list[bool | None] = []
     envs = make_vec_env(env_id, n, seed, env_kwargs)
     obs, _ = envs.reset(seed=[seed + i for i in range(n)])  # type: ignore[arg-type]  # per-env seeds are documented
     try:
         while (done_count < quotas).any():
-            obs, rewards, terminated, truncated, _ = envs.step(policy.act_deterministic(obs))
+            obs, rewards, terminated, truncated, infos = envs.step(policy.act_deterministic(obs))
             running += rewards
             for i in np.flatnonzero(terminated | truncated):
                 if done_count[i] < quotas[i]:
                     returns.append(float(running[i]))
+                    successes.append(final_success(infos, i))
                     done_count[i] += 1
                 running[i] = 0.0
     finally:
         envs.close()
-    return returns
+    return Evaluation(returns, all_or_none(successes))
