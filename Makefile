@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL) --extra-index-url https://pypi.org/simple) "torch==2.13.0"
-	$(PY) -m pip install -q -e ".[rl,test,infra]"
+	$(PY) -m pip install -q -e ".[rl,robosuite,test,infra]"
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -7,16 +7,21 @@ time-limit bootstrap needs (docs/architecture.md: ``next_obs`` holds the final o
 MuJoCo's "compiler attribute 'settotalmass' is deprecated" message (HalfCheetah's XML) is printed by
 MuJoCo's C library (and appended to MUJOCO_LOG.TXT in the working directory), not raised as a Python
 warning, so it cannot be filtered here.
+
+Ids starting `robosuite:` (`robosuite:Lift`) are robosuite tasks, built by the adapter in `envs_robosuite.py`
+and stepped through the same vector env; robosuite itself is imported only then.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+from functools import partial
 from typing import Any
 
 import gymnasium as gym
 
+from surreal import envs_robosuite
 from surreal.config import ConfigError, ExperimentConfig
 
 
@@ -25,13 +30,18 @@ def make_vec_env(
 ) -> gym.vector.VectorEnv:
     """K environments stepped in this process (an actor's envs are small; one core per actor). Env i is
     seeded with seed + i, so actors given disjoint seed ranges never replay the same episodes."""
-    envs = gym.make_vec(
-        env_id,
-        num_envs=num_envs,
-        vectorization_mode="sync",
-        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
-        **(env_kwargs or {}),
-    )
+    envs: gym.vector.VectorEnv
+    if envs_robosuite.is_robosuite_id(env_id):
+        make = partial(envs_robosuite.RobosuiteEnv, env_id, **(env_kwargs or {}))
+        envs = gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    else:
+        envs = gym.make_vec(
+            env_id,
+            num_envs=num_envs,
+            vectorization_mode="sync",
+            vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+            **(env_kwargs or {}),
+        )
     envs.reset(seed=[seed + i for i in range(num_envs)])  # type: ignore[arg-type]  # one seed per env is documented
     envs.action_space.seed(seed)
     return envs
@@ -39,15 +49,24 @@ def make_vec_env(
 
 def make_env(env_id: str, seed: int, env_kwargs: dict[str, Any] | None = None) -> gym.Env:
     """One environment, reset with `seed`, for evaluation and for reading the spaces."""
-    env = gym.make(env_id, **(env_kwargs or {}))
+    env: gym.Env
+    if envs_robosuite.is_robosuite_id(env_id):
+        env = envs_robosuite.RobosuiteEnv(env_id, **(env_kwargs or {}))
+    else:
+        env = gym.make(env_id, **(env_kwargs or {}))
     env.reset(seed=seed)
     return env
 
 
-def check_env_id(env_id: str) -> None:
+def check_env_id(env_id: str, env_kwargs: dict[str, Any] | None = None) -> None:
     """Raise ConfigError, with the nearest registered ids, unless `env_id` is in Gymnasium's registry (after
     importing the module of a `module:Name` id, as `gym.make` would). Checked before any process starts,
-    so a typo is one clear line instead of every role crash-looping."""
+    so a typo is one clear line instead of every role crash-looping. A robosuite id is checked against
+    robosuite's tasks, and its `env_kwargs` against the task's parameters (Gymnasium ids' kwargs are not:
+    `gym.make` accepts any)."""
+    if envs_robosuite.is_robosuite_id(env_id):
+        envs_robosuite.check(env_id, env_kwargs)
+        return
     module, sep, name = env_id.rpartition(":")
     if sep:
         try:
@@ -64,7 +83,9 @@ def check_env_id(env_id: str) -> None:
 
 def env_steps_bound(cfg: ExperimentConfig) -> int | None:
     """The most env steps one unit of this experiment's data may claim: the algorithm's
-    `max_env_steps_per_unit`, given the env's registered time limit."""
+    `max_env_steps_per_unit`, given the env's registered time limit (a robosuite task's: its horizon)."""
+    if envs_robosuite.is_robosuite_id(cfg.env.id):
+        return cfg.algo.max_env_steps_per_unit(envs_robosuite.horizon(cfg.env.kwargs))
     module, sep, name = cfg.env.id.rpartition(":")
     if sep:
         importlib.import_module(module)  # a `module:Name` id registers its envs on import, as gym.make does

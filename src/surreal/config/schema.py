@@ -12,6 +12,7 @@ against PPO's fields when PPO is chosen and against DDPG's when DDPG is.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -423,6 +424,15 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         f"name={cfg.name!r} {RUN_NAME_RULE}",
     )
     need(bool(cfg.env.id.strip()), "env.id must name a Gymnasium environment")
+    if cfg.env.id.startswith("robosuite:") and importlib.util.find_spec("robosuite") is not None:
+        # A robosuite task's kwargs are its constructor's parameters: a typo is caught here, in every role that
+        # can build the env, rather than as a traceback inside robosuite. Imported only for robosuite ids.
+        from surreal.envs_robosuite import check
+
+        try:
+            check(cfg.env.id, cfg.env.kwargs)
+        except ConfigError as exc:
+            problems.append(str(exc))
     need(DEVICE.fullmatch(cfg.device) is not None, f"device must be auto, cpu, cuda or cuda:N (got {cfg.device!r})")
     need(
         cfg.replay.mode in REPLAY_MODES,

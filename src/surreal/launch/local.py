@@ -144,7 +144,7 @@ def run_experiment(overrides: list[str], live: bool = True) -> int:
     """Run one experiment locally. Exit code: 0 completed, 1 failed, 2 bad config, 130 interrupted."""
     try:
         cfg = load_config(overrides)
-        check_env_id(cfg.env.id)
+        check_env_id(cfg.env.id, cfg.env.kwargs)
         run_dir, cfg, lock = create_run_folder(cfg, overrides)
     except ConfigError as exc:
         print(f"surreal: {exc}", file=sys.stderr)

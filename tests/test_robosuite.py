@@ -1,0 +1,122 @@
+"""The robosuite adapter (`env.id=robosuite:<Task>`): Gymnasium's checker, the documented observation layout,
+the horizon as truncation, success in `info`, seeding, and config errors before anything starts.
+
+Lift with one Panda throughout; building one takes a few seconds, so most tests share one module-wide env.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from surreal.config import ConfigError, load_config
+from surreal.envs import check_env_id, env_steps_bound, make_env, make_vec_env
+from surreal.envs_robosuite import RobosuiteEnv
+from surreal.runtime.rollout import RolloutCollector
+
+LIFT = "robosuite:Lift"
+HORIZON = 20
+
+
+@pytest.fixture(scope="module")
+def lift():
+    env = RobosuiteEnv(LIFT, horizon=HORIZON)
+    yield env
+    env.close()
+
+
+def test_the_adapter_passes_gymnasiums_environment_checker(lift):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_env(lift, skip_render_check=True)
+    # The one warning left is Gymnasium's advice about infinite observation bounds, which MuJoCo's own
+    # Gymnasium tasks get as well: robosuite's observations are unbounded.
+    assert all("infinity" in str(w.message) for w in caught), [str(w.message) for w in caught]
+
+
+def test_observations_are_the_sorted_low_dim_vectors_as_float32(lift):
+    assert lift.obs_keys == ["object-state", "robot0_proprio-state"]
+    assert lift.observation_space.shape == (60,) and lift.observation_space.dtype == np.float32
+    obs, info = lift.reset(seed=3)
+    raw = lift._env._get_observations(force_update=True)
+    expected = np.concatenate([raw["object-state"], raw["robot0_proprio-state"]]).astype(np.float32)
+    assert obs.dtype == np.float32 and np.array_equal(obs, expected) and info == {}
+    low, high = lift._env.action_spec
+    assert lift.action_space.shape == (7,) and lift.action_space.dtype == np.float32
+    assert np.array_equal(lift.action_space.low, low) and np.array_equal(lift.action_space.high, high)
+
+
+def test_the_horizon_truncates_and_every_step_reports_success(lift):
+    lift.reset(seed=1)
+    for t in range(1, HORIZON + 1):
+        _, reward, terminated, truncated, info = lift.step(np.zeros(7, np.float32))
+        assert isinstance(reward, float) and not terminated, "robosuite tasks have no terminal states"
+        assert truncated == (t == HORIZON), t
+        assert info["is_success"] is False, "the cube lies on the table"
+
+
+def test_a_lifted_cube_is_reported_as_success(lift):
+    lift.reset(seed=2)
+    sim, cube = lift._env.sim, lift._env.cube
+    qpos = sim.data.get_joint_qpos(cube.joints[0]).copy()
+    qpos[2] += 0.2  # well above the table: Lift's success is the cube 4 cm over it
+    sim.data.set_joint_qpos(cube.joints[0], qpos)
+    sim.forward()
+    assert lift.step(np.zeros(7, np.float32))[4]["is_success"] is True
+
+
+def test_a_seeded_reset_repeats_its_initial_state(lift):
+    first, _ = lift.reset(seed=11)
+    lift.step(lift.action_space.sample())
+    again, _ = lift.reset(seed=11)
+    other, _ = lift.reset(seed=12)
+    assert np.array_equal(first, again) and not np.array_equal(first, other)
+
+
+def test_actor_rollouts_count_one_success_per_episode():
+    envs = make_vec_env(LIFT, num_envs=2, seed=0, env_kwargs={"horizon": 5})
+
+    class Zero:
+        def act(self, obs):
+            return np.zeros((len(obs), 7), np.float32), {}
+
+        def episode_done(self, done):
+            pass
+
+    chunk = RolloutCollector(envs, Zero(), chunk_steps=10, actor_index=0).collect(version=0)
+    envs.close()
+    assert chunk.episode_lengths == [5, 5, 5, 5]
+    assert chunk.episode_successes == [False] * 4
+    assert chunk.arrays["truncated"].sum() == 4 and not chunk.arrays["terminated"].any()
+
+
+def test_the_horizon_bounds_the_env_steps_a_unit_may_claim():
+    cfg = load_config(["env=robosuite:Lift", "algo=es", "env.kwargs.horizon=100"])
+    assert env_steps_bound(cfg) == cfg.algo.max_env_steps_per_unit(100)
+    env = make_env(LIFT, seed=0, env_kwargs={"horizon": 100})
+    assert env.observation_space.shape == (60,)
+    env.close()
+
+
+@pytest.mark.parametrize(
+    ("env_id", "kwargs", "says"),
+    [
+        ("robosuite:Lfit", {}, "did you mean 'robosuite:Lift'"),
+        (LIFT, {"horzion": 100}, "env.kwargs.horzion is not a parameter of robosuite:Lift; did you mean horizon?"),
+        (LIFT, {"seed": 3}, "env.kwargs.seed cannot be set"),
+        (LIFT, {"ignore_done": True}, "never end an episode"),
+    ],
+)
+def test_a_bad_robosuite_id_or_kwarg_is_a_clear_config_error(env_id, kwargs, says):
+    with pytest.raises(ConfigError) as caught:
+        check_env_id(env_id, kwargs)
+    assert says in str(caught.value)
+
+
+def test_the_config_schema_refuses_a_typod_robosuite_kwarg():
+    with pytest.raises(ConfigError, match="did you mean horizon"):
+        load_config(["env=robosuite:Lift", "env.kwargs.horzion=100"])
+    assert load_config(["env=robosuite:Lift", "env.kwargs.horizon=100"]).env.kwargs == {"horizon": 100}
