@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 from bench._runs import RESULTS, WatchedRun
+from surreal.config.schema import NOT_IN_RUN_NAME
 from surreal.launch.plot import plot_run
 
 # Published returns (MuJoCo v4 / v3 tasks; v5 differs only in details), per algorithm and task.
@@ -58,6 +59,7 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="extra surreal run overrides")
     args = parser.parse_intermixed_args()  # overrides may follow the options
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    env_name = NOT_IN_RUN_NAME.sub("-", args.env)  # robosuite:Lift -> robosuite-Lift, for folder and file names
     runs = []
     for seed in args.seeds:
         overrides = [
@@ -68,7 +70,7 @@ def main() -> None:
             f"actors={args.actors}",
             *args.overrides,
         ]
-        run = WatchedRun(f"learning-{args.algo}-{args.env}-s{seed}-{stamp}", overrides, RESULTS / "runs")
+        run = WatchedRun(f"learning-{args.algo}-{env_name}-s{seed}-{stamp}", overrides, RESULTS / "runs")
         runs.append(run)
         if not args.parallel:
             run.wait(args.timeout)
@@ -88,6 +90,8 @@ def main() -> None:
                     "eval_return_mean",
                     "eval_return_std",
                     "train_return_mean",
+                    "eval_success_rate",  # null unless the env reports success (robosuite tasks)
+                    "train_success_rate",
                 )
             }
         )
@@ -108,7 +112,7 @@ def main() -> None:
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     line = json.dumps(result)
-    (RESULTS / f"learning-{args.algo}-{args.env}.json").write_text(line + "\n")
+    (RESULTS / f"learning-{args.algo}-{env_name}.json").write_text(line + "\n")
     print(line)
 
 

@@ -1,6 +1,7 @@
 """System throughput against raw stepping, for 1, 2, 4, ... actors, measured in the same run.
 
     python -m bench.throughput [--env HalfCheetah-v5] [--actors 1 2 4] [--seconds 40] [--device auto]
+                               [--chunk-steps 256] [--min-batch 2048]
 
 For each actor count N:
 - raw: N processes, each stepping the same K-env vector env with the same PPO policy network (batched
@@ -8,7 +9,11 @@ For each actor count N:
 - system: `surreal run` with N actors, the learner, replay and ps all running; env steps per second from
   the learner's metrics rows once past start-up. The learner batch scales with N (each actor contributes
   2 chunks per update, minibatches = batch / 32) so the update keeps pace as actors are added.
-efficiency = system / raw. Last line: one JSON object (also written to bench/results/throughput.json).
+efficiency = system / raw. Last line: one JSON object (also written to bench/results/throughput.json, or
+throughput-<env>.json for another env than HalfCheetah-v5).
+
+A simulator-bound env such as robosuite's Lift (~150 steps/s per core) needs smaller chunks and batches for
+enough updates in the window: `--env robosuite:Lift --envs-per-actor 1 --chunk-steps 64 --min-batch 512`.
 """
 
 from __future__ import annotations
@@ -23,8 +28,9 @@ import time
 import numpy as np
 
 from bench._runs import RESULTS, WatchedRun
+from surreal.config.schema import NOT_IN_RUN_NAME
 
-CHUNK_STEPS = 256
+DEFAULT_ENV = "HalfCheetah-v5"
 MINIBATCHES = 32
 
 
@@ -60,15 +66,17 @@ def raw_rate(env_id: str, actors: int, num_envs: int, seconds: float) -> float:
     return float(sum(rates))
 
 
-def system_overrides(env_id: str, actors: int, num_envs: int, device: str) -> list[str]:
+def system_overrides(
+    env_id: str, actors: int, num_envs: int, device: str, chunk_steps: int = 256, min_batch: int = 2048
+) -> list[str]:
     """A PPO run that never ends by itself, its batch growing with the actors."""
-    batch = max(2048, 2 * actors * num_envs * CHUNK_STEPS)
+    batch = max(min_batch, 2 * actors * num_envs * chunk_steps)
     return [
         f"env={env_id}",
         f"actors={actors}",
         f"topology.envs_per_actor={num_envs}",
         f"device={device}",
-        f"actor.chunk_steps={CHUNK_STEPS}",
+        f"actor.chunk_steps={chunk_steps}",
         f"algo.batch_size={batch}",
         f"algo.minibatch_size={batch // MINIBATCHES}",
         f"replay.capacity={4 * batch}",
@@ -77,8 +85,8 @@ def system_overrides(env_id: str, actors: int, num_envs: int, device: str) -> li
     ]
 
 
-def system_rate(env_id: str, actors: int, num_envs: int, seconds: float, device: str) -> dict:
-    overrides = system_overrides(env_id, actors, num_envs, device)
+def system_rate(env_id: str, actors: int, num_envs: int, seconds: float, device: str, **sizes: int) -> dict:
+    overrides = system_overrides(env_id, actors, num_envs, device, **sizes)
     batch = int(next(o for o in overrides if o.startswith("algo.batch_size=")).partition("=")[2])
     run = WatchedRun(f"throughput-{actors}-{int(time.time())}", overrides, RESULTS / "runs")
     run.run_for(seconds)
@@ -93,18 +101,21 @@ def system_rate(env_id: str, actors: int, num_envs: int, seconds: float, device:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--env", default="HalfCheetah-v5")
+    parser.add_argument("--env", default=DEFAULT_ENV)
     parser.add_argument("--envs-per-actor", type=int, default=4)
     parser.add_argument("--actors", type=int, nargs="*", help="default: 1, 2, 4, ... up to the core count")
     parser.add_argument("--seconds", type=float, default=40.0, help="measurement window per point")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--chunk-steps", type=int, default=256, help="actor.chunk_steps of the system runs")
+    parser.add_argument("--min-batch", type=int, default=2048, help="the smallest PPO batch of the system runs")
     args = parser.parse_args()
+    sizes = {"chunk_steps": args.chunk_steps, "min_batch": args.min_batch}
     cores = os.cpu_count() or 1
     counts = args.actors or [n for n in (1, 2, 4, 8, 16, 32) if n <= max(1, cores)]
     points = []
     for n in counts:
         raw = raw_rate(args.env, n, args.envs_per_actor, min(args.seconds, 15.0))
-        system = system_rate(args.env, n, args.envs_per_actor, args.seconds, args.device)
+        system = system_rate(args.env, n, args.envs_per_actor, args.seconds, args.device, **sizes)
         point = {
             "actors": n,
             "system_env_steps_per_s": round(system["rate"], 1),
@@ -120,6 +131,7 @@ def main() -> None:
         "benchmark": "throughput",
         "env": args.env,
         "envs_per_actor": args.envs_per_actor,
+        **sizes,
         "machine": f"{platform.node()} {platform.machine()} {cores} cpus",
         "points": points,
         "actors": [p["actors"] for p in points],
@@ -129,7 +141,8 @@ def main() -> None:
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     line = json.dumps(result)
-    (RESULTS / "throughput.json").write_text(line + "\n")
+    name = "throughput" if args.env == DEFAULT_ENV else f"throughput-{NOT_IN_RUN_NAME.sub('-', args.env)}"
+    (RESULTS / f"{name}.json").write_text(line + "\n")
     print(line)
 
 

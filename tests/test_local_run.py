@@ -167,6 +167,37 @@ def test_ppo_learns_inverted_pendulum_with_two_actors(runs):
 
 
 @pytest.mark.slow
+def test_a_robosuite_lift_run_reports_success_and_shuts_down_cleanly(runs):
+    """robosuite's Lift through the whole system: 2 actors, a few thousand steps of small PPO batches, success
+    counted in the metrics rows, eval.json and summary.json (no learning bar: Lift needs far more steps)."""
+    run = runs(
+        "lift",
+        "env=robosuite:Lift",
+        "actors=2",
+        "steps=4096",
+        "env.kwargs.horizon=100",
+        "algo.batch_size=512",
+        "actor.chunk_steps=64",
+        "learner.eval_episodes=2",
+    )
+    summary = run.wait(300)
+    assert summary["status"] == "completed" and summary["env_steps"] >= 4096, summary
+    assert summary["env"] == "robosuite:Lift" and summary["updates"] >= 8
+    rows = read_metrics(run.run_dir / "metrics.jsonl")
+    rates = [row["train_success_rate"] for row in rows if "train_success_rate" in row]
+    assert rates and all(0.0 <= rate <= 1.0 for rate in rates), rows[-1]
+    evaluation = json.loads((run.run_dir / "eval.json").read_text())
+    assert evaluation["eval_episodes"] == 2 and len(evaluation["eval_successes"]) == 2
+    assert evaluation["eval_success_rate"] == sum(evaluation["eval_successes"]) / 2
+    assert all(isinstance(r, float) for r in evaluation["eval_returns"])
+    assert summary["eval_success_rate"] == evaluation["eval_success_rate"]
+    assert summary["train_success_rate"] == rows[-1]["train_success_rate"]
+    for name in ("config.yaml", "metrics.jsonl", "logs/learner.log", "logs/actor-0.log", "logs/actor-1.log"):
+        assert (run.run_dir / name).exists(), name
+    run.assert_nothing_left()
+
+
+@pytest.mark.slow
 def test_run_survives_kill_9_of_actor_learner_and_replay(runs):
     """The learner is killed before its first interval checkpoint: it resumes from the one it wrote at start,
     and metrics.jsonl is cut back to it rather than going backwards."""

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from surreal.config import load_config, save_config
-from surreal.launch.plot import NoMetricsError, plot_run
+from surreal.launch.plot import NoMetricsError, curve_figure, plot_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -33,6 +33,23 @@ def test_plot_writes_a_png_learning_curve(tmp_path):
 
     out = tmp_path / "elsewhere.png"
     assert plot_run(str(run_dir), out) == str(out) and out.read_bytes().startswith(PNG_MAGIC)
+
+
+def test_a_run_with_success_rates_gets_a_second_axis_for_them(tmp_path):
+    run_dir = tmp_path / "curve"
+    write_run(run_dir, [1.0, 2.0, 3.0])
+    assert len(curve_figure(run_dir).axes) == 1, "no success reported: returns only"
+    rows = [
+        {"env_steps": 2048 * i, "updates": i, "train_return_mean": 1.0, "train_success_rate": i / 4} for i in (1, 2)
+    ]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run_dir / "eval.json").write_text(
+        json.dumps({"eval_return_mean": 5.0, "eval_success_rate": 0.5, "env_steps": 4096})
+    )
+    fig = curve_figure(run_dir)
+    assert [ax.get_ylabel() for ax in fig.axes] == ["episode return", "success rate"]
+    assert list(fig.axes[1].lines[0].get_ydata()) == [0.25, 0.5] and list(fig.axes[1].lines[1].get_ydata()) == [0.5]
+    assert plot_run(run_dir).endswith(".png")
 
 
 def test_plot_without_metrics_or_returns_says_why(tmp_path):

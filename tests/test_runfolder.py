@@ -80,10 +80,11 @@ def test_summary_takes_eval_and_the_last_complete_metrics_row(cfg, runs_root):
     run_dir, named, _ = create_run_folder(replace(cfg, name="done"))
     rows = rows_text(
         {"env_steps": 2048, "updates": 1, "train_return_mean": None},
-        {"env_steps": 4096, "updates": 2, "train_return_mean": 12.5},
+        {"env_steps": 4096, "updates": 2, "train_return_mean": 12.5, "train_success_rate": 0.25},
     )
     (run_dir / "metrics.jsonl").write_text(rows + '{"env_steps": 6144, "upd')  # the learner was mid-write
     evaluation = {"eval_return_mean": 99.0, "eval_return_std": 3.0, "eval_episodes": 10, "env_steps": 4096}
+    evaluation["eval_success_rate"] = 0.5
     (run_dir / "eval.json").write_text(json.dumps(evaluation))
 
     summary = write_summary(run_dir, named, 8.0, "completed", {"learner": 1, "actor-0": 0})
@@ -102,6 +103,8 @@ def test_summary_takes_eval_and_the_last_complete_metrics_row(cfg, runs_root):
         "eval_return_std": 3.0,
         "eval_episodes": 10,
         "train_return_mean": 12.5,
+        "eval_success_rate": 0.5,
+        "train_success_rate": 0.25,
         "actors": 3,
         "envs_per_actor": 1,
         "restarts": {"learner": 1, "actor-0": 0},
@@ -115,6 +118,7 @@ def test_summary_of_a_run_that_ended_before_its_first_update(cfg, runs_root):
     summary = write_summary(run_dir, named, 3.0, "failed", {"actor-0": 5}, reason="actor-0 exhausted its restarts")
     assert summary["env_steps"] == 0 and summary["updates"] == 0 and summary["env_steps_per_s"] == 0.0
     assert summary["eval_return_mean"] is None and summary["train_return_mean"] is None
+    assert summary["eval_success_rate"] is None and summary["train_success_rate"] is None
     assert summary["status"] == "failed" and summary["reason"] == "actor-0 exhausted its restarts"
 
 

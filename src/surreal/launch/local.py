@@ -174,9 +174,10 @@ def print_result(summary: dict[str, Any]) -> None:
         lines.append(f"reason: {summary['reason']}")
     if summary["eval_return_mean"] is not None:
         std = summary["eval_return_std"] or 0.0
-        lines.append(
-            f"eval return {summary['eval_return_mean']:.1f} +- {std:.1f} over {summary['eval_episodes']} episodes"
-        )
+        line = f"eval return {summary['eval_return_mean']:.1f} +- {std:.1f} over {summary['eval_episodes']} episodes"
+        if summary["eval_success_rate"] is not None:
+            line += f", success rate {summary['eval_success_rate']:.0%}"
+        lines.append(line)
     restarted = {name: n for name, n in summary["restarts"].items() if n}
     if restarted:
         lines.append("restarts: " + ", ".join(f"{name} x{n}" for name, n in restarted.items()))

@@ -23,8 +23,16 @@ class NoMetricsError(SystemExit):
 
 
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> str:
-    """Train return (mean of the last 20 episodes) against env steps, the final eval as a marked point."""
+    """Train return (mean of the last 20 episodes) against env steps, the final eval as a marked point, and
+    the success rate on a second axis when the env reports success (robosuite tasks)."""
     run_dir = Path(run_dir)
+    fig = curve_figure(run_dir)
+    path = Path(out) if out else run_dir / "learning_curve.png"
+    fig.savefig(path, dpi=120)
+    return str(path)
+
+
+def curve_figure(run_dir: Path) -> Figure:
     metrics = run_dir / "metrics.jsonl"
     if not metrics.is_file():
         raise NoMetricsError(f"surreal plot: {run_dir} has no metrics.jsonl (not a run folder?)")
@@ -49,15 +57,36 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> str:
             capsize=4,
             label=f"final eval ({evaluation.get('eval_episodes', '?')} episodes)",
         )
+    handles, labels = ax.get_legend_handles_labels()
+    successes = [r for r in rows if r.get("train_success_rate") is not None]
+    if successes:
+        rate = ax.twinx()
+        rate.plot(
+            [r["env_steps"] for r in successes],
+            [r["train_success_rate"] for r in successes],
+            color="C2",
+            linestyle="--",
+            label="train success rate (last 20 episodes)",
+        )
+        if "eval_success_rate" in evaluation and "env_steps" in evaluation:
+            rate.plot(
+                [evaluation["env_steps"]],
+                [evaluation["eval_success_rate"]],
+                "s",
+                color="C2",
+                label="final eval success",
+            )
+        rate.set_ylim(-0.02, 1.02)
+        rate.set_ylabel("success rate")
+        more_handles, more_labels = rate.get_legend_handles_labels()
+        handles, labels = handles + more_handles, labels + more_labels
     ax.set_xlabel("environment steps")
     ax.set_ylabel("episode return")
     ax.set_title(_title(run_dir))
     ax.grid(alpha=0.3)
-    ax.legend(loc="best")
+    ax.legend(handles, labels, loc="best")
     fig.tight_layout()
-    path = Path(out) if out else run_dir / "learning_curve.png"
-    fig.savefig(path, dpi=120)
-    return str(path)
+    return fig
 
 
 def _title(run_dir: Path) -> str:

@@ -193,6 +193,9 @@ def write_summary(
         "eval_return_std": evaluation.get("eval_return_std"),
         "eval_episodes": evaluation.get("eval_episodes"),
         "train_return_mean": last.get("train_return_mean"),
+        # Null unless the env reports `is_success` (robosuite tasks do).
+        "eval_success_rate": evaluation.get("eval_success_rate"),
+        "train_success_rate": last.get("train_success_rate"),
         "actors": cfg.topology.actors,
         "envs_per_actor": cfg.topology.envs_per_actor,
         "restarts": restarts,
