@@ -2,8 +2,9 @@
 
 Resolves the project's own dependency sets with pip (`pip install --dry-run --report`, nothing installed):
 `base` is `surreal` alone (the replay/ps image: numpy, pyzmq, msgpack, prometheus-client and the config
-loader), `rl` is `surreal[rl]` (actor and learner) without torch, which each image installs from its own index
-(CPU build for the actor, CUDA build for the learner) at the version pyproject.toml pins. Rerun after changing
+loader), `rl` is `surreal[rl]` (the learner) without torch, which each image installs from its own index
+(CPU build for the actor, CUDA build for the learner) at the version pyproject.toml pins, and `robosuite` is
+`surreal[rl,robosuite]` without torch (the actor: robosuite tasks step there). Rerun after changing
 pyproject.toml's dependencies (`make images-lock`); tests/test_images.py checks the pins still satisfy it.
 
     python images/lock.py
@@ -19,7 +20,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "images" / "requirements"
-SETS = {"base": str(REPO), "rl": f"{REPO}[rl]"}
+SETS = {"base": str(REPO), "rl": f"{REPO}[rl]", "robosuite": f"{REPO}[rl,robosuite]"}
+LABELS = {"base": "surreal", "rl": "surreal[rl] without torch", "robosuite": "surreal[rl,robosuite] without torch"}
 INSTALLED_SEPARATELY = {"surreal", "torch"}
 HEADER = "# Pinned by images/lock.py from pyproject.toml ({target}); do not edit by hand: rerun `make images-lock`.\n"
 
@@ -42,8 +44,7 @@ def main() -> int:
         pins = resolve(target)
         lines = [f"{pkg}=={version}" for pkg, version in sorted(pins.items(), key=lambda kv: kv[0].lower())]
         lines = [line for line in lines if line.split("==")[0].lower() not in INSTALLED_SEPARATELY]
-        label = "surreal" if name == "base" else "surreal[rl] without torch"
-        (OUT / f"{name}.txt").write_text(HEADER.format(target=label) + "\n".join(lines) + "\n")
+        (OUT / f"{name}.txt").write_text(HEADER.format(target=LABELS[name]) + "\n".join(lines) + "\n")
         print(f"wrote {OUT / f'{name}.txt'} ({len(lines)} packages)")
     return 0
 

@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 IMAGES = REPO / "images"
 HADOLINT = REPO / ".venv" / "bin" / "hadolint"
 ROLES = {"actor": "actor", "learner": "learner", "replay": "replay"}  # image -> its ENTRYPOINT's role
+REQUIREMENTS = {"actor": "robosuite.txt", "learner": "rl.txt"}  # what each torch image installs (images/lock.py)
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 
 
@@ -119,7 +120,7 @@ def test_each_image_installs_the_torch_build_it_needs_and_replay_none() -> None:
         assert f"ARG TORCH_VERSION={version}" in text, f"{image}: torch must be pyproject's {version}"
         assert f"ARG TORCH_INDEX_URL={index}" in text, image
         assert '"torch==${TORCH_VERSION}"' in text
-        assert "/requirements/rl.txt" in text
+        assert f"/requirements/{REQUIREMENTS[image]}" in text
     assert "torch.cuda.is_available()" in dockerfile("actor") and "torch.version.cuda" in dockerfile("learner")
     replay = dockerfile("replay")
     installs = " ".join(rest for stage in stages(replay) for keyword, rest in stage if keyword == "RUN")
@@ -151,6 +152,20 @@ def test_rl_pins_cover_the_rl_extra_and_agree_with_base() -> None:
             continue
         assert name in rl, f"rl.txt misses {name}"
         assert requirement.specifier.contains(rl[name]), f"{name}=={rl[name]} violates pyproject's {requirement}"
+
+
+def test_robosuite_pins_cover_the_rl_and_robosuite_extras_with_rls_mujoco() -> None:
+    rl, robosuite = pins("rl.txt"), pins("robosuite.txt")
+    assert "torch" not in robosuite
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    for spec in extras["rl"] + extras["robosuite"]:
+        requirement = Requirement(spec)
+        name = canonicalize_name(requirement.name)
+        if name == "torch":
+            continue
+        assert name in robosuite, f"robosuite.txt misses {name}"
+        assert requirement.specifier.contains(robosuite[name]), f"{name}=={robosuite[name]} violates {requirement}"
+    assert robosuite["mujoco"] == rl["mujoco"], "one MuJoCo for actors (robosuite.txt) and learner (rl.txt)"
 
 
 def test_build_stage_tools_are_pinned() -> None:
