@@ -101,6 +101,12 @@ def test_the_horizon_bounds_the_env_steps_a_unit_may_claim():
     env.close()
 
 
+def test_a_named_composite_controller_is_loaded_for_the_robot():
+    env = RobosuiteEnv(LIFT, controller="BASIC", horizon=5)
+    assert env.action_space.shape == (7,) and env.observation_space.shape == (60,)
+    env.close()
+
+
 @pytest.mark.parametrize(
     ("env_id", "kwargs", "says"),
     [
@@ -108,6 +114,7 @@ def test_the_horizon_bounds_the_env_steps_a_unit_may_claim():
         (LIFT, {"horzion": 100}, "env.kwargs.horzion is not a parameter of robosuite:Lift; did you mean horizon?"),
         (LIFT, {"seed": 3}, "env.kwargs.seed cannot be set"),
         (LIFT, {"ignore_done": True}, "never end an episode"),
+        (LIFT, {"controller": "BASIC", "controller_configs": {}}, "not both"),
     ],
 )
 def test_a_bad_robosuite_id_or_kwarg_is_a_clear_config_error(env_id, kwargs, says):

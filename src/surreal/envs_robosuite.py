@@ -52,7 +52,7 @@ DEFAULT_KWARGS: dict[str, Any] = {
     "horizon": 500,
     "hard_reset": False,
 }
-# Not settable through env.kwargs: the experiment's seed seeds every env (reset(seed=...)), and episodes must end.
+# Not settable through env.kwargs (nor is ignore_done=true, which would never end an episode).
 RESERVED_KWARGS = {"seed": "the experiment's seed seeds each env", "env_name": "it is the task in env.id"}
 ADAPTER_KWARGS = {"controller"}  # read here, not passed to robosuite
 LOW_DIM_SUFFIX = "-state"
