@@ -15,6 +15,8 @@ from gymnasium.utils.env_checker import check_env
 from surreal.config import ConfigError, load_config
 from surreal.envs import check_env_id, env_steps_bound, make_env, make_vec_env
 from surreal.envs_robosuite import RobosuiteEnv
+from surreal.launch.serial import run_serial
+from surreal.metricsfile import read_metrics
 from surreal.runtime.rollout import RolloutCollector
 
 LIFT = "robosuite:Lift"
@@ -91,6 +93,26 @@ def test_actor_rollouts_count_one_success_per_episode():
     assert chunk.episode_lengths == [5, 5, 5, 5]
     assert chunk.episode_successes == [False] * 4
     assert chunk.arrays["truncated"].sum() == 4 and not chunk.arrays["terminated"].any()
+
+
+SERIAL_SIZES = {
+    "ppo": ["algo.batch_size=64", "algo.minibatch_size=32", "algo.update_epochs=1"],
+    "ddpg": ["algo.batch_size=64", "algo.learning_starts=128", "algo.hidden_sizes=[32,32]"],
+}
+
+
+@pytest.mark.parametrize("algo", sorted(SERIAL_SIZES))
+def test_serial_mode_trains_on_lift_and_reports_success_rates(tmp_path, algo):
+    """The same cores as the processes, in one process: one short run per family (FIFO chunks, sampled replay)."""
+    cfg = load_config(
+        [f"algo={algo}", f"env={LIFT}", "steps=512", "actors=1", "env.kwargs.horizon=16", "actor.chunk_steps=16"]
+        + ["learner.eval_episodes=2", "device=cpu", *SERIAL_SIZES[algo]]
+    )
+    result = run_serial(cfg, tmp_path)
+    assert result["env_steps"] >= 512 and result["eval_episodes"] == 2
+    assert 0.0 <= result["eval_success_rate"] <= 1.0 and len(result["eval_successes"]) == 2
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert rows and all(0.0 <= row["train_success_rate"] <= 1.0 for row in rows if row["episodes"])
 
 
 def test_the_horizon_bounds_the_env_steps_a_unit_may_claim():
