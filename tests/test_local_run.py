@@ -109,6 +109,8 @@ def runs(tmp_path):
         (["run", "topology.actorz=2"], "topology.actorz"),
         (["run", "env=HalfCheeta-v5"], "did you mean 'HalfCheetah-v5'"),
         (["run", "name=" + "x" * 150], "at most 100"),
+        (["run", "env=robosuite:Lift", "env.kwargs.horzion=100"], "did you mean horizon"),
+        (["run", "env=robosuite:Lfit"], "did you mean 'robosuite:Lift'"),
     ],
 )
 def test_bad_config_fails_fast_with_a_clear_message(tmp_path, args, says):
