@@ -6,6 +6,7 @@ Lift with one Panda throughout; building one takes a few seconds, so most tests 
 
 from __future__ import annotations
 
+import sys
 import warnings
 
 import numpy as np
@@ -149,3 +150,9 @@ def test_the_config_schema_refuses_a_typod_robosuite_kwarg():
     with pytest.raises(ConfigError, match="did you mean horizon"):
         load_config(["env=robosuite:Lift", "env.kwargs.horzion=100"])
     assert load_config(["env=robosuite:Lift", "env.kwargs.horizon=100"]).env.kwargs == {"horizon": 100}
+
+
+def test_without_the_extra_a_robosuite_id_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "robosuite", None)  # what `import robosuite` meets where it is not installed
+    with pytest.raises(ConfigError, match=r"pip install 'surreal\[robosuite\]'"):
+        check_env_id(LIFT)
