@@ -112,8 +112,8 @@ def test_an_actor_waiting_past_a_stall_overdraws_one_share_and_never_sooner():
     assert throttle.must_wait(1), "no version interval known yet: waits overdraft_after_s"
     clock.now += 1.0
     assert sent_until_wait(throttle, 1) == 2, "a batch short of a lost actor's share: one more share"
-    for version in range(2, 7):  # versions 0.5 s apart: a stall is 3 x 0.5 s, but at least 1 s
-        clock.now += 0.5
+    for version in range(2, 7):  # versions 1 s apart: a stall is 1.5 x 1 s (and never under 1 s)
+        clock.now += 1.0
         throttle.on_params(BlobMeta(version=version, incarnation="a"))
         assert sent_until_wait(throttle, version) == 2
     assert throttle.stall_s() == 1.5
