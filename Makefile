@@ -239,6 +239,8 @@ push-images:
 	@set -e; for role in $(IMAGE_ROLES); do \
 		echo "== $(IMAGE_PREFIX)surreal-$$role: $(PUSH_TAGS)"; \
 		$(DOCKER) buildx build -f images/$$role/Dockerfile \
+			$(if $(BASE_IMAGE),--build-arg PYTHON_IMAGE=$(BASE_IMAGE)) $(IMAGE_BUILD_FLAGS) \
+			$$(test $$role != actor || test -z "$(ACTOR_TORCH_INDEX)" || echo --build-arg TORCH_INDEX_URL=$(ACTOR_TORCH_INDEX)) \
 			$(foreach tag,$(PUSH_TAGS),--tag $(IMAGE_PREFIX)surreal-$$role:$(tag)) \
 			--label org.opencontainers.image.revision=$(IMAGE_SHA) \
 			$(if $(IMAGE_SOURCE),--label org.opencontainers.image.source=$(IMAGE_SOURCE)) \

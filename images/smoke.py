@@ -36,11 +36,13 @@ from typing import Any
 
 import yaml
 
-from chart_pods import ClusterDNS, Pod, expand_pods
 from surreal.launch.local import free_ports
 from surreal.launch.probe import read_learner
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "infra" / "helm"))
+from chart_pods import ClusterDNS, Pod, expand_pods  # noqa: E402  (infra/helm/chart_pods.py, shared with the wiring test)
+
 CHART = REPO / "infra" / "helm" / "surreal-chart"
 SMOKE_VALUES = REPO / "infra" / "helm" / "values" / "smoke.yaml"
 RELEASE = "smoke"
