@@ -254,8 +254,8 @@ SMOKE_ENGINE    ?= podman
 SMOKE_TAG       ?= smoke
 SMOKE_BASE      ?= $(LOCAL_BASE_IMAGE)
 SMOKE_OUT       ?= build/images-smoke
-HOST_PIP_CERT   := $(or $(PIP_CERT),$(shell $(PYTHON) -m pip config get global.cert 2>/dev/null))
-HOST_FIND_LINKS := $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+HOST_PIP_CERT    = $(or $(PIP_CERT),$(shell $(PYTHON) -m pip config get global.cert 2>/dev/null))
+HOST_FIND_LINKS  = $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
 SMOKE_CA_BUNDLE ?= $(HOST_PIP_CERT)
 SMOKE_WHEELS    ?= $(firstword $(foreach dir,$(HOST_FIND_LINKS),$(if $(wildcard $(dir)/torch-2.13.0+cpu-*.whl),$(dir))))
 SMOKE_ENV        = CONTAINERS_CONF=$(CURDIR)/images/podman/containers.conf
