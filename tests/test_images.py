@@ -340,3 +340,44 @@ def test_every_dockerfile_takes_the_build_only_pip_settings() -> None:
         build, final = stages(dockerfile(image))
         assert ("ARG", "PIP_CERT") in build and ("ARG", "PIP_FIND_LINKS") in build, image
         assert not [rest for keyword, rest in final if keyword == "ARG"], f"{image}: nothing of them in the image"
+
+
+def test_make_images_smoke_builds_replay_and_actor_with_podman_on_the_debian_base() -> None:
+    """`make -n images-smoke`: the engine and base first, then replay and actor only (the learner's CUDA image is
+    not built in CI), with podman configured by images/podman/containers.conf, the host network for pip, and the
+    driver last. `.ci/run` runs it after `make test`."""
+    done = subprocess.run(
+        ["make", "-n", "images-smoke", "SMOKE_CA_BUNDLE=/ca.pem", "SMOKE_WHEELS="],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    conf = f"CONTAINERS_CONF={REPO}/images/podman/containers.conf"
+    assert text.index("apt-get install") < text.index("base-image") < text.index("images DOCKER=podman")
+    assert f'{conf} nice -n 10 make --no-print-directory images DOCKER=podman IMAGE_ROLES="replay actor"' in text
+    assert "BASE_IMAGE=localhost/surreal-python:3.11-bookworm CA_BUNDLE=/ca.pem" in text
+    assert 'IMAGE_BUILD_FLAGS="--network host' in text
+    assert f"{conf} .venv/bin/python images/smoke.py --engine podman --helm .tools/bin/helm --tag smoke" in text
+    ci = (REPO / ".ci" / "run").read_text().splitlines()
+    assert ci.index("make images-smoke") == ci.index("make test") + 1
+
+
+def test_podman_config_uses_runc_and_leaves_ulimits_alone() -> None:
+    conf = tomllib.loads((IMAGES / "podman" / "containers.conf").read_text())
+    assert conf["engine"]["runtime"] == "runc" and conf["containers"]["default_ulimits"] == []
+    assert conf["engine"]["cgroup_manager"] == "cgroupfs"
+
+
+def test_the_base_image_script_builds_a_python_311_bookworm_from_debian_packages() -> None:
+    script = IMAGES / "base" / "build.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True, timeout=30).returncode == 0
+    text = script.read_text()
+    assert "mmdebstrap" in text and "--variant=minbase" in text and " bookworm " in text
+    for package in ("python3", "python3-venv", "ca-certificates"):
+        assert re.search(rf"--include=[^ ]*\b{package}\b", text), package
+    assert "ln -s /usr/bin/python3 /usr/local/bin/python" in text and "EXTERNALLY-MANAGED" in text
+    assert "assert sys.version_info[:2] == (3, 11)" in text, "the new image is checked before make says it is done"
