@@ -154,12 +154,15 @@ def container_spec(
     )
 
 
-def run_args(spec: ContainerSpec, label: str, limits: bool = True) -> list[str]:
-    """`<engine> run` arguments (after `run`) that start `spec` detached on the host network."""
+def run_args(spec: ContainerSpec, label: str, limits: bool = True, podman: bool = True) -> list[str]:
+    """`<engine> run` arguments (after `run`) that start `spec` detached on the host network (podman's, or docker's
+    where they differ)."""
     args = ["--detach", "--name", spec.name, "--label", f"{LABEL}={label}", "--network", "host", "--pull", "never"]
     args += ["--user", spec.user, "--workdir", spec.workdir]
     if spec.read_only:
-        args += ["--read-only", "--read-only-tmpfs=false"]  # writable: only the pod's own volumes
+        args += ["--read-only"]
+        if podman:  # podman's --read-only adds tmpfs at /run, /tmp and /var/tmp unless told not to; docker's does not
+            args += ["--read-only-tmpfs=false"]  # writable: only the pod's own volumes
     for path, size in sorted(spec.tmpfs.items()):
         args += ["--tmpfs", f"{path}:rw,size={size},mode=1777"]
     for mount in spec.mounts:
@@ -174,7 +177,7 @@ def run_args(spec: ContainerSpec, label: str, limits: bool = True) -> list[str]:
         args += ["--memory", str(spec.memory)]
     for name, value in spec.env.items():
         args += ["--env", f"{name}={value}"]
-    args += ["--entrypoint", json.dumps(spec.command), spec.image, *spec.args]
+    args += ["--entrypoint", spec.command[0], spec.image, *spec.command[1:], *spec.args]
     return args
 
 
@@ -199,6 +202,7 @@ class Engine:
     def __init__(self, command: str, say: Callable[[str], None] = print) -> None:
         self.command = command
         self.say = say
+        self.podman = Path(command).name != "docker"
 
     def __call__(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
         done = subprocess.run([self.command, *args], capture_output=True, text=True, timeout=timeout, check=False)
@@ -239,7 +243,7 @@ class Smoke:
     def start(self, spec: ContainerSpec) -> None:
         self.engine("rm", "--force", spec.name, check=False)
         self.started.append(spec.name)
-        self.engine("run", *run_args(spec, self.label, self.limits))
+        self.engine("run", *run_args(spec, self.label, self.limits, self.engine.podman))
 
     def check_running(self) -> None:
         for spec in self.specs:
@@ -310,7 +314,7 @@ def limits_supported(engine: Engine, image: str) -> bool:
     """Whether the engine can enforce CPU and memory limits here (rootless podman on cgroup v1 cannot)."""
     done = engine(
         "run", "--rm", "--pull", "never", "--network", "host", "--cpus", "0.5", "--memory", str(64 * 2**20),
-        "--entrypoint", json.dumps(["python", "-c", "pass"]), image,
+        "--entrypoint", "python", image, "-c", "pass",
         check=False, timeout=120,
     )  # fmt: skip
     return done.returncode == 0
@@ -370,7 +374,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     shutil.chown(mount.source, uid, gid)
                 else:  # rootless: the pod's uid is mapped to a subordinate id
                     mount.source.chmod(0o777)
-    (out / "containers.json").write_text(json.dumps([run_args(s, label) for s in [*specs, probe]], indent=1))
+    (out / "containers.json").write_text(
+        json.dumps([run_args(s, label, podman=engine.podman) for s in [*specs, probe]], indent=1)
+    )
     limits = limits_supported(engine, probe.image)
     say(f"run {label}: {len(specs)} containers + the helm test probe; logs in {out}")
     if not limits:
@@ -389,7 +395,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             resumed, updates = smoke.restart_learner(metrics_url, args.resume_timeout_s)
             say(f"the learner resumed at update {resumed} and went on to {updates:g} updates")
             smoke.check_running()
-        except (SmokeFailure, RuntimeError, subprocess.TimeoutExpired, KeyboardInterrupt) as exc:
+        except (Exception, KeyboardInterrupt) as exc:  # any failure: reported after the cleanup, exit 1
             failure = exc
         finally:
             try:
@@ -397,7 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             except SmokeFailure as exc:
                 failure = failure or exc
     if failure is not None:
-        say(f"FAILED: {failure}")
+        say(f"FAILED: {type(failure).__name__}: {failure}")
         for log in sorted(out.glob("*.log")):
             say(f"--- {log.name} (last lines)\n" + "\n".join(log.read_text().splitlines()[-15:]))
         return 1

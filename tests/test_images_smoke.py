@@ -89,9 +89,10 @@ def test_run_arguments(planned: tuple[list[smoke.ContainerSpec], smoke.Container
     ):
         assert expected in text, expected
     entrypoint = args.index("--entrypoint")
-    assert json.loads(args[entrypoint + 1]) == ["surreal", "role", "learner"]
-    assert args[entrypoint + 2 :] == ["surreal-actor:t1", "--resume"]
+    assert args[entrypoint:] == ["--entrypoint", "surreal", "surreal-actor:t1", "role", "learner", "--resume"]
     assert "--cpus" not in smoke.run_args(learner, "run1", limits=False)
+    docker = smoke.run_args(learner, "run1", podman=False)
+    assert "--read-only" in docker and "--read-only-tmpfs=false" not in docker
 
 
 FAKE_ENGINE = """#!{python}
