@@ -62,8 +62,8 @@ run: $(STAMP)
 
 ## The whole suite, learning and reliability runs included (what CI runs).
 test: $(STAMP) tools
-	$(PY) -m ruff check src tests bench
-	$(PY) -m ruff format --check src tests bench
+	$(PY) -m ruff check src tests bench images infra/helm
+	$(PY) -m ruff format --check src tests bench images infra/helm
 	$(PY) -m mypy
 	$(PY) -m pytest -q
 
@@ -72,8 +72,8 @@ test-fast: $(STAMP) tools
 	$(PY) -m pytest -q -m "not slow"
 
 lint: $(STAMP)
-	$(PY) -m ruff check src tests bench
-	$(PY) -m ruff format --check src tests bench
+	$(PY) -m ruff check src tests bench images infra/helm
+	$(PY) -m ruff format --check src tests bench images infra/helm
 
 ## Static types of the package (mypy, configured in pyproject.toml).
 typecheck: $(STAMP)

@@ -29,9 +29,11 @@ python -m pip --version
 python -m venv /tmp/venv-check && rm -rf /tmp/venv-check
 HOOK
 
-# minbase (Priority: required + apt) has useradd/groupadd, which the Dockerfiles' final stage runs. Docs, man pages
+# minbase (Priority: required + apt) has useradd/groupadd, which the Dockerfiles' final stage runs; merged /usr set up
+# by the hook (usr-is-merged), not by the usrmerge package, which brings perl (~50 MB). Docs, man pages
 # and locales are left out, as in the official slim image.
 mmdebstrap --quiet --mode=root --variant=minbase --format=tar \
+	--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
 	--include=python3,python3-venv,python3-pip-whl,python3-setuptools-whl,ca-certificates \
 	--dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
 	--dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
