@@ -275,6 +275,8 @@ images-engine:
 ## changes), run the smoke topology as containers exactly as the chart renders it until the `helm test` probe passes,
 ## kill and restart the learner and check it resumes, then remove every container; logs in SMOKE_OUT/<run id>/.
 images-smoke: $(STAMP) $(HELM) images-engine
+	@# Untagged images (earlier smoke builds and their build stages) older than a day go: the disk stays bounded.
+	-@$(SMOKE_ENV) $(SMOKE_ENGINE) image prune --force --filter until=24h >/dev/null
 	@if [ "$$($(SMOKE_ENV) $(SMOKE_ENGINE) image inspect --format '{{ index .Labels "dev.surreal.base-script" }}' $(SMOKE_BASE) 2>/dev/null)" != "$(BASE_SCRIPT_SUM)" ]; then \
 		echo "== base image $(SMOKE_BASE) from Debian packages"; \
 		$(SMOKE_ENV) nice -n 10 $(MAKE) --no-print-directory base-image LOCAL_BASE_IMAGE=$(SMOKE_BASE) DOCKER=$(SMOKE_ENGINE); \
