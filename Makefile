@@ -272,14 +272,16 @@ images-engine:
 	$(SMOKE_ENV) $(SMOKE_ENGINE) --version
 
 ## Build the replay and actor images with podman on the Debian-built base (make base-image; rebuilt when its script
-## changes), run the smoke topology as containers exactly as the chart renders it until the `helm test` probe passes,
+## changes; SMOKE_BASE=python:3.11.13-slim-bookworm for the official one where a registry is reachable), run the smoke topology as containers exactly as the chart renders it until the `helm test` probe passes,
 ## kill and restart the learner and check it resumes, then remove every container; logs in SMOKE_OUT/<run id>/.
 images-smoke: $(STAMP) $(HELM) images-engine
 	@# Untagged images (earlier smoke builds and their build stages) older than a day go: the disk stays bounded.
 	-@$(SMOKE_ENV) $(SMOKE_ENGINE) image prune --force --filter until=24h >/dev/null
-	@if [ "$$($(SMOKE_ENV) $(SMOKE_ENGINE) image inspect --format '{{ index .Labels "dev.surreal.base-script" }}' $(SMOKE_BASE) 2>/dev/null)" != "$(BASE_SCRIPT_SUM)" ]; then \
+	@if [ "$(SMOKE_BASE)" != "$(LOCAL_BASE_IMAGE)" ]; then \
+		echo "== base image $(SMOKE_BASE) (from its registry)"; \
+	elif [ "$$($(SMOKE_ENV) $(SMOKE_ENGINE) image inspect --format '{{ index .Labels "dev.surreal.base-script" }}' $(SMOKE_BASE) 2>/dev/null)" != "$(BASE_SCRIPT_SUM)" ]; then \
 		echo "== base image $(SMOKE_BASE) from Debian packages"; \
-		$(SMOKE_ENV) nice -n 10 $(MAKE) --no-print-directory base-image LOCAL_BASE_IMAGE=$(SMOKE_BASE) DOCKER=$(SMOKE_ENGINE); \
+		$(SMOKE_ENV) nice -n 10 $(MAKE) --no-print-directory base-image DOCKER=$(SMOKE_ENGINE); \
 	else echo "== base image $(SMOKE_BASE) is built from this images/base/build.sh"; fi
 	$(SMOKE_ENV) nice -n 10 $(MAKE) --no-print-directory images DOCKER=$(SMOKE_ENGINE) IMAGE_ROLES="replay actor" \
 		IMAGE_TAG=$(SMOKE_TAG) IMAGE_REGISTRY= BASE_IMAGE=$(SMOKE_BASE) CA_BUNDLE=$(SMOKE_CA_BUNDLE) \
