@@ -62,8 +62,8 @@ run: $(STAMP)
 
 ## The whole suite, learning and reliability runs included (what CI runs).
 test: $(STAMP) tools
-	$(PY) -m ruff check src tests bench
-	$(PY) -m ruff format --check src tests bench
+	$(PY) -m ruff check src tests bench images infra/helm
+	$(PY) -m ruff format --check src tests bench images infra/helm
 	$(PY) -m mypy
 	$(PY) -m pytest -q
 
@@ -72,8 +72,8 @@ test-fast: $(STAMP) tools
 	$(PY) -m pytest -q -m "not slow"
 
 lint: $(STAMP)
-	$(PY) -m ruff check src tests bench
-	$(PY) -m ruff format --check src tests bench
+	$(PY) -m ruff check src tests bench images infra/helm
+	$(PY) -m ruff format --check src tests bench images infra/helm
 
 ## Static types of the package (mypy, configured in pyproject.toml).
 typecheck: $(STAMP)
@@ -175,12 +175,32 @@ terraform-test: $(STAMP) $(CHECKOV) $(HELM)
 IMAGE_REGISTRY ?=
 IMAGE_TAG      ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo dev)
 IMAGE_PREFIX   := $(if $(IMAGE_REGISTRY),$(IMAGE_REGISTRY:%/=%)/,)
-IMAGE_ROLES    := actor learner replay
+IMAGE_ROLES    ?= actor learner replay
 IMAGE_SHA      := $(shell git rev-parse HEAD 2>/dev/null)
 PUSH_TAGS       = $(IMAGE_TAG) sha-$(IMAGE_SHA)
 # The repository URL written into the images' org.opencontainers.image.source label (GHCR links the package to it).
 IMAGE_SOURCE   ?=
-DOCKER         ?= docker
+# docker or podman: `make images CONTAINER_ENGINE=podman` (DOCKER= is the older spelling of the same).
+CONTAINER_ENGINE ?= docker
+DOCKER         ?= $(CONTAINER_ENGINE)
+ENGINE_IS_PODMAN = $(findstring podman,$(notdir $(DOCKER)))
+# What make images builds from (each empty: the Dockerfiles' defaults). BASE_IMAGE replaces python:3.11.13-slim-bookworm
+# (e.g. the one make base-image tags), ACTOR_TORCH_INDEX the actor's CPU torch index. CA_BUNDLE (a host file: the CA a
+# TLS-intercepting proxy signs with) and TORCH_FIND_LINKS (a host folder of torch wheels) are mounted into the build
+# stage for pip, which needs podman (build-time volumes); IMAGE_BUILD_FLAGS is passed to every build as it is.
+BASE_IMAGE        ?=
+ACTOR_TORCH_INDEX ?=
+CA_BUNDLE         ?=
+TORCH_FIND_LINKS  ?=
+IMAGE_BUILD_FLAGS ?=
+IMAGE_BUILD_ARGS   = $(if $(BASE_IMAGE),--build-arg PYTHON_IMAGE=$(BASE_IMAGE)) \
+	$(if $(CA_BUNDLE),--volume $(abspath $(CA_BUNDLE)):/run/surreal-ca.pem:ro --build-arg PIP_CERT=/run/surreal-ca.pem) \
+	$(if $(TORCH_FIND_LINKS),--volume $(abspath $(TORCH_FIND_LINKS)):/run/surreal-wheels:ro --build-arg PIP_FIND_LINKS=/run/surreal-wheels) \
+	$(IMAGE_BUILD_FLAGS)
+# make base-image: python 3.11 on Debian bookworm from Debian's packages (mmdebstrap), for hosts with no registry.
+LOCAL_BASE_IMAGE       ?= localhost/surreal-python:3.11-bookworm
+DEBIAN_MIRROR          ?= http://deb.debian.org/debian
+DEBIAN_SECURITY_MIRROR ?= http://deb.debian.org/debian-security
 HADOLINT       := $(VENV)/bin/hadolint
 CHART          := infra/helm/surreal-chart
 CHART_VALUES   := $(wildcard infra/helm/values/*.yaml)
@@ -195,15 +215,25 @@ CRDS_CATALOG        := https://raw.githubusercontent.com/datreeio/CRDs-catalog/7
 RENDER_FLAGS   := --namespace surreal --api-versions monitoring.coreos.com/v1/ServiceMonitor \
 	--set serviceMonitor.enabled=true --set grafanaDashboard.enabled=true
 
-.PHONY: images push-images images-lock hadolint helm-schema helm-lint helm-template kube-validate kubeconform checkov-chart chart-test local-kind-test
+.PHONY: images base-image images-engine images-smoke push-images images-lock hadolint helm-schema helm-lint helm-template kube-validate kubeconform checkov-chart chart-test local-kind-test
 
-## docker build surreal-actor, surreal-learner and surreal-replay, all tagged IMAGE_TAG (default: the git short sha).
+## docker (or podman: CONTAINER_ENGINE=podman) build surreal-actor, surreal-learner and surreal-replay (IMAGE_ROLES), all
+## tagged IMAGE_TAG (default: the git short sha); BASE_IMAGE, ACTOR_TORCH_INDEX, CA_BUNDLE, TORCH_FIND_LINKS and
+## IMAGE_BUILD_FLAGS change how (above, and the README's "Images").
 images:
-	@command -v $(DOCKER) >/dev/null 2>&1 || { echo "error: $(DOCKER) not found: make images needs Docker (docs.docker.com/get-docker)" >&2; exit 1; }
+	@command -v $(DOCKER) >/dev/null 2>&1 || { echo "error: $(DOCKER) not found: make images needs Docker (docs.docker.com/get-docker) or podman (CONTAINER_ENGINE=podman)" >&2; exit 1; }
+	@test -z "$(CA_BUNDLE)$(TORCH_FIND_LINKS)" || test -n "$(ENGINE_IS_PODMAN)" || { echo "error: CA_BUNDLE and TORCH_FIND_LINKS mount host files into the build: they need CONTAINER_ENGINE=podman (with Docker, use a BASE_IMAGE that trusts the CA)" >&2; exit 1; }
 	@set -e; for role in $(IMAGE_ROLES); do \
 		echo "== $(IMAGE_PREFIX)surreal-$$role:$(IMAGE_TAG)"; \
-		DOCKER_BUILDKIT=1 $(DOCKER) build -f images/$$role/Dockerfile -t $(IMAGE_PREFIX)surreal-$$role:$(IMAGE_TAG) .; \
+		DOCKER_BUILDKIT=1 $(DOCKER) build -f images/$$role/Dockerfile \
+			$(strip $(IMAGE_BUILD_ARGS)) $$(test $$role != actor || test -z "$(ACTOR_TORCH_INDEX)" || echo --build-arg TORCH_INDEX_URL=$(ACTOR_TORCH_INDEX)) \
+			-t $(IMAGE_PREFIX)surreal-$$role:$(IMAGE_TAG) .; \
 	done
+
+## Tag LOCAL_BASE_IMAGE: Python 3.11 on Debian bookworm from Debian's packages (mmdebstrap from DEBIAN_MIRROR), standing in
+## for python:3.11.13-slim-bookworm where no image registry is reachable (make images BASE_IMAGE=$(LOCAL_BASE_IMAGE)).
+base-image:
+	images/base/build.sh $(LOCAL_BASE_IMAGE) $(DOCKER) $(DEBIAN_MIRROR) $(DEBIAN_SECURITY_MIRROR)
 
 ## buildx build and push the three images to IMAGE_REGISTRY (required), tagged IMAGE_TAG and sha-<commit>, each
 ## with SLSA provenance (mode=max) and an SBOM attached (needs a buildx builder that can push: docker-container).
@@ -214,11 +244,56 @@ push-images:
 	@set -e; for role in $(IMAGE_ROLES); do \
 		echo "== $(IMAGE_PREFIX)surreal-$$role: $(PUSH_TAGS)"; \
 		$(DOCKER) buildx build -f images/$$role/Dockerfile \
+			$(if $(BASE_IMAGE),--build-arg PYTHON_IMAGE=$(BASE_IMAGE)) $(IMAGE_BUILD_FLAGS) \
+			$$(test $$role != actor || test -z "$(ACTOR_TORCH_INDEX)" || echo --build-arg TORCH_INDEX_URL=$(ACTOR_TORCH_INDEX)) \
 			$(foreach tag,$(PUSH_TAGS),--tag $(IMAGE_PREFIX)surreal-$$role:$(tag)) \
 			--label org.opencontainers.image.revision=$(IMAGE_SHA) \
 			$(if $(IMAGE_SOURCE),--label org.opencontainers.image.source=$(IMAGE_SOURCE)) \
 			--provenance=mode=max --sbom=true --push .; \
 	done
+
+# make images-smoke: podman from Debian's packages, configured by images/podman/containers.conf (runc, no raised
+# ulimits, cgroupfs). The build takes the host's CA bundle (pip's own setting, for a TLS-intercepting proxy) and a
+# local CPU torch wheel where pip's find-links hold one; elsewhere the Dockerfiles' own indexes.
+SMOKE_ENGINE    ?= podman
+SMOKE_TAG       ?= smoke
+SMOKE_BASE      ?= $(LOCAL_BASE_IMAGE)
+SMOKE_OUT       ?= build/images-smoke
+HOST_PIP_CERT    = $(or $(PIP_CERT),$(shell $(PYTHON) -m pip config get global.cert 2>/dev/null))
+HOST_FIND_LINKS  = $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+SMOKE_CA_BUNDLE ?= $(HOST_PIP_CERT)
+SMOKE_WHEELS    ?= $(firstword $(foreach dir,$(HOST_FIND_LINKS),$(if $(wildcard $(dir)/torch-2.13.0+cpu-*.whl),$(dir))))
+SMOKE_ENV        = CONTAINERS_CONF=$(CURDIR)/images/podman/containers.conf
+BASE_SCRIPT_SUM  = $(shell sha256sum images/base/build.sh | cut -c1-12)
+
+## podman, runc and mmdebstrap from Debian's packages, where any is missing (apt-get as root, or sudo).
+images-engine:
+	@if command -v $(SMOKE_ENGINE) >/dev/null && command -v runc >/dev/null && command -v mmdebstrap >/dev/null; then \
+		echo "$(SMOKE_ENGINE), runc and mmdebstrap are installed"; \
+	else \
+		sudo=$$(test "$$(id -u)" = 0 || echo sudo); \
+		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq podman runc mmdebstrap >/dev/null; \
+	fi
+	$(SMOKE_ENV) $(SMOKE_ENGINE) --version
+
+## Build the replay and actor images with podman on the Debian-built base (make base-image; rebuilt when its script
+## changes; SMOKE_BASE=python:3.11.13-slim-bookworm for the official one where a registry is reachable), run the smoke topology as containers exactly as the chart renders it until the `helm test` probe passes,
+## kill and restart the learner and check it resumes, then remove every container; logs in SMOKE_OUT/<run id>/.
+images-smoke: $(STAMP) $(HELM) images-engine
+	@# Untagged images (earlier smoke builds and their build stages) older than a day go: the disk stays bounded.
+	-@$(SMOKE_ENV) $(SMOKE_ENGINE) image prune --force --filter until=24h >/dev/null
+	@if [ "$(SMOKE_BASE)" != "$(LOCAL_BASE_IMAGE)" ]; then \
+		echo "== base image $(SMOKE_BASE) (from its registry)"; \
+	elif [ "$$($(SMOKE_ENV) $(SMOKE_ENGINE) image inspect --format '{{ index .Labels "dev.surreal.base-script" }}' $(SMOKE_BASE) 2>/dev/null)" != "$(BASE_SCRIPT_SUM)" ]; then \
+		echo "== base image $(SMOKE_BASE) from Debian packages"; \
+		$(SMOKE_ENV) nice -n 10 $(MAKE) --no-print-directory base-image DOCKER=$(SMOKE_ENGINE); \
+	else echo "== base image $(SMOKE_BASE) is built from this images/base/build.sh"; fi
+	$(SMOKE_ENV) nice -n 10 $(MAKE) --no-print-directory images DOCKER=$(SMOKE_ENGINE) IMAGE_ROLES="replay actor" \
+		IMAGE_TAG=$(SMOKE_TAG) IMAGE_REGISTRY= BASE_IMAGE=$(SMOKE_BASE) CA_BUNDLE=$(SMOKE_CA_BUNDLE) \
+		TORCH_FIND_LINKS=$(SMOKE_WHEELS) $(if $(SMOKE_WHEELS),ACTOR_TORCH_INDEX=https://pypi.org/simple) \
+		IMAGE_BUILD_FLAGS="--network host $(IMAGE_BUILD_FLAGS)"
+	$(SMOKE_ENV) $(SMOKE_ENGINE) images --filter reference='surreal-*:$(SMOKE_TAG)'
+	$(SMOKE_ENV) $(PY) images/smoke.py --engine $(SMOKE_ENGINE) --helm $(HELM) --tag $(SMOKE_TAG) --out $(SMOKE_OUT)
 
 ## Re-pin images/requirements/*.txt from pyproject.toml (pip --dry-run; needs the package index).
 images-lock: $(STAMP)

@@ -8,97 +8,18 @@ progress. This proves the chart's addresses, ports, config mount and commands ag
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from chart_pods import ClusterDNS, Pod, expand_pods  # infra/helm/chart_pods.py (pytest's pythonpath)
 from surreal.launch.local import free_ports
 from test_chart import NAMESPACE, RELEASE, VALUES_DIR, by_kind, render
 
 BIN = Path(sys.executable).parent  # `surreal` of this virtualenv: what the image's PATH gives
 PROBE_TIMEOUT_S = 120.0
-# `<name>.<namespace>.svc` (a Service) or `<pod>.<service>.<namespace>.svc` (a StatefulSet pod), then :port[:port]
-DNS_WITH_PORTS = re.compile(r"(?P<host>[a-z0-9]([-a-z0-9.]*[a-z0-9])?\.svc)(?P<ports>(:[0-9]+)+)")
-
-
-@dataclass
-class Pod:
-    """One pod the chart would create: its workload's container, and the local ports standing in for its own."""
-
-    name: str
-    labels: dict[str, str]
-    spec: dict[str, Any]
-    claims: set[str] = field(default_factory=set)  # a StatefulSet's volumeClaimTemplates: one volume per pod
-    ports: dict[int, int] = field(default_factory=dict)  # containerPort -> local port
-
-    @property
-    def container(self) -> dict[str, Any]:
-        (container,) = self.spec["containers"]
-        return container
-
-
-def expand_pods(docs: list[dict[str, Any]]) -> list[Pod]:
-    """Every pod of every workload (StatefulSet pods by ordinal, Deployment replicas numbered) and the test pod."""
-    pods = []
-    for doc in docs:
-        if doc["kind"] in ("StatefulSet", "Deployment"):
-            template = doc["spec"]["template"]
-            claims = {c["metadata"]["name"] for c in doc["spec"].get("volumeClaimTemplates", [])}
-            for i in range(doc["spec"]["replicas"]):
-                name = f"{doc['metadata']['name']}-{i}"
-                pods.append(Pod(name, template["metadata"]["labels"], template["spec"], claims))
-        elif doc["kind"] == "Pod":
-            pods.append(Pod(doc["metadata"]["name"], doc["metadata"]["labels"], doc["spec"]))
-    for pod, port in zip(
-        [(p, cp["containerPort"]) for p in pods for cp in p.container.get("ports", [])],
-        free_ports(sum(len(p.container.get("ports", [])) for p in pods)),
-        strict=True,
-    ):
-        pod[0].ports[pod[1]] = port
-    return pods
-
-
-class ClusterDNS:
-    """What the cluster's DNS and Services would do, as a port map: (DNS name, service port) -> local port."""
-
-    def __init__(self, docs: list[dict[str, Any]], pods: list[Pod]) -> None:
-        self.routes: dict[tuple[str, int], int] = {}
-        for service in by_kind(docs, "Service"):
-            name = service["metadata"]["name"]
-            selector = service["spec"]["selector"]
-            members = [p for p in pods if selector.items() <= p.labels.items() and p.ports]
-            assert members, f"Service {name} selects no pod"
-            for port in service["spec"]["ports"]:
-                for pod in members:
-                    target = self._container_port(pod, port["targetPort"])
-                    if service["spec"].get("clusterIP") == "None":  # headless: every pod has a name of its own
-                        self.routes[(f"{pod.name}.{name}.{NAMESPACE}.svc", port["port"])] = pod.ports[target]
-                # The Service name itself: kube-proxy (or headless DNS) picks a pod; here, the first one.
-                self.routes[(f"{name}.{NAMESPACE}.svc", port["port"])] = members[0].ports[
-                    self._container_port(members[0], port["targetPort"])
-                ]
-
-    @staticmethod
-    def _container_port(pod: Pod, target: int | str) -> int:
-        for port in pod.container["ports"]:
-            if target in (port["name"], port["containerPort"]):
-                return int(port["containerPort"])
-        raise AssertionError(f"pod {pod.name} has no port {target!r}")
-
-    def rewrite(self, value: str) -> str:
-        def local(match: re.Match[str]) -> str:
-            host = match.group("host")
-            ports = [int(p) for p in match.group("ports").lstrip(":").split(":")]
-            missing = [p for p in ports if (host, p) not in self.routes]
-            assert not missing, f"{host}:{missing} is no Service port of the release"
-            return "127.0.0.1" + "".join(f":{self.routes[(host, p)]}" for p in ports)
-
-        return DNS_WITH_PORTS.sub(local, value)
 
 
 def local_command(
@@ -126,16 +47,8 @@ def local_command(
                 return str(local) + value[len(mount_path) :]
         return value
 
-    own_ports = {str(cp): str(local) for cp, local in pod.ports.items()}
     env = {"PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "HOSTNAME": pod.name}
-    for item in container.get("env", []):
-        name, value = item["name"], item["value"]
-        if name == "SURREAL_BIND_HOST":
-            assert value == "0.0.0.0"
-            value = "127.0.0.1"  # tests bind loopback only
-        elif re.fullmatch(r"SURREAL_[A-Z_]+_PORT", name):
-            value = own_ports[value]  # a port this pod opens: its local stand-in
-        env[name] = paths(dns.rewrite(value))
+    env.update({name: paths(value) for name, value in dns.pod_env(pod).items()})  # loopback only, local ports
     argv = [paths(dns.rewrite(arg)) for arg in [*container["command"], *container.get("args", [])]]
     assert (BIN / argv[0]).exists(), f"{argv[0]} is not installed in {BIN}"
     argv[0] = str(BIN / argv[0])
@@ -161,8 +74,8 @@ def stop(procs: list[subprocess.Popen[bytes]]) -> None:
 def test_the_rendered_chart_runs_and_the_helm_test_sees_the_learner_progress(tmp_path: Path) -> None:
     docs = render(VALUES_DIR / "smoke.yaml")
     configmaps = {d["metadata"]["name"]: d["data"] for d in by_kind(docs, "ConfigMap")}
-    pods = expand_pods(docs)
-    dns = ClusterDNS(docs, pods)
+    pods = expand_pods(docs, free_ports)
+    dns = ClusterDNS(docs, pods, NAMESPACE)
     workloads = [p for p in pods if p.spec.get("restartPolicy") != "Never"]
     (probe,) = [p for p in pods if p.spec.get("restartPolicy") == "Never"]
     roles = sorted(p.labels["app.kubernetes.io/component"] for p in workloads)

@@ -112,8 +112,8 @@ def test_an_actor_waiting_past_a_stall_overdraws_one_share_and_never_sooner():
     assert throttle.must_wait(1), "no version interval known yet: waits overdraft_after_s"
     clock.now += 1.0
     assert sent_until_wait(throttle, 1) == 2, "a batch short of a lost actor's share: one more share"
-    for version in range(2, 7):  # versions 0.5 s apart: a stall is 3 x 0.5 s, but at least 1 s
-        clock.now += 0.5
+    for version in range(2, 7):  # versions 1 s apart: a stall is 1.5 x 1 s (and never under 1 s)
+        clock.now += 1.0
         throttle.on_params(BlobMeta(version=version, incarnation="a"))
         assert sent_until_wait(throttle, version) == 2
     assert throttle.stall_s() == 1.5
@@ -222,6 +222,37 @@ def test_actor_core_sends_its_shares_waits_and_resumes_on_a_new_version():
         params.publish(BlobMeta(2, "inc", done=True), blob)
         actor.step()
         assert actor.done
+    finally:
+        actor.close()
+
+
+class ClosedThenOpenReplay(InProcessReplay):
+    """Backpressure until `open` is set: what a full or unreachable replay looks like to an actor."""
+
+    open = False
+
+    def send(self, chunk: Chunk, incarnation: str, timeout_s: float = 0.0) -> bool:
+        return self.open and super().send(chunk, incarnation, timeout_s)
+
+
+def test_a_preempted_actor_gives_a_refused_chunk_one_more_try():
+    cfg = load_config(["env=InvertedPendulum-v5", "actors=1", "actor.chunk_steps=32", "algo.batch_size=64"])
+    shard = ReplayShard("fifo", 10_000)
+    replay, params = ClosedThenOpenReplay(shard), InProcessParams()
+    actor = ActorCore(cfg, 0, replay, params, RoleMetrics("actor", 0))
+    try:
+        spaces = actor.envs.single_observation_space, actor.envs.single_action_space
+        params.publish(
+            BlobMeta(0, "inc"),
+            get_algorithm("ppo").make_learner(*spaces, algo_config(cfg), torch.device("cpu")).params(),
+        )
+        actor.fetch()
+        assert not actor.step() and actor.unsent is not None, "backpressure: the chunk waits"
+        assert not actor.flush(), "still refused: one chunk would be lost"
+        replay.open = True
+        assert actor.flush() and actor.unsent is None and actor.chunks_sent == 1
+        assert shard.replay.stats()["size"] == 32
+        assert actor.flush(), "nothing left: nothing to do"
     finally:
         actor.close()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -20,7 +21,6 @@ REPO = Path(__file__).resolve().parents[1]
 IMAGES = REPO / "images"
 HADOLINT = REPO / ".venv" / "bin" / "hadolint"
 ROLES = {"actor": "actor", "learner": "learner", "replay": "replay"}  # image -> its ENTRYPOINT's role
-REQUIREMENTS = {"actor": "robosuite.txt", "learner": "rl.txt"}  # what each torch image installs (images/lock.py)
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 
 
@@ -120,8 +120,11 @@ def test_each_image_installs_the_torch_build_it_needs_and_replay_none() -> None:
         assert f"ARG TORCH_VERSION={version}" in text, f"{image}: torch must be pyproject's {version}"
         assert f"ARG TORCH_INDEX_URL={index}" in text, image
         assert '"torch==${TORCH_VERSION}"' in text
-        assert f"/requirements/{REQUIREMENTS[image]}" in text
-    assert "torch.cuda.is_available()" in dockerfile("actor") and "torch.version.cuda" in dockerfile("learner")
+        assert "/requirements/rl.txt" in text
+    assert "torch.version.cuda is None" in dockerfile("actor") and "torch.version.cuda" in dockerfile("learner")
+    actor = dockerfile("actor")
+    assert "ARG ACTOR_REQUIREMENTS=rl" in actor and '--requirement "/requirements/${ACTOR_REQUIREMENTS}.txt"' in actor
+    assert "images/requirements/robosuite.txt" in actor, "the robosuite variant is one build argument away"
     replay = dockerfile("replay")
     installs = " ".join(rest for stage in stages(replay) for keyword, rest in stage if keyword == "RUN")
     assert "torch==" not in installs and "TORCH" not in replay, "the replay image must not install torch"
@@ -266,3 +269,132 @@ def test_make_push_images_pushes_tag_and_commit_with_provenance_and_sbom(tmp_pat
 def test_make_push_images_needs_a_registry(tmp_path: Path) -> None:
     rc, output, calls = make_with_recording_docker(tmp_path, "push-images", "IMAGE_REGISTRY=")
     assert rc != 0 and "set IMAGE_REGISTRY" in output and calls == []
+
+
+def build_check(image: str) -> str:
+    """The `python -c` program that ends the build stage of `image`'s Dockerfile (its import and torch check)."""
+    (check,) = re.findall(r'/opt/surreal/bin/python -c "([^"]+)"', dockerfile(image))
+    return check
+
+
+def run_with_fake_torch(tmp_path: Path, check: str, cuda: str | None) -> subprocess.CompletedProcess[str]:
+    """Run a Dockerfile's check against a stand-in torch (a CUDA build when `cuda` is a version, CPU when None) on a
+    machine without a GPU: torch.cuda.is_available() is False either way, as in any image build."""
+    fake = tmp_path / f"fake-{cuda}"
+    (fake / "torch").mkdir(parents=True, exist_ok=True)
+    (fake / "torch" / "__init__.py").write_text(
+        "import types\n"
+        f"__version__ = '2.13.0+{'cu' + cuda.replace('.', '') if cuda else 'cpu'}'\n"
+        f"version = types.SimpleNamespace(cuda={cuda!r})\n"
+        "cuda = types.SimpleNamespace(is_available=lambda: False)\n"
+    )
+    (fake / "mujoco.py").write_text("")
+    (fake / "gymnasium.py").write_text("")
+    return subprocess.run(
+        [sys.executable, "-c", check],
+        env={"PYTHONPATH": str(fake), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_actor_build_fails_on_a_cuda_torch_and_passes_on_a_cpu_one(tmp_path: Path) -> None:
+    """Where the CPU index is unreachable pip falls back to PyPI's CUDA wheel: the actor's check must fail then,
+    although no GPU is present (the old `not torch.cuda.is_available()` passed on any build without one)."""
+    actor = build_check("actor")
+    cuda = run_with_fake_torch(tmp_path, actor, "13.0")
+    assert cuda.returncode != 0 and "torch is a CUDA build: 2.13.0+cu130" in cuda.stderr
+    assert run_with_fake_torch(tmp_path, actor, None).returncode == 0
+    old = "import torch, mujoco, gymnasium; assert not torch.cuda.is_available()"
+    assert run_with_fake_torch(tmp_path, old, "13.0").returncode == 0, "the old check could not fail"
+    learner = build_check("learner")
+    assert run_with_fake_torch(tmp_path, learner, "13.0").returncode == 0
+    assert run_with_fake_torch(tmp_path, learner, None).returncode != 0
+
+
+def test_make_images_passes_base_image_torch_index_ca_bundle_and_flags(tmp_path: Path) -> None:
+    """make images with podman: the base image and extra flags for every image, the torch index for the actor only,
+    the CA bundle and a wheel folder mounted into the build for pip."""
+    calls = tmp_path / "calls"
+    podman = tmp_path / "podman"
+    podman.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    podman.chmod(0o755)
+    ca = tmp_path / "ca.pem"
+    ca.write_text("")
+    done = subprocess.run(
+        ["make", "-s", "images", f"CONTAINER_ENGINE={podman}", "IMAGE_TAG=t1", "BASE_IMAGE=localhost/base:1"]
+        + ["ACTOR_TORCH_INDEX=https://mirror/cpu", f"CA_BUNDLE={ca}", f"TORCH_FIND_LINKS={tmp_path}"]
+        + ["IMAGE_BUILD_FLAGS=--network host"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = calls.read_text().splitlines()
+    assert len(lines) == len(ROLES)
+    for image, line in zip(ROLES, lines, strict=True):
+        args = line.split()
+        assert args[:3] == ["build", "-f", f"images/{image}/Dockerfile"] and args[-3:] == [
+            "-t",
+            f"surreal-{image}:t1",
+            ".",
+        ]
+        assert "--build-arg PYTHON_IMAGE=localhost/base:1" in line and "--network host" in line
+        assert f"--volume {ca}:/run/surreal-ca.pem:ro --build-arg PIP_CERT=/run/surreal-ca.pem" in line
+        assert f"--volume {tmp_path}:/run/surreal-wheels:ro --build-arg PIP_FIND_LINKS=/run/surreal-wheels" in line
+        assert ("--build-arg TORCH_INDEX_URL=https://mirror/cpu" in line) == (image == "actor")
+    # Docker cannot mount host files into a build: make says so instead of building without them.
+    rc, output, calls_made = make_with_recording_docker(tmp_path, "images", f"CA_BUNDLE={ca}")
+    assert rc != 0 and "need CONTAINER_ENGINE=podman" in output and calls_made == []
+
+
+def test_every_dockerfile_takes_the_build_only_pip_settings() -> None:
+    for image in ROLES:
+        build, final = stages(dockerfile(image))
+        assert ("ARG", "PIP_CERT") in build and ("ARG", "PIP_FIND_LINKS") in build, image
+        assert not [rest for keyword, rest in final if keyword == "ARG"], f"{image}: nothing of them in the image"
+
+
+def test_make_images_smoke_builds_replay_and_actor_with_podman_on_the_debian_base() -> None:
+    """`make -n images-smoke`: the engine and base first, then replay and actor only (the learner's CUDA image is
+    not built in CI), with podman configured by images/podman/containers.conf, the host network for pip, and the
+    driver last. `.ci/run` runs it after `make test`."""
+    done = subprocess.run(
+        ["make", "-n", "images-smoke", "SMOKE_CA_BUNDLE=/ca.pem", "SMOKE_WHEELS="],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    conf = f"CONTAINERS_CONF={REPO}/images/podman/containers.conf"
+    assert text.index("apt-get install") < text.index("base-image") < text.index("images DOCKER=podman")
+    assert f'{conf} nice -n 10 make --no-print-directory images DOCKER=podman IMAGE_ROLES="replay actor"' in text
+    assert "BASE_IMAGE=localhost/surreal-python:3.11-bookworm CA_BUNDLE=/ca.pem" in text
+    assert 'IMAGE_BUILD_FLAGS="--network host' in text
+    assert f"{conf} .venv/bin/python images/smoke.py --engine podman --helm .tools/bin/helm --tag smoke" in text
+    ci = (REPO / ".ci" / "run").read_text().splitlines()
+    assert ci.index("make images-smoke") == ci.index("make test") + 1
+
+
+def test_podman_config_uses_runc_and_leaves_ulimits_alone() -> None:
+    conf = tomllib.loads((IMAGES / "podman" / "containers.conf").read_text())
+    assert conf["engine"]["runtime"] == "runc" and conf["containers"]["default_ulimits"] == []
+    assert conf["engine"]["cgroup_manager"] == "cgroupfs"
+
+
+def test_the_base_image_script_builds_a_python_311_bookworm_from_debian_packages() -> None:
+    script = IMAGES / "base" / "build.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True, timeout=30).returncode == 0
+    text = script.read_text()
+    assert "mmdebstrap" in text and "--variant=minbase" in text and " bookworm " in text
+    for package in ("python3", "python3-venv", "ca-certificates"):
+        assert re.search(rf"--include=[^ ]*\b{package}\b", text), package
+    assert "ln -s /usr/bin/python3 /usr/local/bin/python" in text and "EXTERNALLY-MANAGED" in text
+    assert "assert sys.version_info[:2] == (3, 11)" in text, "the new image is checked before make says it is done"

@@ -285,7 +285,7 @@ def test_es_learns_inverted_pendulum(runs):
 def assert_no_long_stall(rows: list[dict]) -> None:
     """The learner never waited long for experience (`time_wait_s`: its time blocked on the replay since the
     previous row), and rows kept coming (the gaps also hold updates slowed by 2 cores shared with 4 actors)."""
-    assert max(r["time_wait_s"] for r in rows) < 5.0, "a lost actor's share is not waited for"
+    assert max(r["time_wait_s"] for r in rows) < 8.0, "a lost actor's share is not waited for"
     times = [r["time"] for r in rows]
     assert max(b - a for a, b in zip(times, times[1:], strict=False)) < 15.0
 

@@ -292,7 +292,7 @@ class ActorConfig:
     # parameter version, then waits for the next. 1 is lock-step; 2 lets collection overlap the update
     # with at most one version of lag; 0 never waits (off-policy).
     rollout_ahead: int = 2
-    # Elastic on-policy flow (runtime/flow.py): an actor that waits longer than 3x the median interval between
+    # Elastic on-policy flow (runtime/flow.py): an actor that waits longer than 1.5x the median interval between
     # versions takes one more share, so a batch short of a lost actor's share still fills; before it has seen
     # two versions (the first update may include torch.compile) it waits this long. 0: never.
     overdraft_after_s: float = 30.0

@@ -21,7 +21,7 @@ last two slacks of env steps off-policy), published in every blob; the configure
 first blob says otherwise. So actors that join mid-run (a new index) shrink everyone's share, and actors
 that are gone for good stop being waited for. Between an actor's loss and the learner noticing, an on-policy
 batch can fall short by the lost actor's share while the others wait for the next version; an actor that has
-waited longer than it ever should (`VersionThrottle.stall_s`: three times the median interval between the
+waited longer than it ever should (`VersionThrottle.stall_s`: 1.5 times the median interval between the
 versions it saw, at least a second; `actor.overdraft_after_s` before it has seen two) takes one share more,
 so the batch fills from whoever is alive. The surplus this may create waits in the learner's queue for the
 next batch, still bounded by `max_staleness`. Off-policy needs no overdraft: a lost actor's part of the budget
@@ -56,7 +56,7 @@ class ActorThrottle(Protocol):
     def must_wait(self, version: int) -> bool: ...
 
 
-STALL_FACTOR = 3.0  # an actor overdraws after waiting this many median version intervals ...
+STALL_FACTOR = 1.5  # an actor overdraws after waiting this many median version intervals ...
 STALL_MIN_S = 1.0  # ... and never sooner than this
 INTERVALS_KEPT = 8  # version intervals the median is taken over
 
