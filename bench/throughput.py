@@ -66,11 +66,16 @@ def raw_rate(env_id: str, actors: int, num_envs: int, seconds: float) -> float:
     return float(sum(rates))
 
 
+def batch_size(actors: int, num_envs: int, chunk_steps: int = 256, min_batch: int = 2048) -> int:
+    """Each actor contributes 2 chunks per update, and a batch is never under `min_batch`."""
+    return max(min_batch, 2 * actors * num_envs * chunk_steps)
+
+
 def system_overrides(
     env_id: str, actors: int, num_envs: int, device: str, chunk_steps: int = 256, min_batch: int = 2048
 ) -> list[str]:
     """A PPO run that never ends by itself, its batch growing with the actors."""
-    batch = max(min_batch, 2 * actors * num_envs * chunk_steps)
+    batch = batch_size(actors, num_envs, chunk_steps, min_batch)
     return [
         f"env={env_id}",
         f"actors={actors}",
@@ -87,7 +92,7 @@ def system_overrides(
 
 def system_rate(env_id: str, actors: int, num_envs: int, seconds: float, device: str, **sizes: int) -> dict:
     overrides = system_overrides(env_id, actors, num_envs, device, **sizes)
-    batch = int(next(o for o in overrides if o.startswith("algo.batch_size=")).partition("=")[2])
+    batch = batch_size(actors, num_envs, **sizes)
     run = WatchedRun(f"throughput-{actors}-{int(time.time())}", overrides, RESULTS / "runs")
     run.run_for(seconds)
     lags = [row["version_lag_mean"] for _, row in run.rows[3:]]

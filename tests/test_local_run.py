@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from conftest import wait_until
+from surreal.launch.chaos import read_chaos
 from surreal.metricsfile import read_metrics
 
 
@@ -233,21 +234,32 @@ def test_run_survives_kill_9_of_actor_learner_and_replay(runs):
     run.assert_nothing_left()
 
 
+# DDPG on Pendulum-v1 in 30k steps, small networks: the off-policy end-to-end runs' common settings.
+DDPG_PENDULUM = (
+    "algo=ddpg",
+    "env=Pendulum-v1",
+    "steps=30000",
+    "seed=1",
+    "algo.learning_starts=1000",
+    "algo.hidden_sizes=[64,64]",
+    "actor.chunk_steps=32",
+)
+
+
+def assert_replay_ratio_held(rows: list[dict]) -> None:
+    last = rows[-1]
+    assert 0.85 <= last["updates"] / (last["env_steps"] - 1000) <= 1.05, "one gradient step per env step"
+
+
 @pytest.mark.slow
 def test_ddpg_learns_pendulum_within_30k_steps_through_a_learner_kill(runs):
     """Off-policy end to end: two actors, prioritized replay, the replay ratio held, and a learner killed
     mid-run resuming from its checkpoint against the replay that kept running."""
     run = runs(
         "ddpg-pendulum",
-        "algo=ddpg",
-        "env=Pendulum-v1",
+        *DDPG_PENDULUM,
         "actors=2",
-        "steps=30000",
-        "seed=1",
         "replay.mode=prioritized",
-        "algo.learning_starts=1000",
-        "algo.hidden_sizes=[64,64]",
-        "actor.chunk_steps=32",
         "learner.checkpoint_interval=4",
     )
     wait_until(lambda: run.updates() >= 5000, 300)
@@ -256,8 +268,7 @@ def test_ddpg_learns_pendulum_within_30k_steps_through_a_learner_kill(runs):
     assert summary["status"] == "completed" and summary["restarts"]["learner"] >= 1, summary
     assert 30_000 <= summary["env_steps"] < 31_000
     assert summary["eval_return_mean"] >= -250, summary
-    last = read_metrics(run.run_dir / "metrics.jsonl")[-1]
-    assert 0.85 <= last["updates"] / (last["env_steps"] - 1000) <= 1.05, "one gradient step per env step"
+    assert_replay_ratio_held(read_metrics(run.run_dir / "metrics.jsonl"))
     assert "resumed at update" in (run.run_dir / "logs" / "learner.log").read_text()
     run.assert_nothing_left()
 
@@ -282,17 +293,16 @@ def test_es_learns_inverted_pendulum(runs):
     run.assert_nothing_left()
 
 
+# One actor SIGKILLed every 5 s, and from 15 s on one held down for 50 s (about a third of a run here).
+CHAOS = ("chaos.kill_every_s=5", "chaos.window_start_s=15", "chaos.window_s=50")
+
+
 def assert_no_long_stall(rows: list[dict]) -> None:
     """The learner never waited long for experience (`time_wait_s`: its time blocked on the replay since the
     previous row), and rows kept coming (the gaps also hold updates slowed by 2 cores shared with 4 actors)."""
     assert max(r["time_wait_s"] for r in rows) < 8.0, "a lost actor's share is not waited for"
     times = [r["time"] for r in rows]
     assert max(b - a for a, b in zip(times, times[1:], strict=False)) < 15.0
-
-
-def chaos_events(run: LocalRun) -> list[dict]:
-    path = run.run_dir / "chaos.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 @pytest.mark.slow
@@ -306,15 +316,13 @@ def test_ppo_learns_through_actors_killed_every_few_seconds_and_one_kept_dead(ru
         "actors=4",
         "steps=200000",
         "seed=1",
-        "chaos.kill_every_s=5",
+        *CHAOS,
         "chaos.alive=3",
-        "chaos.window_start_s=15",
-        "chaos.window_s=50",
     )
     summary = run.wait(900)
     assert summary["status"] == "completed" and summary["env_steps"] >= 200_000, summary
     assert summary["eval_return_mean"] >= 900, summary
-    events = chaos_events(run)
+    events = read_chaos(run.run_dir)
     assert sum(e["action"] == "kill" for e in events) >= 10 and any(e["action"] == "hold" for e in events)
     assert not any(summary["restarts"].values()), "chaos kills are no failures"
     rows = read_metrics(run.run_dir / "metrics.jsonl")
@@ -326,27 +334,18 @@ def test_ppo_learns_through_actors_killed_every_few_seconds_and_one_kept_dead(ru
 def test_ddpg_learns_through_actors_killed_every_few_seconds_and_one_kept_dead(runs):
     run = runs(
         "ddpg-chaos",
-        "algo=ddpg",
-        "env=Pendulum-v1",
+        *DDPG_PENDULUM,
         "actors=3",
-        "steps=30000",
-        "seed=1",
-        "algo.learning_starts=1000",
-        "algo.hidden_sizes=[64,64]",
-        "actor.chunk_steps=32",
-        "chaos.kill_every_s=5",
+        *CHAOS,
         "chaos.alive=2",
-        "chaos.window_start_s=15",
-        "chaos.window_s=50",
     )
     summary = run.wait(900)
     assert summary["status"] == "completed" and 30_000 <= summary["env_steps"] < 31_000, summary
     assert summary["eval_return_mean"] >= -250, summary
-    assert sum(e["action"] == "kill" for e in chaos_events(run)) >= 10
+    assert sum(e["action"] == "kill" for e in read_chaos(run.run_dir)) >= 10
     rows = read_metrics(run.run_dir / "metrics.jsonl")
     assert_no_long_stall(rows)
-    last = rows[-1]
-    assert 0.85 <= last["updates"] / (last["env_steps"] - 1000) <= 1.05, "the replay ratio still holds"
+    assert_replay_ratio_held(rows)
     run.assert_nothing_left()
 
 

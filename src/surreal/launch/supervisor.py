@@ -256,9 +256,6 @@ class Supervisor:
             if child.spec.role == role and child.proc is not None and child.proc.poll() is None and not child.killed
         ]
 
-    def held(self) -> list[str]:
-        return [name for name, child in self._children.items() if child.held]
-
     def returncode(self, name: str) -> int | None:
         """Exit code of a child that will not be started again; None while it runs or awaits a restart."""
         child = self._children[name]
