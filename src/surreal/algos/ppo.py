@@ -26,6 +26,7 @@ from gymnasium import spaces
 from torch import nn
 from torch.distributions import Normal
 
+from surreal.algos.capture import CapturedStep
 from surreal.algos.normalizer import RunningMeanStd
 from surreal.config.schema import PPOConfig
 from surreal.proto.wire import Chunk
@@ -453,44 +454,6 @@ class PPOLearner:
         self.updates = int(state["updates"])
         self.env_steps_consumed = int(state["env_steps_consumed"])
         self.loss_fn, self.step_fn = self._fast_paths()  # a captured graph holds the optimizer state it replaced
-
-
-class CapturedStep:
-    """A minibatch step replayed as one CUDA graph instead of hundreds of kernel launches.
-
-    The first WARMUP calls run eagerly on a side stream (capture needs lazy initialization, cuBLAS
-    workspaces and compilation done); the next call captures the step reading static input buffers,
-    then every call copies its minibatch into them and replays. The returned statistics tensor is the
-    graph's output buffer: read it before the next call, or accumulate it on the device as `update` does."""
-
-    WARMUP = 3
-
-    def __init__(self, step: Callable[[dict[str, torch.Tensor]], torch.Tensor]) -> None:
-        self.step = step
-        self.calls = 0
-        self.graph: torch.cuda.CUDAGraph | None = None
-        self.inputs: dict[str, torch.Tensor] = {}
-        self.output = torch.empty(0)
-
-    def __call__(self, minibatch: dict[str, torch.Tensor]) -> torch.Tensor:
-        if self.graph is None:
-            self.calls += 1
-            if self.calls <= self.WARMUP:
-                side = torch.cuda.Stream()
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
-                    output = self.step(minibatch)
-                torch.cuda.current_stream().wait_stream(side)
-                return output
-            self.inputs = {k: v.clone() for k, v in minibatch.items()}
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                self.output = self.step(self.inputs)
-            self.graph = graph  # capture records without running: this minibatch is replayed below
-        for k, v in minibatch.items():
-            self.inputs[k].copy_(v)
-        self.graph.replay()
-        return self.output
 
 
 def make_policy(
