@@ -13,8 +13,9 @@ own policy and collector, then fed to the learner in-process, over and over.
   default Adam and clip_grad_norm_, and CleanRL's `.item()` per minibatch.
 - core: the learner role's `LearnerCore` fed the same experience in-process (staleness bound, the update,
   publishing the blob, metrics rows, checkpoints): what a learner process does per update, minus sockets.
-- ddpg / td3: transition batches of 256 shaped as replay sends them (obs, actions, rewards, next_obs,
-  discounts), 256-256 MLPs; the reference is CleanRL's ddpg / td3_continuous_action update.
+- ddpg / td3: samples of 4 minibatches of 256 transitions shaped as replay sends them (obs, actions, rewards,
+  next_obs, discounts; `learner.minibatches_per_sample`), 256-256 MLPs, stepped through in one call; the
+  reference is CleanRL's ddpg / td3_continuous_action update on one minibatch. Rates are per gradient step.
 
 Each variant gets one untimed first update (its time is reported: for a compiled learner it holds the
 compile time, which depends on inductor's on-disk cache: point TORCHINDUCTOR_CACHE_DIR at an empty folder
@@ -47,11 +48,11 @@ from torch.distributions import Normal
 
 from bench._runs import RESULTS
 from surreal.algos import get_algorithm
-from surreal.algos.ddpg import Critic, DeterministicActor
+from surreal.algos.ddpg import DeterministicActor, relu_mlp
 from surreal.algos.normalizer import RunningMeanStd
 from surreal.algos.ppo import ActorCritic
 from surreal.config import load_config
-from surreal.config.schema import DDPGConfig, PPOConfig
+from surreal.config.schema import DDPGConfig, LearnerConfig, PPOConfig
 from surreal.envs import make_vec_env
 from surreal.metrics import RoleMetrics
 from surreal.proto.wire import Chunk, ShardReport
@@ -153,6 +154,17 @@ class CleanRLPPO:
         return {"policy_loss": pg_loss.item(), "value_loss": v_loss.item(), "approx_kl": approx_kl.item()}
 
 
+class Critic(nn.Module):
+    """CleanRL's QNetwork: Q(s, a) from the concatenated observation and action, one module per critic."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: list[int]) -> None:
+        super().__init__()
+        self.net = relu_mlp([obs_dim + act_dim, *hidden_sizes, 1])
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([obs, actions], -1)).squeeze(-1)
+
+
 class CleanRLDDPG:
     """ddpg_continuous_action's update (td3_continuous_action's with twin critics and target smoothing),
     plus the |TD error| the replay needs as priorities."""
@@ -237,6 +249,7 @@ def transition_batches(chunks: list[Chunk], batch: int, count: int, seed: int) -
 class Variant:
     name: str
     update: Callable[[], object]
+    per_call: int = 1  # updates one call makes (off-policy: the minibatches of one sample)
     first_update_s: float = 0.0
     round_s: list[float] = field(default_factory=list)  # seconds per update, one entry per round
 
@@ -259,11 +272,12 @@ def measure(variants: list[Variant], updates: int, seconds: float, sync: Callabl
     done = 0
     while done < updates and (done == 0 or time.perf_counter() < deadline):
         for v in variants:
+            calls = max(1, per_round // v.per_call)
             started = time.perf_counter()
-            for _ in range(per_round):
+            for _ in range(calls):
                 v.update()
             sync()
-            v.round_s.append((time.perf_counter() - started) / per_round)
+            v.round_s.append((time.perf_counter() - started) / (calls * v.per_call))
         done += per_round
 
 
@@ -299,7 +313,7 @@ class RepeatingBatches:
         del batch_size, timeout_s
         self.turn += 1
         version = self.core().counters.version
-        if self.transitions:  # one batch's worth of env steps per reply: the replay ratio allows one update each
+        if self.transitions:  # a sample's worth of env steps per reply: the replay ratio allows a step per minibatch
             batch = self.transitions[self.turn % len(self.transitions)]
             return SampleReply(ShardReport(0, self.turn * len(batch["rewards"])), [], batch)
         env_steps = self.turn * sum(c.env_steps for c in self.chunks)
@@ -310,7 +324,8 @@ class RepeatingBatches:
 
 
 def one_update(core: LearnerCore) -> None:
-    """Step the core until it has updated once (it takes a reply, then updates)."""
+    """Step the core until it has updated (it takes a reply, then updates: once, or off-policy once per
+    minibatch of the sample)."""
     before = core.counters.updates
     while core.counters.updates == before:
         core.step(0.0)
@@ -363,23 +378,36 @@ def ppo_row(cfg: PPOConfig, device: torch.device, args: argparse.Namespace, sync
 def ddpg_row(algo: str, device: torch.device, args: argparse.Namespace, sync: Callable[[], None]) -> dict:
     td3 = {"twin_critics": True, "target_policy_noise": 0.2} if algo == "td3" else {}
     cfg = DDPGConfig(seed=1, **td3)
+    k = LearnerConfig().minibatches_per_sample  # what the learner asks a shard for: k minibatches per sample
     module = get_algorithm("ddpg")
     obs_space, act_space, chunks = collect_chunks("ddpg", cfg, 8)
-    batches = transition_batches(chunks, cfg.batch_size, 64, cfg.seed)
+    samples = transition_batches(chunks, k * cfg.batch_size, 16, cfg.seed)
     turn = iter(range(1 << 62))
-    batch = lambda: batches[next(turn) % len(batches)]
+    sample = lambda: samples[next(turn) % len(samples)]
     learner = module.make_learner(obs_space, act_space, cfg, device)
-    variants = [Variant("current", lambda: learner.update(batch()))]
-    switches = [f"algo.{k}={v}" for k, v in td3.items()]
-    overrides = [f"device={device}", "algo.learning_starts=0", f"algo.replay_ratio={1 / cfg.batch_size}", *switches]
-    core = learner_core("ddpg", overrides, [], batches, args.run_dir / algo)
-    variants.append(Variant("core", lambda: one_update(core)))
+    variants = [Variant("current", lambda: learner.update(sample(), k), per_call=k)]
+    if args.compile:
+        compiled = module.make_learner(obs_space, act_space, cfg, device, compile=True)
+        variants.append(Variant("current_compiled", lambda: compiled.update(sample(), k), per_call=k))
+    switches = [f"algo.{key}={value}" for key, value in td3.items()]
+    overrides = [
+        f"device={device}",
+        f"learner.compile={args.compile}",
+        f"learner.minibatches_per_sample={k}",
+        "algo.learning_starts=0",
+        f"algo.replay_ratio={1 / cfg.batch_size}",
+        *switches,
+    ]
+    core = learner_core("ddpg", overrides, [], samples, args.run_dir / algo)
+    variants.append(Variant("core", lambda: one_update(core), per_call=k))
     reference = CleanRLDDPG(obs_space.shape[0], act_space, cfg, device)
-    variants.append(Variant("reference", lambda: reference.update(batch())))
+    minibatch = lambda: {key: v[: cfg.batch_size] for key, v in sample().items()}
+    variants.append(Variant("reference", lambda: reference.update(minibatch())))
     measure(variants, args.updates or (50 if args.quick else 300), args.seconds, sync)
     return {
         "algo": algo,
         "batch_size": cfg.batch_size,
+        "minibatches_per_sample": k,
         "hidden_sizes": list(cfg.hidden_sizes),
         **report(variants, cfg.batch_size, 1.0 + 1.0 / cfg.policy_delay),  # critic step + every 2nd actor step
     }

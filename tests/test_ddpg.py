@@ -142,6 +142,23 @@ def batch(n: int, rewards: float) -> dict[str, np.ndarray]:
     }
 
 
+def table(steps: list[dict[str, float]]) -> np.ndarray:
+    """Per-step statistics as rows, in STEP_STATS order, for comparisons where NaN (no actor step yet) equals NaN."""
+    return np.array([[step[k] for k in ddpg.STEP_STATS] for step in steps])
+
+
+def everything(learner: ddpg.DDPGLearner) -> list[torch.Tensor]:
+    """What an update may change: networks, targets, and the optimizers' moments and step counts."""
+    nets = (learner.actor, learner.critics, learner.actor_target, learner.critics_target)
+    moments = [
+        v
+        for optimizer in (learner.actor_optimizer, learner.critic_optimizer)
+        for state in optimizer.state.values()
+        for v in state.values()
+    ]
+    return [*(p for net in nets for p in net.parameters()), *moments]
+
+
 @pytest.mark.parametrize(
     "overrides",
     [
@@ -154,13 +171,45 @@ def test_critic_fits_the_target_and_priorities_are_its_td_errors(pendulum, overr
     cfg = algo_config(load_config(["algo=ddpg", "algo.hidden_sizes=[32,32]", "algo.critic_lr=1e-2", *overrides]))
     learner = ddpg.make_learner(*pendulum, cfg, torch.device("cpu"))
     data = batch(128, rewards=3.0)  # terminal transitions: Q must become 3
-    first_stats, first_priorities = learner.update(data)
+    _, first_priorities = learner.update(data)
     for _ in range(300):
-        stats, priorities = learner.update(data)
+        [stats], priorities = learner.update(data)
     assert priorities.shape == (128,) and np.all(priorities >= 0)
     assert priorities.mean() < 0.1 * first_priorities.mean()
     assert stats["q_mean"] == pytest.approx(3.0, abs=0.1)
     assert not np.isnan(stats["actor_loss"]) and learner.updates == 301
+
+
+def test_a_sample_of_k_minibatches_steps_as_k_single_updates(pendulum):
+    """One call over four minibatches (one device read) gives what four calls give, step for step."""
+    cfg = algo_config(load_config(["algo=ddpg", "algo.hidden_sizes=[32,32]", "algo.twin_critics=true"]))
+    whole, single = (ddpg.make_learner(*pendulum, cfg, torch.device("cpu")) for _ in range(2))
+    sample = {k: np.concatenate([v, v[::-1]]) for k, v in batch(64, rewards=1.0).items()}  # 4 minibatches of 32
+    stats, priorities = whole.update(sample, 4)
+    one_by_one = [single.update({k: v[i * 32 : (i + 1) * 32] for k, v in sample.items()}) for i in range(4)]
+    assert whole.updates == single.updates == 4
+    np.testing.assert_array_equal(table(stats), table([step for [step], _ in one_by_one]))  # NaN equals NaN
+    np.testing.assert_array_equal(priorities, np.concatenate([p for _, p in one_by_one]))
+    with pytest.raises(ValueError, match="does not split into 3 equal minibatches"):
+        whole.update(sample, 3)
+
+
+def test_twin_critics_run_as_one_call_and_equal_two_separate_networks(pendulum):
+    cfg = algo_config(load_config(["algo=ddpg", "algo.hidden_sizes=[16,8]", "algo.twin_critics=true"]))
+    learner = ddpg.make_learner(*pendulum, cfg, torch.device("cpu"))
+    data = {k: torch.as_tensor(v) for k, v in batch(10, rewards=0.0).items() if k in ("obs", "actions")}
+    both = learner.critics(data["obs"], data["actions"])
+    assert both.shape == (2, 10) and not torch.allclose(both[0], both[1])  # two differently initialized critics
+    for i in range(2):
+        x = torch.cat([data["obs"], data["actions"]], -1)
+        for layer, (w, b) in enumerate(zip(learner.critics.weights, learner.critics.biases, strict=True)):
+            x = x @ w[i] + b[i]
+            x = torch.relu(x) if layer < 2 else x
+        torch.testing.assert_close(both[i], x.squeeze(-1))
+    # The actor's loss reaches the critic's input, never its weights.
+    learner.actor_loss(data["obs"]).backward()
+    assert all(p.grad is None for p in learner.critics.parameters())
+    assert all(p.grad is not None for p in learner.actor.parameters())
 
 
 def test_checkpoint_round_trip_continues_identically(pendulum):
@@ -174,21 +223,61 @@ def test_checkpoint_round_trip_continues_identically(pendulum):
     buffer.seek(0)
     b = ddpg.make_learner(*pendulum, cfg, torch.device("cpu"))
     b.load_state_dict(torch.load(buffer, weights_only=True))
-    stats_a, prio_a = a.update(data)
-    stats_b, prio_b = b.update(data)
+    stats_a, prio_a = a.update(data, 2)
+    stats_b, prio_b = b.update(data, 2)
     assert stats_a == stats_b and np.array_equal(prio_a, prio_b)
     for key, value in a.params()["actor"].items():
         np.testing.assert_array_equal(value, b.params()["actor"][key])
 
 
-def test_a_non_finite_critic_loss_skips_the_step_and_keeps_the_networks(pendulum):
-    cfg = algo_config(load_config(["algo=ddpg", "algo.hidden_sizes=[16]"]))
+def test_a_non_finite_step_is_skipped_in_the_optimizer_and_the_next_one_learns(pendulum):
+    """A minibatch with an infinite reward changes no parameter and no optimizer moment; the sample's other
+    minibatch still steps, and only the skipped one's priorities are NaN."""
+    cfg = algo_config(load_config(["algo=ddpg", "algo.hidden_sizes=[16]", "algo.policy_delay=1"]))
     learner = ddpg.make_learner(*pendulum, cfg, torch.device("cpu"))
-    learner.update(batch(32, rewards=1.0))
-    before = {k: v.clone() for k, v in learner.critics.state_dict().items()}
-    stats, priorities = learner.update(batch(32, rewards=float("inf")))
-    assert stats["nonfinite_skipped"] == 1.0 and priorities.size == 0 and learner.updates == 1
-    for name, value in learner.critics.state_dict().items():
-        torch.testing.assert_close(value, before[name], rtol=0, atol=0, msg=name)
-    stats, _ = learner.update(batch(32, rewards=1.0))
-    assert stats["nonfinite_skipped"] == 0.0 and learner.updates == 2
+    learner.update(batch(32, rewards=1.0))  # optimizer state exists from here on
+    saved = lambda: [t.clone() for t in everything(learner)]
+    before = saved()
+    [stats], priorities = learner.update(batch(32, rewards=float("inf")))
+    assert stats["nonfinite_skipped"] == 1.0 and np.isnan(stats["critic_loss"]) and np.isnan(priorities).all()
+    for now, then in zip(everything(learner), before, strict=True):
+        torch.testing.assert_close(now, then, rtol=0, atol=0)
+    poisoned = batch(32, rewards=float("inf"))
+    mixed = {k: np.concatenate([poisoned[k], v]) for k, v in batch(32, rewards=1.0).items()}
+    stats, priorities = learner.update(mixed, 2)
+    assert [s["nonfinite_skipped"] for s in stats] == [1.0, 0.0]
+    assert np.isnan(priorities[:32]).all() and np.isfinite(priorities[32:]).all()
+    assert any(not torch.equal(now, then) for now, then in zip(everything(learner), before, strict=True))
+
+
+@pytest.mark.slow
+def test_compiled_update_matches_the_eager_one(pendulum):
+    """torch.compile of the critic and actor losses (inductor; seconds on CPU) gives the eager numbers."""
+    overrides = ["algo=ddpg", "algo.hidden_sizes=[32,32]", "algo.twin_critics=true", "algo.target_policy_noise=0.2"]
+    cfg = algo_config(load_config(overrides))
+    eager, compiled = (ddpg.make_learner(*pendulum, cfg, torch.device("cpu"), compile=c) for c in (False, True))
+    sample = {k: np.concatenate([v, v[::-1]]) for k, v in batch(64, rewards=1.0).items()}
+    for _ in range(3):
+        stats_eager, prio_eager = eager.update(sample, 4)
+        stats_compiled, prio_compiled = compiled.update(sample, 4)
+    assert compiled.compile, "the compiled step fell back to eager"
+    np.testing.assert_allclose(table(stats_compiled), table(stats_eager), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(prio_compiled, prio_eager, atol=1e-5)
+    for a, b in zip(everything(eager), everything(compiled), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_cuda_graph_update_matches_the_eager_one(pendulum):
+    """On CUDA, compile=True replays the critic-only and the actor step each as a captured graph."""
+    overrides = ["algo=ddpg", "algo.hidden_sizes=[32,32]", "algo.twin_critics=true", "algo.target_policy_noise=0.2"]
+    cfg = algo_config(load_config(overrides))
+    cuda = torch.device("cuda")
+    eager, graphed = (ddpg.make_learner(*pendulum, cfg, cuda, compile=c) for c in (False, True))
+    sample = {k: np.concatenate([v, v[::-1]]) for k, v in batch(64, rewards=1.0).items()}
+    for _ in range(4):  # past the warm-up calls: both kinds of step captured and replayed
+        stats_eager, prio_eager = eager.update(sample, 4)
+        stats_graphed, prio_graphed = graphed.update(sample, 4)
+    assert graphed.compile and all(step.graph is not None for step in graphed.step_fns.values())
+    np.testing.assert_allclose(table(stats_graphed), table(stats_eager), rtol=0, atol=1e-4)
+    np.testing.assert_allclose(prio_graphed, prio_eager, atol=1e-4)

@@ -282,6 +282,67 @@ def test_the_replay_ratio_is_held_as_actors_are_added(tmp_path, actors):
     assert result["env_steps"] <= 1500 + slack, "the budget held the actors"
 
 
+class ScriptedSamples:
+    """A `BatchesIn` whose every reply is a sample of Pendulum-shaped transitions as large as asked for, and
+    reports `steps_per_reply` more env steps; it records what was asked and the priority messages sent home."""
+
+    shards = 1
+
+    def __init__(self, steps_per_reply: int) -> None:
+        self.steps_per_reply = steps_per_reply
+        self.asked: list[int] = []
+        self.sent: list[tuple[np.ndarray, np.ndarray]] = []  # (slots, priorities) per message
+        self.rng = np.random.default_rng(0)
+
+    def next(self, batch_size: int, timeout_s: float) -> SampleReply:
+        del timeout_s
+        self.asked.append(batch_size)
+        first = (len(self.asked) - 1) * batch_size  # slots never repeat across replies: each message is traceable
+        arrays = {
+            "obs": self.rng.standard_normal((batch_size, 3)).astype(np.float32),
+            "actions": self.rng.uniform(-2, 2, (batch_size, 1)).astype(np.float32),
+            "rewards": self.rng.standard_normal(batch_size).astype(np.float32),
+            "next_obs": self.rng.standard_normal((batch_size, 3)).astype(np.float32),
+            "discounts": np.full(batch_size, 0.99, np.float32),
+            "slots": np.arange(first, first + batch_size),
+            "ids": np.arange(first, first + batch_size, dtype=np.uint64),
+            "weights": np.ones(batch_size, np.float32),
+        }
+        return SampleReply(ShardReport(0, len(self.asked) * self.steps_per_reply), [], arrays)
+
+    def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None:
+        assert shard == 0 and np.array_equal(slots, ids.astype(np.int64))
+        self.sent.append((slots, priorities))
+
+
+def test_a_sample_of_four_minibatches_is_stepped_through_at_the_replay_ratio_and_its_priorities_go_home_once(
+    tmp_path,
+):
+    """Each reply allows 3 more gradient steps and brings 4 minibatches: the learner never steps beyond what
+    the replay ratio allows, finishes a sample over two calls, and sends each sample's priorities in one
+    message."""
+    cfg = load_config(
+        ["algo=ddpg", "env=Pendulum-v1", "device=cpu", "replay.mode=prioritized", "algo.batch_size=8"]
+        + ["algo.learning_starts=0", "algo.hidden_sizes=[8]", "learner.minibatches_per_sample=4"]
+    )
+    samples = ScriptedSamples(steps_per_reply=3)
+    log = logging.getLogger("t")
+    core = LearnerCore(cfg, tmp_path, samples, InProcessParams(), RoleMetrics("learner", 0), False, log)
+    for _ in range(60):
+        core.step(0.0)
+        assert core.counters.updates <= core.counters.env_steps, "never beyond the replay ratio"
+    assert set(samples.asked) == {32}, "one request: 4 minibatches of 8"
+    assert core.counters.updates >= core.counters.env_steps - 3  # and never far behind it
+    starts = [int(slots[0]) for slots, _ in samples.sent]
+    assert len(samples.sent) >= 5 and len(set(starts)) == len(starts), "one message per sample"
+    for (slots, priorities), start in zip(samples.sent, starts, strict=True):
+        # The minibatches stepped on, in order: the whole sample, or its first ones when a newer sample replaced it.
+        assert start % 32 == 0 and len(slots) in (8, 16, 24, 32)
+        np.testing.assert_array_equal(slots, np.arange(start, start + len(slots)))
+        assert np.all(np.isfinite(priorities) & (priorities >= 0))
+    assert 32 in [len(slots) for slots, _ in samples.sent], "a sample stepped through over two calls, sent whole"
+
+
 @pytest.mark.parametrize("algo", ["ppo", "es"])
 def test_serial_on_policy_runs_are_deterministic(tmp_path, algo):
     overrides = [f"algo={algo}", "env=InvertedPendulum-v5", "actors=1", "steps=4096", "seed=3", "deterministic=true"]

@@ -230,6 +230,29 @@ def test_one_peers_absurd_requests_never_starve_another(server):
     assert time.monotonic() - asked < 0.5, "served at once, not after the parked requests' 1 s deadline"
 
 
+def test_a_request_for_several_minibatches_is_answered_once_its_ready_at_is_held(server):
+    """An off-policy learner asks for 4 minibatches but can learn once one is held: the shard answers at
+    `ready_at` transitions with the whole `batch_size`, drawn with replacement."""
+    replay, client = server
+    learner = client()
+    for bad in (
+        {"batch_size": 64, "ready_at": 65},
+        {"batch_size": 64, "ready_at": 0},
+        {"batch_size": 64, "ready_at": "1"},
+    ):
+        learner.send_multipart(encode(SAMPLE_REQUEST, {"id": "bad", **bad}))
+    assert {(m.kind, m.meta["reason"]) for m in replies(replay, learner, 3)} == {(ERROR, "bad_request")}
+    learner.send_multipart(encode(SAMPLE_REQUEST, {"id": "four", "batch_size": 4 * 32, "ready_at": 32}))
+    replay.poll_once(0.05)
+    meta, arrays = encode_chunk(chunk(T=10, K=2), incarnation="")  # 20 transitions: fewer than ready_at
+    client(zmq.PUSH).send_multipart(encode("experience", meta, arrays))
+    assert replies(replay, learner, 1, timeout_s=0.3) == []
+    meta, arrays = encode_chunk(chunk(T=10, K=2), incarnation="")  # 40: a minibatch's worth
+    client(zmq.PUSH).send_multipart(encode("experience", meta, arrays))
+    (answer,) = replies(replay, learner, 1)
+    assert answer.kind == SAMPLE_REPLY and answer.meta["id"] == "four" and len(answer.arrays["obs"]) == 128
+
+
 # -- hostile content, generated ---------------------------------------------------------------------------
 
 # Anything msgpack carries: what a peer can put in a well-framed header's metadata.

@@ -57,9 +57,10 @@ class OnPolicyLearner(Learner, Protocol):
 
 
 class OffPolicyLearner(Learner, Protocol):
-    def update(self, batch: dict[str, Any]) -> tuple[dict[str, float], np.ndarray]:
-        """One gradient step on a sampled transition batch; returns statistics and the new priorities
-        (|TD error|) of the batch's transitions."""
+    def update(self, batch: dict[str, Any], steps: int = 1) -> tuple[list[dict[str, float]], np.ndarray]:
+        """`steps` gradient steps, one per minibatch of a sampled batch holding `steps` equal minibatches;
+        returns each step's statistics and the new priorities (|TD error|) of the batch's transitions, NaN
+        for those of a step skipped as non-finite."""
         ...
 
 

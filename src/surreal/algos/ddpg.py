@@ -14,6 +14,10 @@ priorities when the replay is prioritized. Sockets and loops live in the roles; 
 from __future__ import annotations
 
 import copy
+import functools
+import logging
+import math
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -22,9 +26,12 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from surreal.algos.capture import CapturedStep
 from surreal.config.schema import DDPGConfig
 from surreal.proto.wire import Chunk
 from surreal.runtime.rollout import RolloutCollector
+
+log = logging.getLogger(__name__)
 
 # -- networks -------------------------------------------------------------------------------------------
 
@@ -53,17 +60,6 @@ class DeterministicActor(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.net(obs)) * self.action_scale + self.action_bias
-
-
-class Critic(nn.Module):
-    """Q(s, a) from the concatenated observation and action."""
-
-    def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: list[int]) -> None:
-        super().__init__()
-        self.net = relu_mlp([obs_dim + act_dim, *hidden_sizes, 1])
-
-    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        return self.net(torch.cat([obs, actions], -1)).squeeze(-1)
 
 
 def _dims(obs_space: spaces.Box, act_space: spaces.Box) -> tuple[int, int]:
@@ -196,99 +192,220 @@ class NStepCollector:
 # -- learner side ---------------------------------------------------------------------------------------
 
 
-def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
-    with torch.no_grad():
-        for target_param, source_param in zip(target.parameters(), source.parameters(), strict=True):
-            target_param.lerp_(source_param, tau)
+class CriticEnsemble(nn.Module):
+    """`n` Q(s, a) critics as one module (TD3's twins, or DDPG's one): each layer's weights are stacked
+    [n, in, out], so every critic runs in the same batched matmul per layer instead of one call each.
+    Every member is initialized as nn.Linear initializes its layers."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: list[int], n: int) -> None:
+        super().__init__()
+        sizes = [obs_dim + act_dim, *hidden_sizes, 1]
+        self.weights = nn.ParameterList()
+        self.biases = nn.ParameterList()
+        for n_in, n_out in zip(sizes[:-1], sizes[1:], strict=True):
+            bound = 1.0 / math.sqrt(n_in)
+            self.weights.append(nn.Parameter(torch.empty(n, n_in, n_out).uniform_(-bound, bound)))
+            self.biases.append(nn.Parameter(torch.empty(n, 1, n_out).uniform_(-bound, bound)))
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor, first: int | None = None) -> torch.Tensor:
+        """Q of every critic, [n, B]; `first`: only the first that many critics ([first, B]), their weights
+        detached (the actor's loss differentiates through Q's input, never into the critic)."""
+        x = torch.cat([obs, actions], -1)
+        x = x.expand(len(self.weights[0]) if first is None else first, *x.shape)
+        for i, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
+            if first is not None:
+                weight, bias = weight[:first].detach(), bias[:first].detach()
+            x = torch.baddbmm(bias, x, weight)
+            if i < len(self.weights) - 1:
+                x = torch.relu(x)
+        return x.squeeze(-1)
+
+
+STEP_STATS = ("critic_loss", "actor_loss", "q_mean", "td_error_mean", "nonfinite_skipped")  # a step's, in order
+STEP_KEYS = ("obs", "actions", "rewards", "next_obs", "discounts", "weights")  # a minibatch's tensors
+Step = Callable[
+    [dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]
+]  # a minibatch in, (stats, |TD errors|) out
 
 
 class DDPGLearner:
-    def __init__(self, obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig, device: torch.device) -> None:
+    """The DDPG / TD3 update, with the speed belonging to the device. One call takes a sample of several
+    minibatches and steps through them without waiting for the device; the statistics and priorities are
+    read once, at the end. Both critics are one module (`CriticEnsemble`), a step whose loss is not finite
+    is skipped inside the optimizer (fused Adam's `found_inf`, no host check), and every step has the same
+    shapes, so `compile=True` can compile the losses and, on CUDA, replay each step as a CUDA graph.
+    `compile=False` runs the same step eagerly: the reference the compiled path is tested against."""
+
+    def __init__(
+        self, obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig, device: torch.device, compile: bool = False
+    ) -> None:
         obs_dim, act_dim = _dims(obs_space, act_space)
         self.cfg = cfg
         self.device = device
         torch.manual_seed(cfg.seed)
         hidden = list(cfg.hidden_sizes)
         self.actor = DeterministicActor(obs_dim, act_space, hidden).to(device)
-        self.critics = nn.ModuleList(
-            [Critic(obs_dim, act_dim, hidden) for _ in range(2 if cfg.twin_critics else 1)]
-        ).to(device)
+        self.critics = CriticEnsemble(obs_dim, act_dim, hidden, 2 if cfg.twin_critics else 1).to(device)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
         self.critics_target = copy.deepcopy(self.critics).requires_grad_(False)
-        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr, foreach=True)
-        self.critic_optimizer = torch.optim.Adam(self.critics.parameters(), lr=cfg.critic_lr, foreach=True)
+        self.targets: list[torch.Tensor] = [*self.actor_target.parameters(), *self.critics_target.parameters()]
+        self.sources: list[torch.Tensor] = [*self.actor.parameters(), *self.critics.parameters()]
+        # fused: one kernel per step for all parameters, and safe to capture in a CUDA graph.
+        capture = compile and device.type == "cuda"
+        self.actor_optimizer = torch.optim.Adam(
+            self.actor.parameters(), lr=cfg.actor_lr, fused=True, capturable=capture
+        )
+        self.critic_optimizer = torch.optim.Adam(
+            self.critics.parameters(), lr=cfg.critic_lr, fused=True, capturable=capture
+        )
+        # What fused Adam reads as AMP's `found_inf`: when set, its step leaves parameters and moments as they
+        # were. A step sets it from its own losses, so a diverged step is skipped without the host looking.
+        for optimizer in (self.actor_optimizer, self.critic_optimizer):
+            optimizer.found_inf = torch.zeros((), device=device)  # type: ignore[attr-defined]
         self.generator = torch.Generator(device=device).manual_seed(cfg.seed)  # target policy smoothing
         self.updates = 0
         self.last_actor_loss = float("nan")
+        self.compile = compile
+        self.critic_loss_fn, self.actor_loss_fn, self.step_fns = self._fast_paths()
 
-    def _tensors(self, arrays: dict[str, Any]) -> dict[str, torch.Tensor]:
-        keys = ("obs", "actions", "rewards", "next_obs", "discounts")
-        out = {k: torch.as_tensor(np.asarray(arrays[k], np.float32), device=self.device) for k in keys}
-        out["weights"] = (
-            torch.as_tensor(np.asarray(arrays["weights"], np.float32), device=self.device)
-            if "weights" in arrays
-            else torch.ones_like(out["rewards"])
-        )
+    def _tensors(self, arrays: dict[str, Any], steps: int) -> dict[str, torch.Tensor]:
+        """The sample on the device as [steps, minibatch, ...] tensors (weights all ones for uniform replay),
+        plus the target-smoothing noise of every step, drawn at once."""
+        out = {k: torch.as_tensor(np.asarray(arrays[k], np.float32)) for k in STEP_KEYS if k in arrays}
+        if "weights" not in out:
+            out["weights"] = torch.ones_like(out["rewards"])
+        out = {k: v.to(self.device, non_blocking=True).unflatten(0, (steps, -1)) for k, v in out.items()}
+        if self.cfg.target_policy_noise > 0:
+            shape = out["actions"].shape
+            out["noise"] = torch.randn(shape, generator=self.generator, device=self.device)
         return out
 
-    @torch.no_grad()
-    def _target(self, b: dict[str, torch.Tensor]) -> torch.Tensor:
-        next_actions = self.actor_target(b["next_obs"])
-        if self.cfg.target_policy_noise > 0:
-            scale = self.actor.action_scale
-            noise = torch.randn(next_actions.shape, generator=self.generator, device=self.device)
-            clip = self.cfg.target_noise_clip
-            noise = (noise * self.cfg.target_policy_noise).clamp(-clip, clip)
-            low, high = self.actor.action_bias - scale, self.actor.action_bias + scale
-            next_actions = torch.max(torch.min(next_actions + noise * scale, high), low)
-        next_q = torch.stack([critic(b["next_obs"], next_actions) for critic in self.critics_target]).min(0).values
-        return b["rewards"] + b["discounts"] * next_q
+    # -- the step -----------------------------------------------------------------------------------
 
-    def update(self, arrays: dict[str, Any]) -> tuple[dict[str, float], np.ndarray]:
-        """One gradient step of the critic(s) on a sampled batch (and of the actor every `policy_delay`-th);
-        returns statistics and the new priorities |TD error| of the batch's transitions. A non-finite critic
-        loss skips the step (`nonfinite_skipped` = 1, no priorities)."""
+    def critic_loss(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        rewards: torch.Tensor,
+        next_obs: torch.Tensor,
+        discounts: torch.Tensor,
+        weights: torch.Tensor,
+        noise: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(loss, Q of the first critic, the target): the importance-weighted squared TD error summed over
+        the critics, against r + discount * min over the target critics at the target action (smoothed by
+        `noise` for TD3)."""
         cfg = self.cfg
-        b = self._tensors(arrays)
-        target = self._target(b)
-        q_values = [critic(b["obs"], b["actions"]) for critic in self.critics]
+        with torch.no_grad():
+            next_actions = self.actor_target(next_obs)
+            if noise is not None:
+                scale, bias = self.actor.action_scale, self.actor.action_bias
+                clipped = (noise * cfg.target_policy_noise).clamp(-cfg.target_noise_clip, cfg.target_noise_clip)
+                next_actions = torch.max(torch.min(next_actions + clipped * scale, bias + scale), bias - scale)
+            target = rewards + discounts * self.critics_target(next_obs, next_actions).min(0).values
+        q_values = self.critics(obs, actions)
         # Importance weights correct prioritized sampling's bias (all ones for uniform replay).
-        critic_loss = sum((b["weights"] * (q - target) ** 2).mean() for q in q_values)
-        if not torch.isfinite(critic_loss):  # diverged: skip the step, keep the networks finite
-            nan = float("nan")
-            stats = {"critic_loss": nan, "actor_loss": nan, "q_mean": nan, "td_error_mean": nan}
-            return {**stats, "nonfinite_skipped": 1.0}, np.empty(0)
-        self.critic_optimizer.zero_grad()
-        critic_loss.backward()
-        if cfg.max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(self.critics.parameters(), cfg.max_grad_norm)
-        self.critic_optimizer.step()
-        self.updates += 1
+        loss = (weights * (q_values - target) ** 2).mean(-1).sum()
+        return loss, q_values[0], target
 
-        if self.updates % cfg.policy_delay == 0:
-            actor_loss = -self.critics[0](b["obs"], self.actor(b["obs"])).mean()
+    def actor_loss(self, obs: torch.Tensor) -> torch.Tensor:
+        return -self.critics(obs, self.actor(obs), first=1).mean()
+
+    def train_step(self, b: dict[str, torch.Tensor], update_actor: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """One critic step (and the actor's and the soft targets' when `update_actor`): the unit that is
+        compiled and captured. Returns STEP_STATS as one tensor and the |TD error| of the minibatch, both on
+        the device; nothing here waits for it."""
+        cfg = self.cfg
+        loss, q_first, target = self.critic_loss_fn(**b)
+        critic_bad = ~torch.isfinite(loss)
+        self.critic_optimizer.found_inf.copy_(critic_bad)  # type: ignore[attr-defined]
+        self.critic_optimizer.zero_grad()  # to None: inside a capture, backward then takes the grads from its pool
+        loss.backward()
+        if cfg.max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(self.critics.parameters(), cfg.max_grad_norm, foreach=True)
+        self.critic_optimizer.step()
+        actor_loss = torch.full((), float("nan"), device=self.device)
+        if update_actor:
+            actor_loss = self.actor_loss_fn(b["obs"])
+            bad = critic_bad | ~torch.isfinite(actor_loss)
+            self.actor_optimizer.found_inf.copy_(bad)  # type: ignore[attr-defined]
             self.actor_optimizer.zero_grad()
             actor_loss.backward()
             if cfg.max_grad_norm is not None:
-                nn.utils.clip_grad_norm_(self.actor.parameters(), cfg.max_grad_norm)
+                nn.utils.clip_grad_norm_(self.actor.parameters(), cfg.max_grad_norm, foreach=True)
             self.actor_optimizer.step()
-            self.last_actor_loss = actor_loss.item()
-            if cfg.target_update_period == 0:
-                soft_update(self.actor_target, self.actor, cfg.tau)
-                soft_update(self.critics_target, self.critics, cfg.tau)
-        if cfg.target_update_period and self.updates % cfg.target_update_period == 0:
-            self.actor_target.load_state_dict(self.actor.state_dict())
-            self.critics_target.load_state_dict(self.critics.state_dict())
-
-        td_errors = (q_values[0] - target).detach().abs().cpu().numpy()
-        stats = {
-            "critic_loss": critic_loss.item(),
-            "actor_loss": self.last_actor_loss,
-            "q_mean": q_values[0].detach().mean().item(),
-            "td_error_mean": float(td_errors.mean()),
-            "nonfinite_skipped": 0.0,
-        }
+            if cfg.target_update_period == 0:  # soft targets, still in place after a skipped step
+                with torch.no_grad():
+                    tau = cfg.tau * (~bad).float()
+                    torch._foreach_lerp_(self.targets, self.sources, [tau] * len(self.targets))
+        td_errors = (q_first - target).detach().abs()
+        stats = torch.stack(
+            [loss.detach(), actor_loss.detach(), q_first.detach().mean(), td_errors.mean(), critic_bad.float()]
+        )
         return stats, td_errors
+
+    def _fast_paths(self) -> tuple[Callable[..., Any], Callable[..., Any], dict[bool, Step]]:
+        """(critic loss, actor loss, the step for critic-only and actor updates): eager, or the losses
+        compiled and, on CUDA, each kind of step replayed as its own CUDA graph."""
+        steps: dict[bool, Step] = {actor: functools.partial(self._train_step_for, actor) for actor in (False, True)}
+        if not self.compile:
+            return self.critic_loss, self.actor_loss, steps
+        losses = torch.compile(self.critic_loss, dynamic=False), torch.compile(self.actor_loss, dynamic=False)
+        if self.device.type == "cuda":
+            steps = {actor: CapturedStep(step) for actor, step in steps.items()}
+        return *losses, steps
+
+    def _train_step_for(self, update_actor: bool, b: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.train_step(b, update_actor)
+
+    def _step(self, b: dict[str, torch.Tensor], update_actor: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step; if compiling or capturing fails (no C++/Triton toolchain, an unsupported op, a capture
+        error), it says so once and the learner goes on eagerly, which gives the same numbers."""
+        try:
+            return self.step_fns[update_actor](b)
+        except Exception as error:
+            if not self.compile:
+                raise
+            log.warning("DDPG: the compiled step failed, continuing eagerly: %r", error)
+            self.compile = False
+            self.critic_loss_fn, self.actor_loss_fn, self.step_fns = self._fast_paths()
+            return self.step_fns[update_actor](b)
+
+    def update(self, arrays: dict[str, Any], steps: int = 1) -> tuple[list[dict[str, float]], np.ndarray]:
+        """`steps` gradient steps, one per minibatch of a sample holding `steps` equal minibatches, in order.
+        Each steps the critic(s), and every `policy_delay`-th step the actor and the targets.
+
+        Returns each step's statistics and the new priorities |TD error| of the sample's transitions,
+        read from the device once. A step whose critic loss is not finite is skipped (parameters and
+        optimizer state stay as they were): its statistics are NaN with `nonfinite_skipped` = 1 and its
+        transitions' priorities NaN (the learner sends none for them)."""
+        cfg = self.cfg
+        transitions = len(arrays["rewards"])
+        if steps < 1 or transitions % steps:
+            raise ValueError(f"a sample of {transitions} transitions does not split into {steps} equal minibatches")
+        b = self._tensors(arrays, steps)
+        results = []
+        for i in range(steps):
+            self.updates += 1
+            step_stats, td_errors = self._step({k: v[i] for k, v in b.items()}, self.updates % cfg.policy_delay == 0)
+            results.append(torch.cat([step_stats, td_errors]))  # a copy: a captured step's outputs are overwritten
+            if cfg.target_update_period and self.updates % cfg.target_update_period == 0:
+                with torch.no_grad():
+                    torch._foreach_copy_(self.targets, self.sources)
+        host = torch.stack(results).cpu().numpy()  # the one wait for the device
+        per_step, priorities = host[:, : len(STEP_STATS)], host[:, len(STEP_STATS) :].astype(np.float64)
+        out = []
+        for i, row in enumerate(per_step):
+            stats = dict(zip(STEP_STATS, (float(x) for x in row), strict=True))
+            if stats["nonfinite_skipped"]:
+                stats = {**dict.fromkeys(STEP_STATS, float("nan")), "nonfinite_skipped": 1.0}
+                priorities[i] = np.nan
+            elif np.isnan(stats["actor_loss"]):
+                stats["actor_loss"] = self.last_actor_loss  # a critic-only step: the last actor step's loss
+            else:
+                self.last_actor_loss = stats["actor_loss"]
+            out.append(stats)
+        return out, priorities.reshape(-1)
 
     # -- parameters and checkpoints -----------------------------------------------------------------
 
@@ -307,17 +424,26 @@ class DDPGLearner:
             "critic_optimizer": self.critic_optimizer.state_dict(),
             "generator": self.generator.get_state(),
             "updates": self.updates,
+            "last_actor_loss": self.last_actor_loss,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores in place (a captured CUDA graph keeps reading the same tensors). How this process steps
+        (fused, capturable) is not part of what resumes: a checkpoint from another device keeps this
+        optimizer's choices."""
         self.actor.load_state_dict(state["actor"])
         self.critics.load_state_dict(state["critics"])
         self.actor_target.load_state_dict(state["actor_target"])
         self.critics_target.load_state_dict(state["critics_target"])
-        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
-        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        for optimizer, key in ((self.actor_optimizer, "actor_optimizer"), (self.critic_optimizer, "critic_optimizer")):
+            ours = {k: optimizer.param_groups[0][k] for k in ("fused", "capturable", "foreach")}
+            saved = state[key]
+            optimizer.load_state_dict({**saved, "param_groups": [{**saved["param_groups"][0], **ours}]})
         self.generator.set_state(state["generator"])
         self.updates = int(state["updates"])
+        self.last_actor_loss = float(state.get("last_actor_loss", float("nan")))
+        # A captured graph holds the optimizer state it replaced: capture again.
+        self.critic_loss_fn, self.actor_loss_fn, self.step_fns = self._fast_paths()
 
 
 def make_policy(
@@ -335,5 +461,6 @@ def make_collector(
 def make_learner(
     obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig, device: torch.device, *, compile: bool = False
 ) -> DDPGLearner:
-    del compile  # no compiled path yet: the update runs eagerly
-    return DDPGLearner(obs_space, act_space, cfg, device)
+    """`compile`: compile the critic and actor losses and, on CUDA, replay each step as a CUDA graph (the first
+    update then pays the compilation); off, the same step runs eagerly."""
+    return DDPGLearner(obs_space, act_space, cfg, device, compile=compile)

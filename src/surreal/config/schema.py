@@ -316,6 +316,9 @@ class ReplayConfig:
 @dataclass
 class LearnerConfig:
     prefetch: int = 2  # sample requests kept in flight per shard
+    # Off-policy: minibatches (of algo.batch_size) one sample request brings; the learner steps through them
+    # reading the device once, and their priorities go back in one message.
+    minibatches_per_sample: int = 4
     max_staleness: int = 4  # chunks from parameters more than this many versions old are dropped
     checkpoint_interval: int = 20  # updates
     checkpoint_interval_s: float = 60.0  # and at least this often, so a killed learner loses little
@@ -396,6 +399,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         "replay.max_message_bytes": cfg.replay.max_message_bytes,
         "replay.max_frames": cfg.replay.max_frames,
         "learner.prefetch": cfg.learner.prefetch,
+        "learner.minibatches_per_sample": cfg.learner.minibatches_per_sample,
         "learner.checkpoint_interval": cfg.learner.checkpoint_interval,
         "learner.checkpoint_interval_s": cfg.learner.checkpoint_interval_s,
         "learner.keep_checkpoints": cfg.learner.keep_checkpoints,

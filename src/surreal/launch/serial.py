@@ -36,7 +36,7 @@ def run_serial(cfg: ExperimentConfig, run_dir: Path, log: logging.Logger | None 
     shard = ReplayShard(
         r.mode, r.capacity, r.alpha, r.beta, r.priority_eps, cfg.seed, max_steps_per_unit=env_steps_bound(cfg)
     )
-    replay = InProcessReplay(shard)
+    replay = InProcessReplay(shard, ready_at=cfg.algo.batch_size)  # off-policy: learn once a minibatch is held
     params = InProcessParams()
     learner = LearnerCore(cfg, run_dir, replay, params, RoleMetrics("learner", 0), resume=False, log=log)
     actors = [ActorCore(cfg, i, replay, params, RoleMetrics("actor", i)) for i in range(cfg.topology.actors)]

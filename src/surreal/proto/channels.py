@@ -154,7 +154,11 @@ class SampleClient:
         prefetch: int = 2,
         lost_after_s: float = 5.0,
         on_error: ErrorSink = ignore_error,
+        ready_at: int | None = None,
     ) -> None:
+        """`ready_at`: ask the shards to answer once they hold this many transitions, fewer than the request's
+        `batch_size` (an off-policy learner asks for several minibatches but can learn once one is held)."""
+        self.ready_at = ready_at
         self.limits = Limits(
             max_frames=limits.max_frames,
             max_bytes=limits.max_bytes,
@@ -180,7 +184,10 @@ class SampleClient:
             if shard.inflight and now - max(shard.last_reply, shard.last_sent) > self.lost_after_s:
                 shard.inflight = 0  # the shard went away with our requests
             while shard.inflight < self.prefetch:
-                frames = encode(SAMPLE_REQUEST, {"id": next(self._ids), "batch_size": int(batch_size)})
+                request = {"id": next(self._ids), "batch_size": int(batch_size)}
+                if self.ready_at is not None:
+                    request["ready_at"] = min(int(self.ready_at), int(batch_size))
+                frames = encode(SAMPLE_REQUEST, request)
                 if not send(shard.sock, frames, 0.0):
                     break  # shard not connected right now; try again on the next call
                 shard.inflight += 1

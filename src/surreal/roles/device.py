@@ -19,6 +19,7 @@ from surreal.algos import OffPolicyLearner, OnPolicyLearner, get_algorithm
 from surreal.config import ExperimentConfig, algo_config
 from surreal.envs import make_vec_env
 from surreal.replay.buffers import flatten_time_major
+from surreal.runtime.flow import sample_size
 
 
 def choose_device(
@@ -49,8 +50,9 @@ def update_seconds(cfg: ExperimentConfig, device: torch.device, repeats: int = 3
     spaces = envs.single_observation_space, envs.single_action_space
     acfg = algo_config(cfg)
     collector = algo.make_collector(envs, algo.make_policy(*spaces, acfg, 0, 1), acfg, 0, cfg.actor.chunk_steps)
+    size = sample_size(cfg)  # off-policy: one call steps through a whole sample's minibatches
     chunks, units = [], 0
-    while units < cfg.algo.batch_size:
+    while units < size:
         chunks.append(collector.collect(0))
         units += chunks[-1].size
     envs.close()
@@ -59,8 +61,8 @@ def update_seconds(cfg: ExperimentConfig, device: torch.device, repeats: int = 3
         update: Callable[[], object] = lambda: cast(OnPolicyLearner, learner).update(chunks, 0.0)
     else:
         flat = [flatten_time_major(chunk.arrays) for chunk in chunks]
-        batch = {k: np.concatenate([f[k] for f in flat])[: cfg.algo.batch_size] for k in flat[0]}
-        update = lambda: cast(OffPolicyLearner, learner).update(batch)
+        batch = {k: np.concatenate([f[k] for f in flat])[:size] for k in flat[0]}
+        update = lambda: cast(OffPolicyLearner, learner).update(batch, cfg.learner.minibatches_per_sample)
     times = []
     for _ in range(repeats + 1):
         started = time.perf_counter()

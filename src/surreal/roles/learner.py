@@ -6,8 +6,9 @@
 `LearnerCore` is that loop without sockets (serial mode, `bench.learner` and the tests drive it on in-process
 ports); `main` is the process shell: settings, sockets, /metrics, signals. On-policy algorithms learn from
 whole chunks, `batch_size` units per update, dropping chunks the staleness bound refuses; off-policy ones
-from sampled transition batches, one gradient step each, as many as the replay ratio allows, sending
-priorities back to the owning shard (runtime/flow.py holds both rules). Parameters (with the
+from samples of `learner.minibatches_per_sample` minibatches, one gradient step each, as many as the replay
+ratio allows (a sample may be stepped through over several calls), sending each sample's priorities back to
+its shard in one message (runtime/flow.py holds both rules). Parameters (with the
 observation-normalizer statistics inside) are published after every update (off-policy: every
 `publish_interval`); checkpoints every `checkpoint_interval` updates (off-policy: metrics rows) and at the
 end; `--resume` continues from the latest with the same counters. At `total_env_steps` it evaluates the
@@ -44,7 +45,7 @@ from surreal.roles.common import StopFlag, hold_until_stopped, load_config, setu
 from surreal.roles.device import choose_device, update_seconds
 from surreal.roles.ports import BackgroundBatches, BatchesIn, ParamsOut, SampleReply, ZmqBatchesIn, ZmqParamsOut
 from surreal.runtime.checkpoint import CheckpointStore
-from surreal.runtime.flow import ShardEnvSteps, live_actors, replay_ratio_limiter, staleness_bound
+from surreal.runtime.flow import ShardEnvSteps, live_actors, replay_ratio_limiter, sample_size, staleness_bound
 from surreal.runtime.recorder import Recorder, WallTime, truncate_metrics
 from surreal.runtime.rollout import evaluate
 from surreal.settings import Settings
@@ -55,6 +56,32 @@ RECEIVE_TIMEOUT_S = 0.05  # longest wait for a sample reply before the loop serv
 IDLE_S = 0.005  # the shell's pause when a step did nothing (an off-policy learner ahead of its replay ratio)
 DONE_LINGER_S = 1.0  # keep answering late-subscribing ps replicas with the final blob this long
 EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes start from seeds no training env used
+
+
+@dataclass
+class Sample:
+    """An off-policy sample reply being stepped through: `minibatches` of `size` transitions, `used` of them
+    so far, and the priorities they earned (sent home together when the sample is retired)."""
+
+    shard: int
+    arrays: dict[str, Any]
+    size: int
+    minibatches: int
+    used: int = 0
+    priorities: list[np.ndarray] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, reply: SampleReply, batch_size: int) -> Sample:
+        """A reply of k * batch_size transitions is k minibatches; a shorter one is one minibatch."""
+        arrays = cast(dict[str, Any], reply.transitions)
+        transitions = len(arrays["rewards"])
+        size = min(batch_size, transitions)
+        return cls(reply.report.shard, arrays, size, transitions // size)
+
+    def next(self, steps: int) -> dict[str, Any]:
+        """The next `steps` minibatches' transitions, marked used."""
+        start, self.used = self.used * self.size, self.used + steps
+        return {k: np.asarray(v)[start : self.used * self.size] for k, v in self.arrays.items()}
 
 
 @dataclass
@@ -117,6 +144,7 @@ class LearnerCore:
         self.m_skipped = metrics.counter("learner_updates_skipped_total", "updates undone for going non-finite")
         self.skipped = 0
         self.recorder.counters(self.counters.env_steps, self.counters.updates, self.counters.stale_dropped)
+        self.sample_size = sample_size(cfg)
         self.live = live_actors(cfg)
         self.m_live = metrics.gauge("learner_live_actors", "actors heard from lately: what their shares follow")
         if cfg.algo.on_policy:
@@ -126,7 +154,7 @@ class LearnerCore:
         else:
             self.limiter = replay_ratio_limiter(cfg)
             self.shard_steps = ShardEnvSteps(self.counters.shard_env_steps)
-            self.samples: deque[tuple[int, dict[str, Any]]] = deque()
+            self.samples: deque[Sample] = deque()
             self.interval: list[dict[str, float]] = []  # statistics of the updates since the last row
 
     # -- the loop ------------------------------------------------------------------------------------
@@ -143,7 +171,7 @@ class LearnerCore:
 
     def _next_reply(self, timeout_s: float) -> SampleReply | None:
         with self.wall.phase("wait"):
-            return self.batches.next(self.cfg.algo.batch_size, timeout_s)
+            return self.batches.next(self.sample_size, timeout_s)
 
     def _step_chunks(self, timeout_s: float) -> bool:
         """On-policy: queue whole chunks; update once a batch's worth is queued."""
@@ -163,18 +191,18 @@ class LearnerCore:
         return reply is not None
 
     def _step_transitions(self, timeout_s: float) -> bool:
-        """Off-policy: one gradient step per sampled batch, as many as the replay ratio allows."""
-        allowed = self.limiter.updates_allowed(self.counters.env_steps)
-        if self.samples and self.counters.updates < allowed:
-            self._update_transitions(*self.samples.popleft())
+        """Off-policy: gradient steps on the sampled minibatches, as many as the replay ratio allows."""
+        allowed = self.limiter.updates_allowed(self.counters.env_steps) - self.counters.updates
+        if self.samples and allowed > 0:
+            self._update_transitions(self.samples[0], allowed)
             return True
         reply = self._next_reply(timeout_s)
         if reply is None or reply.transitions is None:
             return False
         self._count_reply(reply)
-        self.samples.append((reply.report.shard, reply.transitions))
+        self.samples.append(Sample.of(reply, self.cfg.algo.batch_size))
         while len(self.samples) > self.cfg.learner.prefetch * self.batches.shards:
-            self.samples.popleft()  # a newer sample of the same buffer replaces it
+            self._retire(self.samples.popleft())  # a newer sample of the same buffer replaces it
         return self.counters.updates < self.limiter.updates_allowed(self.counters.env_steps)
 
     def _count_reply(self, reply: SampleReply) -> None:
@@ -223,29 +251,44 @@ class LearnerCore:
             if self._checkpoint_due(c.updates % self.cfg.learner.checkpoint_interval == 0):
                 self.checkpoint()
 
-    def _update_transitions(self, shard: int, batch: dict[str, Any]) -> None:
+    def _update_transitions(self, sample: Sample, allowed: int) -> None:
+        """Up to `allowed` gradient steps on the sample's next minibatches, in one call of the algorithm."""
         c = self.counters
+        steps = min(allowed, sample.minibatches - sample.used)
         started = time.perf_counter()
         with self.wall.phase("update"):
-            stats, priorities = cast(OffPolicyLearner, self.algo_learner).update(batch)
-        update_s = time.perf_counter() - started
-        c.updates += 1
-        skipped = self._note_skipped(stats)
-        if not skipped:
-            self.interval.append(stats)
+            step_stats, priorities = cast(OffPolicyLearner, self.algo_learner).update(sample.next(steps), steps)
+        update_s = (time.perf_counter() - started) / steps
+        before = c.updates
+        c.updates += steps
+        for stats in step_stats:
+            if not self._note_skipped(stats):
+                self.interval.append(stats)
+        sample.priorities.append(priorities)
         with self.wall.phase("io"):
-            if self.cfg.replay.mode == "prioritized" and not skipped:
-                slots, ids = np.asarray(batch["slots"]), np.asarray(batch["ids"])
-                self.batches.send_priorities(shard, slots, ids, priorities.astype(np.float64))
-            if c.updates % self.limiter.publish_interval == 0:
+            if sample.used == sample.minibatches:
+                self._retire(self.samples.popleft())
+            crossed = lambda every: c.updates // every > before // every
+            if crossed(self.limiter.publish_interval):
                 c.version += 1
                 self.publish()
-            if c.updates % OFF_POLICY_ROW_UPDATES == 0 and self.interval:
+            if crossed(OFF_POLICY_ROW_UPDATES) and self.interval:
                 means = {k: float(np.mean([row[k] for row in self.interval])) for k in self.interval[0]}
                 self.interval.clear()
                 self._record(means, update_s)
-            if self._checkpoint_due(c.updates % (OFF_POLICY_ROW_UPDATES * self.cfg.learner.checkpoint_interval) == 0):
+            if self._checkpoint_due(crossed(OFF_POLICY_ROW_UPDATES * self.cfg.learner.checkpoint_interval)):
                 self.checkpoint()
+
+    def _retire(self, sample: Sample) -> None:
+        """A sample the learner is done with: the priorities of the minibatches it stepped on go home to their
+        shard in one message (none for skipped steps, whose priorities are NaN)."""
+        if self.cfg.replay.mode != "prioritized" or not sample.priorities:
+            return
+        priorities = np.concatenate(sample.priorities)
+        slots, ids = (np.asarray(sample.arrays[k])[: len(priorities)] for k in ("slots", "ids"))
+        keep = np.isfinite(priorities)
+        if keep.any():
+            self.batches.send_priorities(sample.shard, slots[keep], ids[keep], priorities[keep])
 
     def _note_skipped(self, stats: dict[str, float]) -> bool:
         """Count (and log, now and then) an update the algorithm undid because it went non-finite."""
@@ -393,9 +436,11 @@ def main(args: argparse.Namespace) -> int:
     addresses = settings.sample_addrs
     max_steps_per_unit = env_steps_bound(cfg)
     batches = BackgroundBatches(
-        lambda: ZmqBatchesIn(ctx, addresses, limits, cfg.learner.prefetch, on_error, max_steps_per_unit),
+        lambda: ZmqBatchesIn(
+            ctx, addresses, limits, cfg.learner.prefetch, on_error, max_steps_per_unit, ready_at=cfg.algo.batch_size
+        ),
         shards=len(addresses),
-        batch_size=cfg.algo.batch_size,
+        batch_size=sample_size(cfg),
         depth=cfg.learner.prefetch * len(addresses),
     )
     params_out = ZmqParamsOut(ctx, settings.bind(settings.params_pub_port))

@@ -102,8 +102,10 @@ class ZmqBatchesIn:
         prefetch: int,
         on_error: ErrorSink = ignore_error,
         max_steps_per_unit: int | None = None,
+        ready_at: int | None = None,
     ) -> None:
-        self.client = SampleClient(ctx, addresses, limits, prefetch, on_error=on_error)
+        """`ready_at`: transitions a shard must hold to answer (SampleClient); None: the batch size asked for."""
+        self.client = SampleClient(ctx, addresses, limits, prefetch, on_error=on_error, ready_at=ready_at)
         self.on_error = on_error
         self.max_steps_per_unit = max_steps_per_unit  # the algorithm's bound on a chunk's env steps
 
@@ -220,12 +222,14 @@ class ZmqParamsIn:
 
 
 class InProcessReplay:
-    """Experience out and batches in over one replay shard in memory (never full: the shard evicts)."""
+    """Experience out and batches in over one replay shard in memory (never full: the shard evicts).
+    `ready_at`: as for `ZmqBatchesIn`."""
 
     shards = 1
 
-    def __init__(self, shard: ReplayShard) -> None:
+    def __init__(self, shard: ReplayShard, ready_at: int | None = None) -> None:
         self.shard = shard
+        self.ready_at = ready_at
 
     def send(self, chunk: Chunk, incarnation: str, timeout_s: float = 0.0) -> bool:
         del timeout_s
@@ -235,7 +239,7 @@ class InProcessReplay:
 
     def next(self, batch_size: int, timeout_s: float = 0.0) -> SampleReply | None:
         del timeout_s
-        if not self.shard.ready(batch_size):
+        if not self.shard.ready(min(batch_size, self.ready_at or batch_size)):
             return None
         arrays, meta = self.shard.sample(batch_size)
         report = ShardReport.from_meta(meta)

@@ -4,10 +4,10 @@
                                       ▲
                     priority updates ─┘ (ROUTER)
 
-A sample request the shard cannot answer yet (FIFO without a chunk, replay below the batch size) is
-parked and answered as soon as data arrives, or with an empty reply after `DEFER_S`, so the learner
-never polls and always hears back. Malformed messages are counted by reason and dropped; the loop
-keeps serving. Torch-free.
+A sample request the shard cannot answer yet (FIFO without a chunk, a transition replay holding fewer than
+the request's `ready_at`, by default its batch size) is parked and answered as soon as data arrives, or with
+an empty reply after `DEFER_S`, so the learner never polls and always hears back. Malformed messages are
+counted by reason and dropped; the loop keeps serving. Torch-free.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ class _Pending:
     identity: bytes
     request_id: Any
     batch_size: int
+    ready_at: int  # answered once the shard holds this many transitions (a request may ask for more)
     deadline: float
 
 
@@ -127,12 +128,10 @@ class ReplayServer(Server):
         if message.kind == PRIORITY_UPDATE:
             self._on_priorities(identity, message.arrays)
             return
-        batch_size = message.meta.get("batch_size")
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
-            self.drop("bad_request", identity)
-            self.reply(identity, ERROR, {"reason": "bad_request", "id": message.meta.get("id")})
-            return
-        if batch_size > self.replay.capacity:  # could never be answered with data: refused now, not parked
+        batch_size = _positive_int(message.meta.get("batch_size"))
+        ready_at = _positive_int(message.meta.get("ready_at", batch_size))
+        # A request that could never be answered with data (more than the capacity) is refused now, not parked.
+        if batch_size is None or ready_at is None or ready_at > min(batch_size, self.replay.capacity):
             self.drop("bad_request", identity)
             self.reply(identity, ERROR, {"reason": "bad_request", "id": message.meta.get("id")})
             return
@@ -141,7 +140,8 @@ class ReplayServer(Server):
             self.drop("too_many_pending", identity)
             self.reply(identity, ERROR, {"reason": "too_many_pending", "id": message.meta.get("id")})
             return
-        self.pending.append(_Pending(identity, message.meta.get("id"), batch_size, time.monotonic() + DEFER_S))
+        deadline = time.monotonic() + DEFER_S
+        self.pending.append(_Pending(identity, message.meta.get("id"), batch_size, ready_at, deadline))
 
     def _on_priorities(self, identity: bytes, arrays: dict[str, Any]) -> None:
         try:
@@ -161,7 +161,7 @@ class ReplayServer(Server):
         now = time.monotonic()
         waiting: deque[_Pending] = deque()
         for request in self.pending:
-            if self.replay.ready(request.batch_size):
+            if self.replay.ready(request.ready_at):
                 arrays, meta = self.replay.sample(request.batch_size)
                 served = int(meta.get("transitions", 0))
                 self.m_out.inc(served)
@@ -177,6 +177,10 @@ class ReplayServer(Server):
                 waiting.append(request)
         self.pending = waiting
         self.m_pending.set(len(self.pending))
+
+
+def _positive_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

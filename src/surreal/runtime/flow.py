@@ -208,6 +208,15 @@ def replay_ratio_limiter(cfg: ExperimentConfig) -> ReplayRatioLimiter:
     return ReplayRatioLimiter(algo.learning_starts, algo.replay_ratio, slack, algo.publish_interval)
 
 
+def sample_size(cfg: ExperimentConfig) -> int:
+    """What the learner asks a replay shard for per request: on-policy, a batch's worth of units (the FIFO
+    packs whole chunks); off-policy, `learner.minibatches_per_sample` minibatches of `algo.batch_size`
+    transitions, which the learner steps through as the replay ratio allows."""
+    if cfg.algo.on_policy:
+        return cfg.algo.batch_size
+    return cfg.algo.batch_size * cfg.learner.minibatches_per_sample
+
+
 @dataclass
 class ShardEnvSteps:
     """Env steps received, summed over replay shards from the running count each sample reply carries.
