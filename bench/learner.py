@@ -16,6 +16,9 @@ own policy and collector, then fed to the learner in-process, over and over.
 - ddpg / td3: samples of 4 minibatches of 256 transitions shaped as replay sends them (obs, actions, rewards,
   next_obs, discounts; `learner.minibatches_per_sample`), 256-256 MLPs, stepped through in one call; the
   reference is CleanRL's ddpg / td3_continuous_action update on one minibatch. Rates are per gradient step.
+  `matmul_floor_ms_per_update` is the step's matmul FLOPs at the rate this device sustains on a
+  [256, 256] @ [256, 256] matmul, and `matmul_share_current` that floor over the current update's time: near
+  1, only fewer FLOPs (or another device) can make the update faster.
 
 Each variant gets one untimed first update (its time is reported: for a compiled learner it holds the
 compile time, which depends on inductor's on-disk cache: point TORCHINDUCTOR_CACHE_DIR at an empty folder
@@ -281,6 +284,36 @@ def measure(variants: list[Variant], updates: int, seconds: float, sync: Callabl
         done += per_round
 
 
+def ddpg_step_flops(cfg: DDPGConfig, obs_dim: int, act_dim: int) -> float:
+    """Matmul FLOPs of one DDPG/TD3 gradient step as DDPGLearner computes it: the target (actor and every
+    target critic forward), the critics' forward and backward, and every `policy_delay`-th step the actor's
+    forward and backward through the first critic (its input gradients only, not its weights)."""
+    hidden = list(cfg.hidden_sizes)
+    actor = list(zip([obs_dim, *hidden], [*hidden, act_dim], strict=True))
+    critic = list(zip([obs_dim + act_dim, *hidden], [*hidden, 1], strict=True))
+    mac = lambda layers: sum(n_in * n_out for n_in, n_out in layers)
+    input_grads = lambda layers: mac(layers) - layers[0][0] * layers[0][1]  # none for the data itself
+    critics = 2 if cfg.twin_critics else 1
+    target = mac(actor) + critics * mac(critic)
+    critic_step = critics * (mac(critic) + mac(critic) + input_grads(critic))
+    actor_step = mac(actor) + mac(critic) + mac(critic) + mac(actor) + input_grads(actor)
+    return 2.0 * cfg.batch_size * (target + critic_step + actor_step / cfg.policy_delay)
+
+
+def gemm_flops_per_s(device: torch.device, size: int, sync: Callable[[], None], seconds: float = 1.0) -> float:
+    """What this device sustains on the update's typical matmul, [size, size] @ [size, size] in float32."""
+    a, b = (torch.randn(size, size, device=device) for _ in range(2))
+    count = 0
+    sync()
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        for _ in range(20):
+            torch.mm(a, b)
+        sync()
+        count += 20
+    return 2.0 * size**3 * count / (time.perf_counter() - started)
+
+
 def report(variants: list[Variant], samples: int, steps: float) -> dict[str, Any]:
     """Rates per variant; `ratio` of each learner variant against the reference (the last one)."""
     reference = variants[-1]
@@ -392,7 +425,9 @@ def ddpg_row(algo: str, device: torch.device, args: argparse.Namespace, sync: Ca
     switches = [f"algo.{key}={value}" for key, value in td3.items()]
     overrides = [
         f"device={device}",
-        f"learner.compile={args.compile}",
+        # The core runs DDPG as it runs fastest: compiled on CUDA (graphs), eagerly on a CPU, where compiling
+        # the matmul-bound step gains nothing (current_compiled shows it).
+        f"learner.compile={args.compile and device.type == 'cuda'}",
         f"learner.minibatches_per_sample={k}",
         "algo.learning_starts=0",
         f"algo.replay_ratio={1 / cfg.batch_size}",
@@ -404,11 +439,17 @@ def ddpg_row(algo: str, device: torch.device, args: argparse.Namespace, sync: Ca
     minibatch = lambda: {key: v[: cfg.batch_size] for key, v in sample().items()}
     variants.append(Variant("reference", lambda: reference.update(minibatch())))
     measure(variants, args.updates or (50 if args.quick else 300), args.seconds, sync)
+    # The floor no update code can go below: its matmuls at the device's own matmul rate.
+    floor_s = ddpg_step_flops(cfg, obs_space.shape[0], act_space.shape[0]) / gemm_flops_per_s(
+        device, cfg.batch_size, sync
+    )
     return {
         "algo": algo,
         "batch_size": cfg.batch_size,
         "minibatches_per_sample": k,
         "hidden_sizes": list(cfg.hidden_sizes),
+        "matmul_floor_ms_per_update": round(1e3 * floor_s, 4),
+        "matmul_share_current": round(floor_s / variants[0].update_s, 3),
         **report(variants, cfg.batch_size, 1.0 + 1.0 / cfg.policy_delay),  # critic step + every 2nd actor step
     }
 
