@@ -344,3 +344,7 @@ def test_a_killed_child_restarts_at_once_uncounted_and_a_held_one_only_when_rele
         assert sup.failed is None
         pids = sup.alive_pids()
     assert all(gone(pid) for pid in pids)
+    starts = [
+        line.split(": ")[0].split(" start ")[1] for line in (tmp_path / "logs" / "actor-1.log").read_text().splitlines()
+    ]
+    assert starts == ["#1", "#2 (chaos)"], "the log numbers every start and says which were chaos's"

@@ -122,7 +122,8 @@ class _Child:
     spec: ProcessSpec
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
-    restarts: int = 0
+    restarts: int = 0  # after failures (chaos kills do not count)
+    starts: int = 0  # every start, chaos restarts included: the log's start numbers
     backoff_s: float = BACKOFF_START_S
     restart_at: float | None = None  # monotonic time of a pending restart
     returncode: int | None = None  # of the last exit
@@ -171,7 +172,9 @@ class Supervisor:
     def _spawn(self, child: _Child, argv: list[str]) -> None:
         with open(child.log_path, "ab") as log:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-            log.write(f"[surreal] {stamp} start #{child.restarts}: {shlex.join(argv)}\n".encode())
+            child.starts += 1
+            why = " (chaos)" if child.starts > 1 + child.restarts else ""
+            log.write(f"[surreal] {stamp} start #{child.starts}{why}: {shlex.join(argv)}\n".encode())
             log.flush()
             child.proc = subprocess.Popen(
                 argv,
