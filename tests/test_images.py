@@ -115,10 +115,12 @@ def test_the_entrypoint_is_the_role_the_chart_runs(image: str) -> None:
 def test_each_image_installs_the_torch_build_it_needs_and_replay_none() -> None:
     torch_pin = next(r for r in PYPROJECT["project"]["optional-dependencies"]["rl"] if r.startswith("torch"))
     version = str(Requirement(torch_pin).specifier).removeprefix("==")
-    for image, index in (("actor", "https://download.pytorch.org/whl/cpu"), ("learner", "https://pypi.org/simple")):
+    for image in ("actor", "learner"):
         text = dockerfile(image)
         assert f"ARG TORCH_VERSION={version}" in text, f"{image}: torch must be pyproject's {version}"
-        assert f"ARG TORCH_INDEX_URL={index}" in text, image
+        # No index of its own: pip's, plus one only where the build names it (an extra, never a replacement).
+        assert "ARG TORCH_INDEX_URL\n" in text and "--index-url" not in text, image
+        assert 'PIP_EXTRA_INDEX_URL="${PIP_EXTRA_INDEX_URL:-} ${TORCH_INDEX_URL:-}"' in text, image
         assert '"torch==${TORCH_VERSION}"' in text
         assert "/requirements/rl.txt" in text
     assert "torch.version.cuda is None" in dockerfile("actor") and "torch.version.cuda" in dockerfile("learner")
@@ -306,6 +308,7 @@ def test_the_actor_build_fails_on_a_cuda_torch_and_passes_on_a_cpu_one(tmp_path:
     actor = build_check("actor")
     cuda = run_with_fake_torch(tmp_path, actor, "13.0")
     assert cuda.returncode != 0 and "torch is a CUDA build: 2.13.0+cu130" in cuda.stderr
+    assert "ACTOR_TORCH_INDEX" in cuda.stderr, "the failure says how to give the build a CPU torch"
     assert run_with_fake_torch(tmp_path, actor, None).returncode == 0
     old = "import torch, mujoco, gymnasium; assert not torch.cuda.is_available()"
     assert run_with_fake_torch(tmp_path, old, "13.0").returncode == 0, "the old check could not fail"
@@ -326,7 +329,7 @@ def test_make_images_passes_base_image_torch_index_ca_bundle_and_flags(tmp_path:
     done = subprocess.run(
         ["make", "-s", "images", f"CONTAINER_ENGINE={podman}", "IMAGE_TAG=t1", "BASE_IMAGE=localhost/base:1"]
         + ["ACTOR_TORCH_INDEX=https://mirror/cpu", f"CA_BUNDLE={ca}", f"TORCH_FIND_LINKS={tmp_path}"]
-        + ["IMAGE_BUILD_FLAGS=--network host"],
+        + ["IMAGE_BUILD_FLAGS=--network host", "PIP_INDEX_URL=https://idx/s", "PIP_EXTRA_INDEX_URL=https://x/s"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -347,6 +350,7 @@ def test_make_images_passes_base_image_torch_index_ca_bundle_and_flags(tmp_path:
         assert f"--volume {ca}:/run/surreal-ca.pem:ro --build-arg PIP_CERT=/run/surreal-ca.pem" in line
         assert f"--volume {tmp_path}:/run/surreal-wheels:ro --build-arg PIP_FIND_LINKS=/run/surreal-wheels" in line
         assert ("--build-arg TORCH_INDEX_URL=https://mirror/cpu" in line) == (image == "actor")
+        assert "--build-arg PIP_INDEX_URL=https://idx/s --build-arg PIP_EXTRA_INDEX_URL=https://x/s" in line
     # Docker cannot mount host files into a build: make says so instead of building without them.
     rc, output, calls_made = make_with_recording_docker(tmp_path, "images", f"CA_BUNDLE={ca}")
     assert rc != 0 and "need CONTAINER_ENGINE=podman" in output and calls_made == []
@@ -355,8 +359,60 @@ def test_make_images_passes_base_image_torch_index_ca_bundle_and_flags(tmp_path:
 def test_every_dockerfile_takes_the_build_only_pip_settings() -> None:
     for image in ROLES:
         build, final = stages(dockerfile(image))
-        assert ("ARG", "PIP_CERT") in build and ("ARG", "PIP_FIND_LINKS") in build, image
+        for setting in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_CERT", "PIP_FIND_LINKS"):
+            assert ("ARG", setting) in build, f"{image}: {setting}"
         assert not [rest for keyword, rest in final if keyword == "ARG"], f"{image}: nothing of them in the image"
+
+
+# A package index (PEP 503: .../simple) or a Debian archive (.../debian, .../debian-security) written out as a URL.
+INDEX_OR_MIRROR_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s\"'`)}]*?/(simple|debian[a-z-]*)/?(?=[\s\"'`)}]|$)", re.M)
+
+
+def build_files() -> list[Path]:
+    """What builds or installs the project: where an index or mirror URL would override the machine's own."""
+    found = [REPO / "Makefile", REPO / "pyproject.toml", REPO / ".ci" / "run"]
+    found += sorted(IMAGES.rglob("Dockerfile")) + sorted(IMAGES.rglob("*.sh")) + sorted(IMAGES.rglob("*.txt"))
+    found += sorted((REPO / "bench").glob("*.sh"))
+    return found
+
+
+def test_no_package_index_or_debian_mirror_url_in_the_build_files() -> None:
+    """Builds take the index and mirror the machine is configured with (pip's configuration, the host's apt
+    sources); a variable overrides them. Judged by the URLs' shape, naming no host."""
+    bad_urls = ("--index-url https://a.example/simple x", "${3:-http://m.example/debian}", "s://h/debian-security")
+    for bad in bad_urls:
+        assert INDEX_OR_MIRROR_URL.search(bad), bad
+    assert not INDEX_OR_MIRROR_URL.search("https://h.example/simple-thing https://github.com/org/debian-tools/x")
+    for path in build_files():
+        hits = [m.group(0) for m in INDEX_OR_MIRROR_URL.finditer(path.read_text())]
+        assert not hits, f"{path.relative_to(REPO)}: {hits}"
+
+
+def test_the_base_image_takes_the_hosts_debian_mirrors(tmp_path: Path) -> None:
+    """Without DEBIAN_MIRROR the base image script reads the mirrors from the host's apt sources: one-line
+    `.list` entries (options in brackets included) and deb822 `.sources` stanzas."""
+    script = (IMAGES / "base" / "build.sh").read_text()
+    function = script[script.index("host_mirror() {") : script.index("\n}\n", script.index("host_mirror() {")) + 3]
+    apt = tmp_path / "apt"
+    (apt / "sources.list.d").mkdir(parents=True)
+    (apt / "sources.list").write_text("# deb http://commented.example/debian bookworm main\n")
+    (apt / "sources.list.d" / "extra.list").write_text(
+        "deb [arch=amd64 signed-by=/k.gpg] http://one.example/debian bookworm main\n"
+    )
+    (apt / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb-src\nURIs: http://src.example/debian\nSuites: bookworm-security\n\n"
+        "Types: deb\nURIs: http://sec.example/debian-security\nSuites: bookworm-security\nComponents: main\n"
+    )
+    body = function.replace("/etc/apt", str(apt))
+    for suite, mirror in (
+        ("bookworm", "http://one.example/debian"),
+        ("bookworm-security", "http://sec.example/debian-security"),
+        ("sid", ""),
+    ):
+        done = subprocess.run(
+            ["bash", "-c", f"{body}\nhost_mirror {suite}"], capture_output=True, text=True, timeout=30
+        )
+        assert done.returncode == 0 and done.stdout.strip() == mirror, (suite, done.stdout, done.stderr)
 
 
 def test_make_images_smoke_builds_replay_and_actor_with_podman_on_the_debian_base() -> None:

@@ -3,11 +3,42 @@
 # that reach no image registry. It stands in for python:3.11.13-slim-bookworm: the Dockerfiles build on it unchanged
 # (make images BASE_IMAGE=<tag>). Differences from the official image are listed in the README ("Images").
 #   usage: images/base/build.sh TAG ENGINE [MIRROR] [SECURITY_MIRROR]
+# MIRROR and SECURITY_MIRROR default to the mirrors the host's own apt sources use for bookworm and
+# bookworm-security, so the build goes wherever this machine's apt goes.
 set -euo pipefail
-tag=${1:?usage: build.sh TAG ENGINE [MIRROR] [SECURITY_MIRROR]}
-engine=${2:?usage: build.sh TAG ENGINE [MIRROR] [SECURITY_MIRROR]}
-mirror=${3:-http://deb.debian.org/debian}
-security=${4:-http://deb.debian.org/debian-security}
+usage="usage: build.sh TAG ENGINE [MIRROR] [SECURITY_MIRROR]"
+tag=${1:?$usage}
+engine=${2:?$usage}
+
+# The first URI that the host's apt sources (one-line .list and deb822 .sources files) give for SUITE.
+host_mirror() {
+	local suite=$1
+	{
+		cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+			awk -v suite="$suite" '$1 == "deb" { i = 2; if ($i ~ /^\[/) { while (i < NF && $i !~ /\]$/) i++; i++ } if ($(i + 1) == suite) print $i }'
+		for file in /etc/apt/sources.list.d/*.sources; do
+			[ -e "$file" ] || continue
+			awk -v suite="$suite" -v RS= '{
+				uri = ""; deb = 0; hit = 0; n = split($0, lines, "\n")
+				for (j = 1; j <= n; j++) {
+					k = split(lines[j], f, /[ \t]+/)
+					if (f[1] == "Types:") for (m = 2; m <= k; m++) if (f[m] == "deb") deb = 1
+					if (f[1] == "URIs:") uri = f[2]
+					if (f[1] == "Suites:") for (m = 2; m <= k; m++) if (f[m] == suite) hit = 1
+				}
+				if (deb && hit && uri != "") print uri
+			}' "$file"
+		done
+	} | head -n 1
+}
+mirror=${3:-$(host_mirror bookworm)}
+security=${4:-$(host_mirror bookworm-security)}
+if [ -z "$mirror" ] || [ -z "$security" ]; then
+	echo "error: the host's apt sources name no mirror for bookworm and bookworm-security:" \
+		"pass them (make base-image DEBIAN_MIRROR=... DEBIAN_SECURITY_MIRROR=...)" >&2
+	exit 1
+fi
+echo "Debian mirrors: $mirror (bookworm), $security (bookworm-security)"
 
 command -v mmdebstrap >/dev/null 2>&1 || {
 	echo "error: mmdebstrap not found: apt-get install mmdebstrap (or make images-engine)" >&2
