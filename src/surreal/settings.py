@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,7 +116,7 @@ class Settings:
         env = os.environ if environ is None else environ
         return cls(
             index=_index(env),
-            bind_host=env.get("SURREAL_BIND_HOST", "127.0.0.1"),
+            bind_host=_bind_host(env.get("SURREAL_BIND_HOST", "127.0.0.1")),
             experience_port=_port(env, "SURREAL_EXPERIENCE_PORT", DEFAULT_EXPERIENCE_PORT),
             sample_port=_port(env, "SURREAL_SAMPLE_PORT", DEFAULT_SAMPLE_PORT),
             params_pub_port=_port(env, "SURREAL_PARAMS_PUB_PORT", DEFAULT_PARAMS_PUB_PORT),
@@ -191,6 +192,20 @@ def _port(env: Mapping[str, str], name: str, default: int, allow_zero: bool = Fa
     value = _int(name, env.get(name, str(default)))
     if not (0 if allow_zero else 1) <= value <= 65535:
         raise SettingsError(f"{name}={value} is not a valid port")
+    return value
+
+
+def _bind_host(value: str) -> str:
+    """SURREAL_BIND_HOST, checked by binding a throwaway socket to it: an address that is not this machine's (a
+    chart value meant for another host) is one line naming the variable, not a ZMQ traceback later."""
+    if value == "*":  # ZMQ's own spelling of every interface
+        return value
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(value, 0, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.bind(address)
+    except OSError as exc:  # gaierror (no such name) included
+        raise SettingsError(f"SURREAL_BIND_HOST={value!r} is not an address of this machine: {exc.strerror}") from None
     return value
 
 
