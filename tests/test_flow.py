@@ -408,7 +408,7 @@ def test_device_auto_picks_the_faster_device_and_only_measures_when_cuda_is_ther
 )
 def test_an_update_is_timed_on_real_experience(overrides):
     cfg = load_config(["env=Pendulum-v1", "topology.envs_per_actor=2", *overrides])
-    assert 0 < update_seconds(cfg, torch.device("cpu"), repeats=1) < 5
+    assert 0 < update_seconds(cfg, torch.device("cpu"), repeats=1) < 60  # a bound on hangs, not on speed
 
 
 # -- checkpoints: a restart never resets counters or rewrites history ------------------------------------

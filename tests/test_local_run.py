@@ -14,6 +14,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from math import inf
 from pathlib import Path
 
 import psutil
@@ -130,6 +132,8 @@ def test_bad_config_fails_fast_with_a_clear_message(tmp_path, args, says):
         ("SURREAL_INDEX", "-1"),
         ("SURREAL_REPLAY_ADDRS", ","),
         ("SURREAL_CONFIG", "/nope.yaml"),
+        ("SURREAL_BIND_HOST", "192.0.2.1"),  # TEST-NET-1: never an address of this machine (a wrong chart value)
+        ("SURREAL_BIND_HOST", "no-such-host.invalid"),
     ],
 )
 def test_a_bad_surreal_variable_is_one_line_naming_it(tmp_path, variable, value):
@@ -234,11 +238,10 @@ def test_run_survives_kill_9_of_actor_learner_and_replay(runs):
     run.assert_nothing_left()
 
 
-# DDPG on Pendulum-v1 in 30k steps, small networks: the off-policy end-to-end runs' common settings.
+# DDPG on Pendulum-v1, small networks: the off-policy end-to-end runs' common settings.
 DDPG_PENDULUM = (
     "algo=ddpg",
     "env=Pendulum-v1",
-    "steps=30000",
     "seed=1",
     "algo.learning_starts=1000",
     "algo.hidden_sizes=[64,64]",
@@ -258,6 +261,7 @@ def test_ddpg_learns_pendulum_within_30k_steps_through_a_learner_kill(runs):
     run = runs(
         "ddpg-pendulum",
         *DDPG_PENDULUM,
+        "steps=30000",
         "actors=2",
         "replay.mode=prioritized",
         "learner.checkpoint_interval=4",
@@ -293,56 +297,74 @@ def test_es_learns_inverted_pendulum(runs):
     run.assert_nothing_left()
 
 
-# One actor SIGKILLed every 5 s, and from 15 s on one held down for 50 s (about a third of a run here).
-CHAOS = ("chaos.kill_every_s=5", "chaos.window_start_s=15", "chaos.window_s=50")
+# One actor SIGKILLed every 5 s, and from 15 s on all but `chaos.alive` held down for 50 s. The chaos runs on the
+# wall clock (as preemptions do), the learning on env steps: so these runs have no step budget of their own; the
+# test watches both and stops the run once the chaos has done all it must and the learning bar has been met.
+CHAOS_WINDOW_S = 50
+CHAOS = ("chaos.kill_every_s=5", "chaos.window_start_s=15", f"chaos.window_s={CHAOS_WINDOW_S}")
+UNBOUNDED = "steps=100000000"  # the test stops the run
+CHAOS_KILLS = 10
+
+
+def chaos_done(run: LocalRun) -> bool:
+    """At least CHAOS_KILLS actors killed and the held-down window over (its actors released)."""
+    events = read_chaos(run.run_dir)
+    return sum(e["action"] == "kill" for e in events) >= CHAOS_KILLS and any(e["action"] == "release" for e in events)
+
+
+def learned_within(run: LocalRun, bar: float, env_steps: int) -> bool:
+    """True once a metrics row at or below `env_steps` has a mean training return of at least `bar`; fails the
+    test as soon as the run is past `env_steps` without one (the learning bar is on the run's own clock)."""
+    rows = read_metrics(run.run_dir / "metrics.jsonl")
+    if any(r["env_steps"] <= env_steps and (r["train_return_mean"] or -inf) >= bar for r in rows):
+        return True
+    if rows and rows[-1]["env_steps"] > env_steps:
+        best = max((r["train_return_mean"] or -inf) for r in rows if r["env_steps"] <= env_steps)
+        raise AssertionError(f"training return {best:.1f} < {bar} within {env_steps:,} env steps")
+    return False
+
+
+def stop_when(run: LocalRun, done: Callable[[], bool], timeout_s: float) -> dict:
+    """Wait for `done` (the limit only catches a hang), then stop the run as Ctrl-C does; the summary."""
+    wait_until(lambda: done() or run.proc.poll() is not None, timeout_s, interval_s=0.5)
+    assert run.proc.poll() is None, "the run ended before it was stopped"
+    run.proc.send_signal(signal.SIGINT)
+    return run.wait(120)
 
 
 def assert_no_long_stall(rows: list[dict]) -> None:
-    """The learner never waited long for experience (`time_wait_s`: its time blocked on the replay since the
-    previous row), and rows kept coming (the gaps also hold updates slowed by 2 cores shared with 4 actors)."""
-    assert max(r["time_wait_s"] for r in rows) < 8.0, "a lost actor's share is not waited for"
+    """The learner never waited for the shares of the actors held down (`time_wait_s`: its time blocked on the
+    replay since the previous row), and rows kept coming. Had it waited for them, one wait would last about as
+    long as the window (50 s); half of it is far above what a busy 2-core box shows (6.4 s seen at load 12)."""
+    limit = CHAOS_WINDOW_S / 2
+    assert max(r["time_wait_s"] for r in rows) < limit, "a lost actor's share is not waited for"
     times = [r["time"] for r in rows]
-    assert max(b - a for a, b in zip(times, times[1:], strict=False)) < 15.0
+    assert max(b - a for a, b in zip(times, times[1:], strict=False)) < limit, "rows kept coming"
 
 
 @pytest.mark.slow
 def test_ppo_learns_through_actors_killed_every_few_seconds_and_one_kept_dead(runs):
-    """4 actors, one SIGKILLed every 5 s (restarted at once) and one held down from 15 s for 50 s (about a
-    third of the run): the batch fills from whoever is alive, the learning bar and step budget are the
-    two-actor test's, and the learner never stalls for long."""
-    run = runs(
-        "ppo-chaos",
-        "env=InvertedPendulum-v5",
-        "actors=4",
-        "steps=200000",
-        "seed=1",
-        *CHAOS,
-        "chaos.alive=3",
-    )
-    summary = run.wait(900)
-    assert summary["status"] == "completed" and summary["env_steps"] >= 200_000, summary
-    assert summary["eval_return_mean"] >= 900, summary
+    """4 actors, one SIGKILLed every 5 s (restarted at once) and one held down for 50 s: the batch fills from
+    whoever is alive, training returns reach the two-actor test's bar within its 200k steps, and the learner
+    never stalls for long."""
+    run = runs("ppo-chaos", "env=InvertedPendulum-v5", "actors=4", "seed=1", UNBOUNDED, *CHAOS, "chaos.alive=3")
+    summary = stop_when(run, lambda: learned_within(run, 900.0, 200_000) and chaos_done(run), 900)
     events = read_chaos(run.run_dir)
-    assert sum(e["action"] == "kill" for e in events) >= 10 and any(e["action"] == "hold" for e in events)
+    assert sum(e["action"] == "kill" for e in events) >= CHAOS_KILLS and any(e["action"] == "hold" for e in events)
     assert not any(summary["restarts"].values()), "chaos kills are no failures"
-    rows = read_metrics(run.run_dir / "metrics.jsonl")
-    assert_no_long_stall(rows)
+    assert_no_long_stall(read_metrics(run.run_dir / "metrics.jsonl"))
     run.assert_nothing_left()
 
 
 @pytest.mark.slow
 def test_ddpg_learns_through_actors_killed_every_few_seconds_and_one_kept_dead(runs):
-    run = runs(
-        "ddpg-chaos",
-        *DDPG_PENDULUM,
-        "actors=3",
-        *CHAOS,
-        "chaos.alive=2",
-    )
-    summary = run.wait(900)
-    assert summary["status"] == "completed" and 30_000 <= summary["env_steps"] < 31_000, summary
-    assert summary["eval_return_mean"] >= -250, summary
-    assert sum(e["action"] == "kill" for e in read_chaos(run.run_dir)) >= 10
+    """The off-policy fleet through the same chaos (3 actors, 2 kept alive in the window): training returns reach
+    the learner-kill test's bar within its 30k steps, the replay ratio holds, and the learner never stalls."""
+    run = runs("ddpg-chaos", *DDPG_PENDULUM, UNBOUNDED, "actors=3", *CHAOS, "chaos.alive=2")
+    summary = stop_when(run, lambda: learned_within(run, -250.0, 30_000) and chaos_done(run), 900)
+    events = read_chaos(run.run_dir)
+    assert sum(e["action"] == "kill" for e in events) >= CHAOS_KILLS
+    assert not any(summary["restarts"].values()), "chaos kills are no failures"
     rows = read_metrics(run.run_dir / "metrics.jsonl")
     assert_no_long_stall(rows)
     assert_replay_ratio_held(rows)
@@ -356,7 +378,9 @@ def env_steps_per_s(rows: list[dict]) -> float:
 @pytest.mark.slow
 def test_an_actor_index_added_mid_run_joins_raises_throughput_and_leaves_on_sigterm(runs):
     """One configured actor; a second (index 1, which the config never planned) is started by hand as
-    `kubectl scale` would start a new pod: it is heard, shares halve, env steps per second rise."""
+    `kubectl scale` would start a new pod: it is heard, shares halve, env steps per second rise; on SIGTERM it
+    leaves within the chart's grace period and the learner counts one actor again. Rows are sliced by when the
+    second actor started and got SIGTERM, and by what the learner counted, never by row numbers."""
     run = runs(
         "scale-up",
         "env=InvertedPendulum-v5",
@@ -368,23 +392,37 @@ def test_an_actor_index_added_mid_run_joins_raises_throughput_and_leaves_on_sigt
     wait_until(lambda: run.updates() >= 12, 180)
     actor0 = run.role("actor-0")
     env = {**actor0.environ(), "SURREAL_INDEX": "1", "SURREAL_METRICS_PORT": "0"}
-    joined_at = run.updates()
+    joined_at = time.time()
     extra = subprocess.Popen(
         actor0.cmdline(), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True
     )
+
+    def rows() -> list[dict]:
+        return read_metrics(run.run_dir / "metrics.jsonl")
+
+    def counted_two_for(updates: int) -> bool:
+        both = [r for r in rows() if r["time"] > joined_at and r["live_actors"] == 2]
+        return bool(both) and both[-1]["updates"] - both[0]["updates"] >= updates
+
     try:
-        wait_until(lambda: run.updates() >= joined_at + 30, 240)
+        wait_until(lambda: counted_two_for(20), 240)
     finally:
         preempted = time.monotonic()  # as a spot node's notice: SIGTERM, then the grace period
+        left_at = time.time()
         extra.send_signal(signal.SIGTERM)
         extra.wait(timeout=30)
         exit_s = time.monotonic() - preempted
+    try:
+        wait_until(lambda: rows()[-1]["time"] > left_at and rows()[-1]["live_actors"] == 1, 120)
+    finally:
         run.proc.send_signal(signal.SIGINT)
         run.wait(60)
-    assert extra.returncode == 0 and exit_s < 5.0, f"SIGTERM: out in {exit_s:.1f} s, well inside the chart's 15 s grace"
-    rows = read_metrics(run.run_dir / "metrics.jsonl")
-    before = rows[4:joined_at]
-    after = rows[joined_at + 8 :]
-    assert {r["live_actors"] for r in before} == {1} and {r["live_actors"] for r in after} == {2}
+    assert extra.returncode == 0 and exit_s < 15.0, f"SIGTERM: out in {exit_s:.1f} s, inside the chart's 15 s grace"
+    every = rows()
+    before = [r for r in every[4:] if r["time"] < joined_at]  # the first rows include the actor's warm-up
+    first_two = next(i for i, r in enumerate(every) if r["time"] > joined_at and r["live_actors"] == 2)
+    after = [r for r in every[first_two:] if r["time"] < left_at]
+    assert len(before) >= 5 and {r["live_actors"] for r in before} == {1}
+    assert len(after) >= 20 and {r["live_actors"] for r in after} == {2}, "heard from the moment it was counted"
     assert env_steps_per_s(after) > 1.2 * env_steps_per_s(before), (env_steps_per_s(before), env_steps_per_s(after))
     run.assert_nothing_left()

@@ -75,11 +75,13 @@ def test_crash_is_restarted_with_doubling_backoff_then_given_up_with_the_log_tai
     times = [float(t) for t in starts.read_text().split()]
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
     assert len(gaps) == 3
+    # Never sooner than the backoff; how much later depends on how fast Python starts here (the limit only
+    # catches a restart that never came). The doubling itself is what the supervisor reports, checked below.
     for gap, backoff in zip(gaps, (0.5, 1.0, 2.0), strict=True):
-        assert backoff - 0.05 <= gap <= backoff + 1.5, gaps
+        assert backoff - 0.05 <= gap <= backoff + 30, gaps
     err = capsys.readouterr().err
     assert err.count("actor-0 exited with code 3") == 4
-    assert "restart 1/3 in 0.5 s" in err and "restart 3/3 in 2 s" in err
+    assert "restart 1/3 in 0.5 s" in err and "restart 2/3 in 1 s" in err and "restart 3/3 in 2 s" in err
     assert "gave up after 3 restart(s)" in err
     last_report = err.split("gave up")[1]
     assert "actor-0 | ValueError: bad thing" in last_report and "line-29" in last_report
@@ -174,7 +176,7 @@ def test_child_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
         started = time.monotonic()
     finally:
         supervisor.stop()
-    assert 0.5 <= time.monotonic() - started < 3.0
+    assert 0.5 <= time.monotonic() - started < 30, "killed after the grace period (the stub sleeps 600 s)"
     assert gone(pid) and supervisor.alive_pids() == []
     assert any("replay-0 ignored SIGTERM" in r for r in reports)
 
