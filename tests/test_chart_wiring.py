@@ -19,7 +19,7 @@ from surreal.launch.local import free_ports
 from test_chart import NAMESPACE, RELEASE, VALUES_DIR, by_kind, render
 
 BIN = Path(sys.executable).parent  # `surreal` of this virtualenv: what the image's PATH gives
-PROBE_TIMEOUT_S = 120.0
+PROBE_TIMEOUT_S = 300.0  # catches a hang only: four roles start and learn on a 2-core box that may be busy
 
 
 def local_command(
