@@ -179,6 +179,29 @@ def test_child_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
     assert any("replay-0 ignored SIGTERM" in r for r in reports)
 
 
+def test_a_child_with_a_grace_of_its_own_gets_that_long_after_sigterm(tmp_path):
+    """A replay shard writes its final snapshot after SIGTERM: it gets its own grace, the others the default."""
+    slow = script(
+        tmp_path,
+        "slow",
+        f"""
+        import signal, sys, time
+        signal.signal(signal.SIGTERM, lambda *_: (time.sleep(1.0), sys.exit(0)))
+        open({str(tmp_path / "ready")!r}, "w").close()
+        time.sleep(600)
+    """,
+    )
+    reports: list[str] = []
+    supervisor = Supervisor(tmp_path / "logs", grace_s=0.2, report=reports.append)
+    try:
+        supervisor.start(spec("replay-0", slow, restart="always", grace_s=30.0))
+        poll_until(supervisor, (tmp_path / "ready").exists)
+    finally:
+        supervisor.stop()
+    assert reports == [], "it was given the time it needed and exited by itself"
+    assert local.plan_processes(local.load_config([]), tmp_path, {})[0].grace_s == local.REPLAY_GRACE_S
+
+
 def test_children_die_with_a_kill_9ed_launcher(tmp_path):
     child_pid = tmp_path / "child.pid"
     launcher = script(
