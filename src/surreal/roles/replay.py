@@ -100,6 +100,7 @@ class ReplayServer(Server):
         self.m_snapshot_s = m.gauge("replay_snapshot_seconds", "the last snapshot: seconds from capture to rename")
         self.m_snapshot_pause = m.gauge("replay_snapshot_pause_seconds", "the last snapshot: seconds the loop paused")
         self.m_snapshot_bytes = m.gauge("replay_snapshot_bytes", "the last snapshot's size on disk")
+        self.m_snapshot_held = m.gauge("replay_snapshot_transitions", "transitions in the last snapshot")
 
     # -- the loop -------------------------------------------------------------------------------------
 
@@ -137,6 +138,7 @@ class ReplayServer(Server):
         self.m_snapshot_s.set(written.total_s)
         self.m_snapshot_pause.set(written.pause_s)
         self.m_snapshot_bytes.set(written.nbytes)
+        self.m_snapshot_held.set(written.transitions)
         log.info(
             "%ssnapshot %s: %d transitions, %.1f MB in %.2f s (loop paused %.1f ms)",
             *(which, written.path.name, written.transitions, written.nbytes / 1e6, written.total_s),
