@@ -16,6 +16,13 @@ from surreal.settings import ReplayEndpoint, Settings
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Tests start processes in temporary folders: a relative PYTHONPATH (`PYTHONPATH=src pytest`, to test a second
+# checkout with one virtualenv) would point nowhere there, and they would import the installed checkout instead.
+if os.environ.get("PYTHONPATH"):
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        str(Path(entry).resolve()) for entry in os.environ["PYTHONPATH"].split(os.pathsep) if entry
+    )
+
 
 def free_port() -> int:
     return free_ports(1)[0]
