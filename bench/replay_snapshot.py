@@ -8,8 +8,8 @@ rewards, next_obs, discounts; 168 bytes plus its 8-byte id), full, for each of u
 (a) ingest: chunks of 1,000 transitions offered at `--rate` (20,000/s, over 100x a 2-core DDPG run's env
     steps) by a loop that also ticks the periodic snapshot, as the role's loop does -> how late the latest
     chunk went in with no snapshot and while one is in flight (and how many went in meanwhile), the loop's
-    pause in `finish` (proportional to what arrived during the bulk copy), and the snapshot's seconds from
-    capture to rename (the bulk copy, checksum, write and fsync on the snapshot thread)
+    pause to capture (ids, priorities, the guard band), and the snapshot's seconds from capture to rename
+    (checksum, write and fsync on the snapshot thread, reading the live ring)
 (b) final: the synchronous snapshot a SIGTERM writes (what the grace period must hold) -> final_write_s
 (c) load: restore into a fresh shard, the file dropped from the page cache first (POSIX_FADV_DONTNEED on
     that file only) -> load_s; bytes on disk.
@@ -143,6 +143,7 @@ def main() -> None:
         "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus",
         "obs": OBS,
         "act": ACT,
+        "load_avg_1m_before": os.getloadavg()[0],  # the box is shared: a busy one makes every figure slower
     }
     with tempfile.TemporaryDirectory(dir=args.dir) as folder:
         for mode in ("uniform", "prioritized"):
@@ -157,6 +158,7 @@ def main() -> None:
                 f"{row['ingest_during_snapshot_latest_chunk_s'] * 1e3:.1f} ms",
                 flush=True,
             )
+    result["load_avg_1m_after"] = os.getloadavg()[0]
     line = json.dumps(result)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,7 @@
 """Replay snapshots: the file format round-trips every buffer kind exactly (data, ids, cursor, books, sum-tree
-priorities, FIFO chunks), a capture taken while ingest goes on is the state at `finish`, a damaged, truncated
-or foreign file is set aside with one log line, writes are atomic, and the schedule writes only what changed."""
+priorities, FIFO chunks), a capture written while ingest goes on is the state at capture (or, past its guard
+band, no file at all), a damaged, truncated or foreign file is set aside with one log line, writes are atomic,
+and the schedule writes only what changed."""
 
 from __future__ import annotations
 
@@ -8,15 +9,16 @@ import hashlib
 import json
 import logging
 import struct
+import threading
 
 import numpy as np
 import pytest
 
 from conftest import wait_until
-from surreal.replay import make_replay, snapfile
+from surreal.replay import make_replay
 from surreal.replay.buffers import FifoReplay, TransitionReplay
-from surreal.replay.snapfile import MAGIC, ShardState, SnapshotError, read_snapshot, write_snapshot
-from surreal.replay.snapshot import Snapshots, SnapshotStore, TransitionCapture, capture, change_token, restore
+from surreal.replay.snapfile import MAGIC, SnapshotError, read_snapshot, write_snapshot
+from surreal.replay.snapshot import Capture, Overrun, Snapshots, SnapshotStore, capture, change_token, restore
 
 log = logging.getLogger("test.snapshots")
 IDENTITY = {"algo": "ddpg", "env": "Pendulum-v1", "mode": "uniform", "capacity": 100, "shard": 0}
@@ -38,11 +40,15 @@ def filled(mode: str, capacity: int = 100, chunks: int = 30) -> TransitionReplay
     return replay
 
 
-def snapshot_of(replay) -> ShardState:
-    taken = capture(replay)
+def snapshot_of(replay, guard: int = 16) -> Capture:
+    taken = capture(replay, guard)
     assert taken is not None
-    taken.copy()
-    return taken.finish()
+    return taken
+
+
+def write(path, replay) -> int:
+    taken = snapshot_of(replay)
+    return write_snapshot(path, IDENTITY, taken.books, taken.arrays, taken.verify)
 
 
 def assert_same_transitions(a: TransitionReplay, b: TransitionReplay) -> None:
@@ -66,7 +72,7 @@ def test_transition_replays_round_trip_exactly_and_keep_going(tmp_path, mode, ch
         slots = np.arange(0, replay.storage.size, 3)
         replay.update_priorities(slots, replay.storage.ids[slots], np.linspace(0.1, 50.0, len(slots)))
     path = tmp_path / "replay-0000000001.snap"
-    nbytes = write_snapshot(path, IDENTITY, snapshot_of(replay))
+    nbytes = write(path, replay)
     assert nbytes == path.stat().st_size
     fresh = make_replay(mode, 100)
     assert restore(fresh, read_snapshot(path, IDENTITY)) == replay.storage.size
@@ -92,7 +98,7 @@ def test_a_fifo_round_trips_its_chunks_in_order_with_their_metadata_and_books(tm
     assert isinstance(replay, FifoReplay)
     replay.sample(16)  # two chunks served
     path = tmp_path / "replay-0000000001.snap"
-    write_snapshot(path, IDENTITY, snapshot_of(replay))
+    write(path, replay)
     fresh = make_replay("fifo", 100)
     assert restore(fresh, read_snapshot(path, IDENTITY)) == replay.fifo.size
     assert fresh.stats() == replay.stats()
@@ -104,19 +110,37 @@ def test_a_fifo_round_trips_its_chunks_in_order_with_their_metadata_and_books(tm
 
 
 @pytest.mark.parametrize("mode", ["uniform", "prioritized"])
-@pytest.mark.parametrize("during", [0, 3, 12, 20, 40])  # none, some, past the wrap, all of the ring, more
-def test_a_capture_is_the_state_at_finish_whatever_ingest_wrote_during_the_bulk_copy(mode, during):
-    replay = filled(mode, capacity=100, chunks=8)  # 64 of 100: grows, then wraps during the copy
+# part-filled (free slots first, then the wrap), full, and full with the guard band wrapping past the ring's end
+@pytest.mark.parametrize("chunks", [8, 30, 23])
+@pytest.mark.parametrize("during", [0, 2, 3, 7, 40])  # chunks of 8 written while the thread reads the ring
+def test_a_capture_written_while_ingest_goes_on_is_the_state_at_capture_or_nothing(tmp_path, mode, chunks, during):
+    replay = filled(mode, capacity=100, chunks=chunks)
     assert isinstance(replay, TransitionReplay)
-    taken = TransitionCapture(replay)
-    taken.copy()  # the snapshot thread's part; the adds below happen after it, as ingest racing it would
-    for i in range(during):
+    before = make_replay(mode, 100)
+    restore(before, read_snapshot_of(tmp_path / "before.snap", replay))  # a reference copy, written with no ingest
+    taken = capture(replay, guard=20)
+    assert taken is not None
+    for i in range(during):  # what the actors write while the thread is reading: after capture, before verify
         replay.add_chunk(chunk(100 + i), {}, 8)
-    state = taken.finish()
+    path = tmp_path / "replay-0000000001.snap"
+    budget = 100 - before.storage.size + 20  # free slots, then the guard band
+    if during * 8 > budget:
+        with pytest.raises(Overrun):
+            write_snapshot(path, IDENTITY, taken.books, taken.arrays, taken.verify)
+        assert not path.exists(), "an overrun file is never published"
+        return
+    write_snapshot(path, IDENTITY, taken.books, taken.arrays, taken.verify)
     fresh = make_replay(mode, 100)
-    restore(fresh, state)
-    assert isinstance(fresh, TransitionReplay)
-    assert_same_transitions(replay, fresh)
+    restore(fresh, read_snapshot(path, IDENTITY))
+    assert isinstance(before, TransitionReplay) and isinstance(fresh, TransitionReplay)
+    assert_same_transitions(before, fresh)
+    if mode == "prioritized":
+        np.testing.assert_array_equal(before.sampler.tree._sums, fresh.sampler.tree._sums)
+
+
+def read_snapshot_of(path, replay):
+    write(path, replay)
+    return read_snapshot(path, IDENTITY)
 
 
 def test_an_empty_replay_captures_nothing():
@@ -192,15 +216,16 @@ def test_another_format_or_version_is_foreign_and_dtypes_are_only_numbers(tmp_pa
     with pytest.raises(SnapshotError, match="foreign: format"):
         read_snapshot(path, IDENTITY)
     with pytest.raises(ValueError, match="cannot be snapshotted"):
-        write_snapshot(path, IDENTITY, ShardState({}, {"x": np.array([object()])}))
+        write_snapshot(path, IDENTITY, {}, {"x": [np.array([object()])]})
 
 
 def test_books_that_do_not_fit_the_arrays_are_corrupt_and_the_replay_is_left_untouched(tmp_path, caplog):
     store, replay = saved(tmp_path)
-    state = snapshot_of(replay)
-    state.books["cursor"] = 7  # a full ring's cursor is where its newest ends: this one is not
-    state.arrays["ids"] = state.arrays["ids"][:-1]
-    store.save(state)
+    taken = snapshot_of(replay)
+    taken.books["cursor"] = 7  # a ring holding 99 of 100 has its cursor at 99
+    taken.arrays["ids"] = [taken.arrays["ids"][0][:-1]]
+    store.save(taken)
+    state = read_snapshot(store.paths()[-1], IDENTITY)
     fresh = make_replay("uniform", 100)
     assert isinstance(fresh, TransitionReplay)
     with pytest.raises(ValueError):
@@ -214,26 +239,18 @@ def test_books_that_do_not_fit_the_arrays_are_corrupt_and_the_replay_is_left_unt
 # -- the folder and the schedule --------------------------------------------------------------------------
 
 
-def test_the_store_keeps_the_newest_two_and_a_write_cut_short_leaves_them(tmp_path, monkeypatch):
+def test_the_store_keeps_the_newest_two_and_a_write_cut_short_leaves_them(tmp_path):
     store, replay = saved(tmp_path)
     for _ in range(3):
         store.save(snapshot_of(replay))
     assert [p.name for p in store.paths()] == ["replay-0000000003.snap", "replay-0000000004.snap"]
-    real = snapfile._raw
-    calls = iter(range(100))
-
-    def dies_midway(array):
-        if next(calls) == 2:
-            raise OSError("killed mid-write")
-        return real(array)
-
-    monkeypatch.setattr(snapfile, "_raw", dies_midway)  # the third array never reaches the disk
+    taken = snapshot_of(replay)
+    taken.verify = lambda: (_ for _ in ()).throw(OSError("disk full"))  # fails after the body is written
     with pytest.raises(OSError):
-        store.save(snapshot_of(replay))
-    monkeypatch.setattr(snapfile, "_raw", real)
-    assert [p.name for p in store.paths()] == ["replay-0000000003.snap", "replay-0000000004.snap"]
-    assert (tmp_path / ".replay-0000000005.snap.tmp").exists()
-    reopened = SnapshotStore(tmp_path, IDENTITY)  # a restarted shard clears what a crash left half-written
+        store.save(taken)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["replay-0000000003.snap", "replay-0000000004.snap"]
+    (tmp_path / ".replay-0000000005.snap.tmp").write_bytes(b"half a snapshot")  # a shard killed mid-write
+    reopened = SnapshotStore(tmp_path, IDENTITY)  # a restarted shard clears it
     assert not (tmp_path / ".replay-0000000005.snap.tmp").exists()
     fresh = make_replay("uniform", 100)
     assert reopened.restore(lambda state: restore(fresh, state), log) == tmp_path / "replay-0000000004.snap"
@@ -272,3 +289,39 @@ def test_a_failing_disk_is_logged_and_the_shard_goes_on(tmp_path, caplog):
     (tmp_path / "gone").rename(tmp_path / "shard")
     assert snapshots.final() is not None, "the next snapshot tries again"
     snapshots.close()
+
+
+def test_a_snapshot_ingest_outran_is_abandoned_and_retried_with_a_larger_guard(tmp_path, caplog):
+    replay = filled("uniform", chunks=30)
+    store = SnapshotStore(tmp_path, IDENTITY)
+    snapshots = Snapshots(store, replay, interval_s=0.01, log=log)
+    snapshots.guard = 8
+    reading, written = threading.Event(), threading.Event()
+    real_save = store.save
+
+    def slow_save(taken):  # the thread reads the ring while the test plays the actors
+        reading.set()
+        written.wait(30)
+        return real_save(taken)
+
+    store.save = slow_save  # type: ignore[method-assign]
+    try:
+        replay.add_chunk(chunk(50), {}, 8)
+        assert snapshots.tick(float("inf")) is None and reading.wait(30)
+        for i in range(3):  # 24 transitions over a guard band of 8
+            replay.add_chunk(chunk(60 + i), {}, 8)
+        written.set()
+        with caplog.at_level(logging.INFO):
+            assert wait_until(lambda: snapshots.writing is not None and snapshots.writing.done(), 30)
+            assert snapshots.tick(float("inf")) is None
+        assert "abandoned" in caplog.records[-1].getMessage() and snapshots.guard == 16
+        assert store.paths() == [] and list(tmp_path.iterdir()) == []
+        store.save = real_save  # type: ignore[method-assign]
+        done = wait_until(lambda: snapshots.tick(float("inf")), 30)
+        fresh = make_replay("uniform", 100)
+        assert store.restore(lambda state: restore(fresh, state), log) == done.path
+        assert isinstance(fresh, TransitionReplay)
+        assert_same_transitions(replay, fresh)
+    finally:
+        written.set()
+        snapshots.close()

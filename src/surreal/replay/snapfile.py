@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import struct
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,28 +54,46 @@ class ShardState:
     arrays: dict[str, np.ndarray]
 
 
+Pieces = Sequence[np.ndarray]  # one array as consecutive pieces along its first axis (written without joining them)
+
+
 def _raw(array: np.ndarray) -> memoryview:
     """The array's bytes, without a copy for the contiguous arrays a shard holds."""
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
 
 
-def write_snapshot(path: Path, identity: dict[str, Any], state: ShardState) -> int:
-    """Write `state` under `identity` to `path` atomically and durably; returns the file's size in bytes."""
+def write_snapshot(
+    path: Path,
+    identity: dict[str, Any],
+    books: dict[str, Any],
+    arrays: Mapping[str, Pieces],
+    verify: Callable[[], None] | None = None,
+) -> int:
+    """Write `books` and `arrays` under `identity` to `path` atomically and durably; returns the file's size.
+    `verify` runs after the body is written and before the file is renamed into place: if it raises, the file
+    is not published (the pieces may have been read from memory that changed meanwhile)."""
     specs = []
-    for name, array in state.arrays.items():
-        if array.dtype.kind not in DTYPE_KINDS:
-            raise ValueError(f"{name}: dtype {array.dtype} cannot be snapshotted")
-        specs.append({"name": name, "dtype": array.dtype.str, "shape": list(array.shape)})
-    header = {"format": FORMAT, "version": VERSION, "identity": identity, "books": state.books, "arrays": specs}
+    for name, pieces in arrays.items():
+        first = pieces[0]
+        if first.dtype.kind not in DTYPE_KINDS:
+            raise ValueError(f"{name}: dtype {first.dtype} cannot be snapshotted")
+        if any(p.dtype != first.dtype or p.shape[1:] != first.shape[1:] for p in pieces):
+            raise ValueError(f"{name}: pieces differ in dtype or trailing shape")
+        shape = [sum(len(p) for p in pieces), *first.shape[1:]]
+        specs.append({"name": name, "dtype": first.dtype.str, "shape": shape})
+    header = {"format": FORMAT, "version": VERSION, "identity": identity, "books": books, "arrays": specs}
     header_bytes = json.dumps(header, separators=(",", ":")).encode()
     digest = hashlib.sha256()
+    out: list[bytes | memoryview] = [MAGIC, _LENGTH.pack(len(header_bytes)), header_bytes]
+    out += [_raw(piece) for pieces in arrays.values() for piece in pieces]
     size = 0
-    pieces: list[bytes | memoryview] = [MAGIC, _LENGTH.pack(len(header_bytes)), header_bytes]
     with atomic_writer(path, durable=True) as f:
-        for piece in [*pieces, *map(_raw, state.arrays.values())]:
+        for piece in out:
             digest.update(piece)  # hashlib and write release the GIL for large buffers: the loop keeps running
             f.write(piece)
             size += len(piece)
+        if verify is not None:
+            verify()
         f.write(digest.digest())
     return size + DIGEST_BYTES
 
