@@ -38,8 +38,8 @@ MAX_RESTARTS = 5  # per process
 POLL_S = 0.2
 EXIT_CODES = {"completed": 0, "failed": 1, "interrupted": 130}
 # SIGTERM to SIGKILL for a replay shard, which writes its final snapshot first: a full 1 M-transition
-# HalfCheetah shard takes 1.2 s on a 2-core box (bench/results/replay_snapshot.2core.json), twice that when a
-# periodic one is in flight; the rest is margin for bigger shards and slower disks. It exits as soon as done.
+# HalfCheetah shard takes 0.85 s on a busy 2-core box (bench/results/replay_snapshot.2core.json), after up to
+# 0.65 s for a periodic one in flight; the rest is margin for bigger shards and slower disks. It exits when done.
 REPLAY_GRACE_S = 60.0
 
 
