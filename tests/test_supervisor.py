@@ -243,6 +243,9 @@ FAKE_ROLE = """
     run = Path(os.environ["SURREAL_RUN_DIR"])
     name = role if role == "learner" else f"{role}-{os.environ['SURREAL_INDEX']}"
     env = {k: v for k, v in os.environ.items() if k.startswith("SURREAL_")}
+    if role == "replay":  # a snapshot, as a real shard keeps one (before the learner can see this role started)
+        (run / "replay" / f"shard-{os.environ['SURREAL_INDEX']}").mkdir(parents=True, exist_ok=True)
+        (run / "replay" / f"shard-{os.environ['SURREAL_INDEX']}" / "replay-0000000001.snap").write_bytes(b"")
     (run / f"fake-{name}.json").write_text(json.dumps({"pid": os.getpid(), "argv": sys.argv[1:], "env": env}))
     if role == "learner" and mode == "complete":
         deadline = time.monotonic() + 10
@@ -286,6 +289,7 @@ def test_run_experiment_starts_every_role_with_the_pod_contract_and_completes(fa
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["env_steps"] == 1536 and summary["updates"] == 3
     assert summary["eval_return_mean"] == 42.0 and summary["train_return_mean"] == 30.0
+    assert not (run_dir / "replay").exists(), "a completed run's replay snapshots are removed"
     assert summary["restarts"] == dict.fromkeys(
         ["replay-0", "replay-1", "ps-0", "ps-1", "learner", "actor-0", "actor-1", "actor-2"], 0
     )

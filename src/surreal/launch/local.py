@@ -4,8 +4,8 @@ Every role is started exactly as a pod starts it (`python -m surreal role <name>
 variables), on loopback ports the OS hands out. Actors that crash are restarted with backoff; a crashed
 learner is restarted with `--resume` from its last checkpoint; replay and ps are restarted on the same
 ports (actors and the learner reconnect by themselves), a replay shard with what its last snapshot in
-`<run dir>/replay/` held. `chaos.*` kills actors on a schedule (launch/chaos.py)
-to rehearse preemption. The run ends when the learner exits after
+`<run dir>/replay/` held (removed once the run completes: a run folder is never resumed). `chaos.*` kills
+actors on a schedule (launch/chaos.py) to rehearse preemption. The run ends when the learner exits after
 training, on Ctrl-C / SIGTERM, or when a role exhausts its restarts.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -175,6 +176,8 @@ def run_experiment(overrides: list[str], live: bool = True) -> int:
     with lock, tempfile.TemporaryDirectory(prefix="surreal-") as sockets, StopFlag() as stop:
         specs = plan_processes(cfg, run_dir, os.environ, Path(sockets))
         outcome = supervise(cfg, run_dir, specs, stop, live)
+        if outcome.status == "completed":  # replay snapshots only serve a shard restarted within this run
+            shutil.rmtree(run_dir / "replay", ignore_errors=True)
         summary = write_summary(run_dir, cfg, outcome.wall_s, outcome.status, outcome.restarts, outcome.reason)
         print_result(summary)
     return EXIT_CODES[outcome.status]
