@@ -83,9 +83,9 @@ def _capture_transitions(replay: TransitionReplay, guard: int) -> Capture:
     arrays: dict[str, list[np.ndarray]] = {}
     for key, live in storage.data.items():
         copy = np.take(live, band, axis=0)
-        if first + guarded <= size:  # the band inside [0, size), or a full ring's band wrapping past its end:
+        if first + guarded <= size:  # the band lies inside [0, size)
             pieces = [live[:first], copy, live[first + guarded : size]]
-        else:
+        else:  # a full ring's band wraps past its end: `head` of its rows at the end, the rest at the start
             head = size - first
             pieces = [copy[head:], live[guarded - head : first], copy[:head]]
         arrays[f"data/{key}"] = pieces
