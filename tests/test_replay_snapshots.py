@@ -219,6 +219,23 @@ def test_another_format_or_version_is_foreign_and_dtypes_are_only_numbers(tmp_pa
         write_snapshot(path, IDENTITY, {}, {"x": [np.array([object()])]})
 
 
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"name": "x", "dtype": "<f4", "shape": [2**62, 2**62]},  # sizes that would overflow int64 or memory
+        {"name": "x", "dtype": "|O", "shape": [1]},  # an object array
+        {"name": "x", "dtype": [["a", "<f4"]], "shape": [1]},  # a structured one
+    ],
+)
+def test_a_forged_header_is_corrupt_before_anything_is_allocated(tmp_path, spec):
+    header = json.dumps({"format": "surreal-replay-snapshot", "version": 1, "identity": IDENTITY, "arrays": [spec]})
+    body = MAGIC + struct.pack("<Q", len(header)) + header.encode() + bytes(8)
+    path = tmp_path / "replay-0000000001.snap"
+    path.write_bytes(body + hashlib.sha256(body).digest())
+    with pytest.raises(SnapshotError, match="corrupt"):
+        read_snapshot(path, IDENTITY)
+
+
 def test_books_that_do_not_fit_the_arrays_are_corrupt_and_the_replay_is_left_untouched(tmp_path, caplog):
     store, replay = saved(tmp_path)
     taken = snapshot_of(replay)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import struct
 from collections.abc import Callable, Mapping, Sequence
@@ -124,7 +125,7 @@ def read_snapshot(path: Path, identity: dict[str, Any]) -> ShardState:
             raise SnapshotError("corrupt", f"header: {exc}") from None
         if any(dtype.kind not in DTYPE_KINDS for _, dtype, _ in specs):
             raise SnapshotError("corrupt", "an array's dtype is not plain numbers")
-        body = sum(dtype.itemsize * int(np.prod(shape)) for _, dtype, shape in specs)
+        body = sum(dtype.itemsize * math.prod(shape) for _, dtype, shape in specs)  # Python ints: no overflow
         if len(MAGIC) + _LENGTH.size + header_len + body + DIGEST_BYTES != file_size:
             raise SnapshotError("corrupt", f"{file_size} bytes, the header accounts for another size")
         arrays = {}
