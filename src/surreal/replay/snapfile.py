@@ -8,8 +8,9 @@
 
 The header names the arrays (`name`, `dtype` as numpy's `dtype.str`, `shape`); only plain numeric and
 boolean dtypes are accepted, so reading a file can create nothing but numbers. The trailing checksum covers
-the header too, so a file cut short by a crash or damaged on disk is recognised as corrupt, and its header is
-trusted only once the checksum matched. A file is written through `fileio.atomic_writer` (temporary name,
+the header too, so a file cut short by a crash or damaged on disk is recognised as corrupt; its identity and books
+are trusted only once the checksum matched, and its array specs must add up to the file's size before anything
+is allocated. A file is written through `fileio.atomic_writer` (temporary name,
 fsync, rename): a reader sees a whole snapshot or none. Torch-free, like the rest of `replay/`.
 """
 
