@@ -104,6 +104,16 @@ bench-es-scaling: $(STAMP)
 bench-chaos: $(STAMP)
 	$(PY) -m bench.chaos
 
+.PHONY: bench-replay-snapshot bench-replay-restart
+
+## Replay snapshots of a full 1M-transition HalfCheetah shard: bytes, write and load seconds, ingest meanwhile (~1 min).
+bench-replay-snapshot: $(STAMP)
+	$(PY) -m bench.replay_snapshot
+
+## DDPG on Pendulum with its replay shard SIGKILLed mid-run: what it restores, when the learner updates again (~3 min).
+bench-replay-restart: $(STAMP)
+	$(PY) -m bench.replay_restart
+
 clean:
 	rm -rf $(VENV) $(TOOLS) runs .pytest_cache .ruff_cache
 

@@ -513,6 +513,28 @@ def test_the_learner_keeps_its_run_folder_on_a_volume_and_resumes() -> None:
     assert claim["spec"]["resources"]["requests"]["storage"] == "20Gi"
 
 
+def test_replay_shards_keep_snapshots_on_a_volume_and_get_the_time_to_write_a_last_one() -> None:
+    replay = find(render(), "StatefulSet", "replay")
+    spec = replay["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    (claim,) = replay["spec"]["volumeClaimTemplates"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert env_of(container)["SURREAL_RUN_DIR"].startswith(mounts[claim["metadata"]["name"]] + "/")
+    assert claim["spec"]["resources"]["requests"]["storage"] == "16Gi" and "storageClassName" not in claim["spec"]
+    # SIGTERM may find a periodic snapshot in flight: it finishes that one, then writes the last one.
+    bench = json.loads((REPO / "bench" / "results" / "replay_snapshot.2core.json").read_text())
+    rows = [bench[kind] for kind in ("uniform", "prioritized")]
+    worst_s = max(row["periodic_snapshot_s"] + row["final_write_s"] for row in rows)
+    assert spec["terminationGracePeriodSeconds"] >= 10 * worst_s, "a margin for slower disks and bigger shards"
+
+    named = find(render(sets=("replay.persistence.storageClassName=fast",)), "StatefulSet", "replay")
+    assert named["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"] == "fast"
+    ephemeral = find(render(sets=("replay.persistence.enabled=false",)), "StatefulSet", "replay")
+    assert "volumeClaimTemplates" not in ephemeral["spec"]
+    volumes = {v["name"]: v for v in ephemeral["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["snapshots"] == {"name": "snapshots", "emptyDir": {"sizeLimit": "16Gi"}}
+
+
 def test_finished_learner_and_actors_hold_instead_of_exiting_into_a_restart_loop() -> None:
     """StatefulSets restart every container that exits; the roles that finish must idle until the release goes."""
     docs = render()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -274,6 +275,28 @@ def test_ddpg_learns_pendulum_within_30k_steps_through_a_learner_kill(runs):
     assert summary["eval_return_mean"] >= -250, summary
     assert_replay_ratio_held(read_metrics(run.run_dir / "metrics.jsonl"))
     assert "resumed at update" in (run.run_dir / "logs" / "learner.log").read_text()
+    run.assert_nothing_left()
+
+
+@pytest.mark.slow
+def test_ddpg_goes_on_after_its_replay_shard_is_killed_with_what_its_last_snapshot_held(runs):
+    """A replay shard SIGKILLed mid-run comes back with every transition of its last snapshot, the learner
+    updates again, and the replay ratio still holds: the restored shard's env-step count starts afresh, so
+    the learner counts nothing twice."""
+    run = runs("ddpg-replay-kill", *DDPG_PENDULUM, "steps=30000", "actors=2", "replay.snapshot_interval_s=2")
+    wait_until(lambda: run.updates() >= 5000, 300)
+    log = run.run_dir / "logs" / "replay-0.log"
+    snapshots = wait_until(lambda: re.findall(r"snapshot \S+: (\d+) transitions", log.read_text()), 60)
+    run.role("replay-0").send_signal(signal.SIGKILL)
+    restored = wait_until(lambda: re.findall(r"restored (\d+) transitions", log.read_text()), 120)
+    assert int(restored[0]) >= int(snapshots[-1]), "everything its last snapshot held (a later one may hold more)"
+    updates_then = run.updates()
+    wait_until(lambda: run.updates() > updates_then, 120)
+    summary = run.wait(600)
+    assert summary["status"] == "completed" and 30_000 <= summary["env_steps"] < 31_000, summary
+    assert summary["restarts"]["replay-0"] >= 1 and summary["eval_return_mean"] >= -250, summary
+    assert_replay_ratio_held(read_metrics(run.run_dir / "metrics.jsonl"))
+    assert not (run.run_dir / "replay").exists(), "a completed run's snapshots are removed"
     run.assert_nothing_left()
 
 

@@ -235,3 +235,73 @@ def test_actor_side_survives_a_replay_restart(roles, ctx):
     assert 3 in versions, "sampler re-issued its requests to the restarted replay"
     sender.close()
     sampler.close()
+
+
+# -- replay snapshots: a restarted shard comes back with what it held ------------------------------------
+
+
+def snapshot_settings(tmp_path, interval_s: float):
+    """A DDPG shard's settings with snapshots every `interval_s` in a run folder of the test's own."""
+    overrides = ["algo=ddpg", f"replay.snapshot_interval_s={interval_s}"]
+    config = save_config(load_config(overrides), tmp_path / "ddpg.yaml")
+    return loopback_settings(config_path=config, run_dir=tmp_path / "run")
+
+
+def fill_shard(ctx, settings, chunks: int) -> None:
+    """Push `chunks` chunks of 16 transitions (obs tagged with the chunk's number) and wait until all are held."""
+    sender = ExperienceSender(ctx, [settings.replay[0].experience])
+    for i in range(chunks):
+        assert sender.send(chunk(float(i)), {"version": 0, "env_steps": 16}, timeout_s=20)
+    sender.close()
+    held = lambda: metric_value(metrics_text(settings.metrics_port), "surreal_replay_size")  # noqa: E731
+    wait_until(lambda: held() == 16 * chunks, 60, interval_s=0.2)
+
+
+def restarted_shard_holds(roles, ctx, settings, mode: str) -> tuple[int, set[float]]:
+    """Start the shard again and take one sample reply: (transitions it holds, chunk tags it drew)."""
+    roles.start("replay", settings, "--mode", mode, "--capacity", "1000")
+    sampler = SampleClient(ctx, [settings.replay[0].sample], LIMITS, prefetch=1)
+    got = wait_until(lambda: sampler.next_batch(256, 1.0), 60)
+    sampler.close()
+    return got[1].meta["size"], set(np.unique(got[1].arrays["obs"]).tolist())
+
+
+def test_a_replay_shard_given_sigterm_writes_everything_and_restarts_with_it(roles, ctx, tmp_path):
+    settings = snapshot_settings(tmp_path, 3600.0)  # no periodic snapshot: all of it must come from SIGTERM's
+    replay = roles.start("replay", settings, "--mode", "prioritized", "--capacity", "1000")
+    fill_shard(ctx, settings, 20)
+    replay.send_signal(signal.SIGTERM)
+    assert replay.wait(timeout=60) == 0
+    held, tags = restarted_shard_holds(roles, ctx, settings, "prioritized")
+    assert held == 320 and tags <= set(map(float, range(20))) and len(tags) > 10, "no transition lost"
+    assert "restored 320 transitions" in (tmp_path / "replay-0-1.log").read_text()
+
+
+def test_a_killed_replay_shard_comes_back_with_its_last_periodic_snapshot(roles, ctx, tmp_path):
+    settings = snapshot_settings(tmp_path, 0.2)
+    replay = roles.start("replay", settings, "--mode", "uniform", "--capacity", "1000")
+    fill_shard(ctx, settings, 20)
+    in_snapshot = lambda: metric_value(metrics_text(settings.metrics_port), "surreal_replay_snapshot_transitions")  # noqa: E731
+    wait_until(lambda: in_snapshot() == 320, 60, interval_s=0.1)
+    replay.send_signal(signal.SIGKILL)
+    replay.wait(timeout=10)
+    held, _ = restarted_shard_holds(roles, ctx, settings, "uniform")
+    assert held == 320
+
+
+def test_a_fifo_shard_keeps_its_chunks_across_sigterm_and_serves_them_once(roles, ctx, tmp_path):
+    settings = loopback_settings(run_dir=tmp_path / "run")  # PPO's defaults: a FIFO, snapshots on SIGTERM
+    replay = roles.start("replay", settings, "--mode", "fifo")
+    fill_shard(ctx, settings, 3)
+    replay.send_signal(signal.SIGTERM)
+    assert replay.wait(timeout=60) == 0
+    restarted = roles.start("replay", settings, "--mode", "fifo")
+    sampler = SampleClient(ctx, [settings.replay[0].sample], LIMITS, prefetch=1)
+    got = wait_until(lambda: sampler.next_batch(1000, 1.0), 60)
+    sampler.close()
+    assert [got[1].arrays[str(i)]["obs"][0, 0, 0] for i in range(3)] == [0.0, 1.0, 2.0], "in order, all of them"
+    restarted.send_signal(signal.SIGKILL)  # served since it restored: a restart must not serve them again
+    restarted.wait(timeout=10)
+    roles.start("replay", settings, "--mode", "fifo")
+    wait_until(lambda: "no replay snapshot to restore" in (tmp_path / "replay-0-2.log").read_text(), 60)
+    assert metric_value(metrics_text(settings.metrics_port), "surreal_replay_size") == 0

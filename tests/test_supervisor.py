@@ -181,6 +181,29 @@ def test_child_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
     assert any("replay-0 ignored SIGTERM" in r for r in reports)
 
 
+def test_a_child_with_a_grace_of_its_own_gets_that_long_after_sigterm(tmp_path):
+    """A replay shard writes its final snapshot after SIGTERM: it gets its own grace, the others the default."""
+    slow = script(
+        tmp_path,
+        "slow",
+        f"""
+        import signal, sys, time
+        signal.signal(signal.SIGTERM, lambda *_: (time.sleep(1.0), sys.exit(0)))
+        open({str(tmp_path / "ready")!r}, "w").close()
+        time.sleep(600)
+    """,
+    )
+    reports: list[str] = []
+    supervisor = Supervisor(tmp_path / "logs", grace_s=0.2, report=reports.append)
+    try:
+        supervisor.start(spec("replay-0", slow, restart="always", grace_s=30.0))
+        poll_until(supervisor, (tmp_path / "ready").exists)
+    finally:
+        supervisor.stop()
+    assert reports == [], "it was given the time it needed and exited by itself"
+    assert local.plan_processes(local.load_config([]), tmp_path, {})[0].grace_s == local.REPLAY_GRACE_S
+
+
 def test_children_die_with_a_kill_9ed_launcher(tmp_path):
     child_pid = tmp_path / "child.pid"
     launcher = script(
@@ -222,6 +245,9 @@ FAKE_ROLE = """
     run = Path(os.environ["SURREAL_RUN_DIR"])
     name = role if role == "learner" else f"{role}-{os.environ['SURREAL_INDEX']}"
     env = {k: v for k, v in os.environ.items() if k.startswith("SURREAL_")}
+    if role == "replay":  # a snapshot, as a real shard keeps one (before the learner can see this role started)
+        (run / "replay" / f"shard-{os.environ['SURREAL_INDEX']}").mkdir(parents=True, exist_ok=True)
+        (run / "replay" / f"shard-{os.environ['SURREAL_INDEX']}" / "replay-0000000001.snap").write_bytes(b"")
     (run / f"fake-{name}.json").write_text(json.dumps({"pid": os.getpid(), "argv": sys.argv[1:], "env": env}))
     if role == "learner" and mode == "complete":
         deadline = time.monotonic() + 10
@@ -265,6 +291,7 @@ def test_run_experiment_starts_every_role_with_the_pod_contract_and_completes(fa
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["env_steps"] == 1536 and summary["updates"] == 3
     assert summary["eval_return_mean"] == 42.0 and summary["train_return_mean"] == 30.0
+    assert not (run_dir / "replay").exists(), "a completed run's replay snapshots are removed"
     assert summary["restarts"] == dict.fromkeys(
         ["replay-0", "replay-1", "ps-0", "ps-1", "learner", "actor-0", "actor-1", "actor-2"], 0
     )

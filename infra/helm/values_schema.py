@@ -225,7 +225,21 @@ def values_schema() -> dict[str, Any]:
                     "pdb": ref("pdb"),
                 },
             ),
-            "replay": role("shards", {"pdb": ref("pdb")}),
+            "replay": role(
+                "shards",
+                {
+                    "pdb": ref("pdb"),
+                    "persistence": closed(
+                        {
+                            "enabled": {"type": "boolean"},
+                            "size": ref("quantity"),
+                            "storageClassName": {"type": "string"},
+                        },
+                        required=["enabled", "size"],
+                        description="the volume of the shards' snapshots: a PVC per shard, or an emptyDir",
+                    ),
+                },
+            ),
             "ps": role("replicas"),
             "actors": role(
                 "replicas",

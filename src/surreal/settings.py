@@ -17,7 +17,7 @@ hand on a laptop finds its peers on 127.0.0.1 with the default ports.
 | SURREAL_LEARNER_ADDR      | ps                      | ``host`` or ``host:port`` of the learner's PUB socket        | 127.0.0.1 |
 | SURREAL_PS_ADDRS          | actor                   | comma list of ps hosts (``host`` or ``host:port``)           | 127.0.0.1 |
 | SURREAL_CONFIG            | every role              | path of the resolved experiment config (YAML)                | unset: built-in defaults |
-| SURREAL_RUN_DIR           | learner, actor          | run folder: checkpoints, metrics.jsonl, eval.json            | ./runs/default |
+| SURREAL_RUN_DIR           | learner, actor, replay  | run folder: checkpoints, metrics.jsonl, eval.json, replay/   | ./runs/default |
 | SURREAL_HOLD_WHEN_DONE    | learner, actor          | 1: once training is done, stay up idle until SIGTERM         | 0 |
 | SURREAL_IPC_DIR           | replay, ps, learner, actor | set: every ZMQ address `tcp://host:port` becomes `ipc://<dir>/<port>` | unset: TCP |
 
@@ -25,6 +25,9 @@ SURREAL_HOLD_WHEN_DONE is for orchestrators that restart a container whenever it
 StatefulSets): a finished learner or actor that exited would be started again, forever. With it set, the role
 keeps serving /metrics (and the learner its final `done` parameters) until it is stopped; `surreal run`
 leaves it unset, because there a finished learner's exit is what ends the run.
+
+A replay shard keeps its snapshots in ``<SURREAL_RUN_DIR>/replay/shard-<i>/`` (the chart mounts a volume for
+them), so a shard restarted with the same run folder comes back with what it held.
 
 SURREAL_IPC_DIR is for processes on one machine (`surreal run` sets it to a folder of its own): ports are then
 only names of Unix sockets in that folder, so a restarted replay or ps always gets its address back, whatever

@@ -311,6 +311,9 @@ class ReplayConfig:
     # Frames per ZMQ message. 256, not 64: a FIFO reply packs several chunks (one frame per array each)
     # up to this budget, and fewer, larger replies keep the learner's socket overhead down.
     max_frames: int = 256
+    # Seconds between snapshots of a transition shard to <run dir>/replay/shard-<i>/, so a restarted shard comes
+    # back with what it held; a shard also writes one on SIGTERM (a FIFO only then). 0: no snapshots at all.
+    snapshot_interval_s: float = 30.0
 
 
 @dataclass
@@ -444,6 +447,8 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     )
     need(0 <= cfg.replay.alpha <= 1, f"replay.alpha must be in [0, 1] (got {cfg.replay.alpha})")
     need(0 <= cfg.replay.beta <= 1, f"replay.beta must be in [0, 1] (got {cfg.replay.beta})")
+    interval = cfg.replay.snapshot_interval_s
+    need(interval >= 0, f"replay.snapshot_interval_s must be >= 0 (got {interval})")
 
     algo = cfg.algo
     need(algo.name in ALGORITHMS, f"algo.name {algo.name!r} is not one of {', '.join(ALGORITHMS)}")

@@ -3,8 +3,9 @@
 Every role is started exactly as a pod starts it (`python -m surreal role <name>` plus `SURREAL_*`
 variables), on loopback ports the OS hands out. Actors that crash are restarted with backoff; a crashed
 learner is restarted with `--resume` from its last checkpoint; replay and ps are restarted on the same
-ports (actors and the learner reconnect by themselves). `chaos.*` kills actors on a schedule (launch/chaos.py)
-to rehearse preemption. The run ends when the learner exits after
+ports (actors and the learner reconnect by themselves), a replay shard with what its last snapshot in
+`<run dir>/replay/` held (removed once the run completes: a run folder is never resumed). `chaos.*` kills
+actors on a schedule (launch/chaos.py) to rehearse preemption. The run ends when the learner exits after
 training, on Ctrl-C / SIGTERM, or when a role exhausts its restarts.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -36,6 +38,10 @@ LOOPBACK = "127.0.0.1"
 MAX_RESTARTS = 5  # per process
 POLL_S = 0.2
 EXIT_CODES = {"completed": 0, "failed": 1, "interrupted": 130}
+# SIGTERM to SIGKILL for a replay shard, which writes its final snapshot first: a full 1 M-transition
+# HalfCheetah shard takes 0.85 s on a busy 2-core box (bench/results/replay_snapshot.2core.json), after up to
+# 0.65 s for a periodic one in flight; the rest is margin for bigger shards and slower disks. It exits when done.
+REPLAY_GRACE_S = 60.0
 
 
 def free_ports(count: int) -> list[int]:
@@ -71,7 +77,9 @@ def plan_processes(
         ipc_dir=ipc_dir,
     )
 
-    def spec(role: str, index: int, restart: Restart, resume: bool = False, **own: Any) -> ProcessSpec:
+    def spec(
+        role: str, index: int, restart: Restart, resume: bool = False, grace_s: float | None = None, **own: Any
+    ) -> ProcessSpec:
         settings = replace(common, index=index, metrics_port=next(ports), **own)
         argv = [*ROLE_COMMAND, role]
         return ProcessSpec(
@@ -83,11 +91,19 @@ def plan_processes(
             restart=restart,
             max_restarts=MAX_RESTARTS,
             resume_argv=[*argv, "--resume"] if resume else None,
+            grace_s=grace_s,
         )
 
     return [
         *(
-            spec("replay", i, "always", experience_port=s.experience_port, sample_port=s.sample_port)
+            spec(
+                "replay",
+                i,
+                "always",
+                grace_s=REPLAY_GRACE_S,
+                experience_port=s.experience_port,
+                sample_port=s.sample_port,
+            )
             for i, s in enumerate(shards)
         ),
         *(spec("ps", i, "always", ps_port=port) for i, port in enumerate(ps_ports)),
@@ -160,6 +176,8 @@ def run_experiment(overrides: list[str], live: bool = True) -> int:
     with lock, tempfile.TemporaryDirectory(prefix="surreal-") as sockets, StopFlag() as stop:
         specs = plan_processes(cfg, run_dir, os.environ, Path(sockets))
         outcome = supervise(cfg, run_dir, specs, stop, live)
+        if outcome.status == "completed":  # replay snapshots only serve a shard restarted within this run
+            shutil.rmtree(run_dir / "replay", ignore_errors=True)
         summary = write_summary(run_dir, cfg, outcome.wall_s, outcome.status, outcome.restarts, outcome.reason)
         print_result(summary)
     return EXIT_CODES[outcome.status]

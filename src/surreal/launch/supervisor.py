@@ -46,6 +46,8 @@ class ProcessSpec:
     `restart`: "always" restarts even after exit code 0 (servers that should never end), "on-failure"
     restarts after a non-zero exit or a signal, "never" does not restart (a failure fails the run).
     `resume_argv` replaces `argv` for every restart: the learner continues from its checkpoint.
+    `grace_s`: how long `stop` waits after SIGTERM before SIGKILL (None: the supervisor's); a replay shard
+    writes its final snapshot in that time.
     """
 
     name: str
@@ -56,6 +58,7 @@ class ProcessSpec:
     restart: Restart = "on-failure"
     max_restarts: int = 5
     resume_argv: list[str] | None = None
+    grace_s: float | None = None
 
 
 def _load_prctl() -> Callable[..., int] | None:
@@ -273,7 +276,8 @@ class Supervisor:
     def stop(self) -> None:
         """Stop every child, one role at a time in `stop_order` (unlisted roles last); idempotent.
 
-        Each wave gets SIGTERM, up to `grace_s` to exit, then SIGKILL for its whole process group.
+        Each wave gets SIGTERM, up to its longest grace (a child's own `grace_s`, else the supervisor's) to
+        exit, then SIGKILL for its whole process group.
         """
         for child in self._children.values():
             child.done = True
@@ -293,12 +297,13 @@ class Supervisor:
         procs = [(child, child.proc) for child in wave if child.proc is not None]
         for _, proc in procs:
             proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + self.grace_s
+        grace_s = max(self.grace_s if child.spec.grace_s is None else child.spec.grace_s for child, _ in procs)
+        deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline and any(proc.poll() is None for _, proc in procs):
             time.sleep(WAIT_STEP_S)
         for child, proc in procs:
             if proc.poll() is None:
-                self.report(f"[surreal] {child.spec.name} ignored SIGTERM for {self.grace_s:g} s; killed")
+                self.report(f"[surreal] {child.spec.name} ignored SIGTERM for {grace_s:g} s; killed")
             _kill_group(proc.pid)
             with contextlib.suppress(subprocess.TimeoutExpired):  # SIGKILL cannot be ignored; bounded anyway
                 child.returncode = proc.wait(timeout=self.grace_s)

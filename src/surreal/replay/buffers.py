@@ -79,6 +79,11 @@ class ChunkFifo:
     def num_chunks(self) -> int:
         return len(self._items)
 
+    @property
+    def items(self) -> tuple[FifoItem, ...]:
+        """The held chunks, oldest first."""
+        return tuple(self._items)
+
     def add(self, arrays: dict[str, Any], meta: dict[str, Any], n_transitions: int) -> None:
         """Append a chunk. One that no reply could carry is refused (`ProtocolError`), so it is never lost
         later; one larger than the whole capacity could never be held, so it is dropped (counted)."""
@@ -205,6 +210,26 @@ class TransitionStorage:
         self._cursor = (start + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
         return (start + np.arange(n)) % self.capacity
+
+    @property
+    def cursor(self) -> int:
+        """The slot the next transition goes to: the newest `size` are the ring range ending here."""
+        return self._cursor
+
+    def restore(self, data: dict[str, np.ndarray], ids: np.ndarray, added: int, cursor: int) -> None:
+        """Refill an empty storage with what a snapshot held: `len(ids)` transitions in slots [0, len(ids)),
+        as the ring lays them out (it fills [0, size) before it wraps, so that is all of its used part)."""
+        size = len(ids)
+        if self.data or not 0 < size <= self.capacity or not 0 <= cursor < self.capacity or added < size:
+            raise ValueError(f"cannot restore {size} transitions, cursor {cursor}, into capacity {self.capacity}")
+        if size < self.capacity and cursor != size:
+            raise ValueError(f"a ring holding {size} of {self.capacity} has its cursor at {size}, not {cursor}")
+        if self._check({k: a[:1] for k, a in data.items()}) != 1 or any(len(a) != size for a in data.values()):
+            raise ValueError(f"every array must hold {size} transitions")
+        for key, array in data.items():
+            self.data[key][:size] = array
+        self.ids[:size] = ids
+        self.size, self.added, self._cursor = size, added, cursor
 
     def gather(self, slots: np.ndarray) -> dict[str, np.ndarray]:
         # np.take along axis 0 copies whole rows, about 3x faster than a[slots] for [N, d] arrays.
@@ -346,6 +371,7 @@ class TransitionReplay:
         self.sampler = sampler
         self.rng = np.random.default_rng(seed)
         self.served = 0
+        self.priority_updates = 0  # applied ones: with `added` and `served`, what tells a snapshot anything changed
 
     def add_chunk(self, arrays: dict[str, Any], meta: dict[str, Any], n_transitions: int) -> None:
         del meta  # episode statistics travel with the actor's metrics, not with single transitions
@@ -380,7 +406,9 @@ class TransitionReplay:
     def update_priorities(self, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> int:
         if not isinstance(self.sampler, PrioritizedSampler):
             raise ValueError("a uniform replay has no priorities")
-        return self.sampler.update_priorities(self.storage, slots, ids, priorities)
+        applied = self.sampler.update_priorities(self.storage, slots, ids, priorities)
+        self.priority_updates += applied
+        return applied
 
     def stats(self) -> dict[str, int]:
         s = self.storage

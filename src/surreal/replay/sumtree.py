@@ -42,6 +42,10 @@ class SumTree:
     def get(self, slots: np.ndarray) -> np.ndarray:
         return self._sums[self._leaves + np.asarray(slots, dtype=np.int64)]
 
+    def head(self, count: int) -> np.ndarray:
+        """A copy of the priorities of slots [0, count): one memcpy, for a snapshot."""
+        return self._sums[self._leaves : self._leaves + count].copy()
+
     def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         """Set the priorities of a batch of slots; with a slot repeated, its last priority wins (as a loop
         of single updates would do), because numpy leaves repeated fancy-index writes unordered."""

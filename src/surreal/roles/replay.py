@@ -4,6 +4,10 @@
                                       ▲
                     priority updates ─┘ (ROUTER)
 
+With `replay.snapshot_interval_s` > 0 the shard keeps snapshots of what it holds in
+`<run dir>/replay/shard-<i>/` (replay/snapshot.py): it restores the newest good one when it starts, writes
+one every interval from a thread of its own (transition replays) and a last one when SIGTERM stops it.
+
 A sample request the shard cannot answer yet (FIFO without a chunk, a transition replay holding fewer than
 the request's `ready_at`, by default its batch size) is parked and answered as soon as data arrives, or with
 an empty reply after `DEFER_S`, so the learner never polls and always hears back. Malformed messages are
@@ -13,9 +17,11 @@ counted by reason and dropped; the loop keeps serving. Torch-free.
 from __future__ import annotations
 
 import argparse
+import logging
 import time
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,6 +39,8 @@ from surreal.proto.channels import (
 )
 from surreal.proto.codec import Limits, ProtocolError, decode
 from surreal.replay.shard import ReplayShard
+from surreal.replay.snapshot import Snapshots, SnapshotStore, Written, restore
+from surreal.roles.common import StopFlag
 from surreal.roles.server import Server, accepting, endpoint, serve_main
 from surreal.settings import Settings
 
@@ -40,6 +48,8 @@ DEFER_S = 1.0
 MAX_PENDING = 64
 MAX_PENDING_PER_PEER = 16  # parked requests one client may hold, so one cannot starve another (learners keep 2)
 BURST = 64  # messages taken from one socket per poll: experience floods must let sample requests in
+
+log = logging.getLogger("surreal.replay")
 
 
 @dataclass
@@ -60,10 +70,12 @@ class ReplayServer(Server):
         replay: ReplayShard,
         limits: Limits | None = None,
         metrics: RoleMetrics | None = None,
+        snapshots: Snapshots | None = None,
     ) -> None:
         super().__init__(metrics or RoleMetrics("replay", replay.shard))
         limits = limits or Limits()
         self.replay = replay
+        self.snapshots = snapshots
         self.experience_limits = accepting(limits, EXPERIENCE)
         self.request_limits = accepting(limits, SAMPLE_REQUEST, PRIORITY_UPDATE)
         self.pull = make_socket(ctx, zmq.PULL, limits, rcvhwm=64)
@@ -83,6 +95,12 @@ class ReplayServer(Server):
         self.rate_in = RateGauge(m.gauge("replay_transitions_in_per_second", "transitions in per second"))
         self.rate_out = RateGauge(m.gauge("replay_transitions_out_per_second", "transitions out per second"))
         self.m_capacity.set(replay.capacity)
+        self.m_size.set(replay.stats()["size"])  # a restored shard starts with what its snapshot held
+        self.m_snapshots = m.counter("replay_snapshots_total", "snapshots written")
+        self.m_snapshot_s = m.gauge("replay_snapshot_seconds", "the last snapshot: seconds from capture to rename")
+        self.m_snapshot_pause = m.gauge("replay_snapshot_pause_seconds", "the last snapshot: seconds the loop paused")
+        self.m_snapshot_bytes = m.gauge("replay_snapshot_bytes", "the last snapshot's size on disk")
+        self.m_snapshot_held = m.gauge("replay_snapshot_transitions", "transitions in the last snapshot")
 
     # -- the loop -------------------------------------------------------------------------------------
 
@@ -92,11 +110,39 @@ class ReplayServer(Server):
         now = time.monotonic()
         self.rate_in.tick(now)
         self.rate_out.tick(now)
+        if self.snapshots is not None:
+            self._written(self.snapshots.tick(now), "")
+
+    def run(self, stop: StopFlag) -> None:
+        """Serve until stopped, then put what the shard holds on disk before the sockets close."""
+        super().run(stop)
+        if self.snapshots is not None:
+            self._written(self.snapshots.final(), "final ")
+
+    def close(self) -> None:
+        if self.snapshots is not None:
+            self.snapshots.close()
+        super().close()
 
     def describe(self) -> str:
+        where = f", snapshots in {self.snapshots.store.directory}" if self.snapshots is not None else ""
         return (
-            f"shard {self.replay.shard} ({self.replay.mode}, capacity {self.replay.capacity}) "
+            f"shard {self.replay.shard} ({self.replay.mode}, capacity {self.replay.capacity}{where}) "
             f"experience {endpoint(self.pull)} sample {endpoint(self.router)}"
+        )
+
+    def _written(self, written: Written | None, which: str) -> None:
+        if written is None:
+            return
+        self.m_snapshots.inc()
+        self.m_snapshot_s.set(written.total_s)
+        self.m_snapshot_pause.set(written.pause_s)
+        self.m_snapshot_bytes.set(written.nbytes)
+        self.m_snapshot_held.set(written.transitions)
+        log.info(
+            "%ssnapshot %s: %d transitions, %.1f MB in %.2f s (loop paused %.1f ms)",
+            *(which, written.path.name, written.transitions, written.nbytes / 1e6, written.total_s),
+            written.pause_s * 1e3,
         )
 
     # -- handlers -------------------------------------------------------------------------------------
@@ -188,24 +234,59 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--capacity", type=int, help="transitions; default: replay.capacity of the config")
 
 
+def snapshot_dir(run_dir: Path, shard: int) -> Path:
+    return run_dir / "replay" / f"shard-{shard}"
+
+
+def open_snapshots(cfg: ExperimentConfig, run_dir: Path, shard: ReplayShard) -> Snapshots:
+    """The shard's snapshot folder, after restoring the newest good snapshot in it into `shard`.
+
+    A snapshot belongs to one experiment (algorithm, env), one buffer (kind, capacity) and one shard index;
+    anything else found there is foreign and set aside. A FIFO snapshot is removed once restored (its chunks
+    are served once) and a FIFO writes one only on SIGTERM (replay/snapshot.py says why)."""
+    identity = {
+        "algo": cfg.algo.name,
+        "env": cfg.env.id,
+        "env_kwargs": cfg.env.kwargs,
+        "mode": shard.mode,
+        "capacity": shard.capacity,
+        "shard": shard.shard,
+    }
+    store = SnapshotStore(snapshot_dir(run_dir, shard.shard), identity)
+    start = time.perf_counter()
+    restored = store.restore(lambda state: restore(shard.replay, state), log)
+    if restored is None:
+        log.info("no replay snapshot to restore in %s: starting empty", store.directory)
+    else:
+        held = shard.stats()["size"]
+        log.info("restored %d transitions from %s in %.2f s", held, restored, time.perf_counter() - start)
+        if shard.mode == "fifo":
+            store.clear()
+    interval_s = 0.0 if shard.mode == "fifo" else cfg.replay.snapshot_interval_s
+    return Snapshots(store, shard.replay, interval_s, log)
+
+
 def main(args: argparse.Namespace) -> int:
     def build(ctx: zmq.Context, settings: Settings, cfg: ExperimentConfig) -> ReplayServer:
         # The learner decodes replies with these limits too (roles/learner.py): replies are packed to fit.
         limits = Limits(max_frames=cfg.replay.max_frames, max_bytes=cfg.replay.max_message_bytes)
+        shard = ReplayShard(
+            args.mode or cfg.replay.mode,
+            args.capacity or cfg.replay.capacity,
+            *(cfg.replay.alpha, cfg.replay.beta, cfg.replay.priority_eps, cfg.seed, settings.index),
+            capacity_bytes=cfg.replay.capacity_bytes,
+            reply=limits,
+            # Torch- and gymnasium-free: the env's episode limit is unknown here (ES checks at the learner).
+            max_steps_per_unit=cfg.algo.max_env_steps_per_unit(None),
+        )
+        snapshots = open_snapshots(cfg, settings.run_dir, shard) if cfg.replay.snapshot_interval_s > 0 else None
         return ReplayServer(
             ctx,
             settings.bind(settings.experience_port),
             settings.bind(settings.sample_port),
-            ReplayShard(
-                args.mode or cfg.replay.mode,
-                args.capacity or cfg.replay.capacity,
-                *(cfg.replay.alpha, cfg.replay.beta, cfg.replay.priority_eps, cfg.seed, settings.index),
-                capacity_bytes=cfg.replay.capacity_bytes,
-                reply=limits,
-                # Torch- and gymnasium-free: the env's episode limit is unknown here (ES checks at the learner).
-                max_steps_per_unit=cfg.algo.max_env_steps_per_unit(None),
-            ),
+            shard,
             limits=limits,
+            snapshots=snapshots,
         )
 
     return serve_main("replay", build)

@@ -1,0 +1,309 @@
+"""Replay snapshots: a shard's contents, priorities and books on disk, so a restarted shard is not empty.
+
+What is captured, per buffer:
+
+- transitions (uniform, prioritized): the used part of every storage array, the insertion ids, the cursor
+  and counters, and for a prioritized sampler each slot's priority and the largest seen. A snapshot is taken
+  every `replay.snapshot_interval_s` and on SIGTERM; a shard killed outright loses what arrived after its
+  last one, and may sample again what it had served since, which is what replay does anyway.
+- FIFO (PPO, ES): the held chunks, on SIGTERM only, and the snapshot is removed once restored. A FIFO serves
+  each chunk once: a periodic snapshot restored after a kill would serve again every chunk served since.
+
+Neither ingest nor memory pays for a write. A capture, on the shard's loop, copies only what is small or what
+ingest is about to overwrite: the ids and priorities (8 bytes a slot each), the books, and a guard band, the
+next `guard` slots of the snapshot that the ring's cursor will reach. The snapshot thread then checksums and
+writes every other row straight from the live ring while actors keep writing into it: their writes are
+sequential from the cursor, so they land in the guard band (copied) or beyond the used part, never in a row
+being read. If ingest outran the guard band before the thread finished reading, the file is discarded before
+it is renamed into place, and the next attempt has a guard twice as large. So the snapshot is exactly the
+state at capture, the loop's pause is a few memcpys, and the extra memory is the guard band and 16 bytes a
+slot, not a second ring. A held FIFO chunk is never written to, so its arrays are referenced, not copied.
+
+`SnapshotStore` keeps the newest `KEEP` files in the shard's folder (a crash mid-write leaves the previous
+one) and restores the newest good one; a corrupt or foreign file is renamed aside with one log line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from surreal.proto.codec import flatten, unflatten
+from surreal.replay.buffers import (
+    ChunkFifo,
+    FifoReplay,
+    PrioritizedSampler,
+    Replay,
+    TransitionReplay,
+    TransitionStorage,
+)
+from surreal.replay.snapfile import ShardState, SnapshotError, read_snapshot, write_snapshot
+
+KEEP = 2
+PATTERN = re.compile(r"^replay-(\d{10})\.snap$")
+
+
+# -- capture and restore --------------------------------------------------------------------------------
+
+GUARD_ROWS = 1 << 16  # the first guard band: ~0.5 s of ingest at 100k transitions/s, 11 MB of HalfCheetah rows
+
+
+class Overrun(RuntimeError):
+    """Ingest overwrote more of the ring than the guard band held while a snapshot was being read from it."""
+
+
+@dataclass
+class Capture:
+    """A shard's state as of the capture, ready to write: `arrays` in pieces, some still in the live ring, and
+    `verify`, which raises `Overrun` when ingest may have overwritten a row those pieces read from."""
+
+    books: dict[str, Any]
+    arrays: dict[str, list[np.ndarray]]
+    transitions: int
+    verify: Callable[[], None] | None = None
+
+
+def _capture_transitions(replay: TransitionReplay, guard: int) -> Capture:
+    storage = replay.storage
+    size, capacity, added = storage.size, storage.capacity, storage.added
+    # Ingest fills the free slots, then overwrites the snapshot's rows from `first` on, in ring order.
+    free = capacity - size
+    first = (storage.cursor + free) % capacity
+    guarded = min(guard, size)
+    band = (first + np.arange(guarded)) % capacity
+    arrays: dict[str, list[np.ndarray]] = {}
+    for key, live in storage.data.items():
+        copy = np.take(live, band, axis=0)
+        if first + guarded <= size:  # the band lies inside [0, size)
+            pieces = [live[:first], copy, live[first + guarded : size]]
+        else:  # a full ring's band wraps past its end: `head` of its rows at the end, the rest at the start
+            head = size - first
+            pieces = [copy[head:], live[guarded - head : first], copy[:head]]
+        arrays[f"data/{key}"] = pieces
+    arrays["ids"] = [storage.ids[:size].copy()]
+    books: dict[str, Any] = {"size": size, "cursor": storage.cursor, "added": added, "served": replay.served}
+    if isinstance(replay.sampler, PrioritizedSampler):
+        arrays["priorities"] = [replay.sampler.tree.head(size)]
+        books["max_priority"] = replay.sampler.max_priority
+
+    def verify() -> None:
+        # Read on the snapshot thread once it is done reading: an add counts itself before it writes a row.
+        written = storage.added - added
+        if written > free + guarded:
+            raise Overrun(f"{written} transitions arrived, the guard band held {free + guarded}")
+
+    return Capture(books, arrays, size, verify)
+
+
+def _capture_fifo(replay: FifoReplay) -> Capture:
+    fifo = replay.fifo
+    items: list[dict[str, Any]] = []
+    arrays: dict[str, list[np.ndarray]] = {}
+    for i, item in enumerate(fifo.items):
+        items.append({"meta": item.meta, "transitions": item.n_transitions})
+        arrays.update((f"fifo/{i}/{name}", [array]) for name, array in flatten(item.arrays))
+    books = {
+        "items": items,
+        "added": fifo.added_transitions,
+        "served": fifo.served_transitions,
+        "dropped": fifo.dropped_transitions,
+        "dropped_chunks": fifo.dropped_chunks,
+    }
+    return Capture(books, arrays, fifo.size)
+
+
+def capture(replay: Replay, guard: int = GUARD_ROWS) -> Capture | None:
+    """`replay`'s state now, or None when it holds nothing worth a file; `guard`: rows of a transition ring
+    copied ahead of its cursor (the rest is read from the live ring when the capture is written)."""
+    if isinstance(replay, TransitionReplay):
+        return _capture_transitions(replay, guard) if replay.storage.size else None
+    if isinstance(replay, FifoReplay):
+        return _capture_fifo(replay) if replay.fifo.num_chunks else None
+    raise TypeError(f"no snapshot for {type(replay).__name__}")
+
+
+def change_token(replay: Replay) -> tuple[int, ...]:
+    """Equal tokens: nothing a snapshot holds has changed in between."""
+    extra = (replay.priority_updates,) if isinstance(replay, TransitionReplay) else ()
+    return (*replay.stats().values(), *extra)
+
+
+def restore(replay: Replay, state: ShardState) -> int:
+    """Put `state` into `replay` (a fresh one) all at once: built aside, swapped in only when complete, so a
+    state that does not fit raises (KeyError, TypeError, ValueError) and leaves `replay` as it was. Returns
+    the transitions restored."""
+    books, arrays = state.books, state.arrays
+    if isinstance(replay, TransitionReplay):
+        storage = TransitionStorage(replay.storage.capacity, replay.storage.capacity_bytes)
+        data = {name.removeprefix("data/"): a for name, a in arrays.items() if name.startswith("data/")}
+        storage.restore(data, arrays["ids"].astype(np.uint64), int(books["added"]), int(books["cursor"]))
+        sampler = replay.sampler
+        if isinstance(sampler, PrioritizedSampler):
+            sampler = PrioritizedSampler(storage.capacity, sampler.alpha, sampler.beta, sampler.eps)
+            sampler.tree.update(np.arange(storage.size), arrays["priorities"])
+            sampler.max_priority = float(books["max_priority"])
+        replay.storage, replay.sampler, replay.served = storage, sampler, int(books["served"])
+        return storage.size
+    if isinstance(replay, FifoReplay):
+        old = replay.fifo
+        fifo = ChunkFifo(old.capacity, old.capacity_bytes, old.reply)
+        for i, item in enumerate(books["items"]):
+            prefix = f"fifo/{i}/"
+            chunk = [(name.removeprefix(prefix), a) for name, a in arrays.items() if name.startswith(prefix)]
+            fifo.add(unflatten(chunk), item["meta"], int(item["transitions"]))
+        fifo.added_transitions, fifo.served_transitions = int(books["added"]), int(books["served"])
+        fifo.dropped_transitions, fifo.dropped_chunks = int(books["dropped"]), int(books["dropped_chunks"])
+        replay.fifo = fifo
+        return fifo.size
+    raise TypeError(f"no snapshot for {type(replay).__name__}")
+
+
+# -- the folder -----------------------------------------------------------------------------------------
+
+
+class SnapshotStore:
+    """One shard's snapshot folder: `replay-<n>.snap`, numbered upwards, the newest `keep` kept.
+
+    `identity` says what the shard is (experiment, buffer kind, capacity, shard index); a snapshot written
+    under another identity is foreign and never restored.
+    """
+
+    def __init__(self, directory: Path, identity: dict[str, Any], keep: int = KEEP) -> None:
+        if keep < 1:
+            raise ValueError("keep must be >= 1")
+        self.directory, self.keep = Path(directory), keep
+        self.identity = json.loads(json.dumps(identity, default=str))  # as a header holds it: equal compares equal
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for partial in self.directory.glob(".replay-*.snap.tmp"):  # a write cut short by a crash
+            partial.unlink(missing_ok=True)
+
+    def paths(self) -> list[Path]:
+        """Snapshots in the folder, oldest first."""
+        found = [(int(m.group(1)), p) for p in self.directory.iterdir() if (m := PATTERN.match(p.name))]
+        return [p for _, p in sorted(found)]
+
+    def save(self, captured: Capture) -> tuple[Path, int]:
+        """Write `captured` as the newest snapshot and drop the oldest beyond `keep`; returns (path, bytes).
+        A write that fails (a full disk, an `Overrun`) leaves no file behind."""
+        existing = self.paths()
+        number = int(PATTERN.match(existing[-1].name).group(1)) + 1 if existing else 1  # type: ignore[union-attr]
+        path = self.directory / f"replay-{number:010d}.snap"
+        try:
+            size = write_snapshot(path, self.identity, captured.books, captured.arrays, captured.verify)
+        except BaseException:
+            path.with_name(f".{path.name}.tmp").unlink(missing_ok=True)  # the atomic writer's temporary
+            raise
+        for old in self.paths()[: -self.keep]:
+            old.unlink(missing_ok=True)
+        return path, size
+
+    def restore(self, apply: Callable[[ShardState], object], log: logging.Logger) -> Path | None:
+        """Read the newest snapshot and hand it to `apply`; one that fails either way is renamed aside as
+        `<name>.corrupt` or `<name>.foreign` with one log line, and the one before it is tried. Returns the
+        path restored, None if none was."""
+        for path in reversed(self.paths()):
+            try:
+                apply(read_snapshot(path, self.identity))
+                return path
+            except SnapshotError as exc:
+                reason, detail = exc.reason, str(exc)
+            except (OSError, KeyError, TypeError, ValueError, IndexError) as exc:  # books that do not fit
+                reason, detail = "corrupt", f"{type(exc).__name__}: {exc}"
+            aside = path.with_name(f"{path.name}.{reason}")
+            path.replace(aside)
+            log.warning("replay snapshot %s not restored (%s): set aside as %s", path.name, detail, aside.name)
+        return None
+
+    def clear(self) -> None:
+        """Remove every snapshot (a FIFO's, once restored: its chunks are served once)."""
+        for path in self.paths():
+            path.unlink(missing_ok=True)
+
+
+# -- when, and on which thread --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Written:
+    """One snapshot on disk: `pause_s` the shard's loop spent capturing, `total_s` from capture to rename."""
+
+    path: Path
+    transitions: int
+    nbytes: int
+    pause_s: float
+    total_s: float
+
+
+class Snapshots:
+    """Snapshots of one shard's replay: `tick` from the shard's loop (periodic ones, when `interval_s` > 0),
+    `final` on the way out (SIGTERM). One at a time; the write runs on a thread of its own."""
+
+    def __init__(self, store: SnapshotStore, replay: Replay, interval_s: float, log: logging.Logger) -> None:
+        self.store, self.replay, self.interval_s, self.log = store, replay, interval_s, log
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replay-snapshot")
+        self.due = time.monotonic() + interval_s
+        self.token = change_token(replay)  # what the newest snapshot holds (a restored shard's: what it read)
+        self.guard = GUARD_ROWS
+        self.writing: Future[tuple[Path, int]] | None = None
+        self.started = 0.0
+        self.pause_s = 0.0
+        self.transitions = 0
+
+    def tick(self, now: float) -> Written | None:
+        """Start a snapshot when one is due and anything changed, or collect the one written; never blocks.
+        Returns the snapshot just written, if one was."""
+        if self.writing is not None:
+            return self._collect() if self.writing.done() else None
+        if self.interval_s > 0 and now >= self.due:
+            self.due = now + self.interval_s
+            self._begin()
+        return None
+
+    def final(self) -> Written | None:
+        """Everything the shard holds on disk before it exits, synchronously: a write in flight is waited for,
+        then one more is written unless nothing changed since."""
+        written = self._collect() if self.writing is not None else None
+        if self._begin():
+            written = self._collect()
+        return written
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True)
+
+    def _begin(self) -> bool:
+        """Capture on the loop and hand the write to the thread; False if there is nothing new to write."""
+        token = change_token(self.replay)
+        if token == self.token:
+            return False
+        self.started = time.perf_counter()
+        captured = capture(self.replay, self.guard)
+        if captured is None:
+            return False
+        self.pause_s = time.perf_counter() - self.started
+        self.token, self.transitions = token, captured.transitions
+        self.writing = self.executor.submit(self.store.save, captured)
+        return True
+
+    def _collect(self) -> Written | None:
+        assert self.writing is not None
+        future, self.writing = self.writing, None
+        try:
+            path, nbytes = future.result()
+        except Overrun as exc:  # ingest outran the guard band: try again at once with one twice as large
+            self.token, self.due, self.guard = (), 0.0, 2 * self.guard
+            self.log.info("replay snapshot abandoned (%s): trying again with a guard of %d rows", exc, self.guard)
+            return None
+        except OSError as exc:  # a full or failing disk: the shard keeps serving, the next snapshot tries again
+            self.token = ()
+            self.log.warning("replay snapshot failed: %s", exc)
+            return None
+        return Written(path, self.transitions, nbytes, self.pause_s, time.perf_counter() - self.started)
