@@ -98,6 +98,14 @@ bench-es-scaling: $(STAMP)
 bench-chaos: $(STAMP)
 	$(PY) -m bench.chaos
 
+## The wheels a lent GPU machine's Python 3.12 lacks (the roles' and robosuite's; its own CUDA torch stays), into
+## .gpu-kit/ (ignored) with pip's own configuration (GPU_KIT_PIP_ARGS adds options), checked complete, installable
+## for 3.12 and under the device's 64 MiB with the tracked tree; bench/gpu.sh installs it there (README, "GPU figures").
+GPU_KIT_PIP_ARGS ?=
+.PHONY: gpu-kit
+gpu-kit: $(STAMP)
+	$(PY) -m bench.gpu_kit --pip-args "$(GPU_KIT_PIP_ARGS)"
+
 clean:
 	rm -rf $(VENV) $(TOOLS) runs .pytest_cache .ruff_cache
 
