@@ -21,7 +21,10 @@ and carried folders per call. This builds, on a machine with pip and an index, t
    every wheel's tags fit CPython 3.12 on manylinux x86_64; one version per package;
 4. installs the kit into a scratch target as pip on the GPU machine would (`--python-version 3.12
    --only-binary :all: --no-index --no-deps`), and (unless `--no-smoke`) makes robosuite's Lift with the
-   repacked robosuite on this interpreter and steps it;
+   repacked robosuite on this interpreter and steps it; where this machine has a CPython 3.12 (`--python312`,
+   python3.12 on the PATH, or pyenv's), installs the kit there into a target beside a virtualenv standing in for
+   the GPU image (IMAGE_STAND_INS, from the index) and runs pyzmq, MuJoCo's HalfCheetah-v5, omegaconf and the
+   project's torch-free config, replay and ps on it;
 5. fails unless the kit and the tracked working tree together stay under `--limit-mib`.
 """
 
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import glob
 import hashlib
 import os
 import shlex
@@ -68,6 +72,13 @@ KIT = {
 }
 SOURCE_ONLY = {"antlr4-python3-runtime"}  # built into a pure-Python wheel here
 SLIM = {"robosuite"}
+# A CPython 3.12 here, when there is one, checks the kit on the GPU machine's Python for real (smoke_python312).
+PYENV_312 = Path.home() / ".pyenv" / "versions" / "3.12*" / "bin" / "python3.12"
+PY312_ENV = REPO / "build" / "gpu-kit-py312"  # the stand-in for the GPU image's environment (build/ is ignored)
+IMAGE_STAND_INS = [
+    *("numpy", "pyyaml", "packaging", "typing-extensions", "cloudpickle", "absl-py", "etils[epath]", "imageio"),
+    *("msgpack", "prometheus-client"),
+]
 
 # Requirements deliberately not carried, with why the runs do not need them.
 LEFT_OUT = {
@@ -324,6 +335,57 @@ def smoke_robosuite(kit: Path, scratch: Path) -> None:
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=600)
 
 
+def find_python312(given: str | None) -> str | None:
+    """A CPython 3.12 on this machine (PYTHON312, python3.12 on the PATH, or pyenv's), if one runs."""
+    found = [given] if given else [shutil.which("python3.12"), *sorted(glob.glob(str(PYENV_312)))]
+    for python in filter(None, found):
+        try:
+            probe = subprocess.run(
+                [python, "-c", "import sys; assert sys.version_info[:2] == (3, 12)"], capture_output=True
+            )
+        except OSError:
+            continue
+        if probe.returncode == 0:
+            return python
+    if given:
+        raise KitError(f"{given} is not a CPython 3.12")
+    return None
+
+
+def smoke_python312(python: str, kit: Path, scratch: Path, pip_args: list[str]) -> None:
+    """The GPU machine's setup on a real CPython 3.12: a virtualenv holding what the GPU image would (IMAGE_STAND_INS,
+    from the index), the kit installed into a target on PYTHONPATH; then the binary wheels load and run (ZMQ over a
+    socket pair, MuJoCo stepping HalfCheetah-v5 through gymnasium, omegaconf's antlr4 grammar), and the project's
+    torch-free part (config, replay, ps, wire) imports and reads a config (torch is the GPU image's)."""
+    venv_python = PY312_ENV / "bin" / "python"
+    if not venv_python.exists():
+        subprocess.run([python, "-m", "venv", str(PY312_ENV)], check=True)
+    venv_pip = [str(venv_python), "-m", "pip", "install", "-q"]
+    subprocess.run([*venv_pip, *IMAGE_STAND_INS, *pip_args], check=True)
+    wheels = [str(p) for p in sorted(kit.glob("*.whl"))]
+    subprocess.run(
+        [*venv_pip, "--no-index", "--no-deps", "--no-compile", "--target", str(scratch), *wheels], check=True
+    )
+    code = (
+        "import sys, gymnasium, hydra, mujoco, omegaconf, zmq\n"
+        f"assert zmq.__file__.startswith({str(scratch)!r}) and sys.version_info[:2] == (3, 12)\n"
+        "ctx = zmq.Context(); a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)\n"
+        "port = a.bind_to_random_port('tcp://127.0.0.1'); b.connect(f'tcp://127.0.0.1:{port}')\n"
+        "a.send(b'ping'); assert b.recv() == b'ping'\n"
+        "assert omegaconf.OmegaConf.create({'a': '${b}', 'b': 2}).a == 2\n"
+        "env = gymnasium.make('HalfCheetah-v5'); env.reset(seed=0)\n"
+        "for _ in range(10): env.step(env.action_space.sample())\n"
+        "import surreal.roles.replay, surreal.roles.ps, surreal.proto.channels\n"
+        "from surreal.config import load_config\n"
+        "assert load_config(['algo=ddpg', 'env=HalfCheetah-v5', 'actors=14']).topology.actors == 14\n"
+        "assert 'torch' not in sys.modules\n"
+        "print(f'CPython {sys.version.split()[0]}: pyzmq {zmq.__version__}, mujoco {mujoco.__version__}, '\n"
+        "      f'gymnasium {gymnasium.__version__}, hydra {hydra.__version__}; surreal config, replay, ps: all run')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{scratch}:{REPO / 'src'}"}
+    subprocess.run([str(venv_python), "-c", code], check=True, env=env, timeout=600)
+
+
 def tracked_bytes() -> int:
     files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, check=True, capture_output=True).stdout.split(b"\0")
     return sum((REPO / f.decode()).stat().st_size for f in files if f and (REPO / f.decode()).is_file())
@@ -335,7 +397,8 @@ def main() -> None:
     parser.add_argument("--limit-mib", type=float, default=64.0, help="the kit plus the tracked tree stay under this")
     parser.add_argument("--pip-args", default="", help="extra pip options for the downloads (e.g. an index)")
     parser.add_argument("--no-download", action="store_true", help="check the kit as it is")
-    parser.add_argument("--no-smoke", action="store_true", help="skip making Lift with the repacked robosuite")
+    parser.add_argument("--no-smoke", action="store_true", help="skip running the kit (Lift here, 3.12 if found)")
+    parser.add_argument("--python312", help="a CPython 3.12 to run the kit on (default: python3.12, or pyenv's)")
     args = parser.parse_args()
     try:
         versions = pins()
@@ -351,6 +414,13 @@ def main() -> None:
             print("== every wheel installs for CPython 3.12 (pip --target, --no-index, --no-deps)")
             if not args.no_smoke:
                 smoke_robosuite(args.kit, Path(scratch) / "robosuite")
+                python312 = find_python312(args.python312)
+                if python312:
+                    smoke_python312(python312, args.kit, Path(scratch) / "on312", shlex.split(args.pip_args))
+                else:
+                    print(
+                        "== no CPython 3.12 here (PYTHON312=...): the kit was checked with pip's --python-version 3.12"
+                    )
         kit_bytes = sum(p.stat().st_size for p in args.kit.rglob("*") if p.is_file())
         tree = tracked_bytes()
         total, limit = kit_bytes + tree, int(args.limit_mib * MIB)
