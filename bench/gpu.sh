@@ -148,7 +148,7 @@ if [ "$DRY" = 1 ]; then
 	GPU=cpu
 	export OMP_NUM_THREADS=1 # the toy sizes gain nothing from threads; a busy 2-core box loses to oversubscription
 	LEARNER_SIZE=(--quick --updates 1 --seconds 0)
-	LEARNER_GPU_ALGOS=(--algo ppo td3) # with part2's ppo ddpg, every row kind once
+	LEARNER_GPU_ALGOS=(--algo td3) # with part2's ppo ddpg, every row kind once
 	LEARNER_CPU_ALGOS=(--algo ppo ddpg)
 	COMPILE=()
 	COMPILE_RUN=learner.compile=false # compiling costs a small CPU ~20 s a learner
