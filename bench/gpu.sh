@@ -17,8 +17,8 @@
 #   part3  bench.throughput, 1 2 4 8 14 actors, GPU learner -> throughput.T.json
 #   part4  the same with the CPU learner -> throughput-cpu-learner.T.json
 #   part5  PPO HalfCheetah-v5, 1M steps, seeds 1 2 3 side by side -> learning-ppo-HalfCheetah-v5.T.json
-#   part6  DDPG HalfCheetah-v5, 300k steps -> learning-ddpg-HalfCheetah-v5.T.json
-#   part7  TD3 HalfCheetah-v5, 300k steps -> learning-td3-HalfCheetah-v5.T.json
+#   part6  DDPG HalfCheetah-v5, 300k steps (DDPG_STEPS) -> learning-ddpg-HalfCheetah-v5.T.json
+#   part7  TD3 HalfCheetah-v5, as many -> learning-td3-HalfCheetah-v5.T.json
 #   part8  robosuite Lift, 14 actors: raw and system env steps/s, a short DDPG/TD3 run
 #          -> throughput-robosuite-Lift.T.json, learning-ddpg-robosuite-Lift.T.json
 #
@@ -173,7 +173,7 @@ else
 	ACTORS=(1 2 4 8 14)
 	THROUGHPUT_SIZE=(--seconds 50 --raw-seconds 15)
 	PPO_SIZE=(--steps 1000000 --seeds 1 2 3 --parallel --actors 3 --timeout 450 topology.envs_per_actor=4)
-	DDPG_SIZE=(--steps 300000 --actors 8 --timeout 450)
+	DDPG_SIZE=(--steps "${DDPG_STEPS:-300000}" --actors 8 --timeout 450)
 	LIFT_ACTORS=(14)
 	LIFT_THROUGHPUT_SIZE=(--seconds 90 --raw-seconds 30 --chunk-steps 32 --min-batch 256)
 	LIFT_LEARNING_SIZE=(--steps 200000 --actors 14 --timeout 210)

@@ -88,6 +88,11 @@ def test_a_real_run_names_its_parts_and_needs_the_kit(tmp_path: Path) -> None:
     assert no_kit.returncode == 1 and "make gpu-kit" in no_kit.stderr
 
 
+def test_the_readme_names_every_result_file() -> None:
+    section = (REPO / "README.md").read_text().split("### GPU figures in one command", 1)[1].split("\n## ", 1)[0]
+    assert all(f"`{name}`" in section for name in EXPECTED), "README's GPU section misses a result file"
+
+
 def test_the_kit_folder_is_ignored_by_git() -> None:
     ignored = subprocess.run(["git", "check-ignore", "-q", ".gpu-kit/x.whl"], cwd=REPO, check=False)
     assert ignored.returncode == 0
