@@ -43,7 +43,7 @@ def gpu_sh(*args: str, tmp_path: Path, timeout: float) -> subprocess.CompletedPr
     )
 
 
-@pytest.mark.slow  # about 70 s on a quiet 2-core box: ten short benchmark runs, eight of them whole `surreal run`s
+@pytest.mark.slow  # about 90 s of CPU: ten toy steps, seven of them whole `surreal run`s
 def test_the_dry_run_writes_every_result_file_of_every_part(tmp_path: Path) -> None:
     out = tmp_path / "out"
     done = gpu_sh("--dry", str(out), tmp_path=tmp_path, timeout=1800)  # the limit only catches a hang
