@@ -5,7 +5,7 @@
 #   bench/gpu.sh --dry [PART...] OUT_DIR  every part (or those named) at toy sizes on this machine's CPU
 #
 # Through the device tool, after `make gpu-kit` here (the wheels the GPU machine's Python lacks, in .gpu-kit/):
-#   run(command="bench/gpu.sh part1 $OUT", carry=[".gpu-kit"], timeout_s=600)
+#   run(command="bash bench/gpu.sh part1 $OUT", carry=[".gpu-kit"], timeout_s=600)
 # then part2, part3, ... in that order (highest value first; a session's 30 device minutes hold about three).
 # Each part installs the kit into $SITE (unless it is there already), runs its steps, and writes
 # <bench>.<machine>.json into OUT_DIR, the names bench/results/ uses (learner.h100-16core.json, ...): copy the
