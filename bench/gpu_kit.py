@@ -225,11 +225,16 @@ def assemble(versions: dict[str, str], kit: Path) -> None:
     wanted = []
     for name, version in versions.items():
         source = next(
-            p
-            for p in DOWNLOADS.glob("*.whl")
-            if canonicalize_name(parse_wheel_filename(p.name)[0]) == canonicalize_name(name)
-            and str(parse_wheel_filename(p.name)[1]) == version
+            (
+                p
+                for p in DOWNLOADS.glob("*.whl")
+                if canonicalize_name(parse_wheel_filename(p.name)[0]) == canonicalize_name(name)
+                and str(parse_wheel_filename(p.name)[1]) == version
+            ),
+            None,
         )
+        if source is None:
+            raise KitError(f"no {name} {version} wheel in {DOWNLOADS} after the download")
         if name in SLIM:
             target = kit / f"{source.name.split('-')[0]}-{version}-0panda-py3-none-any.whl"
             if not target.exists() or target.stat().st_mtime < source.stat().st_mtime:
