@@ -114,6 +114,16 @@ bench-replay-snapshot: $(STAMP)
 bench-replay-restart: $(STAMP)
 	$(PY) -m bench.replay_restart
 
+## The wheels a lent GPU machine's Python 3.12 lacks (the roles' and robosuite's; its own CUDA torch stays), into
+## .gpu-kit/ (ignored) with pip's own configuration (GPU_KIT_PIP_ARGS adds options), checked complete, installable
+## for 3.12 and under the device's 64 MiB with the tracked tree; bench/gpu.sh installs it there (README, "GPU figures").
+## PYTHON312 names a CPython 3.12 to run the kit on (default: python3.12 on the PATH, or pyenv's; none: skipped).
+GPU_KIT_PIP_ARGS ?=
+PYTHON312        ?=
+.PHONY: gpu-kit
+gpu-kit: $(STAMP)
+	$(PY) -m bench.gpu_kit --pip-args "$(GPU_KIT_PIP_ARGS)" $(if $(PYTHON312),--python312 $(PYTHON312))
+
 clean:
 	rm -rf $(VENV) $(TOOLS) runs .pytest_cache .ruff_cache
 

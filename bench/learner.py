@@ -1,7 +1,7 @@
 """Learner update speed: the algorithm's learner against a plain CleanRL-style loop, same batch, same run.
 
     python -m bench.learner [--algo ppo ddpg td3] [--device cpu|cuda] [--updates N] [--seconds S]
-                            [--compile] [--threads 1] [--quick] [--save]
+                            [--compile] [--threads 1] [--quick] [--save | --out PATH] [--device-auto]
 
 No sockets: real experience is collected once on HalfCheetah-v5 (obs 17-D, act 6-D) with the algorithm's
 own policy and collector, then fed to the learner in-process, over and over.
@@ -24,7 +24,10 @@ Each variant gets one untimed first update (its time is reported: for a compiled
 compile time, which depends on inductor's on-disk cache: point TORCHINDUCTOR_CACHE_DIR at an empty folder
 for the cold figure), one more warm-up, then ten or more short rounds that alternate the variants so they
 share the machine's load; the rate is the median round's. `ratio` = current / reference in updates per second. The last
-line printed is one JSON object; `--save` also writes it to bench/results/learner.<machine>.json.
+line printed is one JSON object; `--save` also writes it to bench/results/learner.<machine>.json, `--out` to PATH.
+
+`--device-auto` adds what `device=auto` chooses on this machine for `make run`'s PPO and for DDPG (one update of
+each timed on the CPU and, where CUDA is present, on the GPU, exactly as the learner role decides at start).
 """
 
 from __future__ import annotations
@@ -479,6 +482,32 @@ def machine_tag(device: torch.device) -> str:
     return f"{gpu[0] if gpu else 'gpu'}-{cores}"
 
 
+def device_auto(compile_: bool) -> dict[str, Any]:
+    """What `device=auto` picks here, measured as the learner role measures it (`surreal.roles.device`): one
+    update of a throwaway learner on each device, the faster wins. The CPU's time is measured also without CUDA,
+    so the row always says what a CPU update costs."""
+    from surreal.roles.device import choose_device, update_seconds
+
+    log = logging.getLogger("bench.learner")
+    out: dict[str, Any] = {"cuda_available": torch.cuda.is_available()}
+    runs = {
+        "ppo": ["algo=ppo", "topology.envs_per_actor=4"],  # make run's settings
+        "ddpg": ["algo=ddpg"],
+    }
+    for name, overrides in runs.items():
+        cfg = load_config([f"env={ENV_ID}", "seed=1", f"learner.compile={compile_}", *overrides])
+        seconds = {"cpu": update_seconds(cfg, torch.device("cpu"))}
+
+        def timed(device: torch.device, cfg: Any = cfg, seconds: dict[str, float] = seconds) -> float:
+            if device.type not in seconds:
+                seconds[device.type] = update_seconds(cfg, device)
+            return seconds[device.type]
+
+        chosen = choose_device(cfg, timed, log)
+        out[name] = {"chosen": chosen.type, "update_s": {k: round(v, 5) for k, v in seconds.items()}}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algo", nargs="+", default=["ppo", "ddpg", "td3"], choices=["ppo", "ddpg", "td3"])
@@ -489,6 +518,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the learner role's default: 1)")
     parser.add_argument("--quick", action="store_true", help="fewer updates, CleanRL's PPO setting only")
     parser.add_argument("--save", action="store_true", help="write bench/results/learner.<machine>.json")
+    parser.add_argument("--out", type=Path, help="write the JSON object to this file")
+    parser.add_argument("--device-auto", action="store_true", help="also measure what device=auto picks here")
     args = parser.parse_args()
     temporary = tempfile.TemporaryDirectory(prefix="bench-learner-")  # the cores' run folders
     args.run_dir = Path(temporary.name)
@@ -508,10 +539,15 @@ def main() -> None:
             print(json.dumps(row), flush=True)
         rows += new_rows
     result = {"benchmark": "learner", "env": ENV_ID, "quick": args.quick, "machine": machine(device), "rows": rows}
+    if args.device_auto:
+        result["device_auto"] = device_auto(args.compile)
     line = json.dumps(result)
     if args.save:
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / f"learner.{machine_tag(device)}.json").write_text(line + "\n")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(line + "\n")
     print(line)
 
 

@@ -1,11 +1,13 @@
 """Learning benchmark: a full `surreal run` per seed, compared with published returns.
 
     python -m bench.learning {ppo,ddpg,es} HalfCheetah-v5 [--steps 1000000] [--seeds 1 2 3] [--actors 4]
-                             [--parallel] [overrides ...]
+                             [--parallel] [--timeout S] [--out PATH] [--runs-root DIR] [overrides ...]
 
 Each seed is one ordinary run (its folder under bench/results/runs/ holds config, metrics, eval and the
 learning curve). The last line is one JSON object with every seed's eval return, steps and wall time,
-their mean, and the published reference numbers it is compared with.
+their mean, and the published reference numbers it is compared with (also written to
+bench/results/learning-<algo>-<env>.json, or to `--out`). A run still going at `--timeout` is stopped as Ctrl-C
+would stop it: its row says `interrupted`, with the env steps it reached and no eval return.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import json
 import os
 import platform
 import time
+from pathlib import Path
 
 import numpy as np
 
 from bench._runs import RESULTS, WatchedRun
 from surreal.config.schema import NOT_IN_RUN_NAME
-from surreal.launch.plot import plot_run
+from surreal.launch.plot import NoMetricsError, plot_run
 
 # Published returns (MuJoCo v4 / v3 tasks; v5 differs only in details), per algorithm and task.
 REFERENCES = {
@@ -55,12 +58,15 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
     parser.add_argument("--actors", type=int, default=4)
     parser.add_argument("--parallel", action="store_true", help="run the seeds at the same time")
-    parser.add_argument("--timeout", type=float, default=3 * 3600)
+    parser.add_argument("--timeout", type=float, default=3 * 3600, help="seconds per run (for all, with --parallel)")
+    parser.add_argument("--out", type=Path, help="write the JSON object to this file")
+    parser.add_argument("--runs-root", type=Path, default=RESULTS / "runs", help="where the run folders go")
     parser.add_argument("overrides", nargs="*", help="extra surreal run overrides")
     args = parser.parse_intermixed_args()  # overrides may follow the options
     stamp = time.strftime("%Y%m%d-%H%M%S")
     env_name = NOT_IN_RUN_NAME.sub("-", args.env)  # robosuite:Lift -> robosuite-Lift, for folder and file names
     runs = []
+    deadline = time.monotonic() + args.timeout  # --parallel: the runs share it
     for seed in args.seeds:
         overrides = [
             f"algo={args.algo}",
@@ -70,14 +76,17 @@ def main() -> None:
             f"actors={args.actors}",
             *args.overrides,
         ]
-        run = WatchedRun(f"learning-{args.algo}-{env_name}-s{seed}-{stamp}", overrides, RESULTS / "runs")
+        run = WatchedRun(f"learning-{args.algo}-{env_name}-s{seed}-{stamp}", overrides, args.runs_root)
         runs.append(run)
         if not args.parallel:
             run.wait(args.timeout)
     results = []
     for run in runs:
-        summary = run.wait(args.timeout)
-        plot_run(run.run_dir)
+        summary = run.wait(max(1.0, deadline - time.monotonic()) if args.parallel else args.timeout)
+        try:
+            plot_run(run.run_dir)
+        except NoMetricsError as nothing_to_plot:  # stopped before an episode ended: the row still counts
+            print(nothing_to_plot, flush=True)
         results.append(
             {
                 k: summary[k]
@@ -110,9 +119,10 @@ def main() -> None:
         "wall_s_mean": float(np.mean([r["wall_s"] for r in results])),
         "references": REFERENCES[args.algo].get(args.env, {}),
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
     line = json.dumps(result)
-    (RESULTS / f"learning-{args.algo}-{env_name}.json").write_text(line + "\n")
+    out = args.out or RESULTS / f"learning-{args.algo}-{env_name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(line + "\n")
     print(line)
 
 

@@ -1,7 +1,8 @@
 """System throughput against raw stepping, for 1, 2, 4, ... actors, measured in the same run.
 
-    python -m bench.throughput [--env HalfCheetah-v5] [--actors 1 2 4] [--seconds 40] [--device auto]
-                               [--chunk-steps 256] [--min-batch 2048]
+    python -m bench.throughput [overrides ...] [--env HalfCheetah-v5] [--actors 1 2 4] [--seconds 40]
+                               [--raw-seconds 15] [--device auto] [--chunk-steps 256] [--min-batch 2048]
+                               [--out PATH] [--runs-root DIR]
 
 For each actor count N:
 - raw: N processes, each stepping the same K-env vector env with the same PPO policy network (batched
@@ -10,7 +11,8 @@ For each actor count N:
   the learner's metrics rows once past start-up. The learner batch scales with N (each actor contributes
   2 chunks per update, minibatches = batch / 32) so the update keeps pace as actors are added.
 efficiency = system / raw. Last line: one JSON object (also written to bench/results/throughput.json, or
-throughput-<env>.json for another env than HalfCheetah-v5).
+throughput-<env>.json for another env than HalfCheetah-v5; `--out` names another file). Extra `surreal run`
+overrides (e.g. `learner.compile=true`) go to every system run; give them before `--actors`, which takes a list.
 
 A simulator-bound env such as robosuite's Lift (~150 steps/s per core) needs smaller chunks and batches for
 enough updates in the window: `--env robosuite:Lift --envs-per-actor 1 --chunk-steps 64 --min-batch 512`.
@@ -24,6 +26,7 @@ import multiprocessing as mp
 import os
 import platform
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -90,10 +93,19 @@ def system_overrides(
     ]
 
 
-def system_rate(env_id: str, actors: int, num_envs: int, seconds: float, device: str, **sizes: int) -> dict:
-    overrides = system_overrides(env_id, actors, num_envs, device, **sizes)
+def system_rate(
+    env_id: str,
+    actors: int,
+    num_envs: int,
+    seconds: float,
+    device: str,
+    extra: list[str] | None = None,
+    runs_root: Path = RESULTS / "runs",
+    **sizes: int,
+) -> dict:
+    overrides = [*system_overrides(env_id, actors, num_envs, device, **sizes), *(extra or [])]
     batch = batch_size(actors, num_envs, **sizes)
-    run = WatchedRun(f"throughput-{actors}-{int(time.time())}", overrides, RESULTS / "runs")
+    run = WatchedRun(f"throughput-{actors}-{int(time.time())}", overrides, runs_root)
     run.run_for(seconds)
     lags = [row["version_lag_mean"] for _, row in run.rows[3:]]
     return {
@@ -113,14 +125,21 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--chunk-steps", type=int, default=256, help="actor.chunk_steps of the system runs")
     parser.add_argument("--min-batch", type=int, default=2048, help="the smallest PPO batch of the system runs")
-    args = parser.parse_args()
+    parser.add_argument("--raw-seconds", type=float, help="raw stepping window per point (default: min(seconds, 15))")
+    parser.add_argument("--out", type=Path, help="write the JSON object to this file")
+    parser.add_argument("--runs-root", type=Path, default=RESULTS / "runs", help="where the run folders go")
+    parser.add_argument("overrides", nargs="*", help="extra surreal run overrides for the system runs")
+    args = parser.parse_intermixed_args()
     sizes = {"chunk_steps": args.chunk_steps, "min_batch": args.min_batch}
     cores = os.cpu_count() or 1
     counts = args.actors or [n for n in (1, 2, 4, 8, 16, 32) if n <= max(1, cores)]
     points = []
     for n in counts:
-        raw = raw_rate(args.env, n, args.envs_per_actor, min(args.seconds, 15.0))
-        system = system_rate(args.env, n, args.envs_per_actor, args.seconds, args.device, **sizes)
+        raw_seconds = args.raw_seconds if args.raw_seconds is not None else min(args.seconds, 15.0)
+        raw = raw_rate(args.env, n, args.envs_per_actor, raw_seconds)
+        system = system_rate(
+            args.env, n, args.envs_per_actor, args.seconds, args.device, args.overrides, args.runs_root, **sizes
+        )
         point = {
             "actors": n,
             "system_env_steps_per_s": round(system["rate"], 1),
@@ -137,6 +156,8 @@ def main() -> None:
         "env": args.env,
         "envs_per_actor": args.envs_per_actor,
         **sizes,
+        "device": args.device,
+        "overrides": args.overrides,
         "machine": f"{platform.node()} {platform.machine()} {cores} cpus",
         "points": points,
         "actors": [p["actors"] for p in points],
@@ -144,10 +165,11 @@ def main() -> None:
         "raw_env_steps_per_s": [p["raw_env_steps_per_s"] for p in points],
         "efficiency": [p["efficiency"] for p in points],
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
     line = json.dumps(result)
     name = "throughput" if args.env == DEFAULT_ENV else f"throughput-{NOT_IN_RUN_NAME.sub('-', args.env)}"
-    (RESULTS / f"{name}.json").write_text(line + "\n")
+    out = args.out or RESULTS / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(line + "\n")
     print(line)
 
 
