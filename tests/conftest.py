@@ -28,6 +28,16 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
+SLOW_TIMEOUT_S = 1500  # a slow test's hang limit: its runs take minutes, several times that on a busy 2-core box
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Slow tests (whole runs) get a longer hang limit than pyproject's per-test `timeout`."""
+    for item in items:
+        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
+
+
 def wait_until(condition: Callable[[], object], timeout_s: float, interval_s: float = 0.05) -> object:
     """Poll `condition` until truthy; fail the test after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
