@@ -304,4 +304,11 @@ def test_a_fifo_shard_keeps_its_chunks_across_sigterm_and_serves_them_once(roles
     restarted.wait(timeout=10)
     roles.start("replay", settings, "--mode", "fifo")
     wait_until(lambda: "no replay snapshot to restore" in (tmp_path / "replay-0-2.log").read_text(), 60)
-    assert metric_value(metrics_text(settings.metrics_port), "surreal_replay_size") == 0
+
+    def size() -> tuple[float] | None:
+        try:
+            return (metric_value(metrics_text(settings.metrics_port), "surreal_replay_size"),)
+        except OSError:  # its /metrics endpoint is not up yet
+            return None
+
+    assert wait_until(size, 60) == (0,)
