@@ -43,6 +43,14 @@ def metrics_text(port: int) -> str:
         return response.read().decode()
 
 
+def served_metric(port: int, name: str) -> float | None:
+    """A role's metric, or None while its /metrics endpoint is not up (a busy box starts it late)."""
+    try:
+        return metric_value(metrics_text(port), name)
+    except OSError:
+        return None
+
+
 def metric_value(text: str, name: str) -> float:
     total = 0.0
     for line in text.splitlines():
@@ -253,7 +261,7 @@ def fill_shard(ctx, settings, chunks: int) -> None:
     for i in range(chunks):
         assert sender.send(chunk(float(i)), {"version": 0, "env_steps": 16}, timeout_s=20)
     sender.close()
-    held = lambda: metric_value(metrics_text(settings.metrics_port), "surreal_replay_size")  # noqa: E731
+    held = lambda: served_metric(settings.metrics_port, "surreal_replay_size")  # noqa: E731
     wait_until(lambda: held() == 16 * chunks, 60, interval_s=0.2)
 
 
@@ -281,7 +289,7 @@ def test_a_killed_replay_shard_comes_back_with_its_last_periodic_snapshot(roles,
     settings = snapshot_settings(tmp_path, 0.2)
     replay = roles.start("replay", settings, "--mode", "uniform", "--capacity", "1000")
     fill_shard(ctx, settings, 20)
-    in_snapshot = lambda: metric_value(metrics_text(settings.metrics_port), "surreal_replay_snapshot_transitions")  # noqa: E731
+    in_snapshot = lambda: served_metric(settings.metrics_port, "surreal_replay_snapshot_transitions")  # noqa: E731
     wait_until(lambda: in_snapshot() == 320, 60, interval_s=0.1)
     replay.send_signal(signal.SIGKILL)
     replay.wait(timeout=10)
@@ -304,11 +312,5 @@ def test_a_fifo_shard_keeps_its_chunks_across_sigterm_and_serves_them_once(roles
     restarted.wait(timeout=10)
     roles.start("replay", settings, "--mode", "fifo")
     wait_until(lambda: "no replay snapshot to restore" in (tmp_path / "replay-0-2.log").read_text(), 60)
-
-    def size() -> tuple[float] | None:
-        try:
-            return (metric_value(metrics_text(settings.metrics_port), "surreal_replay_size"),)
-        except OSError:  # its /metrics endpoint is not up yet
-            return None
-
-    assert wait_until(size, 60) == (0,)
+    wait_until(lambda: served_metric(settings.metrics_port, "surreal_replay_size") is not None, 60)
+    assert served_metric(settings.metrics_port, "surreal_replay_size") == 0
