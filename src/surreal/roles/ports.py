@@ -23,20 +23,10 @@ import zmq
 
 from surreal.proto.channels import ErrorSink, ExperienceSender, ParamClient, ParamPublisher, SampleClient, ignore_error
 from surreal.proto.codec import Limits, ProtocolError
-from surreal.proto.wire import BlobMeta, Chunk, ShardReport, decode_fifo_reply, encode_chunk
+from surreal.proto.wire import BlobMeta, Chunk, SampleReply, ShardReport, decode_fifo_reply, encode_chunk
 from surreal.replay.shard import ReplayShard
 
 FETCH_TIMEOUT = "fetch_timeout"  # what ZmqParamsIn tells its error sink when no ps answered in time
-
-
-@dataclass
-class SampleReply:
-    """One reply of a replay shard: FIFO replies hold whole `chunks`, transition replies one `transitions`
-    batch (with `slots`, `ids` and, when prioritized, `weights`)."""
-
-    report: ShardReport
-    chunks: list[Chunk]
-    transitions: dict[str, Any] | None = None
 
 
 @dataclass
