@@ -19,6 +19,8 @@ from typing import Any, ClassVar
 
 from omegaconf import MISSING
 
+from surreal.errors import ConfigError
+
 MIB = 1 << 20
 REPLAY_MODES = ("fifo", "uniform", "prioritized")  # what `auto` resolves to, or set explicitly
 # A run's name is its folder's name (runs/<name>): a letter or digit, then letters, digits, '.', '_', '-'.
@@ -28,10 +30,6 @@ RUN_NAME = re.compile(rf"[A-Za-z0-9][{_RUN_NAME_CHARS}]{{0,99}}")  # at most 100
 NOT_IN_RUN_NAME = re.compile(rf"[^{_RUN_NAME_CHARS}]")  # what the launcher replaces in a generated name
 RUN_NAME_RULE = "must be a folder name of at most 100 characters: letters, digits, '.', '_', '-'"
 DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
-
-
-class ConfigError(ValueError):
-    """The experiment description cannot be run; the message names every offending key."""
 
 
 @dataclass
