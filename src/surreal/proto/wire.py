@@ -283,6 +283,15 @@ class SampleReply:
 # -- parameter blobs ------------------------------------------------------------------------------------
 
 
+def supersedes(blob: tuple[int, str], held: tuple[int, str]) -> bool:
+    """Whether the parameter blob `blob` (version, incarnation) replaces `held`: a higher version does, and so
+    does any version from another learner incarnation (a resumed learner restarts at its checkpoint's version).
+    The one rule for the ps, over ZMQ (roles/ps.py) and in process (roles/ports.py): by it a ps takes the
+    learner's blob, and answers an actor that runs `held` with the blob or "not modified"."""
+    (version, incarnation), (held_version, held_incarnation) = blob, held
+    return incarnation != held_incarnation or version > held_version
+
+
 @dataclass(frozen=True)
 class BlobMeta:
     """A parameter blob's metadata. `incarnation` names the learner process (a resumed learner restarts at
