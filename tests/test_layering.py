@@ -36,6 +36,15 @@ def test_roles_never_name_an_algorithms_config_class():
             assert name not in text, f"roles/{path.name} names {name}: use the flow-control rule instead"
 
 
+def test_roles_never_branch_on_the_regime():
+    """The regime's feed and throttle (runtime/regimes/) say what differs; a role asks neither which regime runs
+    nor casts the algorithm's learner to one."""
+    for path in sorted((SRC / "roles").glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        for word in ("on_policy", "flow_control", "cast("):
+            assert word not in text, f"roles/{path.name} uses {word!r}: a regime decision belongs in runtime/regimes/"
+
+
 # -- no import cycles -----------------------------------------------------------------------------------
 
 

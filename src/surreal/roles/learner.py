@@ -9,8 +9,11 @@ ports); `main` is the process shell: settings, sockets, /metrics, signals, and t
 regime (runtime/regimes/) supplies a feed that says what a reply counts, when work is ready and what follows
 an update, and each `step` takes a reply, runs the ready work and acts on the outcome (publish the
 parameters, with the observation-normalizer statistics inside; write a metrics row; checkpoint when the
-interval is reached or `checkpoint_interval_s` has passed). Checkpoints hold the algorithm's state and the
-feeds' `Counters`, so `--resume` continues from the latest with the same counters.
+interval is reached or `checkpoint_interval_s` has passed); the cadences are the regime's (on-policy: every
+update publishes, `checkpoint_interval` counts updates; off-policy: every `publish_interval` gradient steps,
+and `checkpoint_interval` counts metrics rows). Checkpoints hold the algorithm's state and the feeds'
+`Counters`, so `--resume` continues from the latest with the same counters. At `total_env_steps` the shell
+evaluates and announces `done`; a learner resumed after it finished only announces `done`.
 """
 
 from __future__ import annotations

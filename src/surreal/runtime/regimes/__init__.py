@@ -24,13 +24,9 @@ from surreal.runtime.regimes import replay_ratio, versions
 from surreal.runtime.regimes.common import ActorThrottle, Counters, Feed, Outcome, PrioritiesHome
 
 
-def _off_policy(cfg: ExperimentConfig) -> bool:
-    return cfg.algo.flow_control == "replay_ratio"
-
-
 def actor_throttle(cfg: ExperimentConfig, clock: Callable[[], float] = time.monotonic) -> ActorThrottle:
     """The actor's half of the experiment's regime."""
-    if _off_policy(cfg):
+    if not cfg.algo.on_policy:
         return replay_ratio.EnvStepAllowance(cfg.topology.actors)
     return versions.version_throttle(cfg, clock)
 
@@ -44,7 +40,7 @@ def learner_feed(
     cfg: ExperimentConfig, learner: object, counters: Counters, shards: int, priorities_home: PrioritiesHome
 ) -> Feed:
     """The learner's half of the experiment's regime, counting into `counters` (restored ones continue)."""
-    if _off_policy(cfg):
+    if not cfg.algo.on_policy:
         return replay_ratio.transition_feed(
             cfg, cast(replay_ratio.TransitionLearner, learner), counters, shards, priorities_home
         )
@@ -54,14 +50,14 @@ def learner_feed(
 def sample_size(cfg: ExperimentConfig) -> int:
     """What the learner asks a replay shard for per request: on-policy, a batch's worth of units (the FIFO
     packs whole chunks); off-policy, `learner.minibatches_per_sample` minibatches of `algo.batch_size`."""
-    if _off_policy(cfg):
+    if not cfg.algo.on_policy:
         return cfg.algo.batch_size * cfg.learner.minibatches_per_sample
     return cfg.algo.batch_size
 
 
 def trial_update(cfg: ExperimentConfig, learner: object, chunks: list[Chunk]) -> Callable[[], object]:
     """One update as the experiment's feed runs it, on `chunks` (`sample_size` units), for timing a device."""
-    if _off_policy(cfg):
+    if not cfg.algo.on_policy:
         return replay_ratio.trial_update(cfg, cast(replay_ratio.TransitionLearner, learner), chunks)
     return versions.trial_update(cast(versions.ChunkLearner, learner), chunks)
 

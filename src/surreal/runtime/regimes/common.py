@@ -91,8 +91,8 @@ class Feed(Protocol):
 
     def take(self, reply: SampleReply) -> bool:
         """Count a reply and hold its data. True: the step that took it also runs the work it completes, and
-        the loop comes back at once; False: that work waits for the next step (so a loop stopping at
-        `total_env_steps` stops between taking the last reply and learning from it)."""
+        the loop comes back at once; False: that work waits for the next step, which comes at once if work is
+        ready (a step takes a reply or learns, so a loop stopping at `total_env_steps` stops in between)."""
         ...
 
     def ready(self) -> bool:
