@@ -61,9 +61,9 @@ from surreal.config import load_config
 from surreal.config.schema import DDPGConfig, LearnerConfig, PPOConfig
 from surreal.envs import make_vec_env
 from surreal.metrics import RoleMetrics
-from surreal.proto.wire import Chunk, ShardReport
+from surreal.proto.wire import Chunk, SampleReply, ShardReport
 from surreal.roles.learner import LearnerCore
-from surreal.roles.ports import InProcessParams, SampleReply
+from surreal.roles.ports import InProcessParams
 
 ENV_ID = "HalfCheetah-v5"
 CHUNK_STEPS = 256

@@ -1,4 +1,4 @@
-"""Flow control (runtime/flow.py), rule by rule, and the role cores driven in-process on in-process ports:
+"""Flow control (runtime/regimes/), rule by rule, and the role cores driven in-process on in-process ports:
 no sockets, no subprocesses, deterministic."""
 
 from __future__ import annotations
@@ -16,24 +16,21 @@ from surreal.config import algo_config, load_config
 from surreal.launch.serial import run_serial
 from surreal.metrics import RoleMetrics
 from surreal.metricsfile import read_metrics
-from surreal.proto.wire import BlobMeta, Chunk, ShardReport
+from surreal.proto.wire import BlobMeta, Chunk, SampleReply, ShardReport
 from surreal.replay.shard import ReplayShard
 from surreal.roles.actor import ActorCore
 from surreal.roles.device import choose_device, update_seconds
 from surreal.roles.learner import LearnerCore
-from surreal.roles.ports import InProcessParams, InProcessReplay, SampleReply
-from surreal.runtime.flow import (
+from surreal.roles.ports import InProcessParams, InProcessReplay
+from surreal.runtime.regimes import actor_throttle
+from surreal.runtime.regimes.common import LiveActors
+from surreal.runtime.regimes.replay_ratio import (
     EnvStepAllowance,
-    LiveActors,
     ReplayRatioLimiter,
     ShardEnvSteps,
-    StalenessBound,
-    VersionThrottle,
-    actor_throttle,
-    live_actors,
     replay_ratio_limiter,
-    staleness_bound,
 )
+from surreal.runtime.regimes.versions import StalenessBound, VersionThrottle, staleness_bound
 
 torch.set_num_threads(1)
 
@@ -144,10 +141,6 @@ def test_the_learner_counts_the_actors_it_heard_from_lately():
     live.heard(7, 5)  # an actor index beyond the configured count joined
     assert live.count(5) == 4
     assert live.count(6) == 2, "actors 0 and 2 not heard for more than two versions"
-    assert live_actors(load_config(["deterministic=true", "actors=1"])) is None
-    ddpg = live_actors(load_config(["algo=ddpg", "actors=3", "actor.chunk_steps=32"]))
-    assert ddpg is not None and ddpg.window == 2 * 2 * 3 * 32, "off-policy: two slacks of env steps"
-    assert live_actors(load_config(["algo=ddpg", "actor.rollout_ahead=0"])) is None
 
 
 def test_an_off_policy_budget_is_shared_by_the_actors_heard():

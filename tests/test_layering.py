@@ -34,3 +34,94 @@ def test_roles_never_name_an_algorithms_config_class():
         text = path.read_text(encoding="utf-8")
         for name in ("PPOConfig", "DDPGConfig", "ESConfig", "OffPolicyConfig"):
             assert name not in text, f"roles/{path.name} names {name}: use the flow-control rule instead"
+
+
+def test_roles_never_branch_on_the_regime():
+    """The regime's feed and throttle (runtime/regimes/) say what differs; a role asks neither which regime runs
+    nor casts the algorithm's learner to one."""
+    for path in sorted((SRC / "roles").glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        for word in ("on_policy", "flow_control", "cast("):
+            assert word not in text, f"roles/{path.name} uses {word!r}: a regime decision belongs in runtime/regimes/"
+
+
+# -- no import cycles -----------------------------------------------------------------------------------
+
+
+def module_of(path: Path) -> str:
+    parts = ["surreal", *path.relative_to(SRC).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement that can run: at module level, in functions and in branches, but not under
+    `if TYPE_CHECKING:`, which only the type checker reads."""
+    found: list[ast.Import | ast.ImportFrom] = []
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.append(node)
+        stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the `surreal` modules it imports. `from a import b` depends on module `a.b` when there is one,
+    else on `a`. A package's `__init__` is not counted as a dependency of its submodules: Python runs it first
+    in any case, and counting it would call every package that re-exports its submodules a cycle."""
+    modules = {module_of(path): path for path in SRC.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges: set[str] = set()
+        for node in runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                edges.update(alias.name for alias in node.names)
+                continue
+            base = node.module or ""
+            if node.level:  # relative: from the package, one level up per extra dot
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            edges.update(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names)
+        graph[name] = {edge for edge in edges if edge in modules and edge != name}
+    return graph
+
+
+def test_no_import_cycle_in_the_package():
+    graph = import_graph()
+    assert "surreal.roles.learner" in graph["surreal.launch.serial"], "the graph sees module-level imports"
+    assert "surreal.envs_robosuite" in graph["surreal.envs"], "and `from package import module`"
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            cycle = path[path.index(module) :] + [module]
+            raise AssertionError("import cycle: " + " -> ".join(cycle))
+        if module in done:
+            return
+        for imported in sorted(graph[module]):
+            visit(imported, [*path, module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])
+
+
+def test_flow_control_needs_neither_torch_nor_sockets():
+    """The regimes' feeds run (and tests/test_feeds.py drives them) without torch or a socket: nothing they
+    import, however indirectly, imports torch or the socket layer."""
+    graph, reached, todo = import_graph(), set(), ["surreal.runtime.regimes"]
+    while todo:
+        module = todo.pop()
+        if module not in reached:
+            reached.add(module)
+            todo.extend(graph[module])
+    assert "surreal.proto.channels" not in reached and not any(m.startswith("surreal.roles") for m in reached)
+    for module in sorted(reached):
+        path = SRC.joinpath(*module.split(".")[1:])
+        path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+        assert "torch" not in {m.split(".")[0] for m in imported_modules(path)}, f"{module} imports torch"

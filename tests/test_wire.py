@@ -36,9 +36,11 @@ from surreal.proto.wire import (
     decode_fifo_reply,
     encode_chunk,
     fifo_reply,
+    supersedes,
 )
 from surreal.replay.buffers import MAX_PRIORITY, PrioritizedSampler, TransitionStorage
 from surreal.replay.shard import ReplayShard
+from surreal.roles.ports import InProcessParams
 from surreal.roles.ps import ParamServer
 from surreal.roles.replay import MAX_PENDING_PER_PEER, ReplayServer
 
@@ -398,3 +400,19 @@ def test_a_live_ps_fed_hostile_blobs_and_requests_still_serves_the_learners_blob
     actor.send_multipart(encode(PARAMS_REQUEST, {"version": -1, "incarnation": ""}))
     got = [m for m in replies(ps, actor, 2) if m.kind == PARAMS and m.meta.get("incarnation") == f"learner-{n}"]
     assert got and np.array_equal(got[-1].arrays["policy"]["w"], weights["policy"]["w"])
+
+
+def test_one_rule_says_which_parameter_blob_wins_for_the_ps_and_the_in_process_ps():
+    assert supersedes((4, "a"), (3, "a")) and not supersedes((3, "a"), (3, "a"))
+    assert not supersedes((2, "a"), (3, "a")), "an older blob of the same learner never replaces a newer one"
+    assert supersedes((1, "b"), (9, "a")), "a resumed learner restarts at its checkpoint's version"
+    params = InProcessParams()
+    assert params.fetch(-1, "") is None, "nothing held: not modified"
+    params.publish(BlobMeta(3, "a"), {})
+    params.publish(BlobMeta(2, "a"), {})  # late and older: the held blob stays
+    held = params.fetch(-1, "")
+    assert held is not None and held.blob.version == 3
+    assert params.fetch(3, "a") is None and params.fetch(5, "a") is None, "nothing newer for these actors"
+    params.publish(BlobMeta(1, "b"), {})
+    again = params.fetch(3, "a")
+    assert again is not None and (again.blob.version, again.blob.incarnation) == (1, "b")

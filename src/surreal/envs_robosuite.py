@@ -39,7 +39,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from surreal.config import ConfigError
+from surreal.errors import ConfigError
 
 PREFIX = "robosuite:"
 DEFAULT_KWARGS: dict[str, Any] = {

@@ -13,10 +13,11 @@ import importlib
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import gymnasium as gym
-import numpy as np
 
 from surreal.config.schema import ALGORITHMS
 from surreal.proto.wire import Chunk
+from surreal.runtime.regimes.replay_ratio import TransitionLearner
+from surreal.runtime.regimes.versions import ChunkLearner
 from surreal.runtime.rollout import Policy
 
 if TYPE_CHECKING:
@@ -50,18 +51,12 @@ class Learner(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-class OnPolicyLearner(Learner, Protocol):
-    def update(self, chunks: list[Chunk], progress: float) -> dict[str, float]:
-        """One update on whole chunks; `progress` in [0, 1] drives schedules (learning-rate annealing)."""
-        ...
+class OnPolicyLearner(Learner, ChunkLearner, Protocol):
+    """Learns from whole chunks: the update the on-policy feed calls (runtime/regimes/versions.py)."""
 
 
-class OffPolicyLearner(Learner, Protocol):
-    def update(self, batch: dict[str, Any], steps: int = 1) -> tuple[list[dict[str, float]], np.ndarray]:
-        """`steps` gradient steps, one per minibatch of a sampled batch holding `steps` equal minibatches;
-        returns each step's statistics and the new priorities (|TD error|) of the batch's transitions, NaN
-        for those of a step skipped as non-finite."""
-        ...
+class OffPolicyLearner(Learner, TransitionLearner, Protocol):
+    """Learns from sampled minibatches: the update the off-policy feed calls (runtime/regimes/replay_ratio.py)."""
 
 
 class Algorithm(Protocol):

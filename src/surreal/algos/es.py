@@ -6,7 +6,8 @@ Gaussian noise table that every process builds from the same seed, so only the s
 returns travel. The learner turns the returns into centered ranks (fitness shaping), estimates the
 gradient, applies weight decay and an Adam step to theta, merges the observation statistics the actors
 gathered and publishes theta. Results computed for an older theta are useless to this update: they are
-dropped and counted, and actors run in lock-step with the versions (the "lockstep" rule, runtime/flow.py).
+dropped and counted, and actors run in lock-step with the versions (the "lockstep" rule,
+runtime/regimes/versions.py).
 Numpy only: the policy is small enough that batched matrix products beat torch's per-call overhead.
 """
 

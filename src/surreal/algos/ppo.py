@@ -8,8 +8,8 @@ clipping, entropy bonus, global gradient clipping and linear learning-rate annea
 
 What distribution changes: the experience comes from actors running slightly older parameters, so the
 ratio is taken against the behavior log-probability each actor recorded, chunks more than
-`max_staleness` versions old are dropped (runtime/flow.py), and the observation-normalizer statistics
-travel inside the parameter blob so actors normalize exactly as the learner does.
+`max_staleness` versions old are dropped (runtime/regimes/versions.py), and the observation-normalizer
+statistics travel inside the parameter blob so actors normalize exactly as the learner does.
 Sockets and loops live in the roles; this file is the math.
 """
 

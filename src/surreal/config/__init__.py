@@ -17,7 +17,6 @@ from surreal.config.schema import (
     ActorConfig,
     AlgoConfig,
     ChaosConfig,
-    ConfigError,
     EnvConfig,
     ExperimentConfig,
     LearnerConfig,
@@ -27,6 +26,7 @@ from surreal.config.schema import (
     TopologyConfig,
     validate,
 )
+from surreal.errors import ConfigError
 
 __all__ = [
     "ALGORITHMS",

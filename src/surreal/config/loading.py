@@ -36,7 +36,8 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
-from surreal.config.schema import ALGORITHMS, AlgoConfig, ConfigError, ExperimentConfig, validate
+from surreal.config.schema import ALGORITHMS, AlgoConfig, ExperimentConfig, validate
+from surreal.errors import ConfigError
 from surreal.fileio import atomic_write_text
 
 CONFIG_MODULE = "surreal.conf"

@@ -19,6 +19,8 @@ from typing import Any, ClassVar
 
 from omegaconf import MISSING
 
+from surreal.errors import ConfigError
+
 MIB = 1 << 20
 REPLAY_MODES = ("fifo", "uniform", "prioritized")  # what `auto` resolves to, or set explicitly
 # A run's name is its folder's name (runs/<name>): a letter or digit, then letters, digits, '.', '_', '-'.
@@ -28,10 +30,6 @@ RUN_NAME = re.compile(rf"[A-Za-z0-9][{_RUN_NAME_CHARS}]{{0,99}}")  # at most 100
 NOT_IN_RUN_NAME = re.compile(rf"[^{_RUN_NAME_CHARS}]")  # what the launcher replaces in a generated name
 RUN_NAME_RULE = "must be a folder name of at most 100 characters: letters, digits, '.', '_', '-'"
 DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
-
-
-class ConfigError(ValueError):
-    """The experiment description cannot be run; the message names every offending key."""
 
 
 @dataclass
@@ -44,7 +42,7 @@ class AlgoConfig:
     # Where the algorithm's code lives (networks, losses, the update: torch), imported only when a role
     # needs it, so that this torch-free registry is the only list of algorithms (`surreal.algos`).
     module: ClassVar[str]
-    # The flow-control rule that holds actors and learner together (runtime/flow.py): "staleness" and
+    # The flow-control rule that holds actors and learner together (runtime/regimes/): "staleness" and
     # "lockstep" are on-policy (FIFO replay, every chunk used once), "replay_ratio" is off-policy.
     flow_control: ClassVar[str] = "staleness"
 
@@ -73,7 +71,7 @@ class AlgoConfig:
 
 @dataclass
 class OffPolicyConfig(AlgoConfig):
-    """What an off-policy algorithm adds: the replay ratio the learner keeps (runtime/flow.py)."""
+    """What an off-policy algorithm adds: the replay ratio the learner keeps (runtime/regimes/replay_ratio.py)."""
 
     flow_control: ClassVar[str] = "replay_ratio"
 
@@ -292,9 +290,9 @@ class ActorConfig:
     # parameter version, then waits for the next. 1 is lock-step; 2 lets collection overlap the update
     # with at most one version of lag; 0 never waits (off-policy).
     rollout_ahead: int = 2
-    # Elastic on-policy flow (runtime/flow.py): an actor that waits longer than 1.5x the median interval between
-    # versions takes one more share, so a batch short of a lost actor's share still fills; before it has seen
-    # two versions (the first update may include torch.compile) it waits this long. 0: never.
+    # Elastic on-policy flow (runtime/regimes/versions.py): an actor that waits longer than 1.5x the median
+    # interval between versions takes one more share, so a batch short of a lost actor's share still fills;
+    # before it has seen two versions (the first update may include torch.compile) it waits this long. 0: never.
     overdraft_after_s: float = 30.0
 
 

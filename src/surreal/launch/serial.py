@@ -19,6 +19,7 @@ from surreal.envs import env_steps_bound
 from surreal.metrics import RoleMetrics
 from surreal.replay.shard import ReplayShard
 from surreal.roles.actor import ActorCore
+from surreal.roles.evaluation import finish
 from surreal.roles.learner import LearnerCore
 from surreal.roles.ports import InProcessParams, InProcessReplay
 
@@ -47,7 +48,7 @@ def run_serial(cfg: ExperimentConfig, run_dir: Path, log: logging.Logger | None 
                 continue
             if not any([actor.step() for actor in actors]):  # every actor steps: a list, not a generator
                 raise SerialStalled(f"no progress at {learner.counters.env_steps} env steps")
-        return learner.finish()
+        return finish(learner)
     finally:
         for actor in actors:
             actor.close()

@@ -297,8 +297,8 @@ class ParamsReply:
 
 class ParamClient:
     """Actor side. One DEALER connected to every ps replica (requests spread round-robin). `fetch` asks
-    "anything other than (version, incarnation)?" and waits up to `timeout_s`; a reply that arrives after
-    its request timed out is still a valid answer and is taken by the next `fetch`."""
+    "anything newer than (version, incarnation)?" (proto/wire.py `supersedes`) and waits up to `timeout_s`; a
+    reply that arrives after its request timed out is still a valid answer and is taken by the next `fetch`."""
 
     def __init__(
         self, ctx: zmq.Context, addresses: Sequence[str], limits: Limits, on_error: ErrorSink = ignore_error

@@ -4,7 +4,8 @@
 content. Every field a peer sends is read here and only here, so "what can arrive" is one file to read:
 
 - an experience **chunk** (actor -> replay -> learner): `Chunk` + `ChunkMeta`;
-- a **sample reply**'s progress (`ShardReport`, every reply) and a FIFO reply's chunk list;
+- a **sample reply**'s progress (`ShardReport`, every reply), a FIFO reply's chunk list, the decoded reply
+  (`SampleReply`);
 - the **parameter blob**'s metadata (`BlobMeta`, learner -> ps -> actor).
 
 Decoders validate types and ranges (integers bounded so sums stay encodable, finite floats, bounded list
@@ -207,7 +208,7 @@ class ShardReport:
     """What every sample reply reports besides its data: the shard, the env steps it has received in all
     (what an off-policy learner's replay ratio and `total_env_steps` count) and, for transition replays,
     the episodes finished and the actors heard from since its previous reply (an off-policy learner never
-    sees chunks; runtime/flow.py's `LiveActors` counts the actors)."""
+    sees chunks; runtime/regimes' `LiveActors` counts the actors)."""
 
     shard: int
     env_steps: int
@@ -269,16 +270,35 @@ def decode_fifo_reply(
     return chunks
 
 
+@dataclass
+class SampleReply:
+    """One reply of a replay shard, decoded: FIFO replies hold whole `chunks`, transition replies one
+    `transitions` batch (with `slots`, `ids` and, when prioritized, `weights`). What a learner's feed takes."""
+
+    report: ShardReport
+    chunks: list[Chunk]
+    transitions: dict[str, Any] | None = None
+
+
 # -- parameter blobs ------------------------------------------------------------------------------------
+
+
+def supersedes(blob: tuple[int, str], held: tuple[int, str]) -> bool:
+    """Whether the parameter blob `blob` (version, incarnation) replaces `held`: a higher version does, and so
+    does any version from another learner incarnation (a resumed learner restarts at its checkpoint's version).
+    The one rule for the ps, over ZMQ (roles/ps.py) and in process (roles/ports.py): by it a ps takes the
+    learner's blob, and answers an actor that runs `held` with the blob or "not modified"."""
+    (version, incarnation), (held_version, held_incarnation) = blob, held
+    return incarnation != held_incarnation or version > held_version
 
 
 @dataclass(frozen=True)
 class BlobMeta:
     """A parameter blob's metadata. `incarnation` names the learner process (a resumed learner restarts at
     its checkpoint's version under a new one); `done` ends training; `env_steps` is what the learner has
-    counted; `env_step_budget` (off-policy flow control, runtime/flow.py) the env steps the actors together
-    may have taken by now, None when unthrottled; `actors` how many actors the learner hears from (the
-    actors' shares follow it), None before it has heard from any."""
+    counted; `env_step_budget` (off-policy flow control, runtime/regimes/replay_ratio.py) the env steps the
+    actors together may have taken by now, None when unthrottled; `actors` how many actors the learner hears
+    from (the actors' shares follow it), None before it has heard from any."""
 
     version: int
     incarnation: str

@@ -9,7 +9,7 @@ notice, `kubectl delete pod`) it finishes the chunk it is stepping, gives a chun
 one more try, lets its queued chunks reach the replay for up to `FLUSH_S` and exits: a chunk's steps plus
 about 3 s, well inside the chart's grace period. Backpressure blocks it (a full or
 unreachable replay stops the stepping rather than growing a queue), and the flow-control rule of the
-algorithm (runtime/flow.py) holds it to what the learner can use.
+algorithm's regime (runtime/regimes/) holds it to what the learner can use.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from surreal.proto.codec import Limits
 from surreal.proto.wire import Chunk
 from surreal.roles.common import StopFlag, hold_until_stopped, load_config, setup_logging
 from surreal.roles.ports import FETCH_TIMEOUT, ExperienceOut, Params, ParamsIn, ZmqExperienceOut, ZmqParamsIn
-from surreal.runtime.flow import actor_throttle
+from surreal.runtime.regimes import actor_throttle
 from surreal.settings import Settings
 
 SEND_TIMEOUT_S = 1.0

@@ -10,16 +10,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import cast
 
 import numpy as np
 import torch
 
-from surreal.algos import OffPolicyLearner, OnPolicyLearner, get_algorithm
+from surreal.algos import get_algorithm
 from surreal.config import ExperimentConfig, algo_config
 from surreal.envs import make_vec_env
-from surreal.replay.buffers import flatten_time_major
-from surreal.runtime.flow import sample_size
+from surreal.runtime.regimes import sample_size, trial_update
 
 
 def choose_device(
@@ -57,12 +55,7 @@ def update_seconds(cfg: ExperimentConfig, device: torch.device, repeats: int = 3
         units += chunks[-1].size
     envs.close()
     learner = algo.make_learner(*spaces, acfg, device, compile=cfg.learner.compile)
-    if cfg.algo.on_policy:
-        update: Callable[[], object] = lambda: cast(OnPolicyLearner, learner).update(chunks, 0.0)
-    else:
-        flat = [flatten_time_major(chunk.arrays) for chunk in chunks]
-        batch = {k: np.concatenate([f[k] for f in flat])[:size] for k in flat[0]}
-        update = lambda: cast(OffPolicyLearner, learner).update(batch, cfg.learner.minibatches_per_sample)
+    update = trial_update(cfg, learner, chunks)
     times = []
     for _ in range(repeats + 1):
         started = time.perf_counter()

@@ -23,20 +23,10 @@ import zmq
 
 from surreal.proto.channels import ErrorSink, ExperienceSender, ParamClient, ParamPublisher, SampleClient, ignore_error
 from surreal.proto.codec import Limits, ProtocolError
-from surreal.proto.wire import BlobMeta, Chunk, ShardReport, decode_fifo_reply, encode_chunk
+from surreal.proto.wire import BlobMeta, Chunk, SampleReply, ShardReport, decode_fifo_reply, encode_chunk, supersedes
 from surreal.replay.shard import ReplayShard
 
 FETCH_TIMEOUT = "fetch_timeout"  # what ZmqParamsIn tells its error sink when no ps answered in time
-
-
-@dataclass
-class SampleReply:
-    """One reply of a replay shard: FIFO replies hold whole `chunks`, transition replies one `transitions`
-    batch (with `slots`, `ids` and, when prioritized, `weights`)."""
-
-    report: ShardReport
-    chunks: list[Chunk]
-    transitions: dict[str, Any] | None = None
 
 
 @dataclass
@@ -74,7 +64,7 @@ class ParamsOut(Protocol):
 
 class ParamsIn(Protocol):
     def fetch(self, version: int, incarnation: str, timeout_s: float) -> Params | None:
-        """A blob other than (`version`, `incarnation`), or None (not modified, or no answer in time)."""
+        """A blob that supersedes (`version`, `incarnation`), or None (not modified, or no answer in time)."""
         ...
 
 
@@ -253,13 +243,15 @@ class InProcessReplay:
 
 
 class InProcessParams:
-    """Parameters out and in: the latest blob, handed to whoever asks for a different one."""
+    """Parameters out and in: a ps in memory, holding the latest blob by the ps's rule (`supersedes`)."""
 
     def __init__(self) -> None:
         self.latest: Params | None = None
 
     def publish(self, blob: BlobMeta, arrays: dict[str, Any]) -> None:
-        self.latest = Params(blob, arrays)
+        held = self.latest
+        if held is None or supersedes((blob.version, blob.incarnation), (held.blob.version, held.blob.incarnation)):
+            self.latest = Params(blob, arrays)
 
     def service(self) -> None:
         pass  # nobody subscribes late in one process
@@ -267,6 +259,6 @@ class InProcessParams:
     def fetch(self, version: int, incarnation: str, timeout_s: float = 0.0) -> Params | None:
         del timeout_s
         latest = self.latest
-        if latest is None or (latest.blob.version, latest.blob.incarnation) == (version, incarnation):
+        if latest is None or not supersedes((latest.blob.version, latest.blob.incarnation), (version, incarnation)):
             return None
         return latest

@@ -7,7 +7,8 @@ are opaque arrays here) and answers each actor with "not modified" or the blob, 
 frames without copying them. Replicas are independent, so thousands of actors never touch the learner.
 
 A blob replaces the held one when its version is higher, or when it comes from a new learner
-incarnation (a learner resumed from a checkpoint restarts at the checkpoint's version). Torch-free.
+incarnation (a learner resumed from a checkpoint restarts at the checkpoint's version); an actor gets the held
+blob when, by the same rule (proto/wire.py `supersedes`), it would replace the one the actor runs. Torch-free.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from surreal.proto.channels import (
     make_socket,
 )
 from surreal.proto.codec import Limits, ProtocolError, decode, encode
-from surreal.proto.wire import BlobMeta
+from surreal.proto.wire import BlobMeta, supersedes
 from surreal.roles.server import Server, accepting, endpoint, serve_main
 from surreal.settings import Settings
 
@@ -80,7 +81,7 @@ class ParamServer(Server):
             self.drop(exc.reason)
             return
         version, incarnation = blob.version, blob.incarnation
-        if version > self.version or incarnation != self.incarnation:
+        if supersedes((version, incarnation), (self.version, self.incarnation)):
             self.frames, self.version, self.incarnation = frames, version, incarnation
             self.m_updates.inc()
             self.m_version.set(version)
@@ -98,7 +99,7 @@ class ParamServer(Server):
             self.drop("bad_request", identity)
             self._answer(identity, encode(ERROR, {"reason": "bad_request"}), "error")
             return
-        if self.frames is None or (have == self.version and incarnation == self.incarnation):
+        if self.frames is None or not supersedes((self.version, self.incarnation), (have, incarnation)):
             meta: dict[str, Any] = {"version": self.version, "incarnation": self.incarnation}
             self._answer(identity, encode(NOT_MODIFIED, meta), "not_modified")
         else:

@@ -1,0 +1,57 @@
+"""The end of training, after a `LearnerCore` reached `total_env_steps`: a last checkpoint, the deterministic
+policy evaluated on fresh seeds, eval.json, and a final blob marked `done` (actors stop on it). The learner's
+shell (roles/learner.py `main`) and serial mode (launch/serial.py) call it; the core itself only learns.
+
+A learner resumed after it finished (checkpoint at `total_env_steps` and eval.json present) does not evaluate
+again: the shell announces `done` (`finished_before`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from surreal.config import algo_config
+from surreal.fileio import atomic_write_text
+from surreal.runtime.rollout import evaluate
+
+if TYPE_CHECKING:  # the learner's shell imports this module: the core's type only, never at run time
+    from surreal.roles.learner import LearnerCore
+
+EVAL_FILE = "eval.json"
+EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes start from seeds no training env used
+
+
+def finished_before(core: LearnerCore) -> bool:
+    """Resumed after training ended (eval.json written): announce `done` without evaluating again."""
+    return core.reached_total and (core.run_dir / EVAL_FILE).exists()
+
+
+def finish(core: LearnerCore) -> dict[str, Any]:
+    """Checkpoint, evaluate the deterministic policy, write eval.json, tell actors training is over; returns
+    eval.json's content."""
+    core.checkpoint()
+    cfg, counters = core.cfg, core.counters
+    policy = core.algo.make_policy(core.obs_space, core.act_space, algo_config(cfg), 0, 1)
+    policy.load_params(core.algo_learner.params())
+    evaluation = evaluate(cfg.env.id, policy, cfg.learner.eval_episodes, cfg.seed + EVAL_SEED_OFFSET, cfg.env.kwargs)
+    returns = evaluation.returns
+    return_mean = float(np.mean(returns))
+    result: dict[str, Any] = {
+        "eval_return_mean": return_mean,
+        "eval_return_std": float(np.std(returns)),
+        "eval_episodes": len(returns),
+        "env_steps": counters.env_steps,
+        "updates": counters.updates,
+        "eval_returns": [float(r) for r in returns],
+    }
+    if evaluation.successes:  # only for envs reporting `is_success`
+        result["eval_success_rate"] = float(np.mean(evaluation.successes))
+        result["eval_successes"] = evaluation.successes
+    atomic_write_text(core.run_dir / EVAL_FILE, json.dumps(result, indent=2))
+    core.recorder.evaluation(return_mean, counters.env_steps)
+    core.log.info("eval over %d episodes: %.1f +- %.1f", len(returns), return_mean, np.std(returns))
+    core.announce_done()
+    return result

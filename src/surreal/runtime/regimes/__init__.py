@@ -1,0 +1,74 @@
+"""Flow control: how far actors may run ahead, and what the learner may learn from. One module per regime
+holds both halves side by side (after Acme's rate limiters and Sample Factory's batcher), and its docstring is
+the specification:
+
+    versions.py       on-policy ("staleness", "lockstep"): VersionThrottle | ChunkFeed, StalenessBound
+    replay_ratio.py   off-policy ("replay_ratio"): EnvStepAllowance | TransitionFeed, ReplayRatioLimiter
+    common.py         the halves' interfaces (ActorThrottle, Feed, Outcome), Counters, LiveActors
+
+The algorithm's config names its regime (`AlgoConfig.flow_control`) and the functions here pick it, so a
+role never asks which algorithm or regime it runs. Torch-free and transport-free: the feeds call the
+algorithm's learner through the narrow interface their regime declares, and the tests drive them with
+scripted replies.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import cast
+
+from surreal.config.schema import ExperimentConfig
+from surreal.proto.wire import Chunk
+from surreal.runtime.regimes import replay_ratio, versions
+from surreal.runtime.regimes.common import ActorThrottle, Counters, Feed, Outcome, PrioritiesHome
+
+
+def actor_throttle(cfg: ExperimentConfig, clock: Callable[[], float] = time.monotonic) -> ActorThrottle:
+    """The actor's half of the experiment's regime."""
+    if not cfg.algo.on_policy:
+        return replay_ratio.EnvStepAllowance(cfg.topology.actors)
+    return versions.version_throttle(cfg, clock)
+
+
+# The algorithm's learner comes as the union `surreal.algos.make_learner` returns; the config class that names
+# the regime and the module that makes the learner are one registry entry, so its kind follows the regime
+# (mypy cannot see that: hence the casts, here and nowhere in the roles).
+
+
+def learner_feed(
+    cfg: ExperimentConfig, learner: object, counters: Counters, shards: int, priorities_home: PrioritiesHome
+) -> Feed:
+    """The learner's half of the experiment's regime, counting into `counters` (restored ones continue)."""
+    if not cfg.algo.on_policy:
+        return replay_ratio.transition_feed(
+            cfg, cast(replay_ratio.TransitionLearner, learner), counters, shards, priorities_home
+        )
+    return versions.chunk_feed(cfg, cast(versions.ChunkLearner, learner), counters)
+
+
+def sample_size(cfg: ExperimentConfig) -> int:
+    """What the learner asks a replay shard for per request: on-policy, a batch's worth of units (the FIFO
+    packs whole chunks); off-policy, `learner.minibatches_per_sample` minibatches of `algo.batch_size`."""
+    if not cfg.algo.on_policy:
+        return cfg.algo.batch_size * cfg.learner.minibatches_per_sample
+    return cfg.algo.batch_size
+
+
+def trial_update(cfg: ExperimentConfig, learner: object, chunks: list[Chunk]) -> Callable[[], object]:
+    """One update as the experiment's feed runs it, on `chunks` (`sample_size` units), for timing a device."""
+    if not cfg.algo.on_policy:
+        return replay_ratio.trial_update(cfg, cast(replay_ratio.TransitionLearner, learner), chunks)
+    return versions.trial_update(cast(versions.ChunkLearner, learner), chunks)
+
+
+__all__ = [
+    "ActorThrottle",
+    "Counters",
+    "Feed",
+    "Outcome",
+    "actor_throttle",
+    "learner_feed",
+    "sample_size",
+    "trial_update",
+]

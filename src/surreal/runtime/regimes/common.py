@@ -1,0 +1,131 @@
+"""What every flow-control regime shares: the two halves' interfaces (`ActorThrottle`, `Feed`), what an update
+leads to (`Outcome`), the learner's checkpointed `Counters`, and `LiveActors`, counted on each regime's own
+clock. Torch-free and transport-free, like the regimes themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from surreal.proto.wire import BlobMeta, SampleReply
+
+RECENT_EPISODES = 20  # training episodes the learner's `train_return_mean` (and success rate) averages
+LIVE_ROUNDS = 2  # an actor counts as live while it was heard within this many rounds (versions or slacks)
+
+# Where a feed sends a retired sample's priorities: (shard, slots, ids, priorities), the replay port's method.
+PrioritiesHome = Callable[[int, np.ndarray, np.ndarray, np.ndarray], None]
+
+
+class ActorThrottle(Protocol):
+    """The actor's half: told what the actor receives and sends, says when it must wait for newer parameters."""
+
+    def on_params(self, blob: BlobMeta) -> None: ...
+
+    def on_sent(self, env_steps: int) -> None: ...
+
+    def must_wait(self, version: int) -> bool: ...
+
+
+@dataclass
+class Counters:
+    """What a resumed learner must continue from (all checkpointed). The feeds count into it."""
+
+    env_steps: int = 0
+    updates: int = 0
+    version: int = 0
+    episodes: int = 0
+    stale_dropped: int = 0
+    recent_returns: list[float] = field(default_factory=list)
+    recent_successes: list[bool] = field(default_factory=list)  # envs reporting `is_success` only
+    shard_env_steps: list[int] = field(default_factory=list)  # off-policy: each replay shard's count seen last
+
+    def row(self) -> dict[str, Any]:
+        """What a metrics row says of the counters (a regime's `Outcome.row_fields` follow)."""
+        row: dict[str, Any] = {
+            "env_steps": self.env_steps,
+            "updates": self.updates,
+            "version": self.version,
+            "episodes": self.episodes,
+            "train_return_mean": float(np.mean(self.recent_returns)) if self.recent_returns else None,
+            "stale_dropped": self.stale_dropped,
+        }
+        if self.recent_successes:  # only for envs reporting `is_success`
+            row["train_success_rate"] = float(np.mean(self.recent_successes))
+        return row
+
+    def episodes_finished(self, returns: list[float], successes: list[bool]) -> None:
+        self.episodes += len(returns)
+        self.recent_returns = (self.recent_returns + returns)[-RECENT_EPISODES:]
+        self.recent_successes = (self.recent_successes + successes)[-RECENT_EPISODES:]
+
+
+@dataclass
+class Outcome:
+    """What follows one run of a feed's ready work: the learner core acts on it (publish, metrics row,
+    checkpoint) without knowing the regime."""
+
+    update_s: float  # wall time of one update (off-policy: per gradient step)
+    publish: bool  # the version moved on: publish the parameters
+    stats: dict[str, float] | None  # a metrics row is due with these statistics; None: no row now
+    row_fields: dict[str, Any] = field(default_factory=dict)  # what the regime adds to that row
+    checkpoint_interval: bool = False  # `checkpoint_interval` reached (the timer is the core's)
+    skipped: int = 0  # updates the algorithm undid for going non-finite
+
+
+class Feed(Protocol):
+    """The learner's half of a regime: what a reply counts, when work is ready, what follows an update."""
+
+    @property
+    def sample_size(self) -> int:
+        """What to ask a replay shard for per request."""
+        ...
+
+    @property
+    def queued(self) -> int:
+        """Units received and not yet learned from (the `learner_queued_transitions` gauge)."""
+        ...
+
+    def take(self, reply: SampleReply) -> bool:
+        """Count a reply and hold its data. True: the step that took it also runs the work it completes, and
+        the loop comes back at once; False: that work waits for the next step, which comes at once if work is
+        ready (a step takes a reply or learns, so a loop stopping at `total_env_steps` stops in between)."""
+        ...
+
+    def ready(self) -> bool:
+        """Whether `update` has work to run now."""
+        ...
+
+    def update(self) -> Outcome | None:
+        """Run the ready work through the algorithm; None: nothing was learned (a batch the staleness bound
+        emptied)."""
+        ...
+
+    def env_step_budget(self) -> int | None:
+        """What the next parameter blob allows the actors (None: no budget, the regime holds them otherwise)."""
+        ...
+
+    def live_actors(self) -> int | None:
+        """The actors heard from lately, on this regime's clock; None: none yet, or shares stay as configured."""
+        ...
+
+
+@dataclass
+class LiveActors:
+    """The actors the learner hears from, on a clock the feed passes in: on-policy its parameter version (a
+    live actor sends at least one chunk per version), off-policy the env steps it has received (a live actor
+    sends within every slack). An actor counts while heard within `window` ticks; None: none yet."""
+
+    window: int
+    last_heard: dict[int, int] = field(default_factory=dict)
+
+    def heard(self, actor: int, now: int) -> None:
+        self.last_heard[actor] = now
+
+    def count(self, now: int) -> int | None:
+        for actor in [a for a, t in self.last_heard.items() if now - t > self.window]:
+            del self.last_heard[actor]  # gone: forgotten, so the map stays as small as the fleet
+        return len(self.last_heard) or None

@@ -1,0 +1,268 @@
+"""Off-policy flow control, on the clock of env steps: the "replay_ratio" rule (DDPG, any `OffPolicyConfig`).
+Both halves, side by side.
+
+- **Learner** (`TransitionFeed`): `floor((env_steps - learning_starts) * replay_ratio)` gradient steps are
+  allowed, `env_steps` being the sum of the replay shards' counts that every reply carries (`ShardEnvSteps`,
+  which survives a restarted shard). A reply is a sample of `minibatches_per_sample` minibatches; the feed
+  steps through them only as far as the ratio allows, finishing a sample over several calls when it must,
+  and sends the sample's priorities home in one message when it is retired (used up, or replaced by newer
+  samples before it was: then the priorities of the minibatches it did use). Parameters are published every
+  `publish_interval` gradient steps, a metrics row (the steps' mean statistics) every `ROW_UPDATES`.
+- **Actor** (`EnvStepAllowance`): every blob carries `env_step_budget = learning_starts + updates /
+  replay_ratio + slack`, `slack = rollout_ahead * actors * chunk_size`; an actor may take
+  `(budget - blob.env_steps) / actors` more env steps, then waits for a newer blob. More actors than the
+  learner can serve therefore slow down instead of lowering the replay ratio; `rollout_ahead = 0` removes
+  the budget.
+
+**Elastic fleet.** `actors` is the number the learner hears from (`LiveActors`: an actor counts while a replay
+shard reported it within the last two slacks of env steps), published in every blob. No overdraft is needed:
+a lost actor's part of the budget merely goes unused until the next blob, and the ratio, held at the learner,
+is exact whatever the fleet.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from surreal.config.schema import ExperimentConfig, OffPolicyConfig
+from surreal.proto.wire import BlobMeta, Chunk, SampleReply
+from surreal.replay.buffers import flatten_time_major
+from surreal.runtime.regimes.common import LIVE_ROUNDS, Counters, LiveActors, Outcome, PrioritiesHome
+
+ROW_UPDATES = 250  # gradient steps per metrics row (and per `checkpoint_interval` unit)
+
+# -- the actor's half -----------------------------------------------------------------------------------
+
+
+@dataclass
+class EnvStepAllowance:
+    """The env steps this actor may still take: its share of the budget the learner published."""
+
+    actors: int  # how many actors share the budget: the configured count until a blob says
+    allowance: float = math.inf  # no budget in the blob: unthrottled
+
+    def on_params(self, blob: BlobMeta) -> None:
+        if blob.actors is not None:
+            self.actors = blob.actors
+        if blob.env_step_budget is not None:
+            self.allowance = (blob.env_step_budget - blob.env_steps) / self.actors
+
+    def on_sent(self, env_steps: int) -> None:
+        self.allowance -= env_steps
+
+    def must_wait(self, version: int) -> bool:
+        del version
+        return self.allowance <= 0
+
+
+# -- the learner's half ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReplayRatioLimiter:
+    """Gradient steps allowed at the env steps received, and the budget that holds the actors."""
+
+    learning_starts: int
+    replay_ratio: float
+    slack: int | None  # env steps the actors together may run ahead; None: actors unthrottled
+    publish_interval: int  # gradient steps between parameter publications
+
+    def updates_allowed(self, env_steps: int) -> int:
+        past_start = env_steps - self.learning_starts
+        return int(past_start * self.replay_ratio) if past_start >= 0 else 0
+
+    def budget(self, updates: int) -> int | None:
+        if self.slack is None:
+            return None
+        return int(self.learning_starts + updates / self.replay_ratio + self.slack)
+
+
+def replay_ratio_limiter(cfg: ExperimentConfig) -> ReplayRatioLimiter:
+    algo = cfg.algo
+    if not isinstance(algo, OffPolicyConfig):
+        raise TypeError(f"{algo.name} is on-policy: it has no replay ratio")
+    ahead = cfg.actor.rollout_ahead
+    slack = ahead * cfg.topology.actors * algo.chunk_size(cfg) if ahead else None
+    return ReplayRatioLimiter(algo.learning_starts, algo.replay_ratio, slack, algo.publish_interval)
+
+
+@dataclass
+class ShardEnvSteps:
+    """Env steps received, summed over replay shards from the running count each sample reply carries.
+
+    A shard restarted from empty reports a smaller count: everything it reports then is new. The per-shard
+    counts are checkpointed with the learner (`Counters.shard_env_steps`), so a resumed learner neither
+    recounts nor loses steps."""
+
+    counts: list[int] = field(default_factory=list)
+
+    def observe(self, shard: int, seen: int) -> int:
+        """Record shard `shard`'s count; returns the env steps it adds."""
+        self.counts.extend([0] * (shard + 1 - len(self.counts)))
+        added = seen - self.counts[shard] if seen >= self.counts[shard] else seen
+        self.counts[shard] = seen
+        return added
+
+
+@dataclass
+class Sample:
+    """A sample reply being stepped through: `minibatches` of `size` transitions, `used` of them so far, and
+    the priorities they earned (sent home together when the sample is retired)."""
+
+    shard: int
+    arrays: dict[str, Any]
+    size: int
+    minibatches: int
+    used: int = 0
+    priorities: list[np.ndarray] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, shard: int, arrays: dict[str, Any], batch_size: int) -> Sample:
+        """A reply of k * batch_size transitions is k minibatches; a shorter one is one minibatch."""
+        transitions = len(arrays["rewards"])
+        size = min(batch_size, transitions)
+        return cls(shard, arrays, size, transitions // size)
+
+    def next(self, steps: int) -> dict[str, Any]:
+        """The next `steps` minibatches' transitions, marked used."""
+        start, self.used = self.used * self.size, self.used + steps
+        return {k: np.asarray(v)[start : self.used * self.size] for k, v in self.arrays.items()}
+
+
+class TransitionLearner(Protocol):
+    """What this regime asks of the algorithm's learner (`surreal.algos.OffPolicyLearner` adds the rest)."""
+
+    def update(self, batch: dict[str, Any], steps: int = 1) -> tuple[list[dict[str, float]], np.ndarray]:
+        """`steps` gradient steps, one per minibatch of a sampled batch holding `steps` equal minibatches;
+        returns each step's statistics and the new priorities (|TD error|) of the batch's transitions, NaN
+        for those of a step skipped as non-finite."""
+        ...
+
+
+class TransitionFeed:
+    """The learner's half: sampled minibatches, as many gradient steps as the replay ratio allows."""
+
+    def __init__(
+        self,
+        learner: TransitionLearner,
+        counters: Counters,
+        limiter: ReplayRatioLimiter,
+        batch_size: int,
+        minibatches_per_sample: int,
+        samples_held: int,
+        checkpoint_interval: int,
+        priorities_home: PrioritiesHome | None,
+        live: LiveActors | None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        """`samples_held`: samples kept before the oldest is retired (one per request in flight);
+        `priorities_home`: where retired samples' priorities go, None for a replay without priorities."""
+        self.learner, self.counters, self.limiter, self.live, self.clock = learner, counters, limiter, live, clock
+        self.batch_size, self.sample_size = batch_size, batch_size * minibatches_per_sample
+        self.samples_held, self.checkpoint_interval = samples_held, checkpoint_interval
+        self.priorities_home = priorities_home
+        self.shard_steps = ShardEnvSteps(counters.shard_env_steps)  # the checkpointed list, updated in place
+        self.samples: deque[Sample] = deque()
+        self.interval: list[dict[str, float]] = []  # statistics of the steps since the last row
+
+    @property
+    def queued(self) -> int:
+        return sum((s.minibatches - s.used) * s.size for s in self.samples)
+
+    def take(self, reply: SampleReply) -> bool:
+        """Off-policy learners see no chunks: a reply's report brings the env steps, episodes and actors."""
+        if reply.transitions is None:
+            return False
+        c, report = self.counters, reply.report
+        c.env_steps += self.shard_steps.observe(report.shard, report.env_steps)
+        c.episodes_finished(report.episode_returns, report.episode_successes)
+        if self.live is not None:
+            for actor in report.actors:
+                self.live.heard(actor, c.env_steps)
+        self.samples.append(Sample.of(report.shard, reply.transitions, self.batch_size))
+        while len(self.samples) > self.samples_held:
+            self._retire(self.samples.popleft())  # a newer sample of the same buffer replaces it
+        return False  # a step takes a sample or learns, never both: learning waits for the next step
+
+    def _allowed(self) -> int:
+        return self.limiter.updates_allowed(self.counters.env_steps) - self.counters.updates
+
+    def ready(self) -> bool:
+        return bool(self.samples) and self._allowed() > 0
+
+    def update(self) -> Outcome:
+        """Up to the allowed gradient steps on the oldest sample's next minibatches, in one call of the
+        algorithm."""
+        c, sample = self.counters, self.samples[0]
+        steps = min(self._allowed(), sample.minibatches - sample.used)
+        started = self.clock()
+        step_stats, priorities = self.learner.update(sample.next(steps), steps)
+        update_s = (self.clock() - started) / steps
+        before = c.updates
+        c.updates += steps
+        kept = [stats for stats in step_stats if not stats.get("nonfinite_skipped")]
+        self.interval += kept
+        sample.priorities.append(priorities)
+        if sample.used == sample.minibatches:
+            self._retire(self.samples.popleft())
+        crossed = lambda every: c.updates // every > before // every
+        publish = crossed(self.limiter.publish_interval)
+        if publish:
+            c.version += 1
+        means = None
+        if crossed(ROW_UPDATES) and self.interval:
+            means = {k: float(np.mean([row[k] for row in self.interval])) for k in self.interval[0]}
+            self.interval.clear()
+        checkpoint = crossed(ROW_UPDATES * self.checkpoint_interval)
+        return Outcome(update_s, publish, means, checkpoint_interval=checkpoint, skipped=len(step_stats) - len(kept))
+
+    def _retire(self, sample: Sample) -> None:
+        """A sample the learner is done with: the priorities of the minibatches it stepped on go home to their
+        shard in one message (none for skipped steps, whose priorities are NaN)."""
+        if self.priorities_home is None or not sample.priorities:
+            return
+        priorities = np.concatenate(sample.priorities)
+        slots, ids = (np.asarray(sample.arrays[k])[: len(priorities)] for k in ("slots", "ids"))
+        keep = np.isfinite(priorities)
+        if keep.any():
+            self.priorities_home(sample.shard, slots[keep], ids[keep], priorities[keep])
+
+    def env_step_budget(self) -> int | None:
+        return self.limiter.budget(self.counters.updates)
+
+    def live_actors(self) -> int | None:
+        return None if self.live is None else self.live.count(self.counters.env_steps)
+
+
+def transition_feed(
+    cfg: ExperimentConfig, learner: TransitionLearner, counters: Counters, shards: int, priorities_home: PrioritiesHome
+) -> TransitionFeed:
+    """Live actors are counted where a budget holds them (not with `rollout_ahead = 0`)."""
+    limiter = replay_ratio_limiter(cfg)
+    live = None if cfg.deterministic or limiter.slack is None else LiveActors(LIVE_ROUNDS * limiter.slack)
+    return TransitionFeed(
+        learner,
+        counters,
+        limiter,
+        cfg.algo.batch_size,
+        cfg.learner.minibatches_per_sample,
+        cfg.learner.prefetch * shards,
+        cfg.learner.checkpoint_interval,
+        priorities_home if cfg.replay.mode == "prioritized" else None,
+        live,
+    )
+
+
+def trial_update(cfg: ExperimentConfig, learner: TransitionLearner, chunks: list[Chunk]) -> Callable[[], object]:
+    """One call as this feed makes it, a whole sample's minibatches made of `chunks`, for timing a device."""
+    flat = [flatten_time_major(chunk.arrays) for chunk in chunks]
+    size = cfg.algo.batch_size * cfg.learner.minibatches_per_sample
+    batch = {k: np.concatenate([f[k] for f in flat])[:size] for k in flat[0]}
+    return lambda: learner.update(batch, cfg.learner.minibatches_per_sample)

@@ -1,0 +1,236 @@
+"""On-policy flow control, on the clock of parameter versions: the "staleness" rule (PPO) and its strict form
+"lockstep" (ES, and every on-policy algorithm in deterministic mode). Both halves, side by side.
+
+- **Actor** (`VersionThrottle`): its share of a learner batch is `ceil(batch_size / (actors * chunk_size))`
+  chunks; it may send `rollout_ahead` shares on the first version of a learner incarnation it sees and one
+  share more for every newer version, then waits (a new incarnation restarts the count). Lockstep is
+  `rollout_ahead = 1`.
+- **Learner** (`ChunkFeed`): a reply's chunks are queued (their env steps and episodes counted, their actors
+  heard at the current version); once `batch_size` units are queued, whole chunks, oldest first, make a batch.
+  Chunks more than `max_staleness` versions old are dropped and counted (`StalenessBound`; lockstep keeps
+  only the current version's), the rest is one update, and every update is a new version, published.
+
+**Elastic fleet.** `actors` is not the configured count but the number the learner hears from (`LiveActors`:
+an actor counts while a chunk of it arrived within the last two versions), published in every blob; the
+configured count stands in until the first blob says otherwise. Between an actor's loss and the learner
+noticing, a batch can fall short by the lost actor's share while the others wait for the next version; an
+actor that has waited longer than it ever should (`VersionThrottle.stall_s`: 1.5 times the median interval
+between the versions it saw, at least a second; `actor.overdraft_after_s` before it has seen two) takes one
+share more, so the batch fills from whoever is alive. The surplus waits in the feed's queue for the next batch,
+still bounded by `max_staleness`. Deterministic runs keep the configured count and never overdraw.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from surreal.config.schema import ExperimentConfig
+from surreal.proto.wire import BlobMeta, Chunk, SampleReply
+from surreal.runtime.regimes.common import LIVE_ROUNDS, Counters, LiveActors, Outcome
+
+STALL_FACTOR = 1.5  # an actor overdraws after waiting this many median version intervals ...
+STALL_MIN_S = 1.0  # ... and never sooner than this
+INTERVALS_KEPT = 8  # version intervals the median is taken over
+
+# -- the actor's half -----------------------------------------------------------------------------------
+
+
+@dataclass
+class VersionThrottle:
+    """A share of every learner batch per parameter version (0 `rollout_ahead`: never waits)."""
+
+    batch_units: int  # units (`batch_size` counts them) per learner batch
+    chunk_units: int  # units per chunk
+    actors: int  # how many actors share a batch: the configured count until a blob says
+    rollout_ahead: int
+    overdraft_after_s: float  # longest wait for a newer version before any interval is known; 0: never overdraw
+    clock: Callable[[], float] = time.monotonic
+    allowance: int = 0  # chunks this actor may still send
+    version: int = -1
+    incarnation: str | None = None
+    version_at: float = 0.0  # when `version` arrived
+    intervals: deque[float] = field(default_factory=lambda: deque(maxlen=INTERVALS_KEPT))
+    waiting_since: float | None = None
+
+    @property
+    def share(self) -> int:
+        return math.ceil(self.batch_units / (self.actors * self.chunk_units))
+
+    def stall_s(self) -> float:
+        """How long a wait for a newer version may last before it counts as a stall."""
+        if not self.intervals:
+            return self.overdraft_after_s
+        return max(STALL_MIN_S, STALL_FACTOR * statistics.median(self.intervals))
+
+    def on_params(self, blob: BlobMeta) -> None:
+        now = self.clock()
+        if blob.actors is not None:
+            self.actors = blob.actors
+        if blob.incarnation != self.incarnation:  # a resumed learner counts versions from its checkpoint
+            self.incarnation, self.version, self.version_at = blob.incarnation, blob.version, now
+            self.allowance = self.rollout_ahead * self.share
+            self.intervals.clear()
+        elif blob.version > self.version:
+            newer = blob.version - self.version
+            self.allowance += newer * self.share
+            self.intervals.append((now - self.version_at) / newer)
+            self.version, self.version_at = blob.version, now
+        self.waiting_since = None
+
+    def on_sent(self, env_steps: int) -> None:
+        del env_steps
+        self.allowance -= 1
+
+    def must_wait(self, version: int) -> bool:
+        del version  # `on_params` saw it
+        if self.rollout_ahead == 0 or self.allowance > 0:
+            return False
+        now = self.clock()
+        if self.waiting_since is None:
+            self.waiting_since = now
+        elif self.overdraft_after_s > 0 and now - self.waiting_since >= self.stall_s():
+            self.allowance, self.waiting_since = self.share, None  # the batch is short of a lost actor's share
+            return False
+        return True
+
+
+def version_throttle(cfg: ExperimentConfig, clock: Callable[[], float] = time.monotonic) -> VersionThrottle:
+    lockstep = cfg.deterministic or cfg.algo.flow_control == "lockstep"
+    overdraft_after_s = 0.0 if cfg.deterministic else cfg.actor.overdraft_after_s
+    return VersionThrottle(
+        cfg.algo.batch_size,
+        cfg.algo.chunk_size(cfg),
+        cfg.topology.actors,
+        1 if lockstep else cfg.actor.rollout_ahead,
+        overdraft_after_s,
+        clock,
+    )
+
+
+# -- the learner's half ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StalenessBound:
+    """Which chunks an update may use. `max_lag` None: only the current version (lockstep)."""
+
+    max_lag: int | None
+
+    def split(self, chunks: list[Chunk], version: int) -> tuple[list[Chunk], int]:
+        """(chunks kept, how many were dropped)."""
+        if self.max_lag is None:
+            kept = [c for c in chunks if c.version == version]
+        else:
+            kept = [c for c in chunks if version - c.version <= self.max_lag]
+        return kept, len(chunks) - len(kept)
+
+
+def staleness_bound(cfg: ExperimentConfig) -> StalenessBound:
+    return StalenessBound(None if cfg.algo.flow_control == "lockstep" else cfg.learner.max_staleness)
+
+
+class ChunkLearner(Protocol):
+    """What this regime asks of the algorithm's learner (`surreal.algos.OnPolicyLearner` adds the rest)."""
+
+    def update(self, chunks: list[Chunk], progress: float) -> dict[str, float]:
+        """One update on whole chunks; `progress` in [0, 1] drives schedules (learning-rate annealing)."""
+        ...
+
+
+class ChunkFeed:
+    """The learner's half: whole chunks queued until a batch's worth, one update per batch, a version each."""
+
+    def __init__(
+        self,
+        learner: ChunkLearner,
+        counters: Counters,
+        batch_size: int,
+        total_env_steps: int,
+        bound: StalenessBound,
+        checkpoint_interval: int,
+        live: LiveActors | None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.learner, self.counters, self.bound, self.live, self.clock = learner, counters, bound, live, clock
+        self.batch_size, self.total_env_steps = batch_size, total_env_steps
+        self.checkpoint_interval = checkpoint_interval
+        self.chunks: deque[Chunk] = deque()
+        self.queued = 0  # units in `chunks`
+
+    @property
+    def sample_size(self) -> int:
+        return self.batch_size  # a batch's worth of units: the FIFO packs whole chunks
+
+    def take(self, reply: SampleReply) -> bool:
+        c = self.counters
+        for chunk in reply.chunks:
+            if self.live is not None:
+                self.live.heard(chunk.actor, c.version)
+            self.chunks.append(chunk)
+            self.queued += chunk.size
+            c.env_steps += chunk.env_steps
+            c.episodes_finished(chunk.episode_returns, chunk.episode_successes)
+        return True  # a batch is learned from as soon as it is full, and the next reply may fill it
+
+    def ready(self) -> bool:
+        return self.queued >= self.batch_size
+
+    def update(self) -> Outcome | None:
+        c = self.counters
+        batch = self._take_batch()
+        kept, dropped = self.bound.split(batch, c.version)
+        c.stale_dropped += dropped
+        if not kept:
+            return None
+        # Learning-rate annealing counts the steps used before this batch, as CleanRL does.
+        used_before = c.env_steps - sum(chunk.env_steps for chunk in (*self.chunks, *batch))
+        started = self.clock()
+        stats = self.learner.update(kept, min(1.0, used_before / self.total_env_steps))
+        update_s = self.clock() - started
+        lag_mean = float(np.mean([max(0, c.version - chunk.version) for chunk in batch]))
+        c.updates += 1
+        c.version += 1
+        return Outcome(
+            update_s,
+            publish=True,
+            stats=stats,
+            row_fields={"version_lag_mean": lag_mean},
+            checkpoint_interval=c.updates % self.checkpoint_interval == 0,
+            skipped=int(bool(stats.get("nonfinite_skipped"))),
+        )
+
+    def _take_batch(self) -> list[Chunk]:
+        """Whole chunks, oldest first, until `batch_size` units; the rest waits for the next update."""
+        batch, total = [], 0
+        while self.chunks and total < self.batch_size:
+            chunk = self.chunks.popleft()
+            batch.append(chunk)
+            total += chunk.size
+        self.queued -= total
+        return batch
+
+    def env_step_budget(self) -> None:
+        return None  # actors are held by versions, not by a budget
+
+    def live_actors(self) -> int | None:
+        return None if self.live is None else self.live.count(self.counters.version)
+
+
+def chunk_feed(cfg: ExperimentConfig, learner: ChunkLearner, counters: Counters) -> ChunkFeed:
+    """Deterministic runs count no actors: shares stay as configured."""
+    live = None if cfg.deterministic else LiveActors(LIVE_ROUNDS)
+    every = cfg.learner.checkpoint_interval
+    return ChunkFeed(learner, counters, cfg.algo.batch_size, cfg.total_env_steps, staleness_bound(cfg), every, live)
+
+
+def trial_update(learner: ChunkLearner, chunks: list[Chunk]) -> Callable[[], object]:
+    """One update as this feed runs it, on `chunks` (a batch's worth), for timing a device."""
+    return lambda: learner.update(chunks, 0.0)
