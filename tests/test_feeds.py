@@ -137,23 +137,27 @@ def test_an_update_takes_whole_chunks_oldest_first_publishes_a_version_and_keeps
     assert outcome.row_fields == {"version_lag_mean": 0.5}
 
 
-def test_chunks_beyond_the_staleness_bound_are_dropped_and_a_batch_of_only_those_learns_nothing():
+def test_chunks_beyond_the_staleness_bound_are_dropped_before_they_count_towards_a_batch():
     feed, learner, counters = chunk_feed(batch_size=8, max_lag=1)
     counters.version = 5
     feed.take(fifo_reply(chunk(3), chunk(4)))
+    assert not feed.ready() and counters.stale_dropped == 1 and feed.queued == 4, "the stale chunk fills no batch"
+    assert feed.update() is None and (counters.updates, counters.version) == (0, 5), "no update short of a batch"
+    feed.take(fifo_reply(chunk(2), chunk(5)))
     outcome = feed.update()
-    assert outcome is not None and learner.updates == [([4], 0.0)] and counters.stale_dropped == 1
-    feed.take(fifo_reply(chunk(2), chunk(3)))
-    assert feed.update() is None, "nothing left to learn from: no update, no version"
-    assert counters.stale_dropped == 3 and (counters.updates, counters.version) == (1, 6)
+    assert outcome is not None and learner.updates == [([4, 5], 0.08)] and counters.stale_dropped == 2  # dropped: used
 
 
-def test_lockstep_keeps_only_the_current_versions_results():
+def test_lockstep_learns_from_a_whole_population_of_the_current_version():
+    """An overdraft's surplus for version 1 went stale when version 2 came: dropped, it takes no room in the
+    batch, which waits for the current version's results (ES: every generation one whole population)."""
     feed, learner, counters = chunk_feed(batch_size=8, max_lag=None)
     counters.version = 2
-    feed.take(fifo_reply(chunk(1), chunk(2), chunk(2)))
+    feed.take(fifo_reply(chunk(1), chunk(2)))
+    assert not feed.ready() and counters.stale_dropped == 1
+    feed.take(fifo_reply(chunk(2)))
     feed.update()
-    assert learner.updates == [([2], 0.0)] and counters.stale_dropped == 1 and feed.queued == 4
+    assert learner.updates == [([2, 2], 0.04)] and feed.queued == 0
 
 
 def test_checkpoint_interval_and_non_finite_updates_are_reported_in_the_outcome():

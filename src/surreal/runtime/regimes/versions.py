@@ -181,19 +181,19 @@ class ChunkFeed:
         return True  # a batch is learned from as soon as it is full, and the next reply may fill it
 
     def ready(self) -> bool:
+        self._drop_stale()
         return self.queued >= self.batch_size
 
     def update(self) -> Outcome | None:
+        """One update on a batch of usable chunks; None (no update, no version) until a batch's worth is queued."""
+        if not self.ready():
+            return None
         c = self.counters
         batch = self._take_batch()
-        kept, dropped = self.bound.split(batch, c.version)
-        c.stale_dropped += dropped
-        if not kept:
-            return None
         # Learning-rate annealing counts the steps used before this batch, as CleanRL does.
         used_before = c.env_steps - sum(chunk.env_steps for chunk in (*self.chunks, *batch))
         started = self.clock()
-        stats = self.learner.update(kept, min(1.0, used_before / self.total_env_steps))
+        stats = self.learner.update(batch, min(1.0, used_before / self.total_env_steps))
         update_s = self.clock() - started
         lag_mean = float(np.mean([max(0, c.version - chunk.version) for chunk in batch]))
         c.updates += 1
@@ -206,6 +206,16 @@ class ChunkFeed:
             checkpoint_interval=c.updates % self.checkpoint_interval == 0,
             skipped=int(bool(stats.get("nonfinite_skipped"))),
         )
+
+    def _drop_stale(self) -> None:
+        """Chunks past the staleness bound can never be learned from (versions only grow): they are dropped and
+        counted before they count towards a batch, so every update learns from a whole batch (ES: a whole
+        population) even after an overdraft's surplus went stale."""
+        kept, dropped = self.bound.split(list(self.chunks), self.counters.version)
+        if dropped:
+            self.chunks = deque(kept)
+            self.queued = sum(chunk.size for chunk in kept)
+            self.counters.stale_dropped += dropped
 
     def _take_batch(self) -> list[Chunk]:
         """Whole chunks, oldest first, until `batch_size` units; the rest waits for the next update."""
