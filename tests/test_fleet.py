@@ -1,0 +1,77 @@
+"""The fleet path (bench.fleet): 64 simulated actors against the real replay, ps and learner (PPO, small batch).
+
+The benchmark waits for progress itself (every actor has sent a chunk and the learner has written a row, under
+a limit that only catches hangs), measures a short window and stops everything as `surreal run` does. Nothing
+here asserts a rate: every actor was counted live, no honest message was dropped, nothing restarted, the learner
+counted env steps, and every process exited cleanly and is gone."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+from bench import fleet_actors
+
+from surreal.roles import actor
+
+REPO = Path(__file__).resolve().parents[1]
+ACTORS = 64
+
+
+def test_simulated_actors_keep_the_real_actors_timings():
+    assert (fleet_actors.SEND_TIMEOUT_S, fleet_actors.FLUSH_S, fleet_actors.IDLE_S) == (
+        actor.SEND_TIMEOUT_S,
+        actor.FLUSH_S,
+        actor.IDLE_S,
+    )
+
+
+def test_fleet_of_64_simulated_actors_against_ppo(tmp_path: Path):
+    out = tmp_path / "fleet.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.fleet",
+            "--algo",
+            "ppo",
+            "--actors",
+            str(ACTORS),
+            "--seconds",
+            "20",
+            "--processes",
+            "2",
+            "--out",
+            str(out),
+            "--workdir",
+            str(tmp_path / "runs"),
+            "--set",
+            "algo.update_epochs=2",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,  # only catches a hang
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    (point,) = summary["points"]
+    logs = f"\n{json.dumps(point, indent=1)}\nlogs in {tmp_path / 'runs'}"
+    assert point["warmup_complete"], "not every actor sent a chunk before the learner wrote a row" + logs
+    assert point["live_actors_max"] == ACTORS, logs  # every actor counted live at some row
+    assert point["honest_dropped"] == 0 and point["drops"] == {}, logs
+    assert point["restarts"] == 0, logs
+    assert point["env_steps_total"] > 0, logs
+    assert point["clean"] and point["left_behind"] == [], logs
+    for key in ("actors", "live_actors_min", "ps_fetch_p99_ms", "env_steps_per_s", "learner_wait_share", "bottleneck"):
+        assert key in point, key
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
+    assert json.loads(out.read_text())["ppo"]["points"][0]["actors"] == ACTORS
+    assert out.with_suffix(".png").stat().st_size > 0
