@@ -16,7 +16,8 @@ per version) and DDPG runs at replay ratio 0.1 from 5,000 env steps; `--set` ove
 
 Per N: env steps/s accepted (the learner's count), learner updates/s and its wait share (1 - (update + io) /
 wall, from `surreal_learner_seconds_total`: the share of its time spent on anything but updating), version lag
-and staleness drops, ps fetch p50/p99 as the actors see them (send to answer, in the actors' event loop),
+and staleness drops, ps fetch p50/p99 as the actors see them (send to answer, in the actors' event loop, for
+the fetches the ps answers at once: a held actor's long poll waits for the learner, not the ps),
 replay ingest and egress where they happen (`surreal_replay_transitions_{in,out}_total`), CPU (cores) and
 peak RSS of every service and of the simulated fleet, open file descriptors and sockets of every service, drops
 by reason on every role and actor (`honest_dropped`: all of them plus chunks lost on stop; 0 expected), FIFO
@@ -367,13 +368,14 @@ def measure(
             "ps_fetch_p50_ms": _round(hist_percentile(hist, 50)),
             "ps_fetch_p99_ms": _round(hist_percentile(hist, 99)),
             "ps_fetches_per_s": round((summed(f1, "fetches") - summed(f0, "fetches")) / wall, 1),
+            "ps_held_fetches_per_s": round((summed(f1, "held_fetches") - summed(f0, "held_fetches")) / wall, 1),
             "ps_requests_per_s": {
                 answer: round(sum(delta(ps, "surreal_ps_requests_total", answer=answer) for ps in pss) / wall, 1)
                 for answer in ("params", "not_modified", "error")
             },
             "fetch_timeouts": summed(f1, "fetch_timeouts") - summed(f0, "fetch_timeouts"),
             "fetch_timeouts_whole_run": summed(tick_after, "fetch_timeouts"),
-            "fetch_unsent_whole_run": summed(tick_after, "fetch_unsent"),
+            "fetch_send_retries_whole_run": summed(tick_after, "fetch_send_retries"),
             "replay_ingest_per_s": round(
                 sum(delta(r, "surreal_replay_transitions_in_total") for r in replays) / wall, 1
             ),

@@ -14,7 +14,8 @@ Each simulated actor is what `roles/actor.py` is on the wire, minus the environm
 - the real actor side of flow control: `actor_throttle(cfg)` (shares and overdraft on-policy, the env-step
   budget off-policy), told every blob and every chunk sent, asked before each chunk, exactly as `ActorCore.step`;
 - ActorCore's fetch cadence: "newer than v?" after every `param_fetch_interval` chunks, and while the throttle
-  holds it, again `IDLE_S` after each "not modified"; a fetch waits up to `fetch_timeout_s`;
+  holds it, a long poll (the ps holds it up to `HOLD_S` for a newer blob), again `IDLE_S` after each "not
+  modified"; a fetch waits up to `fetch_timeout_s` (plus its hold);
 - ActorCore's backpressure and SIGTERM: a refused chunk waits for the socket (counted blocked each
   SEND_TIMEOUT_S), and on SIGTERM every actor finishes the chunk it is stepping, gives a refused one one more
   try of SEND_TIMEOUT_S, then the sockets get FLUSH_S to deliver what is queued.
@@ -24,8 +25,9 @@ a network) and chunks repeat the recording. `--network` delays each actor's mess
 each direction): none 0, datacenter 0.25 ms +- 0.05, degraded 20 ms +- 10 with 1% of messages 200 ms late.
 
 Every second (and at exit) the process writes its counters to `--stats` as JSON: actors, how many hold
-parameters and have sent, chunks and env steps sent, fetches, their latency histogram (from the moment the file
-`<stats>.measure` appears), fetch timeouts, replies dropped by reason, seconds blocked, chunks lost on stop.
+parameters and have sent, chunks and env steps sent, fetches, the latency histogram of those the ps answers at
+once (the cadence fetches after a chunk, not the held ones; from the moment the file `<stats>.measure`
+appears), fetch timeouts, replies dropped by reason, seconds blocked, chunks lost on stop.
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ STATS_EVERY_S = 1.0
 SEND_TIMEOUT_S = 1.0
 FLUSH_S = 2.0
 IDLE_S = 0.01
+HOLD_S = 0.5
+SEND_RETRY_S = 0.05  # channels.send's poll step while a socket refuses
 NETWORKS = {  # one-way delay in seconds: (mean, jitter, share of messages late, late delay)
     "none": (0.0, 0.0, 0.0, 0.0),
     "datacenter": (0.00025, 0.00005, 0.0, 0.0),
@@ -306,20 +310,26 @@ class Fleet:
 
     def fetch(self, a: SimActor, now: float, after: str) -> None:
         a.fetching, a.fetch_after, a.fetch_sent_at = next(self._fetch_ids), after, now
-        request = encode(PARAMS_REQUEST, {"version": int(a.version), "incarnation": a.incarnation})
-        d = self.delay()
-        if d > 0:
-            self.at(now + d, "send_request", a, a.fetching)
-            a.outbox.append((now + d, a.fetching, request))
-        elif not send(a.client.sock, request, 0.0):
-            self.c["fetch_unsent"] += 1  # no ps connected: the fetch times out, as ParamClient's would
-        self.at(now + self.cfg.actor.fetch_timeout_s, "fetch_timeout", a, a.fetching)
+        meta = {"version": int(a.version), "incarnation": a.incarnation}
+        hold_s = HOLD_S if after == "wait" else 0.0  # held by flow control: a long poll, as ActorCore asks
+        if hold_s:
+            meta["hold_ms"] = int(hold_s * 1000)
+        request = encode(PARAMS_REQUEST, meta)
+        a.outbox.append((now, a.fetching, request))
+        self.at(now + self.delay(), "send_request", a, a.fetching)
+        self.at(now + self.cfg.actor.fetch_timeout_s + hold_s, "fetch_timeout", a, a.fetching)
 
-    def send_request(self, a: SimActor, token: int) -> None:
+    def send_request(self, a: SimActor, token: int, now: float) -> None:
+        """Send a fetch's request; a socket with no ps connected yet is tried again every SEND_RETRY_S until the
+        fetch times out, as `channels.send` retries within ParamClient's timeout."""
         for item in [x for x in a.outbox if x[1] == token]:
             a.outbox.remove(item)
-            if a.fetching == token and not send(a.client.sock, item[2], 0.0):
-                self.c["fetch_unsent"] += 1
+            if a.fetching != token:
+                continue
+            if not send(a.client.sock, item[2], 0.0):
+                self.c["fetch_send_retries"] += 1
+                a.outbox.append(item)
+                self.at(now + SEND_RETRY_S, "send_request", a, token)
 
     def on_reply(self, a: SimActor, frames: list[Any], now: float) -> None:
         message = decode_reply(frames, a.client.limits, self._drop)
@@ -340,7 +350,9 @@ class Fleet:
         if a.fetching is None:  # a late answer to a fetch that timed out: taken, as ParamClient takes it
             return
         self.c["fetches"] += 1
-        if self.measuring:
+        if a.fetch_after == "wait":
+            self.c["held_fetches"] += 1
+        elif self.measuring:  # the service time of a fetch the ps answers at once
             self.hist[hist_bin((now - a.fetch_sent_at) * 1000)] += 1
         after, a.fetching = a.fetch_after, None
         if after == "wait" and not got_params:
@@ -413,7 +425,7 @@ class Fleet:
                 elif what == "fetch_timeout":
                     self.fetch_timeout(a, now, token)
                 elif what == "send_request":
-                    self.send_request(a, token)
+                    self.send_request(a, token, now)
                 elif what == "reply":
                     item = next(x for x in a.outbox if x[1] == -1)
                     a.outbox.remove(item)

@@ -7,12 +7,18 @@ are opaque arrays here) and answers each actor with "not modified" or the blob, 
 frames without copying them. Replicas are independent, so thousands of actors never touch the learner.
 
 A blob replaces the held one when its version is higher, or when it comes from a new learner
-incarnation (a learner resumed from a checkpoint restarts at the checkpoint's version). Torch-free.
+incarnation (a learner resumed from a checkpoint restarts at the checkpoint's version). A request that holds
+the current blob and carries `hold_ms` (an actor that flow control holds: proto/channels.py `ParamClient`) is
+parked, up to `MAX_PARKED` of them, and answered with the next blob or "not modified" when its hold is over,
+so waiting actors do not poll. Torch-free.
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
+import itertools
+import time
 from typing import Any
 
 import zmq
@@ -21,6 +27,7 @@ from surreal.config import ExperimentConfig
 from surreal.metrics import RoleMetrics
 from surreal.proto.channels import (
     ERROR,
+    MAX_HOLD_MS,
     NOT_MODIFIED,
     PARAMS,
     PARAMS_REQUEST,
@@ -33,6 +40,7 @@ from surreal.roles.server import Server, accepting, endpoint, serve_main
 from surreal.settings import Settings
 
 REQUEST_BURST = 256  # actor requests answered per poll before newer parameters are taken in
+MAX_PARKED = 65_536  # held requests; beyond this a request is answered at once
 
 
 class ParamServer(Server):
@@ -64,6 +72,23 @@ class ParamServer(Server):
         self.m_requests = m.counter("ps_requests_total", "actor requests answered", ["answer"])
         self.m_updates = m.counter("ps_updates_total", "parameter blobs accepted from the learner")
         self.m_blob_bytes = m.gauge("ps_blob_bytes", "size of the held parameter blob")
+        self.m_parked = m.gauge("ps_parked_requests", "requests held until a newer blob or their hold ends")
+        self.parked: list[tuple[float, int, bytes]] = []  # (deadline, arrival, identity): a heap
+        self._arrivals = itertools.count()
+
+    def poll_once(self, timeout_s: float) -> None:
+        super().poll_once(min(timeout_s, self._until_next_deadline()))
+        now = time.monotonic()
+        while self.parked and self.parked[0][0] <= now:
+            identity = heapq.heappop(self.parked)[2]
+            self._answer(identity, encode(NOT_MODIFIED, self._held()), "not_modified")
+        self.m_parked.set(len(self.parked))
+
+    def _until_next_deadline(self) -> float:
+        return max(0.0, self.parked[0][0] - time.monotonic()) if self.parked else 3600.0
+
+    def _held(self) -> dict[str, Any]:
+        return {"version": self.version, "incarnation": self.incarnation}
 
     def describe(self) -> str:
         return f"replica {self.replica} on {endpoint(self.router)}, learner {self.learner_addr}"
@@ -85,6 +110,10 @@ class ParamServer(Server):
             self.m_updates.inc()
             self.m_version.set(version)
             self.m_blob_bytes.set(sum(len(f) for f in frames))
+            parked, self.parked = self.parked, []
+            for _, _, identity in sorted(parked):  # each asked for anything but what was held: this blob
+                self._answer(identity, frames, "params")
+            self.m_parked.set(0)
 
     def on_request(self, identity: bytes, frames: list[zmq.Frame]) -> None:
         try:
@@ -94,13 +123,22 @@ class ParamServer(Server):
             self._answer(identity, encode(ERROR, {"reason": exc.reason}), "error")
             return
         have, incarnation = message.meta.get("version"), message.meta.get("incarnation")
-        if not isinstance(have, int) or not isinstance(incarnation, str):
+        hold_ms = message.meta.get("hold_ms", 0)
+        if (
+            not isinstance(have, int)
+            or not isinstance(incarnation, str)
+            or type(hold_ms) is not int
+            or not 0 <= hold_ms <= MAX_HOLD_MS
+        ):
             self.drop("bad_request", identity)
             self._answer(identity, encode(ERROR, {"reason": "bad_request"}), "error")
             return
         if self.frames is None or (have == self.version and incarnation == self.incarnation):
-            meta: dict[str, Any] = {"version": self.version, "incarnation": self.incarnation}
-            self._answer(identity, encode(NOT_MODIFIED, meta), "not_modified")
+            if hold_ms and len(self.parked) < MAX_PARKED:
+                deadline = time.monotonic() + hold_ms / 1000
+                heapq.heappush(self.parked, (deadline, next(self._arrivals), identity))
+                return
+            self._answer(identity, encode(NOT_MODIFIED, self._held()), "not_modified")
         else:
             self._answer(identity, self.frames, "params")
 
