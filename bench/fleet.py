@@ -9,7 +9,7 @@ their own, under a `Supervisor` that restarts what crashes), and the N actors ar
 (bench/fleet_actors.py, P = min(N, 4) by default), each actor a full peer: its own sockets, the real wire format
 with chunks cut from a recorded HalfCheetah-v5 rollout, the real actor side of flow control and the real fetch
 cadence, stepping at `--rate` env steps/s (default: the rate the recording was made at, one actor's on one core
-of this box). After a warm-up (every actor has sent a chunk and the learner has written a row) the run is
+of this box). After a warm-up (every actor has sent a chunk, then the learner has written two more rows) the run is
 measured for S seconds, then stopped as `surreal run` stops: actors first (SIGTERM: they flush), then the
 learner, ps and replay. The learner's PPO batch grows with the fleet (max(2,048, N x chunk): one chunk per actor
 per version) and DDPG runs at replay ratio 0.1 from 5,000 env steps; `--set` overrides any config key.
@@ -27,7 +27,8 @@ the window) and whether the run ended cleanly (every process exited 0, nothing l
 **Bottleneck** (one name per N, the first rule that holds): `learner` when its wait share is under 0.1 (it
 updates all the time: the actors wait for it); else the service using the most CPU if that is at least 0.9 of a
 core (`replay-0`, `ps-0`, ...); else `fleet` if a simulated-actor process uses 0.9 of a core (the simulation,
-not the system, is the limit); else `machine` if all processes together use 90% of the cores; else `actors`
+not the system, is the limit); else `machine` if the box's cores are 90% busy (other programs on a shared box
+included: `others_busy_cores` says how much was theirs); else `actors`
 (the fleet's own pacing: it sends everything its rate allows and the services keep up).
 
 The last line printed is one JSON object; results are also merged into bench/results/fleet.<cores>core.json (one
@@ -70,6 +71,7 @@ STOP_GRACE_S = 15.0  # a simulated actor's flush: its chunk's steps, SEND_TIMEOU
 # 5 s on a busy 2-core box (bench.fleet then reports `services_stop_s`).
 SERVICE_GRACE_S = 120.0
 WAIT_SHARE_BUSY = 0.1
+WARMUP_ROWS = 2  # learner rows after every actor has sent, before the window opens
 CORE_BUSY = 0.9
 
 
@@ -200,7 +202,9 @@ def run_point(
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(":")}
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="surreal-") as sockets:
-        specs = plan_processes(cfg, run_dir, env, Path(sockets))
+        # One actor's spec is enough: its environment is what every simulated actor gets (no port per actor).
+        one_actor = replace(cfg, topology=replace(cfg.topology, actors=1))
+        specs = plan_processes(one_actor, run_dir, env, Path(sockets))
         services = [s for s in specs if s.role != "actor"]
         actor_env = next(s for s in specs if s.role == "actor").env
         fleet = fleet_specs(actors, processes, rate, network, actor_env, fleet_dir)
@@ -256,7 +260,7 @@ def measure(
     service_sup = Supervisor(run_dir / "logs", grace_s=SERVICE_GRACE_S)
     fleet_sup = Supervisor(run_dir / "logs", grace_s=STOP_GRACE_S)
     point: dict[str, Any] = {"actors": actors, "processes": len(fleet)}
-    warmup_limit = 90.0 + 0.1 * actors
+    warmup_limit = 120.0 + 0.1 * actors  # only catches a hang
     with service_sup, fleet_sup:
         for spec in services:
             service_sup.start(spec)
@@ -270,12 +274,14 @@ def measure(
             if service_sup.failed or fleet_sup.failed:
                 raise RuntimeError(f"{service_sup.failed or fleet_sup.failed} failed; logs in {run_dir / 'logs'}")
 
-        # Warm-up: every actor has sent a chunk and the learner has written a row.
-        ready = False
+        # Warm-up: every actor has sent a chunk, then the learner has written WARMUP_ROWS more rows (the live-actor
+        # count looks back LIVE_ROUNDS versions: rows from the fleet's first seconds still miss late starters).
+        ready, rows_when_all_sent = False, None
         while time.monotonic() - started < warmup_limit:
             tick()
-            stats = fleet_stats(fleet_dir)
-            ready = sum(s["have_sent"] for s in stats) >= actors and bool(rows)
+            if rows_when_all_sent is None and sum(s["have_sent"] for s in fleet_stats(fleet_dir)) >= actors:
+                rows_when_all_sent = len(rows)
+            ready = rows_when_all_sent is not None and len(rows) >= rows_when_all_sent + WARMUP_ROWS
             if ready:
                 break
             time.sleep(0.5)
@@ -418,8 +424,8 @@ def bottleneck(point: dict[str, Any]) -> str:
         return busiest
     if any(c >= CORE_BUSY for n, c in cores.items() if n.startswith("fleet")):
         return "fleet"
-    if sum(cores.values()) >= CORE_BUSY * (os.cpu_count() or 1):
-        return "machine"
+    if point["machine_busy_cores"] >= CORE_BUSY * (os.cpu_count() or 1):
+        return "machine"  # every core busy, other programs on a shared box included
     return "actors"
 
 
