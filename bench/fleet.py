@@ -16,8 +16,10 @@ per version) and DDPG runs at replay ratio 0.1 from 5,000 env steps; `--set` ove
 
 Per N: env steps/s accepted (the learner's count), learner updates/s and its wait share (1 - (update + io) /
 wall, from `surreal_learner_seconds_total`: the share of its time spent on anything but updating), version lag
-and staleness drops, ps fetch p50/p99 as the actors see them (send to answer, in the actors' event loop, for
-the fetches the ps answers at once: a held actor's long poll waits for the learner, not the ps),
+and staleness drops, ps fetch p50/p99 as the actors see them, over two kinds of answer: a fetch the ps answers
+at once (request to answer: `ps_fetch_at_once_*`) and a held fetch answered by a new blob (that blob's first
+arrival in the actor's process to this actor's: `ps_fanout_*`, the ps's fan-out of a version to every waiting
+actor; the hold itself waits for the learner, not the ps),
 replay ingest and egress where they happen (`surreal_replay_transitions_{in,out}_total`), CPU (cores) and
 peak RSS of every service and of the simulated fleet, open file descriptors and sockets of every service, drops
 by reason on every role and actor (`honest_dropped`: all of them plus chunks lost on stop; 0 expected), FIFO
@@ -332,6 +334,7 @@ def measure(
     updates = total(last["learner"], "surreal_learner_updates") - total(first["learner"], "surreal_learner_updates")
     cores = {name: round((cpu1[name] - cpu0[name]) / wall, 3) for name in cpu1 if name in cpu0}
     hist = np.sum([s["fetch_hist"] for s in f1] or [np.zeros(HIST_BINS)], axis=0)
+    fanout = np.sum([s["fanout_hist"] for s in f1] or [np.zeros(HIST_BINS)], axis=0)
     drops: dict[str, dict[str, float]] = {}
     for name in ports:
         reasons = by_label(ended[name], "surreal_messages_dropped_total", "reason")
@@ -371,8 +374,12 @@ def measure(
             "live_actors_max": max(live) if live else None,
             "learner_update_s": round(phases["update"] / updates, 3) if updates else None,
             "learner_rows": len(window_rows),
-            "ps_fetch_p50_ms": _round(hist_percentile(hist, 50)),
-            "ps_fetch_p99_ms": _round(hist_percentile(hist, 99)),
+            "ps_fetch_p50_ms": _round(hist_percentile(hist + fanout, 50)),
+            "ps_fetch_p99_ms": _round(hist_percentile(hist + fanout, 99)),
+            "ps_fetch_at_once_p50_ms": _round(hist_percentile(hist, 50)),
+            "ps_fetch_at_once_p99_ms": _round(hist_percentile(hist, 99)),
+            "ps_fanout_p50_ms": _round(hist_percentile(fanout, 50)),
+            "ps_fanout_p99_ms": _round(hist_percentile(fanout, 99)),
             "ps_fetches_per_s": round((summed(f1, "fetches") - summed(f0, "fetches")) / wall, 1),
             "ps_held_fetches_per_s": round((summed(f1, "held_fetches") - summed(f0, "held_fetches")) / wall, 1),
             "ps_requests_per_s": {
@@ -458,14 +465,17 @@ def plot(results: dict[str, Any], path: Path) -> None:
             )
         p99 = [p["ps_fetch_p99_ms"] or float("nan") for p in points]
         ax2.plot(n, p99, "o-", color=color, label=f"{algo.upper()}: ps fetch p99")
-    ax.set_xscale("log", base=2)
+    counts = sorted({p["actors"] for a in ("ppo", "ddpg") if a in results for p in results[a]["points"]})
+    for axis in (ax, ax2):
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(counts, [str(c) for c in counts])
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.12)  # room for the labels above the highest point
     ax.set_xlabel("simulated actors N")
     ax.set_ylabel("env steps / s accepted by the learner")
     ax.set_title("Throughput against fleet size (bottleneck named at each point)")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     ax2.axhline(50, color="grey", ls="--", lw=1, label="target 50 ms")
-    ax2.set_xscale("log", base=2)
     ax2.set_yscale("log")
     ax2.set_xlabel("simulated actors N")
     ax2.set_ylabel("ms")

@@ -26,8 +26,10 @@ each direction): none 0, datacenter 0.25 ms +- 0.05, degraded 20 ms +- 10 with 1
 
 Every second (and at exit) the process writes its counters to `--stats` as JSON: actors, how many hold
 parameters and have sent, chunks and env steps sent, fetches, the latency histogram of those the ps answers at
-once (the cadence fetches after a chunk, not the held ones; from the moment the file `<stats>.measure`
-appears), fetch timeouts, replies dropped by reason, seconds blocked, chunks lost on stop.
+once (the cadence fetches after a chunk; from the moment the file `<stats>.measure` appears) and, for held
+fetches a new blob answered, the delay from that blob's first arrival in this process to this actor's (how
+long the ps's fan-out of a version to every parked actor takes, a lower bound), fetch timeouts, replies
+dropped by reason, seconds blocked, chunks lost on stop.
 """
 
 from __future__ import annotations
@@ -221,7 +223,9 @@ class Fleet:
         self._fetch_ids = itertools.count(1)
         self.stopping = False
         self.started = time.time()
-        self.hist = np.zeros(HIST_BINS, np.int64)
+        self.hist = np.zeros(HIST_BINS, np.int64)  # fetches the ps answered at once: request to answer
+        self.fanout = np.zeros(HIST_BINS, np.int64)  # held fetches answered by a new blob: first arrival to this one
+        self.first_seen: dict[tuple[str, int], float] = {}
         self.measuring = False
         self.c: Counter[str] = Counter()
 
@@ -330,6 +334,8 @@ class Fleet:
                 self.c["fetch_send_retries"] += 1
                 a.outbox.append(item)
                 self.at(now + SEND_RETRY_S, "send_request", a, token)
+            else:
+                a.fetch_sent_at = time.monotonic()  # when it left, not when this loop got to it
 
     def on_reply(self, a: SimActor, frames: list[Any], now: float) -> None:
         message = decode_reply(frames, a.client.limits, self._drop)
@@ -347,6 +353,11 @@ class Fleet:
                 a.throttle.on_params(blob)
                 got_params = True
                 self.c["blobs"] += 1
+                first = self.first_seen.setdefault((blob.incarnation, blob.version), now)
+                if len(self.first_seen) > 64:
+                    self.first_seen.pop(next(iter(self.first_seen)))
+                if a.fetching is not None and a.fetch_after == "wait" and self.measuring:
+                    self.fanout[hist_bin((now - first) * 1000)] += 1
         if a.fetching is None:  # a late answer to a fetch that timed out: taken, as ParamClient takes it
             return
         self.c["fetches"] += 1
@@ -403,6 +414,7 @@ class Fleet:
                             frames = sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
                         except zmq.Again:
                             break
+                        now = time.monotonic()
                         d = self.delay()
                         if d > 0:
                             self.at(now + d, "reply", a, 0)
@@ -416,6 +428,7 @@ class Fleet:
             now = time.monotonic()
             while self.timers and self.timers[0][0] <= now:
                 _, _, what, a, token = heapq.heappop(self.timers)
+                now = max(now, time.monotonic())
                 if what == "step":
                     self.step(a, now)
                 elif what == "collected":
@@ -447,6 +460,7 @@ class Fleet:
             "counters": dict(self.c),
             "dropped": dict(self.drops),
             "fetch_hist": self.hist.tolist(),
+            "fanout_hist": self.fanout.tolist(),
             "rate": self.rate,
         }
         tmp = self.stats_path.with_suffix(".tmp")
