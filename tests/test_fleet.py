@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import psutil
 from bench import fleet_actors
 
@@ -76,3 +77,34 @@ def test_fleet_of_64_simulated_actors_against_ppo(tmp_path: Path):
     assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
     assert json.loads(out.read_text())["ppo"]["points"][0]["actors"] == ACTORS
     assert out.with_suffix(".png").stat().st_size > 0
+
+
+def test_simulated_chunks_are_what_real_actors_send():
+    """A simulated chunk passes the replay's own validation, and a DDPG one holds exactly the n-step transitions
+    (n = 1) the real collector makes of the same steps."""
+    from bench.rollouts import load
+
+    from surreal.algos.ddpg import n_step_transitions
+    from surreal.config import load_config
+    from surreal.proto.wire import Chunk, decode_chunk, encode_chunk
+
+    data = load("HalfCheetah-v5")
+    for algo in ("ppo", "ddpg"):
+        cfg = load_config([f"algo={algo}", "actor.chunk_steps=64", "topology.envs_per_actor=2"])
+        recording = fleet_actors.Recording(cfg, data)
+        episodes = 0
+        for start in range(0, recording.length, 64):
+            arrays, returns, lengths = recording.chunk(start)
+            meta, sent = encode_chunk(Chunk(arrays, 3, 7, list(returns), list(lengths)), "inc")
+            chunk, chunk_meta = decode_chunk(sent, meta, cfg.algo.max_env_steps_per_unit(1000))
+            assert chunk.size == 128 and chunk_meta.actor == 7 and chunk_meta.version == 3
+            assert all(length == 1000 for length in chunk_meta.episode_lengths)
+            episodes += len(returns)
+        assert episodes > 0
+        if algo == "ddpg":
+            raw = {k: v[:64, None] for k, v in data.items() if k in fleet_actors.RECORDED}
+            expected = n_step_transitions(raw, 1, cfg.algo.gamma)
+            got = recording.chunk(0)[0]
+            assert set(got) == set(expected)
+            for key, value in expected.items():
+                np.testing.assert_array_equal(got[key][:, :1], value)
