@@ -13,8 +13,18 @@ import zmq
 
 from conftest import loopback_settings, wait_until
 from surreal.config import load_config, save_config
-from surreal.proto.channels import ExperienceSender, ParamClient, ParamPublisher, SampleClient
-from surreal.proto.codec import Limits
+from surreal.proto.channels import (
+    ERROR,
+    PARAMS,
+    PARAMS_REQUEST,
+    ExperienceSender,
+    ParamClient,
+    ParamPublisher,
+    SampleClient,
+    recv_frames,
+    send,
+)
+from surreal.proto.codec import Limits, decode, encode
 from surreal.settings import ReplayEndpoint
 
 LIMITS = Limits()
@@ -314,3 +324,42 @@ def test_a_fifo_shard_keeps_its_chunks_across_sigterm_and_serves_them_once(roles
     wait_until(lambda: "no replay snapshot to restore" in (tmp_path / "replay-0-2.log").read_text(), 60)
     wait_until(lambda: served_metric(settings.metrics_port, "surreal_replay_size") is not None, 60)
     assert served_metric(settings.metrics_port, "surreal_replay_size") == 0
+
+
+def test_ps_holds_a_request_for_a_newer_blob_then_answers_not_modified(roles, ctx):
+    """A held request (`hold_s`, what a waiting actor sends) is answered by the next blob, or by "not modified"
+    when its hold ends; a malformed hold is refused and counted."""
+    settings = loopback_settings()
+    publisher = ParamPublisher(ctx, settings.bind(settings.params_pub_port))
+    publisher.publish(1, {"incarnation": "a"}, {"policy": {"w": np.ones(8, np.float32)}})
+    roles.start("ps", settings)
+    client = ParamClient(ctx, settings.ps_addrs, LIMITS)
+
+    def current():
+        publisher.service()
+        reply = client.fetch(-1, "", 0.2)
+        return reply is not None and reply.version == 1
+
+    wait_until(current, 20)
+    while recv_frames(client.sock, 0.3) is not None:  # late replies to the probes above
+        pass
+    request = encode(PARAMS_REQUEST, {"version": 1, "incarnation": "a", "hold_ms": 60_000})
+    assert send(client.sock, request, 5.0)
+    assert recv_frames(client.sock, 0.5) is None, "held: no answer while nothing newer exists"
+    publisher.publish(2, {"incarnation": "a"}, {"policy": {"w": np.full(8, 2.0, np.float32)}})
+    frames = wait_until(lambda: (publisher.service(), recv_frames(client.sock, 0.1))[1], 20)
+    message = decode(frames, LIMITS)
+    assert message.kind == PARAMS and message.meta["version"] == 2
+    np.testing.assert_array_equal(message.arrays["policy"]["w"], np.full(8, 2.0, np.float32))
+
+    reply = client.fetch(2, "a", 20.0, hold_s=0.2)  # nothing newer comes: "not modified" when the hold ends
+    assert reply is not None and reply.message is None and reply.version == 2
+
+    bad = encode(PARAMS_REQUEST, {"version": 2, "incarnation": "a", "hold_ms": -1})
+    assert send(client.sock, bad, 5.0)
+    frames = wait_until(lambda: recv_frames(client.sock, 0.1), 20)
+    assert decode(frames, LIMITS).kind == ERROR
+    port = int(settings.metrics_port)
+    wait_until(lambda: metric_value(metrics_text(port), "surreal_messages_dropped_total") == 1, 20)
+    client.close()
+    publisher.close()

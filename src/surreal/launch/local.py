@@ -31,6 +31,7 @@ from surreal.launch.progress import ProgressView, format_duration
 from surreal.launch.runfolder import create_run_folder, write_summary
 from surreal.launch.supervisor import ProcessSpec, Restart, Supervisor
 from surreal.roles.common import StopFlag
+from surreal.runtime.limits import raise_open_files
 from surreal.settings import ReplayEndpoint, Settings
 
 ROLE_COMMAND = (sys.executable, "-m", "surreal", "role")  # what a pod's container runs
@@ -166,6 +167,7 @@ def run_experiment(overrides: list[str], live: bool = True) -> int:
         print(f"surreal: {exc}", file=sys.stderr)
         return 2
     topo = cfg.topology
+    raise_open_files()  # ports for every actor are chosen at once; the roles inherit the raised limit
     print(
         f"[surreal] {cfg.name}: {cfg.algo.name} on {cfg.env.id}, {topo.actors} actor(s) x "
         f"{topo.envs_per_actor} env(s), {topo.replay_shards} replay shard(s), {topo.ps_replicas} ps; "

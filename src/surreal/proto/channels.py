@@ -3,7 +3,7 @@
     actor  --experience (PUSH -> PULL, round-robin over shards)-->  replay
     learner <-sample / priorities (DEALER <-> ROUTER, pipelined)--> replay
     learner --params (XPUB -> SUB, late joiners get the latest)-->  ps
-    actor  <-"newer than v?" (DEALER <-> ROUTER)------------------> ps
+    actor  <-"newer than v?" (DEALER <-> ROUTER, optionally held)--> ps
 
 Each wrapper owns its sockets and states its failure behaviour: every wait has a timeout, every queue a
 high-water mark, peers that go away are reconnected to by ZMQ, and requests lost with a dead peer are
@@ -40,6 +40,8 @@ ErrorSink = Callable[[str], None]  # a client's count of replies it dropped, by 
 def ignore_error(reason: str) -> None:
     del reason
 
+
+MAX_HOLD_MS = 60_000  # the longest a ps holds a parameter request for a newer blob
 
 RECONNECT_IVL_MS = 100
 RECONNECT_IVL_MAX_MS = 2000
@@ -298,7 +300,12 @@ class ParamsReply:
 class ParamClient:
     """Actor side. One DEALER connected to every ps replica (requests spread round-robin). `fetch` asks
     "anything newer than (version, incarnation)?" (proto/wire.py `supersedes`) and waits up to `timeout_s`; a
-    reply that arrives after its request timed out is still a valid answer and is taken by the next `fetch`."""
+    reply that arrives after its request timed out is still a valid answer and is taken by the next `fetch`.
+
+    With `hold_s` the request is a long poll: a ps holding nothing newer answers when a newer blob arrives or
+    `hold_s` has passed, whichever is first (the wait grows by `hold_s`). An actor held by flow control asks
+    this way, so a thousand waiting actors cost the ps one request each per version or hold, not one every
+    few milliseconds; a ps that predates holds answers at once, as before."""
 
     def __init__(
         self, ctx: zmq.Context, addresses: Sequence[str], limits: Limits, on_error: ErrorSink = ignore_error
@@ -314,9 +321,12 @@ class ParamClient:
             self.sock.connect(address)
         self.on_error = on_error
 
-    def fetch(self, version: int, incarnation: str, timeout_s: float) -> ParamsReply | None:
-        deadline = time.monotonic() + timeout_s
-        request = encode(PARAMS_REQUEST, {"version": int(version), "incarnation": incarnation})
+    def fetch(self, version: int, incarnation: str, timeout_s: float, hold_s: float = 0.0) -> ParamsReply | None:
+        deadline = time.monotonic() + timeout_s + hold_s
+        meta: dict[str, Any] = {"version": int(version), "incarnation": incarnation}
+        if hold_s > 0:
+            meta["hold_ms"] = min(MAX_HOLD_MS, math.ceil(hold_s * 1000))
+        request = encode(PARAMS_REQUEST, meta)
         if not send(self.sock, request, timeout_s):
             return None
         while (remaining := deadline - time.monotonic()) > 0:

@@ -9,7 +9,8 @@ notice, `kubectl delete pod`) it finishes the chunk it is stepping, gives a chun
 one more try, lets its queued chunks reach the replay for up to `FLUSH_S` and exits: a chunk's steps plus
 about 3 s, well inside the chart's grace period. Backpressure blocks it (a full or
 unreachable replay stops the stepping rather than growing a queue), and the flow-control rule of the
-algorithm's regime (runtime/regimes/) holds it to what the learner can use.
+algorithm's regime (runtime/regimes/) holds it to what the learner can use; while held, it asks the ps with a
+long poll (`HOLD_S`: the ps answers when a newer blob arrives), so a thousand waiting actors do not flood the ps.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from surreal.settings import Settings
 SEND_TIMEOUT_S = 1.0
 FLUSH_S = 2.0  # on SIGTERM: how long queued chunks may take to reach the replay
 IDLE_S = 0.01  # pause before asking the ps again when it had nothing newer
+HOLD_S = 0.5  # held by flow control, an actor asks the ps to hold its request this long for a newer blob
 ENV_SEED_STRIDE = 10_007  # far enough apart that actors' env seeds never overlap
 
 
@@ -68,7 +70,7 @@ class ActorCore:
         went out nor newer parameters came in (the shell pauses before the next step)."""
         if self.unsent is None:
             if self.version < 0 or self.throttle.must_wait(self.version):
-                return self.fetch()
+                return self.fetch(HOLD_S)  # nothing to do until newer parameters come: a long poll
             self.unsent = self.collector.collect(self.version)
         if not self.experience.send(self.unsent, self.incarnation, SEND_TIMEOUT_S):
             self.m_blocked.inc()
@@ -91,9 +93,9 @@ class ActorCore:
             self.chunks_sent += 1
         return self.unsent is None
 
-    def fetch(self) -> bool:
-        """Load newer parameters if the ps has them."""
-        params = self.params.fetch(self.version, self.incarnation, self.cfg.actor.fetch_timeout_s)
+    def fetch(self, hold_s: float = 0.0) -> bool:
+        """Load newer parameters if the ps has them (or, with `hold_s`, gets them within that long)."""
+        params = self.params.fetch(self.version, self.incarnation, self.cfg.actor.fetch_timeout_s, hold_s)
         if params is None:
             return False
         self.load(params)

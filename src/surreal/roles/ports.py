@@ -63,8 +63,9 @@ class ParamsOut(Protocol):
 
 
 class ParamsIn(Protocol):
-    def fetch(self, version: int, incarnation: str, timeout_s: float) -> Params | None:
-        """A blob that supersedes (`version`, `incarnation`), or None (not modified, or no answer in time)."""
+    def fetch(self, version: int, incarnation: str, timeout_s: float, hold_s: float = 0.0) -> Params | None:
+        """A blob that supersedes (`version`, `incarnation`), or None (not modified, or no answer in time).
+        `hold_s`: wait up to that long for a newer blob than the one held (a long poll, `ParamClient`)."""
         ...
 
 
@@ -191,8 +192,8 @@ class ZmqParamsIn:
         self.client = ParamClient(ctx, addresses, limits, on_error=on_error)
         self.on_error = on_error
 
-    def fetch(self, version: int, incarnation: str, timeout_s: float) -> Params | None:
-        reply = self.client.fetch(version, incarnation, timeout_s)
+    def fetch(self, version: int, incarnation: str, timeout_s: float, hold_s: float = 0.0) -> Params | None:
+        reply = self.client.fetch(version, incarnation, timeout_s, hold_s)
         if reply is None:
             self.on_error(FETCH_TIMEOUT)
             return None
@@ -256,8 +257,8 @@ class InProcessParams:
     def service(self) -> None:
         pass  # nobody subscribes late in one process
 
-    def fetch(self, version: int, incarnation: str, timeout_s: float = 0.0) -> Params | None:
-        del timeout_s
+    def fetch(self, version: int, incarnation: str, timeout_s: float = 0.0, hold_s: float = 0.0) -> Params | None:
+        del timeout_s, hold_s  # one thread: nothing newer can arrive while it waits
         latest = self.latest
         if latest is None or not supersedes((latest.blob.version, latest.blob.incarnation), (version, incarnation)):
             return None

@@ -8,12 +8,18 @@ frames without copying them. Replicas are independent, so thousands of actors ne
 
 A blob replaces the held one when its version is higher, or when it comes from a new learner
 incarnation (a learner resumed from a checkpoint restarts at the checkpoint's version); an actor gets the held
-blob when, by the same rule (proto/wire.py `supersedes`), it would replace the one the actor runs. Torch-free.
+blob when, by the same rule (proto/wire.py `supersedes`), it would replace the one the actor runs. A request
+that the held blob does not supersede and that carries `hold_ms` (an actor that flow control holds:
+proto/channels.py `ParamClient`) is parked, up to `MAX_PARKED` of them, and answered with the next blob or "not
+modified" when its hold is over, so waiting actors do not poll. Torch-free.
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
+import itertools
+import time
 from typing import Any
 
 import zmq
@@ -22,6 +28,7 @@ from surreal.config import ExperimentConfig
 from surreal.metrics import RoleMetrics
 from surreal.proto.channels import (
     ERROR,
+    MAX_HOLD_MS,
     NOT_MODIFIED,
     PARAMS,
     PARAMS_REQUEST,
@@ -34,6 +41,7 @@ from surreal.roles.server import Server, accepting, endpoint, serve_main
 from surreal.settings import Settings
 
 REQUEST_BURST = 256  # actor requests answered per poll before newer parameters are taken in
+MAX_PARKED = 65_536  # held requests; beyond this a request is answered at once
 
 
 class ParamServer(Server):
@@ -65,6 +73,24 @@ class ParamServer(Server):
         self.m_requests = m.counter("ps_requests_total", "actor requests answered", ["answer"])
         self.m_updates = m.counter("ps_updates_total", "parameter blobs accepted from the learner")
         self.m_blob_bytes = m.gauge("ps_blob_bytes", "size of the held parameter blob")
+        self.m_parked = m.gauge("ps_parked_requests", "requests held until a newer blob or their hold ends")
+        # (deadline, arrival, identity, the (version, incarnation) the actor runs): a heap
+        self.parked: list[tuple[float, int, bytes, tuple[int, str]]] = []
+        self._arrivals = itertools.count()
+
+    def poll_once(self, timeout_s: float) -> None:
+        super().poll_once(min(timeout_s, self._until_next_deadline()))
+        now = time.monotonic()
+        while self.parked and self.parked[0][0] <= now:
+            identity = heapq.heappop(self.parked)[2]
+            self._answer(identity, encode(NOT_MODIFIED, self._held()), "not_modified")
+        self.m_parked.set(len(self.parked))
+
+    def _until_next_deadline(self) -> float:
+        return max(0.0, self.parked[0][0] - time.monotonic()) if self.parked else 3600.0
+
+    def _held(self) -> dict[str, Any]:
+        return {"version": self.version, "incarnation": self.incarnation}
 
     def describe(self) -> str:
         return f"replica {self.replica} on {endpoint(self.router)}, learner {self.learner_addr}"
@@ -86,6 +112,16 @@ class ParamServer(Server):
             self.m_updates.inc()
             self.m_version.set(version)
             self.m_blob_bytes.set(sum(len(f) for f in frames))
+            # Answered: those whose blob this one supersedes (all of them but behind a lagging replica).
+            answered: list[tuple[float, int, bytes, tuple[int, str]]] = []
+            waiting: list[tuple[float, int, bytes, tuple[int, str]]] = []
+            for entry in self.parked:
+                (answered if supersedes((version, incarnation), entry[3]) else waiting).append(entry)
+            self.parked = waiting
+            heapq.heapify(self.parked)
+            for _, _, identity, _ in sorted(answered):
+                self._answer(identity, frames, "params")
+            self.m_parked.set(len(self.parked))
 
     def on_request(self, identity: bytes, frames: list[zmq.Frame]) -> None:
         try:
@@ -95,13 +131,22 @@ class ParamServer(Server):
             self._answer(identity, encode(ERROR, {"reason": exc.reason}), "error")
             return
         have, incarnation = message.meta.get("version"), message.meta.get("incarnation")
-        if not isinstance(have, int) or not isinstance(incarnation, str):
+        hold_ms = message.meta.get("hold_ms", 0)
+        if (
+            not isinstance(have, int)
+            or not isinstance(incarnation, str)
+            or type(hold_ms) is not int
+            or not 0 <= hold_ms <= MAX_HOLD_MS
+        ):
             self.drop("bad_request", identity)
             self._answer(identity, encode(ERROR, {"reason": "bad_request"}), "error")
             return
         if self.frames is None or not supersedes((self.version, self.incarnation), (have, incarnation)):
-            meta: dict[str, Any] = {"version": self.version, "incarnation": self.incarnation}
-            self._answer(identity, encode(NOT_MODIFIED, meta), "not_modified")
+            if hold_ms and len(self.parked) < MAX_PARKED:
+                deadline = time.monotonic() + hold_ms / 1000
+                heapq.heappush(self.parked, (deadline, next(self._arrivals), identity, (have, incarnation)))
+                return
+            self._answer(identity, encode(NOT_MODIFIED, self._held()), "not_modified")
         else:
             self._answer(identity, self.frames, "params")
 

@@ -21,6 +21,7 @@ from surreal.metrics import RoleMetrics
 from surreal.proto.channels import send
 from surreal.proto.codec import Limits, encode
 from surreal.roles.common import StopFlag, load_config, setup_logging
+from surreal.runtime.limits import raise_open_files
 from surreal.settings import Settings
 
 log = logging.getLogger("surreal.server")
@@ -147,6 +148,7 @@ def serve_main(role: str, build: Callable[[zmq.Context, Settings, ExperimentConf
     settings = Settings.from_env()
     cfg = load_config()
     log = setup_logging(role, settings.index)
+    raise_open_files(log)  # one descriptor per connected actor
     stop = StopFlag().install()
     ctx = zmq.Context()
     server = build(ctx, settings, cfg)

@@ -1,0 +1,546 @@
+"""Fleet scale: N simulated actors (1 ... 1,024 and beyond) against the real replay shards, ps replicas and learner.
+
+    python -m bench.fleet --algo ppo|ddpg --actors N [N ...] --seconds S [--network none|datacenter|degraded]
+                          [--rate STEPS_PER_S] [--processes P] [--chunk-steps T] [--set KEY=VALUE ...]
+
+For each N: the replay shards, ps replicas and the learner are started exactly as `surreal run` starts them
+(`plan_processes`, the same `python -m surreal role X` with SURREAL_* variables, Unix sockets in a folder of
+their own, under a `Supervisor` that restarts what crashes), and the N actors are simulated by P processes
+(bench/fleet_actors.py, P = min(N, 4) by default), each actor a full peer: its own sockets, the real wire format
+with chunks cut from a recorded HalfCheetah-v5 rollout, the real actor side of flow control and the real fetch
+cadence, stepping at `--rate` env steps/s (default: the rate the recording was made at, one actor's on one core
+of this box). After a warm-up (every actor has sent a chunk, then the learner has written two more rows) the run is
+measured for S seconds, then stopped as `surreal run` stops: actors first (SIGTERM: they flush), then the
+learner, ps and replay. The learner's PPO batch grows with the fleet (max(2,048, N x chunk): one chunk per actor
+per version) and DDPG runs at replay ratio 0.1 from 5,000 env steps; `--set` overrides any config key.
+
+Per N: env steps/s accepted (the learner's count), learner updates/s and its wait share (1 - (update + io) /
+wall, from `surreal_learner_seconds_total`: the share of its time spent on anything but updating), version lag
+and staleness drops, ps fetch p50/p99 as the actors see them, over two kinds of answer: a fetch the ps answers
+at once (request to answer: `ps_fetch_at_once_*`) and a held fetch answered by a new blob (that blob's first
+arrival in the actor's process to this actor's: `ps_fanout_*`, the ps's fan-out of a version to every waiting
+actor; the hold itself waits for the learner, not the ps),
+replay ingest and egress where they happen (`surreal_replay_transitions_{in,out}_total`), CPU (cores) and
+peak RSS of every service and of the simulated fleet, open file descriptors and sockets of every service, drops
+by reason on every role and actor (`honest_dropped`: all of them plus chunks lost on stop; 0 expected), FIFO
+evictions, restarts, the live-actor count the learner published (`live_actors_min` / `_max` over the rows of
+the window) and whether the run ended cleanly (every process exited 0, nothing left running).
+
+**Bottleneck** (one name per N, the first rule that holds): `learner` when its wait share is under 0.1 (it
+updates all the time: the actors wait for it); else the service using the most CPU if that is at least 0.9 of a
+core (`replay-0`, `ps-0`, ...); else `fleet` if a simulated-actor process uses 0.9 of a core (the simulation,
+not the system, is the limit); else `machine` if the box's cores are 90% busy (other programs on a shared box
+included: `others_busy_cores` says how much was theirs); else `actors`
+(the fleet's own pacing: it sends everything its rate allows and the services keep up).
+
+The last line printed is one JSON object; results are also merged into bench/results/fleet.<cores>core.json (one
+key per algorithm) with a PNG of throughput against N beside it, the bottleneck named at every point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+from prometheus_client.parser import text_string_to_metric_families
+
+from bench._runs import RESULTS
+from bench.fleet_actors import HIST_BINS, hist_percentile
+from bench.rollouts import load as load_rollout
+from surreal.config import ExperimentConfig, load_config, save_config
+from surreal.launch.local import plan_processes
+from surreal.launch.supervisor import ProcessSpec, Supervisor
+from surreal.metricsfile import METRICS_FILE, MetricsTail
+from surreal.runtime.limits import raise_open_files
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE_S = 1.0
+STOP_GRACE_S = 15.0  # a simulated actor's flush: its chunk's steps, SEND_TIMEOUT_S and FLUSH_S
+# The learner stops after the update it is in: a PPO batch of N x chunk steps can take longer than `surreal run`'s
+# 5 s on a busy 2-core box (bench.fleet then reports `services_stop_s`).
+SERVICE_GRACE_S = 120.0
+WAIT_SHARE_BUSY = 0.1
+WARMUP_ROWS = 2  # learner rows after every actor has sent, before the window opens
+CORE_BUSY = 0.9
+
+
+def config_overrides(algo: str, actors: int, chunk_steps: int) -> list[str]:
+    common = [
+        "env=HalfCheetah-v5",
+        f"actors={actors}",
+        "topology.envs_per_actor=1",
+        "device=cpu",
+        f"actor.chunk_steps={chunk_steps}",
+        "steps=1000000000",
+        "learner.checkpoint_interval=1000000",
+        "learner.checkpoint_interval_s=100000",
+    ]
+    if algo == "ppo":
+        batch = max(2048, actors * chunk_steps)
+        return [
+            "algo=ppo",
+            *common,
+            f"algo.batch_size={batch}",
+            f"algo.minibatch_size={max(64, batch // 32)}",
+            f"replay.capacity={4 * batch}",
+        ]
+    return ["algo=ddpg", *common, "algo.learning_starts=5000", "algo.replay_ratio=0.1"]
+
+
+# -- reading the processes ---------------------------------------------------------------------------------
+
+
+def scrape(port: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """A role's /metrics as {(sample name, labels other than role/index): value}; {} when it does not answer."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
+            text = reply.read().decode()
+    except OSError:
+        return {}
+    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = tuple(sorted((k, v) for k, v in s.labels.items() if k not in ("role", "index")))
+            out[(s.name, labels)] = s.value
+    return out
+
+
+def total(metrics: dict, name: str, **labels: str) -> float:
+    want = set(labels.items())
+    return sum(v for (n, lab), v in metrics.items() if n == name and want <= set(lab))
+
+
+def by_label(metrics: dict, name: str, label: str) -> dict[str, float]:
+    out: dict[str, float] = defaultdict(float)
+    for (n, lab), v in metrics.items():
+        if n == name:
+            out[dict(lab).get(label, "")] += v
+    return dict(out)
+
+
+def our_processes() -> dict[str, psutil.Process]:
+    """The roles and simulated-actor processes this benchmark started, by name (replay-0, ps-0, learner, fleet-0)."""
+    found: dict[str, psutil.Process] = {}
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            cmd = proc.cmdline()
+            if "role" in cmd and "surreal" in cmd:
+                role = cmd[cmd.index("role") + 1]
+                found[role if role == "learner" else f"{role}-{proc.environ().get('SURREAL_INDEX', '0')}"] = proc
+            elif "bench.fleet_actors" in cmd:
+                found[f"fleet-{cmd[cmd.index('--process') + 1]}"] = proc
+    return found
+
+
+class Usage:
+    """CPU seconds, peak RSS, peak open descriptors and sockets of every process, sampled."""
+
+    def __init__(self) -> None:
+        self.cpu: dict[str, float] = {}
+        self.rss: dict[str, int] = defaultdict(int)
+        self.fds: dict[str, int] = defaultdict(int)
+        self.sockets: dict[str, int] = defaultdict(int)
+
+    def sample(self, procs: dict[str, psutil.Process], sockets: bool = False) -> dict[str, float]:
+        cpu = {}
+        for name, proc in procs.items():
+            with contextlib.suppress(psutil.Error):
+                with proc.oneshot():
+                    t = proc.cpu_times()
+                    cpu[name] = t.user + t.system
+                    self.rss[name] = max(self.rss[name], proc.memory_info().rss)
+                    self.fds[name] = max(self.fds[name], proc.num_fds())
+                if sockets:
+                    self.sockets[name] = max(self.sockets[name], len(proc.net_connections(kind="all")))
+        return cpu
+
+
+def fleet_stats(folder: Path) -> list[dict[str, Any]]:
+    stats = []
+    for path in sorted(folder.glob("fleet-*.json")):
+        with contextlib.suppress(OSError, ValueError):
+            stats.append(json.loads(path.read_text()))
+    return stats
+
+
+def summed(stats: list[dict[str, Any]], key: str) -> float:
+    return float(sum(s["counters"].get(key, 0) for s in stats))
+
+
+# -- one point ----------------------------------------------------------------------------------------------
+
+
+def run_point(
+    algo: str,
+    actors: int,
+    seconds: float,
+    rate: float,
+    processes: int,
+    chunk_steps: int,
+    network: str,
+    extra: list[str],
+    workdir: Path,
+) -> dict[str, Any]:
+    cfg = load_config([*config_overrides(algo, actors, chunk_steps), *extra])
+    cfg = replace(cfg, name=f"fleet-{algo}-{actors}")
+    run_dir = workdir / f"{algo}-{actors}"
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    save_config(cfg, run_dir / "config.yaml")
+    fleet_dir = run_dir / "fleet"
+    fleet_dir.mkdir(exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(":")}
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="surreal-") as sockets:
+        # One actor's spec is enough: its environment is what every simulated actor gets (no port per actor).
+        one_actor = replace(cfg, topology=replace(cfg.topology, actors=1))
+        specs = plan_processes(one_actor, run_dir, env, Path(sockets))
+        services = [s for s in specs if s.role != "actor"]
+        actor_env = next(s for s in specs if s.role == "actor").env
+        fleet = fleet_specs(actors, processes, rate, network, actor_env, fleet_dir)
+        point = measure(cfg, run_dir, fleet_dir, services, fleet, seconds, started)
+    point["left_behind"] = [p.pid for p in psutil.Process().children(recursive=True)]
+    point["sockets_folder_removed"] = not Path(sockets).exists()
+    point["clean"] = point["clean"] and not point["left_behind"] and point["sockets_folder_removed"]
+    return point
+
+
+def fleet_specs(
+    actors: int, processes: int, rate: float, network: str, actor_env: dict[str, str], folder: Path
+) -> list[ProcessSpec]:
+    specs, first = [], 0
+    for p in range(processes):
+        count = actors // processes + (1 if p < actors % processes else 0)
+        argv = [
+            sys.executable,
+            "-m",
+            "bench.fleet_actors",
+            "--process",
+            str(p),
+            "--first",
+            str(first),
+            "--count",
+            str(count),
+            "--rate",
+            str(rate),
+            "--stats",
+            str(folder / f"fleet-{p}.json"),
+            "--network",
+            network,
+        ]
+        specs.append(ProcessSpec(f"fleet-{p}", "actor", p, argv, actor_env, restart="never"))
+        first += count
+    return specs
+
+
+def measure(
+    cfg: ExperimentConfig,
+    run_dir: Path,
+    fleet_dir: Path,
+    services: list[ProcessSpec],
+    fleet: list[ProcessSpec],
+    seconds: float,
+    started: float,
+) -> dict[str, Any]:
+    actors = cfg.topology.actors
+    ports = {s.name: s.env["SURREAL_METRICS_PORT"] for s in services}
+    rows_tail = MetricsTail(run_dir / METRICS_FILE)
+    rows: list[tuple[float, dict[str, Any]]] = []
+    usage = Usage()
+    service_sup = Supervisor(run_dir / "logs", grace_s=SERVICE_GRACE_S)
+    fleet_sup = Supervisor(run_dir / "logs", grace_s=STOP_GRACE_S)
+    point: dict[str, Any] = {"actors": actors, "processes": len(fleet)}
+    warmup_limit = 120.0 + 0.1 * actors  # only catches a hang
+    with service_sup, fleet_sup:
+        for spec in services:
+            service_sup.start(spec)
+        for spec in fleet:
+            fleet_sup.start(spec)
+
+        def tick() -> None:
+            service_sup.poll()
+            fleet_sup.poll()
+            rows.extend((time.monotonic(), row) for row in rows_tail.read())
+            if service_sup.failed or fleet_sup.failed:
+                raise RuntimeError(f"{service_sup.failed or fleet_sup.failed} failed; logs in {run_dir / 'logs'}")
+
+        # Warm-up: every actor has sent a chunk, then the learner has written WARMUP_ROWS more rows (the live-actor
+        # count looks back LIVE_ROUNDS versions: rows from the fleet's first seconds still miss late starters).
+        ready, rows_when_all_sent = False, None
+        while time.monotonic() - started < warmup_limit:
+            tick()
+            if rows_when_all_sent is None and sum(s["have_sent"] for s in fleet_stats(fleet_dir)) >= actors:
+                rows_when_all_sent = len(rows)
+            ready = rows_when_all_sent is not None and len(rows) >= rows_when_all_sent + WARMUP_ROWS
+            if ready:
+                break
+            time.sleep(0.5)
+        point["warmup_s"] = round(time.monotonic() - started, 1)
+        point["warmup_complete"] = ready
+        for p in range(len(fleet)):
+            (fleet_dir / f"fleet-{p}.measure").touch()
+        time.sleep(SAMPLE_S * 1.5)  # the fleet notices within a second
+        procs = our_processes()
+        t0 = time.monotonic()
+        first = {name: scrape(port) for name, port in ports.items()}
+        cpu0 = usage.sample(procs, sockets=True)
+        machine0 = psutil.cpu_times()
+        load0 = os.getloadavg()
+        f0 = fleet_stats(fleet_dir)
+        while time.monotonic() - t0 < seconds:
+            time.sleep(SAMPLE_S)
+            tick()
+            procs = our_processes()
+            usage.sample(procs, sockets=time.monotonic() - t0 > seconds / 2 and not usage.sockets.get("learner"))
+        t1 = time.monotonic()
+        last = {name: scrape(port) for name, port in ports.items()}
+        cpu1 = usage.sample(procs, sockets=True)
+        machine1 = psutil.cpu_times()
+        load1 = os.getloadavg()
+        f1 = fleet_stats(fleet_dir)
+        wall = t1 - t0
+        window_rows = [row for t, row in rows if t0 <= t <= t1] or [row for _, row in rows[-1:]]
+        stopping = time.monotonic()
+        fleet_sup.stop()
+        point["fleet_stop_s"] = round(time.monotonic() - stopping, 2)
+        tick_after = fleet_stats(fleet_dir)
+        ended = {name: scrape(port) for name, port in ports.items()}  # drops counted up to the fleet's exit
+        stopping = time.monotonic()
+        service_sup.stop()
+        point["services_stop_s"] = round(time.monotonic() - stopping, 2)
+        exit_codes = {s.name: service_sup.returncode(s.name) for s in services}
+        exit_codes.update({s.name: fleet_sup.returncode(s.name) for s in fleet})
+        restarts = sum(service_sup.restarts().values()) + sum(fleet_sup.restarts().values())
+
+    def delta(name: str, metric: str, **labels: str) -> float:
+        return total(last[name], metric, **labels) - total(first[name], metric, **labels)
+
+    replays = [s.name for s in services if s.role == "replay"]
+    pss = [s.name for s in services if s.role == "ps"]
+    phases = {p: delta("learner", "surreal_learner_seconds_total", phase=p) for p in ("update", "wait", "io")}
+    wait_share = max(0.0, 1.0 - (phases["update"] + phases["io"]) / wall)
+    updates = total(last["learner"], "surreal_learner_updates") - total(first["learner"], "surreal_learner_updates")
+    cores = {name: round((cpu1[name] - cpu0[name]) / wall, 3) for name in cpu1 if name in cpu0}
+    hist = np.sum([s["fetch_hist"] for s in f1] or [np.zeros(HIST_BINS)], axis=0)
+    fanout = np.sum([s["fanout_hist"] for s in f1] or [np.zeros(HIST_BINS)], axis=0)
+    drops: dict[str, dict[str, float]] = {}
+    for name in ports:
+        reasons = by_label(ended[name], "surreal_messages_dropped_total", "reason")
+        if reasons:
+            drops[name] = reasons
+    fleet_drops: dict[str, float] = defaultdict(float)
+    for s in tick_after:
+        for reason, n in s["dropped"].items():
+            fleet_drops[reason] += n
+    if fleet_drops:
+        drops["fleet"] = dict(fleet_drops)
+    lost_on_stop = summed(tick_after, "lost_on_stop")
+    lags = [row["version_lag_mean"] for row in window_rows if "version_lag_mean" in row]
+    live = [row["live_actors"] for row in window_rows if row.get("live_actors") is not None]
+    idle = lambda t: t.idle + getattr(t, "iowait", 0.0)  # noqa: E731
+    machine_busy = (sum(machine1) - sum(machine0) - idle(machine1) + idle(machine0)) / wall
+    point.update(
+        {
+            "seconds": round(wall, 1),
+            "env_steps_per_s": round(
+                (
+                    total(last["learner"], "surreal_learner_env_steps")
+                    - total(first["learner"], "surreal_learner_env_steps")
+                )
+                / wall,
+                1,
+            ),
+            "env_steps_sent_per_s": round((summed(f1, "env_steps_sent") - summed(f0, "env_steps_sent")) / wall, 1),
+            "env_steps_total": total(ended["learner"], "surreal_learner_env_steps"),
+            "learner_updates_per_s": round(updates / wall, 3),
+            "learner_wait_share": round(wait_share, 3),
+            "learner_phase_s": {k: round(v, 2) for k, v in phases.items()},
+            "version_lag_mean": round(float(np.mean(lags)), 3) if lags else None,
+            "stale_dropped": total(last["learner"], "surreal_learner_stale_dropped")
+            - total(first["learner"], "surreal_learner_stale_dropped"),
+            "live_actors_min": min(live) if live else None,
+            "live_actors_max": max(live) if live else None,
+            "learner_update_s": round(phases["update"] / updates, 3) if updates else None,
+            "learner_rows": len(window_rows),
+            "ps_fetch_p50_ms": _round(hist_percentile(hist + fanout, 50)),
+            "ps_fetch_p99_ms": _round(hist_percentile(hist + fanout, 99)),
+            "ps_fetch_at_once_p50_ms": _round(hist_percentile(hist, 50)),
+            "ps_fetch_at_once_p99_ms": _round(hist_percentile(hist, 99)),
+            "ps_fanout_p50_ms": _round(hist_percentile(fanout, 50)),
+            "ps_fanout_p99_ms": _round(hist_percentile(fanout, 99)),
+            "ps_fetches_per_s": round((summed(f1, "fetches") - summed(f0, "fetches")) / wall, 1),
+            "ps_held_fetches_per_s": round((summed(f1, "held_fetches") - summed(f0, "held_fetches")) / wall, 1),
+            "ps_requests_per_s": {
+                answer: round(sum(delta(ps, "surreal_ps_requests_total", answer=answer) for ps in pss) / wall, 1)
+                for answer in ("params", "not_modified", "error")
+            },
+            "fetch_timeouts": summed(f1, "fetch_timeouts") - summed(f0, "fetch_timeouts"),
+            "fetch_timeouts_whole_run": summed(tick_after, "fetch_timeouts"),
+            "fetch_send_retries_whole_run": summed(tick_after, "fetch_send_retries"),
+            "replay_ingest_per_s": round(
+                sum(delta(r, "surreal_replay_transitions_in_total") for r in replays) / wall, 1
+            ),
+            "replay_egress_per_s": round(
+                sum(delta(r, "surreal_replay_transitions_out_total") for r in replays) / wall, 1
+            ),
+            "replay_evicted": sum(delta(r, "surreal_replay_transitions_dropped_total") for r in replays),
+            "send_blocked": summed(f1, "send_blocked") - summed(f0, "send_blocked"),
+            "cpu_cores": cores,
+            "machine_busy_cores": round(machine_busy, 2),
+            "others_busy_cores": round(machine_busy - sum(cores.values()), 2),
+            "load_avg_1m": [round(load0[0], 1), round(load1[0], 1)],
+            "rss_mb": {name: round(v / 2**20, 1) for name, v in usage.rss.items()},
+            "open_fds": dict(usage.fds),
+            "open_sockets": dict(usage.sockets),
+            "drops": drops,
+            "lost_on_stop": lost_on_stop,
+            "honest_dropped": sum(sum(r.values()) for r in drops.values()) + lost_on_stop,
+            "restarts": restarts,
+            "exit_codes": exit_codes,
+            "clean": all(code == 0 for code in exit_codes.values()),
+        }
+    )
+    point["bottleneck"] = bottleneck(point)
+    return point
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+def bottleneck(point: dict[str, Any]) -> str:
+    """The module docstring's rule."""
+    if point["learner_wait_share"] < WAIT_SHARE_BUSY:
+        return "learner"
+    cores = point["cpu_cores"]
+    services = {n: c for n, c in cores.items() if not n.startswith("fleet")}
+    busiest = max(services, key=services.__getitem__, default=None)
+    if busiest is not None and services[busiest] >= CORE_BUSY:
+        return busiest
+    if any(c >= CORE_BUSY for n, c in cores.items() if n.startswith("fleet")):
+        return "fleet"
+    if point["machine_busy_cores"] >= CORE_BUSY * (os.cpu_count() or 1):
+        return "machine"  # every core busy, other programs on a shared box included
+    return "actors"
+
+
+# -- results -----------------------------------------------------------------------------------------------
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
+    for algo, color in (("ppo", "tab:blue"), ("ddpg", "tab:orange")):
+        if algo not in results:
+            continue
+        points = results[algo]["points"]
+        n = [p["actors"] for p in points]
+        rate = [p["env_steps_per_s"] for p in points]
+        ax.plot(n, rate, "o-", color=color, label=f"{algo.upper()}: env steps/s accepted")
+        for p in points:
+            ax.annotate(
+                p["bottleneck"],
+                (p["actors"], p["env_steps_per_s"]),
+                textcoords="offset points",
+                xytext=(0, 8),
+                ha="center",
+                fontsize=8,
+                color=color,
+            )
+        p99 = [p["ps_fetch_p99_ms"] or float("nan") for p in points]
+        ax2.plot(n, p99, "o-", color=color, label=f"{algo.upper()}: ps fetch p99")
+    counts = sorted({p["actors"] for a in ("ppo", "ddpg") if a in results for p in results[a]["points"]})
+    for axis in (ax, ax2):
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(counts, [str(c) for c in counts])
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.12)  # room for the labels above the highest point
+    ax.set_xlabel("simulated actors N")
+    ax.set_ylabel("env steps / s accepted by the learner")
+    ax.set_title("Throughput against fleet size (bottleneck named at each point)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    ax2.axhline(50, color="grey", ls="--", lw=1, label="target 50 ms")
+    ax2.set_yscale("log")
+    ax2.set_xlabel("simulated actors N")
+    ax2.set_ylabel("ms")
+    ax2.set_title("Parameter fetch latency p99, as the actors see it")
+    ax2.grid(True, alpha=0.3)
+    ax2.legend(fontsize=8)
+    machine = next(iter(results[a]["machine"] for a in ("ppo", "ddpg") if a in results))
+    fig.suptitle(f"bench.fleet on {machine}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algo", choices=["ppo", "ddpg"], default="ppo")
+    parser.add_argument("--actors", type=int, nargs="+", default=[16, 64, 256, 1024])
+    parser.add_argument("--seconds", type=float, default=30.0, help="measurement window per N")
+    parser.add_argument("--network", choices=["none", "datacenter", "degraded"], default="none")
+    parser.add_argument("--rate", type=float, help="env steps/s per actor; default: the recording's rate")
+    parser.add_argument("--processes", type=int, help="simulated-actor processes; default min(N, 4)")
+    parser.add_argument("--chunk-steps", type=int, default=64)
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides")
+    parser.add_argument("--out", type=Path, help="results JSON (merged by algorithm); a PNG goes beside it")
+    parser.add_argument("--workdir", type=Path, help="where run folders go (default: a temporary folder)")
+    args = parser.parse_args()
+    raise_open_files()
+    cores = os.cpu_count() or 1
+    rate = args.rate or float(load_rollout("HalfCheetah-v5")["steps_per_s"])
+    out = args.out or RESULTS / f"fleet.{cores}core.json"
+    points = []
+    with contextlib.ExitStack() as stack:
+        workdir = args.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fleet-")))
+        for n in args.actors:
+            processes = args.processes or min(n, 4)
+            point = run_point(
+                args.algo, n, args.seconds, rate, processes, args.chunk_steps, args.network, args.set, workdir
+            )
+            points.append(point)
+            print(json.dumps(point), flush=True)
+    result = {
+        "benchmark": "fleet",
+        "algo": args.algo,
+        "machine": f"{platform.node()} {platform.machine()} {cores} cpus",
+        "network": args.network,
+        "rate_per_actor": round(rate, 1),
+        "chunk_steps": args.chunk_steps,
+        "overrides": args.set,
+        "command": " ".join(["python -m bench.fleet", *sys.argv[1:]]),
+        "points": points,
+        **{
+            key: [p[key] for p in points]
+            for key in ("actors", "env_steps_per_s", "ps_fetch_p99_ms", "learner_wait_share", "bottleneck")
+        },
+    }
+    merged: dict[str, Any] = {}
+    if out.exists():
+        with contextlib.suppress(ValueError):
+            merged = json.loads(out.read_text())
+    merged.update({"benchmark": "fleet", args.algo: result})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(merged, indent=1) + "\n")
+    plot(merged, out.with_suffix(".png"))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

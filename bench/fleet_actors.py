@@ -1,0 +1,504 @@
+"""Simulated actors for bench.fleet: many full peers in one process, one event loop, no simulator, no torch.
+
+    python -m bench.fleet_actors --process P --first I --count C --rate R --stats PATH [--network NAME]
+    (with an actor's SURREAL_* variables; bench.fleet starts these)
+
+Each simulated actor is what `roles/actor.py` is on the wire, minus the environment and the policy:
+
+- its own sockets: an `ExperienceSender` (PUSH, round-robin over the replay shards) and a `ParamClient` (DEALER
+  on every ps replica), the classes the real actor's ports use;
+- chunks in the real wire format (`encode_chunk`): `chunk_steps` x `envs_per_actor` steps cut from a recorded
+  HalfCheetah-v5 rollout (bench/rollouts.py), with the PPO or DDPG arrays and episode metadata an actor sends;
+  a chunk is ready `chunk_steps * envs_per_actor / rate` seconds after its stepping began (the env-step rate R
+  of one actor), and stamped with the parameter version the actor holds;
+- the real actor side of flow control: `actor_throttle(cfg)` (shares and overdraft on-policy, the env-step
+  budget off-policy), told every blob and every chunk sent, asked before each chunk, exactly as `ActorCore.step`;
+- ActorCore's fetch cadence: "newer than v?" after every `param_fetch_interval` chunks, and while the throttle
+  holds it, a long poll (the ps holds it up to `HOLD_S` for a newer blob), again `IDLE_S` after each "not
+  modified"; a fetch waits up to `fetch_timeout_s` (plus its hold);
+- ActorCore's backpressure and SIGTERM: a refused chunk waits for the socket (counted blocked each
+  SEND_TIMEOUT_S), and on SIGTERM every actor finishes the chunk it is stepping, gives a refused one one more
+  try of SEND_TIMEOUT_S, then the sockets get FLUSH_S to deliver what is queued.
+
+What differs from a real actor: no policy runs (a blob's arrays are decoded and validated but not loaded into
+a network) and chunks repeat the recording. `--network` delays each actor's messages in this process (one way,
+each direction): none 0, datacenter 0.25 ms +- 0.05, degraded 20 ms +- 10 with 1% of messages 200 ms late.
+
+Every second (and at exit) the process writes its counters to `--stats` as JSON: actors, how many hold
+parameters and have sent, chunks and env steps sent, fetches, the latency histogram of those the ps answers at
+once (the cadence fetches after a chunk; from the moment the file `<stats>.measure` appears) and, for held
+fetches a new blob answered, the delay from that blob's first arrival in this process to this actor's (how
+long the ps's fan-out of a version to every parked actor takes, a lower bound), fetch timeouts, replies
+dropped by reason, seconds blocked, chunks lost on stop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import itertools
+import json
+import math
+import os
+import random
+import signal
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zmq
+
+from bench.rollouts import load as load_rollout
+from surreal.config import ExperimentConfig, config_from_env
+from surreal.config.schema import OffPolicyConfig
+from surreal.proto.channels import PARAMS, PARAMS_REQUEST, ExperienceSender, ParamClient, decode_reply, send
+from surreal.proto.codec import Limits, ProtocolError, encode
+from surreal.proto.wire import BlobMeta, Chunk, encode_chunk
+from surreal.runtime.limits import raise_open_files
+from surreal.runtime.regimes import ActorThrottle, actor_throttle
+from surreal.settings import Settings
+
+# Fetch latency histogram: log-spaced bins from 10 us to 100 s.
+HIST_LO_MS, HIST_HI_MS, HIST_BINS = 0.01, 100_000.0, 700
+_HIST_SCALE = HIST_BINS / math.log(HIST_HI_MS / HIST_LO_MS)
+STATS_EVERY_S = 1.0
+# roles/actor.py's, copied: importing it would import torch (tests/test_fleet.py checks they agree).
+SEND_TIMEOUT_S = 1.0
+FLUSH_S = 2.0
+IDLE_S = 0.01
+HOLD_S = 0.5
+SEND_RETRY_S = 0.05  # channels.send's poll step while a socket refuses
+NETWORKS = {  # one-way delay in seconds: (mean, jitter, share of messages late, late delay)
+    "none": (0.0, 0.0, 0.0, 0.0),
+    "datacenter": (0.00025, 0.00005, 0.0, 0.0),
+    "degraded": (0.020, 0.010, 0.01, 0.200),
+}
+
+
+def hist_bin(ms: float) -> int:
+    return min(HIST_BINS - 1, max(0, int(math.log(max(ms, HIST_LO_MS) / HIST_LO_MS) * _HIST_SCALE)))
+
+
+def hist_edges() -> np.ndarray:
+    return HIST_LO_MS * np.exp(np.arange(HIST_BINS + 1) / _HIST_SCALE)
+
+
+def hist_percentile(counts: np.ndarray, q: float) -> float | None:
+    """The upper edge of the bin holding the q-th percentile (bins are ~1.6% wide): None without samples."""
+    total = counts.sum()
+    if total == 0:
+        return None
+    index = int(np.searchsorted(np.cumsum(counts), q / 100 * total))
+    return float(hist_edges()[min(index, HIST_BINS - 1) + 1])
+
+
+# -- chunks from the recording ----------------------------------------------------------------------------
+
+
+class Recording:
+    """Chunks cut from a recorded rollout, cached by start step. The recording is trimmed to its last episode
+    end, so it repeats from one episode's end into the next episode's first step."""
+
+    def __init__(self, cfg: ExperimentConfig, data: dict[str, np.ndarray]) -> None:
+        ends = np.flatnonzero(data["terminated"] | data["truncated"])
+        length = int(ends[-1]) + 1 if len(ends) else len(data["rewards"])
+        self.data = {k: v[:length] for k, v in data.items() if k in RECORDED}
+        self.length = length
+        self.steps_per_s = float(data["steps_per_s"])
+        self.T, self.K = cfg.actor.chunk_steps, cfg.topology.envs_per_actor
+        algo = cfg.algo
+        self.off_policy = isinstance(algo, OffPolicyConfig)
+        if self.off_policy and getattr(algo, "n_step", 1) != 1:
+            raise SystemExit("bench.fleet simulates DDPG with n_step=1 only")
+        self.gamma = float(getattr(algo, "gamma", 0.99))
+        # Each episode's return and length, at its last step.
+        self.episode_at: dict[int, tuple[float, int]] = {}
+        start = 0
+        for end in ends:
+            self.episode_at[int(end)] = (float(self.data["rewards"][start : end + 1].sum()), int(end + 1 - start))
+            start = int(end) + 1
+        self._cache: dict[int, tuple[dict[str, np.ndarray], list[float], list[int]]] = {}
+
+    def chunk(self, start: int) -> tuple[dict[str, np.ndarray], list[float], list[int]]:
+        """The arrays ([T, K, ...]) and finished episodes of the chunk whose env k starts at step
+        `start + k * length // K` of the recording."""
+        start %= self.length
+        if start not in self._cache:
+            steps = [(start + k * (self.length // self.K) + np.arange(self.T)) % self.length for k in range(self.K)]
+            index = np.stack(steps, axis=1)  # [T, K]
+            raw = {k: np.ascontiguousarray(v[index]) for k, v in self.data.items()}
+            returns, lengths = [], []
+            for t in index.reshape(-1):
+                if int(t) in self.episode_at:
+                    r, n = self.episode_at[int(t)]
+                    returns.append(r)
+                    lengths.append(n)
+            self._cache[start] = (self._arrays(raw), returns, lengths)
+        return self._cache[start]
+
+    def _arrays(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if not self.off_policy:  # PPO: what RolloutCollector records with PPOPolicy's `logprobs`
+            return raw
+        return {  # DDPG, n_step 1: what NStepCollector makes of a chunk
+            "obs": raw["obs"],
+            "actions": raw["actions"],
+            "rewards": raw["rewards"],
+            "next_obs": raw["next_obs"],
+            "discounts": np.where(raw["terminated"], 0.0, self.gamma).astype(np.float32),
+        }
+
+
+RECORDED = ("obs", "next_obs", "actions", "logprobs", "rewards", "terminated", "truncated")
+
+
+# -- one simulated actor --------------------------------------------------------------------------------
+
+
+@dataclass
+class SimActor:
+    index: int
+    sender: ExperienceSender
+    client: ParamClient
+    throttle: ActorThrottle
+    position: int
+    version: int = -1
+    incarnation: str = ""
+    done: bool = False
+    chunks_sent: int = 0
+    unsent: tuple[dict[str, Any], dict[str, Any], int] | None = None  # meta, arrays, env steps
+    collecting: bool = False
+    fetching: int | None = None  # id of the fetch in flight
+    fetch_sent_at: float = 0.0
+    fetch_after: str = ""  # "wait": asked because the throttle held it; "sent": the cadence after a chunk
+    blocked_since: float | None = None
+    flush_deadline: float | None = None
+    finished: bool = False
+    outbox: list[tuple[float, Any, list[Any]]] = field(default_factory=list)  # --network: delayed sends
+
+
+class Fleet:
+    def __init__(
+        self,
+        settings: Settings,
+        cfg: ExperimentConfig,
+        first: int,
+        count: int,
+        rate: float,
+        stats_path: Path,
+        network: str,
+    ) -> None:
+        self.cfg = cfg
+        self.rate = rate
+        self.stats_path = stats_path
+        self.measure_flag = stats_path.with_suffix(".measure")
+        self.net = NETWORKS[network]
+        self.random = random.Random(first)
+        self.recording = Recording(cfg, load_rollout(cfg.env.id))
+        self.ctx = zmq.Context()
+        self.ctx.setsockopt(zmq.MAX_SOCKETS, max(1024, 4 * count + 64))
+        self.limits = Limits(max_bytes=cfg.ps.max_message_bytes)
+        self.drops: Counter[str] = Counter()
+        ps_addrs = [settings.connect(a) for a in settings.ps_addrs]
+        stride = self.recording.T * 7 + 13  # spread the actors over the recording
+        self.actors = [
+            SimActor(
+                i,
+                ExperienceSender(self.ctx, settings.experience_addrs),
+                ParamClient(self.ctx, ps_addrs, self.limits, on_error=self._drop),
+                actor_throttle(cfg),
+                position=i * stride,
+            )
+            for i in range(first, first + count)
+        ]
+        self.by_dealer = {a.client.sock: a for a in self.actors}
+        self.by_pusher = {a.sender.sock: a for a in self.actors}
+        self.poller = zmq.Poller()
+        for a in self.actors:
+            self.poller.register(a.client.sock, zmq.POLLIN)
+        self.timers: list[tuple[float, int, str, SimActor, int]] = []
+        self._seq = itertools.count()
+        self._fetch_ids = itertools.count(1)
+        self.stopping = False
+        self.started = time.time()
+        self.hist = np.zeros(HIST_BINS, np.int64)  # fetches the ps answered at once: request to answer
+        self.fanout = np.zeros(HIST_BINS, np.int64)  # held fetches answered by a new blob: first arrival to this one
+        self.first_seen: dict[tuple[str, int], float] = {}
+        self.measuring = False
+        self.c: Counter[str] = Counter()
+
+    def _drop(self, reason: str) -> None:
+        self.drops[reason] += 1
+
+    # -- timers -------------------------------------------------------------------------------------------
+
+    def at(self, when: float, what: str, actor: SimActor, token: int = 0) -> None:
+        heapq.heappush(self.timers, (when, next(self._seq), what, actor, token))
+
+    def delay(self) -> float:
+        mean, jitter, late_share, late = self.net
+        if mean == 0:
+            return 0.0
+        d = max(0.0, self.random.gauss(mean, jitter))
+        return d + (late if self.random.random() < late_share else 0.0)
+
+    # -- what ActorCore.step does -------------------------------------------------------------------------
+
+    def step(self, a: SimActor, now: float) -> None:
+        if a.finished or a.collecting or a.fetching is not None or a.unsent is not None:
+            return
+        if self.stopping or a.done:
+            a.finished = True
+            return
+        if a.version < 0 or a.throttle.must_wait(a.version):
+            self.fetch(a, now, "wait")
+            return
+        a.collecting = True
+        self.at(now + self.recording.T * self.recording.K / self.rate, "collected", a)
+
+    def collected(self, a: SimActor, now: float) -> None:
+        a.collecting = False
+        arrays, returns, lengths = self.recording.chunk(a.position)
+        a.position += self.recording.T
+        chunk = Chunk(arrays, a.version, a.index, list(returns), list(lengths))
+        meta, arrays = encode_chunk(chunk, a.incarnation)
+        a.unsent = (meta, arrays, chunk.env_steps)
+        if self.stopping:
+            a.flush_deadline = now + SEND_TIMEOUT_S
+        self.try_send(a, now)
+
+    def try_send(self, a: SimActor, now: float) -> None:
+        assert a.unsent is not None
+        meta, arrays, env_steps = a.unsent
+        if not a.sender.send(arrays, meta, 0.0):
+            if a.blocked_since is None:
+                a.blocked_since = now
+                self.poller.register(a.sender.sock, zmq.POLLOUT)
+                self.at(now + SEND_TIMEOUT_S, "blocked", a, a.chunks_sent)
+            return
+        if a.blocked_since is not None:
+            self.c["blocked_s"] += now - a.blocked_since  # type: ignore[assignment]
+            a.blocked_since = None
+            self.poller.unregister(a.sender.sock)
+        a.unsent, a.flush_deadline = None, None
+        a.chunks_sent += 1
+        a.throttle.on_sent(env_steps)
+        self.c["chunks_sent"] += 1
+        self.c["env_steps_sent"] += env_steps
+        if self.measuring:
+            self.c["env_steps_sent_measured"] += env_steps
+        if self.stopping:
+            a.finished = True
+            return
+        if a.chunks_sent % self.cfg.actor.param_fetch_interval == 0:
+            self.fetch(a, now, "sent")
+        else:
+            self.step(a, now)
+
+    def blocked(self, a: SimActor, now: float, sent_then: int) -> None:
+        """SEND_TIMEOUT_S after a refused chunk: still refused is one blocked send (ActorCore counts the same);
+        while stopping, the chunk is given up (one chunk lost, as `roles/actor.py` logs it)."""
+        if a.unsent is None or a.chunks_sent != sent_then:
+            return
+        self.c["send_blocked"] += 1
+        if self.stopping and a.flush_deadline is not None and now >= a.flush_deadline:
+            self.c["lost_on_stop"] += 1
+            self.poller.unregister(a.sender.sock)
+            a.unsent, a.blocked_since, a.finished = None, None, True
+            return
+        self.at(now + SEND_TIMEOUT_S, "blocked", a, sent_then)
+
+    # -- parameters -------------------------------------------------------------------------------------
+
+    def fetch(self, a: SimActor, now: float, after: str) -> None:
+        a.fetching, a.fetch_after, a.fetch_sent_at = next(self._fetch_ids), after, now
+        meta = {"version": int(a.version), "incarnation": a.incarnation}
+        hold_s = HOLD_S if after == "wait" else 0.0  # held by flow control: a long poll, as ActorCore asks
+        if hold_s:
+            meta["hold_ms"] = int(hold_s * 1000)
+        request = encode(PARAMS_REQUEST, meta)
+        a.outbox.append((now, a.fetching, request))
+        self.at(now + self.delay(), "send_request", a, a.fetching)
+        self.at(now + self.cfg.actor.fetch_timeout_s + hold_s, "fetch_timeout", a, a.fetching)
+
+    def send_request(self, a: SimActor, token: int, now: float) -> None:
+        """Send a fetch's request; a socket with no ps connected yet is tried again every SEND_RETRY_S until the
+        fetch times out, as `channels.send` retries within ParamClient's timeout."""
+        for item in [x for x in a.outbox if x[1] == token]:
+            a.outbox.remove(item)
+            if a.fetching != token:
+                continue
+            if not send(a.client.sock, item[2], 0.0):
+                self.c["fetch_send_retries"] += 1
+                a.outbox.append(item)
+                self.at(now + SEND_RETRY_S, "send_request", a, token)
+            else:
+                a.fetch_sent_at = time.monotonic()  # when it left, not when this loop got to it
+
+    def on_reply(self, a: SimActor, frames: list[Any], now: float) -> None:
+        message = decode_reply(frames, a.client.limits, self._drop)
+        if message is None:
+            return
+        got_params = False
+        if message.kind == PARAMS:
+            try:
+                blob = BlobMeta.from_meta(message.meta)
+            except ProtocolError as exc:
+                self._drop(exc.reason)
+                return
+            if (blob.version, blob.incarnation) != (a.version, a.incarnation):
+                a.version, a.incarnation, a.done = blob.version, blob.incarnation, blob.done
+                a.throttle.on_params(blob)
+                got_params = True
+                self.c["blobs"] += 1
+                first = self.first_seen.setdefault((blob.incarnation, blob.version), now)
+                if len(self.first_seen) > 64:
+                    self.first_seen.pop(next(iter(self.first_seen)))
+                if a.fetching is not None and a.fetch_after == "wait" and self.measuring:
+                    self.fanout[hist_bin((now - first) * 1000)] += 1
+        if a.fetching is None:  # a late answer to a fetch that timed out: taken, as ParamClient takes it
+            return
+        self.c["fetches"] += 1
+        if a.fetch_after == "wait":
+            self.c["held_fetches"] += 1
+        elif self.measuring:  # the service time of a fetch the ps answers at once
+            self.hist[hist_bin((now - a.fetch_sent_at) * 1000)] += 1
+        after, a.fetching = a.fetch_after, None
+        if after == "wait" and not got_params:
+            self.at(now + IDLE_S, "step", a)  # ActorCore.step returned False: the shell pauses
+        else:
+            self.step(a, now)
+
+    def fetch_timeout(self, a: SimActor, now: float, token: int) -> None:
+        if a.fetching != token:
+            return
+        self.c["fetch_timeouts"] += 1
+        after, a.fetching = a.fetch_after, None
+        self.at(now + (IDLE_S if after == "wait" else 0.0), "step", a)
+
+    # -- the loop ---------------------------------------------------------------------------------------
+
+    def run(self, stop: list[bool]) -> None:
+        now = time.monotonic()
+        for i, a in enumerate(self.actors):  # actors start over the first second, as processes would
+            self.at(now + i / max(1, len(self.actors)), "step", a)
+        next_stats = now
+        flush_until: float | None = None
+        while True:
+            now = time.monotonic()
+            if stop[0] and not self.stopping:
+                self.stopping = True
+                for a in self.actors:
+                    if a.unsent is not None:
+                        a.flush_deadline = now + SEND_TIMEOUT_S
+                    elif not a.collecting:
+                        a.finished = True
+            if self.stopping and all(a.finished or a.done for a in self.actors):
+                break
+            if self.stopping and flush_until is None:
+                flush_until = now + max(SEND_TIMEOUT_S, self.recording.T * self.recording.K / self.rate) + 2.0
+            if flush_until is not None and now > flush_until:
+                self.c["lost_on_stop"] += sum(1 for a in self.actors if a.unsent is not None)
+                break
+            if not self.stopping and all(a.done for a in self.actors):
+                break
+            timeout = 0.05 if not self.timers else min(0.05, max(0.0, self.timers[0][0] - now))
+            for sock, event in self.poller.poll(math.ceil(timeout * 1000)):
+                now = time.monotonic()
+                if event & zmq.POLLIN and sock in self.by_dealer:
+                    a = self.by_dealer[sock]
+                    while True:
+                        try:
+                            frames = sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+                        except zmq.Again:
+                            break
+                        now = time.monotonic()
+                        d = self.delay()
+                        if d > 0:
+                            self.at(now + d, "reply", a, 0)
+                            a.outbox.append((now + d, -1, frames))
+                        else:
+                            self.on_reply(a, frames, now)
+                if event & zmq.POLLOUT and sock in self.by_pusher:
+                    a = self.by_pusher[sock]
+                    if a.unsent is not None:
+                        self.try_send(a, now)
+            now = time.monotonic()
+            while self.timers and self.timers[0][0] <= now:
+                _, _, what, a, token = heapq.heappop(self.timers)
+                now = max(now, time.monotonic())
+                if what == "step":
+                    self.step(a, now)
+                elif what == "collected":
+                    self.collected(a, now)
+                elif what == "blocked":
+                    self.blocked(a, now, token)
+                elif what == "fetch_timeout":
+                    self.fetch_timeout(a, now, token)
+                elif what == "send_request":
+                    self.send_request(a, token, now)
+                elif what == "reply":
+                    item = next(x for x in a.outbox if x[1] == -1)
+                    a.outbox.remove(item)
+                    self.on_reply(a, item[2], now)
+            if now >= next_stats:
+                self.measuring = self.measuring or self.measure_flag.exists()
+                self.write_stats()
+                next_stats = now + STATS_EVERY_S
+
+    def write_stats(self, final: bool = False) -> None:
+        stats = {
+            "pid": os.getpid(),
+            "final": final,
+            "actors": len(self.actors),
+            "with_params": sum(a.version >= 0 for a in self.actors),
+            "have_sent": sum(a.chunks_sent > 0 for a in self.actors),
+            "done": sum(a.done for a in self.actors),
+            "measuring": self.measuring,
+            "counters": dict(self.c),
+            "dropped": dict(self.drops),
+            "fetch_hist": self.hist.tolist(),
+            "fanout_hist": self.fanout.tolist(),
+            "rate": self.rate,
+        }
+        tmp = self.stats_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(stats))
+        tmp.replace(self.stats_path)
+
+    def close(self) -> None:
+        for a in self.actors:
+            a.client.close()
+            a.sender.close(FLUSH_S)  # queued chunks get FLUSH_S to reach a shard, as a stopping actor's do
+        self.ctx.term()
+        self.write_stats(final=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--process", type=int, default=0, help="this process's number (names it in bench.fleet)")
+    parser.add_argument("--first", type=int, required=True, help="index of the first simulated actor")
+    parser.add_argument("--count", type=int, required=True, help="simulated actors in this process")
+    parser.add_argument("--rate", type=float, required=True, help="env steps per second of one actor")
+    parser.add_argument("--stats", type=Path, required=True)
+    parser.add_argument("--network", choices=list(NETWORKS), default="none")
+    args = parser.parse_args()
+    stop = [False]
+
+    def on_signal(signum: int, frame: object) -> None:
+        del signum, frame
+        stop[0] = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    raise_open_files()
+    fleet = Fleet(Settings.from_env(), config_from_env(), args.first, args.count, args.rate, args.stats, args.network)
+    try:
+        fleet.run(stop)
+    finally:
+        fleet.close()
+
+
+if __name__ == "__main__":
+    main()

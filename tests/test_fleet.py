@@ -1,0 +1,110 @@
+"""The fleet path (bench.fleet): 64 simulated actors against the real replay, ps and learner (PPO, small batch).
+
+The benchmark waits for progress itself (every actor has sent a chunk and the learner has written a row, under
+a limit that only catches hangs), measures a short window and stops everything as `surreal run` does. Nothing
+here asserts a rate: every actor was counted live, no honest message was dropped, nothing restarted, the learner
+counted env steps, and every process exited cleanly and is gone."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import psutil
+from bench import fleet_actors
+
+from surreal.roles import actor
+
+REPO = Path(__file__).resolve().parents[1]
+ACTORS = 64
+
+
+def test_simulated_actors_keep_the_real_actors_timings():
+    assert (fleet_actors.SEND_TIMEOUT_S, fleet_actors.FLUSH_S, fleet_actors.IDLE_S, fleet_actors.HOLD_S) == (
+        actor.SEND_TIMEOUT_S,
+        actor.FLUSH_S,
+        actor.IDLE_S,
+        actor.HOLD_S,
+    )
+
+
+def test_fleet_of_64_simulated_actors_against_ppo(tmp_path: Path):
+    out = tmp_path / "fleet.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.fleet",
+            "--algo",
+            "ppo",
+            "--actors",
+            str(ACTORS),
+            "--seconds",
+            "20",
+            "--processes",
+            "2",
+            "--out",
+            str(out),
+            "--workdir",
+            str(tmp_path / "runs"),
+            "--set",
+            "algo.update_epochs=2",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,  # only catches a hang
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    (point,) = summary["points"]
+    logs = f"\n{json.dumps(point, indent=1)}\nlogs in {tmp_path / 'runs'}"
+    assert point["warmup_complete"], "not every actor sent a chunk before the learner wrote a row" + logs
+    assert point["live_actors_max"] == ACTORS, logs  # every actor counted live at some row
+    assert point["honest_dropped"] == 0 and point["drops"] == {}, logs
+    assert point["restarts"] == 0, logs
+    assert point["env_steps_total"] > 0, logs
+    assert point["clean"] and point["left_behind"] == [], logs
+    for key in ("actors", "live_actors_min", "ps_fetch_p99_ms", "env_steps_per_s", "learner_wait_share", "bottleneck"):
+        assert key in point, key
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
+    assert json.loads(out.read_text())["ppo"]["points"][0]["actors"] == ACTORS
+    assert out.with_suffix(".png").stat().st_size > 0
+
+
+def test_simulated_chunks_are_what_real_actors_send():
+    """A simulated chunk passes the replay's own validation, and a DDPG one holds exactly the n-step transitions
+    (n = 1) the real collector makes of the same steps."""
+    from bench.rollouts import load
+
+    from surreal.algos.ddpg import n_step_transitions
+    from surreal.config import load_config
+    from surreal.proto.wire import Chunk, decode_chunk, encode_chunk
+
+    data = load("HalfCheetah-v5")
+    for algo in ("ppo", "ddpg"):
+        cfg = load_config([f"algo={algo}", "actor.chunk_steps=64", "topology.envs_per_actor=2"])
+        recording = fleet_actors.Recording(cfg, data)
+        episodes = 0
+        for start in range(0, recording.length, 64):
+            arrays, returns, lengths = recording.chunk(start)
+            meta, sent = encode_chunk(Chunk(arrays, 3, 7, list(returns), list(lengths)), "inc")
+            chunk, chunk_meta = decode_chunk(sent, meta, cfg.algo.max_env_steps_per_unit(1000))
+            assert chunk.size == 128 and chunk_meta.actor == 7 and chunk_meta.version == 3
+            assert all(length == 1000 for length in chunk_meta.episode_lengths)
+            episodes += len(returns)
+        assert episodes > 0
+        if algo == "ddpg":
+            raw = {k: v[:64, None] for k, v in data.items() if k in fleet_actors.RECORDED}
+            expected = n_step_transitions(raw, 1, cfg.algo.gamma)
+            got = recording.chunk(0)[0]
+            assert set(got) == set(expected)
+            for key, value in expected.items():
+                np.testing.assert_array_equal(got[key][:, :1], value)
