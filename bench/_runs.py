@@ -15,6 +15,16 @@ from surreal.metricsfile import MetricsTail
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def emit(result: dict, out: Path | None) -> None:
+    """A benchmark's ending: its result as one JSON line, printed last (what scripts read) and written to `out`
+    where one is given (bench/gpu.sh collects them there)."""
+    line = json.dumps(result)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(line + "\n")
+    print(line)
+
+
 class WatchedRun:
     """A `surreal run` subprocess; `rows` holds (arrival time, metrics row) as the learner writes them."""
 

@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from torch import nn, optim
 from torch.distributions import Normal
 
-from bench._runs import RESULTS
+from bench._runs import RESULTS, emit
 from surreal.algos import get_algorithm
 from surreal.algos.ddpg import DeterministicActor, relu_mlp
 from surreal.algos.normalizer import RunningMeanStd
@@ -545,10 +545,7 @@ def main() -> None:
     if args.save:
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / f"learner.{machine_tag(device)}.json").write_text(line + "\n")
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(line + "\n")
-    print(line)
+    emit(result, args.out)
 
 
 if __name__ == "__main__":

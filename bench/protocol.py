@@ -16,7 +16,6 @@ The last line printed is one JSON object.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import platform
@@ -26,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import zmq
 
+from bench._runs import emit
 from surreal.launch.local import free_ports
 from surreal.proto.channels import ExperienceSender, ParamClient, ParamPublisher, SampleClient, make_socket
 from surreal.proto.codec import Limits, decode
@@ -284,11 +284,7 @@ def main() -> None:
         f"p99 {result['param_fetch_ms_p99']:.2f} ms",
         flush=True,
     )
-    line = json.dumps(result)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(line + "\n")
-    print(line)
+    emit(result, args.out)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ The last line printed is one JSON object.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import re
@@ -34,7 +33,7 @@ from typing import Any
 
 import psutil
 
-from bench._runs import RESULTS, WatchedRun
+from bench._runs import RESULTS, WatchedRun, emit
 
 DDPG_PENDULUM = [
     "algo=ddpg",
@@ -153,11 +152,7 @@ def main() -> None:
         f"{result['eval_return_mean']}",
         flush=True,
     )
-    line = json.dumps(result)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(line + "\n")
-    print(line)
+    emit(result, args.out)
 
 
 if __name__ == "__main__":

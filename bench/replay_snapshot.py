@@ -20,7 +20,6 @@ The last line printed is one JSON object.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import platform
@@ -31,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from bench._runs import emit
 from surreal.replay import make_replay
 from surreal.replay.buffers import TransitionReplay
 from surreal.replay.snapshot import Snapshots, SnapshotStore, restore
@@ -159,11 +159,7 @@ def main() -> None:
                 flush=True,
             )
     result["load_avg_1m_after"] = os.getloadavg()[0]
-    line = json.dumps(result)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(line + "\n")
-    print(line)
+    emit(result, args.out)
 
 
 if __name__ == "__main__":
