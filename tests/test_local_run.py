@@ -421,8 +421,9 @@ def env_steps_per_s(rows: list[dict]) -> float:
 def test_an_actor_index_added_mid_run_joins_shares_every_batch_and_leaves_on_sigterm(runs):
     """One configured actor; a second (index 1, which the config never planned) is started by hand as
     `kubectl scale` would start a new pod: the learner counts it in every version from the first it is heard
-    until its SIGTERM (a live actor sends within every version, its share now half a batch); on SIGTERM it leaves
-    within the chart's grace period and the learner counts one actor again. Rows are sliced by when the second
+    until its SIGTERM (a live actor sends within every version, and the blobs carry that count, from which each
+    actor's share follows: test_flow's unit tests) and none of its chunks goes stale; on SIGTERM it leaves within
+    the chart's grace period and the learner counts one actor again. Rows are sliced by when the second
     actor started and got SIGTERM, and by what the learner counted, never by row numbers. What the added actor
     does to env steps per second depends on the cores free for it: the test prints it, bench.chaos measures it."""
     run = runs(
@@ -468,6 +469,6 @@ def test_an_actor_index_added_mid_run_joins_shares_every_batch_and_leaves_on_sig
     after = [r for r in every[first_two:] if r["time"] < left_at]
     assert len(before) >= 5 and {r["live_actors"] for r in before} == {1}
     assert len(after) >= 20 and {r["live_actors"] for r in after} == {2}, "heard from the moment it was counted"
-    assert after[-1]["stale_dropped"] == before[-1]["stale_dropped"], "shares halved: no surplus went stale"
+    assert after[-1]["stale_dropped"] == before[-1]["stale_dropped"], "all the added actor's chunks learned from"
     print(f"env steps/s with one actor {env_steps_per_s(before):,.0f}, with two {env_steps_per_s(after):,.0f}")
     run.assert_nothing_left()
