@@ -178,10 +178,10 @@ class ChunkFeed:
             self.queued += chunk.size
             c.env_steps += chunk.env_steps
             c.episodes_finished(chunk.episode_returns, chunk.episode_successes)
+        self._drop_stale()  # a chunk may arrive already too old
         return True  # a batch is learned from as soon as it is full, and the next reply may fill it
 
     def ready(self) -> bool:
-        self._drop_stale()
         return self.queued >= self.batch_size
 
     def update(self) -> Outcome | None:
@@ -198,6 +198,7 @@ class ChunkFeed:
         lag_mean = float(np.mean([max(0, c.version - chunk.version) for chunk in batch]))
         c.updates += 1
         c.version += 1
+        self._drop_stale()  # the new version may leave queued chunks too old
         return Outcome(
             update_s,
             publish=True,
@@ -209,8 +210,8 @@ class ChunkFeed:
 
     def _drop_stale(self) -> None:
         """Chunks past the staleness bound can never be learned from (versions only grow): they are dropped and
-        counted before they count towards a batch, so every update learns from a whole batch (ES: a whole
-        population) even after an overdraft's surplus went stale."""
+        counted as they arrive or as the version moves on, before they count towards a batch, so every update
+        learns from a whole batch (ES: a whole population) even after an overdraft's surplus went stale."""
         kept, dropped = self.bound.split(list(self.chunks), self.counters.version)
         if dropped:
             self.chunks = deque(kept)
