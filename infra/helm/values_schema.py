@@ -94,7 +94,7 @@ def algo_schema() -> dict[str, Any]:
             "else": chain,
         }
     return {
-        "description": "the algorithm: a name (ppo, ddpg, es) or a mapping with `name` and its hyperparameters",
+        "description": f"the algorithm: a name ({', '.join(names)}) or a mapping with `name` and its hyperparameters",
         "type": ["string", "object"],
         "if": {"type": "string"},
         "then": {"enum": names},

@@ -18,7 +18,7 @@ import functools
 import logging
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -464,3 +464,10 @@ def make_learner(
     """`compile`: compile the critic and actor losses and, on CUDA, replay each step as a CUDA graph (the first
     update then pays the compilation); off, the same step runs eagerly."""
     return DDPGLearner(obs_space, act_space, cfg, device, compile=compile)
+
+
+if TYPE_CHECKING:  # mypy checks this module against the interface the roles call
+    from surreal.algos import ddpg as _this
+    from surreal.algos.interface import Algorithm
+
+    _CHECKED: Algorithm = _this

@@ -13,7 +13,7 @@ Numpy only: the policy is small enough that batched matrix products beat torch's
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -304,3 +304,10 @@ def make_learner(
 ) -> ESLearner:
     del compile  # numpy: nothing to compile
     return ESLearner(obs_space, act_space, cfg, device)
+
+
+if TYPE_CHECKING:  # mypy checks this module against the interface the roles call
+    from surreal.algos import es as _this
+    from surreal.algos.interface import Algorithm
+
+    _CHECKED: Algorithm = _this

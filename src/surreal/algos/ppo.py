@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -476,3 +476,10 @@ def make_learner(
     """`compile`: compile the minibatch loss and, on CUDA, replay the step as a CUDA graph (the first update
     then pays the compilation); off, the same step runs eagerly."""
     return PPOLearner(obs_space, act_space, cfg, device, compile=compile)
+
+
+if TYPE_CHECKING:  # mypy checks this module against the interface the roles call
+    from surreal.algos import ppo as _this
+    from surreal.algos.interface import Algorithm
+
+    _CHECKED: Algorithm = _this

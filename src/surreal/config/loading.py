@@ -26,6 +26,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -179,11 +180,7 @@ def _check_keys(overrides: list[str]) -> list[str]:
 
     Hydra composes the untyped YAML first, so its own message for `topology.actor=3` advises
     `+topology.actor=3`, which is wrong here. Keys under a free-form dict (env.kwargs) get `++`."""
-    algo = DEFAULT_ALGO
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if sep and _split_prefix(key)[1] == "algo":
-            algo = value.strip()
+    algo = _chosen_algo(overrides)
     schema = schema_node(algo if algo in ALGORITHMS else DEFAULT_ALGO)
     problems, checked = [], []
     for item in overrides:
@@ -203,6 +200,27 @@ def _check_keys(overrides: list[str]) -> list[str]:
     if problems:
         raise ConfigError("invalid override(s):\n  - " + "\n  - ".join(problems))
     return checked
+
+
+def _chosen_algo(overrides: list[str]) -> str:
+    """The algorithm the overrides choose: `algo=NAME`, else the one a `preset=NAME` picks in its defaults list
+    (`override /algo: sac`, as conf/preset/crossq.yaml does), else the default."""
+    chosen: dict[str, str] = {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if sep and _split_prefix(key)[1] in GROUPS:
+            chosen[_split_prefix(key)[1]] = value.strip()
+    if "algo" in chosen or "preset" not in chosen:
+        return chosen.get("algo", DEFAULT_ALGO)
+    preset = resources.files(CONFIG_MODULE) / "preset" / f"{chosen['preset']}.yaml"
+    if not preset.is_file():
+        return DEFAULT_ALGO  # Hydra names the unknown preset
+    defaults = yaml.safe_load(preset.read_text(encoding="utf-8")).get("defaults", [])
+    for entry in defaults:
+        for group, option in entry.items() if isinstance(entry, dict) else []:
+            if group.split()[-1].lstrip("/") == "algo":
+                return str(option)
+    return DEFAULT_ALGO
 
 
 def _lookup(schema: DictConfig, dotted: str) -> str:

@@ -4,16 +4,21 @@ Typed so a typo'd key or a wrong type fails while the config is composed, before
 `validate` then checks the values and the cross-field rules, listing every problem at once. Torch-free:
 the replay and ps roles read it too.
 
-Algorithms slot in through `ALGORITHMS`: each one is an `AlgoConfig` subclass with its own `name`, its
-own YAML in the Hydra group `conf/algo/<name>.yaml` (chosen with `algo=<name>`) and its own `problems`
-check. The loader types the `algo` node with the class its `name` selects, so `algo.lr` is checked
+Algorithms slot in through `ALGORITHMS`: each one is an `AlgoConfig` subclass naming its `module`, with
+its own `name`, its own YAML in the Hydra group `conf/algo/<name>.yaml` (chosen with `algo=<name>`) and its
+own `problems` check. A subclass registers itself when it is defined; the registry imports, on first lookup,
+every torch-free `surreal/algos/<name>_config.py`, so an algorithm's config lives beside its code and no list
+here names it. The loader types the `algo` node with the class its `name` selects, so `algo.lr` is checked
 against PPO's fields when PPO is chosen and against DDPG's when DDPG is.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import pkgutil
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -30,6 +35,51 @@ RUN_NAME = re.compile(rf"[A-Za-z0-9][{_RUN_NAME_CHARS}]{{0,99}}")  # at most 100
 NOT_IN_RUN_NAME = re.compile(rf"[^{_RUN_NAME_CHARS}]")  # what the launcher replaces in a generated name
 RUN_NAME_RULE = "must be a folder name of at most 100 characters: letters, digits, '.', '_', '-'"
 DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+
+
+class AlgorithmRegistry(Mapping[str, "type[AlgoConfig]"]):
+    """Algorithm name (the `algo` group option and the node's `name`) -> its config class.
+
+    Filled by `AlgoConfig.__init_subclass__`: the classes below register as they are defined, and the first
+    lookup imports every `surreal.algos.<name>_config` module (torch-free by rule: tests/test_layering.py),
+    whose classes register the same way. Nothing else lists the algorithms."""
+
+    CONFIG_PACKAGE = "surreal.algos"
+    CONFIG_SUFFIX = "_config"
+
+    def __init__(self) -> None:
+        self._classes: dict[str, type[AlgoConfig]] = {}
+        self._discovered = False
+
+    def add(self, cls: type[AlgoConfig]) -> None:
+        name = cls.__dict__.get("name")
+        if not isinstance(name, str):
+            raise TypeError(f"{cls.__qualname__} names a module but has no `name` default")
+        known = self._classes.get(name)
+        if known is not None and known is not cls:
+            raise TypeError(f"two algorithms are called {name!r}: {known.__qualname__} and {cls.__qualname__}")
+        self._classes[name] = cls
+
+    def _all(self) -> dict[str, type[AlgoConfig]]:
+        if not self._discovered:
+            self._discovered = True  # first: a config module's own import may look an algorithm up
+            package = importlib.import_module(self.CONFIG_PACKAGE)
+            for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
+                if module.endswith(self.CONFIG_SUFFIX):
+                    importlib.import_module(f"{self.CONFIG_PACKAGE}.{module}")
+        return self._classes
+
+    def __getitem__(self, name: str) -> type[AlgoConfig]:
+        return self._all()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+ALGORITHMS = AlgorithmRegistry()
 
 
 @dataclass
@@ -49,6 +99,12 @@ class AlgoConfig:
     name: str = MISSING
     seed: int = 1
     batch_size: int = 2048  # transitions per learner update: what the learner role collects before update()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass that names its `module` is an algorithm: it joins the registry under its `name`."""
+        super().__init_subclass__(**kwargs)
+        if "module" in cls.__dict__:
+            ALGORITHMS.add(cls)
 
     @property
     def on_policy(self) -> bool:
@@ -260,10 +316,6 @@ class ESConfig(AlgoConfig):
 
     def max_env_steps_per_unit(self, max_episode_steps: int | None) -> int | None:
         return None if max_episode_steps is None else 2 * max_episode_steps  # a unit is two whole episodes
-
-
-# Algorithm name (the `algo` group option and the node's `name`) -> its schema.
-ALGORITHMS: dict[str, type[AlgoConfig]] = {"ppo": PPOConfig, "ddpg": DDPGConfig, "es": ESConfig}
 
 
 @dataclass

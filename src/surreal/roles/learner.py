@@ -31,7 +31,8 @@ import numpy as np
 import torch
 import zmq
 
-from surreal.algos import OffPolicyLearner, OnPolicyLearner, get_algorithm
+from surreal.algos import get_algorithm
+from surreal.algos.interface import OffPolicyLearner, OnPolicyLearner
 from surreal.config import ExperimentConfig, algo_config
 from surreal.envs import env_steps_bound, make_env
 from surreal.metrics import RoleMetrics
