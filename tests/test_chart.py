@@ -222,8 +222,8 @@ def test_default_values_and_every_values_file_pass_the_schema() -> None:
 BAD_VALUES = {
     "negative actors": ("actors:\n  replicas: -1\n", "at '/actors/replicas': minimum: got -1, want 1"),
     "zero shards": ("replay:\n  shards: 0\n", "at '/replay/shards': minimum: got 0, want 1"),
-    "unknown algorithm": ("experiment:\n  algo: nope\n", "value must be one of 'ppo', 'ddpg', 'es'"),
-    "unknown algorithm in a mapping": ("experiment:\n  algo:\n    name: sac\n", "value must be one of"),
+    "unknown algorithm": ("experiment:\n  algo: nope\n", "value must be one of 'ppo', 'ddpg', 'es', 'sac'"),
+    "unknown algorithm in a mapping": ("experiment:\n  algo:\n    name: sacc\n", "value must be one of"),
     "misspelt role key": ("actors:\n  replica: 4\n", "additional properties 'replica' not allowed"),
     "misspelt top-level key": ("actor:\n  replicas: 4\n", "additional properties 'actor' not allowed"),
     "misspelt experiment key": ("experiment:\n  total_env_step: 10\n", "additional properties 'total_env_step'"),

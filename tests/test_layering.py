@@ -4,9 +4,12 @@ algorithm it runs (the algorithm's config names its flow-control rule instead)."
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
+
+from surreal.config.schema import ALGORITHMS
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "surreal"
 UPPER = ("algos", "roles", "launch")
@@ -30,10 +33,32 @@ def test_lower_layers_never_import_algorithms_roles_or_the_launcher(package):
 
 
 def test_roles_never_name_an_algorithms_config_class():
+    names = {cls.__name__ for cls in ALGORITHMS.values()} | {"OffPolicyConfig"}
+    assert {"PPOConfig", "DDPGConfig", "ESConfig", "SACConfig"} <= names, "the registry finds every algorithm"
     for path in sorted((SRC / "roles").glob("*.py")):
         text = path.read_text(encoding="utf-8")
-        for name in ("PPOConfig", "DDPGConfig", "ESConfig", "OffPolicyConfig"):
+        for name in names:
             assert name not in text, f"roles/{path.name} names {name}: use the flow-control rule instead"
+
+
+def test_an_algorithms_config_module_imports_only_the_config_layer():
+    """`algos/<name>_config.py` is what the torch-free roles import through the registry: the standard library,
+    `surreal.config` and `surreal.errors` only (no torch, no gymnasium, not the algorithm's own code). The
+    package's `__init__` is read by the same roles on the way, so it is held to the same rule (imports under
+    `if TYPE_CHECKING:` never run and are not counted)."""
+    allowed = ("surreal.config", "surreal.errors")
+    paths = [*sorted((SRC / "algos").glob("*_config.py")), SRC / "algos" / "__init__.py"]
+    assert len(paths) > 1
+    for path in paths:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        modules = {a.name for node in runtime_imports(tree) if isinstance(node, ast.Import) for a in node.names}
+        modules |= {node.module for node in runtime_imports(tree) if isinstance(node, ast.ImportFrom) and node.module}
+        for module in modules - {"__future__"}:
+            top = module.split(".")[0]
+            if top == "surreal":
+                assert module.startswith(allowed), f"algos/{path.name} imports {module}"
+            else:
+                assert top in sys.stdlib_module_names, f"algos/{path.name} imports {module}"
 
 
 def test_roles_never_branch_on_the_regime():

@@ -1,0 +1,504 @@
+"""Soft Actor-Critic (Haarnoja et al. 2018), with CrossQ's switches (Bhatt et al. 2024), distributed.
+
+Follows Stable-Baselines3's SAC: twin soft Q critics against the minimum of twin target critics, a Gaussian
+actor squashed by tanh into the action bounds (its log-probability corrected for the squashing, measured in
+the [-1, 1] space so that the target entropy -|A| means the same for every action range), and a temperature
+alpha learned so the policy's entropy stays near that target. Uniform random actions until `learning_starts`.
+
+CrossQ's switches (`preset=crossq`): batch renormalization in the critic (`critic_norm=batch_renorm`), no
+target network (`target_network=false`: Q(s', a') comes from the critic itself, without gradient), and the
+current and next state-actions through the critic as one batch (`joint_forward=true`), so the normalization
+sees both distributions; with wider critics and Adam's beta1 0.5. Layer norm (`layer`) is the other option
+of the recent recipes. Where a norm goes: layer norm before each hidden ReLU; batch renormalization on the
+input and after each hidden ReLU (CrossQ's placement).
+
+The rest is DDPG's off-policy path (algos/ddpg.py): actors compute n-step transitions (`NStepCollector`),
+the learner steps through samples of several minibatches reading the device once, sends |TD error| back as
+priorities, skips a non-finite step inside fused Adam, and `compile=True` compiles the losses and, on CUDA,
+replays each kind of step as a CUDA graph. Sockets and loops live in the roles; this file is the math.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import logging
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+from torch import nn
+
+from surreal.algos.capture import CapturedStep
+from surreal.algos.ddpg import NStepCollector
+from surreal.algos.sac_config import SACConfig
+from surreal.runtime.rollout import RolloutCollector
+
+log = logging.getLogger(__name__)
+
+# -- networks -------------------------------------------------------------------------------------------
+
+
+class BatchRenorm(nn.Module):
+    """Batch renormalization (Ioffe 2017) of `n` stacked networks' features, [n, B, F] over the batch axis.
+
+    Training: normalize with the batch's statistics, then correct towards the running ones by r (clipped to
+    [1/r_max, r_max]) and d (clipped to [-d_max, d_max]), both without gradient; plain batch norm (r = 1,
+    d = 0) for the first `warmup` training passes, while the running statistics settle. Evaluation: the
+    running statistics. Running statistics are not parameters: every training pass updates them, a step
+    the optimizer skips included."""
+
+    running_mean: torch.Tensor
+    running_var: torch.Tensor
+    steps: torch.Tensor
+
+    def __init__(self, n: int, features: int, cfg: SACConfig, eps: float = 1e-3) -> None:
+        super().__init__()
+        self.momentum, self.warmup, self.eps = cfg.renorm_momentum, cfg.renorm_warmup, eps
+        self.r_max, self.d_max = cfg.renorm_r_max, cfg.renorm_d_max
+        self.weight = nn.Parameter(torch.ones(n, 1, features))
+        self.bias = nn.Parameter(torch.zeros(n, 1, features))
+        self.register_buffer("running_mean", torch.zeros(n, 1, features))
+        self.register_buffer("running_var", torch.ones(n, 1, features))
+        self.register_buffer("steps", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor, train: bool) -> torch.Tensor:
+        if not train:
+            return (x - self.running_mean) / torch.sqrt(self.running_var + self.eps) * self.weight + self.bias
+        mean = x.mean(-2, keepdim=True)
+        var = x.var(-2, unbiased=False, keepdim=True)
+        std = torch.sqrt(var + self.eps)
+        with torch.no_grad():
+            running_std = torch.sqrt(self.running_var + self.eps)
+            warm = (self.steps >= self.warmup).float()
+            r = warm * (std / running_std).clamp(1 / self.r_max, self.r_max) + (1 - warm)
+            d = warm * ((mean - self.running_mean) / running_std).clamp(-self.d_max, self.d_max)
+            self.running_mean.lerp_(mean, 1 - self.momentum)
+            self.running_var.lerp_(var, 1 - self.momentum)
+            self.steps.add_(1)
+        return ((x - mean) / std * r + d) * self.weight + self.bias
+
+    def statistics(self) -> list[torch.Tensor]:
+        return [self.running_mean, self.running_var]
+
+
+class StackedLayerNorm(nn.Module):
+    """Layer norm over the features of `n` stacked networks, each with its own gain and bias."""
+
+    def __init__(self, n: int, features: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n, 1, features))
+        self.bias = nn.Parameter(torch.zeros(n, 1, features))
+
+    def forward(self, x: torch.Tensor, train: bool) -> torch.Tensor:
+        del train
+        return F.layer_norm(x, x.shape[-1:]) * self.weight + self.bias
+
+
+class StackedMLP(nn.Module):
+    """`n` ReLU MLPs of one shape as one module (twin critics; the actor is n = 1): each layer's weights are
+    stacked [n, in, out], so all members run in one batched matmul per layer. Every member is initialized
+    as nn.Linear initializes its layers. `norm` as the module docstring places it."""
+
+    def __init__(self, sizes: list[int], n: int, norm: str, cfg: SACConfig) -> None:
+        super().__init__()
+        self.n, self.norm = n, norm
+        self.weights = nn.ParameterList()
+        self.biases = nn.ParameterList()
+        for n_in, n_out in zip(sizes[:-1], sizes[1:], strict=True):
+            bound = 1.0 / math.sqrt(n_in)
+            self.weights.append(nn.Parameter(torch.empty(n, n_in, n_out).uniform_(-bound, bound)))
+            self.biases.append(nn.Parameter(torch.empty(n, 1, n_out).uniform_(-bound, bound)))
+        hidden = sizes[1:-1]
+        self.norms = nn.ModuleList()
+        if norm == "layer":
+            self.norms.extend(StackedLayerNorm(n, h) for h in hidden)
+        elif norm == "batch_renorm":
+            self.norms.extend(BatchRenorm(n, h, cfg) for h in [sizes[0], *hidden])
+
+    def forward(self, x: torch.Tensor, train: bool, frozen: bool = False) -> torch.Tensor:
+        """[B, in] -> [n, B, out]. `frozen`: parameters detached (the actor's loss differentiates through the
+        critic's input, never into its weights)."""
+        x = x.expand(self.n, *x.shape)
+        norms = list(self.norms)
+        if self.norm == "batch_renorm":
+            x = norms.pop(0)(x, train)
+        last = len(self.weights) - 1
+        for i, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
+            if frozen:
+                weight, bias = weight.detach(), bias.detach()
+            x = torch.baddbmm(bias, x, weight)
+            if i < last:
+                if self.norm == "layer":
+                    x = norms[i](x, train)
+                x = torch.relu(x)
+                if self.norm == "batch_renorm":
+                    x = norms[i](x, train)
+        return x
+
+    def statistics(self) -> list[torch.Tensor]:
+        """Running statistics (batch renormalization's), which target networks follow as they follow weights."""
+        return [s for norm in self.norms if isinstance(norm, BatchRenorm) for s in norm.statistics()]
+
+
+class SquashedGaussianActor(nn.Module):
+    """a = tanh(mean + std * noise) * action_scale + action_bias, with log pi(a|s) in the [-1, 1] space."""
+
+    action_scale: torch.Tensor
+    action_bias: torch.Tensor
+
+    def __init__(self, obs_dim: int, act_space: spaces.Box, cfg: SACConfig) -> None:
+        super().__init__()
+        act_dim = int(act_space.shape[0])
+        self.net = StackedMLP([obs_dim, *cfg.hidden_sizes, 2 * act_dim], 1, cfg.actor_norm, cfg)
+        self.log_std_min, self.log_std_max = cfg.log_std_min, cfg.log_std_max
+        high = torch.as_tensor(act_space.high, dtype=torch.float32)
+        low = torch.as_tensor(act_space.low, dtype=torch.float32)
+        self.register_buffer("action_scale", (high - low) / 2.0)
+        self.register_buffer("action_bias", (high + low) / 2.0)
+
+    def forward(
+        self, obs: torch.Tensor, noise: torch.Tensor | None, train: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(actions, log-probabilities); `noise` None: the mean action (evaluation), log-probability NaN-free
+        but meaningless."""
+        mean, log_std = self.net(obs, train)[0].chunk(2, -1)
+        log_std = log_std.clamp(self.log_std_min, self.log_std_max)
+        if noise is None:
+            noise = torch.zeros_like(mean)
+        squashed = torch.tanh(mean + log_std.exp() * noise)
+        gaussian = -0.5 * noise.pow(2) - log_std - 0.5 * math.log(2 * math.pi)
+        log_prob = (gaussian - torch.log(1 - squashed.pow(2) + 1e-6)).sum(-1)
+        return squashed * self.action_scale + self.action_bias, log_prob
+
+
+def _dims(obs_space: spaces.Box, act_space: spaces.Box) -> tuple[int, int]:
+    if not isinstance(act_space, spaces.Box) or len(obs_space.shape) != 1:
+        raise ValueError("SAC here supports flat Box observations and Box actions")
+    return int(obs_space.shape[0]), int(act_space.shape[0])
+
+
+# -- actor side -----------------------------------------------------------------------------------------
+
+
+class SACPolicy:
+    """What an actor runs: a sample of pi(.|s), its own noise stream per actor; uniform random actions while
+    the learner has not updated yet (the warm-up). Evaluation takes the mean action."""
+
+    def __init__(self, obs_space: spaces.Box, act_space: spaces.Box, cfg: SACConfig, actor_index: int) -> None:
+        obs_dim, _ = _dims(obs_space, act_space)
+        self.actor = SquashedGaussianActor(obs_dim, act_space, cfg).requires_grad_(False)
+        self.low, self.high = act_space.low.astype(np.float32), act_space.high.astype(np.float32)
+        self.rng = np.random.default_rng(cfg.seed + 1_000 * actor_index)
+        self.warmup = True
+
+    def load_params(self, arrays: dict[str, Any]) -> None:
+        self.actor.load_state_dict({k: torch.as_tensor(np.array(v)) for k, v in arrays["actor"].items()})
+        self.warmup = bool(np.asarray(arrays["warmup"]))
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        if self.warmup:
+            actions = self.rng.uniform(self.low, self.high, (len(obs), len(self.low))).astype(np.float32)
+        else:
+            noise = torch.from_numpy(self.rng.standard_normal((len(obs), len(self.low))).astype(np.float32))
+            actions = self.actor(torch.from_numpy(obs.astype(np.float32)), noise)[0].numpy()
+        return actions, {"actions": actions}
+
+    @torch.no_grad()
+    def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
+        return self.actor(torch.from_numpy(obs.astype(np.float32)), None)[0].numpy()
+
+    def episode_done(self, done: np.ndarray) -> None:
+        del done  # no per-episode exploration state
+
+
+# -- learner side ---------------------------------------------------------------------------------------
+
+STEP_STATS = (
+    "critic_loss",
+    "actor_loss",
+    "alpha_loss",
+    "alpha",
+    "entropy",
+    "q_mean",
+    "td_error_mean",
+    "nonfinite_skipped",
+)  # a step's, in order
+ACTOR_STATS = ("actor_loss", "alpha_loss", "entropy")  # NaN in a critic-only step: the last actor step's stand
+STEP_KEYS = ("obs", "actions", "rewards", "next_obs", "discounts", "weights")  # a minibatch's replay tensors
+Step = Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]]  # minibatch -> (stats, |TD|)
+
+
+class SACLearner:
+    """The SAC update, shaped as DDPG's (algos/ddpg.py `DDPGLearner` says why): one call steps through a
+    sample of several minibatches and reads the device once; both critics are one module; a non-finite
+    step is skipped inside fused Adam; the exploration noise of every step is drawn up front, so each step
+    is a fixed-shape function of its inputs that `compile=True` compiles and, on CUDA, replays as a graph.
+    `compile=False` runs the same step eagerly: the reference the compiled path is tested against."""
+
+    def __init__(
+        self, obs_space: spaces.Box, act_space: spaces.Box, cfg: SACConfig, device: torch.device, compile: bool = False
+    ) -> None:
+        obs_dim, act_dim = _dims(obs_space, act_space)
+        self.cfg, self.device, self.act_dim = cfg, device, act_dim
+        torch.manual_seed(cfg.seed)
+        self.actor = SquashedGaussianActor(obs_dim, act_space, cfg).to(device)
+        self.critics = StackedMLP([obs_dim + act_dim, *cfg.critic_hidden_sizes, 1], 2, cfg.critic_norm, cfg).to(device)
+        self.critics_target = copy.deepcopy(self.critics).requires_grad_(False) if cfg.target_network else None
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(cfg.alpha_init), device=device))
+        self.log_alpha.requires_grad_(cfg.autotune_alpha)
+        self.target_entropy = -float(act_dim) if cfg.target_entropy is None else cfg.target_entropy
+        self.targets: list[torch.Tensor] = []
+        self.sources: list[torch.Tensor] = []
+        if self.critics_target is not None:
+            self.targets = [*self.critics_target.parameters(), *self.critics_target.statistics()]
+            self.sources = [*self.critics.parameters(), *self.critics.statistics()]
+        # fused: one kernel per step for all parameters, and safe to capture in a CUDA graph.
+        adam = functools.partial(
+            torch.optim.Adam, betas=(cfg.adam_beta1, 0.999), fused=True, capturable=compile and device.type == "cuda"
+        )
+        self.actor_optimizer = adam(self.actor.parameters(), lr=cfg.actor_lr)
+        self.critic_optimizer = adam(self.critics.parameters(), lr=cfg.critic_lr)
+        self.alpha_optimizer = adam([self.log_alpha], lr=cfg.alpha_lr) if cfg.autotune_alpha else None
+        # What fused Adam reads as AMP's `found_inf`: when set, its step leaves parameters and moments as they
+        # were. A step sets it from its own losses, so a diverged step is skipped without the host looking.
+        for optimizer in self.optimizers().values():
+            optimizer.found_inf = torch.zeros((), device=device)  # type: ignore[attr-defined]
+        self.generator = torch.Generator(device=device).manual_seed(cfg.seed)  # the policy's samples
+        self.updates = 0
+        self.last_actor_stats = dict.fromkeys(ACTOR_STATS, float("nan"))
+        self.compile = compile
+        self.critic_loss_fn, self.actor_loss_fn, self.step_fns = self._fast_paths()
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        out: dict[str, torch.optim.Optimizer] = {"actor_optimizer": self.actor_optimizer}
+        out["critic_optimizer"] = self.critic_optimizer
+        if self.alpha_optimizer is not None:
+            out["alpha_optimizer"] = self.alpha_optimizer
+        return out
+
+    def _tensors(self, arrays: dict[str, Any], steps: int) -> dict[str, torch.Tensor]:
+        """The sample on the device as [steps, minibatch, ...] tensors (weights all ones for uniform replay),
+        plus the policy noise of every step, drawn at once: `noise` [steps, 2, minibatch, |A|], the first
+        for the next actions of the critic's target, the second for the actor's loss."""
+        out = {k: torch.as_tensor(np.asarray(arrays[k], np.float32)) for k in STEP_KEYS if k in arrays}
+        if "weights" not in out:
+            out["weights"] = torch.ones_like(out["rewards"])
+        out = {k: v.to(self.device, non_blocking=True).unflatten(0, (steps, -1)) for k, v in out.items()}
+        batch = out["rewards"].shape[1]
+        out["noise"] = torch.randn((steps, 2, batch, self.act_dim), generator=self.generator, device=self.device)
+        return out
+
+    # -- the step -----------------------------------------------------------------------------------
+
+    def critic_loss(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        rewards: torch.Tensor,
+        next_obs: torch.Tensor,
+        discounts: torch.Tensor,
+        weights: torch.Tensor,
+        noise: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(loss, Q of the first critic, the target): half the importance-weighted squared TD error summed over
+        the critics, against r + discount * (min over critics of Q(s', a') - alpha log pi(a'|s')), a' ~ pi."""
+        alpha = self.log_alpha.detach().exp()
+        with torch.no_grad():
+            next_actions, next_log_prob = self.actor(next_obs, noise[0])
+        if self.cfg.joint_forward:  # CrossQ: one batch, so batch renormalization sees both distributions
+            both = self.critics(
+                torch.cat([torch.cat([obs, actions], -1), torch.cat([next_obs, next_actions], -1)]), True
+            )
+            q_values, next_q = both.squeeze(-1).split(len(obs), -1)
+            next_q = next_q.detach()
+        else:
+            q_values = self.critics(torch.cat([obs, actions], -1), True).squeeze(-1)
+            with torch.no_grad():
+                critics = self.critics if self.critics_target is None else self.critics_target
+                next_q = critics(torch.cat([next_obs, next_actions], -1), False).squeeze(-1)
+        target = rewards + discounts * (next_q.min(0).values - alpha * next_log_prob)
+        # Importance weights correct prioritized sampling's bias (all ones for uniform replay).
+        loss = 0.5 * (weights * (q_values - target) ** 2).mean(-1).sum()
+        return loss, q_values[0].detach(), target
+
+    def actor_loss(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(actor loss, temperature loss, log pi of the sampled actions): alpha log pi(a|s) - min Q(s, a) with
+        a ~ pi reparametrized, through the critics' input only; the temperature's loss pushes the policy's
+        entropy towards the target (Stable-Baselines3's form, on log alpha)."""
+        alpha = self.log_alpha.detach().exp()
+        actions, log_prob = self.actor(obs, noise[1], True)
+        q_values = self.critics(torch.cat([obs, actions], -1), False, frozen=True).squeeze(-1)
+        actor_loss = (alpha * log_prob - q_values.min(0).values).mean()
+        alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
+        return actor_loss, alpha_loss, log_prob.detach()
+
+    def train_step(self, b: dict[str, torch.Tensor], update_actor: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """One critic step (and the actor's and the temperature's when `update_actor`): the unit that is
+        compiled and captured. Returns STEP_STATS as one tensor and the |TD error| of the minibatch, both on
+        the device; nothing here waits for it."""
+        cfg = self.cfg
+        alpha = self.log_alpha.detach().exp()
+        loss, q_first, target = self.critic_loss_fn(**b)
+        critic_bad = ~torch.isfinite(loss)
+        self.critic_optimizer.found_inf.copy_(critic_bad)  # type: ignore[attr-defined]
+        self.critic_optimizer.zero_grad()  # to None: inside a capture, backward then takes the grads from its pool
+        loss.backward()
+        if cfg.max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(self.critics.parameters(), cfg.max_grad_norm, foreach=True)
+        self.critic_optimizer.step()
+        nan = torch.full((), float("nan"), device=self.device)
+        actor_loss, alpha_loss, entropy = nan, nan, nan
+        if update_actor:
+            actor_loss, alpha_loss, log_prob = self.actor_loss_fn(b["obs"], b["noise"])
+            bad = critic_bad | ~torch.isfinite(actor_loss) | ~torch.isfinite(alpha_loss)
+            stepped = [self.actor_optimizer, *([self.alpha_optimizer] if self.alpha_optimizer else [])]
+            for optimizer in stepped:
+                optimizer.found_inf.copy_(bad)  # type: ignore[attr-defined]
+                optimizer.zero_grad()
+            (actor_loss + alpha_loss).backward()  # disjoint: alpha is detached in one, log pi in the other
+            if cfg.max_grad_norm is not None:
+                nn.utils.clip_grad_norm_(self.actor.parameters(), cfg.max_grad_norm, foreach=True)
+            for optimizer in stepped:
+                optimizer.step()
+            entropy = -log_prob.mean()
+        td_errors = (q_first - target).detach().abs()
+        stats = [loss, actor_loss, alpha_loss, alpha, entropy, q_first.mean(), td_errors.mean(), critic_bad.float()]
+        return torch.stack([s.detach() for s in stats]), td_errors
+
+    def _fast_paths(self) -> tuple[Callable[..., Any], Callable[..., Any], dict[bool, Step]]:
+        """(critic loss, actor loss, the step for critic-only and actor updates): eager, or the losses
+        compiled and, on CUDA, each kind of step replayed as its own CUDA graph."""
+        steps: dict[bool, Step] = {actor: functools.partial(self._train_step_for, actor) for actor in (False, True)}
+        if not self.compile:
+            return self.critic_loss, self.actor_loss, steps
+        losses = torch.compile(self.critic_loss, dynamic=False), torch.compile(self.actor_loss, dynamic=False)
+        if self.device.type == "cuda":
+            steps = {actor: CapturedStep(step) for actor, step in steps.items()}
+        return *losses, steps
+
+    def _train_step_for(self, update_actor: bool, b: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.train_step(b, update_actor)
+
+    def _step(self, b: dict[str, torch.Tensor], update_actor: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step; if compiling or capturing fails, it says so once and goes on eagerly (same numbers)."""
+        try:
+            return self.step_fns[update_actor](b)
+        except Exception as error:
+            if not self.compile:
+                raise
+            log.warning("SAC: the compiled step failed, continuing eagerly: %r", error)
+            self.compile = False
+            self.critic_loss_fn, self.actor_loss_fn, self.step_fns = self._fast_paths()
+            return self.step_fns[update_actor](b)
+
+    def update(self, arrays: dict[str, Any], steps: int = 1) -> tuple[list[dict[str, float]], np.ndarray]:
+        """`steps` gradient steps, one per minibatch of a sample holding `steps` equal minibatches, in order.
+        Each steps the critics, every `policy_delay`-th the actor and the temperature, and every
+        `target_update_period`-th moves the target critics tau of the way (a skipped step does not).
+
+        Returns each step's statistics and the new priorities |TD error| of the sample's transitions, read
+        from the device once. A step whose critic loss is not finite is skipped: its statistics are NaN with
+        `nonfinite_skipped` = 1 and its transitions' priorities NaN (the learner sends none for them)."""
+        cfg = self.cfg
+        transitions = len(arrays["rewards"])
+        if steps < 1 or transitions % steps:
+            raise ValueError(f"a sample of {transitions} transitions does not split into {steps} equal minibatches")
+        b = self._tensors(arrays, steps)
+        results = []
+        for i in range(steps):
+            self.updates += 1
+            step_stats, td_errors = self._step({k: v[i] for k, v in b.items()}, self.updates % cfg.policy_delay == 0)
+            results.append(torch.cat([step_stats, td_errors]))  # a copy: a captured step's outputs are overwritten
+            if self.targets and self.updates % cfg.target_update_period == 0:
+                with torch.no_grad():
+                    tau = cfg.tau * (1 - step_stats[-1])  # nonfinite_skipped: no move
+                    torch._foreach_lerp_(self.targets, self.sources, [tau] * len(self.targets))
+        host = torch.stack(results).cpu().numpy()  # the one wait for the device
+        per_step, priorities = host[:, : len(STEP_STATS)], host[:, len(STEP_STATS) :].astype(np.float64)
+        out = []
+        for i, row in enumerate(per_step):
+            stats = dict(zip(STEP_STATS, (float(x) for x in row), strict=True))
+            if stats["nonfinite_skipped"]:
+                stats = {**dict.fromkeys(STEP_STATS, float("nan")), "nonfinite_skipped": 1.0}
+                priorities[i] = np.nan
+            elif np.isnan(stats["actor_loss"]):
+                stats.update(self.last_actor_stats)  # a critic-only step: the last actor step's
+            else:
+                self.last_actor_stats = {k: stats[k] for k in ACTOR_STATS}
+            out.append(stats)
+        return out, priorities.reshape(-1)
+
+    # -- parameters and checkpoints -----------------------------------------------------------------
+
+    def params(self) -> dict[str, Any]:
+        """The actor's weights (and its running statistics), and whether actors should still act uniformly
+        at random (no update yet)."""
+        actor = {k: v.detach().cpu().numpy() for k, v in self.actor.state_dict().items()}
+        return {"actor": actor, "warmup": np.array(self.updates == 0)}
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "actor": self.actor.state_dict(),
+            "critics": self.critics.state_dict(),
+            "log_alpha": self.log_alpha.detach().clone(),
+            "generator": self.generator.get_state(),
+            "updates": self.updates,
+            "last_actor_stats": dict(self.last_actor_stats),
+            **{key: optimizer.state_dict() for key, optimizer in self.optimizers().items()},
+        }
+        if self.critics_target is not None:
+            state["critics_target"] = self.critics_target.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores in place (a captured CUDA graph keeps reading the same tensors). How this process steps
+        (fused, capturable) is not part of what resumes."""
+        self.actor.load_state_dict(state["actor"])
+        self.critics.load_state_dict(state["critics"])
+        if self.critics_target is not None:
+            self.critics_target.load_state_dict(state["critics_target"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        for key, optimizer in self.optimizers().items():
+            ours = {k: optimizer.param_groups[0][k] for k in ("fused", "capturable", "foreach")}
+            saved = state[key]
+            optimizer.load_state_dict({**saved, "param_groups": [{**saved["param_groups"][0], **ours}]})
+        self.generator.set_state(state["generator"])
+        self.updates = int(state["updates"])
+        self.last_actor_stats = {k: float(v) for k, v in state["last_actor_stats"].items()}
+        # A captured graph holds the optimizer state it replaced: capture again.
+        self.critic_loss_fn, self.actor_loss_fn, self.step_fns = self._fast_paths()
+
+
+def make_policy(
+    obs_space: spaces.Box, act_space: spaces.Box, cfg: SACConfig, actor_index: int, num_actors: int = 1
+) -> SACPolicy:
+    del num_actors  # every actor samples from pi with its own noise stream
+    return SACPolicy(obs_space, act_space, cfg, actor_index)
+
+
+def make_collector(
+    envs: gym.vector.VectorEnv, policy: SACPolicy, cfg: SACConfig, actor_index: int, chunk_steps: int
+) -> NStepCollector:
+    return NStepCollector(RolloutCollector(envs, policy, chunk_steps, actor_index), cfg.n_step, cfg.gamma)
+
+
+def make_learner(
+    obs_space: spaces.Box, act_space: spaces.Box, cfg: SACConfig, device: torch.device, *, compile: bool = False
+) -> SACLearner:
+    """`compile`: compile the critic and actor losses and, on CUDA, replay each step as a CUDA graph."""
+    return SACLearner(obs_space, act_space, cfg, device, compile=compile)
+
+
+if TYPE_CHECKING:  # mypy checks this module against the interface the roles call
+    from surreal.algos import sac as _this
+    from surreal.algos.interface import Algorithm
+
+    _CHECKED: Algorithm = _this
