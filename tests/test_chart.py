@@ -12,6 +12,7 @@ import json
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from surreal.config import read_config
+from surreal.config import load_config, read_config
 from surreal.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -301,6 +302,16 @@ def test_ddpg_values_use_prioritized_replay_and_on_policy_ones_fifo(tmp_path: Pa
         path.write_text(yaml.safe_dump(experiment_of(render(VALUES_DIR / f"{name}.yaml"))))
         modes[name] = read_config(path).replay.mode
     assert modes == {"ppo": "fifo", "ddpg": "prioritized", "es": "fifo"}
+
+
+def test_robosuite_lift_values_run_the_lift_sac_preset(tmp_path: Path) -> None:
+    """The chart's Lift experiment is `preset=lift-sac` (the chart takes a file, not Hydra overrides)."""
+    pytest.importorskip("robosuite")
+    path = tmp_path / "lift.yaml"
+    path.write_text(yaml.safe_dump(experiment_of(render(VALUES_DIR / "robosuite-lift.yaml"))))
+    chart, preset = read_config(path), load_config(["preset=lift-sac"])
+    assert replace(chart.algo, seed=0) == replace(preset.algo, seed=0)
+    assert (chart.env, chart.replay.capacity) == (preset.env, preset.replay.capacity)
 
 
 def test_topology_and_workloads_follow_the_role_sizes() -> None:
