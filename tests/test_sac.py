@@ -277,8 +277,19 @@ def test_config_rules_and_registry():
     assert get_algorithm("sac") is sac
     assert load_config(["algo=sac"]).replay.mode == "uniform"
     with pytest.raises(ConfigError) as bad:
-        load_config(["algo=sac", "algo.joint_forward=true", "algo.critic_norm=batch", "algo.tau=0", "algo.n_step=0"])
-    for named in ("set algo.target_network=false", "algo.critic_norm must be one of", "algo.tau", "algo.n_step"):
+        load_config(
+            ["algo=sac", "algo.joint_forward=true", "algo.critic_norm=batch", "algo.tau=0", "algo.n_step=0"]
+            + ["algo.replay_ratio=0", "algo.renorm_momentum=1", "replay.capacity=100"]
+        )
+    for named in (
+        "set algo.target_network=false",
+        "algo.critic_norm must be one of",
+        "algo.tau",
+        "algo.n_step",
+        "algo.replay_ratio must be > 0",
+        "algo.renorm_momentum must be in [0, 1)",
+        "replay.capacity (100) must hold one batch",
+    ):
         assert named in str(bad.value)
     with pytest.raises(ConfigError, match="deterministic=true is for on-policy"):
         load_config(["algo=sac", "deterministic=true", "actors=1"])

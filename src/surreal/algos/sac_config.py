@@ -54,7 +54,8 @@ class SACConfig(OffPolicyConfig):
         return self.n_step  # an actor's first chunk: T steps make T - n + 1 n-step transitions
 
     def problems(self, cfg: ExperimentConfig) -> list[str]:
-        out = [
+        out = super().problems(cfg)
+        out += [
             f"algo.{k} must be > 0 (got {v})"
             for k, v in (
                 ("actor_lr", self.actor_lr),
@@ -62,31 +63,23 @@ class SACConfig(OffPolicyConfig):
                 ("alpha_lr", self.alpha_lr),
                 ("alpha_init", self.alpha_init),
                 ("n_step", self.n_step),
-                ("replay_ratio", self.replay_ratio),
-                ("publish_interval", self.publish_interval),
                 ("policy_delay", self.policy_delay),
                 ("target_update_period", self.target_update_period),
-                ("renorm_r_max", self.renorm_r_max),
             )
             if not v > 0
         ]
         out += [
             f"algo.{k} must be >= 0 (got {v})"
-            for k, v in (
-                ("learning_starts", self.learning_starts),
-                ("renorm_warmup", self.renorm_warmup),
-                ("renorm_d_max", self.renorm_d_max),
-            )
+            for k, v in (("renorm_warmup", self.renorm_warmup), ("renorm_d_max", self.renorm_d_max))
             if not v >= 0
         ]
         for key, value in (("gamma", self.gamma), ("tau", self.tau)):
             if not 0 < value <= 1:
                 out.append(f"algo.{key} must be in (0, 1] (got {value})")
-        if not 0 <= self.adam_beta1 < 1:
-            out.append(f"algo.adam_beta1 must be in [0, 1) (got {self.adam_beta1})")
-        if not 0 <= self.renorm_momentum < 1:
-            out.append(f"algo.renorm_momentum must be in [0, 1) (got {self.renorm_momentum})")
-        if self.renorm_r_max < 1:
+        for key, value in (("adam_beta1", self.adam_beta1), ("renorm_momentum", self.renorm_momentum)):
+            if not 0 <= value < 1:
+                out.append(f"algo.{key} must be in [0, 1) (got {value})")
+        if not self.renorm_r_max >= 1:
             out.append(f"algo.renorm_r_max must be >= 1 (got {self.renorm_r_max})")
         for key, sizes in (("hidden_sizes", self.hidden_sizes), ("critic_hidden_sizes", self.critic_hidden_sizes)):
             if not sizes or any(h <= 0 for h in sizes):
@@ -102,10 +95,4 @@ class SACConfig(OffPolicyConfig):
             out.append("algo.joint_forward=true takes Q(s', a') from the critic itself: set algo.target_network=false")
         if cfg.actor.chunk_steps < self.n_step:
             out.append(f"actor.chunk_steps ({cfg.actor.chunk_steps}) must be >= algo.n_step ({self.n_step})")
-        if cfg.replay.capacity < self.batch_size:
-            out.append(
-                f"replay.capacity ({cfg.replay.capacity}) must hold one batch (algo.batch_size={self.batch_size})"
-            )
-        if cfg.deterministic:
-            out.append("deterministic=true is for on-policy algorithms (ppo, es): sac samples its replay at random")
         return out

@@ -135,6 +135,24 @@ class OffPolicyConfig(AlgoConfig):
     replay_ratio: float = 1.0  # gradient updates per env step
     publish_interval: int = 16  # updates between parameter publications
 
+    def problems(self, cfg: ExperimentConfig) -> list[str]:
+        """The rules of the replay-ratio regime's own keys and of sampling a replay (SAC's `problems` extends
+        these; DDPG's still spells them out itself)."""
+        out = [
+            f"algo.{k} must be > 0 (got {v})"
+            for k, v in (("replay_ratio", self.replay_ratio), ("publish_interval", self.publish_interval))
+            if not v > 0
+        ]
+        if self.learning_starts < 0:
+            out.append(f"algo.learning_starts must be >= 0 (got {self.learning_starts})")
+        if cfg.replay.capacity < self.batch_size:
+            out.append(
+                f"replay.capacity ({cfg.replay.capacity}) must hold one batch (algo.batch_size={self.batch_size})"
+            )
+        if cfg.deterministic:
+            out.append(f"deterministic=true is for on-policy algorithms: {self.name} samples its replay at random")
+        return out
+
 
 @dataclass
 class PPOConfig(AlgoConfig):
