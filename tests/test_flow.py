@@ -254,12 +254,17 @@ def serial(tmp_path, name: str, *overrides: str) -> dict:
     return run_serial(load_config(["device=cpu", "learner.eval_episodes=2", *overrides]), tmp_path / name)
 
 
+# The off-policy algorithms with small networks: both run the same replay-ratio path.
+OFF_POLICY = {"ddpg": ["algo=ddpg"], "sac": ["algo=sac", "algo.critic_hidden_sizes=[16,16]"]}
+
+
+@pytest.mark.parametrize("algo", sorted(OFF_POLICY))
 @pytest.mark.parametrize("actors", [1, 3])
-def test_the_replay_ratio_is_held_as_actors_are_added(tmp_path, actors):
+def test_the_replay_ratio_is_held_as_actors_are_added(tmp_path, actors, algo):
     result = serial(
         tmp_path,
-        f"ddpg{actors}",
-        "algo=ddpg",
+        f"{algo}{actors}",
+        *OFF_POLICY[algo],
         "env=Pendulum-v1",
         f"actors={actors}",
         "steps=1500",
@@ -308,14 +313,15 @@ class ScriptedSamples:
         self.sent.append((slots, priorities))
 
 
+@pytest.mark.parametrize("algo", sorted(OFF_POLICY))
 def test_a_sample_of_four_minibatches_is_stepped_through_at_the_replay_ratio_and_its_priorities_go_home_once(
-    tmp_path,
+    tmp_path, algo
 ):
     """Each reply allows 3 more gradient steps and brings 4 minibatches: the learner never steps beyond what
     the replay ratio allows, finishes a sample over two calls, and sends each sample's priorities in one
     message."""
     cfg = load_config(
-        ["algo=ddpg", "env=Pendulum-v1", "device=cpu", "replay.mode=prioritized", "algo.batch_size=8"]
+        [*OFF_POLICY[algo], "env=Pendulum-v1", "device=cpu", "replay.mode=prioritized", "algo.batch_size=8"]
         + ["algo.learning_starts=0", "algo.hidden_sizes=[8]", "learner.minibatches_per_sample=4"]
     )
     samples = ScriptedSamples(steps_per_reply=3)
