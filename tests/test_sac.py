@@ -297,31 +297,54 @@ def test_config_rules_and_registry():
 
 @pytest.mark.slow
 def test_compiled_update_matches_the_eager_one(pendulum):
-    """torch.compile of the critic and actor losses (inductor; seconds on CPU) gives the eager numbers, CrossQ's
-    in-place running statistics included."""
-    cfg = algo_config(load_config(["preset=crossq", *SMALL, "algo.renorm_warmup=3"]))
+    """torch.compile of the critic and actor losses (inductor; seconds on CPU) gives the eager numbers, step after
+    step (SAC with layer norm; CrossQ's losses in the next test)."""
+    cfg = algo_config(load_config(["algo=sac", *SMALL, "algo.critic_norm=layer", "algo.policy_delay=2"]))
     eager, compiled = (sac.make_learner(*pendulum, cfg, torch.device("cpu"), compile=c) for c in (False, True))
     for seed in range(3):
         data = batch(128, rewards=1.0, seed=seed)
         stats_eager, prio_eager = eager.update(data, 4)
         stats_compiled, prio_compiled = compiled.update(data, 4)
+        for got, want in zip(stats_compiled, stats_eager, strict=True):
+            assert got == pytest.approx(want, rel=1e-5, abs=1e-5, nan_ok=True)  # NaN: no actor step yet
     assert compiled.compile, "the compiled step fell back to eager"
-    for got, want in zip(stats_compiled, stats_eager, strict=True):
-        assert got == pytest.approx(want, rel=1e-4, abs=1e-5)
     np.testing.assert_allclose(prio_compiled, prio_eager, atol=1e-5)
-    for a, b in zip(everything_crossq(eager), everything_crossq(compiled), strict=True):
+    for a, b in zip(networks(eager), networks(compiled), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
 
 
-def everything_crossq(learner: sac.SACLearner) -> list[torch.Tensor]:
+def networks(learner: sac.SACLearner) -> list[torch.Tensor]:
     return [*learner.actor.state_dict().values(), *learner.critics.state_dict().values(), learner.log_alpha]
 
 
+@pytest.mark.slow
+def test_compiled_crossq_losses_match_the_eager_ones(pendulum):
+    """CrossQ's compiled losses give the eager losses, gradients and running statistics (r and d active from the
+    first pass: the case where a compiled backward that recomputed them from statistics updated in place got other
+    gradients). Compared per step, not over a run: a unit whose ReLU is dead for the whole batch has a zero
+    gradient eagerly and about 1e-12 compiled, which Adam's first step turns into a move of +-lr."""
+    cfg = algo_config(load_config(["preset=crossq", *SMALL, "algo.renorm_warmup=0"]))
+    eager, compiled = (sac.make_learner(*pendulum, cfg, torch.device("cpu"), compile=c) for c in (False, True))
+    tensors = eager._tensors(batch(64, rewards=1.0), 1)
+    step = {k: v[0] for k, v in tensors.items()}
+    outputs = []
+    for learner in (eager, compiled):
+        loss, q_first, target = learner.critic_loss_fn(**step)
+        actor_loss, alpha_loss, log_prob = learner.actor_loss_fn(step["obs"], step["noise"])
+        (loss + actor_loss + alpha_loss).backward()
+        learner.critics.commit()
+        learner.actor.net.commit()
+        grads = [p.grad for p in [*learner.critics.parameters(), *learner.actor.parameters(), learner.log_alpha]]
+        outputs.append([loss, q_first, target, actor_loss, alpha_loss, log_prob, *grads, *networks(learner)])
+    for a, b in zip(*outputs, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert int(compiled.critics.norms[0].steps) == 1 and int(compiled.actor.net.norms[0].steps) == 1
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
-@pytest.mark.parametrize("preset", [[], ["preset=crossq", "algo.renorm_warmup=3"]])
-def test_cuda_graph_update_matches_the_eager_one(pendulum, preset):
+def test_cuda_graph_update_matches_the_eager_one(pendulum):
     """On CUDA, compile=True replays the critic-only and the actor step each as a captured graph."""
-    cfg = algo_config(load_config(["algo=sac", *preset, *SMALL, "algo.policy_delay=2"]))
+    cfg = algo_config(load_config(["algo=sac", *SMALL, "algo.critic_norm=layer", "algo.policy_delay=2"]))
     cuda = torch.device("cuda")
     eager, graphed = (sac.make_learner(*pendulum, cfg, cuda, compile=c) for c in (False, True))
     for seed in range(5):  # past the warm-up calls: both kinds of step captured and replayed
@@ -330,7 +353,7 @@ def test_cuda_graph_update_matches_the_eager_one(pendulum, preset):
         stats_graphed, prio_graphed = graphed.update(data, 4)
     assert graphed.compile and all(step.graph is not None for step in graphed.step_fns.values())
     for got, want in zip(stats_graphed, stats_eager, strict=True):
-        assert got == pytest.approx(want, rel=1e-3, abs=1e-4)
+        assert got == pytest.approx(want, rel=1e-3, abs=1e-4, nan_ok=True)
     np.testing.assert_allclose(prio_graphed, prio_eager, atol=1e-4)
 
 

@@ -50,12 +50,18 @@ class BatchRenorm(nn.Module):
     Training: normalize with the batch's statistics, then correct towards the running ones by r (clipped to
     [1/r_max, r_max]) and d (clipped to [-d_max, d_max]), both without gradient; plain batch norm (r = 1,
     d = 0) for the first `warmup` training passes, while the running statistics settle. Evaluation: the
-    running statistics. Running statistics are not parameters: every training pass updates them, a step
-    the optimizer skips included."""
+    running statistics. Running statistics are not parameters: every training pass moves them, a step the
+    optimizer skips included.
+
+    A training pass only records its batch's statistics; `commit` then moves the running ones. The loss is
+    what torch.compile compiles, and a compiled backward may recompute r and d from the statistics it read:
+    had the pass updated them in place, it would find the new ones (measured: other gradients than eager)."""
 
     running_mean: torch.Tensor
     running_var: torch.Tensor
     steps: torch.Tensor
+    batch_mean: torch.Tensor
+    batch_var: torch.Tensor
 
     def __init__(self, n: int, features: int, cfg: SACConfig, eps: float = 1e-3) -> None:
         super().__init__()
@@ -66,6 +72,8 @@ class BatchRenorm(nn.Module):
         self.register_buffer("running_mean", torch.zeros(n, 1, features))
         self.register_buffer("running_var", torch.ones(n, 1, features))
         self.register_buffer("steps", torch.zeros(()))
+        self.register_buffer("batch_mean", torch.zeros(n, 1, features), persistent=False)
+        self.register_buffer("batch_var", torch.ones(n, 1, features), persistent=False)
 
     def forward(self, x: torch.Tensor, train: bool) -> torch.Tensor:
         if not train:
@@ -73,15 +81,21 @@ class BatchRenorm(nn.Module):
         mean = x.mean(-2, keepdim=True)
         var = x.var(-2, unbiased=False, keepdim=True)
         std = torch.sqrt(var + self.eps)
+        running_std = torch.sqrt(self.running_var + self.eps)
+        warm = (self.steps >= self.warmup).to(x.dtype)
+        r = warm * (std.detach() / running_std).clamp(1 / self.r_max, self.r_max) + (1 - warm)
+        d = warm * ((mean.detach() - self.running_mean) / running_std).clamp(-self.d_max, self.d_max)
         with torch.no_grad():
-            running_std = torch.sqrt(self.running_var + self.eps)
-            warm = (self.steps >= self.warmup).float()
-            r = warm * (std / running_std).clamp(1 / self.r_max, self.r_max) + (1 - warm)
-            d = warm * ((mean - self.running_mean) / running_std).clamp(-self.d_max, self.d_max)
-            self.running_mean.lerp_(mean, 1 - self.momentum)
-            self.running_var.lerp_(var, 1 - self.momentum)
-            self.steps.add_(1)
+            self.batch_mean.copy_(mean)
+            self.batch_var.copy_(var)
         return ((x - mean) / std * r + d) * self.weight + self.bias
+
+    @torch.no_grad()
+    def commit(self) -> None:
+        """Move the running statistics towards the last training pass's batch."""
+        self.running_mean.lerp_(self.batch_mean, 1 - self.momentum)
+        self.running_var.lerp_(self.batch_var, 1 - self.momentum)
+        self.steps.add_(1)
 
     def statistics(self) -> list[torch.Tensor]:
         return [self.running_mean, self.running_var]
@@ -144,6 +158,12 @@ class StackedMLP(nn.Module):
     def statistics(self) -> list[torch.Tensor]:
         """Running statistics (batch renormalization's), which target networks follow as they follow weights."""
         return [s for norm in self.norms if isinstance(norm, BatchRenorm) for s in norm.statistics()]
+
+    def commit(self) -> None:
+        """After a training pass (one per commit): batch renormalization's running statistics move."""
+        for norm in self.norms:
+            if isinstance(norm, BatchRenorm):
+                norm.commit()
 
 
 class SquashedGaussianActor(nn.Module):
@@ -346,6 +366,7 @@ class SACLearner:
         cfg = self.cfg
         alpha = self.log_alpha.detach().exp()
         loss, q_first, target = self.critic_loss_fn(**b)
+        self.critics.commit()
         critic_bad = ~torch.isfinite(loss)
         self.critic_optimizer.found_inf.copy_(critic_bad)  # type: ignore[attr-defined]
         self.critic_optimizer.zero_grad()  # to None: inside a capture, backward then takes the grads from its pool
@@ -357,6 +378,7 @@ class SACLearner:
         actor_loss, alpha_loss, entropy = nan, nan, nan
         if update_actor:
             actor_loss, alpha_loss, log_prob = self.actor_loss_fn(b["obs"], b["noise"])
+            self.actor.net.commit()
             bad = critic_bad | ~torch.isfinite(actor_loss) | ~torch.isfinite(alpha_loss)
             stepped = [self.actor_optimizer, *([self.alpha_optimizer] if self.alpha_optimizer else [])]
             for optimizer in stepped:
