@@ -145,31 +145,31 @@ def test_replay_install_set_is_the_base_dependencies_without_torch() -> None:
     assert set(base) <= {*declared, "antlr4-python3-runtime", "packaging"}, "base.txt holds more than the base set"
 
 
+def assert_pins_cover(lock: str, pinned: dict[str, str], specs: list[str]) -> None:
+    """Every requirement in `specs` but torch (installed from its own index, at pyproject's pin) is pinned in
+    `lock` at a version the requirement allows."""
+    for spec in specs:
+        requirement = Requirement(spec)
+        name = canonicalize_name(requirement.name)
+        if name == "torch":
+            continue
+        assert name in pinned, f"{lock} misses {name}"
+        assert requirement.specifier.contains(pinned[name]), f"{name}=={pinned[name]} violates {requirement}"
+
+
 def test_rl_pins_cover_the_rl_extra_and_agree_with_base() -> None:
     base, rl = pins("base.txt"), pins("rl.txt")
     assert "torch" not in rl, "torch is installed from its own index, at pyproject's pin"
     for name, version in base.items():
         assert rl.get(name) == version, f"{name}: base.txt and rl.txt disagree"
-    for spec in PYPROJECT["project"]["optional-dependencies"]["rl"]:
-        requirement = Requirement(spec)
-        name = canonicalize_name(requirement.name)
-        if name == "torch":
-            continue
-        assert name in rl, f"rl.txt misses {name}"
-        assert requirement.specifier.contains(rl[name]), f"{name}=={rl[name]} violates pyproject's {requirement}"
+    assert_pins_cover("rl.txt", rl, PYPROJECT["project"]["optional-dependencies"]["rl"])
 
 
 def test_robosuite_pins_cover_the_rl_and_robosuite_extras_with_rls_mujoco() -> None:
     rl, robosuite = pins("rl.txt"), pins("robosuite.txt")
     assert "torch" not in robosuite
     extras = PYPROJECT["project"]["optional-dependencies"]
-    for spec in extras["rl"] + extras["robosuite"]:
-        requirement = Requirement(spec)
-        name = canonicalize_name(requirement.name)
-        if name == "torch":
-            continue
-        assert name in robosuite, f"robosuite.txt misses {name}"
-        assert requirement.specifier.contains(robosuite[name]), f"{name}=={robosuite[name]} violates {requirement}"
+    assert_pins_cover("robosuite.txt", robosuite, extras["rl"] + extras["robosuite"])
     assert robosuite["mujoco"] == rl["mujoco"], "one MuJoCo for actors (robosuite.txt) and learner (rl.txt)"
 
 
