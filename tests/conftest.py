@@ -50,6 +50,11 @@ def checkov(*args: str, cwd: Path | None = None) -> tuple[list[dict], list[str],
     return reports, failed, done.returncode
 
 
+def make(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    """`make ARGS` in the repository (a dry run with `-n`), its output captured; the caller judges the status."""
+    return subprocess.run(["make", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout_s, check=False)
+
+
 def free_port() -> int:
     return free_ports(1)[0]
 
