@@ -174,6 +174,7 @@ def row(cluster: Cluster, costs: Costs, measured: dict[str, Any], target: float 
         "predicted_updates_per_s": round(p.updates_per_s, 3),
         "predicted_bottleneck": p.bottleneck,
         "measured_bottleneck": measured.get("bottleneck"),
+        "others_busy_cores": measured.get("others_busy_cores"),  # the box's other load then: shown, never used
         "capacities": p.to_json()["capacities"],
     }
 
@@ -197,6 +198,7 @@ def check(costs: Costs, fleet_file: Path = FLEET_FILE) -> dict[str, Any]:
                         "env_steps_per_s": p["env_steps_per_s"],
                         "updates_per_s": p.get("learner_updates_per_s"),
                         "bottleneck": p.get("bottleneck"),
+                        "others_busy_cores": p.get("others_busy_cores"),
                     },
                     FLEET_TARGET,
                 )
@@ -236,13 +238,15 @@ def print_check(result: dict[str, Any]) -> None:
         if not isinstance(part, dict) or "points" not in part:
             continue
         print(f"{name} ({part['file']}, target {part['target']:.0%}):")
-        print(f"  {'actors':>7} {'measured':>10} {'predicted':>10} {'error':>7}  verdict   bottleneck (model / bench)")
+        header = f"{'actors':>7} {'measured':>10} {'predicted':>10} {'error':>7}  verdict   others' load"
+        print(f"  {header}  bottleneck (model / bench)")
         for r in part["points"]:
             e = "n/a" if r["error"] is None else f"{r['error']:+.1%}"
             verdict = {True: "ok", False: "MISS", None: "calib."}[r["within_target"]]
+            load = "-" if r["others_busy_cores"] is None else f"{r['others_busy_cores']:.2f} cores"
             print(
                 f"  {r['actors']:>7} {r['measured_env_steps_per_s']:>10,.0f} {r['predicted_env_steps_per_s']:>10,.0f}"
-                f" {e:>7}  {verdict:<8}  {r['predicted_bottleneck']} / {r['measured_bottleneck'] or '-'}"
+                f" {e:>7}  {verdict:<8}  {load:>12}  {r['predicted_bottleneck']} / {r['measured_bottleneck'] or '-'}"
             )
     for name, p in result["srl_15000_cores"].items():
         c = p["cluster"]

@@ -1,8 +1,9 @@
 """The capacity model's per-component costs: short micro-benchmarks (`--measure`) and figures read from other
 results files, each with its source.
 
-Measured here (seconds each, one thread, CPU time of the component's own thread, so another program's load
-slows the wall clock but not the figure; the box this runs on is shared, say so next to any figure):
+Measured here (seconds each, one thread, CPU time of the component's own thread, the fastest of a few rounds:
+another program's load slows the wall clock and, less, the CPU time; the box this runs on is shared, say so
+next to any figure):
 
 - actor: one env and the PPO policy stepping on one core (bench.throughput's raw actor), HalfCheetah-v5 and,
   where robosuite imports, robosuite Lift;
@@ -30,6 +31,7 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -78,15 +80,20 @@ def load_costs(path: Path = MEASURED_FILE) -> Costs:
 # -- micro-benchmarks -----------------------------------------------------------------------------------
 
 
-def cpu_rate(work, units_per_call: int, seconds: float, clock=time.thread_time) -> float:
-    """Units per CPU second of this thread: `work()` once untimed, then repeatedly for `seconds` of wall time
-    (at least 3 calls)."""
+def cpu_rate(work: Callable[[], object], units_per_call: int, seconds: float, rounds: int = 4) -> float:
+    """Units per CPU second of this thread: `work()` once untimed, then `rounds` rounds of `seconds / rounds` of
+    wall time each (at least 2 calls a round); the fastest round's rate. The model gives every component cores
+    of its own; on a shared box other programs slow even the CPU time (a busy sibling hyperthread, a cold
+    cache), and the fastest round is the one they slowed least."""
     work()
-    calls, wall0, cpu0 = 0, time.perf_counter(), clock()
-    while calls < 3 or time.perf_counter() - wall0 < seconds:
-        work()
-        calls += 1
-    return calls * units_per_call / max(clock() - cpu0, 1e-9)
+    rates = []
+    for _ in range(rounds):
+        calls, wall0, cpu0 = 0, time.perf_counter(), time.thread_time()
+        while calls < 2 or time.perf_counter() - wall0 < seconds / rounds:
+            work()
+            calls += 1
+        rates.append(calls * units_per_call / max(time.thread_time() - cpu0, 1e-9))
+    return max(rates)
 
 
 def actor_rate(env_id: str, seconds: float) -> float:
@@ -291,7 +298,7 @@ def measure(seconds: float = 3.0) -> dict[str, Any]:
     except ImportError:
         actors["robosuite:Lift"], sources["actor robosuite:Lift"] = lift_from_file()
     with tempfile.TemporaryDirectory() as tmp:
-        small, big = 2048, 16384
+        small, big = 2048, 32768
         t_small, _ = ppo_update_s(small, seconds, Path(tmp))
         t_big, core = ppo_update_s(big, seconds, Path(tmp))
         steps = 10 * FLEET_MINIBATCHES
