@@ -5,8 +5,8 @@ Measured here (seconds each, one thread, CPU time of the component's own thread,
 another program's load slows the wall clock and, less, the CPU time; the box this runs on is shared, say so
 next to any figure):
 
-- actor: one env and the PPO policy stepping on one core (bench.throughput's raw actor), HalfCheetah-v5 and,
-  where robosuite imports, robosuite Lift;
+- actor: one env and the PPO policy as an actor starts it, stepping (bench.throughput's raw actor, on CPU time),
+  HalfCheetah-v5 and, where robosuite imports, robosuite Lift;
 - learner (cpu): the learner role's `LearnerCore` in-process (bench.learner's harness) on chunks of 64 steps cut
   from the recorded HalfCheetah-v5 rollout, one chunk per actor as bench.fleet sends them, PPO at two batches
   under the fleet's rule (minibatch = batch / 32, 10 epochs) giving the per-step and per-sample costs; DDPG's
