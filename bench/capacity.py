@@ -278,7 +278,7 @@ def main() -> None:
     parser.add_argument("--cluster", type=Path, help="a YAML of Cluster's fields")
     parser.add_argument("--values", type=Path, help="a chart values file")
     parser.add_argument("--size", action="store_true", help="the shards and ps replicas the rule gives")
-    for f in dataclasses.fields(Cluster):
+    for f in dataclasses.fields(Cluster):  # one flag per field; annotations are strings here ("int | None", ...)
         kind = {"int": int, "float": float, "str": str}.get(str(f.type).split(" ")[0], float)
         parser.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=None)
     args = parser.parse_args()
