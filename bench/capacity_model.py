@@ -8,7 +8,8 @@ Every component is a capacity in env steps per second, the most it could accept 
   `param_fetch_interval` chunks);
 - learner: PPO consumes whole batches, so it accepts `batch / t_update` env steps/s with
   `t_update = update_epochs x minibatches x (step_s + sample_s x minibatch)`; the actors collect the next batch
-  while it updates (one version of lag), which is why the learner and the actors are a min and not a sum.
+  while it updates (a version behind, within `learner.max_staleness`), which is why the learner and the actors
+  are a min and not a sum.
   DDPG's replay ratio (gradient steps per env step) ties the two: `1 / (ddpg_step_s x replay_ratio)`;
 - replay ingest: `shards x cores_per_shard x ingest_per_core` (every env step is one transition in);
 - replay egress: `shards x cores_per_shard x egress_per_core`, over the transitions out per env step
