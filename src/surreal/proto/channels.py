@@ -6,17 +6,19 @@
     actor  <-"newer than v?" (DEALER <-> ROUTER, optionally held)--> ps
 
 The client classes here are the ZMQ implementations of the ports a role core talks to (roles/ports.py):
-`ExperienceSender` (experience out), `SampleClient` (batches in), `ParamPublisher` (parameters out),
-`ParamClient` (parameters in). Each encodes and decodes with proto/wire.py's encoders and decoders, owns its
-sockets and states its failure behaviour: every wait has a timeout, every queue a high-water mark, peers that
-go away are reconnected to by ZMQ, and requests lost with a dead peer are re-issued. A client never raises for
-what a peer sent: bad content is counted by reason (`on_error`) and dropped. Servers (the roles) own the bind
-side, with the socket helpers here.
+`ExperienceSender` (experience out), `SampleClient` (batches in; `BackgroundBatches` runs one on a thread of its
+own), `ParamPublisher` (parameters out), `ParamClient` (parameters in). Each encodes and decodes with
+proto/wire.py's encoders and decoders, owns its sockets and states its failure behaviour: every wait has a
+timeout, every queue a high-water mark, peers that go away are reconnected to by ZMQ, and requests lost with a
+dead peer are re-issued. A client never raises for what a peer sent: bad content is counted by reason
+(`on_error`) and dropped. Servers (the roles) own the bind side, with the socket helpers here.
 """
 
 from __future__ import annotations
 
 import math
+import queue
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -232,6 +234,52 @@ class SampleClient:
     def close(self) -> None:
         for shard in self._shards:
             shard.sock.close(0)
+
+
+class BackgroundBatches:
+    """A `BatchesIn` whose receiving and decoding run on a thread of their own, so the next batch arrives while
+    the learner updates. The thread owns the ZMQ port (sockets are not shared between threads): priority
+    updates reach it through a queue, and it keeps at most `depth` replies waiting (then it stops asking the
+    shards, which hold the data: backpressure, not an unbounded queue)."""
+
+    def __init__(self, make_port: Callable[[], SampleClient], shards: int, batch_size: int, depth: int) -> None:
+        self.shards = shards
+        self.batch_size = batch_size
+        self._replies: queue.Queue[SampleReply] = queue.Queue(maxsize=depth)
+        self._priorities: queue.SimpleQueue[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(make_port,), name="batches-in", daemon=True)
+        self._thread.start()
+
+    def _run(self, make_port: Callable[[], SampleClient]) -> None:
+        port = make_port()
+        try:
+            while not self._stop.is_set():
+                while not self._priorities.empty():
+                    port.send_priorities(*self._priorities.get())
+                reply = port.next(self.batch_size, timeout_s=0.05)
+                while reply is not None and not self._stop.is_set():
+                    try:
+                        self._replies.put(reply, timeout=0.05)
+                        reply = None
+                    except queue.Full:
+                        continue
+        finally:
+            port.close()
+
+    def next(self, batch_size: int, timeout_s: float) -> SampleReply | None:
+        del batch_size  # fixed when the thread started: a learner asks for one batch size
+        try:
+            return self._replies.get(timeout=timeout_s) if timeout_s > 0 else self._replies.get_nowait()
+        except queue.Empty:
+            return None
+
+    def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None:
+        self._priorities.put((shard, slots, ids, priorities))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -369,7 +369,7 @@ class SampleRequest:
     @property
     def threshold(self) -> int:
         """Transitions the shard must hold to answer with data."""
-        return self.batch_size if self.ready_at is None else self.ready_at
+        return self.batch_size if self.ready_at is None else min(self.ready_at, self.batch_size)
 
     def to_message(self) -> Message:
         meta: dict[str, Any] = {"batch_size": self.batch_size}

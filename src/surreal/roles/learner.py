@@ -36,13 +36,13 @@ from surreal.config import ExperimentConfig, algo_config
 from surreal.envs import env_steps_bound, make_env
 from surreal.metrics import RoleMetrics
 from surreal.metricsfile import METRICS_FILE
-from surreal.proto.channels import ParamPublisher, SampleClient
+from surreal.proto.channels import BackgroundBatches, ParamPublisher, SampleClient
 from surreal.proto.codec import Limits
 from surreal.proto.wire import BlobMeta
 from surreal.roles.common import StopFlag, hold_until_stopped, load_config, setup_logging
 from surreal.roles.device import choose_device, update_seconds
 from surreal.roles.evaluation import finish, finished_before
-from surreal.roles.ports import BackgroundBatches, BatchesIn, ParamsOut
+from surreal.roles.ports import BatchesIn, ParamsOut
 from surreal.runtime.checkpoint import CheckpointStore
 from surreal.runtime.recorder import Recorder, WallTime, truncate_metrics
 from surreal.runtime.regimes import Counters, Outcome, learner_feed, sample_size

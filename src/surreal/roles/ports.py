@@ -7,21 +7,18 @@
 
 The ZMQ ports are proto/channels.py's clients, which put proto/wire.py's typed content on the sockets; the
 in-process ones here hold a replay shard and the latest blob in memory, so serial mode and the tests run the
-very cores the processes run. `BackgroundBatches` moves a ZMQ `BatchesIn` onto a thread of its own. A port
-never raises for what a peer sent: bad content is counted by reason (`on_error`) and dropped.
+very cores the processes run (the learner's process reads its batches through `channels.BackgroundBatches`, a
+`SampleClient` on a thread of its own). A port never raises for what a peer sent: bad content is counted by
+reason (`on_error`) and dropped.
 """
 
 from __future__ import annotations
 
-import queue
-import threading
-from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
 
-from surreal.proto.channels import SampleClient
-from surreal.proto.wire import BlobMeta, Chunk, Params, SampleReply, encode_chunk, supersedes
+from surreal.proto.wire import BlobMeta, Chunk, Params, SampleReply, SampleRequest, encode_chunk, supersedes
 from surreal.replay.shard import ReplayShard
 
 
@@ -57,55 +54,6 @@ class ParamsIn(Protocol):
         ...
 
 
-# -- on a thread of its own ------------------------------------------------------------------------------
-
-
-class BackgroundBatches:
-    """A `BatchesIn` whose receiving and decoding run on a thread of their own, so the next batch arrives while
-    the learner updates. The thread owns the ZMQ port (sockets are not shared between threads): priority
-    updates reach it through a queue, and it keeps at most `depth` replies waiting (then it stops asking the
-    shards, which hold the data: backpressure, not an unbounded queue)."""
-
-    def __init__(self, make_port: Callable[[], SampleClient], shards: int, batch_size: int, depth: int) -> None:
-        self.shards = shards
-        self.batch_size = batch_size
-        self._replies: queue.Queue[SampleReply] = queue.Queue(maxsize=depth)
-        self._priorities: queue.SimpleQueue[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = queue.SimpleQueue()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(make_port,), name="batches-in", daemon=True)
-        self._thread.start()
-
-    def _run(self, make_port: Callable[[], SampleClient]) -> None:
-        port = make_port()
-        try:
-            while not self._stop.is_set():
-                while not self._priorities.empty():
-                    port.send_priorities(*self._priorities.get())
-                reply = port.next(self.batch_size, timeout_s=0.05)
-                while reply is not None and not self._stop.is_set():
-                    try:
-                        self._replies.put(reply, timeout=0.05)
-                        reply = None
-                    except queue.Full:
-                        continue
-        finally:
-            port.close()
-
-    def next(self, batch_size: int, timeout_s: float) -> SampleReply | None:
-        del batch_size  # fixed when the thread started: a learner asks for one batch size
-        try:
-            return self._replies.get(timeout=timeout_s) if timeout_s > 0 else self._replies.get_nowait()
-        except queue.Empty:
-            return None
-
-    def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None:
-        self._priorities.put((shard, slots, ids, priorities))
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-
 # -- in process -----------------------------------------------------------------------------------------
 
 
@@ -127,7 +75,7 @@ class InProcessReplay:
 
     def next(self, batch_size: int, timeout_s: float = 0.0) -> SampleReply | None:
         del timeout_s
-        if not self.shard.ready(min(batch_size, self.ready_at or batch_size)):
+        if not self.shard.ready(SampleRequest(batch_size, self.ready_at).threshold):
             return None
         return self.shard.sample(batch_size)
 
