@@ -13,6 +13,7 @@ from collections import deque
 
 import numpy as np
 
+from surreal.config.schema import ReplayConfig
 from surreal.proto.codec import Limits, Message
 from surreal.proto.wire import (
     MAX_REPORTED_ACTORS,
@@ -26,6 +27,12 @@ from surreal.proto.wire import (
 from surreal.replay.buffers import DEFAULT_CAPACITY_BYTES, DEFAULT_REPLY, FifoReplay, make_replay
 
 MAX_FORWARDED_EPISODES = 1000  # finished episodes held for the next reply; older ones are only on the actors' metrics
+
+
+def message_limits(config: ReplayConfig) -> Limits:
+    """What a replay's sockets and its learner accept (`max_frames`, `max_message_bytes`): every reply is packed to
+    pass the learner's decode with these."""
+    return Limits(max_frames=config.max_frames, max_bytes=config.max_message_bytes)
 
 
 class ReplayShard:
@@ -55,6 +62,17 @@ class ReplayShard:
         # the next report then carries none (an env reports success for all its episodes or for none).
         self.finished_successes: deque[bool] = deque(maxlen=MAX_FORWARDED_EPISODES)
         self.actors_heard: set[int] = set()
+
+    @classmethod
+    def of(cls, config: ReplayConfig, seed: int, shard: int = 0, max_steps_per_unit: int | None = None) -> ReplayShard:
+        """Shard `shard` as `config` describes it (mode, capacity in transitions and bytes, priority exponents),
+        its replies packed to `message_limits(config)`: what the replay role and serial mode both build."""
+        return cls(
+            *(config.mode, config.capacity, config.alpha, config.beta, config.priority_eps, seed, shard),
+            capacity_bytes=config.capacity_bytes,
+            reply=message_limits(config),
+            max_steps_per_unit=max_steps_per_unit,
+        )
 
     def add(self, message: Message) -> int:
         """Store one experience message's chunk, validated here (the one check on this hop); returns its

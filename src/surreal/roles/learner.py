@@ -37,8 +37,8 @@ from surreal.envs import env_steps_bound, make_env
 from surreal.metrics import RoleMetrics
 from surreal.metricsfile import METRICS_FILE
 from surreal.proto.channels import BackgroundBatches, ParamPublisher, SampleClient
-from surreal.proto.codec import Limits
 from surreal.proto.wire import BlobMeta
+from surreal.replay.shard import message_limits
 from surreal.roles.common import StopFlag, hold_until_stopped, load_config, setup_logging
 from surreal.roles.device import choose_device, update_seconds
 from surreal.roles.evaluation import finish, finished_before
@@ -224,7 +224,7 @@ def main(args: argparse.Namespace) -> int:
     metrics = RoleMetrics("learner", 0)
     m_bad = metrics.counter("messages_dropped_total", "malformed replies counted and dropped", ["reason"])
     ctx = zmq.Context()
-    limits = Limits(max_frames=cfg.replay.max_frames, max_bytes=cfg.replay.max_message_bytes)
+    limits = message_limits(cfg.replay)
     on_error = lambda reason: m_bad.labels(reason=reason).inc()
     addresses = settings.sample_addrs
     max_steps_per_unit = env_steps_bound(cfg)

@@ -20,7 +20,7 @@ import argparse
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import zmq
@@ -38,7 +38,7 @@ from surreal.proto.wire import (
     SampleRequest,
     encode_sample_reply,
 )
-from surreal.replay.shard import ReplayShard
+from surreal.replay.shard import ReplayShard, message_limits
 from surreal.replay.snapshot import Snapshots, SnapshotStore, Written, restore
 from surreal.roles.common import StopFlag
 from surreal.roles.server import Server, endpoint, serve_main
@@ -251,17 +251,11 @@ def open_snapshots(cfg: ExperimentConfig, run_dir: Path, shard: ReplayShard) -> 
 
 def main(args: argparse.Namespace) -> int:
     def build(ctx: zmq.Context, settings: Settings, cfg: ExperimentConfig) -> ReplayServer:
-        # The learner decodes replies with these limits too (roles/learner.py): replies are packed to fit.
-        limits = Limits(max_frames=cfg.replay.max_frames, max_bytes=cfg.replay.max_message_bytes)
-        shard = ReplayShard(
-            args.mode or cfg.replay.mode,
-            args.capacity or cfg.replay.capacity,
-            *(cfg.replay.alpha, cfg.replay.beta, cfg.replay.priority_eps, cfg.seed, settings.index),
-            capacity_bytes=cfg.replay.capacity_bytes,
-            reply=limits,
-            # Torch- and gymnasium-free: the env's episode limit is unknown here (ES checks at the learner).
-            max_steps_per_unit=cfg.algo.max_env_steps_per_unit(None),
-        )
+        # --mode and --capacity override the config's; the learner decodes replies with the same limits.
+        config = replace(cfg.replay, mode=args.mode or cfg.replay.mode, capacity=args.capacity or cfg.replay.capacity)
+        limits = message_limits(config)
+        # Torch- and gymnasium-free: the env's episode limit is unknown here (ES checks at the learner).
+        shard = ReplayShard.of(config, cfg.seed, settings.index, cfg.algo.max_env_steps_per_unit(None))
         snapshots = open_snapshots(cfg, settings.run_dir, shard) if cfg.replay.snapshot_interval_s > 0 else None
         return ReplayServer(
             ctx,
