@@ -352,3 +352,18 @@ def test_halfcheetah_sized_adds_wrap_correctly_and_print_their_rate():
         np.testing.assert_array_equal(arrays["rewards"], (ids - 1) // T)
         np.testing.assert_array_equal(arrays["obs"], base["obs"][(ids - 1) % T, 0])
         print(f"\n{mode}: {rate / 1e6:.2f} M transitions/s added in chunks of {T * K}")
+
+
+def test_a_shard_is_built_from_the_whole_replay_config():
+    """Serial mode and the replay role build a shard the same way: every ReplayConfig field it uses arrives."""
+    from surreal.config.schema import ReplayConfig
+    from surreal.replay.shard import ReplayShard, message_limits
+
+    config = ReplayConfig(mode="fifo", capacity=500, capacity_bytes=12_345, max_frames=7, max_message_bytes=99_999)
+    shard = ReplayShard.of(config, seed=0, shard=3)
+    assert isinstance(shard.replay, FifoReplay) and (shard.shard, shard.capacity) == (3, 500)
+    assert shard.replay.fifo.capacity_bytes == 12_345 and shard.replay.fifo.reply == message_limits(config)
+    assert (message_limits(config).max_frames, message_limits(config).max_bytes) == (7, 99_999)
+    prioritized = ReplayShard.of(ReplayConfig(mode="prioritized", alpha=0.7, beta=0.5, priority_eps=0.01), seed=0)
+    sampler = prioritized.replay.sampler
+    assert isinstance(sampler, PrioritizedSampler) and (sampler.alpha, sampler.beta, sampler.eps) == (0.7, 0.5, 0.01)
