@@ -183,34 +183,31 @@ def shard_rates(seconds: float) -> tuple[float, float, int]:
     fleet's PPO chunks into a FIFO) and out of one (a uniform shard of 65,536 HalfCheetah transitions
     answering samples of 4 x 256 with their frames: DDPG's egress, the one that gathers; a FIFO hands its
     chunks over whole, cheaper), and one transition's bytes on the wire."""
-    from surreal.proto.channels import EXPERIENCE, SAMPLE_REPLY
-    from surreal.proto.codec import Limits, decode, encode
-    from surreal.proto.wire import encode_chunk
+    from surreal.proto.channels import accepting, frames_of
+    from surreal.proto.codec import Limits, decode
+    from surreal.proto.wire import EXPERIENCE, encode_chunk, encode_sample_reply
     from surreal.replay.shard import ReplayShard
-    from surreal.roles.server import accepting
 
-    limits = accepting(Limits(), EXPERIENCE)
+    limits = accepting(Limits(), frozenset({EXPERIENCE}))
     turn = iter(range(1 << 62))
 
     def filled(algo: str, mode: str) -> tuple[ReplayShard, list[list]]:
         _, chunks = fleet_chunks(algo, 64)
-        return ReplayShard(mode, capacity=1 << 16), [encode(EXPERIENCE, *encode_chunk(c, "bench")) for c in chunks]
+        return ReplayShard(mode, capacity=1 << 16), [frames_of(encode_chunk(c, "bench")) for c in chunks]
 
     fifo, frames = filled("ppo", "fifo")
 
     def ingest() -> None:
-        message = decode(frames[next(turn) % len(frames)], limits)
-        fifo.add(message.arrays, message.meta)
+        fifo.add(decode(frames[next(turn) % len(frames)], limits))
         if fifo.ready(1 << 15):
             fifo.sample(1 << 15)  # keep the FIFO from filling (untimed share: a FIFO hands chunks over whole)
 
     ingest_rate = cpu_rate(ingest, FLEET_CHUNK, seconds)
     uniform, ddpg_frames = filled("ddpg", "uniform")
     for i in range((1 << 16) // FLEET_CHUNK):
-        message = decode(ddpg_frames[i % len(ddpg_frames)], limits)
-        uniform.add(message.arrays, message.meta)
+        uniform.add(decode(ddpg_frames[i % len(ddpg_frames)], limits))
     sample = DDPG_MINIBATCHES_PER_SAMPLE * 256
-    egress_rate = cpu_rate(lambda: encode(SAMPLE_REPLY, *uniform.sample(sample)[::-1]), sample, seconds)
+    egress_rate = cpu_rate(lambda: frames_of(encode_sample_reply(uniform.sample(sample))), sample, seconds)
     transition_bytes = round(frame_bytes(frames[0]) / FLEET_CHUNK)
     return ingest_rate, egress_rate, transition_bytes
 
@@ -223,8 +220,8 @@ def ps_rates(core: Any, seconds: float, clients: int = 64) -> tuple[float, float
     """Blob answers and "not modified" answers per CPU second of a ps replica's thread, and the blob's bytes."""
     import zmq
 
-    from surreal.proto.channels import PARAMS, PARAMS_REQUEST, ParamPublisher, make_socket
-    from surreal.proto.codec import encode
+    from surreal.proto.channels import ParamPublisher, frames_of, make_socket
+    from surreal.proto.wire import ParamsRequest, encode_params
     from surreal.roles.ps import ParamServer
 
     latest = core.params_out.latest
@@ -245,15 +242,14 @@ def ps_rates(core: Any, seconds: float, clients: int = 64) -> tuple[float, float
     try:
         deadline = time.monotonic() + 10
         while ps.version != latest.blob.version and time.monotonic() < deadline:
-            publisher.publish(latest.blob.version, latest.blob.to_meta(), latest.arrays)
+            publisher.publish(latest.blob, latest.arrays)
             time.sleep(0.05)
         if ps.version != latest.blob.version:
             raise RuntimeError("the ps replica never took the blob in")
-        blob_bytes = frame_bytes(encode(PARAMS, latest.blob.to_meta(), latest.arrays))
-        held = {"version": latest.blob.version, "incarnation": latest.blob.incarnation}
+        blob_bytes = frame_bytes(frames_of(encode_params(latest)))
         rates = []
-        for have in ({"version": -1, "incarnation": ""}, held):
-            request = encode(PARAMS_REQUEST, have)
+        for have in (ParamsRequest(-1, ""), ParamsRequest(latest.blob.version, latest.blob.incarnation)):
+            request = frames_of(have.to_message())
             answered, wall0 = 0, time.perf_counter()
             base = _thread_cpu_mark(thread)
             while time.perf_counter() - wall0 < seconds:

@@ -1,5 +1,6 @@
 """The capacity model's arithmetic (bench/capacity_model.py) on constructed costs, the fleet-point reading of
-`--check`, and the chart's ppo-1024.yaml against the sizing rule. No sockets, no timing."""
+`--check`, the chart's ppo-1024.yaml against the sizing rule, and the shard micro-benchmark against the
+product's shard and wire. No sockets, and no verdict on a timing."""
 
 from __future__ import annotations
 
@@ -141,3 +142,13 @@ def test_the_checked_in_ppo_1024_values_hold_the_sizing_rule() -> None:
     assert cluster.actors == 1024
     sized = size_services(cluster, load_costs())
     assert (cluster.shards, cluster.ps_replicas) == (sized.shards, sized.ps_replicas)
+
+
+def test_the_shard_micro_benchmark_drives_todays_replay_shard_and_wire() -> None:
+    """`--measure` calls the product's own shard and codec; this keeps it in step with them (rates are not
+    judged: they are the box's)."""
+    from bench.capacity_costs import shard_rates
+
+    ingest, egress, transition_bytes = shard_rates(0.05)
+    assert ingest > 0 and egress > 0
+    assert 100 < transition_bytes < 1000, "one HalfCheetah transition: obs, action, reward, flags, logp, value"
