@@ -33,10 +33,7 @@ def run_serial(cfg: ExperimentConfig, run_dir: Path, log: logging.Logger | None 
     log = log or logging.getLogger("surreal.serial")
     # No actor can be lost here, and wall-clock time must not change a run: actors never overdraw.
     cfg = replace(cfg, actor=replace(cfg.actor, overdraft_after_s=0.0))
-    r = cfg.replay
-    shard = ReplayShard(
-        r.mode, r.capacity, r.alpha, r.beta, r.priority_eps, cfg.seed, max_steps_per_unit=env_steps_bound(cfg)
-    )
+    shard = ReplayShard.of(cfg.replay, cfg.seed, max_steps_per_unit=env_steps_bound(cfg))
     replay = InProcessReplay(shard, ready_at=cfg.algo.batch_size)  # off-policy: learn once a minibatch is held
     params = InProcessParams()
     learner = LearnerCore(cfg, run_dir, replay, params, RoleMetrics("learner", 0), resume=False, log=log)

@@ -33,7 +33,7 @@ from typing import Protocol
 import numpy as np
 
 from surreal.config.schema import ExperimentConfig
-from surreal.proto.wire import BlobMeta, Chunk, SampleReply
+from surreal.proto.wire import BlobMeta, Chunk, FifoReply, SampleReply
 from surreal.runtime.regimes.common import LIVE_ROUNDS, Counters, LiveActors, Outcome
 
 STALL_FACTOR = 1.5  # an actor overdraws after waiting this many median version intervals ...
@@ -170,6 +170,8 @@ class ChunkFeed:
         return self.batch_size  # a batch's worth of units: the FIFO packs whole chunks
 
     def take(self, reply: SampleReply) -> bool:
+        if not isinstance(reply, FifoReply):
+            return False  # a replay of transitions: not this regime's (config validation keeps them apart)
         c = self.counters
         for chunk in reply.chunks:
             if self.live is not None:
