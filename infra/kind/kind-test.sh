@@ -97,7 +97,7 @@ cluster_created=1
 
 for role in "${images[@]}"; do
   echo "== build surreal-$role:$tag"
-  DOCKER_BUILDKIT=1 "$docker" build -f "$repo_root/images/$role/Dockerfile" -t "surreal-$role:$tag" "$repo_root"
+  DOCKER_BUILDKIT=1 "$docker" build -f "$repo_root/images/Dockerfile" --target "$role" -t "surreal-$role:$tag" "$repo_root"
   "$kind" load docker-image "surreal-$role:$tag" --name "$cluster"
 done
 
