@@ -27,7 +27,7 @@ from surreal.runtime.regimes.common import ActorThrottle, Counters, Feed, Outcom
 def actor_throttle(cfg: ExperimentConfig, clock: Callable[[], float] = time.monotonic) -> ActorThrottle:
     """The actor's half of the experiment's regime."""
     if not cfg.algo.on_policy:
-        return replay_ratio.EnvStepAllowance(cfg.topology.actors)
+        return replay_ratio.env_step_allowance(cfg)
     return versions.version_throttle(cfg, clock)
 
 
