@@ -208,7 +208,7 @@ class Fleet:
                 i,
                 ExperienceSender(self.ctx, settings.experience_addrs),
                 ParamClient(self.ctx, ps_addrs, self.limits, on_error=self._drop),
-                actor_throttle(cfg),
+                actor_throttle(cfg, actor=i),
                 position=i * stride,
             )
             for i in range(first, first + count)
