@@ -192,7 +192,9 @@ def test_a_fleet_larger_than_a_batch_sends_a_batch_a_version_and_every_actor_cou
     sending a chunk every actors / 32 versions on its turn. The learner gets a batch a version (none stale),
     and counts every actor live."""
     batch, units = 2048, 64
-    feed = ChunkFeed(FakeChunkLearner(), Counters(), batch, 10**9, StalenessBound(2), 10**6, LiveActors(2), units, actors)
+    feed = ChunkFeed(
+        FakeChunkLearner(), Counters(), batch, 10**9, StalenessBound(2), 10**6, LiveActors(2), units, actors
+    )
     throttles = [VersionThrottle(batch, units, actors, 2, 0.0, phase=i * GOLDEN % 1.0) for i in range(actors)]
     sent_by = np.zeros(actors, int)
     arrived: list[int] = []  # chunks sent for each version
