@@ -1,6 +1,6 @@
 """Simulated actors for bench.fleet: many full peers in one process, one event loop, no simulator, no torch.
 
-    python -m bench.fleet_actors --process P --first I --count C --rate R --stats PATH [--network NAME]
+    python -m bench.fleet_actors --process P --first I --count C --rate R --stats PATH [--delay-ms D]
     (with an actor's SURREAL_* variables; bench.fleet starts these)
 
 Each simulated actor is what `roles/actor.py` is on the wire, minus the environment and the policy:
@@ -21,8 +21,8 @@ Each simulated actor is what `roles/actor.py` is on the wire, minus the environm
   try of SEND_TIMEOUT_S, then the sockets get FLUSH_S to deliver what is queued.
 
 What differs from a real actor: no policy runs (a blob's arrays are decoded and validated but not loaded into
-a network) and chunks repeat the recording. `--network` delays each actor's messages in this process (one way,
-each direction): none 0, datacenter 0.25 ms +- 0.05, degraded 20 ms +- 10 with 1% of messages 200 ms late.
+a network) and chunks repeat the recording. `--delay-ms` holds each fetch request and each reply in this process
+for that long (one way, each direction): bench.fleet's emulated network where the kernel has no `tc netem`.
 
 Every second (and at exit) the process writes its counters to `--stats` as JSON: actors, how many hold
 parameters and have sent, chunks and env steps sent, fetches, the latency histogram of those the ps answers at
@@ -40,7 +40,6 @@ import itertools
 import json
 import math
 import os
-import random
 import signal
 import time
 from collections import Counter
@@ -71,11 +70,6 @@ FLUSH_S = 2.0
 IDLE_S = 0.01
 HOLD_S = 0.5
 SEND_RETRY_S = 0.05  # channels.send's poll step while a socket refuses
-NETWORKS = {  # one-way delay in seconds: (mean, jitter, share of messages late, late delay)
-    "none": (0.0, 0.0, 0.0, 0.0),
-    "datacenter": (0.00025, 0.00005, 0.0, 0.0),
-    "degraded": (0.020, 0.010, 0.01, 0.200),
-}
 
 
 def hist_bin(ms: float) -> int:
@@ -176,7 +170,7 @@ class SimActor:
     blocked_since: float | None = None
     flush_deadline: float | None = None
     finished: bool = False
-    outbox: list[tuple[float, Any, list[Any]]] = field(default_factory=list)  # --network: delayed sends
+    outbox: list[tuple[float, Any, list[Any]]] = field(default_factory=list)  # requests to send, --delay-ms replies
 
 
 class Fleet:
@@ -188,14 +182,13 @@ class Fleet:
         count: int,
         rate: float,
         stats_path: Path,
-        network: str,
+        delay_s: float,
     ) -> None:
         self.cfg = cfg
         self.rate = rate
         self.stats_path = stats_path
         self.measure_flag = stats_path.with_suffix(".measure")
-        self.net = NETWORKS[network]
-        self.random = random.Random(first)
+        self.delay_s = delay_s
         self.recording = Recording(cfg, load_rollout(cfg.env.id))
         self.ctx = zmq.Context()
         self.ctx.setsockopt(zmq.MAX_SOCKETS, max(1024, 4 * count + 64))
@@ -236,13 +229,6 @@ class Fleet:
 
     def at(self, when: float, what: str, actor: SimActor, token: int = 0) -> None:
         heapq.heappush(self.timers, (when, next(self._seq), what, actor, token))
-
-    def delay(self) -> float:
-        mean, jitter, late_share, late = self.net
-        if mean == 0:
-            return 0.0
-        d = max(0.0, self.random.gauss(mean, jitter))
-        return d + (late if self.random.random() < late_share else 0.0)
 
     # -- what ActorCore.step does -------------------------------------------------------------------------
 
@@ -320,7 +306,7 @@ class Fleet:
             meta["hold_ms"] = int(hold_s * 1000)
         request = encode(PARAMS_REQUEST, meta)
         a.outbox.append((now, a.fetching, request))
-        self.at(now + self.delay(), "send_request", a, a.fetching)
+        self.at(now + self.delay_s, "send_request", a, a.fetching)
         self.at(now + self.cfg.actor.fetch_timeout_s + hold_s, "fetch_timeout", a, a.fetching)
 
     def send_request(self, a: SimActor, token: int, now: float) -> None:
@@ -415,10 +401,9 @@ class Fleet:
                         except zmq.Again:
                             break
                         now = time.monotonic()
-                        d = self.delay()
-                        if d > 0:
-                            self.at(now + d, "reply", a, 0)
-                            a.outbox.append((now + d, -1, frames))
+                        if self.delay_s > 0:
+                            self.at(now + self.delay_s, "reply", a, 0)
+                            a.outbox.append((now + self.delay_s, -1, frames))
                         else:
                             self.on_reply(a, frames, now)
                 if event & zmq.POLLOUT and sock in self.by_pusher:
@@ -482,7 +467,7 @@ def main() -> None:
     parser.add_argument("--count", type=int, required=True, help="simulated actors in this process")
     parser.add_argument("--rate", type=float, required=True, help="env steps per second of one actor")
     parser.add_argument("--stats", type=Path, required=True)
-    parser.add_argument("--network", choices=list(NETWORKS), default="none")
+    parser.add_argument("--delay-ms", type=float, default=0.0, help="one-way delay added to fetches and replies")
     args = parser.parse_args()
     stop = [False]
 
@@ -493,7 +478,9 @@ def main() -> None:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     raise_open_files()
-    fleet = Fleet(Settings.from_env(), config_from_env(), args.first, args.count, args.rate, args.stats, args.network)
+    fleet = Fleet(
+        Settings.from_env(), config_from_env(), args.first, args.count, args.rate, args.stats, args.delay_ms / 1000
+    )
     try:
         fleet.run(stop)
     finally:
