@@ -28,7 +28,8 @@ Every second (and at exit) the process writes its counters to `--stats` as JSON:
 parameters and have sent, chunks and env steps sent, fetches, the latency histogram of those the ps answers at
 once (the cadence fetches after a chunk; from the moment the file `<stats>.measure` appears) and, for held
 fetches a new blob answered, the delay from that blob's first arrival in this process to this actor's (how
-long the ps's fan-out of a version to every parked actor takes, a lower bound), fetch timeouts, replies
+long the ps's fan-out of a version to every parked actor takes, a lower bound; every answer a poll finds is
+timed as it is taken off its socket, before any is decoded), fetch timeouts, replies
 dropped by reason, seconds blocked, chunks lost on stop.
 """
 
@@ -391,8 +392,12 @@ class Fleet:
             if not self.stopping and all(a.done for a in self.actors):
                 break
             timeout = 0.05 if not self.timers else min(0.05, max(0.0, self.timers[0][0] - now))
-            for sock, event in self.poller.poll(math.ceil(timeout * 1000)):
-                now = time.monotonic()
+            ready = self.poller.poll(math.ceil(timeout * 1000))
+            # Every answer is taken off its socket, and timed, before any is handled: an actor's answer is not
+            # late for the other simulated actors' blobs this process decodes first (each real actor has a
+            # process of its own).
+            arrived: list[tuple[float, SimActor, list[Any]]] = []
+            for sock, event in ready:
                 if event & zmq.POLLIN and sock in self.by_dealer:
                     a = self.by_dealer[sock]
                     while True:
@@ -400,16 +405,18 @@ class Fleet:
                             frames = sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
                         except zmq.Again:
                             break
-                        now = time.monotonic()
-                        if self.delay_s > 0:
-                            self.at(now + self.delay_s, "reply", a, 0)
-                            a.outbox.append((now + self.delay_s, -1, frames))
-                        else:
-                            self.on_reply(a, frames, now)
+                        arrived.append((time.monotonic(), a, frames))
+            for sock, event in ready:
                 if event & zmq.POLLOUT and sock in self.by_pusher:
                     a = self.by_pusher[sock]
                     if a.unsent is not None:
-                        self.try_send(a, now)
+                        self.try_send(a, time.monotonic())
+            for at, a, frames in arrived:
+                if self.delay_s > 0:
+                    self.at(at + self.delay_s, "reply", a, 0)
+                    a.outbox.append((at + self.delay_s, -1, frames))
+                else:
+                    self.on_reply(a, frames, at)
             now = time.monotonic()
             while self.timers and self.timers[0][0] <= now:
                 _, _, what, a, token = heapq.heappop(self.timers)
@@ -427,7 +434,7 @@ class Fleet:
                 elif what == "reply":
                     item = next(x for x in a.outbox if x[1] == -1)
                     a.outbox.remove(item)
-                    self.on_reply(a, item[2], now)
+                    self.on_reply(a, item[2], item[0])  # arrived when its delay ended
             if now >= next_stats:
                 self.measuring = self.measuring or self.measure_flag.exists()
                 self.write_stats()
