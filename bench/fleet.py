@@ -463,7 +463,7 @@ def bottleneck(point: dict[str, Any]) -> str:
 
 def series(results: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
     """(algorithm, network, result) of every run merged in the results file."""
-    found = [(algo, "none", results[algo]) for algo in ("ppo", "ddpg") if algo in results]
+    found: list[tuple[str, str, dict[str, Any]]] = [(a, "none", results[a]) for a in ("ppo", "ddpg") if a in results]
     for network, by_algo in results.get("networks", {}).items():
         found += [(algo, network, by_algo[algo]) for algo in ("ppo", "ddpg") if algo in by_algo]
     return found
