@@ -11,8 +11,14 @@ with chunks cut from a recorded HalfCheetah-v5 rollout, the real actor side of f
 cadence, stepping at `--rate` env steps/s (default: the rate the recording was made at, one actor's on one core
 of this box). After a warm-up (every actor has sent a chunk, then the learner has written two more rows) the run is
 measured for S seconds, then stopped as `surreal run` stops: actors first (SIGTERM: they flush), then the
-learner, ps and replay. The learner's PPO batch grows with the fleet (max(2,048, N x chunk): one chunk per actor
-per version) and DDPG runs at replay ratio 0.1 from 5,000 env steps; `--set` overrides any config key.
+learner, ps and replay. PPO learns from batches of 2,048 steps at every N (from 64 actors on the actors
+outnumber a batch's 32 chunks: each sends a chunk on its turn, every N / 32 versions) and DDPG runs at replay
+ratio 0.1 from 5,000 env steps; `--set` overrides any config key.
+
+`--network datacenter|degraded` runs the fleet in a network namespace of its own, over TCP to the services on
+the box's end of a veth pair shaped by tc (bench/netem.py: 0.1 ms each way and 10 Gbit/s; 1 ms, 1 Gbit/s and
+0.1 % loss); `none` (the default) runs everything as `surreal run` does, over Unix sockets. Results by
+network are kept beside each other in the results file (`networks.<profile>.<algo>`).
 
 Per N: env steps/s accepted (the learner's count), learner updates/s and its wait share (1 - (update + io) /
 wall, from `surreal_learner_seconds_total`: the share of its time spent on anything but updating), version lag
@@ -44,6 +50,7 @@ import contextlib
 import json
 import os
 import platform
+import signal
 import sys
 import tempfile
 import time
@@ -59,9 +66,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench._runs import RESULTS
 from bench.fleet_actors import HIST_BINS, hist_percentile
+from bench.netem import PROFILES, Link, emulated_network
 from bench.rollouts import load as load_rollout
 from surreal.config import ExperimentConfig, load_config, save_config
-from surreal.launch.local import plan_processes
+from surreal.launch.local import LOOPBACK, plan_processes
 from surreal.launch.supervisor import ProcessSpec, Supervisor
 from surreal.metricsfile import METRICS_FILE, MetricsTail
 from surreal.runtime.limits import raise_open_files
@@ -89,7 +97,7 @@ def config_overrides(algo: str, actors: int, chunk_steps: int) -> list[str]:
         "learner.checkpoint_interval_s=100000",
     ]
     if algo == "ppo":
-        batch = max(2048, actors * chunk_steps)
+        batch = 2048
         return [
             "algo=ppo",
             *common,
@@ -103,10 +111,10 @@ def config_overrides(algo: str, actors: int, chunk_steps: int) -> list[str]:
 # -- reading the processes ---------------------------------------------------------------------------------
 
 
-def scrape(port: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def scrape(host: str, port: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """A role's /metrics as {(sample name, labels other than role/index): value}; {} when it does not answer."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=2) as reply:
             text = reply.read().decode()
     except OSError:
         return {}
@@ -190,10 +198,12 @@ def run_point(
     rate: float,
     processes: int,
     chunk_steps: int,
-    network: str,
+    link: Link | None,
     extra: list[str],
     workdir: Path,
 ) -> dict[str, Any]:
+    """One N. With `link`, over TCP: the services bind the box's end of the emulated network and the fleet runs
+    in its namespace; without, as `surreal run` runs (Unix sockets in a folder of their own)."""
     cfg = load_config([*config_overrides(algo, actors, chunk_steps), *extra])
     cfg = replace(cfg, name=f"fleet-{algo}-{actors}")
     run_dir = workdir / f"{algo}-{actors}"
@@ -206,24 +216,35 @@ def run_point(
     with tempfile.TemporaryDirectory(prefix="surreal-") as sockets:
         # One actor's spec is enough: its environment is what every simulated actor gets (no port per actor).
         one_actor = replace(cfg, topology=replace(cfg.topology, actors=1))
-        specs = plan_processes(one_actor, run_dir, env, Path(sockets))
+        specs = plan_processes(one_actor, run_dir, env, None if link else Path(sockets))
+        if link is not None:
+            specs = [replace(s, env=on_host(s.env, link, s.role == "actor")) for s in specs]
         services = [s for s in specs if s.role != "actor"]
         actor_env = next(s for s in specs if s.role == "actor").env
-        fleet = fleet_specs(actors, processes, rate, network, actor_env, fleet_dir)
-        point = measure(cfg, run_dir, fleet_dir, services, fleet, seconds, started)
+        fleet = fleet_specs(actors, processes, rate, link, actor_env, fleet_dir)
+        point = measure(cfg, run_dir, fleet_dir, services, fleet, seconds, started, link.host if link else LOOPBACK)
     point["left_behind"] = [p.pid for p in psutil.Process().children(recursive=True)]
     point["sockets_folder_removed"] = not Path(sockets).exists()
     point["clean"] = point["clean"] and not point["left_behind"] and point["sockets_folder_removed"]
     return point
 
 
+def on_host(env: dict[str, str], link: Link, in_fleet: bool) -> dict[str, str]:
+    """A role's environment with the services' addresses on the box's end of `link` instead of the loopback (TCP,
+    as in a cluster); what the fleet itself binds is on its own end."""
+    peers = ("SURREAL_REPLAY_ADDRS", "SURREAL_LEARNER_ADDR", "SURREAL_PS_ADDRS")
+    out = {k: v.replace(LOOPBACK, link.host) if k in peers else v for k, v in env.items()}
+    return {**out, "SURREAL_BIND_HOST": link.peer if in_fleet else link.host}
+
+
 def fleet_specs(
-    actors: int, processes: int, rate: float, network: str, actor_env: dict[str, str], folder: Path
+    actors: int, processes: int, rate: float, link: Link | None, actor_env: dict[str, str], folder: Path
 ) -> list[ProcessSpec]:
     specs, first = [], 0
     for p in range(processes):
         count = actors // processes + (1 if p < actors % processes else 0)
         argv = [
+            *(link.exec_prefix if link else []),
             sys.executable,
             "-m",
             "bench.fleet_actors",
@@ -237,8 +258,8 @@ def fleet_specs(
             str(rate),
             "--stats",
             str(folder / f"fleet-{p}.json"),
-            "--network",
-            network,
+            "--delay-ms",
+            str(link.fleet_delay_ms if link else 0.0),
         ]
         specs.append(ProcessSpec(f"fleet-{p}", "actor", p, argv, actor_env, restart="never"))
         first += count
@@ -253,6 +274,7 @@ def measure(
     fleet: list[ProcessSpec],
     seconds: float,
     started: float,
+    host: str,
 ) -> dict[str, Any]:
     actors = cfg.topology.actors
     ports = {s.name: s.env["SURREAL_METRICS_PORT"] for s in services}
@@ -294,7 +316,7 @@ def measure(
         time.sleep(SAMPLE_S * 1.5)  # the fleet notices within a second
         procs = our_processes()
         t0 = time.monotonic()
-        first = {name: scrape(port) for name, port in ports.items()}
+        first = {name: scrape(host, port) for name, port in ports.items()}
         cpu0 = usage.sample(procs, sockets=True)
         machine0 = psutil.cpu_times()
         load0 = os.getloadavg()
@@ -305,7 +327,7 @@ def measure(
             procs = our_processes()
             usage.sample(procs, sockets=time.monotonic() - t0 > seconds / 2 and not usage.sockets.get("learner"))
         t1 = time.monotonic()
-        last = {name: scrape(port) for name, port in ports.items()}
+        last = {name: scrape(host, port) for name, port in ports.items()}
         cpu1 = usage.sample(procs, sockets=True)
         machine1 = psutil.cpu_times()
         load1 = os.getloadavg()
@@ -316,7 +338,7 @@ def measure(
         fleet_sup.stop()
         point["fleet_stop_s"] = round(time.monotonic() - stopping, 2)
         tick_after = fleet_stats(fleet_dir)
-        ended = {name: scrape(port) for name, port in ports.items()}  # drops counted up to the fleet's exit
+        ended = {name: scrape(host, port) for name, port in ports.items()}  # drops counted up to the fleet's exit
         stopping = time.monotonic()
         service_sup.stop()
         point["services_stop_s"] = round(time.monotonic() - stopping, 2)
@@ -439,21 +461,30 @@ def bottleneck(point: dict[str, Any]) -> str:
 # -- results -----------------------------------------------------------------------------------------------
 
 
+def series(results: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(algorithm, network, result) of every run merged in the results file."""
+    found: list[tuple[str, str, dict[str, Any]]] = [(a, "none", results[a]) for a in ("ppo", "ddpg") if a in results]
+    for network, by_algo in results.get("networks", {}).items():
+        found += [(algo, network, by_algo[algo]) for algo in ("ppo", "ddpg") if algo in by_algo]
+    return found
+
+
 def plot(results: dict[str, Any], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
-    for algo, color in (("ppo", "tab:blue"), ("ddpg", "tab:orange")):
-        if algo not in results:
-            continue
-        points = results[algo]["points"]
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 5.2))
+    colors = {"ppo": "tab:blue", "ddpg": "tab:orange"}
+    styles = {"none": "o-", "datacenter": "s--", "degraded": "^:"}
+    runs = series(results)
+    for algo, network, result in runs:
+        points, color = result["points"], colors[algo]
         n = [p["actors"] for p in points]
-        rate = [p["env_steps_per_s"] for p in points]
-        ax.plot(n, rate, "o-", color=color, label=f"{algo.upper()}: env steps/s accepted")
-        for p in points:
+        label = f"{algo.upper()}, network {network}"
+        ax.plot(n, [p["env_steps_per_s"] for p in points], styles[network], color=color, label=label)
+        for p in points if network == "none" else []:  # the bottleneck named on the loopback runs' points
             ax.annotate(
                 p["bottleneck"],
                 (p["actors"], p["env_steps_per_s"]),
@@ -464,8 +495,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
                 color=color,
             )
         p99 = [p["ps_fetch_p99_ms"] or float("nan") for p in points]
-        ax2.plot(n, p99, "o-", color=color, label=f"{algo.upper()}: ps fetch p99")
-    counts = sorted({p["actors"] for a in ("ppo", "ddpg") if a in results for p in results[a]["points"]})
+        ax2.plot(n, p99, styles[network], color=color, label=label)
+    counts = sorted({p["actors"] for _, _, result in runs for p in result["points"]})
     for axis in (ax, ax2):
         axis.set_xscale("log", base=2)
         axis.set_xticks(counts, [str(c) for c in counts])
@@ -474,16 +505,15 @@ def plot(results: dict[str, Any], path: Path) -> None:
     ax.set_ylabel("env steps / s accepted by the learner")
     ax.set_title("Throughput against fleet size (bottleneck named at each point)")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     ax2.axhline(50, color="grey", ls="--", lw=1, label="target 50 ms")
     ax2.set_yscale("log")
     ax2.set_xlabel("simulated actors N")
     ax2.set_ylabel("ms")
     ax2.set_title("Parameter fetch latency p99, as the actors see it")
     ax2.grid(True, alpha=0.3)
-    ax2.legend(fontsize=8)
-    machine = next(iter(results[a]["machine"] for a in ("ppo", "ddpg") if a in results))
-    fig.suptitle(f"bench.fleet on {machine}", fontsize=9)
+    ax2.legend(fontsize=7)
+    fig.suptitle(f"bench.fleet on {runs[0][2]['machine']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -494,7 +524,7 @@ def main() -> None:
     parser.add_argument("--algo", choices=["ppo", "ddpg"], default="ppo")
     parser.add_argument("--actors", type=int, nargs="+", default=[16, 64, 256, 1024])
     parser.add_argument("--seconds", type=float, default=30.0, help="measurement window per N")
-    parser.add_argument("--network", choices=["none", "datacenter", "degraded"], default="none")
+    parser.add_argument("--network", choices=["none", *PROFILES], default="none")
     parser.add_argument("--rate", type=float, help="env steps/s per actor; default: the recording's rate")
     parser.add_argument("--processes", type=int, help="simulated-actor processes; default min(N, 4)")
     parser.add_argument("--chunk-steps", type=int, default=64)
@@ -502,6 +532,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="results JSON (merged by algorithm); a PNG goes beside it")
     parser.add_argument("--workdir", type=Path, help="where run folders go (default: a temporary folder)")
     args = parser.parse_args()
+    # A SIGTERM unwinds like Ctrl-C: every process, namespace and folder made is removed on the way out.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     raise_open_files()
     cores = os.cpu_count() or 1
     rate = args.rate or float(load_rollout("HalfCheetah-v5")["steps_per_s"])
@@ -509,11 +541,13 @@ def main() -> None:
     points = []
     with contextlib.ExitStack() as stack:
         workdir = args.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fleet-")))
+        link = None if args.network == "none" else stack.enter_context(emulated_network(args.network))
+        if args.network != "none" and link is None:
+            print(json.dumps({"benchmark": "fleet", "algo": args.algo, "network": args.network, "skipped": True}))
+            return
         for n in args.actors:
             processes = args.processes or min(n, 4)
-            point = run_point(
-                args.algo, n, args.seconds, rate, processes, args.chunk_steps, args.network, args.set, workdir
-            )
+            point = run_point(args.algo, n, args.seconds, rate, processes, args.chunk_steps, link, args.set, workdir)
             points.append(point)
             print(json.dumps(point), flush=True)
     result = {
@@ -521,6 +555,7 @@ def main() -> None:
         "algo": args.algo,
         "machine": f"{platform.node()} {platform.machine()} {cores} cpus",
         "network": args.network,
+        "shaping": link.shaping if link else None,
         "rate_per_actor": round(rate, 1),
         "chunk_steps": args.chunk_steps,
         "overrides": args.set,
@@ -535,7 +570,11 @@ def main() -> None:
     if out.exists():
         with contextlib.suppress(ValueError):
             merged = json.loads(out.read_text())
-    merged.update({"benchmark": "fleet", args.algo: result})
+    merged["benchmark"] = "fleet"
+    if args.network == "none":  # over the box's own sockets, as `surreal run`: one key per algorithm
+        merged[args.algo] = result
+    else:  # emulated networks beside them, by profile
+        merged.setdefault("networks", {}).setdefault(args.network, {})[args.algo] = result
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(merged, indent=1) + "\n")
     plot(merged, out.with_suffix(".png"))

@@ -1,6 +1,6 @@
 """Simulated actors for bench.fleet: many full peers in one process, one event loop, no simulator, no torch.
 
-    python -m bench.fleet_actors --process P --first I --count C --rate R --stats PATH [--network NAME]
+    python -m bench.fleet_actors --process P --first I --count C --rate R --stats PATH [--delay-ms D]
     (with an actor's SURREAL_* variables; bench.fleet starts these)
 
 Each simulated actor is what `roles/actor.py` is on the wire, minus the environment and the policy:
@@ -21,14 +21,15 @@ Each simulated actor is what `roles/actor.py` is on the wire, minus the environm
   try of SEND_TIMEOUT_S, then the sockets get FLUSH_S to deliver what is queued.
 
 What differs from a real actor: no policy runs (a blob's arrays are decoded and validated but not loaded into
-a network) and chunks repeat the recording. `--network` delays each actor's messages in this process (one way,
-each direction): none 0, datacenter 0.25 ms +- 0.05, degraded 20 ms +- 10 with 1% of messages 200 ms late.
+a network) and chunks repeat the recording. `--delay-ms` holds each fetch request and each reply in this process
+for that long (one way, each direction): bench.fleet's emulated network where the kernel has no `tc netem`.
 
 Every second (and at exit) the process writes its counters to `--stats` as JSON: actors, how many hold
 parameters and have sent, chunks and env steps sent, fetches, the latency histogram of those the ps answers at
 once (the cadence fetches after a chunk; from the moment the file `<stats>.measure` appears) and, for held
 fetches a new blob answered, the delay from that blob's first arrival in this process to this actor's (how
-long the ps's fan-out of a version to every parked actor takes, a lower bound), fetch timeouts, replies
+long the ps's fan-out of a version to every parked actor takes, a lower bound; every answer a poll finds is
+timed as it is taken off its socket, before any is decoded), fetch timeouts, replies
 dropped by reason, seconds blocked, chunks lost on stop.
 """
 
@@ -40,7 +41,6 @@ import itertools
 import json
 import math
 import os
-import random
 import signal
 import time
 from collections import Counter
@@ -71,11 +71,6 @@ FLUSH_S = 2.0
 IDLE_S = 0.01
 HOLD_S = 0.5
 SEND_RETRY_S = 0.05  # channels.send's poll step while a socket refuses
-NETWORKS = {  # one-way delay in seconds: (mean, jitter, share of messages late, late delay)
-    "none": (0.0, 0.0, 0.0, 0.0),
-    "datacenter": (0.00025, 0.00005, 0.0, 0.0),
-    "degraded": (0.020, 0.010, 0.01, 0.200),
-}
 
 
 def hist_bin(ms: float) -> int:
@@ -176,7 +171,7 @@ class SimActor:
     blocked_since: float | None = None
     flush_deadline: float | None = None
     finished: bool = False
-    outbox: list[tuple[float, Any, list[Any]]] = field(default_factory=list)  # --network: delayed sends
+    outbox: list[tuple[float, Any, list[Any]]] = field(default_factory=list)  # requests to send, --delay-ms replies
 
 
 class Fleet:
@@ -188,14 +183,13 @@ class Fleet:
         count: int,
         rate: float,
         stats_path: Path,
-        network: str,
+        delay_s: float,
     ) -> None:
         self.cfg = cfg
         self.rate = rate
         self.stats_path = stats_path
         self.measure_flag = stats_path.with_suffix(".measure")
-        self.net = NETWORKS[network]
-        self.random = random.Random(first)
+        self.delay_s = delay_s
         self.recording = Recording(cfg, load_rollout(cfg.env.id))
         self.ctx = zmq.Context()
         self.ctx.setsockopt(zmq.MAX_SOCKETS, max(1024, 4 * count + 64))
@@ -208,7 +202,7 @@ class Fleet:
                 i,
                 ExperienceSender(self.ctx, settings.experience_addrs),
                 ParamClient(self.ctx, ps_addrs, self.limits, on_error=self._drop),
-                actor_throttle(cfg),
+                actor_throttle(cfg, actor=i),
                 position=i * stride,
             )
             for i in range(first, first + count)
@@ -236,13 +230,6 @@ class Fleet:
 
     def at(self, when: float, what: str, actor: SimActor, token: int = 0) -> None:
         heapq.heappush(self.timers, (when, next(self._seq), what, actor, token))
-
-    def delay(self) -> float:
-        mean, jitter, late_share, late = self.net
-        if mean == 0:
-            return 0.0
-        d = max(0.0, self.random.gauss(mean, jitter))
-        return d + (late if self.random.random() < late_share else 0.0)
 
     # -- what ActorCore.step does -------------------------------------------------------------------------
 
@@ -316,7 +303,7 @@ class Fleet:
         hold_s = HOLD_S if after == "wait" else 0.0  # held by flow control: a long poll, as ActorCore asks
         request = frames_of(ParamsRequest(int(a.version), a.incarnation, int(hold_s * 1000)).to_message())
         a.outbox.append((now, a.fetching, request))
-        self.at(now + self.delay(), "send_request", a, a.fetching)
+        self.at(now + self.delay_s, "send_request", a, a.fetching)
         self.at(now + self.cfg.actor.fetch_timeout_s + hold_s, "fetch_timeout", a, a.fetching)
 
     def send_request(self, a: SimActor, token: int, now: float) -> None:
@@ -397,8 +384,12 @@ class Fleet:
             if not self.stopping and all(a.done for a in self.actors):
                 break
             timeout = 0.05 if not self.timers else min(0.05, max(0.0, self.timers[0][0] - now))
-            for sock, event in self.poller.poll(math.ceil(timeout * 1000)):
-                now = time.monotonic()
+            ready = self.poller.poll(math.ceil(timeout * 1000))
+            # Every answer is taken off its socket, and timed, before any is handled: an actor's answer is not
+            # late for the other simulated actors' blobs this process decodes first (each real actor has a
+            # process of its own).
+            arrived: list[tuple[float, SimActor, list[Any]]] = []
+            for sock, event in ready:
                 if event & zmq.POLLIN and sock in self.by_dealer:
                     a = self.by_dealer[sock]
                     while True:
@@ -406,17 +397,18 @@ class Fleet:
                             frames = sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
                         except zmq.Again:
                             break
-                        now = time.monotonic()
-                        d = self.delay()
-                        if d > 0:
-                            self.at(now + d, "reply", a, 0)
-                            a.outbox.append((now + d, -1, frames))
-                        else:
-                            self.on_reply(a, frames, now)
+                        arrived.append((time.monotonic(), a, frames))
+            for sock, event in ready:
                 if event & zmq.POLLOUT and sock in self.by_pusher:
                     a = self.by_pusher[sock]
                     if a.unsent is not None:
-                        self.try_send(a, now)
+                        self.try_send(a, time.monotonic())
+            for at, a, frames in arrived:
+                if self.delay_s > 0:
+                    self.at(at + self.delay_s, "reply", a, 0)
+                    a.outbox.append((at + self.delay_s, -1, frames))
+                else:
+                    self.on_reply(a, frames, at)
             now = time.monotonic()
             while self.timers and self.timers[0][0] <= now:
                 _, _, what, a, token = heapq.heappop(self.timers)
@@ -434,7 +426,7 @@ class Fleet:
                 elif what == "reply":
                     item = next(x for x in a.outbox if x[1] == -1)
                     a.outbox.remove(item)
-                    self.on_reply(a, item[2], now)
+                    self.on_reply(a, item[2], item[0])  # arrived when its delay ended
             if now >= next_stats:
                 self.measuring = self.measuring or self.measure_flag.exists()
                 self.write_stats()
@@ -474,7 +466,7 @@ def main() -> None:
     parser.add_argument("--count", type=int, required=True, help="simulated actors in this process")
     parser.add_argument("--rate", type=float, required=True, help="env steps per second of one actor")
     parser.add_argument("--stats", type=Path, required=True)
-    parser.add_argument("--network", choices=list(NETWORKS), default="none")
+    parser.add_argument("--delay-ms", type=float, default=0.0, help="one-way delay added to fetches and replies")
     args = parser.parse_args()
     stop = [False]
 
@@ -485,7 +477,9 @@ def main() -> None:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     raise_open_files()
-    fleet = Fleet(Settings.from_env(), config_from_env(), args.first, args.count, args.rate, args.stats, args.network)
+    fleet = Fleet(
+        Settings.from_env(), config_from_env(), args.first, args.count, args.rate, args.stats, args.delay_ms / 1000
+    )
     try:
         fleet.run(stop)
     finally:

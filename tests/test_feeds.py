@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from surreal.config.schema import DDPGConfig, ESConfig, ExperimentConfig, LearnerConfig, PPOConfig, ReplayConfig
-from surreal.proto.wire import Chunk, FifoReply, SampleReply, ShardReport, TransitionReply
+from surreal.proto.wire import BlobMeta, Chunk, FifoReply, SampleReply, ShardReport, TransitionReply
 from surreal.runtime.regimes import Counters, learner_feed, sample_size
 from surreal.runtime.regimes.common import LiveActors
 from surreal.runtime.regimes.replay_ratio import ROW_UPDATES, ReplayRatioLimiter, TransitionFeed
-from surreal.runtime.regimes.versions import ChunkFeed, StalenessBound
+from surreal.runtime.regimes.versions import GOLDEN, ChunkFeed, StalenessBound, VersionThrottle
 
 # -- scripts and fakes ----------------------------------------------------------------------------------
 
@@ -44,7 +44,7 @@ def chunk_feed(
     batch_size: int = 8, max_lag: int | None = 2, live: LiveActors | None = None, **kw: Any
 ) -> tuple[ChunkFeed, FakeChunkLearner, Counters]:
     learner, counters = FakeChunkLearner(kw.pop("stats", None)), Counters()
-    feed = ChunkFeed(learner, counters, batch_size, kw.pop("total", 100), StalenessBound(max_lag), 3, live)
+    feed = ChunkFeed(learner, counters, batch_size, kw.pop("total", 100), StalenessBound(max_lag), 3, live, 4, 1)
     return feed, learner, counters
 
 
@@ -171,13 +171,52 @@ def test_checkpoint_interval_and_non_finite_updates_are_reported_in_the_outcome(
 
 
 def test_on_policy_actors_count_on_the_clock_of_versions():
-    feed, _, counters = chunk_feed(batch_size=4, live=LiveActors(2))
+    feed, _, counters = chunk_feed(batch_size=8, live=LiveActors(2))  # shares of a whole chunk: a round a version
     feed.take(fifo_reply(chunk(0, actor=0), chunk(0, actor=1)))
     counters.version = 2
     feed.take(fifo_reply(chunk(2, actor=1)))
     assert feed.live_actors() == 2
     counters.version = 3
     assert feed.live_actors() == 1, "actor 0 unheard for more than two versions"
+    small = chunk_feed(batch_size=4, live=LiveActors(2))[0]  # two actors' chunks are two batches: a chunk each 2
+    small.take(fifo_reply(chunk(0, actor=0), chunk(0, actor=1)))
+    small.counters.version = 4
+    assert small.live_actors() == 2, "heard within two of their rounds (four versions)"
+    small.counters.version = 5
+    assert small.live_actors() is None
+
+
+@pytest.mark.parametrize("actors", [8, 1024, 1500])
+def test_a_fleet_larger_than_a_batch_sends_a_batch_a_version_and_every_actor_counts_live(actors):
+    """Shares of a fraction of a chunk: 2,048-unit batches of 64-unit chunks, sent by up to 1,500 actors each
+    sending a chunk every actors / 32 versions on its turn. The learner gets a batch a version (none stale),
+    and counts every actor live."""
+    batch, units = 2048, 64
+    feed = ChunkFeed(
+        FakeChunkLearner(), Counters(), batch, 10**9, StalenessBound(2), 10**6, LiveActors(2), units, actors
+    )
+    throttles = [VersionThrottle(batch, units, actors, 2, 0.0, phase=i * GOLDEN % 1.0) for i in range(actors)]
+    sent_by = np.zeros(actors, int)
+    arrived: list[int] = []  # chunks sent for each version
+    live: list[int | None] = []
+    for _ in range(400):
+        c = feed.counters
+        blob = BlobMeta(c.version, "a", actors=feed.live_actors())
+        live.append(blob.actors)
+        chunks = []
+        for i, throttle in enumerate(throttles):
+            throttle.on_params(blob)
+            while not throttle.must_wait(c.version):
+                throttle.on_sent(units)
+                chunks.append(chunk(c.version, actor=i, units=units))
+                sent_by[i] += 1
+        arrived.append(len(chunks))
+        feed.take(fifo_reply(*chunks))
+        assert feed.update() is not None, f"version {c.version}: {feed.queued} units queued, short of a batch"
+    assert c.stale_dropped == 0 and feed.queued <= 2 * batch, "the surplus is rollout_ahead's, never more"
+    assert all(abs(n - 32) <= 2 for n in arrived[1:]), f"a batch's 32 chunks a version, give or take: {arrived}"
+    assert (sent_by > 0).all(), "every actor had its turn"
+    assert live[0] is None and set(live[1:]) == {actors}, "every actor counted live, from the first reply on"
 
 
 # -- off-policy: minibatches within the replay ratio ----------------------------------------------------

@@ -3,6 +3,7 @@ no sockets, no subprocesses, deterministic."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from typing import cast
@@ -144,7 +145,7 @@ def test_the_learner_counts_the_actors_it_heard_from_lately():
 
 
 def test_an_off_policy_budget_is_shared_by_the_actors_heard():
-    allowance = EnvStepAllowance(actors=4)
+    allowance = EnvStepAllowance(actors=4, slack=400)
     allowance.on_params(BlobMeta(version=1, incarnation="a", env_steps=1000, env_step_budget=1400, actors=2))
     allowance.on_sent(199)
     assert not allowance.must_wait(1)
@@ -153,13 +154,80 @@ def test_an_off_policy_budget_is_shared_by_the_actors_heard():
 
 
 def test_an_off_policy_actor_takes_its_share_of_the_budget_then_waits():
-    allowance = EnvStepAllowance(actors=4)
+    allowance = EnvStepAllowance(actors=4, slack=400)
     assert not allowance.must_wait(0), "no budget published: free-running"
     allowance.on_params(BlobMeta(version=1, incarnation="a", env_steps=1000, env_step_budget=1400))
     allowance.on_sent(60)
     assert not allowance.must_wait(1)
     allowance.on_sent(40)
     assert allowance.must_wait(1), "(1400 - 1000) / 4 = 100 steps each"
+
+
+def test_a_later_blob_grants_the_budgets_growth_not_the_chunks_it_has_not_counted_yet():
+    allowance = EnvStepAllowance(actors=4, slack=800)  # a slack wide enough that the floor (below) stays out
+    allowance.on_params(BlobMeta(version=1, incarnation="a", env_steps=1000, env_step_budget=1300))
+    allowance.on_sent(100)
+    allowance.on_params(BlobMeta(version=2, incarnation="a", env_steps=1000, env_step_budget=1340))
+    assert allowance.allowance == -15 and allowance.must_wait(2), "100 steps not counted yet: -25 + 10, not 85"
+    allowance.on_params(BlobMeta(version=3, incarnation="a", env_steps=1000, env_step_budget=1380))
+    assert allowance.allowance == -5, "a quarter of the budget's growth"
+    allowance.on_params(BlobMeta(version=4, incarnation="a", env_steps=1300, env_step_budget=1400))
+    assert allowance.allowance == 0 and allowance.must_wait(4)
+    allowance.on_params(BlobMeta(version=5, incarnation="a", env_steps=1420, env_step_budget=1480))
+    assert allowance.allowance == 15, "the fresh share caps the growth's 20: others sent more"
+    allowance.on_params(BlobMeta(version=1, incarnation="b", env_steps=0, env_step_budget=400))
+    assert allowance.allowance == 100, "a new learner's first blob grants its share afresh"
+
+
+def test_an_idle_learner_always_lets_an_actor_send_even_after_allowances_were_lost():
+    allowance = EnvStepAllowance(actors=4, slack=400)
+    allowance.on_params(BlobMeta(version=1, incarnation="a", env_steps=1000, env_step_budget=1400))
+    allowance.on_sent(300)  # overdrawn (say its allowance went with an actor that left and came back)
+    # The learner learned from everything it counted (budget - env_steps = the slack): a chunk may start.
+    allowance.on_params(BlobMeta(version=2, incarnation="a", env_steps=1400, env_step_budget=1800))
+    assert not allowance.must_wait(2)
+    grown = EnvStepAllowance(actors=2, slack=100)  # 8 actors heard in a fleet configured for 2
+    grown.on_params(BlobMeta(version=1, incarnation="a", env_steps=1000, env_step_budget=1100, actors=8))
+    grown.on_sent(64)
+    grown.on_params(BlobMeta(version=2, incarnation="a", env_steps=1100, env_step_budget=1200, actors=8))
+    assert not grown.must_wait(2), "parts of 12.5 steps, smaller than a chunk: one starts"
+
+
+def budget_run(actors: int, ticks: int) -> tuple[list[int], list[int], int]:
+    """A fleet of `actors` sharing the budget of a learner that makes 16 updates a tick (one blob) at replay
+    ratio 0.1 from 5,000 env steps; chunks of 64 steps, one per actor a tick, counted by the learner a tick
+    after they were sent (in flight, in a shard's sample not yet taken). Returns the env steps sent and the
+    updates made at every tick, and the learner's slack."""
+    chunk, ratio, starts, per_tick = 64, 0.1, 5000, 16
+    limiter = ReplayRatioLimiter(starts, ratio, 2 * actors * chunk, per_tick)
+    fleet = [EnvStepAllowance(actors, 2 * actors * chunk) for _ in range(actors)]
+    sent, counted, updates = 0, 0, 0
+    sent_at, updates_at = [], []
+    for tick in range(ticks):
+        blob = BlobMeta(tick, "a", env_steps=counted, env_step_budget=limiter.budget(updates))
+        counted = sent  # what was sent before this tick is counted from the next blob on
+        for allowance in fleet:
+            allowance.on_params(blob)
+            if not allowance.must_wait(tick):
+                allowance.on_sent(chunk)
+                sent += chunk
+        updates = min(updates + per_tick, limiter.updates_allowed(counted))
+        sent_at.append(sent)
+        updates_at.append(updates)
+    return sent_at, updates_at, limiter.slack or 0
+
+
+@pytest.mark.parametrize("actors", [4, 256, 1024])
+def test_a_large_fleet_shares_the_budget_and_the_learner_keeps_updating(actors):
+    """bench.fleet's DDPG at 256 actors: with a fresh share on every blob the fleet ran 60,000 env steps past
+    the budget and the learner spent the whole measurement catching up; the actors then sent nothing."""
+    sent, updates, slack = budget_run(actors, ticks=2000)
+    for tick in range(len(sent)):
+        budget = 5000 + updates[tick - 1] / 0.1 + slack if tick else 5000 + slack
+        assert sent[tick] <= budget + actors * 64, f"tick {tick}: {sent[tick]} env steps sent, budget {budget}"
+    half = len(sent) // 2
+    assert all(b - a == 16 for a, b in itertools.pairwise(updates[half:])), "the learner updates at every tick"
+    assert sent[-1] > sent[half], "the fleet still sends"
 
 
 # -- the learner's end ----------------------------------------------------------------------------------

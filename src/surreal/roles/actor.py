@@ -56,7 +56,7 @@ class ActorCore:
         spaces = self.envs.single_observation_space, self.envs.single_action_space
         self.policy = algo.make_policy(*spaces, algo_config(cfg), index, cfg.topology.actors)
         self.collector = algo.make_collector(self.envs, self.policy, algo_config(cfg), index, cfg.actor.chunk_steps)
-        self.throttle = actor_throttle(cfg)
+        self.throttle = actor_throttle(cfg, actor=index)
         self.version, self.incarnation, self.done = -1, "", False
         self.chunks_sent = 0
         self.unsent: Chunk | None = None  # a chunk backpressure refused, sent before anything else

@@ -24,11 +24,11 @@ from surreal.runtime.regimes import replay_ratio, versions
 from surreal.runtime.regimes.common import ActorThrottle, Counters, Feed, Outcome, PrioritiesHome
 
 
-def actor_throttle(cfg: ExperimentConfig, clock: Callable[[], float] = time.monotonic) -> ActorThrottle:
-    """The actor's half of the experiment's regime."""
+def actor_throttle(cfg: ExperimentConfig, clock: Callable[[], float] = time.monotonic, actor: int = 0) -> ActorThrottle:
+    """The actor's half of the experiment's regime, for actor index `actor` (its turn when shares are fractional)."""
     if not cfg.algo.on_policy:
-        return replay_ratio.EnvStepAllowance(cfg.topology.actors)
-    return versions.version_throttle(cfg, clock)
+        return replay_ratio.env_step_allowance(cfg)
+    return versions.version_throttle(cfg, clock, actor)
 
 
 # The algorithm's learner comes as the union `surreal.algos.make_learner` returns; the config class that names

@@ -9,10 +9,17 @@ Both halves, side by side.
   samples before it was: then the priorities of the minibatches it did use). Parameters are published every
   `publish_interval` gradient steps, a metrics row (the steps' mean statistics) every `ROW_UPDATES`.
 - **Actor** (`EnvStepAllowance`): every blob carries `env_step_budget = learning_starts + updates /
-  replay_ratio + slack`, `slack = rollout_ahead * actors * chunk_size`; an actor may take
-  `(budget - blob.env_steps) / actors` more env steps, then waits for a newer blob. More actors than the
-  learner can serve therefore slow down instead of lowering the replay ratio; `rollout_ahead = 0` removes
-  the budget.
+  replay_ratio + slack`, `slack = rollout_ahead * actors * chunk_size`; an actor's share of it is
+  `(budget - blob.env_steps) / actors`. Its first blob grants that share; later ones grant only its share of
+  the budget's growth, capped by the fresh share (a blob counts the fleet's steps as the learner knew them,
+  not the chunks in flight since: an actor fetches right after sending, so a fresh share on every blob hands
+  each actor back the chunk it just sent, N chunks a blob at a budget that grows by a few hundred steps, and
+  at 256 actors the fleet ran 60,000 env steps past the budget). An actor starts a chunk while its
+  allowance is positive (a chunk past it is repaid from the next growth: the fleet is at most a chunk an
+  actor ahead), and while its fresh share is its whole part of the slack (the learner has learned from all
+  it counted) it may always start one, so allowances lost with actors that left never stall the learner.
+  More actors than the learner can serve therefore slow down instead of lowering the replay ratio;
+  `rollout_ahead = 0` removes the budget.
 
 **Elastic fleet.** `actors` is the number the learner hears from (`LiveActors`: an actor counts while a replay
 shard reported it within the last two slacks of env steps), published in every blob. No overdraft is needed:
@@ -43,16 +50,28 @@ ROW_UPDATES = 250  # gradient steps per metrics row (and per `checkpoint_interva
 
 @dataclass
 class EnvStepAllowance:
-    """The env steps this actor may still take: its share of the budget the learner published."""
+    """The env steps this actor may still take: its share of the budget the learner published (module
+    docstring). `slack` is the learner's (`ReplayRatioLimiter.slack`)."""
 
     actors: int  # how many actors share the budget: the configured count until a blob says
+    slack: int
     allowance: float = math.inf  # no budget in the blob: unthrottled
+    budget: int | None = None  # of the last blob applied
+    incarnation: str | None = None  # the learner's that published it
 
     def on_params(self, blob: BlobMeta) -> None:
         if blob.actors is not None:
             self.actors = blob.actors
-        if blob.env_step_budget is not None:
-            self.allowance = (blob.env_step_budget - blob.env_steps) / self.actors
+        if blob.env_step_budget is None:
+            return
+        fresh = (blob.env_step_budget - blob.env_steps) / self.actors
+        if self.budget is None or blob.incarnation != self.incarnation:  # the first blob of this learner's count
+            self.allowance = fresh
+        else:
+            grown = self.allowance + (blob.env_step_budget - self.budget) / self.actors
+            # The learner learned from all it counted (fresh is the whole slack's part): a chunk may start.
+            self.allowance = max(min(fresh, grown), fresh - self.slack / self.actors + 1)
+        self.budget, self.incarnation = blob.env_step_budget, blob.incarnation
 
     def on_sent(self, env_steps: int) -> None:
         self.allowance -= env_steps
@@ -60,6 +79,11 @@ class EnvStepAllowance:
     def must_wait(self, version: int) -> bool:
         del version
         return self.allowance <= 0
+
+
+def env_step_allowance(cfg: ExperimentConfig) -> EnvStepAllowance:
+    """The actor's half (with `rollout_ahead = 0` the learner publishes no budget: it never waits)."""
+    return EnvStepAllowance(cfg.topology.actors, replay_ratio_limiter(cfg).slack or 0)
 
 
 # -- the learner's half ---------------------------------------------------------------------------------

@@ -4,14 +4,18 @@
 - **Actor** (`VersionThrottle`): its share of a learner batch is `ceil(batch_size / (actors * chunk_size))`
   chunks; it may send `rollout_ahead` shares on the first version of a learner incarnation it sees and one
   share more for every newer version, then waits (a new incarnation restarts the count). Lockstep is
-  `rollout_ahead = 1`.
+  `rollout_ahead = 1`. When the actors outnumber the chunks in a batch, the share is that fraction of a
+  chunk: an actor sends a chunk every `1 / share` versions, its turn set by its index (a golden-ratio phase,
+  so any fleet size spreads its chunks evenly over the versions instead of every actor sending at once, the
+  fleet's chunks then being 16 batches at 1,024 actors and a batch of 2,048, most of them going stale).
 - **Learner** (`ChunkFeed`): a reply's chunks are queued (their env steps and episodes counted, their actors
   heard at the current version); once `batch_size` units are queued, whole chunks, oldest first, make a batch.
   Chunks more than `max_staleness` versions old are dropped and counted (`StalenessBound`; lockstep keeps
   only the current version's), the rest is one update, and every update is a new version, published.
 
 **Elastic fleet.** `actors` is not the configured count but the number the learner hears from (`LiveActors`:
-an actor counts while a chunk of it arrived within the last two versions), published in every blob; the
+an actor counts while a chunk of it arrived within the last two of its rounds: two versions, or with
+fractional shares two of its turns), published in every blob; the
 configured count stands in until the first blob says otherwise. Between an actor's loss and the learner
 noticing, a batch can fall short by the lost actor's share while the others wait for the next version; an
 actor that has waited longer than it ever should (`VersionThrottle.stall_s`: 1.5 times the median interval
@@ -36,6 +40,7 @@ from surreal.config.schema import ExperimentConfig
 from surreal.proto.wire import BlobMeta, Chunk, FifoReply, SampleReply
 from surreal.runtime.regimes.common import LIVE_ROUNDS, Counters, LiveActors, Outcome
 
+GOLDEN = (math.sqrt(5) - 1) / 2  # actor i's turn within its rounds: i x GOLDEN mod 1, evenly spread for any N
 STALL_FACTOR = 1.5  # an actor overdraws after waiting this many median version intervals ...
 STALL_MIN_S = 1.0  # ... and never sooner than this
 INTERVALS_KEPT = 8  # version intervals the median is taken over
@@ -53,7 +58,8 @@ class VersionThrottle:
     rollout_ahead: int
     overdraft_after_s: float  # longest wait for a newer version before any interval is known; 0: never overdraw
     clock: Callable[[], float] = time.monotonic
-    allowance: int = 0  # chunks this actor may still send
+    phase: float = 0.0  # where in a round of fractional shares this actor's chunk falls, in [0, 1)
+    allowance: float = 0.0  # chunks this actor may still send (it sends while a whole one is left)
     version: int = -1
     incarnation: str | None = None
     version_at: float = 0.0  # when `version` arrived
@@ -61,8 +67,10 @@ class VersionThrottle:
     waiting_since: float | None = None
 
     @property
-    def share(self) -> int:
-        return math.ceil(self.batch_units / (self.actors * self.chunk_units))
+    def share(self) -> float:
+        """Whole chunks, rounded up, or the fraction of a chunk when the actors outnumber a batch's chunks."""
+        share = self.batch_units / (self.actors * self.chunk_units)
+        return share if share < 1 else math.ceil(share)
 
     def stall_s(self) -> float:
         """How long a wait for a newer version may last before it counts as a stall."""
@@ -76,7 +84,7 @@ class VersionThrottle:
             self.actors = blob.actors
         if blob.incarnation != self.incarnation:  # a resumed learner counts versions from its checkpoint
             self.incarnation, self.version, self.version_at = blob.incarnation, blob.version, now
-            self.allowance = self.rollout_ahead * self.share
+            self.allowance = self.rollout_ahead * self.share + self.phase
             self.intervals.clear()
         elif blob.version > self.version:
             newer = blob.version - self.version
@@ -91,18 +99,20 @@ class VersionThrottle:
 
     def must_wait(self, version: int) -> bool:
         del version  # `on_params` saw it
-        if self.rollout_ahead == 0 or self.allowance > 0:
+        if self.rollout_ahead == 0 or self.allowance >= 1:
             return False
         now = self.clock()
         if self.waiting_since is None:
             self.waiting_since = now
         elif self.overdraft_after_s > 0 and now - self.waiting_since >= self.stall_s():
-            self.allowance, self.waiting_since = self.share, None  # the batch is short of a lost actor's share
-            return False
+            self.allowance, self.waiting_since = self.allowance + self.share, None  # a lost actor's share is missing
+            return self.allowance < 1
         return True
 
 
-def version_throttle(cfg: ExperimentConfig, clock: Callable[[], float] = time.monotonic) -> VersionThrottle:
+def version_throttle(
+    cfg: ExperimentConfig, clock: Callable[[], float] = time.monotonic, actor: int = 0
+) -> VersionThrottle:
     lockstep = cfg.deterministic or cfg.algo.flow_control == "lockstep"
     overdraft_after_s = 0.0 if cfg.deterministic else cfg.actor.overdraft_after_s
     return VersionThrottle(
@@ -112,6 +122,7 @@ def version_throttle(cfg: ExperimentConfig, clock: Callable[[], float] = time.mo
         1 if lockstep else cfg.actor.rollout_ahead,
         overdraft_after_s,
         clock,
+        actor * GOLDEN % 1.0,
     )
 
 
@@ -157,10 +168,16 @@ class ChunkFeed:
         bound: StalenessBound,
         checkpoint_interval: int,
         live: LiveActors | None,
+        chunk_units: int,
+        actors: int,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
+        """`chunk_units`: units per chunk, for the rounds actors with fractional shares are counted over;
+        `actors`: the configured count, the least published before a whole round was heard."""
         self.learner, self.counters, self.bound, self.live, self.clock = learner, counters, bound, live, clock
-        self.batch_size, self.total_env_steps = batch_size, total_env_steps
+        self.batch_size, self.total_env_steps, self.chunk_units = batch_size, total_env_steps, chunk_units
+        self.actors = actors
+        self.first_heard: int | None = None  # the version the first chunk arrived at
         self.checkpoint_interval = checkpoint_interval
         self.chunks: deque[Chunk] = deque()
         self.queued = 0  # units in `chunks`
@@ -176,6 +193,7 @@ class ChunkFeed:
         for chunk in reply.chunks:
             if self.live is not None:
                 self.live.heard(chunk.actor, c.version)
+                self.first_heard = c.version if self.first_heard is None else self.first_heard
             self.chunks.append(chunk)
             self.queued += chunk.size
             c.env_steps += chunk.env_steps
@@ -234,14 +252,33 @@ class ChunkFeed:
         return None  # actors are held by versions, not by a budget
 
     def live_actors(self) -> int | None:
-        return None if self.live is None else self.live.count(self.counters.version)
+        if self.live is None:
+            return None
+        # Actors outnumbering a batch's chunks send one every `actors * chunk / batch` versions (their turn):
+        # each counts while heard within LIVE_ROUNDS of those rounds.
+        turn = math.ceil(len(self.live.last_heard) * self.chunk_units / self.batch_size)
+        self.live.window = LIVE_ROUNDS * max(1, turn)
+        heard = self.live.count(self.counters.version)
+        if turn > 1 and heard is not None and self.counters.version - (self.first_heard or 0) < self.live.window:
+            return max(heard, self.actors)  # not every actor had its turn yet: fewer heard is no smaller fleet
+        return heard
 
 
 def chunk_feed(cfg: ExperimentConfig, learner: ChunkLearner, counters: Counters) -> ChunkFeed:
     """Deterministic runs count no actors: shares stay as configured."""
     live = None if cfg.deterministic else LiveActors(LIVE_ROUNDS)
     every = cfg.learner.checkpoint_interval
-    return ChunkFeed(learner, counters, cfg.algo.batch_size, cfg.total_env_steps, staleness_bound(cfg), every, live)
+    return ChunkFeed(
+        learner,
+        counters,
+        cfg.algo.batch_size,
+        cfg.total_env_steps,
+        staleness_bound(cfg),
+        every,
+        live,
+        cfg.algo.chunk_size(cfg),
+        cfg.topology.actors,
+    )
 
 
 def trial_update(learner: ChunkLearner, chunks: list[Chunk]) -> Callable[[], object]:
