@@ -17,6 +17,8 @@ import numpy as np
 from surreal.proto.codec import Limits
 from surreal.proto.wire import MAX_REPORTED_ACTORS, ShardReport, decode_chunk
 from surreal.replay.buffers import DEFAULT_CAPACITY_BYTES, DEFAULT_REPLY, make_replay
+from surreal.replay.snapfile import ShardState
+from surreal.replay.snapshot import capture, restore
 
 MAX_FORWARDED_EPISODES = 1000  # finished episodes held for the next reply; older ones are only on the actors' metrics
 
@@ -90,3 +92,41 @@ class ReplayShard:
 
     def stats(self) -> dict[str, int]:
         return self.replay.stats()
+
+    def state(self) -> dict[str, Any]:
+        """Everything the shard holds (NumPy arrays, numbers, containers), for an exact resume in serial mode
+        (launch/serial.py): its buffer as a snapshot captures it (replay/snapshot.py), the sampling generator,
+        and the books of the next report."""
+        captured = capture(self.replay, guard=self.capacity, keep_empty=True)  # all copied: nothing writes now
+        replay = (
+            None
+            if captured is None
+            else {
+                "books": captured.books,
+                "arrays": {name: np.concatenate(pieces) for name, pieces in captured.arrays.items()},
+            }
+        )
+        rng = getattr(self.replay, "rng", None)
+        return {
+            "replay": replay,
+            "rng": None if rng is None else rng.bit_generator.state,
+            "priority_updates": getattr(self.replay, "priority_updates", 0),
+            "env_steps_in": self.env_steps_in,
+            "finished_returns": list(self.finished_returns),
+            "finished_lengths": list(self.finished_lengths),
+            "finished_successes": list(self.finished_successes),
+            "actors_heard": sorted(self.actors_heard),
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Put `state` into this shard, a fresh one built with the same settings."""
+        if state["replay"] is not None:
+            restore(self.replay, ShardState(state["replay"]["books"], state["replay"]["arrays"]))
+        if state["rng"] is not None:
+            self.replay.rng.bit_generator.state = state["rng"]  # type: ignore[attr-defined]
+            self.replay.priority_updates = state["priority_updates"]  # type: ignore[attr-defined]
+        self.env_steps_in = state["env_steps_in"]
+        self.finished_returns.extend(state["finished_returns"])
+        self.finished_lengths.extend(state["finished_lengths"])
+        self.finished_successes.extend(state["finished_successes"])
+        self.actors_heard = set(state["actors_heard"])

@@ -23,6 +23,7 @@ import logging
 import random
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from surreal.roles.ports import BackgroundBatches, BatchesIn, ParamsOut, ZmqBatc
 from surreal.runtime.checkpoint import CheckpointStore
 from surreal.runtime.recorder import Recorder, WallTime, truncate_metrics
 from surreal.runtime.regimes import Counters, Outcome, learner_feed, sample_size
+from surreal.runtime.statepack import pack, unpack
 from surreal.settings import Settings
 
 RECEIVE_TIMEOUT_S = 0.05  # longest wait for a sample reply before the loop services the publisher again
@@ -87,8 +89,11 @@ class LearnerCore:
         self.checkpoints = CheckpointStore(run_dir / "checkpoints", cfg.learner.keep_checkpoints)
         self.counters = Counters()
         self.checkpointed_at = time.monotonic()
-        if not (resume and self._restore()):
-            self.checkpoint()  # from the start: a learner killed before its first interval resumes, not restarts
+        # State checkpointed beside the learner's by whoever drives the core (serial mode: its actors, replay
+        # and ps), and what of it the checkpoint restored held (None: started afresh).
+        self.extra_state: Callable[[], dict[str, Any]] | None = None
+        self.restored_extra: dict[str, Any] | None = None
+        restored = self._restore() if resume else None
         self.incarnation = uuid.uuid4().hex[:12]
         self.recorder = Recorder(run_dir, metrics)
         self.wall = WallTime(metrics)
@@ -97,6 +102,10 @@ class LearnerCore:
         self.recorder.counters(self.counters.env_steps, self.counters.updates, self.counters.stale_dropped)
         self.m_live = metrics.gauge("learner_live_actors", "actors heard from lately: what their shares follow")
         self.feed = learner_feed(cfg, self.algo_learner, self.counters, batches.shards, batches.send_priorities)
+        if restored is None:
+            self.checkpoint()  # from the start: a learner killed before its first interval resumes, not restarts
+        elif "feed" in restored:  # older checkpoints held no feed
+            self.feed.load_state(unpack(restored["feed"]))
 
     # -- the loop ------------------------------------------------------------------------------------
 
@@ -181,28 +190,37 @@ class LearnerCore:
             self.obs_space, self.act_space, algo_config(self.cfg), self.device, compile=self.cfg.learner.compile
         )
 
-    def _restore(self) -> bool:
-        """The newest checkpoint that restores (damaged ones are set aside); False: none, start afresh."""
+    def _restore(self) -> dict[str, Any] | None:
+        """The newest checkpoint that restores (damaged ones are set aside); None: none, start afresh."""
 
         def apply(state: dict[str, Any]) -> None:
             counters = Counters(**state["counters"])
             self.algo_learner.load_state_dict(state["learner"])
             self.counters = counters
 
-        if self.checkpoints.restore(apply, self.log) is None:
+        state = self.checkpoints.restore(apply, self.log)
+        if state is None:
             self.log.info("--resume: no checkpoint restores, starting fresh")
             # A checkpoint that failed half-way may have loaded part of its state: start from a new learner.
             self.algo_learner = self._new_algo_learner()
             truncate_metrics(self.run_dir / METRICS_FILE, 0)
-            return False
+            return None
         c = self.counters
         self.log.info("resumed at update %d, %d env steps, version %d", c.updates, c.env_steps, c.version)
         truncate_metrics(self.run_dir / METRICS_FILE, c.updates)  # the run continues from this checkpoint
-        return True
+        self.restored_extra = unpack(state["extra"]) if "extra" in state else None
+        return state
 
     def checkpoint(self) -> None:
-        # The algorithm's state carries its own torch RNG; the learner draws no other random numbers.
-        state = {"learner": self.algo_learner.state_dict(), "counters": asdict(self.counters)}
+        """The algorithm's state (which carries its own torch RNG; the learner draws no other random numbers),
+        the counters, what the feed holds, and the driver's `extra_state`."""
+        state = {
+            "learner": self.algo_learner.state_dict(),
+            "counters": asdict(self.counters),
+            "feed": pack(self.feed.state()),
+        }
+        if self.extra_state is not None:
+            state["extra"] = pack(self.extra_state())
         self.checkpoints.save(self.counters.updates, state)
         self.checkpointed_at = time.monotonic()
 

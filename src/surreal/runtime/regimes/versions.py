@@ -27,14 +27,14 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol
 
 import numpy as np
 
 from surreal.config.schema import ExperimentConfig
 from surreal.proto.wire import BlobMeta, Chunk, SampleReply
-from surreal.runtime.regimes.common import LIVE_ROUNDS, Counters, LiveActors, Outcome
+from surreal.runtime.regimes.common import LIVE_ROUNDS, Counters, LiveActors, Outcome, live_state, load_live_state
 
 STALL_FACTOR = 1.5  # an actor overdraws after waiting this many median version intervals ...
 STALL_MIN_S = 1.0  # ... and never sooner than this
@@ -100,6 +100,22 @@ class VersionThrottle:
             self.allowance, self.waiting_since = self.share, None  # the batch is short of a lost actor's share
             return False
         return True
+
+    def state(self) -> dict[str, Any]:
+        """The counts and the learner incarnation they belong to. Not the clock's readings: they mean nothing
+        in another process, and only ever time an overdraft, which a serial run never takes."""
+        return {
+            "actors": self.actors,
+            "allowance": self.allowance,
+            "version": self.version,
+            "incarnation": self.incarnation,
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.actors, self.allowance, self.version = state["actors"], state["allowance"], state["version"]
+        self.incarnation, self.version_at = state["incarnation"], self.clock()
+        self.intervals.clear()
+        self.waiting_since = None
 
 
 def version_throttle(cfg: ExperimentConfig, clock: Callable[[], float] = time.monotonic) -> VersionThrottle:
@@ -233,6 +249,16 @@ class ChunkFeed:
 
     def live_actors(self) -> int | None:
         return None if self.live is None else self.live.count(self.counters.version)
+
+    def state(self) -> dict[str, Any]:
+        """The queued chunks (taken from the replay, counted, not yet learned from) and the actors heard."""
+        chunks = [{f.name: getattr(chunk, f.name) for f in fields(Chunk)} for chunk in self.chunks]
+        return {"chunks": chunks, "live": live_state(self.live)}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.chunks = deque(Chunk(**chunk) for chunk in state["chunks"])
+        self.queued = sum(chunk.size for chunk in self.chunks)
+        load_live_state(self.live, state["live"])
 
 
 def chunk_feed(cfg: ExperimentConfig, learner: ChunkLearner, counters: Counters) -> ChunkFeed:
