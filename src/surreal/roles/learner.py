@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import logging
 import random
+import signal
 import time
 import uuid
 from collections.abc import Callable
@@ -39,7 +40,7 @@ from surreal.metrics import RoleMetrics
 from surreal.metricsfile import METRICS_FILE
 from surreal.proto.codec import Limits
 from surreal.proto.wire import BlobMeta
-from surreal.roles.common import StopFlag, hold_until_stopped, load_config, setup_logging
+from surreal.roles.common import EXIT_STOPPED, StopFlag, hold_until_stopped, load_config, setup_logging
 from surreal.roles.device import choose_device, update_seconds
 from surreal.roles.evaluation import finish, finished_before
 from surreal.roles.ports import BackgroundBatches, BatchesIn, ParamsOut, ZmqBatchesIn, ZmqParamsOut
@@ -275,7 +276,15 @@ def main(args: argparse.Namespace) -> int:
                 if not core.step():
                     time.sleep(IDLE_S)
             if stop:
+                started = time.monotonic()
                 core.checkpoint()
+                name = signal.Signals(stop.signal).name if stop.signal else "a signal"
+                log.info(
+                    "stopped by %s (a preemption, drain or shutdown): checkpoint at update %d written in %.2f s",
+                    name,
+                    core.counters.updates,
+                    time.monotonic() - started,
+                )
             else:
                 finish(core)
         finished = not stop
@@ -294,4 +303,4 @@ def main(args: argparse.Namespace) -> int:
         metrics.close()
     c = core.counters
     log.info("%s at %d env steps, %d updates", "finished" if finished else "stopped", c.env_steps, c.updates)
-    return 0
+    return 0 if finished else EXIT_STOPPED
