@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from surreal.config import load_config
-from surreal.launch.serial import run_serial
+from surreal.launch.serial import SerialResumeError, run_serial
 from surreal.metricsfile import read_metrics
 from surreal.runtime.checkpoint import CheckpointStore
 from surreal.runtime.statepack import unpack
@@ -135,8 +135,6 @@ def test_a_run_stopped_and_resumed_ends_as_the_run_never_stopped(tmp_path, case)
 def test_a_serial_resume_refuses_a_checkpoint_without_the_serial_world(tmp_path):
     """A learner checkpoint past update 0 without the actors', replay's and ps's state (a process learner's)
     cannot resume exactly: serial mode says so rather than continuing differently."""
-    from surreal.launch.serial import SerialResumeError
-
     overrides, k, _ = CASES["es"]
     cfg = load_config([*COMMON, *overrides])
     assert run_serial(cfg, tmp_path, stop_after_updates=k) is None
