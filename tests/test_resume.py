@@ -145,3 +145,18 @@ def test_a_serial_resume_refuses_a_checkpoint_without_the_serial_world(tmp_path)
     torch.save(state, path)
     with pytest.raises(SerialResumeError, match="holds no serial state"):
         run_serial(cfg, tmp_path, resume=True, stop_after_updates=k + 1)
+
+
+def test_a_checkpoint_whose_feed_does_not_unpack_is_set_aside_for_the_one_before(tmp_path):
+    """What the feed held is part of what restores: damaged, the whole checkpoint is set aside (not a learner
+    resumed with half its state), and the one before it is used."""
+    overrides, k, _ = CASES["es"]
+    cfg = load_config([*COMMON, *overrides])
+    assert run_serial(cfg, tmp_path, stop_after_updates=k) is None
+    path = CheckpointStore(tmp_path / "checkpoints", 5).paths()[-1]
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    state["feed"] = {"chunks": [{"__ndarray__": "|O", "shape": [1], "data": torch.zeros(8, dtype=torch.uint8)}]}
+    torch.save(state, path)
+    assert run_serial(cfg, tmp_path, resume=True, stop_after_updates=k) is None
+    assert path.with_name(path.name + ".corrupt").exists()
+    assert final_checkpoint(tmp_path)["counters"]["updates"] == k, "resumed from an earlier one and went on"

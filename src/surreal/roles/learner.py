@@ -94,7 +94,7 @@ class LearnerCore:
         # and ps), and what of it the checkpoint restored held (None: started afresh).
         self.extra_state: Callable[[], dict[str, Any]] | None = None
         self.restored_extra: dict[str, Any] | None = None
-        restored = self._restore() if resume else None
+        restored_feed = self._restore() if resume else None
         self.incarnation = uuid.uuid4().hex[:12]
         self.recorder = Recorder(run_dir, metrics)
         self.wall = WallTime(metrics)
@@ -103,10 +103,10 @@ class LearnerCore:
         self.recorder.counters(self.counters.env_steps, self.counters.updates, self.counters.stale_dropped)
         self.m_live = metrics.gauge("learner_live_actors", "actors heard from lately: what their shares follow")
         self.feed = learner_feed(cfg, self.algo_learner, self.counters, batches.shards, batches.send_priorities)
-        if restored is None:
+        if restored_feed is None:
             self.checkpoint()  # from the start: a learner killed before its first interval resumes, not restarts
-        elif "feed" in restored:  # older checkpoints held no feed
-            self.feed.load_state(unpack(restored["feed"]))
+        elif restored_feed:  # older checkpoints held no feed
+            self.feed.load_state(restored_feed)
 
     # -- the loop ------------------------------------------------------------------------------------
 
@@ -192,13 +192,19 @@ class LearnerCore:
         )
 
     def _restore(self) -> dict[str, Any] | None:
-        """The newest checkpoint that restores (damaged ones are set aside); None: none, start afresh."""
+        """Restore the newest checkpoint that restores (damaged ones are set aside) and return what its feed
+        held, for the feed once it exists (empty: a checkpoint from before feeds were kept); None: no checkpoint
+        restores, start afresh."""
 
         def apply(state: dict[str, Any]) -> None:
             counters = Counters(**state["counters"])
+            unpacked = {key: unpack(state[key]) for key in ("feed", "extra") if key in state}  # damaged: set aside
             self.algo_learner.load_state_dict(state["learner"])
             self.counters = counters
+            self.restored_extra = unpacked.get("extra")
+            restored_feed.update(unpacked.get("feed", {}))
 
+        restored_feed: dict[str, Any] = {}
         state = self.checkpoints.restore(apply, self.log)
         if state is None:
             self.log.info("--resume: no checkpoint restores, starting fresh")
@@ -209,8 +215,7 @@ class LearnerCore:
         c = self.counters
         self.log.info("resumed at update %d, %d env steps, version %d", c.updates, c.env_steps, c.version)
         truncate_metrics(self.run_dir / METRICS_FILE, c.updates)  # the run continues from this checkpoint
-        self.restored_extra = unpack(state["extra"]) if "extra" in state else None
-        return state
+        return restored_feed
 
     def checkpoint(self) -> None:
         """The algorithm's state (which carries its own torch RNG; the learner draws no other random numbers),

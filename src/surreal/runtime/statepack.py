@@ -14,12 +14,13 @@ import numpy as np
 import torch
 
 _TAG = "__ndarray__"
+_KINDS = "biufc"  # bool, integers, floats, complex: an object array's bytes would be pointers
 
 
 def pack(value: Any) -> Any:
     """`value` with every NumPy array (at any depth of dicts, lists and tuples) made checkpoint-safe."""
     if isinstance(value, np.ndarray):
-        if value.dtype.kind not in "biufc":  # an object array's bytes are pointers
+        if value.dtype.kind not in _KINDS:
             raise TypeError(f"cannot checkpoint an array of dtype {value.dtype}")
         raw = np.ascontiguousarray(value)
         data = torch.frombuffer(bytearray(raw.tobytes()), dtype=torch.uint8) if raw.nbytes else torch.empty(0)
@@ -37,8 +38,10 @@ def unpack(value: Any) -> Any:
     """What `pack` was given (tuples as lists)."""
     if isinstance(value, dict):
         if _TAG in value:
-            data = value["data"].numpy().tobytes()
-            return np.frombuffer(data, np.dtype(value[_TAG])).reshape(value["shape"]).copy()
+            dtype = np.dtype(value[_TAG])
+            if dtype.kind not in _KINDS:
+                raise TypeError(f"a checkpointed array of dtype {dtype}")
+            return np.frombuffer(value["data"].numpy().tobytes(), dtype).reshape(value["shape"]).copy()
         return {key: unpack(item) for key, item in value.items()}
     if isinstance(value, list):
         return [unpack(item) for item in value]
