@@ -104,7 +104,7 @@ bench-es-scaling: $(STAMP)
 bench-chaos: $(STAMP)
 	$(PY) -m bench.chaos
 
-.PHONY: bench-replay-snapshot bench-replay-restart
+.PHONY: bench-replay-snapshot bench-replay-restart bench-capacity
 
 ## Replay snapshots of a full 1M-transition HalfCheetah shard: bytes, write and load seconds, ingest meanwhile (~1 min).
 bench-replay-snapshot: $(STAMP)
@@ -113,6 +113,11 @@ bench-replay-snapshot: $(STAMP)
 ## DDPG on Pendulum with its replay shard SIGKILLed mid-run: what it restores, when the learner updates again (~3 min).
 bench-replay-restart: $(STAMP)
 	$(PY) -m bench.replay_restart
+
+## The capacity model: its micro-benchmarks (~1 min), then its predictions against bench.fleet and the 16-core file.
+bench-capacity: $(STAMP)
+	$(PY) -m bench.capacity --measure
+	$(PY) -m bench.capacity --check
 
 .PHONY: bench-stop-grace bench-work-lost
 

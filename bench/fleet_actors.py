@@ -54,9 +54,9 @@ import zmq
 from bench.rollouts import load as load_rollout
 from surreal.config import ExperimentConfig, config_from_env
 from surreal.config.schema import OffPolicyConfig
-from surreal.proto.channels import PARAMS, PARAMS_REQUEST, ExperienceSender, ParamClient, decode_reply, send
-from surreal.proto.codec import Limits, ProtocolError, encode
-from surreal.proto.wire import BlobMeta, Chunk, encode_chunk
+from surreal.proto.channels import ExperienceSender, ParamClient, frames_of, send
+from surreal.proto.codec import Limits
+from surreal.proto.wire import Chunk, Params, ParamsRequest
 from surreal.runtime.limits import raise_open_files
 from surreal.runtime.regimes import ActorThrottle, actor_throttle
 from surreal.settings import Settings
@@ -168,7 +168,7 @@ class SimActor:
     incarnation: str = ""
     done: bool = False
     chunks_sent: int = 0
-    unsent: tuple[dict[str, Any], dict[str, Any], int] | None = None  # meta, arrays, env steps
+    unsent: tuple[Chunk, str, int] | None = None  # chunk, incarnation, env steps
     collecting: bool = False
     fetching: int | None = None  # id of the fetch in flight
     fetch_sent_at: float = 0.0
@@ -263,16 +263,15 @@ class Fleet:
         arrays, returns, lengths = self.recording.chunk(a.position)
         a.position += self.recording.T
         chunk = Chunk(arrays, a.version, a.index, list(returns), list(lengths))
-        meta, arrays = encode_chunk(chunk, a.incarnation)
-        a.unsent = (meta, arrays, chunk.env_steps)
+        a.unsent = (chunk, a.incarnation, chunk.env_steps)
         if self.stopping:
             a.flush_deadline = now + SEND_TIMEOUT_S
         self.try_send(a, now)
 
     def try_send(self, a: SimActor, now: float) -> None:
         assert a.unsent is not None
-        meta, arrays, env_steps = a.unsent
-        if not a.sender.send(arrays, meta, 0.0):
+        chunk, incarnation, env_steps = a.unsent
+        if not a.sender.send(chunk, incarnation, 0.0):
             if a.blocked_since is None:
                 a.blocked_since = now
                 self.poller.register(a.sender.sock, zmq.POLLOUT)
@@ -314,11 +313,8 @@ class Fleet:
 
     def fetch(self, a: SimActor, now: float, after: str) -> None:
         a.fetching, a.fetch_after, a.fetch_sent_at = next(self._fetch_ids), after, now
-        meta = {"version": int(a.version), "incarnation": a.incarnation}
         hold_s = HOLD_S if after == "wait" else 0.0  # held by flow control: a long poll, as ActorCore asks
-        if hold_s:
-            meta["hold_ms"] = int(hold_s * 1000)
-        request = encode(PARAMS_REQUEST, meta)
+        request = frames_of(ParamsRequest(int(a.version), a.incarnation, int(hold_s * 1000)).to_message())
         a.outbox.append((now, a.fetching, request))
         self.at(now + self.delay(), "send_request", a, a.fetching)
         self.at(now + self.cfg.actor.fetch_timeout_s + hold_s, "fetch_timeout", a, a.fetching)
@@ -338,16 +334,12 @@ class Fleet:
                 a.fetch_sent_at = time.monotonic()  # when it left, not when this loop got to it
 
     def on_reply(self, a: SimActor, frames: list[Any], now: float) -> None:
-        message = decode_reply(frames, a.client.limits, self._drop)
-        if message is None:
+        reply = a.client.decode(frames)
+        if reply is None:
             return
         got_params = False
-        if message.kind == PARAMS:
-            try:
-                blob = BlobMeta.from_meta(message.meta)
-            except ProtocolError as exc:
-                self._drop(exc.reason)
-                return
+        if isinstance(reply, Params):
+            blob = reply.blob
             if (blob.version, blob.incarnation) != (a.version, a.incarnation):
                 a.version, a.incarnation, a.done = blob.version, blob.incarnation, blob.done
                 a.throttle.on_params(blob)

@@ -61,7 +61,7 @@ from surreal.config import load_config
 from surreal.config.schema import DDPGConfig, LearnerConfig, PPOConfig
 from surreal.envs import make_vec_env
 from surreal.metrics import RoleMetrics
-from surreal.proto.wire import Chunk, SampleReply, ShardReport
+from surreal.proto.wire import Chunk, FifoReply, SampleReply, ShardReport, TransitionReply
 from surreal.roles.learner import LearnerCore
 from surreal.roles.ports import InProcessParams
 
@@ -351,9 +351,9 @@ class RepeatingBatches:
         version = self.core().counters.version
         if self.transitions:  # a sample's worth of env steps per reply: the replay ratio allows a step per minibatch
             batch = self.transitions[self.turn % len(self.transitions)]
-            return SampleReply(ShardReport(0, self.turn * len(batch["rewards"])), [], batch)
+            return TransitionReply(ShardReport(0, self.turn * len(batch["rewards"])), batch)
         env_steps = self.turn * sum(c.env_steps for c in self.chunks)
-        return SampleReply(ShardReport(0, env_steps), [replace(c, version=version) for c in self.chunks])
+        return FifoReply(ShardReport(0, env_steps), [replace(c, version=version) for c in self.chunks])
 
     def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None:
         del shard, slots, ids, priorities

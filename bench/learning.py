@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench._runs import RESULTS, WatchedRun
+from bench._runs import RESULTS, WatchedRun, emit
 from surreal.config.schema import NOT_IN_RUN_NAME
 from surreal.launch.plot import NoMetricsError, plot_run
 
@@ -119,11 +119,7 @@ def main() -> None:
         "wall_s_mean": float(np.mean([r["wall_s"] for r in results])),
         "references": REFERENCES[args.algo].get(args.env, {}),
     }
-    line = json.dumps(result)
-    out = args.out or RESULTS / f"learning-{args.algo}-{env_name}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(line + "\n")
-    print(line)
+    emit(result, args.out or RESULTS / f"learning-{args.algo}-{env_name}.json")
 
 
 if __name__ == "__main__":

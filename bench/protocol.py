@@ -29,6 +29,7 @@ from bench._runs import emit
 from surreal.launch.local import free_ports
 from surreal.proto.channels import ExperienceSender, ParamClient, ParamPublisher, SampleClient, make_socket
 from surreal.proto.codec import Limits, decode
+from surreal.proto.wire import BlobMeta, Chunk
 
 MIB = 1 << 20
 OBS, ACT = 17, 6
@@ -77,7 +78,7 @@ def _experience_pusher(address: str, count: int) -> None:
     sender = ExperienceSender(ctx, [address], hwm=8)
     arrays = chunk_of_bytes(MIB)
     for i in range(count):
-        while not sender.send(arrays, {"version": i, "actor": 0}, timeout_s=5.0):
+        while not sender.send(Chunk(arrays, version=i, actor=0), "bench", timeout_s=5.0):
             pass
     sender.sock.close(linger=-1)
     ctx.term()
@@ -140,7 +141,7 @@ def _chunk_pusher(address: str, chunks: int, chunk_size: int) -> None:
     sender = ExperienceSender(ctx, [address], hwm=16)
     arrays = experience_chunk(chunk_size)
     for i in range(chunks):
-        while not sender.send(arrays, {"version": i}, timeout_s=5.0):
+        while not sender.send(Chunk(arrays, version=i, actor=0), "bench", timeout_s=5.0):
             pass
     sender.sock.close(linger=-1)
     ctx.term()
@@ -170,11 +171,11 @@ def replay_numbers(quick: bool) -> dict[str, float]:
         # (d): batches out, `prefetch` requests in flight.
         for batch in (256, 4096):
             window = 2.0 if quick else 5.0
-            while sampler.next_batch(batch, 0.0) is not None:  # drain replies to the old batch size
+            while sampler.next(batch, 0.0) is not None:  # drain replies to the old batch size
                 pass
             count, started = 0, time.perf_counter()
             while time.perf_counter() - started < window:
-                if sampler.next_batch(batch, 1.0) is not None:
+                if sampler.next(batch, 1.0) is not None:
                     count += 1
             result[f"sample_batches_per_s_{batch}"] = count / (time.perf_counter() - started)
         return result
@@ -207,7 +208,7 @@ def _fetching_actor(address: str, fetches: int, out) -> None:
     for _ in range(fetches):
         started = time.perf_counter()
         reply = client.fetch(-1, "", 10.0)  # never "not modified": every fetch moves the full blob
-        if reply is not None and reply.message is not None:
+        if reply is not None:
             latencies.append((time.perf_counter() - started) * 1000)
     out.put(latencies)
     client.close()
@@ -220,7 +221,7 @@ def param_fetch_numbers(quick: bool, actors: int = 8) -> dict[str, float]:
     ready, stop_event, out = fork.Event(), fork.Event(), fork.Queue()
     ctx = zmq.Context()
     publisher = ParamPublisher(ctx, learner)
-    publisher.publish(1, {"incarnation": "bench"}, {"policy": {"w": np.ones(MIB // 4, np.float32)}})
+    publisher.publish(BlobMeta(1, "bench"), {"policy": {"w": np.ones(MIB // 4, np.float32)}})
     server = fork.Process(target=_ps_server, args=(learner, bind, ready, stop_event))
     server.start()
     ready.wait(30)
@@ -229,7 +230,7 @@ def param_fetch_numbers(quick: bool, actors: int = 8) -> dict[str, float]:
     while time.monotonic() < deadline:
         publisher.service()
         reply = probe.fetch(-1, "", 0.2)
-        if reply is not None and reply.message is not None:
+        if reply is not None:
             break
     fetches = 50 if quick else 300
     procs = [fork.Process(target=_fetching_actor, args=(bind, fetches, out)) for _ in range(actors)]

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench._runs import RESULTS, WatchedRun
+from bench._runs import RESULTS, WatchedRun, emit
 from surreal.config.schema import NOT_IN_RUN_NAME
 
 DEFAULT_ENV = "HalfCheetah-v5"
@@ -165,12 +165,8 @@ def main() -> None:
         "raw_env_steps_per_s": [p["raw_env_steps_per_s"] for p in points],
         "efficiency": [p["efficiency"] for p in points],
     }
-    line = json.dumps(result)
     name = "throughput" if args.env == DEFAULT_ENV else f"throughput-{NOT_IN_RUN_NAME.sub('-', args.env)}"
-    out = args.out or RESULTS / f"{name}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(line + "\n")
-    print(line)
+    emit(result, args.out or RESULTS / f"{name}.json")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -22,6 +23,36 @@ if os.environ.get("PYTHONPATH"):
     os.environ["PYTHONPATH"] = os.pathsep.join(
         str(Path(entry).resolve()) for entry in os.environ["PYTHONPATH"].split(os.pathsep) if entry
     )
+
+
+CHECKOV = REPO / ".tools" / "checkov" / "bin" / "checkov"
+
+
+def checkov(*args: str, cwd: Path | None = None) -> tuple[list[dict], list[str], int]:
+    """Runs checkov (installed by `make tools`) with JSON output: its reports, the failed checks one line each, and
+    its exit status. A single report comes back as a list of one, as several frameworks' would."""
+    assert CHECKOV.exists(), f"{CHECKOV} is missing: run `make tools`"
+    done = subprocess.run(
+        [str(CHECKOV), *args, "--compact", "-o", "json"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    parsed = json.loads(done.stdout)
+    reports = parsed if isinstance(parsed, list) else [parsed]
+    failed = [
+        f"{f['check_id']} {f['resource']} ({f['file_path']}): {f['check_name']}"
+        for report in reports
+        for f in report["results"]["failed_checks"]
+    ]
+    return reports, failed, done.returncode
+
+
+def make(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    """`make ARGS` in the repository (a dry run with `-n`), its output captured; the caller judges the status."""
+    return subprocess.run(["make", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout_s, check=False)
 
 
 def free_port() -> int:

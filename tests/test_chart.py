@@ -20,12 +20,12 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from conftest import checkov
 from surreal.config import read_config
 from surreal.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 HELM = REPO / ".tools" / "bin" / "helm"
-CHECKOV = REPO / ".tools" / "checkov" / "bin" / "checkov"
 CHART = REPO / "infra" / "helm" / "surreal-chart"
 VALUES_DIR = REPO / "infra" / "helm" / "values"
 VALUES_FILES = sorted(VALUES_DIR.glob("*.yaml"))
@@ -894,7 +894,6 @@ def skipped_of(reports: list[dict[str, Any]], check: str) -> list[dict[str, Any]
 
 
 def test_checkov_finds_no_failed_check_in_any_rendering(tmp_path: Path) -> None:
-    assert CHECKOV.exists(), f"{CHECKOV} is missing: run `make tools`"
     for values in VALUES_FILES:
         docs = render(
             values,
@@ -905,22 +904,9 @@ def test_checkov_finds_no_failed_check_in_any_rendering(tmp_path: Path) -> None:
     # The chaos Job, its RBAC and NetworkPolicy (off in every values file).
     chaos = chaos_objects(render(sets=("experiment.chaos.alive=1", "experiment.chaos.window_s=60", *CHAOS_ON)))
     (tmp_path / "chaos.yaml").write_text(yaml.safe_dump_all(chaos))
-    done = subprocess.run(
-        [str(CHECKOV), "-d", str(tmp_path), "--framework", "kubernetes", "--compact", "-o", "json", "--skip-download"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    reports = json.loads(done.stdout)
-    reports = reports if isinstance(reports, list) else [reports]
-    failed = [
-        f"{f['check_id']} {f['resource']} ({f['file_path']}): {f['check_name']}"
-        for report in reports
-        for f in report["results"]["failed_checks"]
-    ]
+    reports, failed, returncode = checkov("-d", str(tmp_path), "--framework", "kubernetes", "--skip-download")
     assert failed == [], "checkov failed checks:\n" + "\n".join(failed)
-    assert done.returncode == 0
+    assert returncode == 0
     assert sum(r["summary"]["passed"] for r in reports) >= 500, "checkov scanned too little"
     # Every skip is one of the documented ones and carries its reason (README, "checkov").
     skipped = {

@@ -10,6 +10,8 @@ import os
 import subprocess
 from pathlib import Path
 
+from conftest import make
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "infra" / "kind" / "kind-test.sh"
 
@@ -52,14 +54,7 @@ def test_stops_without_kind(tmp_path: Path) -> None:
 
 
 def test_make_target_reports_the_same(tmp_path: Path) -> None:
-    done = subprocess.run(
-        ["make", "-s", "local-kind-test", f"DOCKER={tmp_path / 'docker'}"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = make("-s", "local-kind-test", f"DOCKER={tmp_path / 'docker'}", timeout_s=120)
     assert done.returncode != 0 and "docker not found on PATH" in done.stderr
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from surreal.config.schema import DDPGConfig, ESConfig, ExperimentConfig, LearnerConfig, PPOConfig, ReplayConfig
-from surreal.proto.wire import Chunk, SampleReply, ShardReport
+from surreal.proto.wire import Chunk, FifoReply, SampleReply, ShardReport, TransitionReply
 from surreal.runtime.regimes import Counters, learner_feed, sample_size
 from surreal.runtime.regimes.common import LiveActors
 from surreal.runtime.regimes.replay_ratio import ROW_UPDATES, ReplayRatioLimiter, TransitionFeed
@@ -25,7 +25,7 @@ def chunk(version: int, actor: int = 0, units: int = 4, returns: tuple[float, ..
 
 
 def fifo_reply(*chunks: Chunk) -> SampleReply:
-    return SampleReply(ShardReport(0, 0), list(chunks))
+    return FifoReply(ShardReport(0, 0), list(chunks))
 
 
 class FakeChunkLearner:
@@ -84,7 +84,7 @@ class ScriptedShard:
         self.next_slot += size
         arrays = {"rewards": np.zeros(size, np.float32), "slots": slots, "ids": slots.astype(np.uint64)}
         report = ShardReport(self.shard, self.env_steps, list(returns), [1] * len(returns), list(actors))
-        return SampleReply(report, [], arrays)
+        return TransitionReply(report, arrays)
 
 
 class PrioritiesSent(list):
@@ -219,7 +219,7 @@ def test_a_replay_without_priorities_sends_none_home_and_a_reply_without_transit
     feed.take(ScriptedShard().reply(8, env_steps=4))
     feed.update()
     assert counters.updates == 4 and sent == []
-    assert not feed.take(SampleReply(ShardReport(0, 100), [])) and counters.env_steps == 4
+    assert not feed.take(FifoReply(ShardReport(0, 100), [])) and counters.env_steps == 4
 
 
 def test_publish_every_interval_a_row_every_row_updates_of_the_unskipped_steps_and_checkpoints():

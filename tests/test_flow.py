@@ -16,7 +16,7 @@ from surreal.config import algo_config, load_config
 from surreal.launch.serial import run_serial
 from surreal.metrics import RoleMetrics
 from surreal.metricsfile import read_metrics
-from surreal.proto.wire import BlobMeta, Chunk, SampleReply, ShardReport
+from surreal.proto.wire import BlobMeta, Chunk, FifoReply, SampleReply, ShardReport, TransitionReply
 from surreal.replay.shard import ReplayShard
 from surreal.roles.actor import ActorCore
 from surreal.roles.device import choose_device, update_seconds
@@ -301,7 +301,7 @@ class ScriptedSamples:
             "ids": np.arange(first, first + batch_size, dtype=np.uint64),
             "weights": np.ones(batch_size, np.float32),
         }
-        return SampleReply(ShardReport(0, len(self.asked) * self.steps_per_reply), [], arrays)
+        return TransitionReply(ShardReport(0, len(self.asked) * self.steps_per_reply), arrays)
 
     def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None:
         assert shard == 0 and np.array_equal(slots, ids.astype(np.int64))
@@ -500,7 +500,7 @@ class PoisonedBatches:
             "terminated": np.zeros((T, 1), bool),
             "truncated": np.zeros((T, 1), bool),
         }
-        return SampleReply(ShardReport(0, T), [Chunk(arrays, version=0, actor=0)])
+        return FifoReply(ShardReport(0, T), [Chunk(arrays, version=0, actor=0)])
 
     def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None:
         raise AssertionError("on-policy: no priorities")

@@ -25,7 +25,8 @@ from surreal.proto.channels import (
     make_socket,
 )
 from surreal.proto.codec import PROTOCOL_VERSION, Limits, encode
-from test_services import chunk, metric_value, metrics_text
+from surreal.proto.wire import BlobMeta, FifoReply
+from test_services import chunk, experience, metric_value, metrics_text
 
 PER_TARGET = 2600  # x 4 targets: 10,400 messages generated, >= 10,000 of them must get onto the wire
 MAX_BYTES = 1 << 20  # servers below run with this limit so "oversized" frames are cheap to make
@@ -41,7 +42,7 @@ def valid_messages() -> list[list[bytes]]:
     arrays = chunk(1.0, T=2, K=1)
     return [
         [bytes(memoryview(f)) for f in encode("experience", {"version": 1}, arrays)],
-        [bytes(memoryview(f)) for f in encode("sample_request", {"id": 1, "batch_size": 8})],
+        [bytes(memoryview(f)) for f in encode("sample_request", {"batch_size": 8})],
         [
             bytes(memoryview(f))
             for f in encode(
@@ -150,13 +151,12 @@ def test_fuzz_replay_and_ps_keep_serving(roles, ctx, tmp_path):
     ps = roles.start("ps", s.__class__(**{**s.__dict__, "metrics_port": ps_metrics}), extra_env=limits_env)
     publisher = ParamPublisher(ctx, s.bind(s.params_pub_port))
     good_params = {"policy": {"w": np.arange(10, dtype=np.float32)}}
-    publisher.publish(5, {"incarnation": "real"}, good_params)
+    publisher.publish(BlobMeta(5, "real"), good_params)
     client = ParamClient(ctx, s.ps_addrs, Limits())
 
     def ps_ready():
         publisher.service()
-        reply = client.fetch(-1, "", 0.2)
-        return reply is not None and reply.message is not None
+        return client.fetch(-1, "", 0.2) is not None
 
     wait_until(ps_ready, 30)
 
@@ -207,27 +207,30 @@ def test_fuzz_replay_and_ps_keep_serving(roles, ctx, tmp_path):
     sender = ExperienceSender(ctx, [s.replay[0].experience])
     sampler = SampleClient(ctx, [s.replay[0].sample], Limits(), prefetch=1)
     # Garbage chunks that happened to be valid may sit in the FIFO: drain them first.
-    while sampler.next_batch(10_000, 1.5) is not None:
+    while sampler.next(10_000, 1.5) is not None:
         pass
     for i in range(5):
-        assert sender.send(chunk(float(i)), {"version": 100 + i}, timeout_s=10)
+        assert sender.send(experience(float(i), version=100 + i), "", timeout_s=10)
     got = []
     wait_until(
-        lambda: (r := sampler.next_batch(10_000, 0.5)) and got.extend(r[1].meta["chunks"]) is None and len(got) >= 5, 30
+        lambda: (
+            isinstance(r := sampler.next(10_000, 0.5), FifoReply) and got.extend(r.chunks) is None and len(got) >= 5
+        ),
+        30,
     )
-    assert [m["version"] for m in got] == [100, 101, 102, 103, 104]
+    assert [c.version for c in got] == [100, 101, 102, 103, 104]
 
     # The ps still serves the real learner's latest blob (a forged "params" with a huge version may have
     # been accepted from the PUB socket, which is the trusted learner's; publish a newer real one).
-    publisher.publish(10**7, {"incarnation": "real"}, good_params)
+    publisher.publish(BlobMeta(10**7, "real"), good_params)
 
     def latest_real():
         publisher.service()  # as the learner's loop does: a ps that re-subscribed gets the latest blob
         reply = client.fetch(-1, "", 0.5)
-        return reply if reply is not None and reply.version == 10**7 else None
+        return reply if reply is not None and reply.blob.version == 10**7 else None
 
     reply = wait_until(latest_real, 30)
-    np.testing.assert_array_equal(reply.message.arrays["policy"]["w"], good_params["policy"]["w"])
+    np.testing.assert_array_equal(reply.arrays["policy"]["w"], good_params["policy"]["w"])
 
     replay_dropped = metric_value(metrics_text(s.metrics_port), "surreal_messages_dropped_total")
     ps_dropped = metric_value(metrics_text(ps_metrics), "surreal_messages_dropped_total")

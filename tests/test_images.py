@@ -17,6 +17,8 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from conftest import make
+
 REPO = Path(__file__).resolve().parents[1]
 IMAGES = REPO / "images"
 HADOLINT = REPO / ".venv" / "bin" / "hadolint"
@@ -145,31 +147,31 @@ def test_replay_install_set_is_the_base_dependencies_without_torch() -> None:
     assert set(base) <= {*declared, "antlr4-python3-runtime", "packaging"}, "base.txt holds more than the base set"
 
 
+def assert_pins_cover(lock: str, pinned: dict[str, str], specs: list[str]) -> None:
+    """Every requirement in `specs` but torch (installed from its own index, at pyproject's pin) is pinned in
+    `lock` at a version the requirement allows."""
+    for spec in specs:
+        requirement = Requirement(spec)
+        name = canonicalize_name(requirement.name)
+        if name == "torch":
+            continue
+        assert name in pinned, f"{lock} misses {name}"
+        assert requirement.specifier.contains(pinned[name]), f"{name}=={pinned[name]} violates {requirement}"
+
+
 def test_rl_pins_cover_the_rl_extra_and_agree_with_base() -> None:
     base, rl = pins("base.txt"), pins("rl.txt")
     assert "torch" not in rl, "torch is installed from its own index, at pyproject's pin"
     for name, version in base.items():
         assert rl.get(name) == version, f"{name}: base.txt and rl.txt disagree"
-    for spec in PYPROJECT["project"]["optional-dependencies"]["rl"]:
-        requirement = Requirement(spec)
-        name = canonicalize_name(requirement.name)
-        if name == "torch":
-            continue
-        assert name in rl, f"rl.txt misses {name}"
-        assert requirement.specifier.contains(rl[name]), f"{name}=={rl[name]} violates pyproject's {requirement}"
+    assert_pins_cover("rl.txt", rl, PYPROJECT["project"]["optional-dependencies"]["rl"])
 
 
 def test_robosuite_pins_cover_the_rl_and_robosuite_extras_with_rls_mujoco() -> None:
     rl, robosuite = pins("rl.txt"), pins("robosuite.txt")
     assert "torch" not in robosuite
     extras = PYPROJECT["project"]["optional-dependencies"]
-    for spec in extras["rl"] + extras["robosuite"]:
-        requirement = Requirement(spec)
-        name = canonicalize_name(requirement.name)
-        if name == "torch":
-            continue
-        assert name in robosuite, f"robosuite.txt misses {name}"
-        assert requirement.specifier.contains(robosuite[name]), f"{name}=={robosuite[name]} violates {requirement}"
+    assert_pins_cover("robosuite.txt", robosuite, extras["rl"] + extras["robosuite"])
     assert robosuite["mujoco"] == rl["mujoco"], "one MuJoCo for actors (robosuite.txt) and learner (rl.txt)"
 
 
@@ -205,14 +207,7 @@ def make_with_recording_docker(tmp_path: Path, target: str, *variables: str) -> 
     fake = tmp_path / "docker"
     fake.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
     fake.chmod(0o755)
-    done = subprocess.run(
-        ["make", "-s", target, f"DOCKER={fake}", *variables],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = make("-s", target, f"DOCKER={fake}", *variables)
     return done.returncode, done.stdout + done.stderr, calls.read_text().splitlines() if calls.exists() else []
 
 
@@ -232,13 +227,7 @@ def test_make_images_builds_all_three_with_one_tag(tmp_path: Path) -> None:
 
 
 def test_make_images_without_docker_says_so(tmp_path: Path) -> None:
-    done = subprocess.run(
-        ["make", "-s", "images", f"DOCKER={tmp_path / 'no-docker'}"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = make("-s", "images", f"DOCKER={tmp_path / 'no-docker'}")
     assert done.returncode != 0 and "make images needs Docker" in done.stderr
 
 
@@ -326,15 +315,10 @@ def test_make_images_passes_base_image_torch_index_ca_bundle_and_flags(tmp_path:
     podman.chmod(0o755)
     ca = tmp_path / "ca.pem"
     ca.write_text("")
-    done = subprocess.run(
-        ["make", "-s", "images", f"CONTAINER_ENGINE={podman}", "IMAGE_TAG=t1", "BASE_IMAGE=localhost/base:1"]
-        + ["ACTOR_TORCH_INDEX=https://mirror/cpu", f"CA_BUNDLE={ca}", f"TORCH_FIND_LINKS={tmp_path}"]
-        + ["IMAGE_BUILD_FLAGS=--network host", "PIP_INDEX_URL=https://idx/s", "PIP_EXTRA_INDEX_URL=https://x/s"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    done = make(
+        *["-s", "images", f"CONTAINER_ENGINE={podman}", "IMAGE_TAG=t1", "BASE_IMAGE=localhost/base:1"],
+        *["ACTOR_TORCH_INDEX=https://mirror/cpu", f"CA_BUNDLE={ca}", f"TORCH_FIND_LINKS={tmp_path}"],
+        *["IMAGE_BUILD_FLAGS=--network host", "PIP_INDEX_URL=https://idx/s", "PIP_EXTRA_INDEX_URL=https://x/s"],
     )
     assert done.returncode == 0, done.stdout + done.stderr
     lines = calls.read_text().splitlines()
@@ -428,14 +412,7 @@ def test_make_images_smoke_builds_replay_and_actor_with_podman_on_the_debian_bas
     """`make -n images-smoke`: the engine and base first, then replay and actor only (the learner's CUDA image is
     not built in CI), with podman configured by images/podman/containers.conf, the host network for pip, and the
     driver last. `.ci/run` runs it after `make test`."""
-    done = subprocess.run(
-        ["make", "-n", "images-smoke", "SMOKE_CA_BUNDLE=/ca.pem", "SMOKE_WHEELS="],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = make("-n", "images-smoke", "SMOKE_CA_BUNDLE=/ca.pem", "SMOKE_WHEELS=")
     assert done.returncode == 0, done.stderr
     text = done.stdout
     conf = f"CONTAINERS_CONF={REPO}/images/podman/containers.conf"

@@ -125,3 +125,84 @@ def test_flow_control_needs_neither_torch_nor_sockets():
         path = SRC.joinpath(*module.split(".")[1:])
         path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
         assert "torch" not in {m.split(".")[0] for m in imported_modules(path)}, f"{module} imports torch"
+
+
+# -- the wire has one home --------------------------------------------------------------------------------
+
+WIRE = SRC / "proto" / "wire.py"
+# Words wire.py uses as message fields that are also keys of the package's own files and rows (metrics rows,
+# run summaries, snapshot books and arrays, checkpoints, config): their use in messages is held by the
+# structural rules below (no message metadata read, no message built outside wire.py), not by the word.
+SHARED_WORDS = frozenset({"actor", "actors", "env_steps", "ids", "priorities", "reason", "shard", "slots", "version"})
+
+
+def field_literals(tree: ast.AST) -> list[tuple[str, int]]:
+    """(string, line) of every string literal in a field position: a dict display's key, a subscript, the key
+    of `.get`/`.pop`/`.setdefault`, the left side of `in`, the key argument of wire.py's field readers."""
+    found: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        keys: list[ast.expr | None] = []
+        if isinstance(node, ast.Dict):
+            keys = list(node.keys)
+        elif isinstance(node, ast.Subscript):
+            keys = [node.slice]
+        elif isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in ("get", "pop", "setdefault") and node.args:
+                keys = [node.args[0]]
+            elif name in ("_int", "_text") and len(node.args) > 1:
+                keys = [node.args[1]]
+        elif isinstance(node, ast.Compare) and isinstance(node.ops[0], ast.In | ast.NotIn):
+            keys = [node.left]
+        found += [(k.value, k.lineno) for k in keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+    return found
+
+
+def message_kinds() -> set[str]:
+    """The values of wire.py's module-level string constants in capitals: the message kinds."""
+    kinds = set()
+    for node in ast.parse(WIRE.read_text(encoding="utf-8")).body:
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+            and all(isinstance(t, ast.Name) and t.id.isupper() for t in node.targets)
+        ):
+            kinds.add(node.value.value)
+    return kinds
+
+
+def wire_violations(path: Path, fields: set[str], kinds: set[str]) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    where = path.relative_to(SRC)
+    found = [f"{where}:{line} names message field {name!r}" for name, line in field_literals(tree) if name in fields]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and node.value in kinds:
+            found.append(f"{where}:{node.lineno} spells message kind {node.value!r}")
+        # A message's metadata read by key (`m.meta[...]`, `m.meta.get(...)`, `... in m.meta`): decoding by hand.
+        inner: ast.expr | None = None
+        if isinstance(node, ast.Subscript):
+            inner = node.value
+        elif isinstance(node, ast.Compare):
+            inner = node.comparators[0]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            inner = node.func.value
+        if isinstance(inner, ast.Attribute) and inner.attr == "meta":
+            found.append(f"{where}:{node.lineno} reads a message's metadata by key")
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "Message":
+            found.append(f"{where}:{node.lineno} builds a Message")
+    return found
+
+
+def test_message_fields_and_kinds_are_read_and_built_in_proto_wire_only():
+    """Every field a peer sends is read, and every message built, in proto/wire.py: no other module of the package
+    spells a message kind or a message-only field name, reads a message's metadata by key, or builds a Message
+    (proto/codec.py, the envelope, defines it)."""
+    fields = {name for name, _ in field_literals(ast.parse(WIRE.read_text(encoding="utf-8")))} - SHARED_WORDS
+    kinds = message_kinds()
+    assert {"experience", "fifo_reply", "transition_reply", "not_modified", "error"} <= kinds
+    assert {"batch_size", "chunks", "hold_ms", "incarnation", "episode_returns", "ready_at"} <= fields
+    exempt = {WIRE, SRC / "proto" / "codec.py"}
+    paths = [path for path in sorted(SRC.rglob("*.py")) if path not in exempt]
+    violations = [v for path in paths for v in wire_violations(path, fields, kinds)]
+    assert not violations, "\n".join(violations)

@@ -23,7 +23,7 @@ from surreal.replay import (
     flatten_time_major,
     make_replay,
 )
-from surreal.replay.buffers import REPLY_HEADER_RESERVE
+from surreal.replay.buffers import REPLY_HEADER_RESERVE, FifoReplay
 
 
 def chunk(value: float, T: int = 4, K: int = 2) -> dict[str, np.ndarray]:
@@ -93,15 +93,15 @@ def test_capacity_in_bytes_evicts_the_oldest_chunks_and_bounds_a_transition_layo
     assert not storage.data
 
 
-def test_fifo_facade_nests_chunks_and_keeps_the_books():
+def test_fifo_facade_serves_whole_chunks_in_order_and_keeps_the_books():
     replay = make_replay("fifo", capacity=20)
-    assert not replay.ready(1)
+    assert isinstance(replay, FifoReplay) and not replay.ready(1)
     for i in range(3):
         replay.add_chunk(chunk(i), {"version": i}, 8)  # the third evicts the first
     assert replay.ready(1000)
-    arrays, meta = replay.sample(1000)
-    assert sorted(arrays) == ["0", "1"] and meta == {"chunks": [{"version": 1}, {"version": 2}], "transitions": 16}
-    assert arrays["1"]["obs"][0, 0, 0] == 2.0 and not replay.ready(1)
+    items = replay.fifo.take(1000)
+    assert [item.meta for item in items] == [{"version": 1}, {"version": 2}]
+    assert items[1].arrays["obs"][0, 0, 0] == 2.0 and not replay.ready(1)
     stats = replay.stats()
     assert stats == {"size": 0, "capacity": 20, "added": 24, "served": 16, "dropped": 8}
     assert stats["added"] == stats["size"] + stats["served"] + stats["dropped"]
@@ -161,8 +161,8 @@ def test_transition_facade_returns_nested_batches_with_slots_and_ids():
     T, K = 3, 2
     replay.add_chunk({"obs": np.arange(6.0).reshape(T, K, 1), "extra": {"logp": -np.arange(6.0).reshape(T, K)}}, {}, 6)
     assert replay.ready(6) and not replay.ready(7)
-    arrays, meta = replay.sample(32)
-    assert meta == {"transitions": 32} and sorted(arrays) == ["extra", "ids", "obs", "slots"]
+    arrays = replay.sample(32)
+    assert sorted(arrays) == ["extra", "ids", "obs", "slots"] and len(arrays["slots"]) == 32
     assert arrays["slots"].dtype == np.int64 and arrays["ids"].dtype == np.uint64
     np.testing.assert_array_equal(arrays["obs"][:, 0], arrays["slots"])
     np.testing.assert_array_equal(arrays["extra"]["logp"], -arrays["slots"])
@@ -198,7 +198,7 @@ def test_prioritized_sampling_is_proportional_to_priority_to_the_alpha():
     draws, batch = 200_000, 1000
     counts = np.zeros(8)
     for _ in range(draws // batch):
-        counts += np.bincount(replay.sample(batch)[0]["slots"], minlength=8)
+        counts += np.bincount(replay.sample(batch)["slots"], minlength=8)
     p = (np.abs(errors) + eps) ** alpha
     p /= p.sum()
     assert counts[6:].sum() == 0
@@ -212,14 +212,14 @@ def test_importance_weights_follow_the_formula():
     replay = filled("prioritized", capacity=6, n=4, alpha=alpha, beta=beta, eps=eps, seed=2)
     errors = np.array([1.0, 2.0, 3.0, 4.0])
     replay.update_priorities(np.arange(4), replay.storage.ids[:4].copy(), errors)
-    arrays, _ = replay.sample(64)
+    arrays = replay.sample(64)
     p = (errors + eps) ** alpha
     P = p / p.sum()
     w = (4 * P) ** -beta
     assert arrays["weights"].dtype == np.float32
     np.testing.assert_allclose(arrays["weights"], (w / w.max())[arrays["slots"]], rtol=1e-6)
     replay.sampler.beta = 1.0  # annealed by the learner
-    arrays, _ = replay.sample(64)
+    arrays = replay.sample(64)
     np.testing.assert_allclose(arrays["weights"], (p.min() / p)[arrays["slots"]], rtol=1e-6)
 
 
@@ -347,8 +347,23 @@ def test_halfcheetah_sized_adds_wrap_correctly_and_print_their_rate():
             base["rewards"][:, 0] = i  # tag each chunk
             replay.add_chunk({**base, "terminated": np.zeros((T, K), bool)}, {}, T * K)
         rate = 300 * T * K / (time.perf_counter() - start)
-        arrays, _ = replay.sample(4096)
+        arrays = replay.sample(4096)
         ids = arrays["ids"].astype(np.int64)
         np.testing.assert_array_equal(arrays["rewards"], (ids - 1) // T)
         np.testing.assert_array_equal(arrays["obs"], base["obs"][(ids - 1) % T, 0])
         print(f"\n{mode}: {rate / 1e6:.2f} M transitions/s added in chunks of {T * K}")
+
+
+def test_a_shard_is_built_from_the_whole_replay_config():
+    """Serial mode and the replay role build a shard the same way: every ReplayConfig field it uses arrives."""
+    from surreal.config.schema import ReplayConfig
+    from surreal.replay.shard import ReplayShard, message_limits
+
+    config = ReplayConfig(mode="fifo", capacity=500, capacity_bytes=12_345, max_frames=7, max_message_bytes=99_999)
+    shard = ReplayShard.of(config, seed=0, shard=3)
+    assert isinstance(shard.replay, FifoReplay) and (shard.shard, shard.capacity) == (3, 500)
+    assert shard.replay.fifo.capacity_bytes == 12_345 and shard.replay.fifo.reply == message_limits(config)
+    assert (message_limits(config).max_frames, message_limits(config).max_bytes) == (7, 99_999)
+    prioritized = ReplayShard.of(ReplayConfig(mode="prioritized", alpha=0.7, beta=0.5, priority_eps=0.01), seed=0)
+    sampler = prioritized.replay.sampler
+    assert isinstance(sampler, PrioritizedSampler) and (sampler.alpha, sampler.beta, sampler.eps) == (0.7, 0.5, 0.01)

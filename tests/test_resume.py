@@ -70,11 +70,11 @@ def final_checkpoint(run_dir: Path) -> dict[str, Any]:
 
 
 def differences(a: Any, b: Any, path: str = "") -> list[str]:
-    """Where `a` and `b` differ (tensors and arrays bit for bit, NaN equal to NaN); `incarnation` is skipped."""
+    """Where `a` and `b` differ (tensors and arrays bit for bit, NaN equal to NaN); incarnations are skipped."""
     if isinstance(a, dict) and isinstance(b, dict):
         if a.keys() != b.keys():
             return [f"{path}: keys {sorted(map(str, a))} != {sorted(map(str, b))}"]
-        return [d for k in a if k != "incarnation" for d in differences(a[k], b[k], f"{path}/{k}")]
+        return [d for k in a if not str(k).endswith("incarnation") for d in differences(a[k], b[k], f"{path}/{k}")]
     if isinstance(a, list | tuple) and isinstance(b, list | tuple):
         if len(a) != len(b):
             return [f"{path}: length {len(a)} != {len(b)}"]
@@ -92,7 +92,7 @@ def differences(a: Any, b: Any, path: str = "") -> list[str]:
 def incarnations(state: Any) -> set[str]:
     """Every incarnation named anywhere in a checkpoint."""
     if isinstance(state, dict):
-        found = {state["incarnation"]} if isinstance(state.get("incarnation"), str) else set()
+        found = {v for k, v in state.items() if str(k).endswith("incarnation") and isinstance(v, str)}
         return found.union(*(incarnations(v) for v in state.values()))
     if isinstance(state, list):
         return set().union(*(incarnations(v) for v in state))
@@ -118,7 +118,7 @@ def test_a_run_stopped_and_resumed_ends_as_the_run_never_stopped(tmp_path, case)
     elapsed = [e for actor in stopped["extra"]["actors"] for env in actor["envs"] for e in env["elapsed_steps"] if e]
     assert bool(elapsed) == (case != "es"), "mid-episode at the stop (an ES chunk is whole episodes)"
     if case == "ppo-staleness":
-        assert stopped["feed"]["chunks"], "chunks wait in the feed at the stop"
+        assert stopped["feed"]["queued_chunks"], "chunks wait in the feed at the stop"
     if case == "ddpg":
         samples = stopped["feed"]["samples"]
         assert samples and any(0 < s["used"] < s["minibatches"] for s in samples), "a sample is half used"
@@ -155,7 +155,7 @@ def test_a_checkpoint_whose_feed_does_not_unpack_is_set_aside_for_the_one_before
     assert run_serial(cfg, tmp_path, stop_after_updates=k) is None
     path = CheckpointStore(tmp_path / "checkpoints", 5).paths()[-1]
     state = torch.load(path, map_location="cpu", weights_only=True)
-    state["feed"] = {"chunks": [{"__ndarray__": "|O", "shape": [1], "data": torch.zeros(8, dtype=torch.uint8)}]}
+    state["feed"] = {"queued_chunks": [{"__ndarray__": "|O", "shape": [1], "data": torch.zeros(8, dtype=torch.uint8)}]}
     torch.save(state, path)
     assert run_serial(cfg, tmp_path, resume=True, stop_after_updates=k) is None
     assert path.with_name(path.name + ".corrupt").exists()

@@ -4,12 +4,13 @@ prompt, and where the kubeconfig and pool values land."""
 
 from __future__ import annotations
 
-import os
 import stat
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from conftest import make
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "infra" / "scripts" / "cluster.sh"
@@ -247,13 +248,6 @@ def test_the_makefile_targets_call_the_script() -> None:
         "terraform-test",
     ):
         assert f"\n{target}:" in block, f"Makefile lacks the {target} target"
-    dry = subprocess.run(
-        ["make", "-n", "cluster-up", "CLOUD=aws", "AUTO_APPROVE=1"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env={**os.environ},
-        check=True,
-    )
+    dry = make("-n", "cluster-up", "CLOUD=aws", "AUTO_APPROVE=1")
+    assert dry.returncode == 0, dry.stderr
     assert 'AUTO_APPROVE="1"' in dry.stdout and 'infra/scripts/cluster.sh up "aws"' in dry.stdout

@@ -3,7 +3,6 @@ the provider-free contract module (offline), and checkov with every suppression 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -12,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import checkov
+
 REPO = Path(__file__).resolve().parents[1]
 TF_ROOT = REPO / "infra" / "terraform"
 CONTRACT = TF_ROOT / "modules" / "contract"
-CHECKOV = REPO / ".tools" / "checkov" / "bin" / "checkov"
 TERRAFORM = shutil.which("terraform") or (
     "/usr/local/bin/terraform" if Path("/usr/local/bin/terraform").exists() else None
 )
@@ -81,24 +81,9 @@ def test_terraform_test_fails_when_the_contract_drifts(tmp_path: Path) -> None:
 
 
 def test_checkov_finds_no_failed_check() -> None:
-    assert CHECKOV.exists(), f"{CHECKOV} missing: run make tools"
-    result = subprocess.run(
-        [str(CHECKOV), "-d", str(TF_ROOT), "--framework", "terraform", "--quiet", "--compact", "-o", "json"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    report = json.loads(result.stdout)
-    reports = report if isinstance(report, list) else [report]
-    failed = [
-        f"{check['check_id']} {check['resource']} ({check['file_path']}): {check['check_name']}"
-        for item in reports
-        for check in item["results"]["failed_checks"]
-    ]
+    reports, failed, returncode = checkov("-d", str(TF_ROOT), "--framework", "terraform", "--quiet", cwd=REPO)
     assert failed == [], "checkov failed checks:\n" + "\n".join(failed)
-    assert result.returncode == 0
+    assert returncode == 0
     passed = sum(item["summary"]["passed"] for item in reports)
     assert passed >= 20, f"checkov scanned too little ({passed} passed checks): did it find the stacks?"
     assert sum(item["summary"]["parsing_errors"] for item in reports) == 0

@@ -14,28 +14,38 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import free_port
-from surreal.proto.channels import (
+from surreal.proto.channels import ParamPublisher, frames_of, make_socket, send
+from surreal.proto.codec import Message, ProtocolError, decode, encode
+from surreal.proto.wire import (
     ERROR,
+    EXPERIENCE,
+    FIFO_REPLY,
+    MAX_CHUNK_ENV_STEPS,
     PARAMS,
     PARAMS_REQUEST,
     PRIORITY_UPDATE,
-    SAMPLE_REPLY,
     SAMPLE_REQUEST,
-    ParamPublisher,
-    make_socket,
-    send,
-)
-from surreal.proto.codec import ProtocolError, decode, encode
-from surreal.proto.wire import (
-    MAX_CHUNK_ENV_STEPS,
+    TRANSITION_REPLY,
     BlobMeta,
     Chunk,
     ChunkMeta,
+    EmptyReply,
+    ErrorReply,
+    FifoReply,
+    NotModified,
+    Params,
+    ParamsRequest,
+    PriorityUpdate,
+    SampleRequest,
     ShardReport,
+    TransitionReply,
     decode_chunk,
-    decode_fifo_reply,
+    decode_params,
+    decode_params_reply,
+    decode_sample_reply,
     encode_chunk,
-    fifo_reply,
+    encode_params,
+    encode_sample_reply,
     supersedes,
 )
 from surreal.replay.buffers import MAX_PRIORITY, PrioritizedSampler, TransitionStorage
@@ -51,13 +61,78 @@ def chunk(value: float = 1.0, T: int = 4, K: int = 2, actor: int = 1) -> Chunk:
     return Chunk(arrays, version=3, actor=actor, episode_returns=[2.5], episode_lengths=[7])
 
 
+def parts(message: Message) -> tuple[dict, dict]:
+    """(meta, arrays) of a message, for tests that tamper with one before decoding."""
+    return message.meta, message.arrays
+
+
+def decode_parts(arrays: dict, meta: dict, max_steps_per_unit: int | None = None) -> tuple[Chunk, ChunkMeta]:
+    return decode_chunk(Message(EXPERIENCE, meta, arrays), max_steps_per_unit)
+
+
+def over_the_wire(message: Message) -> Message:
+    """`message` framed and decoded again, as a peer receives it."""
+    return decode(frames_of(message))
+
+
 def test_a_chunk_round_trips_through_its_encoder_and_decoder():
-    meta, arrays = encode_chunk(chunk(), incarnation="abc")
-    decoded, chunk_meta = decode_chunk(arrays, meta)
-    assert chunk_meta == ChunkMeta(3, "abc", 1, 8, [2.5], [7])
-    assert (decoded.version, decoded.actor, decoded.size, decoded.env_steps) == (3, 1, 8, 8)
-    reply_arrays, reply_meta = fifo_reply([(arrays, meta), (arrays, meta)])
-    assert [c.version for c in decode_fifo_reply(reply_arrays, reply_meta)] == [3, 3]
+    message = over_the_wire(encode_chunk(chunk(), incarnation="abc"))
+    decoded, chunk_meta = decode_chunk(message)
+    assert message.kind == EXPERIENCE and chunk_meta == ChunkMeta(3, "abc", 1, 8, [2.5], [7])
+    assert (decoded.version, decoded.actor, decoded.size, decoded.env_steps, decoded.incarnation) == (3, 1, 8, 8, "abc")
+
+
+def test_every_message_kind_round_trips_through_its_one_encoder_and_decoder():
+    report = ShardReport(0, 40, [2.5], [7], actors=[1])
+    fifo = over_the_wire(encode_sample_reply(FifoReply(report, [decode_chunk(encode_chunk(chunk(), "abc"))[0]] * 2)))
+    got = decode_sample_reply(fifo, shard=2)
+    assert fifo.kind == FIFO_REPLY and isinstance(got, FifoReply)
+    assert [(c.version, c.incarnation) for c in got.chunks] == [(3, "abc")] * 2 and got.report.shard == 2
+    batch = {"obs": np.zeros((4, 3), np.float32), "slots": np.arange(4), "ids": np.arange(4, dtype=np.uint64)}
+    transitions = over_the_wire(encode_sample_reply(TransitionReply(report, batch)))
+    got = decode_sample_reply(transitions, shard=0)
+    assert transitions.kind == TRANSITION_REPLY and isinstance(got, TransitionReply) and got.report == report
+    assert decode_sample_reply(over_the_wire(encode_sample_reply(EmptyReply(report))), shard=0) == EmptyReply(report)
+    with pytest.raises(ProtocolError, match="error_reply"):
+        decode_sample_reply(over_the_wire(ErrorReply("bad_request").to_message()), shard=0)
+    for request in (SampleRequest(64), SampleRequest(128, ready_at=32)):
+        assert SampleRequest.from_message(over_the_wire(request.to_message())) == request
+    update = PriorityUpdate(np.arange(3), np.arange(3, dtype=np.uint64), np.ones(3))
+    decoded = PriorityUpdate.from_message(over_the_wire(update.to_message()))
+    assert all(np.array_equal(a, b) for a, b in zip(vars(decoded).values(), vars(update).values(), strict=True))
+    for request in (ParamsRequest(-1, ""), ParamsRequest(4, "a", hold_ms=500)):
+        assert ParamsRequest.from_message(over_the_wire(request.to_message())) == request
+    params = Params(BlobMeta(5, "inc", env_steps=10), {"w": np.ones(3, np.float32)})
+    assert decode_params(over_the_wire(encode_params(params))).blob == params.blob
+    assert decode_params_reply(over_the_wire(NotModified(-1, "").to_message())) == NotModified(-1, "")
+    assert ErrorReply.from_message(over_the_wire(ErrorReply("too_many_pending").to_message())).reason
+
+
+@pytest.mark.parametrize(
+    ("decoder", "meta", "arrays"),
+    [
+        (SampleRequest.from_message, {"batch_size": 0}, {}),
+        (SampleRequest.from_message, {"batch_size": 64, "ready_at": 65}, {}),
+        (SampleRequest.from_message, {"batch_size": "64"}, {}),
+        (ParamsRequest.from_message, {"version": -2, "incarnation": ""}, {}),
+        (ParamsRequest.from_message, {"version": 1, "incarnation": "", "hold_ms": 60_001}, {}),
+        (ParamsRequest.from_message, {"version": 1}, {}),
+        (NotModified.from_message, {"version": 1.0, "incarnation": ""}, {}),
+        (ErrorReply.from_message, {"reason": 3}, {}),
+        (PriorityUpdate.from_message, {}, {"slots": np.arange(2), "ids": np.arange(3)}),
+        (PriorityUpdate.from_message, {}, {"slots": np.arange(2), "ids": np.arange(2), "priorities": np.ones(3)}),
+        (PriorityUpdate.from_message, {}, {"slots": np.ones(2), "ids": np.arange(2), "priorities": np.ones(2)}),
+        (
+            PriorityUpdate.from_message,
+            {},
+            {"slots": np.arange(1), "ids": np.arange(1), "priorities": np.full(1, np.nan)},
+        ),
+    ],
+)
+def test_every_request_and_reply_decoder_refuses_bad_content_with_a_reason(decoder, meta, arrays):
+    with pytest.raises(ProtocolError) as caught:
+        decoder(Message("any", meta, arrays))
+    assert caught.value.reason
 
 
 @pytest.mark.parametrize(
@@ -82,38 +157,38 @@ def test_a_chunk_round_trips_through_its_encoder_and_decoder():
     ],
 )
 def test_out_of_range_chunk_metadata_is_refused_with_a_reason(change, reason):
-    meta, arrays = encode_chunk(chunk(), incarnation="abc")
+    meta, arrays = parts(encode_chunk(chunk(), incarnation="abc"))
     with pytest.raises(ProtocolError) as caught:
-        decode_chunk(arrays, {**meta, **change})
+        decode_parts(arrays, {**meta, **change})
     assert caught.value.reason == reason
 
 
 @pytest.mark.parametrize(("bad", "reason"), [(math.nan, "non_finite"), (math.inf, "non_finite")])
 def test_non_finite_observations_or_rewards_never_pass(bad, reason):
     for key in ("obs", "rewards"):
-        meta, arrays = encode_chunk(chunk(), incarnation="")
+        meta, arrays = parts(encode_chunk(chunk(), incarnation=""))
         arrays[key] = arrays[key].copy()
         arrays[key].flat[3] = bad
         with pytest.raises(ProtocolError) as caught:
-            decode_chunk(arrays, meta)
+            decode_parts(arrays, meta)
         assert caught.value.reason == reason
 
 
 def test_empty_and_ragged_chunks_are_refused():
-    meta, arrays = encode_chunk(chunk(T=4), incarnation="")
+    meta, arrays = parts(encode_chunk(chunk(T=4), incarnation=""))
     with pytest.raises(ProtocolError, match="empty_chunk"):
-        decode_chunk({k: v[:0] for k, v in arrays.items()}, meta)
+        decode_parts({k: v[:0] for k, v in arrays.items()}, meta)
     with pytest.raises(ProtocolError, match="bad_chunk"):
-        decode_chunk({**arrays, "rewards": np.zeros((3, 2), np.float32)}, meta)
+        decode_parts({**arrays, "rewards": np.zeros((3, 2), np.float32)}, meta)
 
 
 def test_episode_successes_travel_beside_returns_and_are_optional():
     successful = chunk()
     successful.episode_successes = [True]
-    meta, arrays = encode_chunk(successful, incarnation="abc")
-    assert decode_chunk(arrays, meta)[0].episode_successes == [True]
-    assert decode_chunk(arrays, {**meta, "episode_successes": [0]})[0].episode_successes == [False], "0/1 too"
-    assert decode_chunk(arrays, {k: v for k, v in meta.items() if k != "episode_successes"})[1].episode_successes == []
+    meta, arrays = parts(encode_chunk(successful, incarnation="abc"))
+    assert decode_parts(arrays, meta)[0].episode_successes == [True]
+    assert decode_parts(arrays, {**meta, "episode_successes": [0]})[0].episode_successes == [False], "0/1 too"
+    assert decode_parts(arrays, {k: v for k, v in meta.items() if k != "episode_successes"})[1].episode_successes == []
     report = ShardReport(1, 10, [5.0, 1.0], [3, 3], actors=[0], episode_successes=[True, False])
     assert ShardReport.from_meta(report.to_meta()) == report
     with pytest.raises(ProtocolError, match="bad_reply_meta"):
@@ -124,11 +199,11 @@ def test_a_transition_shard_forwards_successes_only_while_every_episode_has_one(
     shard = ReplayShard("uniform", 100)
     with_success, without = chunk(), chunk()
     with_success.episode_successes = [True]
-    shard.add(*reversed(encode_chunk(with_success, incarnation="a")))
-    assert ShardReport.from_meta(shard.report()).episode_successes == [True]
-    shard.add(*reversed(encode_chunk(with_success, incarnation="a")))
-    shard.add(*reversed(encode_chunk(without, incarnation="a")))
-    report = ShardReport.from_meta(shard.report())
+    shard.add(encode_chunk(with_success, incarnation="a"))
+    assert shard.report().episode_successes == [True]
+    shard.add(encode_chunk(with_success, incarnation="a"))
+    shard.add(encode_chunk(without, incarnation="a"))
+    report = shard.report()
     assert report.episode_returns == [2.5, 2.5] and report.episode_successes == [], "unpaired: none forwarded"
 
 
@@ -152,19 +227,19 @@ def test_reply_and_blob_metadata_are_typed_and_bounded():
 def test_a_transition_shard_reports_each_actor_heard_once():
     shard = ReplayShard("uniform", 100)
     for actor in (3, 1, 3):
-        meta, arrays = encode_chunk(chunk(actor=actor), incarnation="")
-        shard.add(arrays, meta)
-    assert ShardReport.from_meta(shard.report()).actors == [1, 3]
-    assert ShardReport.from_meta(shard.report()).actors == [], "handed over once"
+        meta, arrays = parts(encode_chunk(chunk(actor=actor), incarnation=""))
+        shard.add(Message(EXPERIENCE, meta, arrays))
+    assert shard.report().actors == [1, 3]
+    assert shard.report().actors == [], "handed over once"
 
 
 def test_a_replay_shard_refuses_bad_content_and_keeps_its_books_right():
     shard = ReplayShard("uniform", 100)
-    meta, arrays = encode_chunk(chunk(), incarnation="")
-    assert shard.add(arrays, meta) == 8
+    meta, arrays = parts(encode_chunk(chunk(), incarnation=""))
+    assert shard.add(Message(EXPERIENCE, meta, arrays)) == 8
     nan = {**arrays, "rewards": np.full((4, 2), math.nan, np.float32)}
     with pytest.raises(ProtocolError):
-        shard.add(nan, meta)
+        shard.add(Message(EXPERIENCE, meta, nan))
     assert shard.stats()["size"] == 8 and shard.env_steps_in == 8, "nothing of the refused chunk counted"
 
 
@@ -218,18 +293,18 @@ def test_one_peers_absurd_requests_never_starve_another(server, monkeypatch):
     monkeypatch.setattr(replay_role, "DEFER_S", 600.0)  # parked requests outlast the test, however slow the box
     replay, client = server
     hostile, learner = client(), client()
-    for i in range(MAX_PENDING_PER_PEER + 4):
-        hostile.send_multipart(encode(SAMPLE_REQUEST, {"id": i, "batch_size": 900}))  # parks: 900 > what is held
-    hostile.send_multipart(encode(SAMPLE_REQUEST, {"id": "x", "batch_size": 10**9}))  # more than capacity
+    for _ in range(MAX_PENDING_PER_PEER + 4):
+        hostile.send_multipart(frames_of(SampleRequest(900).to_message()))  # parks: 900 > what is held
+    hostile.send_multipart(frames_of(SampleRequest(10**9).to_message()))  # more than capacity
     refused = replies(replay, hostile, 5)
     assert [m.kind for m in refused] == [ERROR] * 5
     assert {m.meta["reason"] for m in refused} == {"too_many_pending", "bad_request"}
 
-    meta, arrays = encode_chunk(chunk(T=50, K=2), incarnation="")
-    client(zmq.PUSH).send_multipart(encode("experience", meta, arrays))
-    learner.send_multipart(encode(SAMPLE_REQUEST, {"id": "mine", "batch_size": 32}))
+    meta, arrays = parts(encode_chunk(chunk(T=50, K=2), incarnation=""))
+    client(zmq.PUSH).send_multipart(encode(EXPERIENCE, meta, arrays))
+    learner.send_multipart(frames_of(SampleRequest(32).to_message()))
     (answer,) = replies(replay, learner, 1)
-    assert answer.kind == SAMPLE_REPLY and answer.meta["id"] == "mine" and len(answer.arrays["obs"]) == 32
+    assert answer.kind == TRANSITION_REPLY and len(answer.arrays["obs"]) == 32
     # Served while the hostile peer's requests are still parked: not behind them (they wait for data that never
     # comes, until their deadline).
     assert len(replay.pending) == MAX_PENDING_PER_PEER and not hostile.poll(0), "the hostile's still wait"
@@ -245,17 +320,17 @@ def test_a_request_for_several_minibatches_is_answered_once_its_ready_at_is_held
         {"batch_size": 64, "ready_at": 0},
         {"batch_size": 64, "ready_at": "1"},
     ):
-        learner.send_multipart(encode(SAMPLE_REQUEST, {"id": "bad", **bad}))
+        learner.send_multipart(encode(SAMPLE_REQUEST, bad))
     assert {(m.kind, m.meta["reason"]) for m in replies(replay, learner, 3)} == {(ERROR, "bad_request")}
-    learner.send_multipart(encode(SAMPLE_REQUEST, {"id": "four", "batch_size": 4 * 32, "ready_at": 32}))
+    learner.send_multipart(frames_of(SampleRequest(4 * 32, ready_at=32).to_message()))
     replay.poll_once(0.05)
-    meta, arrays = encode_chunk(chunk(T=10, K=2), incarnation="")  # 20 transitions: fewer than ready_at
-    client(zmq.PUSH).send_multipart(encode("experience", meta, arrays))
+    meta, arrays = parts(encode_chunk(chunk(T=10, K=2), incarnation=""))  # 20 transitions: fewer than ready_at
+    client(zmq.PUSH).send_multipart(encode(EXPERIENCE, meta, arrays))
     assert replies(replay, learner, 1, timeout_s=0.3) == []
-    meta, arrays = encode_chunk(chunk(T=10, K=2), incarnation="")  # 40: a minibatch's worth
-    client(zmq.PUSH).send_multipart(encode("experience", meta, arrays))
+    meta, arrays = parts(encode_chunk(chunk(T=10, K=2), incarnation=""))  # 40: a minibatch's worth
+    client(zmq.PUSH).send_multipart(encode(EXPERIENCE, meta, arrays))
     (answer,) = replies(replay, learner, 1)
-    assert answer.kind == SAMPLE_REPLY and answer.meta["id"] == "four" and len(answer.arrays["obs"]) == 128
+    assert answer.kind == TRANSITION_REPLY and len(answer.arrays["obs"]) == 128
 
 
 # -- hostile content, generated ---------------------------------------------------------------------------
@@ -272,7 +347,7 @@ values = st.recursive(
 )
 fields = st.sampled_from(
     ["version", "incarnation", "actor", "env_steps", "episode_returns", "episode_lengths", "shard", "done"]
-    + ["env_step_budget", "chunks", "episode_successes"]
+    + ["env_step_budget", "chunks", "episode_successes", "batch_size", "ready_at", "hold_ms", "reason"]
 )
 hostile_meta = st.dictionaries(fields, values, max_size=6)
 
@@ -282,10 +357,13 @@ hostile_meta = st.dictionaries(fields, values, max_size=6)
 def test_every_decoder_returns_a_typed_value_or_refuses_with_a_reason(meta, value):
     arrays = {"obs": np.full((2, 2, 3), value, np.float32), "rewards": np.zeros((2, 2), np.float32)}
     decoders = [
-        lambda: decode_chunk(arrays, meta),
+        lambda: decode_parts(arrays, meta),
         lambda: ShardReport.from_meta(meta),
         lambda: BlobMeta.from_meta(meta),
-        lambda: decode_fifo_reply({"0": arrays}, meta),
+        lambda: decode_sample_reply(Message(FIFO_REPLY, {"chunks": [meta]}, {"0": arrays}), shard=0),
+        lambda: decode_sample_reply(Message(FIFO_REPLY, meta, {"0": arrays}), shard=0),
+        lambda: ParamsRequest.from_message(Message(PARAMS_REQUEST, meta)),
+        lambda: NotModified.from_message(Message(PARAMS_REQUEST, meta)),
     ]
     for decoder in decoders:
         try:
@@ -296,23 +374,26 @@ def test_every_decoder_returns_a_typed_value_or_refuses_with_a_reason(meta, valu
         if isinstance(decoded, tuple):  # decode_chunk: what passed is sane, and re-encodes
             chunk_, chunk_meta = decoded
             assert np.isfinite(chunk_.arrays["obs"]).all() and 0 <= chunk_meta.env_steps <= MAX_CHUNK_ENV_STEPS
-            encode("experience", chunk_meta.to_meta(), chunk_.arrays)
+            encode(EXPERIENCE, chunk_meta.to_meta(), chunk_.arrays)
         elif isinstance(decoded, BlobMeta | ShardReport):
-            encode("params", decoded.to_meta())
+            encode(PARAMS, decoded.to_meta())
+        elif isinstance(decoded, FifoReply):
+            frames_of(encode_sample_reply(decoded))
+        else:
+            frames_of(decoded.to_message())
 
 
 @settings(max_examples=150, deadline=None)
 @given(metas=st.lists(hostile_meta, min_size=1, max_size=8))
 def test_a_shard_fed_hostile_chunks_keeps_books_that_stay_encodable(metas):
     shard = ReplayShard("prioritized", 1000)
-    good_meta, arrays = encode_chunk(chunk(), incarnation="a")
+    good_meta, arrays = parts(encode_chunk(chunk(), incarnation="a"))
     for meta in [*metas, good_meta]:
         try:
-            shard.add(arrays, meta)
+            shard.add(Message(EXPERIENCE, meta, arrays))
         except ValueError:  # ProtocolError is one: refused with a reason, nothing stored
             continue
-    out, reply_meta = shard.sample(4)
-    encode(SAMPLE_REPLY, reply_meta, out)  # the reply a learner gets is always encodable
+    frames_of(encode_sample_reply(shard.sample(4)))  # the reply a learner gets is always encodable
     assert 0 < shard.env_steps_in <= (len(metas) + 1) * MAX_CHUNK_ENV_STEPS
 
 
@@ -328,9 +409,9 @@ def test_a_live_replay_fed_hostile_content_still_answers_well_formed_requests_ri
 ):
     replay, client = server
     push, hostile, learner = client(zmq.PUSH), client(), client()
-    _, arrays = encode_chunk(chunk(), incarnation="")
+    _, arrays = parts(encode_chunk(chunk(), incarnation=""))
     for meta in metas:
-        push.send_multipart(encode("experience", meta, arrays))
+        push.send_multipart(encode(EXPERIENCE, meta, arrays))
     hostile.send_multipart(encode(SAMPLE_REQUEST, request_meta))
     update = {
         "slots": np.array(slots, np.int64),
@@ -338,27 +419,27 @@ def test_a_live_replay_fed_hostile_content_still_answers_well_formed_requests_ri
         "priorities": np.array(priorities[: len(slots)], np.float64),
     }
     hostile.send_multipart(encode(PRIORITY_UPDATE, request_meta, update))
-    good_meta, good_arrays = encode_chunk(chunk(value=7.0, T=40, K=2), incarnation="")
-    push.send_multipart(encode("experience", good_meta, good_arrays))
+    good_meta, good_arrays = parts(encode_chunk(chunk(value=7.0, T=40, K=2), incarnation=""))
+    push.send_multipart(encode(EXPERIENCE, good_meta, good_arrays))
     deadline = time.monotonic() + 5
     while replay.replay.env_steps_in < 80 and time.monotonic() < deadline:  # the good chunk is in
         replay.poll_once(0.01)
-    learner.send_multipart(encode(SAMPLE_REQUEST, {"id": "ok", "batch_size": 32}))
-    answer = next(m for m in replies(replay, learner, 1) if m.meta.get("id") == "ok")
-    assert answer.kind == SAMPLE_REPLY and answer.arrays["obs"].shape == (32, 3)
+    learner.send_multipart(frames_of(SampleRequest(32).to_message()))
+    (answer,) = replies(replay, learner, 1)
+    assert answer.kind == TRANSITION_REPLY and answer.arrays["obs"].shape == (32, 3)
     assert np.isfinite(answer.arrays["obs"]).all() and ShardReport.from_meta(answer.meta).env_steps >= 80
 
 
 def test_a_chunk_cannot_claim_more_env_steps_than_its_units_can_stand_for():
-    meta, arrays = encode_chunk(chunk(T=4, K=2), incarnation="")
-    assert decode_chunk(arrays, {**meta, "env_steps": 8}, max_steps_per_unit=1)[1].env_steps == 8
+    meta, arrays = parts(encode_chunk(chunk(T=4, K=2), incarnation=""))
+    assert decode_parts(arrays, {**meta, "env_steps": 8}, max_steps_per_unit=1)[1].env_steps == 8
     for claim in (9, 10**6):
         with pytest.raises(ProtocolError, match="implausible_env_steps"):
-            decode_chunk(arrays, {**meta, "env_steps": claim}, max_steps_per_unit=1)
-    assert decode_chunk(arrays, {**meta, "env_steps": 24}, max_steps_per_unit=3)[1].env_steps == 24  # n-step
+            decode_parts(arrays, {**meta, "env_steps": claim}, max_steps_per_unit=1)
+    assert decode_parts(arrays, {**meta, "env_steps": 24}, max_steps_per_unit=3)[1].env_steps == 24  # n-step
     shard = ReplayShard("fifo", 100, max_steps_per_unit=1)
     with pytest.raises(ProtocolError, match="implausible"):
-        shard.add(arrays, {**meta, "env_steps": 10**6})
+        shard.add(Message(EXPERIENCE, {**meta, "env_steps": 10**6}, arrays))
     assert shard.env_steps_in == 0, "one chunk never ends a run"
 
 
@@ -395,12 +476,12 @@ def test_a_live_ps_fed_hostile_blobs_and_requests_still_serves_the_learners_blob
     for meta in blob_metas:
         send(publisher.sock, encode(PARAMS, meta, weights), 0.0)
     actor.send_multipart(encode(PARAMS_REQUEST, request_meta))
-    publisher.publish(n, {"incarnation": f"learner-{n}"}, weights)  # a new incarnation always replaces
+    publisher.publish(BlobMeta(n, f"learner-{n}"), weights)  # a new incarnation always replaces
     deadline = time.monotonic() + 5
     while ps.incarnation != f"learner-{n}" and time.monotonic() < deadline:
         publisher.service()
         ps.poll_once(0.01)
-    actor.send_multipart(encode(PARAMS_REQUEST, {"version": -1, "incarnation": ""}))
+    actor.send_multipart(frames_of(ParamsRequest(-1, "").to_message()))
     got = [m for m in replies(ps, actor, 2) if m.kind == PARAMS and m.meta.get("incarnation") == f"learner-{n}"]
     assert got and np.array_equal(got[-1].arrays["policy"]["w"], weights["policy"]["w"])
 

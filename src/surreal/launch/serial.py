@@ -26,12 +26,12 @@ import torch
 from surreal.config import ExperimentConfig
 from surreal.envs import env_steps_bound
 from surreal.metrics import RoleMetrics
-from surreal.proto.wire import BlobMeta
+from surreal.proto.wire import BlobMeta, Params
 from surreal.replay.shard import ReplayShard
 from surreal.roles.actor import ActorCore
 from surreal.roles.evaluation import finish
 from surreal.roles.learner import LearnerCore
-from surreal.roles.ports import InProcessParams, InProcessReplay, Params
+from surreal.roles.ports import InProcessParams, InProcessReplay
 
 
 class SerialStalled(RuntimeError):
@@ -75,8 +75,8 @@ class SerialWorld:
         return {
             # A learner's incarnation is a fresh random name per process; the world resumed keeps the one its
             # actors' throttles count under (a new one would reset their shares: a distributed restart).
-            "incarnation": self.learner.incarnation,
-            "params": None if held is None else {"blob": asdict(held.blob), "arrays": held.arrays},
+            "learner_incarnation": self.learner.incarnation,
+            "ps_blob": None if held is None else {"blob": asdict(held.blob), "arrays": held.arrays},
             "replay": self.shard.state(),
             "actors": [actor.state() for actor in self.actors],
             "rng": global_rng_state(),
@@ -87,9 +87,9 @@ class SerialWorld:
             raise SerialResumeError(
                 f"the checkpoint holds {len(state['actors'])} actors, the config {len(self.actors)}"
             )
-        self.learner.incarnation = state["incarnation"]
-        if state["params"] is not None:
-            self.params.latest = Params(BlobMeta(**state["params"]["blob"]), state["params"]["arrays"])
+        self.learner.incarnation = state["learner_incarnation"]
+        if (blob := state["ps_blob"]) is not None:
+            self.params.latest = Params(BlobMeta(**blob["blob"]), blob["arrays"])
         self.shard.load_state(state["replay"])
         for actor, actor_state in zip(self.actors, state["actors"], strict=True):
             actor.load_state(actor_state)
@@ -110,10 +110,7 @@ def run_serial(
     log = log or logging.getLogger("surreal.serial")
     # No actor can be lost here, and wall-clock time must not change a run: actors never overdraw.
     cfg = replace(cfg, actor=replace(cfg.actor, overdraft_after_s=0.0))
-    r = cfg.replay
-    shard = ReplayShard(
-        r.mode, r.capacity, r.alpha, r.beta, r.priority_eps, cfg.seed, max_steps_per_unit=env_steps_bound(cfg)
-    )
+    shard = ReplayShard.of(cfg.replay, cfg.seed, max_steps_per_unit=env_steps_bound(cfg))
     replay = InProcessReplay(shard, ready_at=cfg.algo.batch_size)  # off-policy: learn once a minibatch is held
     params = InProcessParams()
     learner = LearnerCore(cfg, run_dir, replay, params, RoleMetrics("learner", 0), resume=resume, log=log)

@@ -1,50 +1,72 @@
-"""The four paths of the dataflow as small typed socket wrappers.
+"""The four paths of the dataflow over ZMQ: one class per side of each socket, typed content in and out.
 
     actor  --experience (PUSH -> PULL, round-robin over shards)-->  replay
     learner <-sample / priorities (DEALER <-> ROUTER, pipelined)--> replay
     learner --params (XPUB -> SUB, late joiners get the latest)-->  ps
     actor  <-"newer than v?" (DEALER <-> ROUTER, optionally held)--> ps
 
-Each wrapper owns its sockets and states its failure behaviour: every wait has a timeout, every queue a
-high-water mark, peers that go away are reconnected to by ZMQ, and requests lost with a dead peer are
-re-issued. Servers (the roles) own the bind side; these classes are what the clients of those servers use,
-plus the small server-side helpers that keep socket options in one place.
+The client classes here are the ZMQ implementations of the ports a role core talks to (roles/ports.py):
+`ExperienceSender` (experience out), `SampleClient` (batches in; `BackgroundBatches` runs one on a thread of its
+own), `ParamPublisher` (parameters out), `ParamClient` (parameters in). Each encodes and decodes with
+proto/wire.py's encoders and decoders, owns its sockets and states its failure behaviour: every wait has a
+timeout, every queue a high-water mark, peers that go away are reconnected to by ZMQ, and requests lost with a
+dead peer are re-issued. A client never raises for what a peer sent: bad content is counted by reason
+(`on_error`) and dropped. Servers (the roles) own the bind side, with the socket helpers here.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
+import queue
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import zmq
 
-from surreal.proto.codec import Arrays, Limits, Message, ProtocolError, decode, encode
-
-# Message kinds. Servers accept only the kinds listed for them (anything else is counted and dropped).
-EXPERIENCE = "experience"
-SAMPLE_REQUEST = "sample_request"
-SAMPLE_REPLY = "sample_reply"
-PRIORITY_UPDATE = "priority_update"
-PARAMS = "params"
-PARAMS_REQUEST = "params_request"
-NOT_MODIFIED = "not_modified"
-ERROR = "error"
+from surreal.proto.codec import Limits, Message, ProtocolError, decode, encode
+from surreal.proto.wire import (
+    PARAMS_REPLIES,
+    SAMPLE_REPLIES,
+    BlobMeta,
+    Chunk,
+    EmptyReply,
+    NotModified,
+    Params,
+    ParamsRequest,
+    PriorityUpdate,
+    SampleReply,
+    SampleRequest,
+    decode_params_reply,
+    decode_sample_reply,
+    encode_chunk,
+    encode_params,
+)
 
 ErrorSink = Callable[[str], None]  # a client's count of replies it dropped, by reason (the role exports it)
+FETCH_TIMEOUT = "fetch_timeout"  # what ParamClient tells its error sink when no ps answered in time
 
 
 def ignore_error(reason: str) -> None:
     del reason
 
 
-MAX_HOLD_MS = 60_000  # the longest a ps holds a parameter request for a newer blob
-
 RECONNECT_IVL_MS = 100
 RECONNECT_IVL_MAX_MS = 2000
+
+
+def frames_of(message: Message) -> list[Any]:
+    """The frames of a typed message (proto/codec.py's envelope)."""
+    return encode(message.kind, message.meta, message.arrays)
+
+
+def accepting(limits: Limits, kinds: frozenset[str]) -> Limits:
+    """`limits`' frame and byte bounds for a socket that takes only `kinds`: a message of another kind
+    is refused by `decode` before its arrays are looked at."""
+    return Limits(limits.max_frames, limits.max_bytes, limits.max_header_bytes, limits.max_ndim, kinds=kinds)
 
 
 def make_socket(
@@ -83,19 +105,6 @@ def send(sock: zmq.Socket, frames: Sequence[Any], timeout_s: float) -> bool:
             sock.poll(math.ceil(min(remaining, 0.05) * 1000), zmq.POLLOUT)
 
 
-def decode_reply(frames: Sequence[Any], limits: Limits, on_error: ErrorSink) -> Message | None:
-    """A client's view of a server's reply: None (counted by reason) for a malformed one or an error reply."""
-    try:
-        message = decode(frames, limits)
-    except ProtocolError as exc:
-        on_error(exc.reason)
-        return None
-    if message.kind == ERROR:
-        on_error("error_reply")
-        return None
-    return message
-
-
 def recv_frames(sock: zmq.Socket, timeout_s: float) -> list[zmq.Frame] | None:
     """Receive one multipart message as zero-copy frames, or None after `timeout_s`."""
     if sock.poll(math.ceil(max(timeout_s, 0.0) * 1000), zmq.POLLIN) == 0:
@@ -118,8 +127,9 @@ class ExperienceSender:
         for address in addresses:
             self.sock.connect(address)
 
-    def send(self, arrays: Arrays, meta: dict[str, Any], timeout_s: float) -> bool:
-        return send(self.sock, encode(EXPERIENCE, meta, arrays), timeout_s)
+    def send(self, chunk: Chunk, incarnation: str, timeout_s: float) -> bool:
+        """Ship one chunk made with learner `incarnation`'s parameters; False: backpressure for `timeout_s`."""
+        return send(self.sock, frames_of(encode_chunk(chunk, incarnation)), timeout_s)
 
     def close(self, linger_s: float = 0.0) -> None:
         """`linger_s` > 0: messages still queued get that long to reach a shard (a preempted actor's last
@@ -157,72 +167,119 @@ class SampleClient:
         lost_after_s: float = 5.0,
         on_error: ErrorSink = ignore_error,
         ready_at: int | None = None,
+        max_steps_per_unit: int | None = None,
     ) -> None:
-        """`ready_at`: ask the shards to answer once they hold this many transitions, fewer than the request's
-        `batch_size` (an off-policy learner asks for several minibatches but can learn once one is held)."""
+        """`ready_at`: ask the shards to answer once they hold this many transitions (`SampleRequest`);
+        `max_steps_per_unit`: the algorithm's bound on a chunk's env steps (`decode_chunk`)."""
         self.ready_at = ready_at
-        self.limits = Limits(
-            max_frames=limits.max_frames,
-            max_bytes=limits.max_bytes,
-            kinds=frozenset({SAMPLE_REPLY, ERROR}),
-        )
+        self.max_steps_per_unit = max_steps_per_unit
+        self.limits = accepting(limits, SAMPLE_REPLIES)
         self.prefetch = prefetch
         self.lost_after_s = lost_after_s
-        self.shards = []
+        self._shards = []
         for address in addresses:
             sock = make_socket(ctx, zmq.DEALER)
             sock.setsockopt(zmq.IMMEDIATE, 1)
             sock.connect(address)
-            self.shards.append(_Shard(sock))
+            self._shards.append(_Shard(sock))
         self.poller = zmq.Poller()
-        for shard in self.shards:
+        for shard in self._shards:
             self.poller.register(shard.sock, zmq.POLLIN)
-        self._ids = itertools.count()
         self.on_error = on_error
+
+    @property
+    def shards(self) -> int:
+        return len(self._shards)
 
     def _top_up(self, batch_size: int) -> None:
         now = time.monotonic()
-        for shard in self.shards:
+        request = frames_of(SampleRequest(int(batch_size), self.ready_at).to_message())
+        for shard in self._shards:
             if shard.inflight and now - max(shard.last_reply, shard.last_sent) > self.lost_after_s:
                 shard.inflight = 0  # the shard went away with our requests
             while shard.inflight < self.prefetch:
-                request = {"id": next(self._ids), "batch_size": int(batch_size)}
-                if self.ready_at is not None:
-                    request["ready_at"] = min(int(self.ready_at), int(batch_size))
-                frames = encode(SAMPLE_REQUEST, request)
-                if not send(shard.sock, frames, 0.0):
+                if not send(shard.sock, request, 0.0):
                     break  # shard not connected right now; try again on the next call
                 shard.inflight += 1
                 shard.last_sent = now
 
-    def next_batch(self, batch_size: int, timeout_s: float) -> tuple[int, Message] | None:
-        """The next reply from any shard as (shard index, message), or None after `timeout_s`.
-        Empty replies (a FIFO shard with nothing to give) are skipped; malformed ones counted."""
+    def next(self, batch_size: int, timeout_s: float) -> SampleReply | None:
+        """The next reply holding data from any shard, or None after `timeout_s`. Empty replies (a shard
+        with nothing to give) are skipped; malformed ones and error replies counted and dropped."""
         deadline = time.monotonic() + timeout_s
         while True:
             self._top_up(batch_size)
             remaining = deadline - time.monotonic()
             ready = dict(self.poller.poll(math.ceil(remaining * 1000) if remaining > 0 else 0))
-            for index, shard in enumerate(self.shards):
+            for index, shard in enumerate(self._shards):
                 if shard.sock not in ready:
                     continue
                 frames = shard.sock.recv_multipart(copy=False)
                 shard.inflight = max(shard.inflight - 1, 0)
                 shard.last_reply = time.monotonic()
-                message = decode_reply(frames, self.limits, self.on_error)
-                if message is None or message.meta.get("empty"):
+                try:
+                    reply = decode_sample_reply(decode(frames, self.limits), index, self.max_steps_per_unit)
+                except ProtocolError as exc:
+                    self.on_error(exc.reason)
                     continue
-                return index, message
+                if not isinstance(reply, EmptyReply):
+                    return reply
             if time.monotonic() >= deadline:
                 return None
 
-    def update_priorities(self, shard: int, arrays: Arrays) -> bool:
-        """Fire-and-forget: `arrays` holds `slots`, `ids`, `priorities` for slots of that shard."""
-        return send(self.shards[shard].sock, encode(PRIORITY_UPDATE, {}, arrays), 1.0)
+    def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None:
+        """Fire-and-forget: new priorities for slots of `shard` (lost if its socket stays full for 1 s)."""
+        send(self._shards[shard].sock, frames_of(PriorityUpdate(slots, ids, priorities).to_message()), 1.0)
 
     def close(self) -> None:
-        for shard in self.shards:
+        for shard in self._shards:
             shard.sock.close(0)
+
+
+class BackgroundBatches:
+    """A `BatchesIn` whose receiving and decoding run on a thread of their own, so the next batch arrives while
+    the learner updates. The thread owns the ZMQ port (sockets are not shared between threads): priority
+    updates reach it through a queue, and it keeps at most `depth` replies waiting (then it stops asking the
+    shards, which hold the data: backpressure, not an unbounded queue)."""
+
+    def __init__(self, make_port: Callable[[], SampleClient], shards: int, batch_size: int, depth: int) -> None:
+        self.shards = shards
+        self.batch_size = batch_size
+        self._replies: queue.Queue[SampleReply] = queue.Queue(maxsize=depth)
+        self._priorities: queue.SimpleQueue[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(make_port,), name="batches-in", daemon=True)
+        self._thread.start()
+
+    def _run(self, make_port: Callable[[], SampleClient]) -> None:
+        port = make_port()
+        try:
+            while not self._stop.is_set():
+                while not self._priorities.empty():
+                    port.send_priorities(*self._priorities.get())
+                reply = port.next(self.batch_size, timeout_s=0.05)
+                while reply is not None and not self._stop.is_set():
+                    try:
+                        self._replies.put(reply, timeout=0.05)
+                        reply = None
+                    except queue.Full:
+                        continue
+        finally:
+            port.close()
+
+    def next(self, batch_size: int, timeout_s: float) -> SampleReply | None:
+        del batch_size  # fixed when the thread started: a learner asks for one batch size
+        try:
+            return self._replies.get(timeout=timeout_s) if timeout_s > 0 else self._replies.get_nowait()
+        except queue.Empty:
+            return None
+
+    def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None:
+        self._priorities.put((shard, slots, ids, priorities))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -242,12 +299,10 @@ class ParamPublisher:
         self.sock.bind(bind)
         self.republish_s = republish_s
         self.latest: list[Any] | None = None
-        self.version = -1
         self._sent_at = 0.0
 
-    def publish(self, version: int, meta: dict[str, Any], arrays: Arrays) -> None:
-        self.latest = encode(PARAMS, {**meta, "version": int(version)}, arrays)
-        self.version = version
+    def publish(self, blob: BlobMeta, arrays: dict[str, Any]) -> None:
+        self.latest = frames_of(encode_params(Params(blob, arrays)))
         self._send_latest()
 
     def _send_latest(self) -> None:
@@ -271,30 +326,16 @@ class ParamPublisher:
         self.sock.close(0)
 
 
-class ParamSubscriber:
+def param_subscriber(ctx: zmq.Context, address: str) -> zmq.Socket:
     """ps side: SUB to the learner, keeping only a few blobs queued (a newer one supersedes them)."""
-
-    def __init__(self, ctx: zmq.Context, address: str, limits: Limits) -> None:
-        self.limits = Limits(max_frames=limits.max_frames, max_bytes=limits.max_bytes, kinds=frozenset({PARAMS}))
-        self.sock = make_socket(ctx, zmq.SUB, rcvhwm=4)
-        self.sock.setsockopt(zmq.SUBSCRIBE, b"")
-        self.sock.connect(address)
-
-    def close(self) -> None:
-        self.sock.close(0)
+    sock = make_socket(ctx, zmq.SUB, rcvhwm=4)
+    sock.setsockopt(zmq.SUBSCRIBE, b"")
+    sock.connect(address)
+    return sock
 
 
 # ----------------------------------------------------------------------------------------------------
 # Parameters out: actor DEALER <-> ps ROUTER
-
-
-@dataclass(frozen=True)
-class ParamsReply:
-    """What a ps said: `message` is None for "not modified", else the full parameter message."""
-
-    version: int
-    incarnation: str
-    message: Message | None
 
 
 class ParamClient:
@@ -310,39 +351,36 @@ class ParamClient:
     def __init__(
         self, ctx: zmq.Context, addresses: Sequence[str], limits: Limits, on_error: ErrorSink = ignore_error
     ) -> None:
-        self.limits = Limits(
-            max_frames=limits.max_frames,
-            max_bytes=limits.max_bytes,
-            kinds=frozenset({PARAMS, NOT_MODIFIED, ERROR}),
-        )
+        self.limits = accepting(limits, PARAMS_REPLIES)
         self.sock = make_socket(ctx, zmq.DEALER)
         self.sock.setsockopt(zmq.IMMEDIATE, 1)
         for address in addresses:
             self.sock.connect(address)
         self.on_error = on_error
 
-    def fetch(self, version: int, incarnation: str, timeout_s: float, hold_s: float = 0.0) -> ParamsReply | None:
+    def fetch(self, version: int, incarnation: str, timeout_s: float, hold_s: float = 0.0) -> Params | None:
+        """A blob that supersedes (`version`, `incarnation`), or None: not modified, or no answer in time
+        (counted as FETCH_TIMEOUT)."""
         deadline = time.monotonic() + timeout_s + hold_s
-        meta: dict[str, Any] = {"version": int(version), "incarnation": incarnation}
-        if hold_s > 0:
-            meta["hold_ms"] = min(MAX_HOLD_MS, math.ceil(hold_s * 1000))
-        request = encode(PARAMS_REQUEST, meta)
-        if not send(self.sock, request, timeout_s):
-            return None
-        while (remaining := deadline - time.monotonic()) > 0:
-            frames = recv_frames(self.sock, remaining)
-            if frames is None:
-                return None
-            message = decode_reply(frames, self.limits, self.on_error)
-            if message is None:
-                continue
-            version_seen = message.meta.get("version", -1)
-            incarnation_seen = message.meta.get("incarnation", "")
-            if not isinstance(version_seen, int) or not isinstance(incarnation_seen, str):
-                self.on_error("bad_blob_meta")
-                continue
-            return ParamsReply(version_seen, incarnation_seen, message if message.kind == PARAMS else None)
+        request = ParamsRequest(int(version), incarnation, math.ceil(hold_s * 1000) if hold_s > 0 else 0)
+        if send(self.sock, frames_of(request.to_message()), timeout_s):
+            while (remaining := deadline - time.monotonic()) > 0:
+                frames = recv_frames(self.sock, remaining)
+                if frames is None:
+                    break
+                reply = self.decode(frames)
+                if reply is not None:
+                    return None if isinstance(reply, NotModified) else reply
+        self.on_error(FETCH_TIMEOUT)
         return None
+
+    def decode(self, frames: Sequence[Any]) -> Params | NotModified | None:
+        """A ps's reply, or None (counted by reason) for a malformed one or an error reply."""
+        try:
+            return decode_params_reply(decode(frames, self.limits))
+        except ProtocolError as exc:
+            self.on_error(exc.reason)
+            return None
 
     def close(self) -> None:
         self.sock.close(0)

@@ -21,7 +21,9 @@ import msgpack
 import numpy as np
 import zmq
 
-PROTOCOL_VERSION = 1
+# 2: every message kind typed in proto/wire.py (a sample reply's kind says what it holds; requests carry no id).
+# A peer of another version is refused with `bad_version`, not half understood.
+PROTOCOL_VERSION = 2
 SEPARATOR = "/"
 
 # Plain numeric dtypes only: object arrays would need pickle, and structured dtypes carry names we

@@ -1,16 +1,26 @@
 """What each message carries: typed metadata with one encoder and one decoder per message kind.
 
 `codec.py` is the envelope (header frame + raw array frames, checked against `Limits`); this module is the
-content. Every field a peer sends is read here and only here, so "what can arrive" is one file to read:
+content. Every message kind is defined here, with one encoder (typed value -> `Message`) and one validating
+decoder (`Message` -> typed value); every field a peer sends is read here and only here, so "what can arrive"
+is one file to read (tests/test_layering.py holds it):
 
-- an experience **chunk** (actor -> replay -> learner): `Chunk` + `ChunkMeta`;
-- a **sample reply**'s progress (`ShardReport`, every reply), a FIFO reply's chunk list, the decoded reply
-  (`SampleReply`);
-- the **parameter blob**'s metadata (`BlobMeta`, learner -> ps -> actor).
+    kind               from -> to               typed as
+    experience         actor -> replay          `Chunk` (+ `ChunkMeta`)      encode_chunk / decode_chunk
+    sample_request     learner -> replay        `SampleRequest`
+    fifo_reply         replay -> learner        `FifoReply` (whole chunks)   encode_sample_reply / decode_sample_reply
+    transition_reply   replay -> learner        `TransitionReply` (a batch)  "
+    empty_reply        replay -> learner        `EmptyReply` (progress only) "
+    priority_update    learner -> replay        `PriorityUpdate`
+    params             learner -> ps -> actor   `Params` (`BlobMeta`)        encode_params / decode_params
+    params_request     actor -> ps              `ParamsRequest`
+    not_modified       ps -> actor              `NotModified`
+    error              a server -> its client   `ErrorReply`
 
-Decoders validate types and ranges (integers bounded so sums stay encodable, finite floats, bounded list
-lengths) and raise `ProtocolError` with a stable reason, which receivers count and drop. Numpy only: the
-replay and ps images import this without torch.
+The typed requests and replies encode with `to_message` and decode with `from_message`; every sample reply
+carries its shard's progress (`ShardReport`). Decoders validate types and ranges (integers bounded so sums stay
+encodable, finite floats, bounded list lengths) and raise `ProtocolError` with a stable reason, which receivers
+count and drop. Numpy only: the replay and ps images import this without torch.
 """
 
 from __future__ import annotations
@@ -22,7 +32,24 @@ from typing import Any
 
 import numpy as np
 
-from surreal.proto.codec import Arrays, ProtocolError, flatten
+from surreal.proto.codec import Arrays, Message, ProtocolError, flatten
+
+# -- message kinds: the header's `k`; a socket accepts only the kinds listed for it ---------------------
+
+EXPERIENCE = "experience"
+SAMPLE_REQUEST = "sample_request"
+FIFO_REPLY = "fifo_reply"
+TRANSITION_REPLY = "transition_reply"
+EMPTY_REPLY = "empty_reply"
+PRIORITY_UPDATE = "priority_update"
+PARAMS = "params"
+PARAMS_REQUEST = "params_request"
+NOT_MODIFIED = "not_modified"
+ERROR = "error"
+
+REPLAY_REQUESTS = frozenset({SAMPLE_REQUEST, PRIORITY_UPDATE})  # what a replay's ROUTER takes
+SAMPLE_REPLIES = frozenset({FIFO_REPLY, TRANSITION_REPLY, EMPTY_REPLY, ERROR})  # what a learner's DEALER takes
+PARAMS_REPLIES = frozenset({PARAMS, NOT_MODIFIED, ERROR})  # what an actor's DEALER takes
 
 # Bounds on metadata values. Counters are summed over chunks, shards and a whole run, so each value is kept
 # far below 2**63 (msgpack's and numpy's int64) even after a very long run of maximal values.
@@ -34,7 +61,10 @@ MAX_EPISODE_LENGTH = 2**31
 MAX_ACTORS = 2**20
 MAX_SHARDS = 2**16
 MAX_REPORTED_ACTORS = 4096  # distinct actors one sample reply may name
-MAX_TEXT = 64  # incarnation ids
+MAX_TEXT = 64  # incarnation ids, error reasons
+MAX_BATCH = 2**31  # transitions one sample request may ask for
+MAX_HOLD_MS = 60_000  # the longest a ps holds a parameter request for a newer blob
+NO_VERSION = -1  # what an actor that holds no parameters yet runs (and a ps that holds none answers)
 
 
 @dataclass
@@ -49,6 +79,7 @@ class Chunk:
     episode_lengths: list[int] = field(default_factory=list)
     steps: int | None = None  # environment steps behind the chunk when that is not T*K (ES, n-step carry)
     episode_successes: list[bool] = field(default_factory=list)  # one per episode, or none: the env reports none
+    incarnation: str = ""  # the learner incarnation whose parameters made it (set by `decode_chunk`)
 
     @property
     def size(self) -> int:
@@ -154,10 +185,27 @@ class ChunkMeta:
             episode_successes=successes,
         )
 
+    def chunk(self, arrays: dict[str, Any]) -> Chunk:
+        """The chunk this metadata describes, over `arrays` (already checked by whoever holds them)."""
+        return Chunk(
+            arrays,
+            self.version,
+            self.actor,
+            self.episode_returns,
+            self.episode_lengths,
+            steps=self.env_steps,
+            episode_successes=self.episode_successes,
+            incarnation=self.incarnation,
+        )
 
-def encode_chunk(chunk: Chunk, incarnation: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(meta, arrays) of the experience message an actor sends for `chunk`."""
-    meta = ChunkMeta(
+
+def encode_chunk(chunk: Chunk, incarnation: str) -> Message:
+    """The experience message an actor sends for `chunk`, made with the parameters of learner `incarnation`."""
+    return Message(EXPERIENCE, _chunk_meta(chunk, incarnation).to_meta(), chunk.arrays)
+
+
+def _chunk_meta(chunk: Chunk, incarnation: str) -> ChunkMeta:
+    return ChunkMeta(
         chunk.version,
         incarnation,
         chunk.actor,
@@ -166,16 +214,19 @@ def encode_chunk(chunk: Chunk, incarnation: str) -> tuple[dict[str, Any], dict[s
         chunk.episode_lengths,
         chunk.episode_successes,
     )
-    return meta.to_meta(), chunk.arrays
 
 
-def decode_chunk(
-    arrays: dict[str, Any], meta: Mapping[str, Any], max_steps_per_unit: int | None = None
-) -> tuple[Chunk, ChunkMeta]:
+def decode_chunk(message: Message, max_steps_per_unit: int | None = None) -> tuple[Chunk, ChunkMeta]:
     """Validate an experience message's content: arrays sharing a non-empty leading [T, K], every float
     finite (a diverging simulation's NaN must never reach an optimizer), the metadata's fields, and, given
     the algorithm's `max_steps_per_unit`, env steps its T*K units can stand for (one chunk must not claim
     a whole run)."""
+    return _decode_chunk(message.arrays, message.meta, max_steps_per_unit)
+
+
+def _decode_chunk(
+    arrays: Mapping[str, Any], meta: Mapping[str, Any], max_steps_per_unit: int | None
+) -> tuple[Chunk, ChunkMeta]:
     try:
         t, k = lead_dims(arrays)
     except ValueError as exc:
@@ -188,16 +239,7 @@ def decode_chunk(
     chunk_meta = ChunkMeta.from_meta(meta, t * k)
     if max_steps_per_unit is not None and chunk_meta.env_steps > t * k * max_steps_per_unit:
         raise ProtocolError("implausible_env_steps", f"{chunk_meta.env_steps} env steps for {t * k} units")
-    chunk = Chunk(
-        arrays,
-        chunk_meta.version,
-        chunk_meta.actor,
-        chunk_meta.episode_returns,
-        chunk_meta.episode_lengths,
-        steps=chunk_meta.env_steps,
-        episode_successes=chunk_meta.episode_successes,
-    )
-    return chunk, chunk_meta
+    return chunk_meta.chunk(dict(arrays)), chunk_meta
 
 
 # -- sample replies -------------------------------------------------------------------------------------
@@ -247,18 +289,60 @@ class ShardReport:
         )
 
 
-def fifo_reply(items: list[tuple[dict[str, Any], dict[str, Any]]]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A FIFO reply's (arrays, meta) for whole chunks given as (arrays, chunk meta): chunks nest under
-    "0", "1", ... and their metadata is the list meta["chunks"]."""
-    arrays = {str(i): chunk_arrays for i, (chunk_arrays, _) in enumerate(items)}
-    return arrays, {"chunks": [meta for _, meta in items]}
+@dataclass
+class FifoReply:
+    """A FIFO shard's reply: whole chunks, oldest first, for an on-policy learner."""
+
+    report: ShardReport
+    chunks: list[Chunk]
 
 
-def decode_fifo_reply(
-    arrays: Mapping[str, Any], meta: Mapping[str, Any], max_steps_per_unit: int | None = None
-) -> list[Chunk]:
-    """The chunks of a FIFO reply, each validated as an experience message is."""
-    metas = meta.get("chunks", [])
+@dataclass
+class TransitionReply:
+    """A transition shard's reply: one batch of sampled transitions (nested keys as in the chunks) with
+    `slots` (int64) and `ids` (uint64) to send back with priorities and, when prioritized, `weights`."""
+
+    report: ShardReport
+    transitions: dict[str, Any]
+
+
+@dataclass
+class EmptyReply:
+    """A shard had nothing to give within its defer window: only its progress."""
+
+    report: ShardReport
+
+
+SampleReply = FifoReply | TransitionReply  # a reply holding data: what a learner's feed takes
+
+
+def encode_sample_reply(reply: FifoReply | TransitionReply | EmptyReply) -> Message:
+    """The message a replay shard sends for `reply`. A FIFO reply's chunks nest under "0", "1", ... and their
+    metadata is the list `chunks` (replay/buffers.py packs them to fit the learner's limits)."""
+    meta = reply.report.to_meta()
+    if isinstance(reply, FifoReply):
+        meta["chunks"] = [_chunk_meta(chunk, chunk.incarnation).to_meta() for chunk in reply.chunks]
+        return Message(FIFO_REPLY, meta, {str(i): chunk.arrays for i, chunk in enumerate(reply.chunks)})
+    if isinstance(reply, TransitionReply):
+        return Message(TRANSITION_REPLY, meta, reply.transitions)
+    return Message(EMPTY_REPLY, meta)
+
+
+def decode_sample_reply(
+    message: Message, shard: int, max_steps_per_unit: int | None = None
+) -> FifoReply | TransitionReply | EmptyReply:
+    """A reply from replay shard `shard` (by the socket it came on): its progress and its data, a FIFO reply's
+    chunks each validated as an experience message is. An error reply raises `ProtocolError("error_reply")`."""
+    if message.kind == ERROR:
+        raise ProtocolError("error_reply", ErrorReply.from_message(message).reason)
+    report = ShardReport.from_meta({**message.meta, "shard": shard})
+    if message.kind == EMPTY_REPLY:
+        return EmptyReply(report)
+    if message.kind == TRANSITION_REPLY:
+        return TransitionReply(report, message.arrays)
+    if message.kind != FIFO_REPLY:
+        raise ProtocolError("unknown_kind", message.kind[:32])
+    metas, arrays = message.meta.get("chunks", []), message.arrays
     if not isinstance(metas, list) or len(metas) != len(arrays):
         raise ProtocolError("bad_reply_meta", "chunks list does not match the reply's arrays")
     chunks = []
@@ -266,18 +350,85 @@ def decode_fifo_reply(
         chunk_arrays = arrays.get(str(i))
         if not isinstance(chunk_meta, dict) or not isinstance(chunk_arrays, dict):
             raise ProtocolError("bad_reply_meta", f"chunk {i} malformed")
-        chunks.append(decode_chunk(chunk_arrays, chunk_meta, max_steps_per_unit)[0])
-    return chunks
+        chunks.append(_decode_chunk(chunk_arrays, chunk_meta, max_steps_per_unit)[0])
+    return FifoReply(report, chunks)
+
+
+# -- requests, priorities, errors -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SampleRequest:
+    """A learner asks a shard for `batch_size` transitions (a FIFO: at most that many, whole chunks), to be
+    answered once the shard holds `ready_at` (default: the batch size; an off-policy learner asks for several
+    minibatches but can learn once one is held)."""
+
+    batch_size: int
+    ready_at: int | None = None
+
+    @property
+    def threshold(self) -> int:
+        """Transitions the shard must hold to answer with data."""
+        return self.batch_size if self.ready_at is None else min(self.ready_at, self.batch_size)
+
+    def to_message(self) -> Message:
+        meta: dict[str, Any] = {"batch_size": self.batch_size}
+        if self.ready_at is not None:
+            meta["ready_at"] = min(self.ready_at, self.batch_size)
+        return Message(SAMPLE_REQUEST, meta)
+
+    @classmethod
+    def from_message(cls, message: Message) -> SampleRequest:
+        batch_size = _int(message.meta, "batch_size", 1, MAX_BATCH, "bad_request")
+        ready_at = message.meta.get("ready_at")
+        return cls(
+            batch_size, None if ready_at is None else _int(message.meta, "ready_at", 1, batch_size, "bad_request")
+        )
 
 
 @dataclass
-class SampleReply:
-    """One reply of a replay shard, decoded: FIFO replies hold whole `chunks`, transition replies one
-    `transitions` batch (with `slots`, `ids` and, when prioritized, `weights`). What a learner's feed takes."""
+class PriorityUpdate:
+    """New priorities (|TD error|) for the `slots` of a shard, with the insertion `ids` the learner sampled
+    them under (a slot overwritten since keeps its priority: replay/buffers.py)."""
 
-    report: ShardReport
-    chunks: list[Chunk]
-    transitions: dict[str, Any] | None = None
+    slots: np.ndarray
+    ids: np.ndarray
+    priorities: np.ndarray
+
+    def to_message(self) -> Message:
+        return Message(PRIORITY_UPDATE, {}, {"slots": self.slots, "ids": self.ids, "priorities": self.priorities})
+
+    @classmethod
+    def from_message(cls, message: Message) -> PriorityUpdate:
+        """Three 1-d arrays of one length: integer slots and ids, finite priorities."""
+        arrays = message.arrays
+        try:
+            slots, ids, priorities = (arrays[key] for key in ("slots", "ids", "priorities"))
+        except KeyError:
+            raise ProtocolError("bad_priorities", "slots, ids and priorities are required") from None
+        if not all(isinstance(a, np.ndarray) and a.ndim == 1 for a in (slots, ids, priorities)):
+            raise ProtocolError("bad_priorities", "slots, ids and priorities must be 1-d arrays")
+        if not len(slots) == len(ids) == len(priorities):
+            raise ProtocolError("bad_priorities", "slots, ids and priorities differ in length")
+        if slots.dtype.kind not in "iu" or ids.dtype.kind not in "iu" or priorities.dtype.kind != "f":
+            raise ProtocolError("bad_priorities", "integer slots and ids, float priorities")
+        if not np.isfinite(priorities).all():
+            raise ProtocolError("bad_priorities", "priorities must be finite")
+        return cls(slots.astype(np.int64), ids.astype(np.uint64), priorities.astype(np.float64))
+
+
+@dataclass(frozen=True)
+class ErrorReply:
+    """A server refused a request; `reason` is the label it counted the request under."""
+
+    reason: str
+
+    def to_message(self) -> Message:
+        return Message(ERROR, {"reason": self.reason})
+
+    @classmethod
+    def from_message(cls, message: Message) -> ErrorReply:
+        return cls(_text(message.meta, "reason", "bad_error_reply"))
 
 
 # -- parameter blobs ------------------------------------------------------------------------------------
@@ -336,3 +487,77 @@ class BlobMeta:
             else _int(meta, "env_step_budget", 0, MAX_TOTAL_ENV_STEPS, "bad_blob_meta"),
             actors=None if actors is None else _int(meta, "actors", 1, MAX_ACTORS, "bad_blob_meta"),
         )
+
+
+@dataclass
+class Params:
+    """A parameter blob: its metadata and its arrays (weights, normalizer statistics), opaque to the ps."""
+
+    blob: BlobMeta
+    arrays: dict[str, Any]
+
+
+def encode_params(params: Params) -> Message:
+    return Message(PARAMS, params.blob.to_meta(), params.arrays)
+
+
+def decode_params(message: Message) -> Params:
+    return Params(BlobMeta.from_meta(message.meta), message.arrays)
+
+
+@dataclass(frozen=True)
+class ParamsRequest:
+    """An actor that runs (`version`, `incarnation`) asks a ps for anything newer (`supersedes`); with
+    `hold_ms` > 0, a ps holding nothing newer holds the request that long for the next blob (a long poll)."""
+
+    version: int
+    incarnation: str
+    hold_ms: int = 0
+
+    @property
+    def held(self) -> tuple[int, str]:
+        return self.version, self.incarnation
+
+    def to_message(self) -> Message:
+        meta: dict[str, Any] = {"version": self.version, "incarnation": self.incarnation}
+        if self.hold_ms:
+            meta["hold_ms"] = min(MAX_HOLD_MS, self.hold_ms)
+        return Message(PARAMS_REQUEST, meta)
+
+    @classmethod
+    def from_message(cls, message: Message) -> ParamsRequest:
+        meta = message.meta
+        return cls(
+            _int(meta, "version", NO_VERSION, MAX_VERSION, "bad_request"),
+            _text(meta, "incarnation", "bad_request"),
+            _int(meta, "hold_ms", 0, MAX_HOLD_MS, "bad_request", default=0),
+        )
+
+
+@dataclass(frozen=True)
+class NotModified:
+    """A ps holds nothing newer than what the actor runs; it says what it holds (`NO_VERSION` before any)."""
+
+    version: int
+    incarnation: str
+
+    def to_message(self) -> Message:
+        return Message(NOT_MODIFIED, {"version": self.version, "incarnation": self.incarnation})
+
+    @classmethod
+    def from_message(cls, message: Message) -> NotModified:
+        return cls(
+            _int(message.meta, "version", NO_VERSION, MAX_VERSION, "bad_blob_meta"),
+            _text(message.meta, "incarnation", "bad_blob_meta"),
+        )
+
+
+def decode_params_reply(message: Message) -> Params | NotModified:
+    """A ps's answer to a `ParamsRequest`; an error reply raises `ProtocolError("error_reply")`."""
+    if message.kind == ERROR:
+        raise ProtocolError("error_reply", ErrorReply.from_message(message).reason)
+    if message.kind == NOT_MODIFIED:
+        return NotModified.from_message(message)
+    if message.kind != PARAMS:
+        raise ProtocolError("unknown_kind", message.kind[:32])
+    return decode_params(message)

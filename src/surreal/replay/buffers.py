@@ -8,7 +8,8 @@
   sampled can be recognised and ignored.
 - `UniformSampler` / `PrioritizedSampler`: which slots a batch takes (and, for the latter, importance
   weights and priority updates, Schaul et al. 2016).
-- `make_replay`: the facade the replay server talks to, the same `Replay` interface for every mode.
+- `make_replay`: the facade replay/shard.py talks to, the same `Replay` interface for every mode; the FIFO is
+  read with `take` (whole chunks), a transition replay with `sample` (a batch). proto/wire.py frames replies.
 
 Numpy only: the replay image never carries torch.
 """
@@ -318,16 +319,13 @@ class Replay(Protocol):
 
     def ready(self, batch_size: int) -> bool: ...
 
-    def sample(self, batch_size: int) -> tuple[dict[str, Any], dict[str, Any]]: ...
-
     def update_priorities(self, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> int: ...
 
     def stats(self) -> dict[str, int]: ...
 
 
 class FifoReplay:
-    """`batch_size` is the most transitions a reply carries; a reply is whole chunks nested as
-    {"0": chunk0, "1": chunk1, ...} with meta {"chunks": [meta0, ...], "transitions": n}."""
+    """Whole chunks, read with `fifo.take(batch_size)`: `batch_size` is the most transitions a reply carries."""
 
     def __init__(self, capacity: int, capacity_bytes: int, reply: Limits) -> None:
         self.fifo = ChunkFifo(capacity, capacity_bytes, reply)
@@ -338,12 +336,6 @@ class FifoReplay:
     def ready(self, batch_size: int) -> bool:
         del batch_size  # a FIFO reply is "what there is, at least one chunk"
         return self.fifo.num_chunks > 0
-
-    def sample(self, batch_size: int) -> tuple[dict[str, Any], dict[str, Any]]:
-        items = self.fifo.take(batch_size)
-        arrays = {str(i): item.arrays for i, item in enumerate(items)}
-        meta = {"chunks": [item.meta for item in items], "transitions": sum(item.n_transitions for item in items)}
-        return arrays, meta
 
     def update_priorities(self, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> int:
         raise ValueError("a fifo replay has no priorities")
@@ -389,7 +381,8 @@ class TransitionReplay:
     def ready(self, batch_size: int) -> bool:
         return self.storage.size >= batch_size
 
-    def sample(self, batch_size: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    def sample(self, batch_size: int) -> dict[str, Any]:
+        """`batch_size` transitions drawn by the sampler, with their `slots`, `ids` (and `weights`)."""
         weights: np.ndarray | None = None
         if isinstance(self.sampler, PrioritizedSampler):
             slots, weights = self.sampler.sample(self.storage, batch_size, self.rng)
@@ -401,7 +394,7 @@ class TransitionReplay:
         if weights is not None:
             arrays["weights"] = weights
         self.served += batch_size
-        return arrays, {"transitions": batch_size}
+        return arrays
 
     def update_priorities(self, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> int:
         if not isinstance(self.sampler, PrioritizedSampler):
@@ -430,7 +423,7 @@ def make_replay(
     seed: int = 0,
     capacity_bytes: int = DEFAULT_CAPACITY_BYTES,
     reply: Limits = DEFAULT_REPLY,
-) -> Replay:
+) -> FifoReplay | TransitionReplay:
     """`fifo` (on-policy chunks), `uniform` or `prioritized` (off-policy transitions); capacity in transitions
     and in bytes; `reply`: the receiver's limits, which a FIFO reply's packing keeps to (a transition batch
     is one frame per stored key, far below any limit)."""

@@ -14,13 +14,28 @@ from typing import Any
 
 import numpy as np
 
-from surreal.proto.codec import Limits
-from surreal.proto.wire import MAX_REPORTED_ACTORS, ShardReport, decode_chunk
-from surreal.replay.buffers import DEFAULT_CAPACITY_BYTES, DEFAULT_REPLY, make_replay
+from surreal.config.schema import ReplayConfig
+from surreal.proto.codec import Limits, Message
+from surreal.proto.wire import (
+    MAX_REPORTED_ACTORS,
+    ChunkMeta,
+    EmptyReply,
+    FifoReply,
+    ShardReport,
+    TransitionReply,
+    decode_chunk,
+)
+from surreal.replay.buffers import DEFAULT_CAPACITY_BYTES, DEFAULT_REPLY, FifoReplay, TransitionReplay, make_replay
 from surreal.replay.snapfile import ShardState
 from surreal.replay.snapshot import capture, restore
 
 MAX_FORWARDED_EPISODES = 1000  # finished episodes held for the next reply; older ones are only on the actors' metrics
+
+
+def message_limits(config: ReplayConfig) -> Limits:
+    """What a replay's sockets and its learner accept (`max_frames`, `max_message_bytes`): every reply is packed to
+    pass the learner's decode with these."""
+    return Limits(max_frames=config.max_frames, max_bytes=config.max_message_bytes)
 
 
 class ReplayShard:
@@ -51,13 +66,24 @@ class ReplayShard:
         self.finished_successes: deque[bool] = deque(maxlen=MAX_FORWARDED_EPISODES)
         self.actors_heard: set[int] = set()
 
-    def add(self, arrays: dict[str, Any], meta: dict[str, Any]) -> int:
-        """Store one experience message's chunk; returns its transitions (T*K). Raises `ProtocolError` (bad
-        content, or a chunk no reply could carry) or ValueError (a chunk this storage cannot hold); nothing
-        is stored or counted then."""
-        chunk, chunk_meta = decode_chunk(arrays, meta, self.max_steps_per_unit)
+    @classmethod
+    def of(cls, config: ReplayConfig, seed: int, shard: int = 0, max_steps_per_unit: int | None = None) -> ReplayShard:
+        """Shard `shard` as `config` describes it (mode, capacity in transitions and bytes, priority exponents),
+        its replies packed to `message_limits(config)`: what the replay role and serial mode both build."""
+        return cls(
+            *(config.mode, config.capacity, config.alpha, config.beta, config.priority_eps, seed, shard),
+            capacity_bytes=config.capacity_bytes,
+            reply=message_limits(config),
+            max_steps_per_unit=max_steps_per_unit,
+        )
+
+    def add(self, message: Message) -> int:
+        """Store one experience message's chunk, validated here (the one check on this hop); returns its
+        transitions (T*K). Raises `ProtocolError` (bad content, or a chunk no reply could carry) or ValueError
+        (a chunk this storage cannot hold); nothing is stored or counted then."""
+        chunk, chunk_meta = decode_chunk(message, self.max_steps_per_unit)
         n = chunk.size
-        self.replay.add_chunk(arrays, chunk_meta.to_meta(), n)
+        self.replay.add_chunk(chunk.arrays, chunk_meta.to_meta(), n)
         self.env_steps_in += chunk_meta.env_steps
         if self.forward_episodes:
             self.finished_returns.extend(chunk_meta.episode_returns)
@@ -70,12 +96,21 @@ class ReplayShard:
     def ready(self, batch_size: int) -> bool:
         return self.replay.ready(batch_size)
 
-    def sample(self, batch_size: int) -> tuple[dict[str, Any], dict[str, Any]]:
-        """A reply's arrays and meta: the data, what it holds (`transitions`), and the shard's progress."""
-        arrays, meta = self.replay.sample(batch_size)
-        return arrays, {**meta, **self.report()}
+    def sample(self, batch_size: int) -> FifoReply | TransitionReply:
+        """A reply holding data (call `ready` first) and the shard's progress: whole chunks (a FIFO, at most
+        `batch_size` transitions but at least one chunk) or a batch of `batch_size` sampled transitions."""
+        if isinstance(self.replay, FifoReplay):
+            items = self.replay.fifo.take(batch_size)
+            # The metadata is what `add` accepted: rebuilt into chunks, not checked against arrays again.
+            chunks = [ChunkMeta.from_meta(item.meta, item.n_transitions).chunk(item.arrays) for item in items]
+            return FifoReply(self.report(), chunks)
+        return TransitionReply(self.report(), self.replay.sample(batch_size))
 
-    def report(self) -> dict[str, Any]:
+    def empty_reply(self) -> EmptyReply:
+        """What a request the shard could not answer with data in time gets: its progress only."""
+        return EmptyReply(self.report())
+
+    def report(self) -> ShardReport:
         """This shard's progress for the next reply (data or empty); hands over the finished episodes and the
         actors heard from once."""
         returns, lengths = list(self.finished_returns), list(self.finished_lengths)
@@ -85,7 +120,7 @@ class ReplayShard:
         self.finished_lengths.clear()
         self.finished_successes.clear()
         self.actors_heard.clear()
-        return report.to_meta()
+        return report
 
     def update_priorities(self, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> int:
         return self.replay.update_priorities(slots, ids, priorities)
@@ -106,11 +141,11 @@ class ReplayShard:
                 "arrays": {name: np.concatenate(pieces) for name, pieces in captured.arrays.items()},
             }
         )
-        rng = getattr(self.replay, "rng", None)
+        sampled = self.replay if isinstance(self.replay, TransitionReplay) else None  # a FIFO draws no numbers
         return {
             "replay": replay,
-            "rng": None if rng is None else rng.bit_generator.state,
-            "priority_updates": getattr(self.replay, "priority_updates", 0),
+            "rng": None if sampled is None else sampled.rng.bit_generator.state,
+            "priority_updates": 0 if sampled is None else sampled.priority_updates,
             "env_steps_in": self.env_steps_in,
             "finished_returns": list(self.finished_returns),
             "finished_lengths": list(self.finished_lengths),
@@ -122,9 +157,9 @@ class ReplayShard:
         """Put `state` into this shard, a fresh one built with the same settings."""
         if state["replay"] is not None:
             restore(self.replay, ShardState(state["replay"]["books"], state["replay"]["arrays"]))
-        if state["rng"] is not None:
-            self.replay.rng.bit_generator.state = state["rng"]  # type: ignore[attr-defined]
-            self.replay.priority_updates = state["priority_updates"]  # type: ignore[attr-defined]
+        if isinstance(self.replay, TransitionReplay):
+            self.replay.rng.bit_generator.state = state["rng"]
+            self.replay.priority_updates = state["priority_updates"]
         self.env_steps_in = state["env_steps_in"]
         self.finished_returns.extend(state["finished_returns"])
         self.finished_lengths.extend(state["finished_lengths"])

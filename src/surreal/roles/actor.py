@@ -28,10 +28,11 @@ from surreal.config import ExperimentConfig, algo_config
 from surreal.envs import make_vec_env
 from surreal.envstate import load_vec_env_state, vec_env_state
 from surreal.metrics import RoleMetrics
+from surreal.proto.channels import FETCH_TIMEOUT, ExperienceSender, ParamClient
 from surreal.proto.codec import Limits
-from surreal.proto.wire import BlobMeta, Chunk
+from surreal.proto.wire import BlobMeta, Chunk, Params
 from surreal.roles.common import StopFlag, hold_until_stopped, load_config, setup_logging
-from surreal.roles.ports import FETCH_TIMEOUT, ExperienceOut, Params, ParamsIn, ZmqExperienceOut, ZmqParamsIn
+from surreal.roles.ports import ExperienceOut, ParamsIn
 from surreal.runtime.regimes import actor_throttle
 from surreal.settings import Settings
 
@@ -158,9 +159,9 @@ def main(args: argparse.Namespace) -> int:
         (m_fetch_fail if reason == FETCH_TIMEOUT else m_bad.labels(reason=reason)).inc()
 
     ctx = zmq.Context()
-    experience = ZmqExperienceOut(ctx, settings.experience_addrs)
+    experience = ExperienceSender(ctx, settings.experience_addrs)
     ps_addrs = [settings.connect(a) for a in settings.ps_addrs]
-    params = ZmqParamsIn(ctx, ps_addrs, Limits(max_bytes=cfg.ps.max_message_bytes), on_error)
+    params = ParamClient(ctx, ps_addrs, Limits(max_bytes=cfg.ps.max_message_bytes), on_error)
     core = ActorCore(cfg, settings.index, experience, params, metrics)
     metrics.serve(settings.bind_host, settings.metrics_port)
     log.info(

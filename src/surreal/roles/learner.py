@@ -38,12 +38,13 @@ from surreal.config import ExperimentConfig, algo_config
 from surreal.envs import env_steps_bound, make_env
 from surreal.metrics import RoleMetrics
 from surreal.metricsfile import METRICS_FILE
-from surreal.proto.codec import Limits
+from surreal.proto.channels import BackgroundBatches, ParamPublisher, SampleClient
 from surreal.proto.wire import BlobMeta
+from surreal.replay.shard import message_limits
 from surreal.roles.common import EXIT_STOPPED, StopFlag, hold_until_stopped, load_config, setup_logging
 from surreal.roles.device import choose_device, update_seconds
 from surreal.roles.evaluation import finish, finished_before
-from surreal.roles.ports import BackgroundBatches, BatchesIn, ParamsOut, ZmqBatchesIn, ZmqParamsOut
+from surreal.roles.ports import BatchesIn, ParamsOut
 from surreal.runtime.checkpoint import CheckpointStore
 from surreal.runtime.recorder import Recorder, WallTime, truncate_metrics
 from surreal.runtime.regimes import Counters, Outcome, learner_feed, sample_size
@@ -247,19 +248,25 @@ def main(args: argparse.Namespace) -> int:
     metrics = RoleMetrics("learner", 0)
     m_bad = metrics.counter("messages_dropped_total", "malformed replies counted and dropped", ["reason"])
     ctx = zmq.Context()
-    limits = Limits(max_frames=cfg.replay.max_frames, max_bytes=cfg.replay.max_message_bytes)
+    limits = message_limits(cfg.replay)
     on_error = lambda reason: m_bad.labels(reason=reason).inc()
     addresses = settings.sample_addrs
     max_steps_per_unit = env_steps_bound(cfg)
     batches = BackgroundBatches(
-        lambda: ZmqBatchesIn(
-            ctx, addresses, limits, cfg.learner.prefetch, on_error, max_steps_per_unit, ready_at=cfg.algo.batch_size
+        lambda: SampleClient(
+            ctx,
+            addresses,
+            limits,
+            cfg.learner.prefetch,
+            on_error=on_error,
+            ready_at=cfg.algo.batch_size,
+            max_steps_per_unit=max_steps_per_unit,
         ),
         shards=len(addresses),
         batch_size=sample_size(cfg),
         depth=cfg.learner.prefetch * len(addresses),
     )
-    params_out = ZmqParamsOut(ctx, settings.bind(settings.params_pub_port))
+    params_out = ParamPublisher(ctx, settings.bind(settings.params_pub_port))
     core = LearnerCore(cfg, settings.run_dir, batches, params_out, metrics, args.resume, log)
     port = metrics.serve(settings.bind_host, settings.metrics_port)
     log.info(

@@ -10,7 +10,7 @@ A blob replaces the held one when its version is higher, or when it comes from a
 incarnation (a learner resumed from a checkpoint restarts at the checkpoint's version); an actor gets the held
 blob when, by the same rule (proto/wire.py `supersedes`), it would replace the one the actor runs. A request
 that the held blob does not supersede and that carries `hold_ms` (an actor that flow control holds:
-proto/channels.py `ParamClient`) is parked, up to `MAX_PARKED` of them, and answered with the next blob or "not
+proto/wire.py `ParamsRequest`) is parked, up to `MAX_PARKED` of them, and answered with the next blob or "not
 modified" when its hold is over, so waiting actors do not poll. Torch-free.
 """
 
@@ -26,18 +26,20 @@ import zmq
 
 from surreal.config import ExperimentConfig
 from surreal.metrics import RoleMetrics
-from surreal.proto.channels import (
+from surreal.proto.channels import accepting, frames_of, make_socket, param_subscriber
+from surreal.proto.codec import Limits, ProtocolError, decode
+from surreal.proto.wire import (
     ERROR,
-    MAX_HOLD_MS,
     NOT_MODIFIED,
     PARAMS,
     PARAMS_REQUEST,
-    ParamSubscriber,
-    make_socket,
+    ErrorReply,
+    NotModified,
+    ParamsRequest,
+    decode_params,
+    supersedes,
 )
-from surreal.proto.codec import Limits, ProtocolError, decode, encode
-from surreal.proto.wire import BlobMeta, supersedes
-from surreal.roles.server import Server, accepting, endpoint, serve_main
+from surreal.roles.server import Server, endpoint, serve_main
 from surreal.settings import Settings
 
 REQUEST_BURST = 256  # actor requests answered per poll before newer parameters are taken in
@@ -58,10 +60,11 @@ class ParamServer(Server):
         limits = limits or Limits()
         self.limits = limits
         self.replica, self.learner_addr = replica, learner_addr
-        self.params_limits = accepting(limits, PARAMS)
-        self.request_limits = accepting(limits, PARAMS_REQUEST)
-        self.subscriber = ParamSubscriber(ctx, learner_addr, limits)
-        self.listen(self.subscriber.sock, self._on_params, None)  # unbounded: its queue is short (rcvhwm 4)
+        self.params_limits = accepting(limits, frozenset({PARAMS}))
+        self.request_limits = accepting(limits, frozenset({PARAMS_REQUEST}))
+        self.listen(
+            param_subscriber(ctx, learner_addr), self._on_params, None
+        )  # unbounded: its queue is short (rcvhwm 4)
         router = make_socket(ctx, zmq.ROUTER, limits, sndhwm=256, rcvhwm=1024)
         router.bind(serve_bind)
         self.serve_requests(router, REQUEST_BURST)
@@ -83,14 +86,14 @@ class ParamServer(Server):
         now = time.monotonic()
         while self.parked and self.parked[0][0] <= now:
             identity = heapq.heappop(self.parked)[2]
-            self._answer(identity, encode(NOT_MODIFIED, self._held()), "not_modified")
+            self._answer(identity, self._not_modified(), NOT_MODIFIED)
         self.m_parked.set(len(self.parked))
 
     def _until_next_deadline(self) -> float:
         return max(0.0, self.parked[0][0] - time.monotonic()) if self.parked else 3600.0
 
-    def _held(self) -> dict[str, Any]:
-        return {"version": self.version, "incarnation": self.incarnation}
+    def _not_modified(self) -> list[Any]:
+        return frames_of(NotModified(self.version, self.incarnation).to_message())
 
     def describe(self) -> str:
         return f"replica {self.replica} on {endpoint(self.router)}, learner {self.learner_addr}"
@@ -102,7 +105,7 @@ class ParamServer(Server):
         try:
             # Checked in full (sizes, dtypes, every metadata field) though only the version is used here:
             # actors get these frames as they are.
-            blob = BlobMeta.from_meta(decode(frames, self.params_limits).meta)
+            blob = decode_params(decode(frames, self.params_limits)).blob
         except ProtocolError as exc:
             self.drop(exc.reason)
             return
@@ -120,38 +123,27 @@ class ParamServer(Server):
             self.parked = waiting
             heapq.heapify(self.parked)
             for _, _, identity, _ in sorted(answered):
-                self._answer(identity, frames, "params")
+                self._answer(identity, frames, PARAMS)
             self.m_parked.set(len(self.parked))
 
     def on_request(self, identity: bytes, frames: list[zmq.Frame]) -> None:
         try:
-            message = decode(frames, self.request_limits)
+            request = ParamsRequest.from_message(decode(frames, self.request_limits))
         except ProtocolError as exc:
             self.drop(exc.reason, identity)
-            self._answer(identity, encode(ERROR, {"reason": exc.reason}), "error")
+            self._answer(identity, frames_of(ErrorReply(exc.reason).to_message()), ERROR)
             return
-        have, incarnation = message.meta.get("version"), message.meta.get("incarnation")
-        hold_ms = message.meta.get("hold_ms", 0)
-        if (
-            not isinstance(have, int)
-            or not isinstance(incarnation, str)
-            or type(hold_ms) is not int
-            or not 0 <= hold_ms <= MAX_HOLD_MS
-        ):
-            self.drop("bad_request", identity)
-            self._answer(identity, encode(ERROR, {"reason": "bad_request"}), "error")
-            return
-        if self.frames is None or not supersedes((self.version, self.incarnation), (have, incarnation)):
-            if hold_ms and len(self.parked) < MAX_PARKED:
-                deadline = time.monotonic() + hold_ms / 1000
-                heapq.heappush(self.parked, (deadline, next(self._arrivals), identity, (have, incarnation)))
+        if self.frames is None or not supersedes((self.version, self.incarnation), request.held):
+            if request.hold_ms and len(self.parked) < MAX_PARKED:
+                deadline = time.monotonic() + request.hold_ms / 1000
+                heapq.heappush(self.parked, (deadline, next(self._arrivals), identity, request.held))
                 return
-            self._answer(identity, encode(NOT_MODIFIED, self._held()), "not_modified")
+            self._answer(identity, self._not_modified(), NOT_MODIFIED)
         else:
-            self._answer(identity, self.frames, "params")
+            self._answer(identity, self.frames, PARAMS)
 
     def _answer(self, identity: bytes, frames: list[Any], answer: str) -> None:
-        """Reply, counting the answer in ps_requests_total only once it was sent."""
+        """Reply, counting the answer in ps_requests_total (labelled with the reply's kind) once it was sent."""
         if self.reply_frames(identity, frames):
             self.m_requests.labels(answer=answer).inc()
 

@@ -20,28 +20,28 @@ import argparse
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import zmq
 
 from surreal.config import ExperimentConfig
 from surreal.metrics import RateGauge, RoleMetrics
-from surreal.proto.channels import (
-    ERROR,
+from surreal.proto.channels import accepting, make_socket
+from surreal.proto.codec import Limits, ProtocolError, decode
+from surreal.proto.wire import (
     EXPERIENCE,
     PRIORITY_UPDATE,
-    SAMPLE_REPLY,
-    SAMPLE_REQUEST,
-    make_socket,
+    REPLAY_REQUESTS,
+    ErrorReply,
+    PriorityUpdate,
+    SampleRequest,
+    encode_sample_reply,
 )
-from surreal.proto.codec import Limits, ProtocolError, decode
-from surreal.replay.shard import ReplayShard
+from surreal.replay.shard import ReplayShard, message_limits
 from surreal.replay.snapshot import Snapshots, SnapshotStore, Written, restore
 from surreal.roles.common import StopFlag
-from surreal.roles.server import Server, accepting, endpoint, serve_main
+from surreal.roles.server import Server, endpoint, serve_main
 from surreal.settings import Settings
 
 DEFER_S = 1.0
@@ -55,9 +55,7 @@ log = logging.getLogger("surreal.replay")
 @dataclass
 class _Pending:
     identity: bytes
-    request_id: Any
-    batch_size: int
-    ready_at: int  # answered once the shard holds this many transitions (a request may ask for more)
+    request: SampleRequest
     deadline: float
 
 
@@ -76,8 +74,8 @@ class ReplayServer(Server):
         limits = limits or Limits()
         self.replay = replay
         self.snapshots = snapshots
-        self.experience_limits = accepting(limits, EXPERIENCE)
-        self.request_limits = accepting(limits, SAMPLE_REQUEST, PRIORITY_UPDATE)
+        self.experience_limits = accepting(limits, frozenset({EXPERIENCE}))
+        self.request_limits = accepting(limits, REPLAY_REQUESTS)
         self.pull = make_socket(ctx, zmq.PULL, limits, rcvhwm=64)
         self.pull.bind(experience_bind)
         self.listen(self.pull, self._on_experience, BURST)
@@ -150,8 +148,7 @@ class ReplayServer(Server):
     def _on_experience(self, frames: list[zmq.Frame]) -> None:
         before = self.replay.stats()["dropped"]
         try:
-            message = decode(frames, self.experience_limits)
-            n = self.replay.add(message.arrays, message.meta)
+            n = self.replay.add(decode(frames, self.experience_limits))
         except ProtocolError as exc:
             self.drop(exc.reason)
             return
@@ -167,66 +164,52 @@ class ReplayServer(Server):
     def on_request(self, identity: bytes, frames: list[zmq.Frame]) -> None:
         try:
             message = decode(frames, self.request_limits)
+            if message.kind == PRIORITY_UPDATE:
+                update = PriorityUpdate.from_message(message)
+                self.replay.update_priorities(update.slots, update.ids, update.priorities)
+                return
+            request = SampleRequest.from_message(message)
         except ProtocolError as exc:
-            self.drop(exc.reason, identity)
-            self.reply(identity, ERROR, {"reason": exc.reason})
+            self._refuse(identity, exc.reason)
             return
-        if message.kind == PRIORITY_UPDATE:
-            self._on_priorities(identity, message.arrays)
+        except (ValueError, IndexError):  # slots out of range, priorities for a uniform or FIFO replay
+            self._refuse(identity, "bad_priorities")
             return
-        batch_size = _positive_int(message.meta.get("batch_size"))
-        ready_at = _positive_int(message.meta.get("ready_at", batch_size))
         # A request that could never be answered with data (more than the capacity) is refused now, not parked.
-        if batch_size is None or ready_at is None or ready_at > min(batch_size, self.replay.capacity):
-            self.drop("bad_request", identity)
-            self.reply(identity, ERROR, {"reason": "bad_request", "id": message.meta.get("id")})
+        if request.threshold > self.replay.capacity:
+            self._refuse(identity, "bad_request")
             return
-        parked_by_peer = sum(request.identity == identity for request in self.pending)
+        parked_by_peer = sum(pending.identity == identity for pending in self.pending)
         if len(self.pending) >= MAX_PENDING or parked_by_peer >= MAX_PENDING_PER_PEER:
-            self.drop("too_many_pending", identity)
-            self.reply(identity, ERROR, {"reason": "too_many_pending", "id": message.meta.get("id")})
+            self._refuse(identity, "too_many_pending")
             return
-        deadline = time.monotonic() + DEFER_S
-        self.pending.append(_Pending(identity, message.meta.get("id"), batch_size, ready_at, deadline))
+        self.pending.append(_Pending(identity, request, time.monotonic() + DEFER_S))
 
-    def _on_priorities(self, identity: bytes, arrays: dict[str, Any]) -> None:
-        try:
-            slots = np.asarray(arrays["slots"], dtype=np.int64)
-            ids = np.asarray(arrays["ids"], dtype=np.uint64)
-            priorities = np.asarray(arrays["priorities"], dtype=np.float64)
-            if not (slots.ndim == ids.ndim == priorities.ndim == 1 and len(slots) == len(ids) == len(priorities)):
-                raise ValueError("slots, ids and priorities must be 1-d and equally long")
-            self.replay.update_priorities(slots, ids, priorities)
-        except (KeyError, ValueError, TypeError, IndexError):
-            self.drop("bad_priorities", identity)
-            self.reply(identity, ERROR, {"reason": "bad_priorities"})
+    def _refuse(self, identity: bytes, reason: str) -> None:
+        self.drop(reason, identity)
+        self.reply(identity, ErrorReply(reason).to_message())
 
     def _serve_pending(self) -> None:
         """Answer every parked request that data can answer now (in arrival order), and the overdue ones
         with an empty reply; the rest stay parked. No request waits behind one that asks for more."""
         now = time.monotonic()
         waiting: deque[_Pending] = deque()
-        for request in self.pending:
-            if self.replay.ready(request.ready_at):
-                arrays, meta = self.replay.sample(request.batch_size)
-                served = int(meta.get("transitions", 0))
+        for pending in self.pending:
+            if self.replay.ready(pending.request.threshold):
+                served_before = self.replay.stats()["served"]
+                reply = self.replay.sample(pending.request.batch_size)
+                stats = self.replay.stats()
+                served = stats["served"] - served_before
                 self.m_out.inc(served)
                 self.rate_out.add(served)
-                size = self.replay.stats()["size"]
-                self.m_size.set(size)
-                reply_meta = {**meta, "id": request.request_id, "size": size}
-                self.reply(request.identity, SAMPLE_REPLY, reply_meta, arrays)
-            elif now >= request.deadline:
-                empty = {**self.replay.report(), "id": request.request_id, "empty": True}
-                self.reply(request.identity, SAMPLE_REPLY, empty)
+                self.m_size.set(stats["size"])
+                self.reply(pending.identity, encode_sample_reply(reply))
+            elif now >= pending.deadline:
+                self.reply(pending.identity, encode_sample_reply(self.replay.empty_reply()))
             else:
-                waiting.append(request)
+                waiting.append(pending)
         self.pending = waiting
         self.m_pending.set(len(self.pending))
-
-
-def _positive_int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -268,17 +251,11 @@ def open_snapshots(cfg: ExperimentConfig, run_dir: Path, shard: ReplayShard) -> 
 
 def main(args: argparse.Namespace) -> int:
     def build(ctx: zmq.Context, settings: Settings, cfg: ExperimentConfig) -> ReplayServer:
-        # The learner decodes replies with these limits too (roles/learner.py): replies are packed to fit.
-        limits = Limits(max_frames=cfg.replay.max_frames, max_bytes=cfg.replay.max_message_bytes)
-        shard = ReplayShard(
-            args.mode or cfg.replay.mode,
-            args.capacity or cfg.replay.capacity,
-            *(cfg.replay.alpha, cfg.replay.beta, cfg.replay.priority_eps, cfg.seed, settings.index),
-            capacity_bytes=cfg.replay.capacity_bytes,
-            reply=limits,
-            # Torch- and gymnasium-free: the env's episode limit is unknown here (ES checks at the learner).
-            max_steps_per_unit=cfg.algo.max_env_steps_per_unit(None),
-        )
+        # --mode and --capacity override the config's; the learner decodes replies with the same limits.
+        config = replace(cfg.replay, mode=args.mode or cfg.replay.mode, capacity=args.capacity or cfg.replay.capacity)
+        limits = message_limits(config)
+        # Torch- and gymnasium-free: the env's episode limit is unknown here (ES checks at the learner).
+        shard = ReplayShard.of(config, cfg.seed, settings.index, cfg.algo.max_env_steps_per_unit(None))
         snapshots = open_snapshots(cfg, settings.run_dir, shard) if cfg.replay.snapshot_interval_s > 0 else None
         return ReplayServer(
             ctx,

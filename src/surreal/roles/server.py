@@ -19,8 +19,8 @@ import zmq
 
 from surreal.config import ExperimentConfig
 from surreal.metrics import RoleMetrics
-from surreal.proto.channels import send
-from surreal.proto.codec import Limits, encode
+from surreal.proto.channels import frames_of, send
+from surreal.proto.codec import Message
 from surreal.roles.common import EXIT_STOPPED, StopFlag, load_config, setup_logging
 from surreal.runtime.limits import raise_open_files
 from surreal.settings import Settings
@@ -31,12 +31,6 @@ REPLY_TIMEOUT_S = 1.0  # a requester that does not take its reply by then loses 
 POLL_S = 0.1  # how often `run` looks at the stop flag when nothing arrives
 
 Handler = Callable[[list[zmq.Frame]], None]
-
-
-def accepting(limits: Limits, *kinds: str) -> Limits:
-    """`limits`' frame and byte bounds for a socket that takes only `kinds`: a message of another kind
-    is refused by `decode` before its arrays are looked at."""
-    return Limits(limits.max_frames, limits.max_bytes, kinds=frozenset(kinds))
 
 
 class Server:
@@ -98,9 +92,10 @@ class Server:
                 "dropped a message from %s: %s (further ones are counted in messages_dropped_total)", who, reason
             )
 
-    def reply(self, identity: bytes, kind: str, meta: dict[str, Any], arrays: dict[str, Any] | None = None) -> bool:
-        """Encode and send one reply to `identity`; False if it could not be sent within REPLY_TIMEOUT_S."""
-        return self.reply_frames(identity, encode(kind, meta, arrays))
+    def reply(self, identity: bytes, message: Message) -> bool:
+        """Frame and send one typed reply (proto/wire.py) to `identity`; False if it could not be sent within
+        REPLY_TIMEOUT_S."""
+        return self.reply_frames(identity, frames_of(message))
 
     def reply_frames(self, identity: bytes, frames: Sequence[Any]) -> bool:
         """Send already framed message parts to `identity` (the ps forwards a stored blob as it came)."""

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from surreal.config.schema import ExperimentConfig, OffPolicyConfig
-from surreal.proto.wire import BlobMeta, Chunk, SampleReply
+from surreal.proto.wire import BlobMeta, Chunk, SampleReply, TransitionReply
 from surreal.replay.buffers import flatten_time_major
 from surreal.runtime.regimes.common import (
     LIVE_ROUNDS,
@@ -192,7 +192,7 @@ class TransitionFeed:
 
     def take(self, reply: SampleReply) -> bool:
         """Off-policy learners see no chunks: a reply's report brings the env steps, episodes and actors."""
-        if reply.transitions is None:
+        if not isinstance(reply, TransitionReply):
             return False
         c, report = self.counters, reply.report
         c.env_steps += self.shard_steps.observe(report.shard, report.env_steps)

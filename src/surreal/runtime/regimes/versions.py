@@ -33,7 +33,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from surreal.config.schema import ExperimentConfig
-from surreal.proto.wire import BlobMeta, Chunk, SampleReply
+from surreal.proto.wire import BlobMeta, Chunk, FifoReply, SampleReply
 from surreal.runtime.regimes.common import LIVE_ROUNDS, Counters, LiveActors, Outcome, live_state, load_live_state
 
 STALL_FACTOR = 1.5  # an actor overdraws after waiting this many median version intervals ...
@@ -108,12 +108,12 @@ class VersionThrottle:
             "actors": self.actors,
             "allowance": self.allowance,
             "version": self.version,
-            "incarnation": self.incarnation,
+            "learner_incarnation": self.incarnation,
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.actors, self.allowance, self.version = state["actors"], state["allowance"], state["version"]
-        self.incarnation, self.version_at = state["incarnation"], self.clock()
+        self.incarnation, self.version_at = state["learner_incarnation"], self.clock()
         self.intervals.clear()
         self.waiting_since = None
 
@@ -186,6 +186,8 @@ class ChunkFeed:
         return self.batch_size  # a batch's worth of units: the FIFO packs whole chunks
 
     def take(self, reply: SampleReply) -> bool:
+        if not isinstance(reply, FifoReply):
+            return False  # a replay of transitions: not this regime's (config validation keeps them apart)
         c = self.counters
         for chunk in reply.chunks:
             if self.live is not None:
@@ -253,10 +255,10 @@ class ChunkFeed:
     def state(self) -> dict[str, Any]:
         """The queued chunks (taken from the replay, counted, not yet learned from) and the actors heard."""
         chunks = [{f.name: getattr(chunk, f.name) for f in fields(Chunk)} for chunk in self.chunks]
-        return {"chunks": chunks, "live": live_state(self.live)}
+        return {"queued_chunks": chunks, "live": live_state(self.live)}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        self.chunks = deque(Chunk(**chunk) for chunk in state["chunks"])
+        self.chunks = deque(Chunk(**chunk) for chunk in state["queued_chunks"])
         self.queued = sum(chunk.size for chunk in self.chunks)
         load_live_state(self.live, state["live"])
 

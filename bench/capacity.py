@@ -1,0 +1,312 @@
+"""Sizing a cluster: predicted env steps/s, learner updates/s and the bottleneck from per-component costs.
+
+    python -m bench.capacity --measure [--seconds 3]        # -> bench/results/capacity-costs.2core.json
+    python -m bench.capacity --actors 1024 [--algo ppo] [--env HalfCheetah-v5] [--shards 8] [--ps-replicas 7]
+                             [--learner-device cpu|h100] [--network-gbit 10 --rtt-ms 0.2] [...]
+    python -m bench.capacity --cluster my-cluster.yaml      # the same keys as the flags (Cluster's fields)
+    python -m bench.capacity --values infra/helm/values/ppo-1024.yaml [--size]   # a chart values file
+    python -m bench.capacity --check                        # against bench.fleet and the 16-core file
+
+The model (bench/capacity_model.py) is a minimum over component capacities in env steps/s: the actors, the
+learner (PPO: batches of env steps per update; DDPG: its replay ratio ties updates to env steps), the replay
+shards' ingest and egress, the ps replicas' answers, and, with a network, the links. Costs come from
+`--measure` (bench/capacity_costs.py says how each is taken) and, for the H100 learner, from
+bench/results/throughput.h100-16core.json; `sources` in every output names the file of each figure.
+
+`--size` prints the shards and ps replicas the rule gives a values file (replay and ps keep 1.5x the most the
+actors could send, on the cores the values file requests), and says whether the file holds them.
+
+`--check` predicts every point of bench/results/fleet.2core.json (bench.fleet's simulated actors at the rate it
+set, against the real services on this box: learner on the CPU, one shard, one ps, Unix sockets) and of
+bench/results/throughput.h100-16core.json (real actors, 4 envs each, on their own cores; GPU learner), prints
+the error of each against its target (20 % and 25 %), adds the prediction for 15,000 cores (SRL's scale) and
+writes everything to bench/results/capacity.2core.json. A point is predicted from its cluster description only
+(actors, rate, batch rule, topology); nothing is read from its measured outcome, and the 16-core file's
+1-actor point, the H100 learner's cost, is listed as calibration, not as a check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench._runs import RESULTS, emit
+from bench.capacity_costs import H100_FILE, MEASURED_FILE, load_costs, measure
+from bench.capacity_model import Cluster, Costs, predict, size_services
+
+FLEET_FILE = RESULTS / "fleet.2core.json"
+CHECK_FILE = RESULTS / "capacity.2core.json"
+FLEET_TARGET, H100_TARGET = 0.20, 0.25
+H100_CHUNK, H100_MINIBATCHES = 256, 32  # bench.throughput's defaults (chunk_steps, batch / 32)
+DATACENTER = {"network_gbit": 10.0, "rtt_ms": 0.2}  # the chart's sizing network (the issue's datacenter profile)
+SRL_CORES = 15_000
+
+
+# -- cluster descriptions -----------------------------------------------------------------------------------
+
+
+def overrides_to_fields(overrides: list[str]) -> dict[str, Any]:
+    """The model's fields from `surreal run` overrides (the batch rule, replay ratio, fetch cadence)."""
+    keys = {
+        "algo": ("algo", str),
+        "algo.batch_size": ("batch_size", int),
+        "algo.update_epochs": ("update_epochs", int),
+        "algo.replay_ratio": ("replay_ratio", float),
+        "actor.chunk_steps": ("chunk_steps", int),
+        "actor.param_fetch_interval": ("param_fetch_interval", int),
+        "topology.envs_per_actor": ("envs_per_actor", int),
+        "env": ("env", str),
+    }
+    out: dict[str, Any] = {}
+    minibatch = None
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key in keys:
+            name, kind = keys[key]
+            out[name] = kind(value)
+        elif key == "algo.minibatch_size":
+            minibatch = int(value)
+    if minibatch and "batch_size" in out:
+        out["minibatches"] = max(1, out["batch_size"] // minibatch)
+    return out
+
+
+def fleet_cluster(run: dict[str, Any], point: dict[str, Any]) -> Cluster:
+    """A bench.fleet point's cluster: its actors at the rate the run set, the services the run started."""
+    from bench.fleet import config_overrides
+    from bench.fleet_actors import NETWORKS
+
+    fields = overrides_to_fields(
+        [*config_overrides(run["algo"], point["actors"], run["chunk_steps"]), *run["overrides"]]
+    )
+    roles = point.get("cpu_cores", {})
+    return Cluster(
+        actors=point["actors"],
+        actor_rate=run["rate_per_actor"],
+        shards=max(1, sum(name.startswith("replay-") for name in roles)),
+        ps_replicas=max(1, sum(name.startswith("ps-") for name in roles)),
+        learner_device="cpu",
+        rtt_ms=2e3 * NETWORKS[run.get("network", "none")][0],
+        **fields,
+    )
+
+
+def h100_cluster(data: dict[str, Any], point: dict[str, Any], actor_rate: float) -> Cluster:
+    """A bench.throughput point: real actors on their own cores (at the 1-actor raw rate), 1 shard, 1 ps."""
+    batch = point["batch_size"]
+    return Cluster(
+        actors=point["actors"],
+        env=data["env"],
+        envs_per_actor=data["envs_per_actor"],
+        actor_rate=actor_rate,
+        learner_device="h100",
+        chunk_steps=H100_CHUNK,
+        batch_size=batch,
+        minibatches=H100_MINIBATCHES,
+    )
+
+
+def cpu_cores(quantity: Any) -> float:
+    """A Kubernetes CPU quantity ("500m", "2", 1) in cores."""
+    text = str(quantity)
+    return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+
+
+def values_cluster(path: Path, network: dict[str, float] = DATACENTER) -> Cluster:
+    """A chart values file's cluster: actor and service counts and the cores each requests; the experiment's
+    PPO batch and chunk; a datacenter network; the learner on an H100 (the chart's GPU learner)."""
+    values = yaml.safe_load(path.read_text())
+    experiment = values.get("experiment", {})
+    algo = experiment.get("algo", "ppo")
+    algo_fields = algo if isinstance(algo, dict) else {"name": algo}
+    batch = algo_fields.get("batch_size")
+    minibatch = algo_fields.get("minibatch_size")
+    return Cluster(
+        actors=values["actors"]["replicas"],
+        algo=algo_fields["name"],
+        env=experiment.get("env", {}).get("id", "HalfCheetah-v5"),
+        envs_per_actor=values["actors"].get("envsPerActor", 1),
+        cores_per_actor=cpu_cores(values["actors"]["resources"]["requests"]["cpu"]),
+        shards=values["replay"]["shards"],
+        cores_per_shard=cpu_cores(values["replay"]["resources"]["requests"]["cpu"]),
+        ps_replicas=values["ps"]["replicas"],
+        cores_per_ps=cpu_cores(values["ps"]["resources"]["requests"]["cpu"]),
+        learner_device="h100",
+        chunk_steps=experiment.get("actor", {}).get("chunk_steps", 64),
+        batch_size=batch,
+        minibatches=batch // minibatch if batch and minibatch else 32,
+        update_epochs=algo_fields.get("update_epochs", 10),
+        **network,
+    )
+
+
+def srl_cluster(algo: str, device: str, costs: Costs) -> Cluster:
+    """15,000 actor cores: one single-env actor per core, chunks of 64, PPO's batch one chunk per actor, a
+    datacenter network, shards and ps replicas (one core each) sized by the rule."""
+    return size_services(Cluster(actors=SRL_CORES, algo=algo, learner_device=device, **DATACENTER), costs)
+
+
+# -- the check --------------------------------------------------------------------------------------------
+
+
+def error(predicted: float, measured: float) -> float | None:
+    return None if measured <= 0 else round(predicted / measured - 1.0, 3)
+
+
+def row(cluster: Cluster, costs: Costs, measured: dict[str, Any], target: float | None) -> dict[str, Any]:
+    p = predict(cluster, costs)
+    e = error(p.env_steps_per_s, measured["env_steps_per_s"])
+    return {
+        "actors": cluster.actors,
+        "measured_env_steps_per_s": measured["env_steps_per_s"],
+        "predicted_env_steps_per_s": round(p.env_steps_per_s, 1),
+        "error": e,
+        "within_target": None if target is None else e is not None and abs(e) <= target,
+        "measured_updates_per_s": measured.get("updates_per_s"),
+        "predicted_updates_per_s": round(p.updates_per_s, 3),
+        "predicted_bottleneck": p.bottleneck,
+        "measured_bottleneck": measured.get("bottleneck"),
+        "others_busy_cores": measured.get("others_busy_cores"),  # the box's other load then: shown, never used
+        "capacities": p.to_json()["capacities"],
+    }
+
+
+def check(costs: Costs, fleet_file: Path = FLEET_FILE) -> dict[str, Any]:
+    """Every fleet point (any algorithm key holding `points`) and every 16-core point, predicted and compared."""
+    out: dict[str, Any] = {"benchmark": "capacity", "machine": f"vm {platform.machine()} {os.cpu_count()} cpus"}
+    fleet = json.loads(fleet_file.read_text())
+    for algo, run in fleet.items():
+        if not isinstance(run, dict) or "points" not in run:
+            continue
+        out[f"fleet_{algo}"] = {
+            "file": fleet_file.name,
+            "command": run.get("command"),
+            "target": FLEET_TARGET,
+            "points": [
+                row(
+                    fleet_cluster(run, p),
+                    costs,
+                    {
+                        "env_steps_per_s": p["env_steps_per_s"],
+                        "updates_per_s": p.get("learner_updates_per_s"),
+                        "bottleneck": p.get("bottleneck"),
+                        "others_busy_cores": p.get("others_busy_cores"),
+                    },
+                    FLEET_TARGET,
+                )
+                for p in run["points"]
+            ],
+        }
+    data = json.loads(H100_FILE.read_text())
+    calibration = min(data["points"], key=lambda p: p["actors"])
+    rate = calibration["raw_env_steps_per_s"] / calibration["actors"]
+    out["h100_16core"] = {
+        "file": H100_FILE.name,
+        "target": H100_TARGET,
+        "calibration": f"the {calibration['actors']}-actor point gives the H100 learner's cost and its raw rate the "
+        "actor's; the other points are checks",
+        "points": [
+            row(
+                h100_cluster(data, p, rate),
+                costs,
+                {"env_steps_per_s": p["system_env_steps_per_s"], "updates_per_s": None, "bottleneck": None},
+                None if p is calibration else H100_TARGET,
+            )
+            for p in data["points"]
+        ],
+    }
+    srl = [("ppo", "cpu"), ("ppo", "h100"), ("ddpg", "cpu")]  # no DDPG learner cost on an H100
+    out["srl_15000_cores"] = {
+        f"{algo} {device}": {"cluster": dataclasses.asdict(c), **predict(c, costs).to_json()}
+        for algo, device in srl
+        for c in [srl_cluster(algo, device, costs)]
+    }
+    out["costs"] = costs.to_json()
+    return out
+
+
+def print_check(result: dict[str, Any]) -> None:
+    for name, part in result.items():
+        if not isinstance(part, dict) or "points" not in part:
+            continue
+        print(f"{name} ({part['file']}, target {part['target']:.0%}):")
+        header = f"{'actors':>7} {'measured':>10} {'predicted':>10} {'error':>7}  verdict   others' load"
+        print(f"  {header}  bottleneck (model / bench)")
+        for r in part["points"]:
+            e = "n/a" if r["error"] is None else f"{r['error']:+.1%}"
+            verdict = {True: "ok", False: "MISS", None: "calib."}[r["within_target"]]
+            load = "-" if r["others_busy_cores"] is None else f"{r['others_busy_cores']:.2f} cores"
+            print(
+                f"  {r['actors']:>7} {r['measured_env_steps_per_s']:>10,.0f} {r['predicted_env_steps_per_s']:>10,.0f}"
+                f" {e:>7}  {verdict:<8}  {load:>12}  {r['predicted_bottleneck']} / {r['measured_bottleneck'] or '-'}"
+            )
+    for name, p in result["srl_15000_cores"].items():
+        c = p["cluster"]
+        print(
+            f"15,000 cores, {name}: {p['env_steps_per_s']:,.0f} env steps/s, {p['updates_per_s']:.3g} updates/s, "
+            f"bottleneck {p['bottleneck']} ({c['shards']} shards, {c['ps_replicas']} ps replicas)"
+        )
+
+
+# -- the command line -----------------------------------------------------------------------------------------
+
+
+def cluster_from_args(args: argparse.Namespace) -> Cluster:
+    if args.values:
+        return values_cluster(args.values)
+    fields = yaml.safe_load(args.cluster.read_text()) if args.cluster else {}
+    names = {f.name for f in dataclasses.fields(Cluster)}
+    fields.update({k: v for k, v in vars(args).items() if k in names and v is not None})
+    if "actors" not in fields:
+        raise SystemExit("say how many actors: --actors N (or actors: in --cluster)")
+    return Cluster(**fields)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--measure", action="store_true", help="run the micro-benchmarks, write the costs file")
+    parser.add_argument("--seconds", type=float, default=3.0, help="each micro-benchmark's length")
+    parser.add_argument("--check", action="store_true")
+    parser.add_argument("--cluster", type=Path, help="a YAML of Cluster's fields")
+    parser.add_argument("--values", type=Path, help="a chart values file")
+    parser.add_argument("--size", action="store_true", help="the shards and ps replicas the rule gives")
+    for f in dataclasses.fields(Cluster):  # one flag per field; annotations are strings here ("int | None", ...)
+        kind = {"int": int, "float": float, "str": str}.get(str(f.type).split(" ")[0], float)
+        parser.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=None)
+    args = parser.parse_args()
+    if args.measure:
+        result = {
+            "benchmark": "capacity-costs",
+            "machine": f"vm {platform.machine()} {os.cpu_count()} cpus",
+            **measure(args.seconds),
+        }
+        emit(result, MEASURED_FILE)
+        return
+    costs = load_costs()
+    if args.check:
+        result = check(costs)
+        print_check(result)
+        emit(result, CHECK_FILE)
+        return
+    cluster = cluster_from_args(args)
+    out: dict[str, Any] = {"cluster": dataclasses.asdict(cluster), **predict(cluster, costs).to_json()}
+    if args.size:
+        sized = size_services(cluster, costs)
+        out["sized"] = {"shards": sized.shards, "ps_replicas": sized.ps_replicas}
+        out["holds_the_rule"] = (sized.shards, sized.ps_replicas) == (cluster.shards, cluster.ps_replicas)
+    out["sources"] = costs.sources
+    print(json.dumps(out))
+    if args.size and not out["holds_the_rule"]:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

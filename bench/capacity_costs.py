@@ -1,0 +1,329 @@
+"""The capacity model's per-component costs: short micro-benchmarks (`--measure`) and figures read from other
+results files, each with its source.
+
+Measured here (seconds each, one thread, CPU time of the component's own thread, the fastest of a few rounds:
+another program's load slows the wall clock and, less, the CPU time; the box this runs on is shared, say so
+next to any figure):
+
+- actor: one env and the PPO policy as an actor starts it, stepping (bench.throughput's raw actor, on CPU time),
+  HalfCheetah-v5 and, where robosuite imports, robosuite Lift;
+- learner (cpu): the learner role's `LearnerCore` in-process (bench.learner's harness) on chunks of 64 steps cut
+  from the recorded HalfCheetah-v5 rollout, one chunk per actor as bench.fleet sends them, PPO at two batches
+  under the fleet's rule (minibatch = batch / 32, 10 epochs) giving the per-step and per-sample costs; DDPG's
+  gradient step on replay-shaped samples of 4 x 256;
+- replay shard: chunks framed as an actor sends them, decoded and stored by `ReplayShard` (ingest), and
+  sample replies drawn and framed (egress), per CPU second;
+- ps: a `ParamServer` replica on inproc sockets in a thread of its own, answering bursts of requests from 64
+  DEALERs with the PPO policy's real blob ("params") or "not modified", per CPU second of its thread;
+- bytes: the blob's frames and one transition's share of an experience message.
+
+Read from files: the H100 learner (no GPU here): `bench/results/throughput.h100-16core.json`'s 1-actor point, the
+only H100 learner figure there is (from before the learner work); its batch over its system rate is one update,
+all 320 minibatch steps' overhead (the README's diagnosis of that run), so `sample_s` is 0. The 16-core check
+therefore skips that point. Lift's actor cost falls back to `throughput-robosuite-Lift.2core.json`'s 1-actor
+raw rate when robosuite is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from bench._runs import RESULTS
+from bench.capacity_model import Costs, LearnerCost
+
+H100_FILE = RESULTS / "throughput.h100-16core.json"
+LIFT_FILE = RESULTS / "throughput-robosuite-Lift.2core.json"
+MEASURED_FILE = RESULTS / "capacity-costs.2core.json"
+FLEET_MINIBATCHES = 32  # bench.fleet's PPO rule: minibatch = batch / 32
+FLEET_CHUNK = 64
+DDPG_MINIBATCHES_PER_SAMPLE = 4
+
+
+def h100_learner() -> tuple[LearnerCost, str]:
+    """The H100 learner from the 16-core throughput file's 1-actor point (see the module's docstring)."""
+    data = json.loads(H100_FILE.read_text())
+    point = min(data["points"], key=lambda p: p["actors"])
+    update_s = point["batch_size"] / point["system_env_steps_per_s"]
+    steps = FLEET_MINIBATCHES * 10
+    source = (
+        f"{H100_FILE.relative_to(RESULTS.parent.parent)}: {point['actors']}-actor point, batch "
+        f"{point['batch_size']} / {point['system_env_steps_per_s']} env steps/s = {update_s:.3f} s per update "
+        f"over {steps} minibatch steps (code from before the learner work; DDPG not measured)"
+    )
+    return LearnerCost(update_s / steps, 0.0, None), source
+
+
+def lift_from_file() -> tuple[float, str]:
+    data = json.loads(LIFT_FILE.read_text())
+    point = min(data["points"], key=lambda p: p["actors"])
+    rate = point["raw_env_steps_per_s"] / point["actors"]
+    return rate, f"{LIFT_FILE.relative_to(RESULTS.parent.parent)}: raw rate of {point['actors']} actor, 1 env"
+
+
+def load_costs(path: Path = MEASURED_FILE) -> Costs:
+    """The measured costs (`--measure`'s file) with the H100 learner added from its file."""
+    if not path.exists():
+        raise SystemExit(f"{path} is missing: run `python -m bench.capacity --measure` first")
+    costs = Costs.from_json(json.loads(path.read_text())["costs"])
+    h100, source = h100_learner()
+    return replace(costs, learner={**costs.learner, "h100": h100}, sources={**costs.sources, "learner h100": source})
+
+
+# -- micro-benchmarks -----------------------------------------------------------------------------------
+
+
+def cpu_rate(work: Callable[[], object], units_per_call: int, seconds: float, rounds: int = 4) -> float:
+    """Units per CPU second of this thread: `work()` once untimed, then `rounds` rounds of `seconds / rounds` of
+    wall time each (at least 2 calls a round); the fastest round's rate. The model gives every component cores
+    of its own; on a shared box other programs slow even the CPU time (a busy sibling hyperthread, a cold
+    cache), and the fastest round is the one they slowed least."""
+    work()
+    rates = []
+    for _ in range(rounds):
+        calls, wall0, cpu0 = 0, time.perf_counter(), time.thread_time()
+        while calls < 2 or time.perf_counter() - wall0 < seconds / rounds:
+            work()
+            calls += 1
+        rates.append(calls * units_per_call / max(time.thread_time() - cpu0, 1e-9))
+    return max(rates)
+
+
+def actor_rate(env_id: str, seconds: float) -> float:
+    """One actor's env steps per CPU second: one env and the PPO policy as an actor starts it (bench.throughput's
+    raw actor, timed by CPU time here so the box's other load does not count)."""
+    import torch
+
+    from surreal.algos.ppo import PPOPolicy
+    from surreal.config.schema import PPOConfig
+    from surreal.envs import make_vec_env
+
+    torch.set_num_threads(1)
+    envs = make_vec_env(env_id, 1, 0)
+    policy = PPOPolicy(envs.single_observation_space, envs.single_action_space, PPOConfig(seed=0), 0)
+    obs = [envs.reset()[0]]
+
+    def step() -> None:
+        obs[0] = envs.step(policy.act(obs[0])[0])[0]
+
+    try:
+        return cpu_rate(step, 1, seconds)
+    finally:
+        envs.close()
+
+
+def fleet_chunks(algo: str, count: int) -> tuple[Any, list[Any]]:
+    """`count` chunks of 64 steps from the recorded HalfCheetah-v5 rollout, one per actor, as bench.fleet sends."""
+    from bench.fleet_actors import Recording
+    from bench.rollouts import load as load_rollout
+    from surreal.config import load_config
+    from surreal.proto.wire import Chunk
+
+    cfg = load_config([f"algo={algo}", "env=HalfCheetah-v5", f"actor.chunk_steps={FLEET_CHUNK}"])
+    recording = Recording(cfg, load_rollout("HalfCheetah-v5"))
+    chunks = []
+    for actor in range(count):
+        arrays, returns, lengths = recording.chunk(actor * FLEET_CHUNK)
+        chunks.append(Chunk(arrays, 0, actor, list(returns), list(lengths)))
+    return cfg, chunks
+
+
+def ppo_update_s(batch: int, seconds: float, run_dir: Path) -> tuple[float, Any]:
+    """CPU seconds of one `LearnerCore` PPO update at `batch` under the fleet's rule; the core too (its blob)."""
+    import torch
+
+    from bench.learner import learner_core, one_update
+
+    torch.set_num_threads(1)
+    _, chunks = fleet_chunks("ppo", batch // FLEET_CHUNK)
+    overrides = [
+        "device=cpu",
+        f"actor.chunk_steps={FLEET_CHUNK}",
+        f"algo.batch_size={batch}",
+        f"algo.minibatch_size={batch // FLEET_MINIBATCHES}",
+        "algo.update_epochs=10",
+        "learner.checkpoint_interval=1000000",
+        "learner.checkpoint_interval_s=100000",
+    ]
+    core = learner_core("ppo", overrides, chunks, [], run_dir / f"ppo-{batch}")
+    return 1.0 / cpu_rate(lambda: one_update(core), 1, seconds), core
+
+
+def ddpg_step_s(seconds: float, run_dir: Path) -> float:
+    """CPU seconds of one DDPG gradient step (256 batch) through `LearnerCore`, on samples of 4 x 256."""
+    import torch
+
+    from bench.learner import learner_core, one_update, transition_batches
+
+    torch.set_num_threads(1)
+    cfg, chunks = fleet_chunks("ddpg", 16)
+    k, batch = DDPG_MINIBATCHES_PER_SAMPLE, cfg.algo.batch_size
+    samples = transition_batches(chunks, k * batch, 16, 1)
+    overrides = [
+        "device=cpu",
+        f"learner.minibatches_per_sample={k}",
+        "algo.learning_starts=0",
+        f"algo.replay_ratio={1 / batch}",
+        "learner.checkpoint_interval=1000000",
+        "learner.checkpoint_interval_s=100000",
+    ]
+    core = learner_core("ddpg", overrides, [], samples, run_dir / "ddpg")
+    return 1.0 / cpu_rate(lambda: one_update(core), k, seconds)
+
+
+def shard_rates(seconds: float) -> tuple[float, float, int]:
+    """Transitions per CPU second into a shard (chunks framed as an actor sends them, decoded, stored: the
+    fleet's PPO chunks into a FIFO) and out of one (a uniform shard of 65,536 HalfCheetah transitions
+    answering samples of 4 x 256 with their frames: DDPG's egress, the one that gathers; a FIFO hands its
+    chunks over whole, cheaper), and one transition's bytes on the wire."""
+    from surreal.proto.channels import accepting, frames_of
+    from surreal.proto.codec import Limits, decode
+    from surreal.proto.wire import EXPERIENCE, encode_chunk, encode_sample_reply
+    from surreal.replay.shard import ReplayShard
+
+    limits = accepting(Limits(), frozenset({EXPERIENCE}))
+    turn = iter(range(1 << 62))
+
+    def filled(algo: str, mode: str) -> tuple[ReplayShard, list[list]]:
+        _, chunks = fleet_chunks(algo, 64)
+        return ReplayShard(mode, capacity=1 << 16), [frames_of(encode_chunk(c, "bench")) for c in chunks]
+
+    fifo, frames = filled("ppo", "fifo")
+
+    def ingest() -> None:
+        fifo.add(decode(frames[next(turn) % len(frames)], limits))
+        if fifo.ready(1 << 15):
+            fifo.sample(1 << 15)  # keep the FIFO from filling (untimed share: a FIFO hands chunks over whole)
+
+    ingest_rate = cpu_rate(ingest, FLEET_CHUNK, seconds)
+    uniform, ddpg_frames = filled("ddpg", "uniform")
+    for i in range((1 << 16) // FLEET_CHUNK):
+        uniform.add(decode(ddpg_frames[i % len(ddpg_frames)], limits))
+    sample = DDPG_MINIBATCHES_PER_SAMPLE * 256
+    egress_rate = cpu_rate(lambda: frames_of(encode_sample_reply(uniform.sample(sample))), sample, seconds)
+    transition_bytes = round(frame_bytes(frames[0]) / FLEET_CHUNK)
+    return ingest_rate, egress_rate, transition_bytes
+
+
+def frame_bytes(frames: list) -> int:
+    return sum(memoryview(f).nbytes for f in frames)
+
+
+def ps_rates(core: Any, seconds: float, clients: int = 64) -> tuple[float, float, int]:
+    """Blob answers and "not modified" answers per CPU second of a ps replica's thread, and the blob's bytes."""
+    import zmq
+
+    from surreal.proto.channels import ParamPublisher, frames_of, make_socket
+    from surreal.proto.wire import ParamsRequest, encode_params
+    from surreal.roles.ps import ParamServer
+
+    latest = core.params_out.latest
+    ctx = zmq.Context()
+    publisher = ParamPublisher(ctx, "inproc://capacity-learner")
+    ps = ParamServer(ctx, "inproc://capacity-learner", "inproc://capacity-ps")
+    dealers = [make_socket(ctx, zmq.DEALER) for _ in range(clients)]
+    for d in dealers:
+        d.connect("inproc://capacity-ps")
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            ps.poll_once(0.01)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while ps.version != latest.blob.version and time.monotonic() < deadline:
+            publisher.publish(latest.blob, latest.arrays)
+            time.sleep(0.05)
+        if ps.version != latest.blob.version:
+            raise RuntimeError("the ps replica never took the blob in")
+        blob_bytes = frame_bytes(frames_of(encode_params(latest)))
+        rates = []
+        for have in (ParamsRequest(-1, ""), ParamsRequest(latest.blob.version, latest.blob.incarnation)):
+            request = frames_of(have.to_message())
+            answered, wall0 = 0, time.perf_counter()
+            base = _thread_cpu_mark(thread)
+            while time.perf_counter() - wall0 < seconds:
+                for d in dealers:
+                    d.send_multipart(request, copy=False)
+                for d in dealers:
+                    if d.poll(5000):
+                        d.recv_multipart(copy=False)
+                        answered += 1
+            rates.append(answered / max(_thread_cpu_mark(thread) - base, 1e-9))
+        return rates[0], rates[1], blob_bytes
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        for d in dealers:
+            d.close(0)
+        publisher.close()
+        ps.close()
+        ctx.term()
+
+
+def _thread_cpu_mark(thread: threading.Thread) -> float:
+    """CPU seconds `thread` has used so far (Linux: its /proc task's utime + stime)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    with open(f"/proc/self/task/{thread.native_id}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def measure(seconds: float = 3.0) -> dict[str, Any]:
+    """Every micro-benchmark, short; returns the `--measure` file's content (costs, raw figures, timings)."""
+    started, load_before = time.perf_counter(), os.getloadavg()[0]
+    raw: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    actors = {"HalfCheetah-v5": actor_rate("HalfCheetah-v5", seconds)}
+    sources["actor HalfCheetah-v5"] = "--measure: env + PPO policy stepping, 1 env, CPU time"
+    try:
+        import robosuite  # noqa: F401
+
+        actors["robosuite:Lift"] = actor_rate("robosuite:Lift", seconds)
+        sources["actor robosuite:Lift"] = "--measure: env + PPO policy stepping, 1 env, CPU time"
+    except ImportError:
+        actors["robosuite:Lift"], sources["actor robosuite:Lift"] = lift_from_file()
+    with tempfile.TemporaryDirectory() as tmp:
+        small, big = 2048, 32768
+        t_small, _ = ppo_update_s(small, seconds, Path(tmp))
+        t_big, core = ppo_update_s(big, seconds, Path(tmp))
+        steps = 10 * FLEET_MINIBATCHES
+        # t = steps x (step_s + sample_s x minibatch) at two minibatch sizes
+        mb_small, mb_big = small // FLEET_MINIBATCHES, big // FLEET_MINIBATCHES
+        sample_s = (t_big - t_small) / steps / (mb_big - mb_small)
+        step_s = t_small / steps - sample_s * mb_small
+        ddpg_s = ddpg_step_s(seconds, Path(tmp))
+        raw["ppo_update_cpu_s"] = {str(small): round(t_small, 4), str(big): round(t_big, 4)}
+        raw["ddpg_step_cpu_ms"] = round(1e3 * ddpg_s, 3)
+        sources["learner cpu"] = (
+            f"--measure: LearnerCore PPO update, CPU time, batches {small} and {big} (minibatch batch/32, 10 "
+            "epochs, chunks of 64 from the HalfCheetah-v5 recording); DDPG gradient step of 256, samples of 4"
+        )
+        ingest, egress, transition_bytes = shard_rates(seconds)
+        sources["replay shard"] = "--measure: ReplayShard in-process, decode + store / sample + frame, CPU time"
+        checks_blob, checks_nm, blob_bytes = ps_rates(core, seconds)
+        sources["ps"] = "--measure: ParamServer on inproc sockets, 64 DEALERs, CPU time of the ps thread"
+    costs = Costs(
+        actor_steps_per_core={k: round(v, 1) for k, v in actors.items()},
+        learner={"cpu": LearnerCost(step_s, sample_s, ddpg_s)},
+        shard_ingest_per_core=round(ingest, 1),
+        shard_egress_per_core=round(egress, 1),
+        ps_checks_per_core=round(checks_nm, 1),
+        ps_fetches_per_core=round(checks_blob, 1),
+        blob_bytes=blob_bytes,
+        transition_bytes=transition_bytes,
+        sources=sources,
+    )
+    raw["seconds"] = round(time.perf_counter() - started, 1)
+    raw["load_avg_1m"] = [round(os.getloadavg()[0], 2), round(load_before, 2)]  # after, before
+    return {"costs": costs.to_json(), "raw": raw}

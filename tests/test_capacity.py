@@ -1,0 +1,154 @@
+"""The capacity model's arithmetic (bench/capacity_model.py) on constructed costs, the fleet-point reading of
+`--check`, the chart's ppo-1024.yaml against the sizing rule, and the shard micro-benchmark against the
+product's shard and wire. No sockets, and no verdict on a timing."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from bench.capacity import check, fleet_cluster, values_cluster
+from bench.capacity_costs import load_costs
+from bench.capacity_model import Cluster, Costs, LearnerCost, capacities, predict, size_services
+
+REPO = Path(__file__).resolve().parents[1]
+
+COSTS = Costs(
+    actor_steps_per_core={"HalfCheetah-v5": 1000.0},
+    learner={"cpu": LearnerCost(step_s=1e-3, sample_s=1e-5, ddpg_step_s=5e-3)},
+    shard_ingest_per_core=1e6,
+    shard_egress_per_core=1e7,
+    ps_checks_per_core=5e4,
+    ps_fetches_per_core=2.5e4,
+    blob_bytes=50_000,
+    transition_bytes=200,
+)
+FAST_LEARNER = replace(COSTS, learner={"cpu": LearnerCost(1e-9, 1e-12, 1e-9)})
+
+
+def test_a_slow_ppo_learner_binds_and_sets_updates_per_batch() -> None:
+    c = Cluster(actors=64, chunk_steps=64)  # batch 4,096, minibatch 128, 10 epochs x 32 minibatches
+    update_s = 10 * 32 * (1e-3 + 1e-5 * 128)
+    p = predict(c, COSTS)
+    assert p.bottleneck == "learner"
+    assert p.env_steps_per_s == pytest.approx(4096 / update_s)
+    assert p.updates_per_s == pytest.approx(1 / update_s)
+    assert p.capacities["actors"] == pytest.approx(64 * 1000.0)
+
+
+def test_few_actors_bind_and_a_round_trip_per_check_slows_them() -> None:
+    c = Cluster(actors=2, chunk_steps=64, batch_size=128, minibatches=1, update_epochs=1)
+    p = predict(c, COSTS)
+    assert p.bottleneck == "actors"
+    assert p.env_steps_per_s == pytest.approx(2000.0)
+    far = predict(replace(c, rtt_ms=64.0), COSTS)  # 64 ms per 64-step chunk at 1,000 steps/s: half the rate
+    assert far.env_steps_per_s == pytest.approx(1000.0)
+    assert predict(replace(c, rtt_ms=64.0, param_fetch_interval=4), COSTS).env_steps_per_s == pytest.approx(1600.0)
+
+
+def test_ddpg_replay_ratio_ties_env_steps_to_gradient_steps() -> None:
+    c = Cluster(actors=16, algo="ddpg", replay_ratio=0.1)
+    p = predict(c, COSTS)
+    assert p.bottleneck == "learner"
+    assert p.env_steps_per_s == pytest.approx(1 / (5e-3 * 0.1))
+    assert p.updates_per_s == pytest.approx(200.0)
+    # egress carries replay_ratio x batch transitions per env step
+    assert p.capacities["replay egress"] == pytest.approx(1e7 / (0.1 * 256))
+    assert predict(replace(c, replay_ratio=0.05), COSTS).env_steps_per_s == pytest.approx(4000.0)
+
+
+def test_the_first_component_to_saturate_is_named() -> None:
+    fast = FAST_LEARNER
+    big = Cluster(actors=4096, chunk_steps=64)  # 4.1 M env steps/s of actors
+    assert predict(big, fast).bottleneck == "replay ingest"
+    assert predict(replace(big, shards=8), fast).bottleneck == "ps"
+    sized = replace(big, shards=8, ps_replicas=4)
+    assert predict(sized, fast).bottleneck == "actors"
+    big_blob = replace(fast, blob_bytes=500_000)
+    slow_link = predict(replace(sized, network_gbit=1.0), big_blob)
+    assert slow_link.bottleneck == "ps network"  # 4 links of 1 Gbit/s, a 500 kB blob to every actor per chunk
+    assert slow_link.env_steps_per_s == pytest.approx(4 * 1e9 / 8 / (4096 / 262_144 * 500_000))
+
+
+def test_sizing_keeps_services_above_the_actors_with_headroom_in_powers_of_two() -> None:
+    c = Cluster(actors=4096, chunk_steps=64, network_gbit=10.0, rtt_ms=0.2)
+    sized = size_services(c, FAST_LEARNER)
+    caps = capacities(sized, FAST_LEARNER)
+    for name in ("replay ingest", "replay egress", "replay network in", "replay network out", "ps", "ps network"):
+        assert caps[name] >= 1.5 * caps["actors"], name
+    for count in (sized.shards, sized.ps_replicas):
+        assert count & (count - 1) == 0
+    # and not more than needed: half as many falls short (the power of two above the need)
+    half = capacities(replace(sized, shards=sized.shards // 2, ps_replicas=sized.ps_replicas // 2), FAST_LEARNER)
+    assert min(half["replay ingest"], half["replay egress"], half["replay network in"]) < 1.5 * caps["actors"]
+    assert min(half["ps"], half["ps network"]) < 1.5 * caps["actors"]
+
+
+def test_replay_egress_is_sized_for_the_learner_not_the_actors() -> None:
+    c = Cluster(actors=4096, algo="ddpg")  # actors 4.1 M env steps/s, the learner 2,000
+    sized = size_services(c, COSTS)
+    caps = capacities(sized, COSTS)
+    assert caps["replay egress"] >= 1.5 * caps["learner"]
+    assert caps["replay egress"] < 1.5 * caps["actors"]  # a DDPG env step is 25.6 transitions out
+    assert sized.shards == 8  # set by ingest: 4.1 M x 1.5 / 1 M per shard = 7, up to a power of two
+
+
+def test_unknown_env_or_device_is_refused_by_name() -> None:
+    with pytest.raises(KeyError, match="Lift"):
+        predict(Cluster(actors=1, env="robosuite:Lift"), COSTS)
+    with pytest.raises(KeyError, match="h100"):
+        predict(Cluster(actors=1, learner_device="h100"), COSTS)
+
+
+def fleet_run(algo: str, points: list[dict]) -> dict:
+    return {
+        "algo": algo,
+        "rate_per_actor": 100.0,
+        "chunk_steps": 64,
+        "overrides": [],
+        "network": "none",
+        "points": points,
+    }
+
+
+def test_a_fleet_point_is_read_by_its_cluster_not_its_outcome() -> None:
+    point = {"actors": 256, "env_steps_per_s": 1.0, "cpu_cores": {"replay-0": 0.1, "replay-1": 0.1, "ps-0": 0.1}}
+    c = fleet_cluster(fleet_run("ppo", [point]), point)
+    assert (c.actors, c.actor_rate, c.shards, c.ps_replicas) == (256, 100.0, 2, 1)
+    assert (c.batch, c.minibatches) == (256 * 64, 32)  # bench.fleet's rule: one chunk per actor, minibatch / 32
+    ddpg = fleet_cluster(fleet_run("ddpg", [point]), point)
+    assert ddpg.algo == "ddpg" and ddpg.replay_ratio == pytest.approx(0.1)
+
+
+def test_check_reads_every_algorithm_key_and_reports_misses(tmp_path: Path) -> None:
+    points = [{"actors": 16, "env_steps_per_s": 0.0}, {"actors": 16, "env_steps_per_s": 1500.0}]
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps({"benchmark": "fleet", "ppo": fleet_run("ppo", points), "x": fleet_run("ddpg", [])}))
+    costs = replace(COSTS, learner={**COSTS.learner, "h100": LearnerCost(7e-3, 0.0, None)})
+    result = check(costs, fleet)
+    rows = result["fleet_ppo"]["points"]
+    assert [r["within_target"] for r in rows] == [False, True]  # 0 measured is a miss, never a pass
+    assert rows[1]["predicted_env_steps_per_s"] == pytest.approx(16 * 100.0)  # the actors at 100 steps/s bind
+    assert rows[1]["error"] == pytest.approx(1600 / 1500 - 1, abs=1e-3)
+    assert result["fleet_x"]["points"] == []
+    assert result["h100_16core"]["points"][0]["within_target"] is None  # the calibration point is no check
+
+
+def test_the_checked_in_ppo_1024_values_hold_the_sizing_rule() -> None:
+    values = REPO / "infra" / "helm" / "values" / "ppo-1024.yaml"
+    cluster = values_cluster(values)
+    assert cluster.actors == 1024
+    sized = size_services(cluster, load_costs())
+    assert (cluster.shards, cluster.ps_replicas) == (sized.shards, sized.ps_replicas)
+
+
+def test_the_shard_micro_benchmark_drives_todays_replay_shard_and_wire() -> None:
+    """`--measure` calls the product's own shard and codec; this keeps it in step with them (rates are not
+    judged: they are the box's)."""
+    from bench.capacity_costs import shard_rates
+
+    ingest, egress, transition_bytes = shard_rates(0.05)
+    assert ingest > 0 and egress > 0
+    assert 100 < transition_bytes < 1000, "one HalfCheetah transition: obs, action, reward, flags, logp, value"
