@@ -119,6 +119,16 @@ bench-capacity: $(STAMP)
 	$(PY) -m bench.capacity --measure
 	$(PY) -m bench.capacity --check
 
+.PHONY: bench-stop-grace bench-work-lost
+
+## What a stopping learner needs before SIGKILL: one update and one checkpoint, PPO and DDPG on HalfCheetah (~3 min).
+bench-stop-grace: $(STAMP)
+	$(PY) -m bench.stop_grace
+
+## Env steps and updates lost per learner, replay or whole-node kill against the same run without faults (~9 min).
+bench-work-lost: $(STAMP)
+	$(PY) -m bench.work_lost
+
 ## The wheels a lent GPU machine's Python 3.12 lacks (the roles' and robosuite's; its own CUDA torch stays), into
 ## .gpu-kit/ (ignored) with pip's own configuration (GPU_KIT_PIP_ARGS adds options), checked complete, installable
 ## for 3.12 and under the device's 64 MiB with the tracked tree; bench/gpu.sh installs it there (README, "GPU figures").

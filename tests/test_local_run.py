@@ -23,6 +23,7 @@ import psutil
 import pytest
 
 from conftest import wait_until
+from surreal.launch import local
 from surreal.launch.chaos import read_chaos
 from surreal.metricsfile import read_metrics
 
@@ -297,6 +298,69 @@ def test_ddpg_goes_on_after_its_replay_shard_is_killed_with_what_its_last_snapsh
     assert summary["restarts"]["replay-0"] >= 1 and summary["eval_return_mean"] >= -250, summary
     assert_replay_ratio_held(read_metrics(run.run_dir / "metrics.jsonl"))
     assert not (run.run_dir / "replay").exists(), "a completed run's snapshots are removed"
+    run.assert_nothing_left()
+
+
+@pytest.mark.slow
+def test_a_learner_and_a_replay_shard_drained_mid_run_save_everything_and_are_no_failures(runs):
+    """SIGTERM to the learner and to the replay shard (a drain, a preemption notice): each is out within its grace
+    period with its state written (the learner's checkpoint at the update it stopped at, the FIFO's chunks), is
+    started again at once and not counted as a failure restart, and the resumed learner goes on from that very
+    update: none lost."""
+    run = runs("drained", "env=InvertedPendulum-v5", "actors=2", "steps=40960", "learner.checkpoint_interval=1000")
+    wait_until(lambda: run.updates() >= 3, 180)
+    for name, grace_s in (("learner", local.LEARNER_GRACE_S), ("replay-0", local.REPLAY_GRACE_S)):
+        process = run.role(name)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=grace_s)  # psutil.TimeoutExpired: it outlasted its grace (and would be killed)
+    summary = run.wait(400)
+    assert summary["status"] == "completed", summary
+    assert summary["restarts"]["learner"] == 0 and summary["restarts"]["replay-0"] == 0, "drains are no failures"
+    learner_log = (run.run_dir / "logs" / "learner.log").read_text()
+    stopped = re.search(
+        r"stopped by SIGTERM \(a preemption, drain or shutdown\): checkpoint at update (\d+)", learner_log
+    )
+    assert stopped and f"resumed at update {stopped[1]}," in learner_log, "no update lost"
+    assert "stopped by SIGTERM (a preemption, drain or shutdown)" in (run.run_dir / "logs" / "replay-0.log").read_text()
+    console = (run.run_dir.parent.parent / "drained.console.log").read_text()
+    assert console.count("stopped on a signal (a preemption or drain)") == 2, console
+    assert_no_counter_goes_backwards(read_metrics(run.run_dir / "metrics.jsonl"))
+    run.assert_nothing_left()
+
+
+def assert_no_counter_goes_backwards(rows: list[dict]) -> None:
+    for counter in ("env_steps", "updates", "version"):
+        values = [r[counter] for r in rows]
+        assert values == sorted(values), f"{counter} went backwards in metrics.jsonl"
+
+
+@pytest.mark.slow
+def test_ddpg_goes_on_after_its_learner_replay_and_ps_are_killed_at_once(runs):
+    """A whole node lost: the learner, the replay shard and the ps SIGKILLed together mid-run. The learner
+    resumes from its checkpoint, the shard from its snapshot, the ps empty (the resumed learner publishes);
+    no counter goes backwards and the learner-kill test's bar still holds within the same 30k steps."""
+    run = runs(
+        "ddpg-node-loss",
+        *DDPG_PENDULUM,
+        "steps=30000",
+        "actors=2",
+        "replay.snapshot_interval_s=2",
+        "learner.checkpoint_interval=4",  # every 1,000 gradient steps
+    )
+    replay_log = run.run_dir / "logs" / "replay-0.log"
+    wait_until(lambda: run.updates() >= 5000 and "snapshot" in replay_log.read_text(), 300)
+    roles = [run.role(name) for name in ("learner", "replay-0", "ps-0")]
+    for process in roles:
+        process.send_signal(signal.SIGKILL)
+    wait_until(lambda: re.findall(r"restored (\d+) transitions", replay_log.read_text()), 120)
+    summary = run.wait(600)
+    assert summary["status"] == "completed" and 30_000 <= summary["env_steps"] < 31_000, summary
+    assert all(summary["restarts"][name] >= 1 for name in ("learner", "replay-0", "ps-0")), summary
+    assert summary["eval_return_mean"] >= -250, summary
+    rows = read_metrics(run.run_dir / "metrics.jsonl")
+    assert_no_counter_goes_backwards(rows)
+    assert_replay_ratio_held(rows)
+    assert re.search(r"resumed at update [1-9]", (run.run_dir / "logs" / "learner.log").read_text())
     run.assert_nothing_left()
 
 

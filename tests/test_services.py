@@ -35,6 +35,7 @@ from surreal.proto.wire import (
     ParamsRequest,
     TransitionReply,
 )
+from surreal.roles.common import EXIT_STOPPED
 from surreal.settings import ReplayEndpoint
 
 LIMITS = Limits()
@@ -323,7 +324,7 @@ def test_a_replay_shard_given_sigterm_writes_everything_and_restarts_with_it(rol
     replay = roles.start("replay", settings, "--mode", "prioritized", "--capacity", "1000")
     fill_shard(ctx, settings, 20)
     replay.send_signal(signal.SIGTERM)
-    assert replay.wait(timeout=60) == 0
+    assert replay.wait(timeout=60) == EXIT_STOPPED, "stopped by a signal with everything saved"
     held, tags = restarted_shard_holds(roles, ctx, settings, "prioritized")
     assert held == 320 and tags <= set(map(float, range(20))) and len(tags) > 10, "no transition lost"
     assert "restored 320 transitions" in (tmp_path / "replay-0-1.log").read_text()
@@ -346,7 +347,7 @@ def test_a_fifo_shard_keeps_its_chunks_across_sigterm_and_serves_them_once(roles
     replay = roles.start("replay", settings, "--mode", "fifo")
     fill_shard(ctx, settings, 3)
     replay.send_signal(signal.SIGTERM)
-    assert replay.wait(timeout=60) == 0
+    assert replay.wait(timeout=60) == EXIT_STOPPED, "stopped by a signal with everything saved"
     restarted = roles.start("replay", settings, "--mode", "fifo")
     sampler = SampleClient(ctx, [settings.replay[0].sample], LIMITS, prefetch=1)
     got = wait_until(lambda: sampler.next(1000, 1.0), 60)

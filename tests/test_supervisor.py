@@ -21,7 +21,7 @@ import pytest
 from conftest import wait_until
 from surreal.launch import local
 from surreal.launch.supervisor import ProcessSpec, Supervisor
-from surreal.roles.common import StopFlag
+from surreal.roles.common import EXIT_STOPPED, StopFlag
 from surreal.settings import Settings
 
 
@@ -377,3 +377,34 @@ def test_a_killed_child_restarts_at_once_uncounted_and_a_held_one_only_when_rele
         line.split(": ")[0].split(" start ")[1] for line in (tmp_path / "logs" / "actor-1.log").read_text().splitlines()
     ]
     assert starts == ["#1", "#2 (chaos)"], "the log numbers every start and says which were chaos's"
+
+
+def test_a_role_stopped_by_a_signal_from_outside_restarts_at_once_uncounted_and_says_so(tmp_path):
+    """A preemption or drain (the role saved its state and exited EXIT_STOPPED) is no failure: the learner comes
+    back at once with its resume argv even with max_restarts=0, the console says why, the log names the start."""
+    marker = tmp_path / "stopped-once"
+    learner = script(
+        tmp_path,
+        "learner",
+        f"""
+        import pathlib, sys, time
+        marker = pathlib.Path({str(marker)!r})
+        if not marker.exists():
+            marker.write_text("")
+            sys.exit({EXIT_STOPPED})
+        time.sleep(60)
+        """,
+    )
+    reports: list[str] = []
+    log = lambda: log_of(tmp_path, "learner")  # noqa: E731
+    with Supervisor(tmp_path / "logs", grace_s=1.0, report=reports.append) as sup:
+        sup.start(spec("learner", learner, max_restarts=0, resume_argv=[*learner, "--resume"]))
+        poll_until(sup, lambda: sup.running("learner") == ["learner"] and marker.exists() and "--resume" in log())
+        assert sup.restarts()["learner"] == 0 and sup.failed is None, "max_restarts=0, yet not a failure"
+    assert any("stopped on a signal (a preemption or drain)" in r and "not counted" in r for r in reports), reports
+    assert "#2 (after a stop on a signal)" in log()
+
+
+def log_of(tmp_path: Path, name: str) -> str:
+    path = tmp_path / "logs" / f"{name}.log"
+    return path.read_text() if path.exists() else ""

@@ -129,6 +129,16 @@ class DDPGPolicy:
         if self.ou_state is not None:
             self.ou_state[done] = 0.0
 
+    def sampling_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"rng": self.rng.bit_generator.state}
+        if self.ou_state is not None:
+            state["ou_state"] = self.ou_state.copy()
+        return state
+
+    def load_sampling_state(self, state: dict[str, Any]) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self.ou_state = np.array(state["ou_state"], np.float32) if "ou_state" in state else None
+
 
 def n_step_transitions(arrays: dict[str, np.ndarray], n: int, gamma: float) -> dict[str, np.ndarray]:
     """n-step transitions for the first E = T - n + 1 steps of a time-major [T, K] window.
@@ -187,6 +197,16 @@ class NStepCollector:
             steps=chunk.env_steps,
             episode_successes=chunk.episode_successes,
         )
+
+    def state(self) -> dict[str, Any]:
+        """The rollout's state and the last n-1 steps carried into the next chunk."""
+        carry = None if self.carry is None else {k: v.copy() for k, v in self.carry.items()}
+        return {"inner": self.inner.state(), "carry": carry}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.inner.load_state(state["inner"])
+        carry = state["carry"]
+        self.carry = None if carry is None else {k: np.array(v) for k, v in carry.items()}
 
 
 # -- learner side ---------------------------------------------------------------------------------------

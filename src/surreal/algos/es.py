@@ -148,6 +148,12 @@ class ESPolicy:
     def episode_done(self, done: np.ndarray) -> None:
         del done
 
+    def sampling_state(self) -> dict[str, Any]:
+        return {}  # deterministic: the perturbations are the collector's draws
+
+    def load_sampling_state(self, state: dict[str, Any]) -> None:
+        del state
+
 
 # -- actor side: evaluating perturbation pairs -----------------------------------------------------------
 
@@ -218,6 +224,13 @@ class ESCollector:
             "obs_count": counts[None],
         }
         return Chunk(arrays, version, self.actor_index, returns.ravel().tolist(), lengths.ravel().tolist(), steps=steps)
+
+    def state(self) -> dict[str, Any]:
+        """The perturbation draws so far (every chunk starts its episodes afresh: nothing else carries over)."""
+        return {"rng": self.rng.bit_generator.state}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.rng.bit_generator.state = state["rng"]
 
 
 # -- learner side ---------------------------------------------------------------------------------------

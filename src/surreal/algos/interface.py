@@ -28,6 +28,13 @@ class Collector(Protocol):
 
     def collect(self, version: int) -> Chunk: ...
 
+    def state(self) -> dict[str, Any]:
+        """Everything the next `collect` continues from but the envs (envstate.py saves those): NumPy arrays,
+        numbers and containers, for an exact resume (launch/serial.py)."""
+        ...
+
+    def load_state(self, state: dict[str, Any]) -> None: ...
+
 
 class ActorPolicy(Policy, Protocol):
     def load_params(self, arrays: dict[str, Any]) -> None: ...

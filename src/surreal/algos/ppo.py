@@ -116,6 +116,12 @@ class PPOPolicy:
     def episode_done(self, done: np.ndarray) -> None:
         del done  # PPO's sampling keeps no per-episode state
 
+    def sampling_state(self) -> dict[str, Any]:
+        return {"generator": self.generator.get_state().numpy()}
+
+    def load_sampling_state(self, state: dict[str, Any]) -> None:
+        self.generator.set_state(torch.from_numpy(np.array(state["generator"], np.uint8)))
+
 
 # -- learner side ---------------------------------------------------------------------------------------
 

@@ -237,6 +237,12 @@ class SACPolicy:
     def episode_done(self, done: np.ndarray) -> None:
         del done  # no per-episode exploration state
 
+    def sampling_state(self) -> dict[str, Any]:
+        return {"rng": self.rng.bit_generator.state}
+
+    def load_sampling_state(self, state: dict[str, Any]) -> None:
+        self.rng.bit_generator.state = state["rng"]
+
 
 # -- learner side ---------------------------------------------------------------------------------------
 

@@ -4,7 +4,10 @@ Every role is started exactly as a pod starts it (`python -m surreal role <name>
 variables), on loopback ports the OS hands out. Actors that crash are restarted with backoff; a crashed
 learner is restarted with `--resume` from its last checkpoint; replay and ps are restarted on the same
 ports (actors and the learner reconnect by themselves), a replay shard with what its last snapshot in
-`<run dir>/replay/` held (removed once the run completes: a run folder is never resumed). `chaos.*` kills
+`<run dir>/replay/` held (removed once the run completes: a run folder is never resumed). A learner, shard
+or ps stopped by a signal from outside (a drain, a preemption notice) saves its state and is started again
+at once, which counts as no failure; the launcher's own stop gives the learner and the shards the grace
+periods below to do so. `chaos.*` kills
 actors on a schedule (launch/chaos.py) to rehearse preemption. The run ends when the learner exits after
 training, on Ctrl-C / SIGTERM, or when a role exhausts its restarts.
 """
@@ -43,6 +46,11 @@ EXIT_CODES = {"completed": 0, "failed": 1, "interrupted": 130}
 # HalfCheetah shard takes 0.85 s on a busy 2-core box (bench/results/replay_snapshot.2core.json), after up to
 # 0.65 s for a periodic one in flight; the rest is margin for bigger shards and slower disks. It exits when done.
 REPLAY_GRACE_S = 60.0
+# SIGTERM to SIGKILL for the learner, which finishes the update it is in and then checkpoints: one update of the
+# HalfCheetah defaults takes 0.93 s (PPO) and 0.07 s (DDPG) on a busy 2-core box, PPO's 65,536-sample batch
+# 6.3 s there (bench/results/stop_grace.2core.json) and 15-18 s under bench.fleet's load; a checkpoint 0.01 s.
+# The supervisor's 5 s killed such a learner before its checkpoint; it exits as soon as it is written.
+LEARNER_GRACE_S = 120.0
 
 
 def free_ports(count: int) -> list[int]:
@@ -108,7 +116,7 @@ def plan_processes(
             for i, s in enumerate(shards)
         ),
         *(spec("ps", i, "always", ps_port=port) for i, port in enumerate(ps_ports)),
-        spec("learner", 0, "on-failure", resume=True, params_pub_port=pub_port),
+        spec("learner", 0, "on-failure", resume=True, grace_s=LEARNER_GRACE_S, params_pub_port=pub_port),
         *(spec("actor", i, "on-failure") for i in range(topo.actors)),
     ]
 

@@ -5,18 +5,28 @@ memory, the latest parameter blob in memory) and stepped in turn on one thread: 
 there, and when it can do nothing the actors step, each held by its flow-control throttle as in a
 distributed run. Runs are deterministic for a seed, so algorithm behaviour is tested quickly and exactly; the
 multi-process path is tested separately.
+
+A serial run stopped and resumed is the run never stopped, bit for bit: every learner checkpoint carries the
+rest of the world (`SerialWorld`: each actor's envs mid-episode, collector, sampling generators and throttle,
+the replay shard's contents and generator, the blob the ps holds, the process-wide generators), so
+`--resume` continues from exactly where it stopped (tests/test_resume.py).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+import random
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import torch
 
 from surreal.config import ExperimentConfig
 from surreal.envs import env_steps_bound
 from surreal.metrics import RoleMetrics
+from surreal.proto.wire import BlobMeta, Params
 from surreal.replay.shard import ReplayShard
 from surreal.roles.actor import ActorCore
 from surreal.roles.evaluation import finish
@@ -28,19 +38,96 @@ class SerialStalled(RuntimeError):
     """Neither the learner nor any actor could make progress: a flow-control rule holds everyone."""
 
 
-def run_serial(cfg: ExperimentConfig, run_dir: Path, log: logging.Logger | None = None) -> dict[str, Any]:
-    """Train until `total_env_steps`, evaluate, and return eval.json's content (the run folder is `run_dir`)."""
+class SerialResumeError(RuntimeError):
+    """The checkpoint to resume from holds no serial world (a process learner wrote it)."""
+
+
+def global_rng_state() -> dict[str, Any]:
+    """The process-wide generators (torch's, NumPy's legacy one, Python's)."""
+    version, words, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
+    return {
+        "torch": torch.get_rng_state().numpy(),
+        "numpy": {"kind": kind, "keys": keys, "pos": pos, "has_gauss": has_gauss, "cached": cached},
+        "python": {"version": version, "words": list(words), "gauss": gauss},
+    }
+
+
+def load_global_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(torch.from_numpy(np.array(state["torch"], np.uint8)))
+    n = state["numpy"]
+    np.random.set_state((n["kind"], np.array(n["keys"], np.uint32), n["pos"], n["has_gauss"], n["cached"]))
+    p = state["python"]
+    random.setstate((p["version"], tuple(p["words"]), p["gauss"]))
+
+
+class SerialWorld:
+    """Everything of a serial run besides the learner's own checkpoint: what `LearnerCore.extra_state` adds
+    to each checkpoint, and what a resumed run loads back."""
+
+    def __init__(
+        self, learner: LearnerCore, actors: list[ActorCore], shard: ReplayShard, params: InProcessParams
+    ) -> None:
+        self.learner, self.actors, self.shard, self.params = learner, actors, shard, params
+
+    def state(self) -> dict[str, Any]:
+        held = self.params.latest
+        return {
+            # A learner's incarnation is a fresh random name per process; the world resumed keeps the one its
+            # actors' throttles count under (a new one would reset their shares: a distributed restart).
+            "learner_incarnation": self.learner.incarnation,
+            "ps_blob": None if held is None else {"blob": asdict(held.blob), "arrays": held.arrays},
+            "replay": self.shard.state(),
+            "actors": [actor.state() for actor in self.actors],
+            "rng": global_rng_state(),
+        }
+
+    def load(self, state: dict[str, Any]) -> None:
+        if len(state["actors"]) != len(self.actors):
+            raise SerialResumeError(
+                f"the checkpoint holds {len(state['actors'])} actors, the config {len(self.actors)}"
+            )
+        self.learner.incarnation = state["learner_incarnation"]
+        if (blob := state["ps_blob"]) is not None:
+            self.params.latest = Params(BlobMeta(**blob["blob"]), blob["arrays"])
+        self.shard.load_state(state["replay"])
+        for actor, actor_state in zip(self.actors, state["actors"], strict=True):
+            actor.load_state(actor_state)
+        load_global_rng_state(state["rng"])
+
+
+def run_serial(
+    cfg: ExperimentConfig,
+    run_dir: Path,
+    log: logging.Logger | None = None,
+    *,
+    resume: bool = False,
+    stop_after_updates: int | None = None,
+) -> dict[str, Any] | None:
+    """Train until `total_env_steps`, evaluate, and return eval.json's content (the run folder is `run_dir`).
+    `stop_after_updates`: stop once the learner has made that many updates instead, checkpointing as a
+    stopped learner does, and return None. `resume`: continue from the run folder's newest checkpoint."""
     log = log or logging.getLogger("surreal.serial")
     # No actor can be lost here, and wall-clock time must not change a run: actors never overdraw.
     cfg = replace(cfg, actor=replace(cfg.actor, overdraft_after_s=0.0))
     shard = ReplayShard.of(cfg.replay, cfg.seed, max_steps_per_unit=env_steps_bound(cfg))
     replay = InProcessReplay(shard, ready_at=cfg.algo.batch_size)  # off-policy: learn once a minibatch is held
     params = InProcessParams()
-    learner = LearnerCore(cfg, run_dir, replay, params, RoleMetrics("learner", 0), resume=False, log=log)
+    learner = LearnerCore(cfg, run_dir, replay, params, RoleMetrics("learner", 0), resume=resume, log=log)
     actors = [ActorCore(cfg, i, replay, params, RoleMetrics("actor", i)) for i in range(cfg.topology.actors)]
+    world = SerialWorld(learner, actors, shard, params)
     try:
-        learner.publish()
+        if learner.restored_extra is not None:
+            world.load(learner.restored_extra)
+        elif learner.counters.updates > 0:
+            raise SerialResumeError(f"the checkpoint at update {learner.counters.updates} holds no serial state")
+        else:
+            learner.publish()
+        learner.extra_state = world.state
         while not learner.reached_total:
+            if stop_after_updates is not None and learner.counters.updates >= stop_after_updates:
+                learner.checkpoint()
+                return None
             if learner.step(timeout_s=0.0):
                 continue
             if not any([actor.step() for actor in actors]):  # every actor steps: a list, not a generator

@@ -27,6 +27,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
+from surreal.roles.common import EXIT_STOPPED
+
 Restart = Literal["always", "on-failure", "never"]
 
 BACKOFF_START_S = 0.5
@@ -44,7 +46,9 @@ class ProcessSpec:
     """How to start one child and what to do when it exits.
 
     `restart`: "always" restarts even after exit code 0 (servers that should never end), "on-failure"
-    restarts after a non-zero exit or a signal, "never" does not restart (a failure fails the run).
+    restarts after a non-zero exit or a signal, "never" does not restart (a failure fails the run). A role that
+    exits `EXIT_STOPPED` (stopped by a signal from outside, a preemption or drain, with its state saved) is
+    started again at once unless "never", and that is no failure: it is not counted against `max_restarts`.
     `resume_argv` replaces `argv` for every restart: the learner continues from its checkpoint.
     `grace_s`: how long `stop` waits after SIGTERM before SIGKILL (None: the supervisor's); a replay shard
     writes its final snapshot in that time.
@@ -126,7 +130,8 @@ class _Child:
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
     restarts: int = 0  # after failures (chaos kills do not count)
-    starts: int = 0  # every start, chaos restarts included: the log's start numbers
+    starts: int = 0  # every start, uncounted restarts included: the log's start numbers
+    uncounted_why: str = ""  # why the next start is no counted restart ("chaos", "after a stop"), if it is not
     backoff_s: float = BACKOFF_START_S
     restart_at: float | None = None  # monotonic time of a pending restart
     returncode: int | None = None  # of the last exit
@@ -176,7 +181,8 @@ class Supervisor:
         with open(child.log_path, "ab") as log:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
             child.starts += 1
-            why = " (chaos)" if child.starts > 1 + child.restarts else ""
+            why = f" ({child.uncounted_why})" if child.uncounted_why else ""
+            child.uncounted_why = ""
             log.write(f"[surreal] {stamp} start #{child.starts}{why}: {shlex.join(argv)}\n".encode())
             log.flush()
             child.proc = subprocess.Popen(
@@ -211,8 +217,15 @@ class Supervisor:
         child.returncode = code
         spec = child.spec
         if child.killed:  # on purpose (chaos): started again at once unless held, and not counted
-            child.killed = False
+            child.killed, child.uncounted_why = False, "chaos"
             child.restart_at = None if child.held else now
+            return
+        if code == EXIT_STOPPED and spec.restart != "never":  # a signal from outside, its state saved
+            child.restart_at, child.uncounted_why = now, "after a stop on a signal"
+            self.report(
+                f"[surreal] {spec.name} stopped on a signal (a preemption or drain) with its state saved; "
+                "started again at once, not counted as a failure"
+            )
             return
         if code == 0 and spec.restart != "always":
             child.done = True

@@ -10,6 +10,7 @@ live-actor count of flow control reach it). Torch-free.
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 import numpy as np
 
@@ -24,7 +25,9 @@ from surreal.proto.wire import (
     TransitionReply,
     decode_chunk,
 )
-from surreal.replay.buffers import DEFAULT_CAPACITY_BYTES, DEFAULT_REPLY, FifoReplay, make_replay
+from surreal.replay.buffers import DEFAULT_CAPACITY_BYTES, DEFAULT_REPLY, FifoReplay, TransitionReplay, make_replay
+from surreal.replay.snapfile import ShardState
+from surreal.replay.snapshot import capture, restore
 
 MAX_FORWARDED_EPISODES = 1000  # finished episodes held for the next reply; older ones are only on the actors' metrics
 
@@ -124,3 +127,41 @@ class ReplayShard:
 
     def stats(self) -> dict[str, int]:
         return self.replay.stats()
+
+    def state(self) -> dict[str, Any]:
+        """Everything the shard holds (NumPy arrays, numbers, containers), for an exact resume in serial mode
+        (launch/serial.py): its buffer as a snapshot captures it (replay/snapshot.py), the sampling generator,
+        and the books of the next report."""
+        captured = capture(self.replay, guard=self.capacity, keep_empty=True)  # all copied: nothing writes now
+        replay = (
+            None
+            if captured is None
+            else {
+                "books": captured.books,
+                "arrays": {name: np.concatenate(pieces) for name, pieces in captured.arrays.items()},
+            }
+        )
+        sampled = self.replay if isinstance(self.replay, TransitionReplay) else None  # a FIFO draws no numbers
+        return {
+            "replay": replay,
+            "rng": None if sampled is None else sampled.rng.bit_generator.state,
+            "priority_updates": 0 if sampled is None else sampled.priority_updates,
+            "env_steps_in": self.env_steps_in,
+            "finished_returns": list(self.finished_returns),
+            "finished_lengths": list(self.finished_lengths),
+            "finished_successes": list(self.finished_successes),
+            "actors_heard": sorted(self.actors_heard),
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Put `state` into this shard, a fresh one built with the same settings."""
+        if state["replay"] is not None:
+            restore(self.replay, ShardState(state["replay"]["books"], state["replay"]["arrays"]))
+        if isinstance(self.replay, TransitionReplay):
+            self.replay.rng.bit_generator.state = state["rng"]
+            self.replay.priority_updates = state["priority_updates"]
+        self.env_steps_in = state["env_steps_in"]
+        self.finished_returns.extend(state["finished_returns"])
+        self.finished_lengths.extend(state["finished_lengths"])
+        self.finished_successes.extend(state["finished_successes"])
+        self.actors_heard = set(state["actors_heard"])

@@ -121,13 +121,14 @@ def _capture_fifo(replay: FifoReplay) -> Capture:
     return Capture(books, arrays, fifo.size)
 
 
-def capture(replay: Replay, guard: int = GUARD_ROWS) -> Capture | None:
+def capture(replay: Replay, guard: int = GUARD_ROWS, keep_empty: bool = False) -> Capture | None:
     """`replay`'s state now, or None when it holds nothing worth a file; `guard`: rows of a transition ring
-    copied ahead of its cursor (the rest is read from the live ring when the capture is written)."""
+    copied ahead of its cursor (the rest is read from the live ring when the capture is written);
+    `keep_empty`: an empty FIFO's books too (an exact resume keeps its counts)."""
     if isinstance(replay, TransitionReplay):
         return _capture_transitions(replay, guard) if replay.storage.size else None
     if isinstance(replay, FifoReplay):
-        return _capture_fifo(replay) if replay.fifo.num_chunks else None
+        return _capture_fifo(replay) if replay.fifo.num_chunks or keep_empty else None
     raise TypeError(f"no snapshot for {type(replay).__name__}")
 
 

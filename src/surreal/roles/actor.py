@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import asdict, fields
+from typing import Any
 
 import torch
 import zmq
@@ -24,10 +26,11 @@ import zmq
 from surreal.algos import get_algorithm
 from surreal.config import ExperimentConfig, algo_config
 from surreal.envs import make_vec_env
+from surreal.envstate import load_vec_env_state, vec_env_state
 from surreal.metrics import RoleMetrics
 from surreal.proto.channels import FETCH_TIMEOUT, ExperienceSender, ParamClient
 from surreal.proto.codec import Limits
-from surreal.proto.wire import Chunk, Params
+from surreal.proto.wire import BlobMeta, Chunk, Params
 from surreal.roles.common import StopFlag, hold_until_stopped, load_config, setup_logging
 from surreal.roles.ports import ExperienceOut, ParamsIn
 from surreal.runtime.regimes import actor_throttle
@@ -58,6 +61,7 @@ class ActorCore:
         self.collector = algo.make_collector(self.envs, self.policy, algo_config(cfg), index, cfg.actor.chunk_steps)
         self.throttle = actor_throttle(cfg, actor=index)
         self.version, self.incarnation, self.done = -1, "", False
+        self.loaded: Params | None = None  # the blob the policy runs
         self.chunks_sent = 0
         self.unsent: Chunk | None = None  # a chunk backpressure refused, sent before anything else
         self.m_steps = metrics.counter("actor_env_steps_total", "environment steps taken")
@@ -104,9 +108,33 @@ class ActorCore:
 
     def load(self, params: Params) -> None:
         self.policy.load_params(params.arrays)
+        self.loaded = params
         self.version, self.incarnation, self.done = params.blob.version, params.blob.incarnation, params.blob.done
         self.throttle.on_params(params.blob)
         self.m_version.set(self.version)
+
+    def state(self) -> dict[str, Any]:
+        """Everything the next step continues from (NumPy arrays, numbers, containers), for an exact resume in
+        serial mode; a process actor needs none of it (it is rebuilt from the ps)."""
+        unsent = None if self.unsent is None else {f.name: getattr(self.unsent, f.name) for f in fields(Chunk)}
+        loaded = None if self.loaded is None else {"blob": asdict(self.loaded.blob), "arrays": self.loaded.arrays}
+        return {
+            "envs": vec_env_state(self.envs),
+            "collector": self.collector.state(),
+            "throttle": self.throttle.state(),
+            "loaded": loaded,
+            "chunks_sent": self.chunks_sent,
+            "unsent": unsent,
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        if state["loaded"] is not None:
+            self.load(Params(BlobMeta(**state["loaded"]["blob"]), state["loaded"]["arrays"]))
+        self.throttle.load_state(state["throttle"])  # after `load`, which tells the throttle of the blob
+        load_vec_env_state(self.envs, state["envs"])
+        self.collector.load_state(state["collector"])
+        self.chunks_sent = state["chunks_sent"]
+        self.unsent = None if state["unsent"] is None else Chunk(**state["unsent"])
 
     def close(self) -> None:
         self.envs.close()

@@ -15,6 +15,12 @@ from typing import Any
 
 from surreal.config import ExperimentConfig, config_from_env
 
+# The exit code of a learner, replay shard or ps that a signal stopped (a preemption notice, a drain, a scale-down)
+# after it saved what it holds: 128 + SIGTERM, what a container runtime reports for a SIGTERM'd process. A
+# supervisor starts such a role again without counting a failure (launch/supervisor.py); training that ended
+# exits 0, a crash anything else.
+EXIT_STOPPED = 128 + signal.SIGTERM
+
 
 class StopFlag:
     """Set by SIGTERM/SIGINT instead of raising, so a loop that checks it ends cleanly: a role's (sockets

@@ -21,8 +21,10 @@ from __future__ import annotations
 import argparse
 import logging
 import random
+import signal
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -40,13 +42,14 @@ from surreal.metricsfile import METRICS_FILE
 from surreal.proto.channels import BackgroundBatches, ParamPublisher, SampleClient
 from surreal.proto.wire import BlobMeta
 from surreal.replay.shard import message_limits
-from surreal.roles.common import StopFlag, hold_until_stopped, load_config, setup_logging
+from surreal.roles.common import EXIT_STOPPED, StopFlag, hold_until_stopped, load_config, setup_logging
 from surreal.roles.device import choose_device, update_seconds
 from surreal.roles.evaluation import finish, finished_before
 from surreal.roles.ports import BatchesIn, ParamsOut
 from surreal.runtime.checkpoint import CheckpointStore
 from surreal.runtime.recorder import Recorder, WallTime, truncate_metrics
 from surreal.runtime.regimes import Counters, Outcome, learner_feed, sample_size
+from surreal.runtime.statepack import pack, unpack
 from surreal.settings import Settings
 
 RECEIVE_TIMEOUT_S = 0.05  # longest wait for a sample reply before the loop services the publisher again
@@ -89,8 +92,11 @@ class LearnerCore:
         self.checkpoints = CheckpointStore(run_dir / "checkpoints", cfg.learner.keep_checkpoints)
         self.counters = Counters()
         self.checkpointed_at = time.monotonic()
-        if not (resume and self._restore()):
-            self.checkpoint()  # from the start: a learner killed before its first interval resumes, not restarts
+        # State checkpointed beside the learner's by whoever drives the core (serial mode: its actors, replay
+        # and ps), and what of it the checkpoint restored held (None: started afresh).
+        self.extra_state: Callable[[], dict[str, Any]] | None = None
+        self.restored_extra: dict[str, Any] | None = None
+        restored_feed = self._restore() if resume else None
         self.incarnation = uuid.uuid4().hex[:12]
         self.recorder = Recorder(run_dir, metrics)
         self.wall = WallTime(metrics)
@@ -99,6 +105,10 @@ class LearnerCore:
         self.recorder.counters(self.counters.env_steps, self.counters.updates, self.counters.stale_dropped)
         self.m_live = metrics.gauge("learner_live_actors", "actors heard from lately: what their shares follow")
         self.feed = learner_feed(cfg, self.algo_learner, self.counters, batches.shards, batches.send_priorities)
+        if restored_feed is None:
+            self.checkpoint()  # from the start: a learner killed before its first interval resumes, not restarts
+        elif restored_feed:  # older checkpoints held no feed
+            self.feed.load_state(restored_feed)
 
     # -- the loop ------------------------------------------------------------------------------------
 
@@ -183,28 +193,42 @@ class LearnerCore:
             self.obs_space, self.act_space, algo_config(self.cfg), self.device, compile=self.cfg.learner.compile
         )
 
-    def _restore(self) -> bool:
-        """The newest checkpoint that restores (damaged ones are set aside); False: none, start afresh."""
+    def _restore(self) -> dict[str, Any] | None:
+        """Restore the newest checkpoint that restores (damaged ones are set aside) and return what its feed
+        held, for the feed once it exists (empty: a checkpoint from before feeds were kept); None: no checkpoint
+        restores, start afresh."""
 
         def apply(state: dict[str, Any]) -> None:
             counters = Counters(**state["counters"])
+            unpacked = {key: unpack(state[key]) for key in ("feed", "extra") if key in state}  # damaged: set aside
             self.algo_learner.load_state_dict(state["learner"])
             self.counters = counters
+            self.restored_extra = unpacked.get("extra")
+            restored_feed.update(unpacked.get("feed", {}))
 
-        if self.checkpoints.restore(apply, self.log) is None:
+        restored_feed: dict[str, Any] = {}
+        state = self.checkpoints.restore(apply, self.log)
+        if state is None:
             self.log.info("--resume: no checkpoint restores, starting fresh")
             # A checkpoint that failed half-way may have loaded part of its state: start from a new learner.
             self.algo_learner = self._new_algo_learner()
             truncate_metrics(self.run_dir / METRICS_FILE, 0)
-            return False
+            return None
         c = self.counters
         self.log.info("resumed at update %d, %d env steps, version %d", c.updates, c.env_steps, c.version)
         truncate_metrics(self.run_dir / METRICS_FILE, c.updates)  # the run continues from this checkpoint
-        return True
+        return restored_feed
 
     def checkpoint(self) -> None:
-        # The algorithm's state carries its own torch RNG; the learner draws no other random numbers.
-        state = {"learner": self.algo_learner.state_dict(), "counters": asdict(self.counters)}
+        """The algorithm's state (which carries its own torch RNG; the learner draws no other random numbers),
+        the counters, what the feed holds, and the driver's `extra_state`."""
+        state = {
+            "learner": self.algo_learner.state_dict(),
+            "counters": asdict(self.counters),
+            "feed": pack(self.feed.state()),
+        }
+        if self.extra_state is not None:
+            state["extra"] = pack(self.extra_state())
         self.checkpoints.save(self.counters.updates, state)
         self.checkpointed_at = time.monotonic()
 
@@ -265,7 +289,15 @@ def main(args: argparse.Namespace) -> int:
                 if not core.step():
                     time.sleep(IDLE_S)
             if stop:
+                started = time.monotonic()
                 core.checkpoint()
+                name = signal.Signals(stop.signal).name if stop.signal else "a signal"
+                log.info(
+                    "stopped by %s (a preemption, drain or shutdown): checkpoint at update %d written in %.2f s",
+                    name,
+                    core.counters.updates,
+                    time.monotonic() - started,
+                )
             else:
                 finish(core)
         finished = not stop
@@ -284,4 +316,4 @@ def main(args: argparse.Namespace) -> int:
         metrics.close()
     c = core.counters
     log.info("%s at %d env steps, %d updates", "finished" if finished else "stopped", c.env_steps, c.updates)
-    return 0
+    return 0 if finished else EXIT_STOPPED

@@ -84,6 +84,10 @@ class InProcessReplay:
         self.shard.update_priorities(slots, ids, priorities)
 
 
+def _copied(arrays: dict[str, Any]) -> dict[str, Any]:
+    return {k: _copied(v) if isinstance(v, dict) else np.array(v, copy=True) for k, v in arrays.items()}
+
+
 class InProcessParams:
     """Parameters out and in: a ps in memory, holding the latest blob by the ps's rule (`supersedes`)."""
 
@@ -91,9 +95,12 @@ class InProcessParams:
         self.latest: Params | None = None
 
     def publish(self, blob: BlobMeta, arrays: dict[str, Any]) -> None:
+        """Holds a copy, as a ps holds the bytes it received: a learner's arrays may be views of its live
+        weights (CPU tensors' `.numpy()`), which would otherwise reach actors that fetch later as they are
+        then, not as published."""
         held = self.latest
         if held is None or supersedes((blob.version, blob.incarnation), (held.blob.version, held.blob.incarnation)):
-            self.latest = Params(blob, arrays)
+            self.latest = Params(blob, _copied(arrays))
 
     def service(self) -> None:
         pass  # nobody subscribes late in one process

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import signal
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,7 +21,7 @@ from surreal.config import ExperimentConfig
 from surreal.metrics import RoleMetrics
 from surreal.proto.channels import frames_of, send
 from surreal.proto.codec import Message
-from surreal.roles.common import StopFlag, load_config, setup_logging
+from surreal.roles.common import EXIT_STOPPED, StopFlag, load_config, setup_logging
 from surreal.runtime.limits import raise_open_files
 from surreal.settings import Settings
 
@@ -154,5 +155,6 @@ def serve_main(role: str, build: Callable[[zmq.Context, Settings, ExperimentConf
     finally:
         server.close()
         ctx.term()
-    log.info("stopped: %s", server.final_state())
-    return 0
+    name = signal.Signals(stop.signal).name if stop.signal else "a signal"
+    log.info("stopped by %s (a preemption, drain or shutdown): %s", name, server.final_state())
+    return EXIT_STOPPED

@@ -29,6 +29,13 @@ class Policy(Protocol):
     def episode_done(self, done: np.ndarray) -> None:
         """Told which of the K environments just ended an episode (DDPG's OU noise resets there)."""
 
+    def sampling_state(self) -> dict[str, Any]:
+        """The policy's own random draws and noise process (its weights come from the ps): what a resumed
+        actor continues from."""
+        ...
+
+    def load_sampling_state(self, state: dict[str, Any]) -> None: ...
+
 
 def final_success(infos: dict[str, Any], i: int) -> bool | None:
     """Env i's `is_success` on the step that just ended its episode (SAME_STEP autoreset moves that step's info
@@ -102,6 +109,22 @@ class RolloutCollector:
                 self.policy.episode_done(done)
             self.obs = next_obs
         return Chunk(arrays, version, self.actor_index, returns, lengths, episode_successes=all_or_none(successes))
+
+    def state(self) -> dict[str, Any]:
+        """What the next chunk continues from besides the envs themselves (envstate.py): the current
+        observations, the running episodes' returns and lengths, and the policy's random draws."""
+        return {
+            "obs": np.array(self.obs),
+            "episode_return": self.episode_return.copy(),
+            "episode_length": self.episode_length.copy(),
+            "policy": self.policy.sampling_state(),
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.obs = np.array(state["obs"])
+        self.episode_return = np.array(state["episode_return"], np.float64)
+        self.episode_length = np.array(state["episode_length"], np.int64)
+        self.policy.load_sampling_state(state["policy"])
 
 
 @dataclass

@@ -29,6 +29,12 @@ class ActorThrottle(Protocol):
 
     def must_wait(self, version: int) -> bool: ...
 
+    def state(self) -> dict[str, Any]:
+        """What the throttle counts (numbers, strings and lists), for an exact resume (launch/serial.py)."""
+        ...
+
+    def load_state(self, state: dict[str, Any]) -> None: ...
+
 
 @dataclass
 class Counters:
@@ -112,6 +118,13 @@ class Feed(Protocol):
         """The actors heard from lately, on this regime's clock; None: none yet, or shares stay as configured."""
         ...
 
+    def state(self) -> dict[str, Any]:
+        """What the feed holds and has not learned from yet (NumPy arrays, numbers, containers): checkpointed
+        with the learner, so a resumed learner loses no chunk or sample it had taken."""
+        ...
+
+    def load_state(self, state: dict[str, Any]) -> None: ...
+
 
 @dataclass
 class LiveActors:
@@ -129,3 +142,13 @@ class LiveActors:
         for actor in [a for a, t in self.last_heard.items() if now - t > self.window]:
             del self.last_heard[actor]  # gone: forgotten, so the map stays as small as the fleet
         return len(self.last_heard) or None
+
+
+def live_state(live: LiveActors | None) -> list[list[int]] | None:
+    """`live`'s (actor, last heard) pairs, for a feed's `state`."""
+    return None if live is None else [[actor, heard] for actor, heard in live.last_heard.items()]
+
+
+def load_live_state(live: LiveActors | None, state: list[list[int]] | None) -> None:
+    if live is not None and state is not None:
+        live.last_heard = {int(actor): int(heard) for actor, heard in state}

@@ -33,7 +33,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 import numpy as np
@@ -41,7 +41,15 @@ import numpy as np
 from surreal.config.schema import ExperimentConfig, OffPolicyConfig
 from surreal.proto.wire import BlobMeta, Chunk, SampleReply, TransitionReply
 from surreal.replay.buffers import flatten_time_major
-from surreal.runtime.regimes.common import LIVE_ROUNDS, Counters, LiveActors, Outcome, PrioritiesHome
+from surreal.runtime.regimes.common import (
+    LIVE_ROUNDS,
+    Counters,
+    LiveActors,
+    Outcome,
+    PrioritiesHome,
+    live_state,
+    load_live_state,
+)
 
 ROW_UPDATES = 250  # gradient steps per metrics row (and per `checkpoint_interval` unit)
 
@@ -79,6 +87,12 @@ class EnvStepAllowance:
     def must_wait(self, version: int) -> bool:
         del version
         return self.allowance <= 0
+
+    def state(self) -> dict[str, Any]:
+        return {"actors": self.actors, "allowance": self.allowance}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.actors, self.allowance = state["actors"], state["allowance"]
 
 
 def env_step_allowance(cfg: ExperimentConfig) -> EnvStepAllowance:
@@ -263,6 +277,17 @@ class TransitionFeed:
 
     def live_actors(self) -> int | None:
         return None if self.live is None else self.live.count(self.counters.env_steps)
+
+    def state(self) -> dict[str, Any]:
+        """The samples held (with how far each was stepped through and the priorities it earned so far), the
+        statistics of the steps since the last metrics row, and the actors heard."""
+        samples = [{f.name: getattr(sample, f.name) for f in fields(Sample)} for sample in self.samples]
+        return {"samples": samples, "interval": list(self.interval), "live": live_state(self.live)}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.samples = deque(Sample(**sample) for sample in state["samples"])
+        self.interval = list(state["interval"])
+        load_live_state(self.live, state["live"])
 
 
 def transition_feed(

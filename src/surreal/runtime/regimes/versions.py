@@ -31,14 +31,14 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol
 
 import numpy as np
 
 from surreal.config.schema import ExperimentConfig
 from surreal.proto.wire import BlobMeta, Chunk, FifoReply, SampleReply
-from surreal.runtime.regimes.common import LIVE_ROUNDS, Counters, LiveActors, Outcome
+from surreal.runtime.regimes.common import LIVE_ROUNDS, Counters, LiveActors, Outcome, live_state, load_live_state
 
 GOLDEN = (math.sqrt(5) - 1) / 2  # actor i's turn within its rounds: i x GOLDEN mod 1, evenly spread for any N
 STALL_FACTOR = 1.5  # an actor overdraws after waiting this many median version intervals ...
@@ -108,6 +108,22 @@ class VersionThrottle:
             self.allowance, self.waiting_since = self.allowance + self.share, None  # a lost actor's share is missing
             return self.allowance < 1
         return True
+
+    def state(self) -> dict[str, Any]:
+        """The counts and the learner incarnation they belong to. Not the clock's readings: they mean nothing
+        in another process, and only ever time an overdraft, which a serial run never takes."""
+        return {
+            "actors": self.actors,
+            "allowance": self.allowance,
+            "version": self.version,
+            "learner_incarnation": self.incarnation,
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.actors, self.allowance, self.version = state["actors"], state["allowance"], state["version"]
+        self.incarnation, self.version_at = state["learner_incarnation"], self.clock()
+        self.intervals.clear()
+        self.waiting_since = None
 
 
 def version_throttle(
@@ -262,6 +278,16 @@ class ChunkFeed:
         if turn > 1 and heard is not None and self.counters.version - (self.first_heard or 0) < self.live.window:
             return max(heard, self.actors)  # not every actor had its turn yet: fewer heard is no smaller fleet
         return heard
+
+    def state(self) -> dict[str, Any]:
+        """The queued chunks (taken from the replay, counted, not yet learned from) and the actors heard."""
+        chunks = [{f.name: getattr(chunk, f.name) for f in fields(Chunk)} for chunk in self.chunks]
+        return {"queued_chunks": chunks, "live": live_state(self.live)}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.chunks = deque(Chunk(**chunk) for chunk in state["queued_chunks"])
+        self.queued = sum(chunk.size for chunk in self.chunks)
+        load_live_state(self.live, state["live"])
 
 
 def chunk_feed(cfg: ExperimentConfig, learner: ChunkLearner, counters: Counters) -> ChunkFeed:
