@@ -82,7 +82,7 @@ def overrides_to_fields(overrides: list[str]) -> dict[str, Any]:
 def fleet_cluster(run: dict[str, Any], point: dict[str, Any]) -> Cluster:
     """A bench.fleet point's cluster: its actors at the rate the run set, the services the run started."""
     from bench.fleet import config_overrides
-    from bench.fleet_actors import NETWORKS
+    from bench.netem import PROFILES
 
     fields = overrides_to_fields(
         [*config_overrides(run["algo"], point["actors"], run["chunk_steps"]), *run["overrides"]]
@@ -94,7 +94,7 @@ def fleet_cluster(run: dict[str, Any], point: dict[str, Any]) -> Cluster:
         shards=max(1, sum(name.startswith("replay-") for name in roles)),
         ps_replicas=max(1, sum(name.startswith("ps-") for name in roles)),
         learner_device="cpu",
-        rtt_ms=2e3 * NETWORKS[run.get("network", "none")][0],
+        rtt_ms=2 * PROFILES[run["network"]].delay_ms if run.get("network", "none") in PROFILES else 0.0,
         **fields,
     )
 
