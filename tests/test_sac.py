@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from surreal.algos import get_algorithm, sac
+from surreal.algos.sample_steps import STEP_KEYS
 from surreal.config import ConfigError, algo_config, load_config
 from surreal.launch.serial import run_serial
 
@@ -137,7 +138,7 @@ class ReferenceSAC:
         out = []
         for i, mb in enumerate(np.array_split(np.arange(len(data["rewards"])), steps)):
             self.updates += 1
-            obs, act, rew, nxt, disc = (torch.as_tensor(data[k][mb]) for k in sac.STEP_KEYS[:5])
+            obs, act, rew, nxt, disc = (torch.as_tensor(data[k][mb]) for k in STEP_KEYS[:5])
             alpha = self.log_alpha.exp().detach()
             with torch.no_grad():
                 next_act, next_log_prob = self.pi(nxt, noise[i, 0], train=False)
@@ -325,7 +326,7 @@ def test_compiled_crossq_losses_match_the_eager_ones(pendulum):
     gradient eagerly and about 1e-12 compiled, which Adam's first step turns into a move of +-lr."""
     cfg = algo_config(load_config(["preset=crossq", *SMALL, "algo.renorm_warmup=0"]))
     eager, compiled = (sac.make_learner(*pendulum, cfg, torch.device("cpu"), compile=c) for c in (False, True))
-    tensors = eager._tensors(batch(64, rewards=1.0), 1)
+    tensors = eager.sample_tensors(batch(64, rewards=1.0), 1)
     step = {k: v[0] for k, v in tensors.items()}
     outputs = []
     for learner in (eager, compiled):

@@ -14,10 +14,8 @@ priorities when the replay is prioritized. Sockets and loops live in the roles; 
 from __future__ import annotations
 
 import copy
-import functools
 import logging
 import math
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -26,7 +24,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from surreal.algos.capture import CapturedStep
+from surreal.algos.sample_steps import SampleStepper, load_optimizer_state, replay_tensors
 from surreal.config.schema import DDPGConfig
 from surreal.proto.wire import Chunk
 from surreal.runtime.rollout import RolloutCollector
@@ -242,19 +240,17 @@ class CriticEnsemble(nn.Module):
 
 
 STEP_STATS = ("critic_loss", "actor_loss", "q_mean", "td_error_mean", "nonfinite_skipped")  # a step's, in order
-STEP_KEYS = ("obs", "actions", "rewards", "next_obs", "discounts", "weights")  # a minibatch's tensors
-Step = Callable[
-    [dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]
-]  # a minibatch in, (stats, |TD errors|) out
 
 
-class DDPGLearner:
+class DDPGLearner(SampleStepper):
     """The DDPG / TD3 update, with the speed belonging to the device. One call takes a sample of several
     minibatches and steps through them without waiting for the device; the statistics and priorities are
     read once, at the end. Both critics are one module (`CriticEnsemble`), a step whose loss is not finite
     is skipped inside the optimizer (fused Adam's `found_inf`, no host check), and every step has the same
     shapes, so `compile=True` can compile the losses and, on CUDA, replay each step as a CUDA graph.
     `compile=False` runs the same step eagerly: the reference the compiled path is tested against."""
+
+    name, step_stats, actor_stats = "DDPG", STEP_STATS, ("actor_loss",)
 
     def __init__(
         self, obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig, device: torch.device, compile: bool = False
@@ -284,17 +280,13 @@ class DDPGLearner:
             optimizer.found_inf = torch.zeros((), device=device)  # type: ignore[attr-defined]
         self.generator = torch.Generator(device=device).manual_seed(cfg.seed)  # target policy smoothing
         self.updates = 0
-        self.last_actor_loss = float("nan")
+        self.last_actor_stats = {"actor_loss": float("nan")}
         self.compile = compile
-        self.critic_loss_fn, self.actor_loss_fn, self.step_fns = self._fast_paths()
+        self.reset_steps()
 
-    def _tensors(self, arrays: dict[str, Any], steps: int) -> dict[str, torch.Tensor]:
-        """The sample on the device as [steps, minibatch, ...] tensors (weights all ones for uniform replay),
-        plus the target-smoothing noise of every step, drawn at once."""
-        out = {k: torch.as_tensor(np.asarray(arrays[k], np.float32)) for k in STEP_KEYS if k in arrays}
-        if "weights" not in out:
-            out["weights"] = torch.ones_like(out["rewards"])
-        out = {k: v.to(self.device, non_blocking=True).unflatten(0, (steps, -1)) for k, v in out.items()}
+    def sample_tensors(self, arrays: dict[str, Any], steps: int) -> dict[str, torch.Tensor]:
+        """The sample's replay tensors, plus the target-smoothing noise of every step, drawn at once."""
+        out = replay_tensors(arrays, steps, self.device)
         if self.cfg.target_policy_noise > 0:
             shape = out["actions"].shape
             out["noise"] = torch.randn(shape, generator=self.generator, device=self.device)
@@ -364,68 +356,11 @@ class DDPGLearner:
         )
         return stats, td_errors
 
-    def _fast_paths(self) -> tuple[Callable[..., Any], Callable[..., Any], dict[bool, Step]]:
-        """(critic loss, actor loss, the step for critic-only and actor updates): eager, or the losses
-        compiled and, on CUDA, each kind of step replayed as its own CUDA graph."""
-        steps: dict[bool, Step] = {actor: functools.partial(self._train_step_for, actor) for actor in (False, True)}
-        if not self.compile:
-            return self.critic_loss, self.actor_loss, steps
-        losses = torch.compile(self.critic_loss, dynamic=False), torch.compile(self.actor_loss, dynamic=False)
-        if self.device.type == "cuda":
-            steps = {actor: CapturedStep(step) for actor, step in steps.items()}
-        return *losses, steps
-
-    def _train_step_for(self, update_actor: bool, b: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.train_step(b, update_actor)
-
-    def _step(self, b: dict[str, torch.Tensor], update_actor: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """One step; if compiling or capturing fails (no C++/Triton toolchain, an unsupported op, a capture
-        error), it says so once and the learner goes on eagerly, which gives the same numbers."""
-        try:
-            return self.step_fns[update_actor](b)
-        except Exception as error:
-            if not self.compile:
-                raise
-            log.warning("DDPG: the compiled step failed, continuing eagerly: %r", error)
-            self.compile = False
-            self.critic_loss_fn, self.actor_loss_fn, self.step_fns = self._fast_paths()
-            return self.step_fns[update_actor](b)
-
-    def update(self, arrays: dict[str, Any], steps: int = 1) -> tuple[list[dict[str, float]], np.ndarray]:
-        """`steps` gradient steps, one per minibatch of a sample holding `steps` equal minibatches, in order.
-        Each steps the critic(s), and every `policy_delay`-th step the actor and the targets.
-
-        Returns each step's statistics and the new priorities |TD error| of the sample's transitions,
-        read from the device once. A step whose critic loss is not finite is skipped (parameters and
-        optimizer state stay as they were): its statistics are NaN with `nonfinite_skipped` = 1 and its
-        transitions' priorities NaN (the learner sends none for them)."""
-        cfg = self.cfg
-        transitions = len(arrays["rewards"])
-        if steps < 1 or transitions % steps:
-            raise ValueError(f"a sample of {transitions} transitions does not split into {steps} equal minibatches")
-        b = self._tensors(arrays, steps)
-        results = []
-        for i in range(steps):
-            self.updates += 1
-            step_stats, td_errors = self._step({k: v[i] for k, v in b.items()}, self.updates % cfg.policy_delay == 0)
-            results.append(torch.cat([step_stats, td_errors]))  # a copy: a captured step's outputs are overwritten
-            if cfg.target_update_period and self.updates % cfg.target_update_period == 0:
-                with torch.no_grad():
-                    torch._foreach_copy_(self.targets, self.sources)
-        host = torch.stack(results).cpu().numpy()  # the one wait for the device
-        per_step, priorities = host[:, : len(STEP_STATS)], host[:, len(STEP_STATS) :].astype(np.float64)
-        out = []
-        for i, row in enumerate(per_step):
-            stats = dict(zip(STEP_STATS, (float(x) for x in row), strict=True))
-            if stats["nonfinite_skipped"]:
-                stats = {**dict.fromkeys(STEP_STATS, float("nan")), "nonfinite_skipped": 1.0}
-                priorities[i] = np.nan
-            elif np.isnan(stats["actor_loss"]):
-                stats["actor_loss"] = self.last_actor_loss  # a critic-only step: the last actor step's loss
-            else:
-                self.last_actor_loss = stats["actor_loss"]
-            out.append(stats)
-        return out, priorities.reshape(-1)
+    def after_step(self, step_stats: torch.Tensor) -> None:
+        period = self.cfg.target_update_period
+        if period and self.updates % period == 0:  # hard copies (soft targets move inside train_step)
+            with torch.no_grad():
+                torch._foreach_copy_(self.targets, self.sources)
 
     # -- parameters and checkpoints -----------------------------------------------------------------
 
@@ -444,7 +379,7 @@ class DDPGLearner:
             "critic_optimizer": self.critic_optimizer.state_dict(),
             "generator": self.generator.get_state(),
             "updates": self.updates,
-            "last_actor_loss": self.last_actor_loss,
+            "last_actor_loss": self.last_actor_stats["actor_loss"],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -455,15 +390,12 @@ class DDPGLearner:
         self.critics.load_state_dict(state["critics"])
         self.actor_target.load_state_dict(state["actor_target"])
         self.critics_target.load_state_dict(state["critics_target"])
-        for optimizer, key in ((self.actor_optimizer, "actor_optimizer"), (self.critic_optimizer, "critic_optimizer")):
-            ours = {k: optimizer.param_groups[0][k] for k in ("fused", "capturable", "foreach")}
-            saved = state[key]
-            optimizer.load_state_dict({**saved, "param_groups": [{**saved["param_groups"][0], **ours}]})
+        load_optimizer_state(self.actor_optimizer, state["actor_optimizer"])
+        load_optimizer_state(self.critic_optimizer, state["critic_optimizer"])
         self.generator.set_state(state["generator"])
         self.updates = int(state["updates"])
-        self.last_actor_loss = float(state.get("last_actor_loss", float("nan")))
-        # A captured graph holds the optimizer state it replaced: capture again.
-        self.critic_loss_fn, self.actor_loss_fn, self.step_fns = self._fast_paths()
+        self.last_actor_stats = {"actor_loss": float(state.get("last_actor_loss", float("nan")))}
+        self.reset_steps()
 
 
 def make_policy(

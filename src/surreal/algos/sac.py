@@ -24,7 +24,6 @@ import copy
 import functools
 import logging
 import math
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -34,9 +33,9 @@ import torch.nn.functional as F
 from gymnasium import spaces
 from torch import nn
 
-from surreal.algos.capture import CapturedStep
 from surreal.algos.ddpg import NStepCollector
 from surreal.algos.sac_config import SACConfig
+from surreal.algos.sample_steps import SampleStepper, load_optimizer_state, replay_tensors
 from surreal.runtime.rollout import RolloutCollector
 
 log = logging.getLogger(__name__)
@@ -257,16 +256,16 @@ STEP_STATS = (
     "nonfinite_skipped",
 )  # a step's, in order
 ACTOR_STATS = ("actor_loss", "alpha_loss", "entropy")  # NaN in a critic-only step: the last actor step's stand
-STEP_KEYS = ("obs", "actions", "rewards", "next_obs", "discounts", "weights")  # a minibatch's replay tensors
-Step = Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]]  # minibatch -> (stats, |TD|)
 
 
-class SACLearner:
+class SACLearner(SampleStepper):
     """The SAC update, shaped as DDPG's (algos/ddpg.py `DDPGLearner` says why): one call steps through a
     sample of several minibatches and reads the device once; both critics are one module; a non-finite
     step is skipped inside fused Adam; the exploration noise of every step is drawn up front, so each step
     is a fixed-shape function of its inputs that `compile=True` compiles and, on CUDA, replays as a graph.
     `compile=False` runs the same step eagerly: the reference the compiled path is tested against."""
+
+    name, step_stats, actor_stats = "SAC", STEP_STATS, ACTOR_STATS
 
     def __init__(
         self, obs_space: spaces.Box, act_space: spaces.Box, cfg: SACConfig, device: torch.device, compile: bool = False
@@ -300,7 +299,7 @@ class SACLearner:
         self.updates = 0
         self.last_actor_stats = dict.fromkeys(ACTOR_STATS, float("nan"))
         self.compile = compile
-        self.critic_loss_fn, self.actor_loss_fn, self.step_fns = self._fast_paths()
+        self.reset_steps()
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         out: dict[str, torch.optim.Optimizer] = {"actor_optimizer": self.actor_optimizer}
@@ -309,14 +308,11 @@ class SACLearner:
             out["alpha_optimizer"] = self.alpha_optimizer
         return out
 
-    def _tensors(self, arrays: dict[str, Any], steps: int) -> dict[str, torch.Tensor]:
-        """The sample on the device as [steps, minibatch, ...] tensors (weights all ones for uniform replay),
-        plus the policy noise of every step, drawn at once: `noise` [steps, 2, minibatch, |A|], the first
-        for the next actions of the critic's target, the second for the actor's loss."""
-        out = {k: torch.as_tensor(np.asarray(arrays[k], np.float32)) for k in STEP_KEYS if k in arrays}
-        if "weights" not in out:
-            out["weights"] = torch.ones_like(out["rewards"])
-        out = {k: v.to(self.device, non_blocking=True).unflatten(0, (steps, -1)) for k, v in out.items()}
+    def sample_tensors(self, arrays: dict[str, Any], steps: int) -> dict[str, torch.Tensor]:
+        """The sample's replay tensors, plus the policy noise of every step, drawn at once: `noise`
+        [steps, 2, minibatch, |A|], the first for the next actions of the critic's target, the second for the
+        actor's loss."""
+        out = replay_tensors(arrays, steps, self.device)
         batch = out["rewards"].shape[1]
         out["noise"] = torch.randn((steps, 2, batch, self.act_dim), generator=self.generator, device=self.device)
         return out
@@ -400,68 +396,11 @@ class SACLearner:
         stats = [loss, actor_loss, alpha_loss, alpha, entropy, q_first.mean(), td_errors.mean(), critic_bad.float()]
         return torch.stack([s.detach() for s in stats]), td_errors
 
-    def _fast_paths(self) -> tuple[Callable[..., Any], Callable[..., Any], dict[bool, Step]]:
-        """(critic loss, actor loss, the step for critic-only and actor updates): eager, or the losses
-        compiled and, on CUDA, each kind of step replayed as its own CUDA graph."""
-        steps: dict[bool, Step] = {actor: functools.partial(self._train_step_for, actor) for actor in (False, True)}
-        if not self.compile:
-            return self.critic_loss, self.actor_loss, steps
-        losses = torch.compile(self.critic_loss, dynamic=False), torch.compile(self.actor_loss, dynamic=False)
-        if self.device.type == "cuda":
-            steps = {actor: CapturedStep(step) for actor, step in steps.items()}
-        return *losses, steps
-
-    def _train_step_for(self, update_actor: bool, b: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.train_step(b, update_actor)
-
-    def _step(self, b: dict[str, torch.Tensor], update_actor: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """One step; if compiling or capturing fails, it says so once and goes on eagerly (same numbers)."""
-        try:
-            return self.step_fns[update_actor](b)
-        except Exception as error:
-            if not self.compile:
-                raise
-            log.warning("SAC: the compiled step failed, continuing eagerly: %r", error)
-            self.compile = False
-            self.critic_loss_fn, self.actor_loss_fn, self.step_fns = self._fast_paths()
-            return self.step_fns[update_actor](b)
-
-    def update(self, arrays: dict[str, Any], steps: int = 1) -> tuple[list[dict[str, float]], np.ndarray]:
-        """`steps` gradient steps, one per minibatch of a sample holding `steps` equal minibatches, in order.
-        Each steps the critics, every `policy_delay`-th the actor and the temperature, and every
-        `target_update_period`-th moves the target critics tau of the way (a skipped step does not).
-
-        Returns each step's statistics and the new priorities |TD error| of the sample's transitions, read
-        from the device once. A step whose critic loss is not finite is skipped: its statistics are NaN with
-        `nonfinite_skipped` = 1 and its transitions' priorities NaN (the learner sends none for them)."""
-        cfg = self.cfg
-        transitions = len(arrays["rewards"])
-        if steps < 1 or transitions % steps:
-            raise ValueError(f"a sample of {transitions} transitions does not split into {steps} equal minibatches")
-        b = self._tensors(arrays, steps)
-        results = []
-        for i in range(steps):
-            self.updates += 1
-            step_stats, td_errors = self._step({k: v[i] for k, v in b.items()}, self.updates % cfg.policy_delay == 0)
-            results.append(torch.cat([step_stats, td_errors]))  # a copy: a captured step's outputs are overwritten
-            if self.targets and self.updates % cfg.target_update_period == 0:
-                with torch.no_grad():
-                    tau = cfg.tau * (1 - step_stats[-1])  # nonfinite_skipped: no move
-                    torch._foreach_lerp_(self.targets, self.sources, [tau] * len(self.targets))
-        host = torch.stack(results).cpu().numpy()  # the one wait for the device
-        per_step, priorities = host[:, : len(STEP_STATS)], host[:, len(STEP_STATS) :].astype(np.float64)
-        out = []
-        for i, row in enumerate(per_step):
-            stats = dict(zip(STEP_STATS, (float(x) for x in row), strict=True))
-            if stats["nonfinite_skipped"]:
-                stats = {**dict.fromkeys(STEP_STATS, float("nan")), "nonfinite_skipped": 1.0}
-                priorities[i] = np.nan
-            elif np.isnan(stats["actor_loss"]):
-                stats.update(self.last_actor_stats)  # a critic-only step: the last actor step's
-            else:
-                self.last_actor_stats = {k: stats[k] for k in ACTOR_STATS}
-            out.append(stats)
-        return out, priorities.reshape(-1)
+    def after_step(self, step_stats: torch.Tensor) -> None:
+        if self.targets and self.updates % self.cfg.target_update_period == 0:
+            with torch.no_grad():
+                tau = self.cfg.tau * (1 - step_stats[-1])  # nonfinite_skipped: no move
+                torch._foreach_lerp_(self.targets, self.sources, [tau] * len(self.targets))
 
     # -- parameters and checkpoints -----------------------------------------------------------------
 
@@ -495,14 +434,11 @@ class SACLearner:
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
         for key, optimizer in self.optimizers().items():
-            ours = {k: optimizer.param_groups[0][k] for k in ("fused", "capturable", "foreach")}
-            saved = state[key]
-            optimizer.load_state_dict({**saved, "param_groups": [{**saved["param_groups"][0], **ours}]})
+            load_optimizer_state(optimizer, state[key])
         self.generator.set_state(state["generator"])
         self.updates = int(state["updates"])
         self.last_actor_stats = {k: float(v) for k, v in state["last_actor_stats"].items()}
-        # A captured graph holds the optimizer state it replaced: capture again.
-        self.critic_loss_fn, self.actor_loss_fn, self.step_fns = self._fast_paths()
+        self.reset_steps()
 
 
 def make_policy(

@@ -1,0 +1,142 @@
+"""What the off-policy learners (DDPG, SAC) share: stepping through a sample of several equal minibatches with
+the device read once, the compiled / CUDA-graph step with its eager fallback, and restoring fused optimizers
+in place.
+
+Why one class: the learner role hands an off-policy learner a sample of k minibatches (runtime/regimes/
+replay_ratio.py); stepping through it without a host sync, skipping a diverged step inside fused Adam, and
+replaying each kind of step as a CUDA graph are the same machinery whatever the losses are. An algorithm
+subclasses `SampleStepper` and supplies its losses, its `train_step`, its statistics and its sample tensors.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from surreal.algos.capture import CapturedStep
+
+log = logging.getLogger(__name__)
+
+STEP_KEYS = ("obs", "actions", "rewards", "next_obs", "discounts", "weights")  # a minibatch's replay tensors
+Step = Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]]  # minibatch -> (stats, |TD|)
+
+
+def replay_tensors(arrays: dict[str, Any], steps: int, device: torch.device) -> dict[str, torch.Tensor]:
+    """A sample's replay arrays on `device` as [steps, minibatch, ...] tensors (weights all ones where the
+    replay is uniform and sends none)."""
+    out = {k: torch.as_tensor(np.asarray(arrays[k], np.float32)) for k in STEP_KEYS if k in arrays}
+    if "weights" not in out:
+        out["weights"] = torch.ones_like(out["rewards"])
+    return {k: v.to(device, non_blocking=True).unflatten(0, (steps, -1)) for k, v in out.items()}
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[str, Any]) -> None:
+    """Restores `saved` into `optimizer` in place. How this process steps (fused, capturable, foreach) is not
+    part of what resumes: a checkpoint from another device keeps this optimizer's choices."""
+    ours = {k: optimizer.param_groups[0][k] for k in ("fused", "capturable", "foreach")}
+    optimizer.load_state_dict({**saved, "param_groups": [{**saved["param_groups"][0], **ours}]})
+
+
+class SampleStepper:
+    """The update loop of an off-policy learner. A subclass sets `name`, `step_stats` (what `train_step`
+    returns, in order, ending with `nonfinite_skipped`) and `actor_stats` (those NaN in a critic-only step),
+    and in `__init__` `cfg` (with `policy_delay`), `device`, `compile`, `updates = 0` and
+    `last_actor_stats`, then calls `self.reset_steps()`."""
+
+    name: str
+    step_stats: tuple[str, ...]
+    actor_stats: tuple[str, ...]
+    cfg: Any
+    device: torch.device
+    compile: bool
+    updates: int
+    last_actor_stats: dict[str, float]
+    critic_loss: Callable[..., Any]  # the algorithm's losses, which `train_step` calls as `*_loss_fn`
+    actor_loss: Callable[..., Any]
+
+    # -- what the algorithm supplies ----------------------------------------------------------------------
+
+    def train_step(self, b: dict[str, torch.Tensor], update_actor: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """One gradient step on minibatch `b`, with the losses `critic_loss_fn` / `actor_loss_fn` (compiled or
+        not): `step_stats` as one tensor and the minibatch's |TD error|, both on the device."""
+        raise NotImplementedError
+
+    def sample_tensors(self, arrays: dict[str, Any], steps: int) -> dict[str, torch.Tensor]:
+        """The sample as [steps, ...] tensors on the device, with whatever random draws the steps take."""
+        raise NotImplementedError
+
+    def after_step(self, step_stats: torch.Tensor) -> None:
+        """Called after each step with its statistics (target updates on a schedule)."""
+
+    # -- the machinery ------------------------------------------------------------------------------------
+
+    def reset_steps(self) -> None:
+        """(Re)builds the losses and steps: eager, or the losses compiled and, on CUDA, each kind of step
+        (critic only, and with the actor) replayed as its own CUDA graph. Called again after a restore: a
+        captured graph holds the optimizer state it replaced."""
+        steps: dict[bool, Step] = {actor: functools.partial(self._train_step_for, actor) for actor in (False, True)}
+        self.critic_loss_fn: Callable[..., Any] = self.critic_loss
+        self.actor_loss_fn: Callable[..., Any] = self.actor_loss
+        if self.compile:
+            self.critic_loss_fn = torch.compile(self.critic_loss, dynamic=False)
+            self.actor_loss_fn = torch.compile(self.actor_loss, dynamic=False)
+            if self.device.type == "cuda":
+                steps = {actor: CapturedStep(step) for actor, step in steps.items()}
+        self.step_fns = steps
+
+    def _train_step_for(self, update_actor: bool, b: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.train_step(b, update_actor)
+
+    def _step(self, b: dict[str, torch.Tensor], update_actor: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step; if compiling or capturing fails (no C++/Triton toolchain, an unsupported op, a capture
+        error), it says so once and the learner goes on eagerly, which gives the same numbers."""
+        try:
+            return self.step_fns[update_actor](b)
+        except Exception as error:
+            if not self.compile:
+                raise
+            log.warning("%s: the compiled step failed, continuing eagerly: %r", self.name, error)
+            self.compile = False
+            self.reset_steps()
+            return self.step_fns[update_actor](b)
+
+    def update(self, arrays: dict[str, Any], steps: int = 1) -> tuple[list[dict[str, float]], np.ndarray]:
+        """`steps` gradient steps, one per minibatch of a sample holding `steps` equal minibatches, in order;
+        every `policy_delay`-th also steps the actor.
+
+        Returns each step's statistics and the new priorities |TD error| of the sample's transitions, read
+        from the device once. A step whose critic loss is not finite is skipped (parameters and optimizer
+        state stay as they were): its statistics are NaN with `nonfinite_skipped` = 1 and its transitions'
+        priorities NaN (the learner sends none for them). A critic-only step reports the last actor step's
+        `actor_stats`."""
+        transitions = len(arrays["rewards"])
+        if steps < 1 or transitions % steps:
+            raise ValueError(f"a sample of {transitions} transitions does not split into {steps} equal minibatches")
+        b = self.sample_tensors(arrays, steps)
+        results = []
+        for i in range(steps):
+            self.updates += 1
+            update_actor = self.updates % self.cfg.policy_delay == 0
+            step_stats, td_errors = self._step({k: v[i] for k, v in b.items()}, update_actor)
+            results.append(torch.cat([step_stats, td_errors]))  # a copy: a captured step's outputs are overwritten
+            self.after_step(step_stats)
+        host = torch.stack(results).cpu().numpy()  # the one wait for the device
+        width = len(self.step_stats)
+        per_step, priorities = host[:, :width], host[:, width:].astype(np.float64)
+        out = []
+        for i, row in enumerate(per_step):
+            stats = dict(zip(self.step_stats, (float(x) for x in row), strict=True))
+            if stats["nonfinite_skipped"]:
+                stats = {**dict.fromkeys(self.step_stats, float("nan")), "nonfinite_skipped": 1.0}
+                priorities[i] = np.nan
+            elif np.isnan(stats["actor_loss"]):
+                stats.update(self.last_actor_stats)
+            else:
+                self.last_actor_stats = {k: stats[k] for k in self.actor_stats}
+            out.append(stats)
+        return out, priorities.reshape(-1)
