@@ -62,8 +62,8 @@ def load_global_rng_state(state: dict[str, Any]) -> None:
 
 
 class SerialWorld:
-    """Everything of a serial run besides the learner's own checkpoint: what `LearnerCore.extra_state` adds
-    to each checkpoint, and what a resumed run loads back."""
+    """Everything of a serial run besides the learner's own checkpoint: what `LearnerCheckpoints.extra_state`
+    adds to each checkpoint, and what a resumed run loads back."""
 
     def __init__(
         self, learner: LearnerCore, actors: list[ActorCore], shard: ReplayShard, params: InProcessParams
@@ -123,7 +123,7 @@ def run_serial(
             raise SerialResumeError(f"the checkpoint at update {learner.counters.updates} holds no serial state")
         else:
             learner.publish()
-        learner.extra_state = world.state
+        learner.checkpoints.extra_state = world.state
         while not learner.reached_total:
             if stop_after_updates is not None and learner.counters.updates >= stop_after_updates:
                 learner.checkpoint()

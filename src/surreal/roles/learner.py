@@ -24,7 +24,6 @@ import random
 import signal
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -46,10 +45,9 @@ from surreal.roles.common import EXIT_STOPPED, StopFlag, hold_until_stopped, loa
 from surreal.roles.device import choose_device, update_seconds
 from surreal.roles.evaluation import finish, finished_before
 from surreal.roles.ports import BatchesIn, ParamsOut
-from surreal.runtime.checkpoint import CheckpointStore
+from surreal.runtime.checkpoint import LearnerCheckpoints, Restored
 from surreal.runtime.recorder import Recorder, WallTime, truncate_metrics
 from surreal.runtime.regimes import Counters, Outcome, learner_feed, sample_size
-from surreal.runtime.statepack import pack, unpack
 from surreal.settings import Settings
 
 RECEIVE_TIMEOUT_S = 0.05  # longest wait for a sample reply before the loop services the publisher again
@@ -89,14 +87,10 @@ class LearnerCore:
         probe.close()
         self.algo = get_algorithm(cfg.algo.name)
         self.algo_learner = self._new_algo_learner()
-        self.checkpoints = CheckpointStore(run_dir / "checkpoints", cfg.learner.keep_checkpoints)
+        self.checkpoints = LearnerCheckpoints(run_dir / "checkpoints", cfg.learner.keep_checkpoints, log)
         self.counters = Counters()
-        self.checkpointed_at = time.monotonic()
-        # State checkpointed beside the learner's by whoever drives the core (serial mode: its actors, replay
-        # and ps), and what of it the checkpoint restored held (None: started afresh).
-        self.extra_state: Callable[[], dict[str, Any]] | None = None
-        self.restored_extra: dict[str, Any] | None = None
-        restored_feed = self._restore() if resume else None
+        restored = self._restore() if resume else None
+        self.restored_extra = restored.extra if restored else None  # the driver's state (serial mode's world)
         self.incarnation = uuid.uuid4().hex[:12]
         self.recorder = Recorder(run_dir, metrics)
         self.wall = WallTime(metrics)
@@ -105,10 +99,10 @@ class LearnerCore:
         self.recorder.counters(self.counters.env_steps, self.counters.updates, self.counters.stale_dropped)
         self.m_live = metrics.gauge("learner_live_actors", "actors heard from lately: what their shares follow")
         self.feed = learner_feed(cfg, self.algo_learner, self.counters, batches.shards, batches.send_priorities)
-        if restored_feed is None:
+        if restored is None:
             self.checkpoint()  # from the start: a learner killed before its first interval resumes, not restarts
-        elif restored_feed:  # older checkpoints held no feed
-            self.feed.load_state(restored_feed)
+        elif restored.feed:  # older checkpoints held no feed
+            self.feed.load_state(restored.feed)
 
     # -- the loop ------------------------------------------------------------------------------------
 
@@ -144,7 +138,7 @@ class LearnerCore:
                 self.publish()
             if outcome.stats is not None:
                 self._record(outcome.stats, outcome.update_s, outcome.row_fields)
-            overdue = time.monotonic() - self.checkpointed_at >= self.cfg.learner.checkpoint_interval_s
+            overdue = time.monotonic() - self.checkpoints.saved_at >= self.cfg.learner.checkpoint_interval_s
             if outcome.checkpoint_interval or overdue:
                 self.checkpoint()
 
@@ -193,44 +187,23 @@ class LearnerCore:
             self.obs_space, self.act_space, algo_config(self.cfg), self.device, compile=self.cfg.learner.compile
         )
 
-    def _restore(self) -> dict[str, Any] | None:
-        """Restore the newest checkpoint that restores (damaged ones are set aside) and return what its feed
-        held, for the feed once it exists (empty: a checkpoint from before feeds were kept); None: no checkpoint
-        restores, start afresh."""
-
-        def apply(state: dict[str, Any]) -> None:
-            counters = Counters(**state["counters"])
-            unpacked = {key: unpack(state[key]) for key in ("feed", "extra") if key in state}  # damaged: set aside
-            self.algo_learner.load_state_dict(state["learner"])
-            self.counters = counters
-            self.restored_extra = unpacked.get("extra")
-            restored_feed.update(unpacked.get("feed", {}))
-
-        restored_feed: dict[str, Any] = {}
-        state = self.checkpoints.restore(apply, self.log)
-        if state is None:
+    def _restore(self) -> Restored | None:
+        """Restore the newest checkpoint that restores; None: none does, start afresh."""
+        restored = self.checkpoints.restore(self.algo_learner.load_state_dict)
+        if restored is None:
             self.log.info("--resume: no checkpoint restores, starting fresh")
             # A checkpoint that failed half-way may have loaded part of its state: start from a new learner.
             self.algo_learner = self._new_algo_learner()
             truncate_metrics(self.run_dir / METRICS_FILE, 0)
             return None
-        c = self.counters
+        c = self.counters = Counters(**restored.counters)
         self.log.info("resumed at update %d, %d env steps, version %d", c.updates, c.env_steps, c.version)
         truncate_metrics(self.run_dir / METRICS_FILE, c.updates)  # the run continues from this checkpoint
-        return restored_feed
+        return restored
 
     def checkpoint(self) -> None:
-        """The algorithm's state (which carries its own torch RNG; the learner draws no other random numbers),
-        the counters, what the feed holds, and the driver's `extra_state`."""
-        state = {
-            "learner": self.algo_learner.state_dict(),
-            "counters": asdict(self.counters),
-            "feed": pack(self.feed.state()),
-        }
-        if self.extra_state is not None:
-            state["extra"] = pack(self.extra_state())
-        self.checkpoints.save(self.counters.updates, state)
-        self.checkpointed_at = time.monotonic()
+        c = self.counters
+        self.checkpoints.save(c.updates, self.algo_learner.state_dict(), asdict(c), self.feed.state())
 
     def close(self) -> None:
         self.recorder.close()

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from surreal.fileio import atomic_writer
+from surreal.runtime.statepack import pack, unpack
 
 PATTERN = re.compile(r"^ckpt-(\d{10})\.pt$")
 
@@ -56,3 +59,41 @@ class CheckpointStore:
                 path.replace(aside)
                 log.warning("checkpoint %s does not restore (%s): set aside as %s", path.name, exc, aside.name)
         return None
+
+
+@dataclass
+class Restored:
+    """What a learner checkpoint gave back besides the algorithm's state (loaded in place)."""
+
+    counters: dict[str, Any]
+    feed: dict[str, Any]  # the feed's taken-but-unlearned work; empty from checkpoints older than feeds
+    extra: dict[str, Any] | None  # the driver's state (serial mode's world); None where it added none
+
+
+class LearnerCheckpoints:
+    """What a learner checkpoint holds, written and read in one place: the algorithm's state (which carries
+    its own torch RNG), the counters, what the feed holds, and whatever the driver adds (`extra_state`:
+    serial mode's actors, replay and ps), so that a resumed run continues the very same run."""
+
+    def __init__(self, directory: Path, keep: int, log: logging.Logger) -> None:
+        self.store, self.log = CheckpointStore(directory, keep), log
+        self.extra_state: Callable[[], dict[str, Any]] | None = None
+        self.saved_at = time.monotonic()
+
+    def save(self, step: int, algo_state: dict[str, Any], counters: dict[str, Any], feed: dict[str, Any]) -> None:
+        state = {"learner": algo_state, "counters": counters, "feed": pack(feed)}
+        if self.extra_state is not None:
+            state["extra"] = pack(self.extra_state())
+        self.store.save(step, state)
+        self.saved_at = time.monotonic()
+
+    def restore(self, load_algo_state: Callable[[dict[str, Any]], None]) -> Restored | None:
+        """The newest checkpoint that restores whole (damaged ones are set aside); None: none does."""
+        restored: list[Restored] = []
+
+        def apply(state: dict[str, Any]) -> None:
+            unpacked = {key: unpack(state[key]) for key in ("feed", "extra") if key in state}  # damaged: set aside
+            load_algo_state(state["learner"])
+            restored.append(Restored(dict(state["counters"]), unpacked.get("feed", {}), unpacked.get("extra")))
+
+        return restored[-1] if self.store.restore(apply, self.log) is not None else None
