@@ -72,6 +72,7 @@ from surreal.config import ExperimentConfig, load_config, save_config
 from surreal.launch.local import LOOPBACK, plan_processes
 from surreal.launch.supervisor import ProcessSpec, Supervisor
 from surreal.metricsfile import METRICS_FILE, MetricsTail
+from surreal.roles.common import EXIT_STOPPED
 from surreal.runtime.limits import raise_open_files
 
 REPO = Path(__file__).resolve().parents[1]
@@ -431,7 +432,8 @@ def measure(
             "honest_dropped": sum(sum(r.values()) for r in drops.values()) + lost_on_stop,
             "restarts": restarts,
             "exit_codes": exit_codes,
-            "clean": all(code == 0 for code in exit_codes.values()),
+            # Asked to stop, the services save their state and exit EXIT_STOPPED; the fleet's processes exit 0.
+            "clean": all(code in (0, EXIT_STOPPED) for code in exit_codes.values()),
         }
     )
     point["bottleneck"] = bottleneck(point)

@@ -117,7 +117,7 @@ def test_a_fleet_point_is_read_by_its_cluster_not_its_outcome() -> None:
     point = {"actors": 256, "env_steps_per_s": 1.0, "cpu_cores": {"replay-0": 0.1, "replay-1": 0.1, "ps-0": 0.1}}
     c = fleet_cluster(fleet_run("ppo", [point]), point)
     assert (c.actors, c.actor_rate, c.shards, c.ps_replicas) == (256, 100.0, 2, 1)
-    assert (c.batch, c.minibatches) == (256 * 64, 32)  # bench.fleet's rule: one chunk per actor, minibatch / 32
+    assert (c.batch, c.minibatches) == (2048, 32)  # bench.fleet's PPO batch at every N, minibatch 64
     ddpg = fleet_cluster(fleet_run("ddpg", [point]), point)
     assert ddpg.algo == "ddpg" and ddpg.replay_ratio == pytest.approx(0.1)
 

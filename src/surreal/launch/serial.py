@@ -25,6 +25,7 @@ import torch
 
 from surreal.config import ExperimentConfig
 from surreal.envs import env_steps_bound
+from surreal.envstate import EnvStateUnsupported
 from surreal.metrics import RoleMetrics
 from surreal.proto.wire import BlobMeta, Params
 from surreal.replay.shard import ReplayShard
@@ -71,6 +72,12 @@ class SerialWorld:
         self.learner, self.actors, self.shard, self.params = learner, actors, shard, params
 
     def state(self) -> dict[str, Any]:
+        """The world as it stands; where an env's physics cannot be saved (robosuite, Box2D), only why, so the
+        run still checkpoints its learner and a resume says it cannot continue this world exactly."""
+        try:
+            actors = [actor.state() for actor in self.actors]
+        except EnvStateUnsupported as unsupported:
+            return {"unsupported": str(unsupported)}
         held = self.params.latest
         return {
             # A learner's incarnation is a fresh random name per process; the world resumed keeps the one its
@@ -78,11 +85,13 @@ class SerialWorld:
             "learner_incarnation": self.learner.incarnation,
             "ps_blob": None if held is None else {"blob": asdict(held.blob), "arrays": held.arrays},
             "replay": self.shard.state(),
-            "actors": [actor.state() for actor in self.actors],
+            "actors": actors,
             "rng": global_rng_state(),
         }
 
     def load(self, state: dict[str, Any]) -> None:
+        if "unsupported" in state:
+            raise SerialResumeError(f"this run's serial state was not saved: {state['unsupported']}")
         if len(state["actors"]) != len(self.actors):
             raise SerialResumeError(
                 f"the checkpoint holds {len(state['actors'])} actors, the config {len(self.actors)}"
