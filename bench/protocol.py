@@ -73,15 +73,19 @@ def _raw_pusher(address: str, count: int) -> None:
     ctx.term()
 
 
-def _experience_pusher(address: str, count: int) -> None:
+def _send_chunks(address: str, arrays: dict[str, np.ndarray], count: int, hwm: int) -> None:
+    """`count` chunks of `arrays` through the actor's own sender, each retried until the receiver takes it."""
     ctx = zmq.Context()
-    sender = ExperienceSender(ctx, [address], hwm=8)
-    arrays = chunk_of_bytes(MIB)
+    sender = ExperienceSender(ctx, [address], hwm=hwm)
     for i in range(count):
         while not sender.send(Chunk(arrays, version=i, actor=0), "bench", timeout_s=5.0):
             pass
     sender.sock.close(linger=-1)
     ctx.term()
+
+
+def _experience_pusher(address: str, count: int) -> None:
+    _send_chunks(address, chunk_of_bytes(MIB), count, hwm=8)
 
 
 def push_throughput(pusher, count: int, decode_messages: bool) -> float:
@@ -137,14 +141,7 @@ def _replay_server(exp: str, sample: str, capacity: int, target: int, ready, sto
 
 
 def _chunk_pusher(address: str, chunks: int, chunk_size: int) -> None:
-    ctx = zmq.Context()
-    sender = ExperienceSender(ctx, [address], hwm=16)
-    arrays = experience_chunk(chunk_size)
-    for i in range(chunks):
-        while not sender.send(Chunk(arrays, version=i, actor=0), "bench", timeout_s=5.0):
-            pass
-    sender.sock.close(linger=-1)
-    ctx.term()
+    _send_chunks(address, experience_chunk(chunk_size), chunks, hwm=16)
 
 
 def replay_numbers(quick: bool) -> dict[str, float]:
