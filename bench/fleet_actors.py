@@ -14,8 +14,9 @@ Each simulated actor is what `roles/actor.py` is on the wire, minus the environm
 - the real actor side of flow control: `actor_throttle(cfg)` (shares and overdraft on-policy, the env-step
   budget off-policy), told every blob and every chunk sent, asked before each chunk, exactly as `ActorCore.step`;
 - ActorCore's fetch cadence: "newer than v?" after every `param_fetch_interval` chunks, and while the throttle
-  holds it, a long poll (the ps holds it up to `HOLD_S` for a newer blob), again `IDLE_S` after each "not
-  modified"; a fetch waits up to `fetch_timeout_s` (plus its hold);
+  holds it, a long poll for the version that frees it (the throttle's `wait`: wake version and hold), again
+  `IDLE_S` after each "not modified" (whose version the throttle hears); a fetch waits up to `fetch_timeout_s`
+  (plus its hold);
 - ActorCore's backpressure and SIGTERM: a refused chunk waits for the socket (counted blocked each
   SEND_TIMEOUT_S), and on SIGTERM every actor finishes the chunk it is stepping, gives a refused one one more
   try of SEND_TIMEOUT_S, then the sockets get FLUSH_S to deliver what is queued.
@@ -56,7 +57,7 @@ from surreal.config import ExperimentConfig, config_from_env
 from surreal.config.schema import OffPolicyConfig
 from surreal.proto.channels import ExperienceSender, ParamClient, frames_of, send
 from surreal.proto.codec import Limits
-from surreal.proto.wire import Chunk, Params, ParamsRequest
+from surreal.proto.wire import Chunk, NotModified, Params, ParamsRequest
 from surreal.runtime.limits import raise_open_files
 from surreal.runtime.regimes import ActorThrottle, actor_throttle
 from surreal.settings import Settings
@@ -69,7 +70,6 @@ STATS_EVERY_S = 1.0
 SEND_TIMEOUT_S = 1.0
 FLUSH_S = 2.0
 IDLE_S = 0.01
-HOLD_S = 0.5
 SEND_RETRY_S = 0.05  # channels.send's poll step while a socket refuses
 
 
@@ -300,11 +300,14 @@ class Fleet:
 
     def fetch(self, a: SimActor, now: float, after: str) -> None:
         a.fetching, a.fetch_after, a.fetch_sent_at = next(self._fetch_ids), after, now
-        hold_s = HOLD_S if after == "wait" else 0.0  # held by flow control: a long poll, as ActorCore asks
-        request = frames_of(ParamsRequest(int(a.version), a.incarnation, int(hold_s * 1000)).to_message())
-        a.outbox.append((now, a.fetching, request))
+        if after == "wait":  # held by flow control: a long poll for the version that frees it, as ActorCore asks
+            wait = a.throttle.wait(a.version)
+            request = ParamsRequest(int(a.version), a.incarnation, math.ceil(wait.hold_s * 1000), wait.wake_version)
+        else:
+            request = ParamsRequest(int(a.version), a.incarnation)
+        a.outbox.append((now, a.fetching, frames_of(request.to_message())))
         self.at(now + self.delay_s, "send_request", a, a.fetching)
-        self.at(now + self.cfg.actor.fetch_timeout_s + hold_s, "fetch_timeout", a, a.fetching)
+        self.at(now + self.cfg.actor.fetch_timeout_s + request.hold_ms / 1000, "fetch_timeout", a, a.fetching)
 
     def send_request(self, a: SimActor, token: int, now: float) -> None:
         """Send a fetch's request; a socket with no ps connected yet is tried again every SEND_RETRY_S until the
@@ -325,7 +328,9 @@ class Fleet:
         if reply is None:
             return
         got_params = False
-        if isinstance(reply, Params):
+        if isinstance(reply, NotModified):
+            a.throttle.on_heard(reply.version, reply.incarnation)
+        elif isinstance(reply, Params):
             blob = reply.blob
             if (blob.version, blob.incarnation) != (a.version, a.incarnation):
                 a.version, a.incarnation, a.done = blob.version, blob.incarnation, blob.done

@@ -29,7 +29,7 @@ from bench._runs import emit
 from surreal.launch.local import free_ports
 from surreal.proto.channels import ExperienceSender, ParamClient, ParamPublisher, SampleClient, make_socket
 from surreal.proto.codec import Limits, decode
-from surreal.proto.wire import BlobMeta, Chunk
+from surreal.proto.wire import BlobMeta, Chunk, Params
 
 MIB = 1 << 20
 OBS, ACT = 17, 6
@@ -205,7 +205,7 @@ def _fetching_actor(address: str, fetches: int, out) -> None:
     for _ in range(fetches):
         started = time.perf_counter()
         reply = client.fetch(-1, "", 10.0)  # never "not modified": every fetch moves the full blob
-        if reply is not None:
+        if isinstance(reply, Params):
             latencies.append((time.perf_counter() - started) * 1000)
     out.put(latencies)
     client.close()
@@ -227,7 +227,7 @@ def param_fetch_numbers(quick: bool, actors: int = 8) -> dict[str, float]:
     while time.monotonic() < deadline:
         publisher.service()
         reply = probe.fetch(-1, "", 0.2)
-        if reply is not None:
+        if isinstance(reply, Params):
             break
     fetches = 50 if quick else 300
     procs = [fork.Process(target=_fetching_actor, args=(bind, fetches, out)) for _ in range(actors)]

@@ -189,32 +189,39 @@ def test_on_policy_actors_count_on_the_clock_of_versions():
 @pytest.mark.parametrize("actors", [8, 1024, 1500])
 def test_a_fleet_larger_than_a_batch_sends_a_batch_a_version_and_every_actor_counts_live(actors):
     """Shares of a fraction of a chunk: 2,048-unit batches of 64-unit chunks, sent by up to 1,500 actors each
-    sending a chunk every actors / 32 versions on its turn. The learner gets a batch a version (none stale),
-    and counts every actor live."""
+    sending a chunk every actors / 32 versions on its turn, woken by the ps at that version (its wake version)
+    and at no other. The learner gets a batch a version (none stale), and counts every actor live."""
     batch, units = 2048, 64
     feed = ChunkFeed(
         FakeChunkLearner(), Counters(), batch, 10**9, StalenessBound(2), 10**6, LiveActors(2), units, actors
     )
     throttles = [VersionThrottle(batch, units, actors, 2, 0.0, phase=i * GOLDEN % 1.0) for i in range(actors)]
     sent_by = np.zeros(actors, int)
+    wake = np.zeros(actors, int)  # the version each waiting actor asked the ps to wake it at
     arrived: list[int] = []  # chunks sent for each version
+    blobs: list[int] = []  # blobs the ps sent for each version
     live: list[int | None] = []
     for _ in range(400):
         c = feed.counters
         blob = BlobMeta(c.version, "a", actors=feed.live_actors())
         live.append(blob.actors)
         chunks = []
-        for i, throttle in enumerate(throttles):
+        woken = np.flatnonzero(wake <= c.version)
+        blobs.append(len(woken))
+        for i in woken:
+            throttle = throttles[i]
             throttle.on_params(blob)
             while not throttle.must_wait(c.version):
                 throttle.on_sent(units)
-                chunks.append(chunk(c.version, actor=i, units=units))
+                chunks.append(chunk(c.version, actor=int(i), units=units))
                 sent_by[i] += 1
+            wake[i] = throttle.wait(c.version).wake_version
         arrived.append(len(chunks))
         feed.take(fifo_reply(*chunks))
         assert feed.update() is not None, f"version {c.version}: {feed.queued} units queued, short of a batch"
     assert c.stale_dropped == 0 and feed.queued <= 2 * batch, "the surplus is rollout_ahead's, never more"
     assert all(abs(n - 32) <= 2 for n in arrived[1:]), f"a batch's 32 chunks a version, give or take: {arrived}"
+    assert all(n <= max(34, actors) for n in blobs[1:]), f"a version is sent to the actors it frees: {blobs}"
     assert (sent_by > 0).all(), "every actor had its turn"
     assert live[0] is None and set(live[1:]) == {actors}, "every actor counted live, from the first reply on"
 

@@ -25,11 +25,10 @@ ACTORS = 64
 
 
 def test_simulated_actors_keep_the_real_actors_timings():
-    assert (fleet_actors.SEND_TIMEOUT_S, fleet_actors.FLUSH_S, fleet_actors.IDLE_S, fleet_actors.HOLD_S) == (
+    assert (fleet_actors.SEND_TIMEOUT_S, fleet_actors.FLUSH_S, fleet_actors.IDLE_S) == (
         actor.SEND_TIMEOUT_S,
         actor.FLUSH_S,
         actor.IDLE_S,
-        actor.HOLD_S,
     )
 
 

@@ -24,7 +24,7 @@ from surreal.roles.device import choose_device, update_seconds
 from surreal.roles.learner import LearnerCore
 from surreal.roles.ports import InProcessParams, InProcessReplay
 from surreal.runtime.regimes import actor_throttle
-from surreal.runtime.regimes.common import LiveActors
+from surreal.runtime.regimes.common import GOLDEN, MAX_HOLD_S, LiveActors, Wait
 from surreal.runtime.regimes.replay_ratio import (
     EnvStepAllowance,
     ReplayRatioLimiter,
@@ -89,6 +89,32 @@ def test_lockstep_for_es_and_for_deterministic_runs_and_shares_from_the_topology
     deterministic = actor_throttle(load_config(["deterministic=true", "actors=1"]))
     assert isinstance(deterministic, VersionThrottle) and deterministic.rollout_ahead == 1
     assert isinstance(actor_throttle(load_config(["algo=ddpg"])), EnvStepAllowance)
+
+
+def test_an_actor_with_a_fractional_share_waits_for_its_turn_and_hearing_progress_is_no_stall():
+    """A quarter of a chunk a version: the actor asks to be woken at the version that completes its chunk, and
+    holds as long as a stall takes; "not modified" at a newer version (the learner moved on, its turn has not
+    come) restarts the stall clock, the same answer at the same version does not."""
+    clock = FakeClock()
+    throttle = VersionThrottle(256, 64, 16, 1, overdraft_after_s=30.0, clock=clock, phase=0.5)
+    assert throttle.wait(-1) == Wait(0), "no parameters yet: any blob"
+    throttle.on_params(BlobMeta(version=10, incarnation="a"))  # a quarter share, and half a chunk of turn
+    assert throttle.allowance == 0.75 and throttle.must_wait(10)
+    assert throttle.wait(10) == Wait(11, 30.0), "a quarter more completes the chunk; no interval known yet"
+    for version in (11, 12, 13):
+        clock.now += 1.0
+        throttle.on_params(BlobMeta(version=version, incarnation="a"))
+        sent_until_wait(throttle, version)
+    assert throttle.allowance == 0.75 + 3 * 0.25 - 1 and throttle.stall_s() == 1.5, "one chunk sent, at 11"
+    assert throttle.wait(13) == Wait(15, 1.5), "two versions to its next chunk; a stall's hold"
+    assert throttle.must_wait(13)
+    clock.now += 1.5
+    throttle.on_heard(14, "a")
+    assert throttle.must_wait(13) and throttle.allowance == 0.5, "the learner got to 14: no stall, no overdraft"
+    clock.now += 1.5
+    throttle.on_heard(14, "a")
+    throttle.on_heard(99, "b")
+    assert throttle.must_wait(13) and throttle.allowance == 0.75, "nothing new for a stall's time: a share more"
 
 
 def test_shares_follow_the_actors_the_learner_hears_from():
@@ -193,41 +219,70 @@ def test_an_idle_learner_always_lets_an_actor_send_even_after_allowances_were_lo
     assert not grown.must_wait(2), "parts of 12.5 steps, smaller than a chunk: one starts"
 
 
-def budget_run(actors: int, ticks: int) -> tuple[list[int], list[int], int]:
+def budget_run(actors: int, ticks: int) -> tuple[list[int], list[int], int, list[int]]:
     """A fleet of `actors` sharing the budget of a learner that makes 16 updates a tick (one blob) at replay
     ratio 0.1 from 5,000 env steps; chunks of 64 steps, one per actor a tick, counted by the learner a tick
-    after they were sent (in flight, in a shard's sample not yet taken). Returns the env steps sent and the
-    updates made at every tick, and the learner's slack."""
+    after they were sent (in flight, in a shard's sample not yet taken). A waiting actor gets a blob only from
+    its wake version on, as the ps sends it. Returns the env steps sent, the updates made and the blobs sent to
+    actors at every tick, and the learner's slack."""
     chunk, ratio, starts, per_tick = 64, 0.1, 5000, 16
     limiter = ReplayRatioLimiter(starts, ratio, 2 * actors * chunk, per_tick)
-    fleet = [EnvStepAllowance(actors, 2 * actors * chunk) for _ in range(actors)]
+    fleet = [EnvStepAllowance(actors, 2 * actors * chunk, chunk, i * GOLDEN % 1.0) for i in range(actors)]
+    wake = [0] * actors
     sent, counted, updates = 0, 0, 0
-    sent_at, updates_at = [], []
+    sent_at, updates_at, blobs_at = [], [], []
     for tick in range(ticks):
         blob = BlobMeta(tick, "a", env_steps=counted, env_step_budget=limiter.budget(updates))
         counted = sent  # what was sent before this tick is counted from the next blob on
-        for allowance in fleet:
+        blobs = 0
+        for i, allowance in enumerate(fleet):
+            if tick < wake[i]:
+                continue
             allowance.on_params(blob)
+            blobs += 1
             if not allowance.must_wait(tick):
                 allowance.on_sent(chunk)
                 sent += chunk
+            wake[i] = allowance.wait(tick).wake_version if allowance.must_wait(tick) else tick + 1
         updates = min(updates + per_tick, limiter.updates_allowed(counted))
         sent_at.append(sent)
         updates_at.append(updates)
-    return sent_at, updates_at, limiter.slack or 0
+        blobs_at.append(blobs)
+    return sent_at, updates_at, limiter.slack or 0, blobs_at
 
 
 @pytest.mark.parametrize("actors", [4, 256, 1024])
 def test_a_large_fleet_shares_the_budget_and_the_learner_keeps_updating(actors):
     """bench.fleet's DDPG at 256 actors: with a fresh share on every blob the fleet ran 60,000 env steps past
-    the budget and the learner spent the whole measurement catching up; the actors then sent nothing."""
-    sent, updates, slack = budget_run(actors, ticks=2000)
+    the budget and the learner spent the whole measurement catching up; the actors then sent nothing. Each
+    version goes to the actors its growth frees (their wake versions), not to the whole fleet."""
+    sent, updates, slack, blobs = budget_run(actors, ticks=2000)
     for tick in range(len(sent)):
         budget = 5000 + updates[tick - 1] / 0.1 + slack if tick else 5000 + slack
         assert sent[tick] <= budget + actors * 64, f"tick {tick}: {sent[tick]} env steps sent, budget {budget}"
     half = len(sent) // 2
     assert all(b - a == 16 for a, b in itertools.pairwise(updates[half:])), "the learner updates at every tick"
     assert sent[-1] > sent[half], "the fleet still sends"
+    # A version grows the budget by 160 env steps (2.5 chunks): it frees a few actors, on their turns, and wakes
+    # a few more whose part the fleet's sends have capped since (they wait again); never the whole fleet.
+    assert np.mean(blobs[half:]) <= 4 + actors / 64, f"blobs per version: {blobs[half:]}"
+
+
+def test_an_off_policy_actor_waits_for_the_version_whose_growth_frees_it():
+    clock = FakeClock()
+    allowance = EnvStepAllowance(actors=10, slack=10_000, clock=clock)
+    assert allowance.wait(-1) == Wait(0), "no parameters yet: any blob"
+    allowance.on_params(BlobMeta(version=1, incarnation="a", env_steps=1000, env_step_budget=1100))
+    allowance.on_sent(64)
+    assert allowance.wait(1).wake_version == 2, "no growth seen yet: the next version"
+    clock.now += 0.5
+    allowance.on_params(BlobMeta(version=3, incarnation="a", env_steps=1000, env_step_budget=1140))
+    assert allowance.allowance == 10 - 64 + 4 and allowance.growth == 20
+    wait = allowance.wait(3)
+    assert wait.wake_version == 3 + 26, "50 steps short at 2 steps a version: free at the 26th version"
+    assert wait.hold_s == pytest.approx(1.5 * 26 * 0.25), "as long as those versions take, with a margin"
+    allowance.on_sent(10_000)
+    assert allowance.wait(3).hold_s == MAX_HOLD_S, "a wake thousands of versions away: the hold is capped"
 
 
 # -- the learner's end ----------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from surreal.proto.channels import (
     make_socket,
 )
 from surreal.proto.codec import PROTOCOL_VERSION, Limits, encode
-from surreal.proto.wire import BlobMeta, FifoReply
+from surreal.proto.wire import BlobMeta, FifoReply, Params
 from test_services import chunk, experience, metric_value, metrics_text
 
 PER_TARGET = 2600  # x 4 targets: 10,400 messages generated, >= 10,000 of them must get onto the wire
@@ -156,7 +156,7 @@ def test_fuzz_replay_and_ps_keep_serving(roles, ctx, tmp_path):
 
     def ps_ready():
         publisher.service()
-        return client.fetch(-1, "", 0.2) is not None
+        return isinstance(client.fetch(-1, "", 0.2), Params)
 
     wait_until(ps_ready, 30)
 
@@ -227,7 +227,7 @@ def test_fuzz_replay_and_ps_keep_serving(roles, ctx, tmp_path):
     def latest_real():
         publisher.service()  # as the learner's loop does: a ps that re-subscribed gets the latest blob
         reply = client.fetch(-1, "", 0.5)
-        return reply if reply is not None and reply.blob.version == 10**7 else None
+        return reply if isinstance(reply, Params) and reply.blob.version == 10**7 else None
 
     reply = wait_until(latest_real, 30)
     np.testing.assert_array_equal(reply.arrays["policy"]["w"], good_params["policy"]["w"])

@@ -246,7 +246,8 @@ def test_ps_late_join_not_modified_and_new_incarnation(roles, ctx):
 
     def fetch_version():
         publisher.service()  # the learner's loop answers the late subscription with the latest blob
-        return client.fetch(-1, "", 0.2)
+        reply = client.fetch(-1, "", 0.2)
+        return reply if isinstance(reply, Params) else None
 
     reply = wait_until(fetch_version, 20)
     assert held(reply) == (3, "a")
@@ -258,7 +259,7 @@ def test_ps_late_join_not_modified_and_new_incarnation(roles, ctx):
 
     # A resumed learner restarts at a lower version under a new incarnation: the ps must take it.
     publisher.publish(BlobMeta(1, "b"), {"policy": {"w": np.zeros(4, np.float32)}})
-    reply = wait_until(lambda: client.fetch(3, "a", 0.5), 20)
+    reply = wait_until(lambda: isinstance(r := client.fetch(3, "a", 0.5), Params) and r, 20)
     assert held(reply) == (1, "b")
     client.close()
     publisher.close()
@@ -373,7 +374,7 @@ def test_ps_holds_a_request_for_a_newer_blob_then_answers_not_modified(roles, ct
     def current():
         publisher.service()
         reply = client.fetch(-1, "", 0.2)
-        return reply is not None and reply.blob.version == 1
+        return isinstance(reply, Params) and reply.blob.version == 1
 
     wait_until(current, 20)
     while recv_frames(client.sock, 0.3) is not None:  # late replies to the probes above

@@ -21,6 +21,7 @@ from surreal.proto.wire import (
     EXPERIENCE,
     FIFO_REPLY,
     MAX_CHUNK_ENV_STEPS,
+    NO_VERSION,
     PARAMS,
     PARAMS_REQUEST,
     PRIORITY_UPDATE,
@@ -50,6 +51,7 @@ from surreal.proto.wire import (
 )
 from surreal.replay.buffers import MAX_PRIORITY, PrioritizedSampler, TransitionStorage
 from surreal.replay.shard import ReplayShard
+from surreal.roles import ps as ps_role
 from surreal.roles import replay as replay_role
 from surreal.roles.ports import InProcessParams
 from surreal.roles.ps import ParamServer
@@ -100,7 +102,7 @@ def test_every_message_kind_round_trips_through_its_one_encoder_and_decoder():
     update = PriorityUpdate(np.arange(3), np.arange(3, dtype=np.uint64), np.ones(3))
     decoded = PriorityUpdate.from_message(over_the_wire(update.to_message()))
     assert all(np.array_equal(a, b) for a, b in zip(vars(decoded).values(), vars(update).values(), strict=True))
-    for request in (ParamsRequest(-1, ""), ParamsRequest(4, "a", hold_ms=500)):
+    for request in (ParamsRequest(-1, ""), ParamsRequest(4, "a", hold_ms=500), ParamsRequest(4, "a", 500, 9)):
         assert ParamsRequest.from_message(over_the_wire(request.to_message())) == request
     params = Params(BlobMeta(5, "inc", env_steps=10), {"w": np.ones(3, np.float32)})
     assert decode_params(over_the_wire(encode_params(params))).blob == params.blob
@@ -117,6 +119,7 @@ def test_every_message_kind_round_trips_through_its_one_encoder_and_decoder():
         (ParamsRequest.from_message, {"version": -2, "incarnation": ""}, {}),
         (ParamsRequest.from_message, {"version": 1, "incarnation": "", "hold_ms": 60_001}, {}),
         (ParamsRequest.from_message, {"version": 1}, {}),
+        (ParamsRequest.from_message, {"version": 1, "incarnation": "", "hold_ms": 5, "wake_version": -1}, {}),
         (NotModified.from_message, {"version": 1.0, "incarnation": ""}, {}),
         (ErrorReply.from_message, {"reason": 3}, {}),
         (PriorityUpdate.from_message, {}, {"slots": np.arange(2), "ids": np.arange(3)}),
@@ -486,17 +489,72 @@ def test_a_live_ps_fed_hostile_blobs_and_requests_still_serves_the_learners_blob
     assert got and np.array_equal(got[-1].arrays["policy"]["w"], weights["policy"]["w"])
 
 
+def held_by_ps(publisher: ParamPublisher, ps: ParamServer, version: int, incarnation: str = "a") -> None:
+    """Publish (`version`, `incarnation`) and poll the ps until it holds it."""
+    publisher.publish(BlobMeta(version, incarnation), {"policy": {"w": np.full(4, float(version), np.float32)}})
+    deadline = time.monotonic() + 20
+    while (ps.version, ps.incarnation) != (version, incarnation) and time.monotonic() < deadline:
+        publisher.service()
+        ps.poll_once(0.01)
+    assert (ps.version, ps.incarnation) == (version, incarnation)
+
+
+def test_a_ps_sends_a_held_actor_the_version_that_wakes_it_and_says_how_far_the_learner_got(ps_server, monkeypatch):
+    """An actor whose turn is k versions away is answered by version v + k, not by every version on the way;
+    when its hold ends first, "not modified" says which version the ps holds (the learner is progressing)."""
+    monkeypatch.setattr(ps_role, "QUIET_MIN_S", 600.0)  # the learner never counts as quiet here, however slow the box
+    publisher, ps, actor, _ = ps_server
+    held_by_ps(publisher, ps, 1)
+    actor.send_multipart(frames_of(ParamsRequest(1, "a", hold_ms=60_000, wake_version=4).to_message()))
+    held_by_ps(publisher, ps, 2)
+    held_by_ps(publisher, ps, 3)
+    assert replies(ps, actor, 1, timeout_s=0.3) == [], "versions below the wake version are not sent"
+    assert len(ps.parked) == 1
+    held_by_ps(publisher, ps, 4)
+    [woken] = replies(ps, actor, 1)
+    assert woken.kind == PARAMS and woken.meta["version"] == 4 and woken.arrays["policy"]["w"][0] == 4.0
+
+    actor.send_multipart(frames_of(ParamsRequest(2, "a").to_message()))
+    [at_once] = replies(ps, actor, 1)
+    assert at_once.kind == PARAMS and at_once.meta["version"] == 4, "a request without a hold gets what is newer"
+
+    actor.send_multipart(frames_of(ParamsRequest(4, "a", hold_ms=300, wake_version=9).to_message()))
+    held_by_ps(publisher, ps, 5)
+    [progress] = replies(ps, actor, 1, timeout_s=20)
+    assert decode_params_reply(progress) == NotModified(5, "a"), "the hold ended: not modified, at version 5"
+
+    actor.send_multipart(frames_of(ParamsRequest(4, "a", hold_ms=60_000, wake_version=9).to_message()))
+    held_by_ps(publisher, ps, 1, "resumed")
+    [resumed] = replies(ps, actor, 1)
+    assert resumed.meta["incarnation"] == "resumed", "a new learner incarnation wakes every held request"
+
+
+def test_a_quiet_learner_wakes_every_held_actor_behind_it(ps_server, monkeypatch):
+    """A learner that stops publishing (it waits for data) must not wait for holds to end: the ps sends its blob
+    to every parked request it supersedes, whatever their wake versions, as soon as the learner counts as quiet."""
+    monkeypatch.setattr(ps_role, "QUIET_MIN_S", 0.2)
+    monkeypatch.setattr(ps_role, "QUIET_FACTOR", 0.0)
+    publisher, ps, actor, _ = ps_server
+    held_by_ps(publisher, ps, 1)
+    actor.send_multipart(frames_of(ParamsRequest(0, "a", hold_ms=60_000, wake_version=50).to_message()))
+    [woken] = replies(ps, actor, 1, timeout_s=20)
+    assert woken.kind == PARAMS and woken.meta["version"] == 1
+    actor.send_multipart(frames_of(ParamsRequest(1, "a", hold_ms=300, wake_version=50).to_message()))
+    [nothing_newer] = replies(ps, actor, 1, timeout_s=20)
+    assert decode_params_reply(nothing_newer) == NotModified(1, "a"), "quiet or not, nothing newer is held"
+
+
 def test_one_rule_says_which_parameter_blob_wins_for_the_ps_and_the_in_process_ps():
     assert supersedes((4, "a"), (3, "a")) and not supersedes((3, "a"), (3, "a"))
     assert not supersedes((2, "a"), (3, "a")), "an older blob of the same learner never replaces a newer one"
     assert supersedes((1, "b"), (9, "a")), "a resumed learner restarts at its checkpoint's version"
     params = InProcessParams()
-    assert params.fetch(-1, "") is None, "nothing held: not modified"
+    assert params.fetch(-1, "") == NotModified(NO_VERSION, ""), "nothing held: not modified"
     params.publish(BlobMeta(3, "a"), {})
     params.publish(BlobMeta(2, "a"), {})  # late and older: the held blob stays
     held = params.fetch(-1, "")
-    assert held is not None and held.blob.version == 3
-    assert params.fetch(3, "a") is None and params.fetch(5, "a") is None, "nothing newer for these actors"
+    assert isinstance(held, Params) and held.blob.version == 3
+    assert params.fetch(3, "a") == params.fetch(5, "a") == NotModified(3, "a"), "nothing newer for these actors"
     params.publish(BlobMeta(1, "b"), {})
     again = params.fetch(3, "a")
-    assert again is not None and (again.blob.version, again.blob.incarnation) == (1, "b")
+    assert isinstance(again, Params) and (again.blob.version, again.blob.incarnation) == (1, "b")

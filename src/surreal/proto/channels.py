@@ -344,9 +344,10 @@ class ParamClient:
     reply that arrives after its request timed out is still a valid answer and is taken by the next `fetch`.
 
     With `hold_s` the request is a long poll: a ps holding nothing newer answers when a newer blob arrives or
-    `hold_s` has passed, whichever is first (the wait grows by `hold_s`). An actor held by flow control asks
-    this way, so a thousand waiting actors cost the ps one request each per version or hold, not one every
-    few milliseconds; a ps that predates holds answers at once, as before."""
+    `hold_s` has passed, whichever is first (the wait grows by `hold_s`); with `wake_version` as well, only a blob
+    of that version or later answers before the hold ends (proto/wire.py `ParamsRequest`). An actor held by flow
+    control asks this way, so a thousand waiting actors cost the ps one request each per hold or per version
+    that frees them, not one every few milliseconds; a ps that predates holds answers at once, as before."""
 
     def __init__(
         self, ctx: zmq.Context, addresses: Sequence[str], limits: Limits, on_error: ErrorSink = ignore_error
@@ -358,11 +359,14 @@ class ParamClient:
             self.sock.connect(address)
         self.on_error = on_error
 
-    def fetch(self, version: int, incarnation: str, timeout_s: float, hold_s: float = 0.0) -> Params | None:
-        """A blob that supersedes (`version`, `incarnation`), or None: not modified, or no answer in time
-        (counted as FETCH_TIMEOUT)."""
+    def fetch(
+        self, version: int, incarnation: str, timeout_s: float, hold_s: float = 0.0, wake_version: int = 0
+    ) -> Params | NotModified | None:
+        """A blob that supersedes (`version`, `incarnation`), the ps's "not modified" (saying what it holds), or
+        None when no answer came in time (counted as FETCH_TIMEOUT)."""
         deadline = time.monotonic() + timeout_s + hold_s
-        request = ParamsRequest(int(version), incarnation, math.ceil(hold_s * 1000) if hold_s > 0 else 0)
+        hold_ms = math.ceil(hold_s * 1000) if hold_s > 0 else 0
+        request = ParamsRequest(int(version), incarnation, hold_ms, wake_version if hold_ms else 0)
         if send(self.sock, frames_of(request.to_message()), timeout_s):
             while (remaining := deadline - time.monotonic()) > 0:
                 frames = recv_frames(self.sock, remaining)
@@ -370,7 +374,7 @@ class ParamClient:
                     break
                 reply = self.decode(frames)
                 if reply is not None:
-                    return None if isinstance(reply, NotModified) else reply
+                    return reply
         self.on_error(FETCH_TIMEOUT)
         return None
 

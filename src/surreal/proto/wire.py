@@ -508,20 +508,34 @@ def decode_params(message: Message) -> Params:
 @dataclass(frozen=True)
 class ParamsRequest:
     """An actor that runs (`version`, `incarnation`) asks a ps for anything newer (`supersedes`); with
-    `hold_ms` > 0, a ps holding nothing newer holds the request that long for the next blob (a long poll)."""
+    `hold_ms` > 0, a ps holding nothing newer holds the request that long for the next blob (a long poll).
+
+    `wake_version` (held requests only): the first version of the same incarnation that can let this actor
+    act again (flow control knows: an actor whose share is a fraction of a chunk needs several versions).
+    Blobs below it do not answer the request, so a version is fanned out to the actors it frees, not to every
+    waiting one; when the hold ends the ps says "not modified" with the version it holds if blobs came during
+    the hold (the learner is progressing), else it sends the newest blob it holds that supersedes the actor's
+    (the learner is quiet: whatever that blob allows, the actor should know). 0: any newer blob answers."""
 
     version: int
     incarnation: str
     hold_ms: int = 0
+    wake_version: int = 0
 
     @property
     def held(self) -> tuple[int, str]:
         return self.version, self.incarnation
 
+    def wakes(self, version: int, incarnation: str) -> bool:
+        """Whether a held blob of (`version`, `incarnation`) that supersedes the actor's answers this request."""
+        return incarnation != self.incarnation or version >= self.wake_version
+
     def to_message(self) -> Message:
         meta: dict[str, Any] = {"version": self.version, "incarnation": self.incarnation}
         if self.hold_ms:
             meta["hold_ms"] = min(MAX_HOLD_MS, self.hold_ms)
+            if self.wake_version > self.version + 1:
+                meta["wake_version"] = self.wake_version
         return Message(PARAMS_REQUEST, meta)
 
     @classmethod
@@ -531,12 +545,14 @@ class ParamsRequest:
             _int(meta, "version", NO_VERSION, MAX_VERSION, "bad_request"),
             _text(meta, "incarnation", "bad_request"),
             _int(meta, "hold_ms", 0, MAX_HOLD_MS, "bad_request", default=0),
+            _int(meta, "wake_version", 0, MAX_VERSION, "bad_request", default=0),
         )
 
 
 @dataclass(frozen=True)
 class NotModified:
-    """A ps holds nothing newer than what the actor runs; it says what it holds (`NO_VERSION` before any)."""
+    """A ps holds nothing newer than what the actor runs, or nothing up to the request's `wake_version`; it says
+    what it holds (`NO_VERSION` before any)."""
 
     version: int
     incarnation: str

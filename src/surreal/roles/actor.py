@@ -10,7 +10,8 @@ one more try, lets its queued chunks reach the replay for up to `FLUSH_S` and ex
 about 3 s, well inside the chart's grace period. Backpressure blocks it (a full or
 unreachable replay stops the stepping rather than growing a queue), and the flow-control rule of the
 algorithm's regime (runtime/regimes/) holds it to what the learner can use; while held, it asks the ps with a
-long poll (`HOLD_S`: the ps answers when a newer blob arrives), so a thousand waiting actors do not flood the ps.
+long poll for the version that frees it (the throttle's `wait`: the ps answers when that blob arrives or the
+hold ends), so a thousand waiting actors neither flood the ps nor each download every version.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from surreal.envstate import load_vec_env_state, vec_env_state
 from surreal.metrics import RoleMetrics
 from surreal.proto.channels import FETCH_TIMEOUT, ExperienceSender, ParamClient
 from surreal.proto.codec import Limits
-from surreal.proto.wire import BlobMeta, Chunk, Params
+from surreal.proto.wire import BlobMeta, Chunk, NotModified, Params
 from surreal.roles.common import StopFlag, hold_until_stopped, load_config, setup_logging
 from surreal.roles.ports import ExperienceOut, ParamsIn
 from surreal.runtime.regimes import actor_throttle
@@ -39,7 +40,6 @@ from surreal.settings import Settings
 SEND_TIMEOUT_S = 1.0
 FLUSH_S = 2.0  # on SIGTERM: how long queued chunks may take to reach the replay
 IDLE_S = 0.01  # pause before asking the ps again when it had nothing newer
-HOLD_S = 0.5  # held by flow control, an actor asks the ps to hold its request this long for a newer blob
 ENV_SEED_STRIDE = 10_007  # far enough apart that actors' env seeds never overlap
 
 
@@ -75,7 +75,8 @@ class ActorCore:
         went out nor newer parameters came in (the shell pauses before the next step)."""
         if self.unsent is None:
             if self.version < 0 or self.throttle.must_wait(self.version):
-                return self.fetch(HOLD_S)  # nothing to do until newer parameters come: a long poll
+                wait = self.throttle.wait(self.version)  # nothing to do until newer parameters come: a long poll
+                return self.fetch(wait.hold_s, wait.wake_version)
             self.unsent = self.collector.collect(self.version)
         if not self.experience.send(self.unsent, self.incarnation, SEND_TIMEOUT_S):
             self.m_blocked.inc()
@@ -98,12 +99,16 @@ class ActorCore:
             self.chunks_sent += 1
         return self.unsent is None
 
-    def fetch(self, hold_s: float = 0.0) -> bool:
-        """Load newer parameters if the ps has them (or, with `hold_s`, gets them within that long)."""
-        params = self.params.fetch(self.version, self.incarnation, self.cfg.actor.fetch_timeout_s, hold_s)
-        if params is None:
+    def fetch(self, hold_s: float = 0.0, wake_version: int = 0) -> bool:
+        """Load newer parameters if the ps has them (or, with `hold_s`, gets them within that long, of
+        `wake_version` or later); a "not modified" tells the throttle how far the learner got."""
+        reply = self.params.fetch(self.version, self.incarnation, self.cfg.actor.fetch_timeout_s, hold_s, wake_version)
+        if isinstance(reply, NotModified):
+            self.throttle.on_heard(reply.version, reply.incarnation)
             return False
-        self.load(params)
+        if reply is None:
+            return False
+        self.load(reply)
         return True
 
     def load(self, params: Params) -> None:

@@ -18,7 +18,17 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from surreal.proto.wire import BlobMeta, Chunk, Params, SampleReply, SampleRequest, encode_chunk, supersedes
+from surreal.proto.wire import (
+    NO_VERSION,
+    BlobMeta,
+    Chunk,
+    NotModified,
+    Params,
+    SampleReply,
+    SampleRequest,
+    encode_chunk,
+    supersedes,
+)
 from surreal.replay.shard import ReplayShard
 
 
@@ -48,9 +58,12 @@ class ParamsOut(Protocol):
 
 
 class ParamsIn(Protocol):
-    def fetch(self, version: int, incarnation: str, timeout_s: float, hold_s: float = 0.0) -> Params | None:
-        """A blob that supersedes (`version`, `incarnation`), or None (not modified, or no answer in time).
-        `hold_s`: wait up to that long for a newer blob than the one held (a long poll, `ParamsRequest`)."""
+    def fetch(
+        self, version: int, incarnation: str, timeout_s: float, hold_s: float = 0.0, wake_version: int = 0
+    ) -> Params | NotModified | None:
+        """A blob that supersedes (`version`, `incarnation`), "not modified" (with what the ps holds), or None
+        when no answer came in time. `hold_s`: wait up to that long for a newer blob than the one held, of
+        `wake_version` or later (a long poll, `ParamsRequest`)."""
         ...
 
 
@@ -105,9 +118,15 @@ class InProcessParams:
     def service(self) -> None:
         pass  # nobody subscribes late in one process
 
-    def fetch(self, version: int, incarnation: str, timeout_s: float = 0.0, hold_s: float = 0.0) -> Params | None:
-        del timeout_s, hold_s  # one thread: nothing newer can arrive while it waits
+    def fetch(
+        self, version: int, incarnation: str, timeout_s: float = 0.0, hold_s: float = 0.0, wake_version: int = 0
+    ) -> Params | NotModified:
+        """The latest blob if it supersedes the actor's, whatever `wake_version` says: one thread, so nothing newer
+        can arrive while it waits (a ps whose learner is quiet answers the same)."""
+        del timeout_s, hold_s, wake_version
         latest = self.latest
-        if latest is None or not supersedes((latest.blob.version, latest.blob.incarnation), (version, incarnation)):
-            return None
+        if latest is None:
+            return NotModified(NO_VERSION, "")
+        if not supersedes((latest.blob.version, latest.blob.incarnation), (version, incarnation)):
+            return NotModified(latest.blob.version, latest.blob.incarnation)
         return latest

@@ -9,9 +9,14 @@ frames without copying them. Replicas are independent, so thousands of actors ne
 A blob replaces the held one when its version is higher, or when it comes from a new learner
 incarnation (a learner resumed from a checkpoint restarts at the checkpoint's version); an actor gets the held
 blob when, by the same rule (proto/wire.py `supersedes`), it would replace the one the actor runs. A request
-that the held blob does not supersede and that carries `hold_ms` (an actor that flow control holds:
-proto/wire.py `ParamsRequest`) is parked, up to `MAX_PARKED` of them, and answered with the next blob or "not
-modified" when its hold is over, so waiting actors do not poll. Torch-free.
+that carries `hold_ms` (an actor that flow control holds: proto/wire.py `ParamsRequest`) and that the held blob
+does not answer (it does not supersede the actor's, or is below the request's `wake_version`) is parked, up to
+`MAX_PARKED` of them, so waiting actors do not poll. A parked request is answered by the first blob that wakes
+it, or when its hold is over by "not modified" with the version held (so the actor knows how far the learner
+got). With `wake_version`, a version is sent to the actors it frees, not to every waiting one: at 1,024 actors
+sharing a batch of 32 chunks, 32 blobs a version instead of 1,024. When the learner goes quiet (no blob for
+`QUIET_FACTOR` of its usual intervals) every parked request the held blob supersedes gets it, whatever its wake
+version: a learner that waits for data must not wait for the holds to end. Torch-free.
 """
 
 from __future__ import annotations
@@ -42,8 +47,14 @@ from surreal.proto.wire import (
 from surreal.roles.server import Server, endpoint, serve_main
 from surreal.settings import Settings
 
+# A parked request: (deadline, arrival, identity, the request), heap-ordered by deadline.
+Parked = tuple[float, int, bytes, ParamsRequest]
+
 REQUEST_BURST = 256  # actor requests answered per poll before newer parameters are taken in
 MAX_PARKED = 65_536  # held requests; beyond this a request is answered at once
+QUIET_FACTOR = 3.0  # the learner is quiet after this many of its usual intervals between blobs ...
+QUIET_MIN_S = 0.5  # ... and never sooner
+INTERVAL_WEIGHT = 0.2  # of the newest interval in the moving average
 
 
 class ParamServer(Server):
@@ -77,20 +88,40 @@ class ParamServer(Server):
         self.m_updates = m.counter("ps_updates_total", "parameter blobs accepted from the learner")
         self.m_blob_bytes = m.gauge("ps_blob_bytes", "size of the held parameter blob")
         self.m_parked = m.gauge("ps_parked_requests", "requests held until a newer blob or their hold ends")
-        # (deadline, arrival, identity, the (version, incarnation) the actor runs): a heap
-        self.parked: list[tuple[float, int, bytes, tuple[int, str]]] = []
+        self.parked: list[Parked] = []  # a heap
         self._arrivals = itertools.count()
+        self.blobs_accepted = 0
+        self.last_blob_at = 0.0
+        self.blob_interval_s = 0.0  # a moving average of the time between the learner's blobs
+        self.quiet_swept = 0  # blobs accepted when the parked requests were last answered for a quiet learner
 
     def poll_once(self, timeout_s: float) -> None:
-        super().poll_once(min(timeout_s, self._until_next_deadline()))
+        super().poll_once(min(timeout_s, self._until_next_event()))
         now = time.monotonic()
+        if self.parked and self.quiet_swept != self.blobs_accepted and self._quiet(now):
+            self.quiet_swept = self.blobs_accepted
+            self._wake_parked()  # the learner went quiet: every actor behind the held blob gets it
         while self.parked and self.parked[0][0] <= now:
             identity = heapq.heappop(self.parked)[2]
             self._answer(identity, self._not_modified(), NOT_MODIFIED)
         self.m_parked.set(len(self.parked))
 
-    def _until_next_deadline(self) -> float:
-        return max(0.0, self.parked[0][0] - time.monotonic()) if self.parked else 3600.0
+    def _quiet(self, now: float) -> bool:
+        """No blob from the learner for QUIET_FACTOR of its usual intervals (QUIET_MIN_S at least)."""
+        return self.frames is not None and now >= self.last_blob_at + self._quiet_after_s()
+
+    def _quiet_after_s(self) -> float:
+        return max(QUIET_MIN_S, QUIET_FACTOR * self.blob_interval_s)
+
+    def _until_next_event(self) -> float:
+        """Until the next hold ends or, while requests are parked, the learner would count as quiet."""
+        if not self.parked:
+            return 3600.0
+        now = time.monotonic()
+        until = self.parked[0][0] - now
+        if self.frames is not None and self.quiet_swept != self.blobs_accepted:
+            until = min(until, self.last_blob_at + self._quiet_after_s() - now)
+        return max(0.0, until)
 
     def _not_modified(self) -> list[Any]:
         return frames_of(NotModified(self.version, self.incarnation).to_message())
@@ -111,20 +142,32 @@ class ParamServer(Server):
             return
         version, incarnation = blob.version, blob.incarnation
         if supersedes((version, incarnation), (self.version, self.incarnation)):
+            now = time.monotonic()
+            if self.frames is not None:
+                since = now - self.last_blob_at
+                self.blob_interval_s += INTERVAL_WEIGHT * (since - self.blob_interval_s)
             self.frames, self.version, self.incarnation = frames, version, incarnation
+            self.last_blob_at = now
+            self.blobs_accepted += 1
             self.m_updates.inc()
             self.m_version.set(version)
             self.m_blob_bytes.set(sum(len(f) for f in frames))
-            # Answered: those whose blob this one supersedes (all of them but behind a lagging replica).
-            answered: list[tuple[float, int, bytes, tuple[int, str]]] = []
-            waiting: list[tuple[float, int, bytes, tuple[int, str]]] = []
-            for entry in self.parked:
-                (answered if supersedes((version, incarnation), entry[3]) else waiting).append(entry)
-            self.parked = waiting
-            heapq.heapify(self.parked)
-            for _, _, identity, _ in sorted(answered):
-                self._answer(identity, frames, PARAMS)
+            self._wake_parked()
             self.m_parked.set(len(self.parked))
+
+    def _wake_parked(self) -> None:
+        """Answer the parked requests the held blob answers (`_answers`) with it, in the order they came."""
+        answered: list[Parked] = []
+        waiting: list[Parked] = []
+        for entry in self.parked:
+            (answered if self._answers(entry[3]) else waiting).append(entry)
+        if not answered:
+            return
+        self.parked = waiting
+        heapq.heapify(self.parked)
+        assert self.frames is not None
+        for _, _, identity, _ in sorted(answered, key=lambda entry: entry[:2]):
+            self._answer(identity, self.frames, PARAMS)
 
     def on_request(self, identity: bytes, frames: list[zmq.Frame]) -> None:
         try:
@@ -133,14 +176,26 @@ class ParamServer(Server):
             self.drop(exc.reason, identity)
             self._answer(identity, frames_of(ErrorReply(exc.reason).to_message()), ERROR)
             return
-        if self.frames is None or not supersedes((self.version, self.incarnation), request.held):
-            if request.hold_ms and len(self.parked) < MAX_PARKED:
-                deadline = time.monotonic() + request.hold_ms / 1000
-                heapq.heappush(self.parked, (deadline, next(self._arrivals), identity, request.held))
-                return
-            self._answer(identity, self._not_modified(), NOT_MODIFIED)
+        held = self.frames
+        newer = held is not None and supersedes((self.version, self.incarnation), request.held)
+        if held is not None and newer and (not request.hold_ms or self._answers(request)):
+            self._answer(identity, held, PARAMS)
+        elif request.hold_ms and len(self.parked) < MAX_PARKED:
+            deadline = time.monotonic() + request.hold_ms / 1000
+            heapq.heappush(self.parked, (deadline, next(self._arrivals), identity, request))
+        elif held is not None and newer:
+            self._answer(identity, held, PARAMS)  # no room to park it: what is held is the best answer
         else:
-            self._answer(identity, self.frames, PARAMS)
+            self._answer(identity, self._not_modified(), NOT_MODIFIED)
+
+    def _answers(self, request: ParamsRequest) -> bool:
+        """Whether the held blob answers a held request: it supersedes what the actor runs and reaches its wake
+        version, or the learner is quiet (a blob below an actor's wake version may still free it: one that
+        says the learner learned from everything, with actors gone, `runtime/regimes/replay_ratio.py`)."""
+        held = (self.version, self.incarnation)
+        if not supersedes(held, request.held):
+            return False
+        return request.wakes(*held) or self._quiet(time.monotonic())
 
     def _answer(self, identity: bytes, frames: list[Any], answer: str) -> None:
         """Reply, counting the answer in ps_requests_total (labelled with the reply's kind) once it was sent."""

@@ -5,6 +5,9 @@ clock. Torch-free and transport-free, like the regimes themselves.
 
 from __future__ import annotations
 
+import math
+import statistics
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -15,19 +18,72 @@ from surreal.proto.wire import BlobMeta, SampleReply
 
 RECENT_EPISODES = 20  # training episodes the learner's `train_return_mean` (and success rate) averages
 LIVE_ROUNDS = 2  # an actor counts as live while it was heard within this many rounds (versions or slacks)
+GOLDEN = (math.sqrt(5) - 1) / 2  # actor i's turn within its rounds: i x GOLDEN mod 1, evenly spread for any N
+HOLD_S = 0.5  # the shortest hold of a held actor's request at the ps (a long poll for a newer blob)
+MAX_HOLD_S = 30.0  # the longest
+STALL_FACTOR = 1.5  # a wait for a newer version lasting this many median version intervals is a stall
 
 # Where a feed sends a retired sample's priorities: (shard, slots, ids, priorities), the replay port's method.
 PrioritiesHome = Callable[[int, np.ndarray, np.ndarray, np.ndarray], None]
 
 
+INTERVALS_KEPT = 8  # version intervals a median is taken over
+
+
+@dataclass
+class VersionIntervals:
+    """When the versions an actor received arrived: the median time between two versions (a blob may skip
+    several: its interval is shared among them). Clock readings only, never checkpointed: they mean nothing in
+    another process."""
+
+    clock: Callable[[], float]
+    version: int = -1
+    at: float = 0.0
+    intervals: deque[float] = field(default_factory=lambda: deque(maxlen=INTERVALS_KEPT))
+
+    def restart(self, version: int) -> None:
+        """A new learner incarnation (or a restored actor): versions are counted from `version`, no interval known."""
+        self.version, self.at = version, self.clock()
+        self.intervals.clear()
+
+    def arrived(self, version: int) -> None:
+        if version > self.version >= 0:
+            now = self.clock()
+            self.intervals.append((now - self.at) / (version - self.version))
+            self.version, self.at = version, now
+        elif self.version < 0:
+            self.restart(version)
+
+    def median(self) -> float | None:
+        return statistics.median(self.intervals) if self.intervals else None
+
+
+@dataclass(frozen=True)
+class Wait:
+    """How a held actor asks the ps for newer parameters (proto/wire.py `ParamsRequest`): wake it with the first
+    blob of `wake_version` or later (the first that can let it act), or when `hold_s` is over."""
+
+    wake_version: int
+    hold_s: float = HOLD_S
+
+
 class ActorThrottle(Protocol):
-    """The actor's half: told what the actor receives and sends, says when it must wait for newer parameters."""
+    """The actor's half: told what the actor receives and sends, says when it must wait for newer parameters
+    and, while it waits, which version can free it."""
 
     def on_params(self, blob: BlobMeta) -> None: ...
+
+    def on_heard(self, version: int, incarnation: str) -> None:
+        """A ps answered "not modified" holding (`version`, `incarnation`): the learner's progress, without a blob."""
+        ...
 
     def on_sent(self, env_steps: int) -> None: ...
 
     def must_wait(self, version: int) -> bool: ...
+
+    def wait(self, version: int) -> Wait:
+        """How to ask the ps while `must_wait(version)` holds."""
+        ...
 
     def state(self) -> dict[str, Any]:
         """What the throttle counts (numbers, strings and lists), for an exact resume (launch/serial.py)."""

@@ -19,7 +19,11 @@ Both halves, side by side.
   actor ahead), and while its fresh share is its whole part of the slack (the learner has learned from all
   it counted) it may always start one, so allowances lost with actors that left never stall the learner.
   More actors than the learner can serve therefore slow down instead of lowering the replay ratio;
-  `rollout_ahead = 0` removes the budget.
+  `rollout_ahead = 0` removes the budget. Each actor's part lags by its turn (a golden-ratio phase of a chunk,
+  as on-policy): equal parts would free every actor at the same version, so at 1,024 actors the fleet sent
+  2,048 chunks at once and then nothing for the minutes the learner took to learn from them. While it waits,
+  an actor asks the ps to wake it at the version whose budget growth frees it (`wait`, at the growth per
+  version it saw), so a version goes to the few actors it frees, not to the whole fleet.
 
 **Elastic fleet.** `actors` is the number the learner hears from (`LiveActors`: an actor counts while a replay
 shard reported it within the last two slacks of env steps), published in every blob. No overdraft is needed:
@@ -42,11 +46,17 @@ from surreal.config.schema import ExperimentConfig, OffPolicyConfig
 from surreal.proto.wire import BlobMeta, Chunk, SampleReply, TransitionReply
 from surreal.replay.buffers import flatten_time_major
 from surreal.runtime.regimes.common import (
+    GOLDEN,
+    HOLD_S,
     LIVE_ROUNDS,
+    MAX_HOLD_S,
+    STALL_FACTOR,
     Counters,
     LiveActors,
     Outcome,
     PrioritiesHome,
+    VersionIntervals,
+    Wait,
     live_state,
     load_live_state,
 )
@@ -63,23 +73,40 @@ class EnvStepAllowance:
 
     actors: int  # how many actors share the budget: the configured count until a blob says
     slack: int
+    chunk: int = 0  # env steps per chunk
+    phase: float = 0.0  # this actor's turn, in [0, 1): its share lags by this many chunks
+    clock: Callable[[], float] = time.monotonic
     allowance: float = math.inf  # no budget in the blob: unthrottled
     budget: int | None = None  # of the last blob applied
     incarnation: str | None = None  # the learner's that published it
+    version: int = -1  # of the last blob applied
+    growth: float = 0.0  # how much the budget grew per version between the last two blobs (0: unknown)
+    arrivals: VersionIntervals = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.arrivals = VersionIntervals(self.clock)
 
     def on_params(self, blob: BlobMeta) -> None:
         if blob.actors is not None:
             self.actors = blob.actors
         if blob.env_step_budget is None:
             return
-        fresh = (blob.env_step_budget - blob.env_steps) / self.actors
+        part = (blob.env_step_budget - blob.env_steps) / self.actors
+        fresh = part - self.phase * self.chunk
         if self.budget is None or blob.incarnation != self.incarnation:  # the first blob of this learner's count
-            self.allowance = fresh
+            self.allowance, self.growth = fresh, 0.0
+            self.arrivals.restart(blob.version)
         else:
             grown = self.allowance + (blob.env_step_budget - self.budget) / self.actors
-            # The learner learned from all it counted (fresh is the whole slack's part): a chunk may start.
-            self.allowance = max(min(fresh, grown), fresh - self.slack / self.actors + 1)
-        self.budget, self.incarnation = blob.env_step_budget, blob.incarnation
+            # The learner learned from all it counted (its part is the whole slack's part): a chunk may start.
+            self.allowance = max(min(fresh, grown), part - self.slack / self.actors + 1)
+            if blob.version > self.version:
+                self.growth = (blob.env_step_budget - self.budget) / (blob.version - self.version)
+                self.arrivals.arrived(blob.version)
+        self.budget, self.incarnation, self.version = blob.env_step_budget, blob.incarnation, blob.version
+
+    def on_heard(self, version: int, incarnation: str) -> None:
+        del version, incarnation  # only a blob's budget frees this actor
 
     def on_sent(self, env_steps: int) -> None:
         self.allowance -= env_steps
@@ -88,6 +115,17 @@ class EnvStepAllowance:
         del version
         return self.allowance <= 0
 
+    def wait(self, version: int) -> Wait:
+        """Wake at the version whose budget growth brings this actor's allowance above zero, at the growth per
+        version seen last; hold about as long as those versions take (a blob below the wake version is not
+        sent to this actor: at 1,024 actors a version grows each one's part by a fraction of an env step)."""
+        if version < 0 or self.budget is None or self.growth <= 0:
+            return Wait(max(0, version + 1))
+        versions = math.floor(-self.allowance * self.actors / self.growth) + 1
+        interval = self.arrivals.median()
+        hold_s = HOLD_S if interval is None else STALL_FACTOR * versions * interval
+        return Wait(version + versions, min(MAX_HOLD_S, max(HOLD_S, hold_s)))
+
     def state(self) -> dict[str, Any]:
         return {"actors": self.actors, "allowance": self.allowance}
 
@@ -95,9 +133,11 @@ class EnvStepAllowance:
         self.actors, self.allowance = state["actors"], state["allowance"]
 
 
-def env_step_allowance(cfg: ExperimentConfig) -> EnvStepAllowance:
-    """The actor's half (with `rollout_ahead = 0` the learner publishes no budget: it never waits)."""
-    return EnvStepAllowance(cfg.topology.actors, replay_ratio_limiter(cfg).slack or 0)
+def env_step_allowance(cfg: ExperimentConfig, actor: int = 0) -> EnvStepAllowance:
+    """The actor's half, for actor index `actor` (its turn); with `rollout_ahead = 0` the learner publishes no
+    budget: it never waits."""
+    slack = replay_ratio_limiter(cfg).slack or 0
+    return EnvStepAllowance(cfg.topology.actors, slack, cfg.algo.chunk_size(cfg), actor * GOLDEN % 1.0)
 
 
 # -- the learner's half ---------------------------------------------------------------------------------

@@ -8,6 +8,8 @@
   chunk: an actor sends a chunk every `1 / share` versions, its turn set by its index (a golden-ratio phase,
   so any fleet size spreads its chunks evenly over the versions instead of every actor sending at once, the
   fleet's chunks then being 16 batches at 1,024 actors and a batch of 2,048, most of them going stale).
+  While it waits, it asks the ps to wake it at the version that completes its next chunk (`wait`), so a version
+  goes to the actors whose turn it is, not to the whole fleet.
 - **Learner** (`ChunkFeed`): a reply's chunks are queued (their env steps and episodes counted, their actors
   heard at the current version); once `batch_size` units are queued, whole chunks, oldest first, make a batch.
   Chunks more than `max_staleness` versions old are dropped and counted (`StalenessBound`; lockstep keeps
@@ -19,15 +21,15 @@ fractional shares two of its turns), published in every blob; the
 configured count stands in until the first blob says otherwise. Between an actor's loss and the learner
 noticing, a batch can fall short by the lost actor's share while the others wait for the next version; an
 actor that has waited longer than it ever should (`VersionThrottle.stall_s`: 1.5 times the median interval
-between the versions it saw, at least a second; `actor.overdraft_after_s` before it has seen two) takes one
-share more, so the batch fills from whoever is alive. The surplus waits in the feed's queue for the next batch,
+between the versions it saw, at least a second; `actor.overdraft_after_s` before it has seen two; a "not modified"
+from the ps at a newer version than it heard before says the learner moves on, and restarts that clock) takes
+one share more, so the batch fills from whoever is alive. The surplus waits in the feed's queue for the next batch,
 still bounded by `max_staleness`. Deterministic runs keep the configured count and never overdraw.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 import time
 from collections import deque
 from collections.abc import Callable
@@ -38,12 +40,22 @@ import numpy as np
 
 from surreal.config.schema import ExperimentConfig
 from surreal.proto.wire import BlobMeta, Chunk, FifoReply, SampleReply
-from surreal.runtime.regimes.common import LIVE_ROUNDS, Counters, LiveActors, Outcome, live_state, load_live_state
+from surreal.runtime.regimes.common import (
+    GOLDEN,
+    HOLD_S,
+    LIVE_ROUNDS,
+    MAX_HOLD_S,
+    STALL_FACTOR,
+    Counters,
+    LiveActors,
+    Outcome,
+    VersionIntervals,
+    Wait,
+    live_state,
+    load_live_state,
+)
 
-GOLDEN = (math.sqrt(5) - 1) / 2  # actor i's turn within its rounds: i x GOLDEN mod 1, evenly spread for any N
-STALL_FACTOR = 1.5  # an actor overdraws after waiting this many median version intervals ...
-STALL_MIN_S = 1.0  # ... and never sooner than this
-INTERVALS_KEPT = 8  # version intervals the median is taken over
+STALL_MIN_S = 1.0  # an actor overdraws after a stall (common.py `STALL_FACTOR`), and never sooner than this
 
 # -- the actor's half -----------------------------------------------------------------------------------
 
@@ -62,9 +74,12 @@ class VersionThrottle:
     allowance: float = 0.0  # chunks this actor may still send (it sends while a whole one is left)
     version: int = -1
     incarnation: str | None = None
-    version_at: float = 0.0  # when `version` arrived
-    intervals: deque[float] = field(default_factory=lambda: deque(maxlen=INTERVALS_KEPT))
+    heard: int = -1  # the newest version of this incarnation a ps said it holds (a blob or "not modified")
     waiting_since: float | None = None
+    arrivals: VersionIntervals = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.arrivals = VersionIntervals(self.clock)
 
     @property
     def share(self) -> float:
@@ -74,24 +89,29 @@ class VersionThrottle:
 
     def stall_s(self) -> float:
         """How long a wait for a newer version may last before it counts as a stall."""
-        if not self.intervals:
+        median = self.arrivals.median()
+        if median is None:
             return self.overdraft_after_s
-        return max(STALL_MIN_S, STALL_FACTOR * statistics.median(self.intervals))
+        return max(STALL_MIN_S, STALL_FACTOR * median)
 
     def on_params(self, blob: BlobMeta) -> None:
-        now = self.clock()
         if blob.actors is not None:
             self.actors = blob.actors
         if blob.incarnation != self.incarnation:  # a resumed learner counts versions from its checkpoint
-            self.incarnation, self.version, self.version_at = blob.incarnation, blob.version, now
+            self.incarnation, self.version = blob.incarnation, blob.version
             self.allowance = self.rollout_ahead * self.share + self.phase
-            self.intervals.clear()
+            self.arrivals.restart(blob.version)
         elif blob.version > self.version:
-            newer = blob.version - self.version
-            self.allowance += newer * self.share
-            self.intervals.append((now - self.version_at) / newer)
-            self.version, self.version_at = blob.version, now
+            self.allowance += (blob.version - self.version) * self.share
+            self.arrivals.arrived(blob.version)
+            self.version = blob.version
+        self.heard = max(self.heard, self.version)
         self.waiting_since = None
+
+    def on_heard(self, version: int, incarnation: str) -> None:
+        """The learner moved on (versions this actor's turn does not need yet): waiting for it is no stall."""
+        if incarnation == self.incarnation and version > self.heard:
+            self.heard, self.waiting_since = version, None
 
     def on_sent(self, env_steps: int) -> None:
         del env_steps
@@ -109,6 +129,14 @@ class VersionThrottle:
             return self.allowance < 1
         return True
 
+    def wait(self, version: int) -> Wait:
+        """Wake at the version that brings a whole chunk (its turn, with a fractional share); hold as long as a
+        wait may last before it is a stall, so a hold that ends with nothing heard is one."""
+        if version < 0 or self.incarnation is None:
+            return Wait(0)
+        versions = max(1, math.ceil((1 - self.allowance) / self.share - 1e-9))
+        return Wait(version + versions, min(MAX_HOLD_S, max(HOLD_S, self.stall_s())))
+
     def state(self) -> dict[str, Any]:
         """The counts and the learner incarnation they belong to. Not the clock's readings: they mean nothing
         in another process, and only ever time an overdraft, which a serial run never takes."""
@@ -121,8 +149,8 @@ class VersionThrottle:
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.actors, self.allowance, self.version = state["actors"], state["allowance"], state["version"]
-        self.incarnation, self.version_at = state["learner_incarnation"], self.clock()
-        self.intervals.clear()
+        self.incarnation, self.heard = state["learner_incarnation"], state["version"]
+        self.arrivals.restart(self.version)
         self.waiting_since = None
 
 
