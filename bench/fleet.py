@@ -24,8 +24,8 @@ Per N: env steps/s accepted (the learner's count), learner updates/s and its wai
 wall, from `surreal_learner_seconds_total`: the share of its time spent on anything but updating), version lag
 and staleness drops, ps fetch p50/p99 as the actors see them, over two kinds of answer: a fetch the ps answers
 at once (request to answer: `ps_fetch_at_once_*`) and a held fetch answered by a new blob (that blob's first
-arrival in the actor's process to this actor's: `ps_fanout_*`, the ps's fan-out of a version to every waiting
-actor; the hold itself waits for the learner, not the ps),
+arrival in the actor's process to this actor's: `ps_fanout_*`, the ps's fan-out of a version to the waiting
+actors it wakes; the hold itself waits for the learner, not the ps),
 replay ingest and egress where they happen (`surreal_replay_transitions_{in,out}_total`), CPU (cores) and
 peak RSS of every service and of the simulated fleet, open file descriptors and sockets of every service, drops
 by reason on every role and actor (`honest_dropped`: all of them plus chunks lost on stop; 0 expected), FIFO

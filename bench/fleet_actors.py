@@ -29,7 +29,7 @@ Every second (and at exit) the process writes its counters to `--stats` as JSON:
 parameters and have sent, chunks and env steps sent, fetches, the latency histogram of those the ps answers at
 once (the cadence fetches after a chunk; from the moment the file `<stats>.measure` appears) and, for held
 fetches a new blob answered, the delay from that blob's first arrival in this process to this actor's (how
-long the ps's fan-out of a version to every parked actor takes, a lower bound; every answer a poll finds is
+long the ps's fan-out of a version to the parked actors it wakes takes, a lower bound; every answer a poll finds is
 timed as it is taken off its socket, before any is decoded), fetch timeouts, replies
 dropped by reason, seconds blocked, chunks lost on stop.
 """

@@ -219,18 +219,19 @@ def test_an_idle_learner_always_lets_an_actor_send_even_after_allowances_were_lo
     assert not grown.must_wait(2), "parts of 12.5 steps, smaller than a chunk: one starts"
 
 
-def budget_run(actors: int, ticks: int) -> tuple[list[int], list[int], int, list[int]]:
+def budget_run(actors: int, ticks: int) -> tuple[list[int], list[int], int, list[int], np.ndarray]:
     """A fleet of `actors` sharing the budget of a learner that makes 16 updates a tick (one blob) at replay
     ratio 0.1 from 5,000 env steps; chunks of 64 steps, one per actor a tick, counted by the learner a tick
     after they were sent (in flight, in a shard's sample not yet taken). A waiting actor gets a blob only from
     its wake version on, as the ps sends it. Returns the env steps sent, the updates made and the blobs sent to
-    actors at every tick, and the learner's slack."""
+    actors at every tick, the learner's slack, and the chunks each actor sent in the second half of the run."""
     chunk, ratio, starts, per_tick = 64, 0.1, 5000, 16
     limiter = ReplayRatioLimiter(starts, ratio, 2 * actors * chunk, per_tick)
     fleet = [EnvStepAllowance(actors, 2 * actors * chunk, chunk, i * GOLDEN % 1.0) for i in range(actors)]
     wake = [0] * actors
     sent, counted, updates = 0, 0, 0
     sent_at, updates_at, blobs_at = [], [], []
+    late_chunks = np.zeros(actors, int)
     for tick in range(ticks):
         blob = BlobMeta(tick, "a", env_steps=counted, env_step_budget=limiter.budget(updates))
         counted = sent  # what was sent before this tick is counted from the next blob on
@@ -243,12 +244,13 @@ def budget_run(actors: int, ticks: int) -> tuple[list[int], list[int], int, list
             if not allowance.must_wait(tick):
                 allowance.on_sent(chunk)
                 sent += chunk
+                late_chunks[i] += tick >= ticks // 2
             wake[i] = allowance.wait(tick).wake_version if allowance.must_wait(tick) else tick + 1
         updates = min(updates + per_tick, limiter.updates_allowed(counted))
         sent_at.append(sent)
         updates_at.append(updates)
         blobs_at.append(blobs)
-    return sent_at, updates_at, limiter.slack or 0, blobs_at
+    return sent_at, updates_at, limiter.slack or 0, blobs_at, late_chunks
 
 
 @pytest.mark.parametrize("actors", [4, 256, 1024])
@@ -256,13 +258,14 @@ def test_a_large_fleet_shares_the_budget_and_the_learner_keeps_updating(actors):
     """bench.fleet's DDPG at 256 actors: with a fresh share on every blob the fleet ran 60,000 env steps past
     the budget and the learner spent the whole measurement catching up; the actors then sent nothing. Each
     version goes to the actors its growth frees (their wake versions), not to the whole fleet."""
-    sent, updates, slack, blobs = budget_run(actors, ticks=2000)
+    sent, updates, slack, blobs, late_chunks = budget_run(actors, ticks=2000)
     for tick in range(len(sent)):
         budget = 5000 + updates[tick - 1] / 0.1 + slack if tick else 5000 + slack
         assert sent[tick] <= budget + actors * 64, f"tick {tick}: {sent[tick]} env steps sent, budget {budget}"
     half = len(sent) // 2
     assert all(b - a == 16 for a, b in itertools.pairwise(updates[half:])), "the learner updates at every tick"
     assert sent[-1] > sent[half], "the fleet still sends"
+    assert (late_chunks > 0).all(), f"every actor still has its turns: {np.flatnonzero(late_chunks == 0)} starve"
     # A version grows the budget by 160 env steps (2.5 chunks): it frees a few actors, on their turns, and wakes
     # a few more whose part the fleet's sends have capped since (they wait again); never the whole fleet.
     assert np.mean(blobs[half:]) <= 4 + actors / 64, f"blobs per version: {blobs[half:]}"

@@ -19,9 +19,11 @@ Both halves, side by side.
   actor ahead), and while its fresh share is its whole part of the slack (the learner has learned from all
   it counted) it may always start one, so allowances lost with actors that left never stall the learner.
   More actors than the learner can serve therefore slow down instead of lowering the replay ratio;
-  `rollout_ahead = 0` removes the budget. Each actor's part lags by its turn (a golden-ratio phase of a chunk,
-  as on-policy): equal parts would free every actor at the same version, so at 1,024 actors the fleet sent
-  2,048 chunks at once and then nothing for the minutes the learner took to learn from them. While it waits,
+  `rollout_ahead = 0` removes the budget. Each actor's first grant lags by its turn (a golden-ratio phase of a
+  chunk, as on-policy), and growth keeps the lag: equal grants would free every actor at the same version, so at
+  1,024 actors the fleet sent 3,072 chunks at once and then nothing for the minutes the learner took to learn
+  from them. (The cap stays the whole fresh share: lagging the cap as well starved the actors of the latest
+  turns, whose lagged cap the fleet's sends kept below zero: 250 of 256 counted live.) While it waits,
   an actor asks the ps to wake it at the version whose budget growth frees it (`wait`, at the growth per
   version it saw), so a version goes to the few actors it frees, not to the whole fleet.
 
@@ -91,15 +93,14 @@ class EnvStepAllowance:
             self.actors = blob.actors
         if blob.env_step_budget is None:
             return
-        part = (blob.env_step_budget - blob.env_steps) / self.actors
-        fresh = part - self.phase * self.chunk
+        fresh = (blob.env_step_budget - blob.env_steps) / self.actors
         if self.budget is None or blob.incarnation != self.incarnation:  # the first blob of this learner's count
-            self.allowance, self.growth = fresh, 0.0
+            self.allowance, self.growth = fresh - self.phase * self.chunk, 0.0  # lagging by its turn
             self.arrivals.restart(blob.version)
         else:
             grown = self.allowance + (blob.env_step_budget - self.budget) / self.actors
-            # The learner learned from all it counted (its part is the whole slack's part): a chunk may start.
-            self.allowance = max(min(fresh, grown), part - self.slack / self.actors + 1)
+            # The learner learned from all it counted (fresh is the whole slack's part): a chunk may start.
+            self.allowance = max(min(fresh, grown), fresh - self.slack / self.actors + 1)
             if blob.version > self.version:
                 self.growth = (blob.env_step_budget - self.budget) / (blob.version - self.version)
                 self.arrivals.arrived(blob.version)
