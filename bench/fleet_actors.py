@@ -27,8 +27,9 @@ for that long (one way, each direction): bench.fleet's emulated network where th
 
 Every second (and at exit) the process writes its counters to `--stats` as JSON: actors, how many hold
 parameters and have sent, chunks and env steps sent, fetches, the latency histogram of those the ps answers at
-once (the cadence fetches after a chunk; from the moment the file `<stats>.measure` appears) and, for held
-fetches a new blob answered, the delay from that blob's first arrival in this process to this actor's (how
+once (the cadence fetches after a chunk, and held fetches whose wake version the ps already held; from the moment
+the file `<stats>.measure` appears) and, for held fetches a new blob answered, the delay from that blob's first
+arrival in this process to this actor's (how
 long the ps's fan-out of a version to the parked actors it wakes takes, a lower bound; every answer a poll finds is
 timed as it is taken off its socket, before any is decoded), fetch timeouts, replies
 dropped by reason, seconds blocked, chunks lost on stop.
@@ -328,6 +329,7 @@ class Fleet:
         if reply is None:
             return
         got_params = False
+        at_once = a.fetch_after != "wait"  # answered from what the ps held when the request came
         if isinstance(reply, NotModified):
             a.throttle.on_heard(reply.version, reply.incarnation)
         elif isinstance(reply, Params):
@@ -340,14 +342,20 @@ class Fleet:
                 first = self.first_seen.setdefault((blob.incarnation, blob.version), now)
                 if len(self.first_seen) > 64:
                     self.first_seen.pop(next(iter(self.first_seen)))
-                if a.fetching is not None and a.fetch_after == "wait" and self.measuring:
-                    self.fanout[hist_bin((now - first) * 1000)] += 1
+                # A held fetch whose blob reached this process before the request left was answered from what
+                # the ps held (its wake version had come): timed as a fetch answered at once, not as fan-out.
+                if a.fetching is not None and not at_once:
+                    if first >= a.fetch_sent_at:
+                        if self.measuring:
+                            self.fanout[hist_bin((now - first) * 1000)] += 1
+                    else:
+                        at_once = True
         if a.fetching is None:  # a late answer to a fetch that timed out: taken, as ParamClient takes it
             return
         self.c["fetches"] += 1
         if a.fetch_after == "wait":
             self.c["held_fetches"] += 1
-        elif self.measuring:  # the service time of a fetch the ps answers at once
+        if at_once and self.measuring:  # the service time of a fetch the ps answers from what it holds
             self.hist[hist_bin((now - a.fetch_sent_at) * 1000)] += 1
         after, a.fetching = a.fetch_after, None
         if after == "wait" and not got_params:

@@ -17,6 +17,7 @@ end of the pair with it), the box's end, the iptables rules.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -134,8 +135,9 @@ def _run(cmd: list[str]) -> None:
         raise OSError(f"{' '.join(cmd)}: {done.stderr.strip() or done.returncode}")
 
 
-def _shape(plan: Plan, name: str, profile: Profile, undo: list[list[str]]) -> Link:
-    """netem where the kernel has it, else tbf + iptables + the fleet's own delay (its removal put in `undo`)."""
+def _shape(plan: Plan, name: str, profile: Profile, undo: list[list[str]]) -> Link | None:
+    """netem where the kernel has it, else tbf + iptables + the fleet's own delay (its removal put in `undo`);
+    None where neither can drop the profile's packets."""
     try:
         for cmd in plan.netem(profile):
             _run(cmd)
@@ -143,6 +145,13 @@ def _shape(plan: Plan, name: str, profile: Profile, undo: list[list[str]]) -> Li
     except OSError as exc:
         if "unknown" not in str(exc).lower():
             raise
+    if profile.loss_pct and shutil.which("iptables") is None:
+        print(
+            f"bench.fleet: this kernel has no tc netem and this box no iptables to drop {name}'s packets:"
+            f" {name} skipped (apt-get install iptables)",
+            file=sys.stderr,
+        )
+        return None
     for cmd in plan.tbf(profile):
         _run(cmd)
     undo[:0] = plan.loss_rules(profile, add=False)
@@ -159,7 +168,8 @@ def _shape(plan: Plan, name: str, profile: Profile, undo: list[list[str]]) -> Li
 
 @contextmanager
 def emulated_network(name: str, pid: int | None = None) -> Iterator[Link | None]:
-    """The network `name` (a PROFILES key) made for the duration; None where no namespace can be made."""
+    """The network `name` (a PROFILES key) made for the duration; None where no namespace can be made or the
+    profile cannot be shaped (said in one line)."""
     profile = PROFILES[name]
     plan = Plan.for_pid(os.getpid() if pid is None else pid)
     undo = plan.unmake()
@@ -176,8 +186,9 @@ def emulated_network(name: str, pid: int | None = None) -> Iterator[Link | None]
             link = _shape(plan, name, profile, undo)
         yield link
     finally:
-        for cmd in undo:
-            subprocess.run(cmd, capture_output=True, timeout=30, check=False)
+        for cmd in undo:  # every step tried, whatever the one before did
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                subprocess.run(cmd, capture_output=True, timeout=30, check=False)
 
 
 def leftovers(pid: int) -> list[str]:
@@ -188,6 +199,7 @@ def leftovers(pid: int) -> list[str]:
         found.append(plan.namespace)
     if subprocess.run(["ip", "link", "show", plan.host_dev], capture_output=True).returncode == 0:
         found.append(plan.host_dev)
-    rules = subprocess.run(["iptables", "-S", "OUTPUT"], capture_output=True, text=True).stdout
-    found += [line for line in rules.splitlines() if plan.host_dev in line]
+    if shutil.which("iptables") is not None:
+        rules = subprocess.run(["iptables", "-S", "OUTPUT"], capture_output=True, text=True).stdout
+        found += [line for line in rules.splitlines() if plan.host_dev in line]
     return found
