@@ -518,8 +518,8 @@ def test_a_ps_sends_a_held_actor_the_version_that_wakes_it_and_says_how_far_the_
     [at_once] = replies(ps, actor, 1)
     assert at_once.kind == PARAMS and at_once.meta["version"] == 4, "a request without a hold gets what is newer"
 
+    held_by_ps(publisher, ps, 5)  # newer than the actor's 4, below its wake version: parked until the hold ends
     actor.send_multipart(frames_of(ParamsRequest(4, "a", hold_ms=300, wake_version=9).to_message()))
-    held_by_ps(publisher, ps, 5)
     [progress] = replies(ps, actor, 1, timeout_s=20)
     assert decode_params_reply(progress) == NotModified(5, "a"), "the hold ended: not modified, at version 5"
 

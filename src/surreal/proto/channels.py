@@ -366,7 +366,7 @@ class ParamClient:
         None when no answer came in time (counted as FETCH_TIMEOUT)."""
         deadline = time.monotonic() + timeout_s + hold_s
         hold_ms = math.ceil(hold_s * 1000) if hold_s > 0 else 0
-        request = ParamsRequest(int(version), incarnation, hold_ms, wake_version if hold_ms else 0)
+        request = ParamsRequest(int(version), incarnation, hold_ms, wake_version)
         if send(self.sock, frames_of(request.to_message()), timeout_s):
             while (remaining := deadline - time.monotonic()) > 0:
                 frames = recv_frames(self.sock, remaining)

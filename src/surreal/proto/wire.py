@@ -513,9 +513,9 @@ class ParamsRequest:
     `wake_version` (held requests only): the first version of the same incarnation that can let this actor
     act again (flow control knows: an actor whose share is a fraction of a chunk needs several versions).
     Blobs below it do not answer the request, so a version is fanned out to the actors it frees, not to every
-    waiting one; when the hold ends the ps says "not modified" with the version it holds if blobs came during
-    the hold (the learner is progressing), else it sends the newest blob it holds that supersedes the actor's
-    (the learner is quiet: whatever that blob allows, the actor should know). 0: any newer blob answers."""
+    waiting one; when the hold ends the ps says "not modified" with the version it holds (how far the learner
+    got), and when the learner goes quiet it sends what it holds whatever the wake version (roles/ps.py).
+    0: any newer blob answers."""
 
     version: int
     incarnation: str

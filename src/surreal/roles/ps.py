@@ -100,7 +100,7 @@ class ParamServer(Server):
         now = time.monotonic()
         if self.parked and self.quiet_swept != self.blobs_accepted and self._quiet(now):
             self.quiet_swept = self.blobs_accepted
-            self._wake_parked()  # the learner went quiet: every actor behind the held blob gets it
+            self._wake_parked(quiet=True)  # every actor behind the held blob gets it
         while self.parked and self.parked[0][0] <= now:
             identity = heapq.heappop(self.parked)[2]
             self._answer(identity, self._not_modified(), NOT_MODIFIED)
@@ -152,15 +152,15 @@ class ParamServer(Server):
             self.m_updates.inc()
             self.m_version.set(version)
             self.m_blob_bytes.set(sum(len(f) for f in frames))
-            self._wake_parked()
+            self._wake_parked(quiet=False)  # a blob just came
             self.m_parked.set(len(self.parked))
 
-    def _wake_parked(self) -> None:
+    def _wake_parked(self, quiet: bool) -> None:
         """Answer the parked requests the held blob answers (`_answers`) with it, in the order they came."""
         answered: list[Parked] = []
         waiting: list[Parked] = []
         for entry in self.parked:
-            (answered if self._answers(entry[3]) else waiting).append(entry)
+            (answered if self._answers(entry[3], quiet) else waiting).append(entry)
         if not answered:
             return
         self.parked = waiting
@@ -176,26 +176,24 @@ class ParamServer(Server):
             self.drop(exc.reason, identity)
             self._answer(identity, frames_of(ErrorReply(exc.reason).to_message()), ERROR)
             return
-        held = self.frames
-        newer = held is not None and supersedes((self.version, self.incarnation), request.held)
-        if held is not None and newer and (not request.hold_ms or self._answers(request)):
-            self._answer(identity, held, PARAMS)
+        now = time.monotonic()
+        superseded = supersedes((self.version, self.incarnation), request.held)
+        newer = self.frames if superseded else None  # what is held, if the actor should have it
+        if newer is not None and (not request.hold_ms or self._answers(request, self._quiet(now))):
+            self._answer(identity, newer, PARAMS)
         elif request.hold_ms and len(self.parked) < MAX_PARKED:
-            deadline = time.monotonic() + request.hold_ms / 1000
-            heapq.heappush(self.parked, (deadline, next(self._arrivals), identity, request))
-        elif held is not None and newer:
-            self._answer(identity, held, PARAMS)  # no room to park it: what is held is the best answer
+            heapq.heappush(self.parked, (now + request.hold_ms / 1000, next(self._arrivals), identity, request))
+        elif newer is not None:
+            self._answer(identity, newer, PARAMS)  # no room to park it: what is held is the best answer
         else:
             self._answer(identity, self._not_modified(), NOT_MODIFIED)
 
-    def _answers(self, request: ParamsRequest) -> bool:
+    def _answers(self, request: ParamsRequest, quiet: bool) -> bool:
         """Whether the held blob answers a held request: it supersedes what the actor runs and reaches its wake
-        version, or the learner is quiet (a blob below an actor's wake version may still free it: one that
+        version, or the learner is `quiet` (a blob below an actor's wake version may still free it: one that
         says the learner learned from everything, with actors gone, `runtime/regimes/replay_ratio.py`)."""
         held = (self.version, self.incarnation)
-        if not supersedes(held, request.held):
-            return False
-        return request.wakes(*held) or self._quiet(time.monotonic())
+        return supersedes(held, request.held) and (quiet or request.wakes(*held))
 
     def _answer(self, identity: bytes, frames: list[Any], answer: str) -> None:
         """Reply, counting the answer in ps_requests_total (labelled with the reply's kind) once it was sent."""

@@ -22,12 +22,10 @@ GOLDEN = (math.sqrt(5) - 1) / 2  # actor i's turn within its rounds: i x GOLDEN 
 HOLD_S = 0.5  # the shortest hold of a held actor's request at the ps (a long poll for a newer blob)
 MAX_HOLD_S = 30.0  # the longest
 STALL_FACTOR = 1.5  # a wait for a newer version lasting this many median version intervals is a stall
+INTERVALS_KEPT = 8  # version intervals a median is taken over
 
 # Where a feed sends a retired sample's priorities: (shard, slots, ids, priorities), the replay port's method.
 PrioritiesHome = Callable[[int, np.ndarray, np.ndarray, np.ndarray], None]
-
-
-INTERVALS_KEPT = 8  # version intervals a median is taken over
 
 
 @dataclass
@@ -47,12 +45,11 @@ class VersionIntervals:
         self.intervals.clear()
 
     def arrived(self, version: int) -> None:
-        if version > self.version >= 0:
+        """A blob of `version` came (after `restart`); an older or the same one tells nothing."""
+        if version > self.version:
             now = self.clock()
             self.intervals.append((now - self.at) / (version - self.version))
             self.version, self.at = version, now
-        elif self.version < 0:
-            self.restart(version)
 
     def median(self) -> float | None:
         return statistics.median(self.intervals) if self.intervals else None

@@ -21,8 +21,8 @@ Both halves, side by side.
   More actors than the learner can serve therefore slow down instead of lowering the replay ratio;
   `rollout_ahead = 0` removes the budget. Each actor's first grant lags by its turn (a golden-ratio phase of a
   chunk, as on-policy), and growth keeps the lag: equal grants would free every actor at the same version, so at
-  1,024 actors the fleet sent 3,072 chunks at once and then nothing for the minutes the learner took to learn
-  from them. (The cap stays the whole fresh share: lagging the cap as well starved the actors of the latest
+  1,024 actors every actor sent its whole first grant at once and then nothing for the minutes the learner took
+  to learn from them. (The cap stays the whole fresh share: lagging the cap as well starved the actors of the latest
   turns, whose lagged cap the fleet's sends kept below zero: 250 of 256 counted live.) While it waits,
   an actor asks the ps to wake it at the version whose budget growth frees it (`wait`, at the growth per
   version it saw), so a version goes to the few actors it frees, not to the whole fleet.
@@ -81,9 +81,8 @@ class EnvStepAllowance:
     allowance: float = math.inf  # no budget in the blob: unthrottled
     budget: int | None = None  # of the last blob applied
     incarnation: str | None = None  # the learner's that published it
-    version: int = -1  # of the last blob applied
     growth: float = 0.0  # how much the budget grew per version between the last two blobs (0: unknown)
-    arrivals: VersionIntervals = field(init=False)
+    arrivals: VersionIntervals = field(init=False)  # its `version`: the last blob applied
 
     def __post_init__(self) -> None:
         self.arrivals = VersionIntervals(self.clock)
@@ -101,10 +100,10 @@ class EnvStepAllowance:
             grown = self.allowance + (blob.env_step_budget - self.budget) / self.actors
             # The learner learned from all it counted (fresh is the whole slack's part): a chunk may start.
             self.allowance = max(min(fresh, grown), fresh - self.slack / self.actors + 1)
-            if blob.version > self.version:
-                self.growth = (blob.env_step_budget - self.budget) / (blob.version - self.version)
+            if blob.version > self.arrivals.version:
+                self.growth = (blob.env_step_budget - self.budget) / (blob.version - self.arrivals.version)
                 self.arrivals.arrived(blob.version)
-        self.budget, self.incarnation, self.version = blob.env_step_budget, blob.incarnation, blob.version
+        self.budget, self.incarnation = blob.env_step_budget, blob.incarnation
 
     def on_heard(self, version: int, incarnation: str) -> None:
         del version, incarnation  # only a blob's budget frees this actor
