@@ -25,7 +25,7 @@ What differs from a real actor: no policy runs (a blob's arrays are decoded and 
 a network) and chunks repeat the recording. `--delay-ms` holds each fetch request and each reply in this process
 for that long (one way, each direction): bench.fleet's emulated network where the kernel has no `tc netem`.
 
-Every second (and at exit) the process writes its counters to `--stats` as JSON: actors, how many hold
+Every second (and at exit) the process writes its counters to `--stats` as JSON, from a thread (`StatsFile`): actors, how many hold
 parameters and have sent, chunks and env steps sent, fetches, the latency histogram of those the ps answers at
 once (the cadence fetches after a chunk, and held fetches whose wake version the ps already held; from the moment
 the file `<stats>.measure` appears) and, for held fetches a new blob answered, the delay from that blob's first
@@ -46,6 +46,7 @@ import os
 import signal
 import time
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -175,6 +176,34 @@ class SimActor:
     outbox: list[tuple[float, Any, list[Any]]] = field(default_factory=list)  # requests to send, --delay-ms replies
 
 
+
+class StatsFile:
+    """The process's counters in a JSON file, replaced whole, written on a thread of its own. A rename can wait
+    on the disk's journal (a replay shard fsyncing a snapshot to the same disk every 30 s), and an event loop
+    stalled there takes its answers off their sockets late: the disk would be timed as fetch latency. One write
+    at a time; one due while the last is still under way is skipped (the next carries newer counters), except
+    the final one, which waits for it and is waited for."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fleet-stats")
+        self.pending: Future[None] | None = None
+
+    def write(self, stats: dict[str, Any], final: bool = False) -> None:
+        if self.pending is not None:
+            if not (final or self.pending.done()):
+                return
+            self.pending.result()  # a failed write raises here, on the loop
+        self.pending = self.executor.submit(self._replace, json.dumps(stats))
+        if final:
+            self.pending.result()
+            self.executor.shutdown()
+
+    def _replace(self, text: str) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(self.path)
+
 class Fleet:
     def __init__(
         self,
@@ -188,7 +217,7 @@ class Fleet:
     ) -> None:
         self.cfg = cfg
         self.rate = rate
-        self.stats_path = stats_path
+        self.stats_file = StatsFile(stats_path)
         self.measure_flag = stats_path.with_suffix(".measure")
         self.delay_s = delay_s
         self.recording = Recording(cfg, load_rollout(cfg.env.id))
@@ -460,9 +489,7 @@ class Fleet:
             "fanout_hist": self.fanout.tolist(),
             "rate": self.rate,
         }
-        tmp = self.stats_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(stats))
-        tmp.replace(self.stats_path)
+        self.stats_file.write(stats, final)
 
     def close(self) -> None:
         for a in self.actors:
