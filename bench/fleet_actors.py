@@ -25,14 +25,13 @@ What differs from a real actor: no policy runs (a blob's arrays are decoded and 
 a network) and chunks repeat the recording. `--delay-ms` holds each fetch request and each reply in this process
 for that long (one way, each direction): bench.fleet's emulated network where the kernel has no `tc netem`.
 
-Every second (and at exit) the process writes its counters to `--stats` as JSON, from a thread (`StatsFile`): actors, how many hold
-parameters and have sent, chunks and env steps sent, fetches, the latency histogram of those the ps answers at
-once (the cadence fetches after a chunk, and held fetches whose wake version the ps already held; from the moment
-the file `<stats>.measure` appears) and, for held fetches a new blob answered, the delay from that blob's first
-arrival in this process to this actor's (how
-long the ps's fan-out of a version to the parked actors it wakes takes, a lower bound; every answer a poll finds is
-timed as it is taken off its socket, before any is decoded), fetch timeouts, replies
-dropped by reason, seconds blocked, chunks lost on stop.
+Every second (and at exit) the process writes its counters to `--stats` as JSON, from a thread (`StatsFile`):
+actors, how many hold parameters and have sent, chunks and env steps sent, fetches, the latency histogram of those
+the ps answers at once (the cadence fetches after a chunk, and held fetches whose wake version the ps already held;
+from the moment the file `<stats>.measure` appears) and, for held fetches a new blob answered, the delay from that
+blob's first arrival in this process to this actor's (how long the ps's fan-out of a version to the parked actors it
+wakes takes, a lower bound; every answer a poll finds is timed as it is taken off its socket, before any is
+decoded), fetch timeouts, replies dropped by reason, seconds blocked, chunks lost on stop.
 """
 
 from __future__ import annotations
@@ -176,7 +175,6 @@ class SimActor:
     outbox: list[tuple[float, Any, list[Any]]] = field(default_factory=list)  # requests to send, --delay-ms replies
 
 
-
 class StatsFile:
     """The process's counters in a JSON file, replaced whole, written on a thread of its own. A rename can wait
     on the disk's journal (a replay shard fsyncing a snapshot to the same disk every 30 s), and an event loop
@@ -203,6 +201,7 @@ class StatsFile:
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(text)
         tmp.replace(self.path)
+
 
 class Fleet:
     def __init__(

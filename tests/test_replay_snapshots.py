@@ -8,7 +8,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import struct
+import sys
 import threading
 
 import numpy as np
@@ -18,7 +20,16 @@ from conftest import wait_until
 from surreal.replay import make_replay
 from surreal.replay.buffers import FifoReplay, TransitionReplay
 from surreal.replay.snapfile import MAGIC, SnapshotError, read_snapshot, write_snapshot
-from surreal.replay.snapshot import Capture, Overrun, Snapshots, SnapshotStore, capture, change_token, restore
+from surreal.replay.snapshot import (
+    WRITER_NICE,
+    Capture,
+    Overrun,
+    Snapshots,
+    SnapshotStore,
+    capture,
+    change_token,
+    restore,
+)
 
 log = logging.getLogger("test.snapshots")
 IDENTITY = {"algo": "ddpg", "env": "Pendulum-v1", "mode": "uniform", "capacity": 100, "shard": 0}
@@ -292,6 +303,34 @@ def test_the_schedule_writes_in_the_background_only_when_something_changed(tmp_p
         assert change_token(replay) == snapshots.token
     finally:
         snapshots.close()
+
+
+def thread_nice() -> int:
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a thread's own niceness is Linux's")
+def test_periodic_snapshots_yield_the_cpu_to_the_loop_and_the_last_is_written_at_the_loops_priority(tmp_path):
+    replay = filled("uniform", chunks=5)
+    store = SnapshotStore(tmp_path, IDENTITY)
+    snapshots = Snapshots(store, replay, interval_s=0.01, log=log)
+    niceness: list[int] = []
+    real_save = store.save
+
+    def save(captured):
+        niceness.append(thread_nice())
+        return real_save(captured)
+
+    store.save = save
+    try:
+        replay.add_chunk(chunk(7), {}, 8)
+        wait_until(lambda: snapshots.tick(float("inf")), 30)
+        replay.sample(8)
+        assert snapshots.final() is not None
+    finally:
+        snapshots.close()
+    loop = thread_nice()
+    assert niceness == [min(19, loop + WRITER_NICE), loop], "periodic: nicer than the loop; final: the loop's own"
 
 
 def test_a_failing_disk_is_logged_and_the_shard_goes_on(tmp_path, caplog):

@@ -27,7 +27,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -244,13 +247,29 @@ class Written:
     total_s: float
 
 
+WRITER_NICE = 10  # the snapshot thread's niceness above the shard's loop: about a tenth of a core it shares
+
+
+def lower_thread_priority(nice: int = WRITER_NICE) -> None:
+    """Make the calling thread `nice` steps nicer (Linux, where each thread has its own niceness; elsewhere
+    nothing). A snapshot is background durability work: checksumming a large ring takes a core for a while,
+    and on a node whose cores the shard shares (its loop, a ps, the learner, actors) that core should go to
+    serving first. A thread may always lower its own priority."""
+    if sys.platform == "linux":
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
+
+
 class Snapshots:
     """Snapshots of one shard's replay: `tick` from the shard's loop (periodic ones, when `interval_s` > 0),
-    `final` on the way out (SIGTERM). One at a time; the write runs on a thread of its own."""
+    `final` on the way out (SIGTERM). One at a time; the write runs on a thread of its own, at a lower
+    priority than the loop (`lower_thread_priority`)."""
 
     def __init__(self, store: SnapshotStore, replay: Replay, interval_s: float, log: logging.Logger) -> None:
         self.store, self.replay, self.interval_s, self.log = store, replay, interval_s, log
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replay-snapshot")
+        self.executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="replay-snapshot", initializer=lower_thread_priority
+        )
         self.due = time.monotonic() + interval_s
         self.token = change_token(replay)  # what the newest snapshot holds (a restored shard's: what it read)
         self.guard = GUARD_ROWS
@@ -273,15 +292,16 @@ class Snapshots:
         """Everything the shard holds on disk before it exits, synchronously: a write in flight is waited for,
         then one more is written unless nothing changed since."""
         written = self._collect() if self.writing is not None else None
-        if self._begin():
+        if self._begin(inline=True):
             written = self._collect()
         return written
 
     def close(self) -> None:
         self.executor.shutdown(wait=True)
 
-    def _begin(self) -> bool:
-        """Capture on the loop and hand the write to the thread; False if there is nothing new to write."""
+    def _begin(self, inline: bool = False) -> bool:
+        """Capture on the loop and hand the write to the thread (`inline`: write it on the caller's, at the
+        loop's priority: the last one, which the shard waits for anyway); False if there is nothing new."""
         token = change_token(self.replay)
         if token == self.token:
             return False
@@ -291,7 +311,14 @@ class Snapshots:
             return False
         self.pause_s = time.perf_counter() - self.started
         self.token, self.transitions = token, captured.transitions
-        self.writing = self.executor.submit(self.store.save, captured)
+        if inline:
+            self.writing = Future()
+            try:
+                self.writing.set_result(self.store.save(captured))
+            except Exception as exc:  # handled as a thread's failure is, by _collect
+                self.writing.set_exception(exc)
+        else:
+            self.writing = self.executor.submit(self.store.save, captured)
         return True
 
     def _collect(self) -> Written | None:
