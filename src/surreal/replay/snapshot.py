@@ -25,6 +25,7 @@ one) and restores the newest good one; a corrupt or foreign file is renamed asid
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -254,10 +255,12 @@ def lower_thread_priority(nice: int = WRITER_NICE) -> None:
     """Make the calling thread `nice` steps nicer (Linux, where each thread has its own niceness; elsewhere
     nothing). A snapshot is background durability work: checksumming a large ring takes a core for a while,
     and on a node whose cores the shard shares (its loop, a ps, the learner, actors) that core should go to
-    serving first. A thread may always lower its own priority."""
+    serving first. A thread may lower its own priority; a sandbox that forbids even that leaves the writer at the
+    loop's (an initializer that raised would break the executor, and with it every snapshot)."""
     if sys.platform == "linux":
         tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
 
 
 class Snapshots:
