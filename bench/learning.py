@@ -2,12 +2,18 @@
 
     python -m bench.learning {ddpg,es,ppo,sac,...} HalfCheetah-v5 [--steps 1000000] [--seeds 1 2 3] [--actors 4]
                              [--parallel] [--timeout S] [--out PATH] [--runs-root DIR] [overrides ...]
+    python -m bench.learning --collect RUN_DIR [RUN_DIR ...] [--out PATH]
 
 Each seed is one ordinary run (its folder under bench/results/runs/ holds config, metrics, eval and the
 learning curve). The last line is one JSON object with every seed's eval return, steps and wall time,
 their mean, and the published reference numbers it is compared with (also written to
 bench/results/learning-<algo>-<env>.json, or to `--out`). A run still going at `--timeout` is stopped as Ctrl-C
 would stop it: its row says `interrupted`, with the env steps it reached and no eval return.
+
+`--collect` makes the same object from run folders that have already finished (a run started by this bench
+whose watcher was stopped so it could outlive `--timeout`, or a plain `surreal run`): algorithm, env, steps,
+actors and the extra overrides are read from each folder's reproduce.json, the rows from its summary.json. Run it
+on the machine that ran them: `machine` names the host that collects.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -26,7 +33,7 @@ from surreal.config.schema import ALGORITHMS, NOT_IN_RUN_NAME
 from surreal.launch.plot import NoMetricsError, plot_run
 
 # Published returns (MuJoCo v4 / v3 tasks; v5 differs only in details), per algorithm and task.
-REFERENCES = {
+REFERENCES: dict[str, dict[str, dict[str, object]]] = {
     "ppo": {
         "HalfCheetah-v5": {
             "cleanrl_ppo_continuous_action": "about 1,400-2,000 (v4, 1M steps)",
@@ -58,10 +65,79 @@ REFERENCES = {
 }
 
 
+# summary.json's fields that a result row keeps, one row per seed.
+ROW_FIELDS = (
+    "seed",
+    "status",
+    "env_steps",
+    "wall_s",
+    "env_steps_per_s",
+    "eval_return_mean",
+    "eval_return_std",
+    "train_return_mean",
+    "eval_success_rate",  # null unless the env reports success (robosuite tasks)
+    "train_success_rate",
+)
+# The overrides bench.learning writes itself (the rest are the user's, recorded as `overrides`).
+OWN_OVERRIDES = ("name", "algo", "env", "steps", "seed", "actors")
+
+
+def collect_row(run_dir: Path, summary: dict) -> dict:
+    """One seed's row: its learning curve plotted into the run folder and summary.json's fields kept."""
+    try:
+        plot_run(run_dir)
+    except NoMetricsError as nothing_to_plot:  # stopped before an episode ended: the row still counts
+        print(nothing_to_plot, flush=True)
+    row = {k: summary[k] for k in ROW_FIELDS}
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def learning_result(algo: str, env: str, steps: int, actors: int, overrides: list[str], rows: list[dict]) -> dict:
+    returns = [r["eval_return_mean"] for r in rows if r["eval_return_mean"] is not None]
+    return {
+        "benchmark": "learning",
+        "algo": algo,
+        "env": env,
+        "steps": steps,
+        "actors": actors,
+        "overrides": overrides,
+        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus",
+        "runs": rows,
+        "eval_return_mean": float(np.mean(returns)) if returns else None,
+        "wall_s_mean": float(np.mean([r["wall_s"] for r in rows])),
+        "references": REFERENCES.get(algo, {}).get(env, {}),
+    }
+
+
+def default_out(algo: str, env: str) -> Path:
+    env_name = NOT_IN_RUN_NAME.sub("-", env)  # robosuite:Lift -> robosuite-Lift, for folder and file names
+    return RESULTS / f"learning-{algo}-{env_name}.json"
+
+
+def collect(run_dirs: list[Path]) -> dict:
+    """The result object for finished run folders, which must share algorithm, env, steps, actors and overrides
+    (the seeds of one experiment)."""
+    experiments, rows = set(), []
+    for run_dir in run_dirs:
+        given = json.loads((run_dir / "reproduce.json").read_text())["overrides"]
+        keys = dict(o.split("=", 1) for o in given if "=" in o)
+        missing = [k for k in ("algo", "env", "steps", "actors") if k not in keys]
+        if missing:
+            sys.exit(f"{run_dir}: not a bench.learning run ({', '.join(missing)} not among its overrides)")
+        extra = tuple(o for o in given if o.split("=", 1)[0] not in OWN_OVERRIDES)
+        experiments.add((keys["algo"], keys["env"], int(keys["steps"]), int(keys["actors"]), extra))
+        rows.append(collect_row(run_dir, json.loads((run_dir / "summary.json").read_text())))
+    if len(experiments) != 1:
+        sys.exit(f"the run folders are not the seeds of one experiment: {sorted(experiments)}")
+    algo, env, steps, actors, extra = experiments.pop()
+    return learning_result(algo, env, steps, actors, list(extra), rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("algo", choices=sorted(ALGORITHMS))
-    parser.add_argument("env")
+    parser.add_argument("algo", nargs="?", choices=sorted(ALGORITHMS))
+    parser.add_argument("env", nargs="?")
     parser.add_argument("--steps", type=int, default=1_000_000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
     parser.add_argument("--actors", type=int, default=4)
@@ -69,10 +145,19 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=3 * 3600, help="seconds per run (for all, with --parallel)")
     parser.add_argument("--out", type=Path, help="write the JSON object to this file")
     parser.add_argument("--runs-root", type=Path, default=RESULTS / "runs", help="where the run folders go")
+    parser.add_argument("--collect", nargs="+", type=Path, metavar="RUN_DIR", help="finished run folders to report")
     parser.add_argument("overrides", nargs="*", help="extra surreal run overrides")
     args = parser.parse_intermixed_args()  # overrides may follow the options
+    if args.collect:
+        if args.algo or args.overrides:
+            parser.error("--collect reads the algorithm, env and overrides from the run folders")
+        result = collect(args.collect)
+        emit(result, args.out or default_out(result["algo"], result["env"]))
+        return
+    if not args.env:
+        parser.error("give an algorithm and an env (or --collect RUN_DIR ...)")
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    env_name = NOT_IN_RUN_NAME.sub("-", args.env)  # robosuite:Lift -> robosuite-Lift, for folder and file names
+    env_name = NOT_IN_RUN_NAME.sub("-", args.env)
     runs = []
     deadline = time.monotonic() + args.timeout  # --parallel: the runs share it
     for seed in args.seeds:
@@ -88,46 +173,12 @@ def main() -> None:
         runs.append(run)
         if not args.parallel:
             run.wait(args.timeout)
-    results = []
+    rows = []
     for run in runs:
         summary = run.wait(max(1.0, deadline - time.monotonic()) if args.parallel else args.timeout)
-        try:
-            plot_run(run.run_dir)
-        except NoMetricsError as nothing_to_plot:  # stopped before an episode ended: the row still counts
-            print(nothing_to_plot, flush=True)
-        results.append(
-            {
-                k: summary[k]
-                for k in (
-                    "seed",
-                    "status",
-                    "env_steps",
-                    "wall_s",
-                    "env_steps_per_s",
-                    "eval_return_mean",
-                    "eval_return_std",
-                    "train_return_mean",
-                    "eval_success_rate",  # null unless the env reports success (robosuite tasks)
-                    "train_success_rate",
-                )
-            }
-        )
-        print(json.dumps(results[-1]), flush=True)
-    returns = [r["eval_return_mean"] for r in results if r["eval_return_mean"] is not None]
-    result = {
-        "benchmark": "learning",
-        "algo": args.algo,
-        "env": args.env,
-        "steps": args.steps,
-        "actors": args.actors,
-        "overrides": args.overrides,
-        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus",
-        "runs": results,
-        "eval_return_mean": float(np.mean(returns)) if returns else None,
-        "wall_s_mean": float(np.mean([r["wall_s"] for r in results])),
-        "references": REFERENCES.get(args.algo, {}).get(args.env, {}),
-    }
-    emit(result, args.out or RESULTS / f"learning-{args.algo}-{env_name}.json")
+        rows.append(collect_row(run.run_dir, summary))
+    result = learning_result(args.algo, args.env, args.steps, args.actors, args.overrides, rows)
+    emit(result, args.out or default_out(args.algo, args.env))
 
 
 if __name__ == "__main__":
