@@ -32,6 +32,12 @@ by reason on every role and actor (`honest_dropped`: all of them plus chunks los
 evictions, restarts, the live-actor count the learner published (`live_actors_min` / `_max` over the rows of
 the window) and whether the run ended cleanly (every process exited 0, nothing left running).
 
+`slow_fetches` says what the fetches slower than 50 ms (issue #23's p99 bound) had in common (bench/fleet_trace.py):
+how many overlapped a busy turn or a late wake-up of their own process's event loop, one of its garbage
+collections, or a replay snapshot, how many none of these, and every process's CPU and run-queue wait and the
+box's pressure stalls in the seconds that held a slow fetch against the other seconds. The raw events and
+samples are written to the run folder's trace.json (kept with `--workdir`).
+
 **Bottleneck** (one name per N, the first rule that holds): `learner` when its wait share is under 0.1 (it
 updates all the time: the actors wait for it); else the service using the most CPU if that is at least 0.9 of a
 core (`replay-0`, `ps-0`, ...); else `fleet` if a simulated-actor process uses 0.9 of a core (the simulation,
@@ -66,6 +72,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench._runs import RESULTS
 from bench.fleet_actors import HIST_BINS, hist_percentile
+from bench.fleet_trace import Timeline, explain, pressure_totals, run_queue_wait_s
 from bench.netem import PROFILES, Link, emulated_network
 from bench.rollouts import load as load_rollout
 from surreal.config import ExperimentConfig, load_config, save_config
@@ -322,11 +329,15 @@ def measure(
         machine0 = psutil.cpu_times()
         load0 = os.getloadavg()
         f0 = fleet_stats(fleet_dir)
+        timeline = Timeline()
+        timeline.add(t0, trace_sample(cpu0, procs, host, {r: ports[r] for r in ports if r.startswith("replay")}))
         while time.monotonic() - t0 < seconds:
             time.sleep(SAMPLE_S)
             tick()
             procs = our_processes()
-            usage.sample(procs, sockets=time.monotonic() - t0 > seconds / 2 and not usage.sockets.get("learner"))
+            cpu = usage.sample(procs, sockets=time.monotonic() - t0 > seconds / 2 and not usage.sockets.get("learner"))
+            replay_ports = {r: ports[r] for r in ports if r.startswith("replay")}
+            timeline.add(time.monotonic(), trace_sample(cpu, procs, host, replay_ports))
         t1 = time.monotonic()
         last = {name: scrape(host, port) for name, port in ports.items()}
         cpu1 = usage.sample(procs, sockets=True)
@@ -370,6 +381,8 @@ def measure(
     if fleet_drops:
         drops["fleet"] = dict(fleet_drops)
     lost_on_stop = summed(tick_after, "lost_on_stop")
+    traces = {f"fleet-pid-{s['pid']}": s["trace"] for s in tick_after if "trace" in s}
+    (run_dir / "trace.json").write_text(json.dumps({"fleet": traces, "timeline": timeline.samples}))
     lags = [row["version_lag_mean"] for row in window_rows if "version_lag_mean" in row]
     live = [row["live_actors"] for row in window_rows if row.get("live_actors") is not None]
     idle = lambda t: t.idle + getattr(t, "iowait", 0.0)  # noqa: E731
@@ -434,10 +447,30 @@ def measure(
             "exit_codes": exit_codes,
             # Asked to stop, the services save their state and exit EXIT_STOPPED; the fleet's processes exit 0.
             "clean": all(code in (0, EXIT_STOPPED) for code in exit_codes.values()),
+            "slow_fetches": explain(traces, timeline, (t0, t1)),
         }
     )
     point["bottleneck"] = bottleneck(point)
     return point
+
+
+def trace_sample(
+    cpu: dict[str, float], procs: dict[str, psutil.Process], host: str, replay_ports: dict[str, str]
+) -> dict[str, float]:
+    """One `Timeline` sample: every process's CPU and run-queue wait, the box's pressure stalls and each replay
+    shard's snapshot count and last snapshot's duration (bench/fleet_trace.py lines slow fetches up with them)."""
+    values = {f"cpu:{name}": seconds for name, seconds in cpu.items()}
+    for name, proc in procs.items():
+        waited = run_queue_wait_s(proc.pid)
+        if waited is not None:
+            values[f"wait:{name}"] = waited
+    values.update({f"pressure:{kind}": seconds for kind, seconds in pressure_totals().items()})
+    for shard, port in replay_ports.items():
+        metrics = scrape(host, port)
+        if metrics:
+            values[f"snapshots:{shard}"] = total(metrics, "surreal_replay_snapshots_total")
+            values[f"snapshot_s:{shard}"] = total(metrics, "surreal_replay_snapshot_seconds")
+    return values
 
 
 def _round(value: float | None) -> float | None:

@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 import zmq
 
+from bench.fleet_trace import LoopTrace
 from bench.rollouts import load as load_rollout
 from surreal.config import ExperimentConfig, config_from_env
 from surreal.config.schema import OffPolicyConfig
@@ -251,6 +252,7 @@ class Fleet:
         self.first_seen: dict[tuple[str, int], float] = {}
         self.measuring = False
         self.c: Counter[str] = Counter()
+        self.trace = LoopTrace()  # slow fetches and what this process was doing (bench/fleet_trace.py)
 
     def _drop(self, reason: str) -> None:
         self.drops[reason] += 1
@@ -376,6 +378,7 @@ class Fleet:
                     if first >= a.fetch_sent_at:
                         if self.measuring:
                             self.fanout[hist_bin((now - first) * 1000)] += 1
+                            self.trace.fetch(first, now, "fanout")
                     else:
                         at_once = True
         if a.fetching is None:  # a late answer to a fetch that timed out: taken, as ParamClient takes it
@@ -385,6 +388,7 @@ class Fleet:
             self.c["held_fetches"] += 1
         if at_once and self.measuring:  # the service time of a fetch the ps answers from what it holds
             self.hist[hist_bin((now - a.fetch_sent_at) * 1000)] += 1
+            self.trace.fetch(a.fetch_sent_at, now, "at_once")
         after, a.fetching = a.fetch_after, None
         if after == "wait" and not got_params:
             self.at(now + IDLE_S, "step", a)  # ActorCore.step returned False: the shell pauses
@@ -425,7 +429,9 @@ class Fleet:
             if not self.stopping and all(a.done for a in self.actors):
                 break
             timeout = 0.05 if not self.timers else min(0.05, max(0.0, self.timers[0][0] - now))
+            asked_until = now + math.ceil(timeout * 1000) / 1000
             ready = self.poller.poll(math.ceil(timeout * 1000))
+            woke = time.monotonic()
             # Every answer is taken off its socket, and timed, before any is handled: an actor's answer is not
             # late for the other simulated actors' blobs this process decodes first (each real actor has a
             # process of its own).
@@ -468,6 +474,7 @@ class Fleet:
                     item = next(x for x in a.outbox if x[1] == -1)
                     a.outbox.remove(item)
                     self.on_reply(a, item[2], item[0])  # arrived when its delay ended
+            self.trace.turn(asked_until, woke, time.monotonic())
             if now >= next_stats:
                 self.measuring = self.measuring or self.measure_flag.exists()
                 self.write_stats()
@@ -488,6 +495,8 @@ class Fleet:
             "fanout_hist": self.fanout.tolist(),
             "rate": self.rate,
         }
+        if final:
+            stats["trace"] = self.trace.to_json()
         self.stats_file.write(stats, final)
 
     def close(self) -> None:
