@@ -1,6 +1,6 @@
 """Learner update speed: the algorithm's learner against a plain CleanRL-style loop, same batch, same run.
 
-    python -m bench.learner [--algo ppo ddpg td3] [--device cpu|cuda] [--updates N] [--seconds S]
+    python -m bench.learner [--algo ppo ddpg td3 sac] [--device cpu|cuda] [--updates N] [--seconds S]
                             [--compile] [--threads 1] [--quick] [--save | --out PATH] [--device-auto]
 
 No sockets: real experience is collected once on HalfCheetah-v5 (obs 17-D, act 6-D) with the algorithm's
@@ -19,6 +19,10 @@ own policy and collector, then fed to the learner in-process, over and over.
   `matmul_floor_ms_per_update` is the step's matmul FLOPs at the rate this device sustains on a
   [256, 256] @ [256, 256] matmul, and `matmul_share_current` that floor over the current update's time: near
   1, only fewer FLOPs (or another device) can make the update faster.
+- sac: the same samples through SAC's learner at its packaged defaults (twin critics, a target network, the
+  actor and the temperature every step); the reference is CleanRL's sac_continuous_action update written
+  plainly with those settings (separate critic modules, torch.distributions, default Adam). Its `ms_per_step`
+  beside ddpg's is what a SAC step costs against a DDPG step on the same device.
 
 Each variant gets one untimed first update (its time is reported: for a compiled learner it holds the
 compile time, which depends on inductor's on-disk cache: point TORCHINDUCTOR_CACHE_DIR at an empty folder
@@ -57,6 +61,7 @@ from surreal.algos import get_algorithm
 from surreal.algos.ddpg import DeterministicActor, relu_mlp
 from surreal.algos.normalizer import RunningMeanStd
 from surreal.algos.ppo import ActorCritic
+from surreal.algos.sac_config import SACConfig
 from surreal.config import load_config
 from surreal.config.schema import DDPGConfig, LearnerConfig, PPOConfig
 from surreal.envs import make_vec_env
@@ -217,6 +222,77 @@ class CleanRLDDPG:
             for net, target in pairs:
                 for param, target_param in zip(net.parameters(), target.parameters(), strict=True):
                     target_param.data.copy_(cfg.tau * param.data + (1 - cfg.tau) * target_param.data)
+        return qf_loss.item(), (qf_a_values[0] - next_q_value).abs().detach().cpu().numpy()
+
+
+class CleanRLSACActor(nn.Module):
+    """sac_continuous_action's Actor: a Gaussian's mean and log-std (clamped as SB3 clamps it, as Surreal's)."""
+
+    def __init__(self, obs_dim: int, act_space: Any, cfg: SACConfig) -> None:
+        super().__init__()
+        act_dim = int(act_space.shape[0])
+        self.net = relu_mlp([obs_dim, *cfg.hidden_sizes])
+        self.fc_mean = nn.Linear(cfg.hidden_sizes[-1], act_dim)
+        self.fc_logstd = nn.Linear(cfg.hidden_sizes[-1], act_dim)
+        self.log_std_min, self.log_std_max = cfg.log_std_min, cfg.log_std_max
+        high, low = (torch.as_tensor(b, dtype=torch.float32) for b in (act_space.high, act_space.low))
+        self.register_buffer("action_scale", (high - low) / 2.0)
+        self.register_buffer("action_bias", (high + low) / 2.0)
+
+    def get_action(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = F.relu(self.net(obs))
+        mean, log_std = self.fc_mean(x), self.fc_logstd(x).clamp(self.log_std_min, self.log_std_max)
+        normal = Normal(mean, log_std.exp())
+        x_t = normal.rsample()
+        y_t = torch.tanh(x_t)
+        log_prob = (normal.log_prob(x_t) - torch.log(1 - y_t.pow(2) + 1e-6)).sum(-1)
+        return y_t * self.action_scale + self.action_bias, log_prob
+
+
+class CleanRLSAC:
+    """sac_continuous_action's update with Surreal's SAC defaults: critics, then actor and temperature, then the
+    soft target update, every step; plus the |TD error| the replay needs as priorities."""
+
+    def __init__(self, obs_dim: int, act_space: Any, cfg: SACConfig, device: torch.device) -> None:
+        self.cfg, self.device = cfg, device
+        torch.manual_seed(cfg.seed)
+        act_dim, hidden = int(act_space.shape[0]), list(cfg.critic_hidden_sizes)
+        self.actor = CleanRLSACActor(obs_dim, act_space, cfg).to(device)
+        self.qfs = [Critic(obs_dim, act_dim, hidden).to(device) for _ in range(2)]
+        self.qf_targets = [copy.deepcopy(qf) for qf in self.qfs]
+        self.q_optimizer = optim.Adam([p for qf in self.qfs for p in qf.parameters()], lr=cfg.critic_lr)
+        self.actor_optimizer = optim.Adam(self.actor.parameters(), lr=cfg.actor_lr)
+        self.target_entropy = -float(act_dim)
+        self.log_alpha = torch.zeros(1, requires_grad=True, device=device)
+        self.a_optimizer = optim.Adam([self.log_alpha], lr=cfg.alpha_lr)
+
+    def update(self, arrays: dict[str, np.ndarray]) -> tuple[float, np.ndarray]:
+        data = {k: torch.as_tensor(arrays[k], device=self.device) for k in arrays}
+        alpha = self.log_alpha.exp().item()
+        with torch.no_grad():
+            next_actions, next_log_pi = self.actor.get_action(data["next_obs"])
+            min_target = torch.min(*(qf(data["next_obs"], next_actions) for qf in self.qf_targets))
+            next_q_value = data["rewards"] + data["discounts"] * (min_target - alpha * next_log_pi)
+        qf_a_values = [qf(data["obs"], data["actions"]) for qf in self.qfs]
+        qf_loss = sum(F.mse_loss(q, next_q_value) for q in qf_a_values)
+        self.q_optimizer.zero_grad()
+        qf_loss.backward()
+        self.q_optimizer.step()
+        pi, log_pi = self.actor.get_action(data["obs"])
+        min_q_pi = torch.min(*(qf(data["obs"], pi) for qf in self.qfs))
+        actor_loss = (alpha * log_pi - min_q_pi).mean()
+        self.actor_optimizer.zero_grad()
+        actor_loss.backward()
+        self.actor_optimizer.step()
+        with torch.no_grad():
+            _, log_pi = self.actor.get_action(data["obs"])
+        alpha_loss = (-self.log_alpha.exp() * (log_pi + self.target_entropy)).mean()
+        self.a_optimizer.zero_grad()
+        alpha_loss.backward()
+        self.a_optimizer.step()
+        for qf, target in zip(self.qfs, self.qf_targets, strict=True):
+            for param, target_param in zip(qf.parameters(), target.parameters(), strict=True):
+                target_param.data.copy_(self.cfg.tau * param.data + (1 - self.cfg.tau) * target_param.data)
         return qf_loss.item(), (qf_a_values[0] - next_q_value).abs().detach().cpu().numpy()
 
 
@@ -411,12 +487,15 @@ def ppo_row(cfg: PPOConfig, device: torch.device, args: argparse.Namespace, sync
     }
 
 
-def ddpg_row(algo: str, device: torch.device, args: argparse.Namespace, sync: Callable[[], None]) -> dict:
+def offpolicy_row(algo: str, device: torch.device, args: argparse.Namespace, sync: Callable[[], None]) -> dict:
+    """DDPG, TD3 (DDPG with its switches) or SAC: the learner, the learner core and CleanRL's update on the same
+    samples."""
     td3 = {"twin_critics": True, "target_policy_noise": 0.2} if algo == "td3" else {}
-    cfg = DDPGConfig(seed=1, **td3)
+    cfg: DDPGConfig | SACConfig = SACConfig(seed=1) if algo == "sac" else DDPGConfig(seed=1, **td3)
+    module_name = "sac" if algo == "sac" else "ddpg"
     k = LearnerConfig().minibatches_per_sample  # what the learner asks a shard for: k minibatches per sample
-    module = get_algorithm("ddpg")
-    obs_space, act_space, chunks = collect_chunks("ddpg", cfg, 8)
+    module = get_algorithm(module_name)
+    obs_space, act_space, chunks = collect_chunks(module_name, cfg, 8)
     samples = transition_batches(chunks, k * cfg.batch_size, 16, cfg.seed)
     turn = iter(range(1 << 62))
     sample = lambda: samples[next(turn) % len(samples)]
@@ -436,21 +515,30 @@ def ddpg_row(algo: str, device: torch.device, args: argparse.Namespace, sync: Ca
         f"algo.replay_ratio={1 / cfg.batch_size}",
         *switches,
     ]
-    core = learner_core("ddpg", overrides, [], samples, args.run_dir / algo)
+    core = learner_core(module_name, overrides, [], samples, args.run_dir / algo)
     variants.append(Variant("core", lambda: one_update(core), per_call=k))
-    reference = CleanRLDDPG(obs_space.shape[0], act_space, cfg, device)
+    reference: CleanRLDDPG | CleanRLSAC = (
+        CleanRLSAC(obs_space.shape[0], act_space, cfg, device)
+        if isinstance(cfg, SACConfig)
+        else CleanRLDDPG(obs_space.shape[0], act_space, cfg, device)
+    )
     minibatch = lambda: {key: v[: cfg.batch_size] for key, v in sample().items()}
     variants.append(Variant("reference", lambda: reference.update(minibatch())))
     measure(variants, args.updates or (50 if args.quick else 300), args.seconds, sync)
+    row: dict[str, Any] = {
+        "algo": algo,
+        "batch_size": cfg.batch_size,
+        "minibatches_per_sample": k,
+        "hidden_sizes": list(cfg.hidden_sizes),
+    }
+    if isinstance(cfg, SACConfig):  # a critic, an actor and a temperature step each time
+        return {**row, **report(variants, cfg.batch_size, 1.0)}
     # The floor no update code can go below: its matmuls at the device's own matmul rate.
     floor_s = ddpg_step_flops(cfg, obs_space.shape[0], act_space.shape[0]) / gemm_flops_per_s(
         device, cfg.batch_size, sync
     )
     return {
-        "algo": algo,
-        "batch_size": cfg.batch_size,
-        "minibatches_per_sample": k,
-        "hidden_sizes": list(cfg.hidden_sizes),
+        **row,
         "matmul_floor_ms_per_update": round(1e3 * floor_s, 4),
         "matmul_share_current": round(floor_s / variants[0].update_s, 3),
         **report(variants, cfg.batch_size, 1.0 + 1.0 / cfg.policy_delay),  # critic step + every 2nd actor step
@@ -510,7 +598,9 @@ def device_auto(compile_: bool) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--algo", nargs="+", default=["ppo", "ddpg", "td3"], choices=["ppo", "ddpg", "td3"])
+    parser.add_argument(
+        "--algo", nargs="+", default=["ppo", "ddpg", "td3", "sac"], choices=["ppo", "ddpg", "td3", "sac"]
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--updates", type=int, help="timed updates per variant (default: ppo 20, ddpg 300)")
     parser.add_argument("--seconds", type=float, default=60.0, help="stop adding rounds after this, per row")
@@ -534,7 +624,7 @@ def main() -> None:
                 configs.append(PPOConfig(seed=1, batch_size=4096, minibatch_size=1024, update_epochs=2))
             new_rows = [ppo_row(cfg, device, args, sync) for cfg in configs]
         else:
-            new_rows = [ddpg_row(algo, device, args, sync)]
+            new_rows = [offpolicy_row(algo, device, args, sync)]
         for row in new_rows:
             print(json.dumps(row), flush=True)
         rows += new_rows
