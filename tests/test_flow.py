@@ -219,6 +219,37 @@ def test_an_idle_learner_always_lets_an_actor_send_even_after_allowances_were_lo
     assert not grown.must_wait(2), "parts of 12.5 steps, smaller than a chunk: one starts"
 
 
+def test_an_idle_learner_frees_the_held_actors_in_their_turns_not_all_at_once():
+    """The floor lags by each actor's turn, as its first grant does. Equal for all, it freed every held actor at
+    once and left them the same allowance, so the budget's growth freed them together again: bench.fleet's DDPG
+    at 1,024 actors sent about 470 chunks in one second every 28 s, and each burst's fan-out held the ps fetch p99
+    above 100 ms. While the learner waits, an actor is also freed when its turn in the round has come: the
+    learner never waits for the first turns if they left with their actors."""
+    clock = FakeClock()
+    chunk, n, slack = 64, 8, 2048
+    fleet = [EnvStepAllowance(n, slack, chunk, i * GOLDEN % 1.0, clock=clock) for i in range(n)]
+    turns = [a.phase for a in fleet]
+    for a in fleet:
+        a.on_params(BlobMeta(version=1, incarnation="a", env_steps=10_000, env_step_budget=10_000 + slack))
+        a.on_sent(10 * chunk)  # overdrawn: say allowances went with actors that left
+    clock.now += 1.0
+    idle = BlobMeta(version=2, incarnation="a", env_steps=12_000, env_step_budget=12_000 + slack)  # learned it all
+    for a in fleet:
+        a.on_params(idle)
+    assert [not a.must_wait(2) for a in fleet] == [turn == 0.0 for turn in turns], "only the first turn at once"
+    by_allowance = sorted(range(n), key=lambda i: -fleet[i].allowance)
+    assert by_allowance == sorted(range(n), key=turns.__getitem__), "the budget's growth frees them in turn"
+    # No growth comes (the learner waits for data): each actor is freed when its turn in the round has come. A
+    # round: a chunk for each of 8 actors at the 2,000 env steps of budget a version grew by, 1 s a version.
+    round_s = chunk * n / 2000 * 1.0
+    for tenth in range(1, 11):
+        clock.now = 101.0 + (tenth - 0.5) / 10 * round_s
+        assert [not a.must_wait(2) for a in fleet] == [turn < (tenth - 0.5) / 10 for turn in turns]
+    grown = BlobMeta(version=3, incarnation="a", env_steps=12_064, env_step_budget=12_064 + slack - 8)
+    fleet[1].on_params(grown)  # the learner has data again: its turn no longer frees an actor, only growth
+    assert fleet[1].idle_since is None and fleet[1].must_wait(3)
+
+
 def budget_run(actors: int, ticks: int) -> tuple[list[int], list[int], int, list[int], np.ndarray]:
     """A fleet of `actors` sharing the budget of a learner that makes 16 updates a tick (one blob) at replay
     ratio 0.1 from 5,000 env steps; chunks of 64 steps, one per actor a tick, counted by the learner a tick
@@ -269,6 +300,9 @@ def test_a_large_fleet_shares_the_budget_and_the_learner_keeps_updating(actors):
     # A version grows the budget by 160 env steps (2.5 chunks): it frees a few actors, on their turns, and wakes
     # a few more whose part the fleet's sends have capped since (they wait again); never the whole fleet.
     assert np.mean(blobs[half:]) <= 4 + actors / 64, f"blobs per version: {blobs[half:]}"
+    # 2.5 chunks a version on average, and never a crowd: with a floor equal for all, 1,024 actors sent up to 18
+    chunks = np.diff(sent[half:]) // 64
+    assert chunks.max() <= 6, f"chunks sent in one version: {np.bincount(chunks)}"
 
 
 def test_an_off_policy_actor_waits_for_the_version_whose_growth_frees_it():

@@ -17,7 +17,11 @@ Both halves, side by side.
   at 256 actors the fleet ran 60,000 env steps past the budget). An actor starts a chunk while its
   allowance is positive (a chunk past it is repaid from the next growth: the fleet is at most a chunk an
   actor ahead), and while its fresh share is its whole part of the slack (the learner has learned from all
-  it counted) it may always start one, so allowances lost with actors that left never stall the learner.
+  it counted) it may start one on its turn: the floor this sets lags by the actor's turn as its first grant does
+  (an equal floor freed every held actor at once and left them all the same allowance, so at 1,024 actors the
+  fleet then sent in bursts of hundreds of chunks every 28 s), and an actor whose turn within the round has
+  come while the learner still waits is freed by time, so allowances lost with actors that left never stall the
+  learner for more than a round (the time the budget's growth takes to grant each actor a chunk).
   More actors than the learner can serve therefore slow down instead of lowering the replay ratio;
   `rollout_ahead = 0` removes the budget. Each actor's first grant lags by its turn (a golden-ratio phase of a
   chunk, as on-policy), and growth keeps the lag: equal grants would free every actor at the same version, so at
@@ -83,6 +87,7 @@ class EnvStepAllowance:
     incarnation: str | None = None  # the learner's that published it
     growth: float = 0.0  # how much the budget grew per version between the last two blobs (0: unknown)
     arrivals: VersionIntervals = field(init=False)  # its `version`: the last blob applied
+    idle_since: float | None = None  # when a blob said the learner had learned from all it counted, while held
 
     def __post_init__(self) -> None:
         self.arrivals = VersionIntervals(self.clock)
@@ -98,11 +103,17 @@ class EnvStepAllowance:
             self.arrivals.restart(blob.version)
         else:
             grown = self.allowance + (blob.env_step_budget - self.budget) / self.actors
-            # The learner learned from all it counted (fresh is the whole slack's part): a chunk may start.
-            self.allowance = max(min(fresh, grown), fresh - self.slack / self.actors + 1)
+            # The floor (module docstring): where the learner learned from all it counted (fresh is the whole
+            # slack's part), a chunk may start, lagging by this actor's turn.
+            self.allowance = max(min(fresh, grown), fresh - self.slack / self.actors + 1 - self.phase * self.chunk)
             if blob.version > self.arrivals.version:
                 self.growth = (blob.env_step_budget - self.budget) / (blob.version - self.arrivals.version)
                 self.arrivals.arrived(blob.version)
+        idle = fresh >= self.slack / self.actors  # the learner waits for data
+        if not idle or self.allowance > 0:
+            self.idle_since = None
+        elif self.idle_since is None:
+            self.idle_since = self.clock()
         self.budget, self.incarnation = blob.env_step_budget, blob.incarnation
 
     def on_heard(self, version: int, incarnation: str) -> None:
@@ -113,17 +124,34 @@ class EnvStepAllowance:
 
     def must_wait(self, version: int) -> bool:
         del version
-        return self.allowance <= 0
+        return self.allowance <= 0 and not self._turn_came()
+
+    def _turn_came(self) -> bool:
+        """The learner has waited for data since `idle_since` and this actor's turn within a round has come: the
+        actors whose turns come first (and whose floor frees them at once) may have left, and the learner must
+        not wait for allowances that went with them."""
+        return self.idle_since is not None and self.clock() >= self.idle_since + self.phase * self._round_s()
+
+    def _round_s(self) -> float:
+        """How long the budget's growth takes to grant each actor a chunk, at the pace seen last (HOLD_S while
+        unknown; MAX_HOLD_S at most): the time over which the actors' turns are spread."""
+        interval = self.arrivals.median()
+        if self.growth <= 0 or interval is None:
+            return HOLD_S
+        return min(MAX_HOLD_S, self.chunk * self.actors / self.growth * interval)
 
     def wait(self, version: int) -> Wait:
         """Wake at the version whose budget growth brings this actor's allowance above zero, at the growth per
         version seen last; hold about as long as those versions take (a blob below the wake version is not
-        sent to this actor: at 1,024 actors a version grows each one's part by a fraction of an env step)."""
+        sent to this actor: at 1,024 actors a version grows each one's part by a fraction of an env step),
+        and, while the learner waits for data, no longer than until this actor's turn."""
         if version < 0 or self.budget is None or self.growth <= 0:
             return Wait(max(0, version + 1))
         versions = math.floor(-self.allowance * self.actors / self.growth) + 1
         interval = self.arrivals.median()
         hold_s = HOLD_S if interval is None else STALL_FACTOR * versions * interval
+        if self.idle_since is not None:
+            hold_s = min(hold_s, self.idle_since + self.phase * self._round_s() - self.clock())
         return Wait(version + versions, min(MAX_HOLD_S, max(HOLD_S, hold_s)))
 
     def state(self) -> dict[str, Any]:
