@@ -245,6 +245,15 @@ def test_an_idle_learner_frees_the_held_actors_in_their_turns_not_all_at_once():
     for tenth in range(1, 11):
         clock.now = 101.0 + (tenth - 0.5) / 10 * round_s
         assert [not a.must_wait(2) for a in fleet] == [turn < (tenth - 0.5) / 10 for turn in turns]
+    fleet[2].on_sent(chunk)  # a turn is one chunk: the actor waits for the next blob's verdict
+    assert fleet[2].must_wait(2)
+    clock.now = 102.0  # a blob that finds the learner still waiting, 8 env steps of budget later
+    fleet[2].on_params(BlobMeta(version=3, incarnation="a", env_steps=12_008, env_step_budget=12_008 + slack))
+    # At 8 env steps a version, a round (a chunk for each of 8 actors) takes 64 versions: capped at MAX_HOLD_S.
+    turn_at = 102.0 + turns[2] * MAX_HOLD_S
+    assert fleet[2].must_wait(3) and fleet[2].wait(3).hold_s == pytest.approx(turn_at - 102.0)
+    clock.now = turn_at + 0.01
+    assert not fleet[2].must_wait(3), "its turn in the next round"
     grown = BlobMeta(version=3, incarnation="a", env_steps=12_064, env_step_budget=12_064 + slack - 8)
     fleet[1].on_params(grown)  # the learner has data again: its turn no longer frees an actor, only growth
     assert fleet[1].idle_since is None and fleet[1].must_wait(3)

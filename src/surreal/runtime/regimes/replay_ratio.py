@@ -121,6 +121,7 @@ class EnvStepAllowance:
 
     def on_sent(self, env_steps: int) -> None:
         self.allowance -= env_steps
+        self.idle_since = None  # a turn is one chunk; a blob that finds the learner still waiting starts the next
 
     def must_wait(self, version: int) -> bool:
         del version
