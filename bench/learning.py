@@ -10,10 +10,10 @@ their mean, and the published reference numbers it is compared with (also writte
 bench/results/learning-<algo>-<env>.json, or to `--out`). A run still going at `--timeout` is stopped as Ctrl-C
 would stop it: its row says `interrupted`, with the env steps it reached and no eval return.
 
-`--collect` makes the same object from run folders that have already finished (a run started by this bench
-whose watcher was stopped so it could outlive `--timeout`, or a plain `surreal run`): algorithm, env, steps,
-actors and the extra overrides are read from each folder's reproduce.json, the rows from its summary.json. Run it
-on the machine that ran them: `machine` names the host that collects.
+`--collect` makes the same object from run folders this bench started that have finished since (runs whose
+watcher was stopped so they could outlive `--timeout`): algorithm, env, steps, actors and the extra overrides are
+read from each folder's reproduce.json (a folder whose overrides lack them was not started here, and is refused),
+the rows from its summary.json. Run it on the machine that ran them: `machine` names the host that collects.
 """
 
 from __future__ import annotations
