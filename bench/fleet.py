@@ -330,13 +330,13 @@ def measure(
         load0 = os.getloadavg()
         f0 = fleet_stats(fleet_dir)
         timeline = Timeline()
-        timeline.add(t0, trace_sample(cpu0, procs, host, {r: ports[r] for r in ports if r.startswith("replay")}))
+        replay_ports = {r: ports[r] for r in ports if r.startswith("replay")}
+        timeline.add(t0, trace_sample(cpu0, procs, host, replay_ports))
         while time.monotonic() - t0 < seconds:
             time.sleep(SAMPLE_S)
             tick()
             procs = our_processes()
             cpu = usage.sample(procs, sockets=time.monotonic() - t0 > seconds / 2 and not usage.sockets.get("learner"))
-            replay_ports = {r: ports[r] for r in ports if r.startswith("replay")}
             timeline.add(time.monotonic(), trace_sample(cpu, procs, host, replay_ports))
         t1 = time.monotonic()
         last = {name: scrape(host, port) for name, port in ports.items()}
