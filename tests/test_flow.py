@@ -233,15 +233,16 @@ def test_an_idle_learner_frees_the_held_actors_in_their_turns_not_all_at_once():
         a.on_params(BlobMeta(version=1, incarnation="a", env_steps=10_000, env_step_budget=10_000 + slack))
         a.on_sent(10 * chunk)  # overdrawn: say allowances went with actors that left
     clock.now += 1.0
-    idle = BlobMeta(version=2, incarnation="a", env_steps=12_000, env_step_budget=12_000 + slack)  # learned it all
+    # The learner learned from all it counted; its budget rounds a fraction of an update down (half a step each).
+    idle = BlobMeta(version=2, incarnation="a", env_steps=12_000, env_step_budget=12_000 + slack - 4)
     for a in fleet:
         a.on_params(idle)
     assert [not a.must_wait(2) for a in fleet] == [turn == 0.0 for turn in turns], "only the first turn at once"
     by_allowance = sorted(range(n), key=lambda i: -fleet[i].allowance)
     assert by_allowance == sorted(range(n), key=turns.__getitem__), "the budget's growth frees them in turn"
     # No growth comes (the learner waits for data): each actor is freed when its turn in the round has come. A
-    # round: a chunk for each of 8 actors at the 2,000 env steps of budget a version grew by, 1 s a version.
-    round_s = chunk * n / 2000 * 1.0
+    # round: a chunk for each of 8 actors at the 1,996 env steps of budget a version grew by, 1 s a version.
+    round_s = chunk * n / 1996 * 1.0
     for tenth in range(1, 11):
         clock.now = 101.0 + (tenth - 0.5) / 10 * round_s
         assert [not a.must_wait(2) for a in fleet] == [turn < (tenth - 0.5) / 10 for turn in turns]

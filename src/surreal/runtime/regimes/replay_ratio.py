@@ -98,19 +98,19 @@ class EnvStepAllowance:
         if blob.env_step_budget is None:
             return
         fresh = (blob.env_step_budget - blob.env_steps) / self.actors
+        # Above zero where the learner learned from all it counted (fresh is the whole slack's part): it waits.
+        floor = fresh - self.slack / self.actors + 1
         if self.budget is None or blob.incarnation != self.incarnation:  # the first blob of this learner's count
             self.allowance, self.growth = fresh - self.phase * self.chunk, 0.0  # lagging by its turn
             self.arrivals.restart(blob.version)
         else:
             grown = self.allowance + (blob.env_step_budget - self.budget) / self.actors
-            # The floor (module docstring): where the learner learned from all it counted (fresh is the whole
-            # slack's part), a chunk may start, lagging by this actor's turn.
-            self.allowance = max(min(fresh, grown), fresh - self.slack / self.actors + 1 - self.phase * self.chunk)
+            # The floor (module docstring) lags by this actor's turn.
+            self.allowance = max(min(fresh, grown), floor - self.phase * self.chunk)
             if blob.version > self.arrivals.version:
                 self.growth = (blob.env_step_budget - self.budget) / (blob.version - self.arrivals.version)
                 self.arrivals.arrived(blob.version)
-        idle = fresh >= self.slack / self.actors  # the learner waits for data
-        if not idle or self.allowance > 0:
+        if floor <= 0 or self.allowance > 0:
             self.idle_since = None
         elif self.idle_since is None:
             self.idle_since = self.clock()
@@ -125,13 +125,14 @@ class EnvStepAllowance:
 
     def must_wait(self, version: int) -> bool:
         del version
-        return self.allowance <= 0 and not self._turn_came()
+        turn = self._turn_at()
+        return self.allowance <= 0 and (turn is None or self.clock() < turn)
 
-    def _turn_came(self) -> bool:
-        """The learner has waited for data since `idle_since` and this actor's turn within a round has come: the
-        actors whose turns come first (and whose floor frees them at once) may have left, and the learner must
-        not wait for allowances that went with them."""
-        return self.idle_since is not None and self.clock() >= self.idle_since + self.phase * self._round_s()
+    def _turn_at(self) -> float | None:
+        """While the learner waits for data (since `idle_since`), when this actor's turn within a round comes and
+        frees it: the actors whose turns come first (and whose floor frees them at once) may have left, and the
+        learner must not wait for allowances that went with them."""
+        return None if self.idle_since is None else self.idle_since + self.phase * self._round_s()
 
     def _round_s(self) -> float:
         """How long the budget's growth takes to grant each actor a chunk, at the pace seen last (HOLD_S while
@@ -151,8 +152,9 @@ class EnvStepAllowance:
         versions = math.floor(-self.allowance * self.actors / self.growth) + 1
         interval = self.arrivals.median()
         hold_s = HOLD_S if interval is None else STALL_FACTOR * versions * interval
-        if self.idle_since is not None:
-            hold_s = min(hold_s, self.idle_since + self.phase * self._round_s() - self.clock())
+        turn = self._turn_at()
+        if turn is not None:
+            hold_s = min(hold_s, turn - self.clock())
         return Wait(version + versions, min(MAX_HOLD_S, max(HOLD_S, hold_s)))
 
     def state(self) -> dict[str, Any]:
