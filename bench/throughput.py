@@ -10,9 +10,11 @@ For each actor count N:
 - system: `surreal run` with N actors, the learner, replay and ps all running; env steps per second from
   the learner's metrics rows once past start-up. The learner batch scales with N (each actor contributes
   2 chunks per update, minibatches = batch / 32) so the update keeps pace as actors are added.
-efficiency = system / raw. Last line: one JSON object (also written to bench/results/throughput.json, or
-throughput-<env>.json for another env than HalfCheetah-v5; `--out` names another file). Extra `surreal run`
-overrides (e.g. `learner.compile=true`) go to every system run; give them before `--actors`, which takes a list.
+efficiency = system / raw; `learner_update_s` and `learner_wait_share` (from the learner's rows: its seconds per
+update and the share of its time spent waiting for data) say which side bound the system. Last line: one JSON
+object (also written to bench/results/throughput.json, or throughput-<env>.json for another env than
+HalfCheetah-v5; `--out` names another file). Extra `surreal run` overrides (e.g. `learner.compile=true`) go to
+every system run; give them before `--actors`, which takes a list.
 
 A simulator-bound env such as robosuite's Lift (~150 steps/s per core) needs smaller chunks and batches for
 enough updates in the window: `--env robosuite:Lift --envs-per-actor 1 --chunk-steps 64 --min-batch 512`.
@@ -107,12 +109,25 @@ def system_rate(
     batch = batch_size(actors, num_envs, **sizes)
     run = WatchedRun(f"throughput-{actors}-{int(time.time())}", overrides, runs_root)
     run.run_for(seconds)
-    lags = [row["version_lag_mean"] for _, row in run.rows[3:]]
+    steady = [row for _, row in run.rows[3:]]
+    lags = [row["version_lag_mean"] for row in steady]
     return {
         "rate": run.steady_rate(skip_rows=3),
         "updates": len(run.rows),
         "batch_size": batch,
         "version_lag_mean": float(np.mean(lags)) if lags else float("nan"),
+        **learner_phases(steady),
+    }
+
+
+def learner_phases(rows: list[dict]) -> dict[str, float]:
+    """Which side binds, from the learner's own rows: its mean seconds per update and the share of its time spent
+    waiting for data (near 0: the learner is the limit; large: the actors are)."""
+    phases = {p: sum(row.get(f"time_{p}_s", 0.0) for row in rows) for p in ("update", "wait", "io")}
+    total = sum(phases.values())
+    return {
+        "learner_update_s": phases["update"] / len(rows) if rows else float("nan"),
+        "learner_wait_share": phases["wait"] / total if total else float("nan"),
     }
 
 
@@ -147,6 +162,8 @@ def main() -> None:
             "efficiency": round(system["rate"] / raw, 3),
             "batch_size": system["batch_size"],
             "version_lag_mean": round(system["version_lag_mean"], 2),
+            "learner_update_s": round(system["learner_update_s"], 4),
+            "learner_wait_share": round(system["learner_wait_share"], 3),
             "own_cores": n + 3 <= cores,  # actors plus learner, replay and ps each on a core
         }
         points.append(point)
