@@ -5,24 +5,27 @@
                              [--learner-device cpu|h100] [--network-gbit 10 --rtt-ms 0.2] [...]
     python -m bench.capacity --cluster my-cluster.yaml      # the same keys as the flags (Cluster's fields)
     python -m bench.capacity --values infra/helm/values/ppo-1024.yaml [--size]   # a chart values file
-    python -m bench.capacity --check                        # against bench.fleet and the 16-core file
+    python -m bench.capacity --measure-learner cuda         # on a GPU machine (bench/gpu.sh part3)
+    python -m bench.capacity --check                        # against bench.fleet and the GPU machines' files
 
 The model (bench/capacity_model.py) is a minimum over component capacities in env steps/s: the actors, the
 learner (PPO: batches of env steps per update; DDPG: its replay ratio ties updates to env steps), the replay
 shards' ingest and egress, the ps replicas' answers, and, with a network, the links. Costs come from
-`--measure` (bench/capacity_costs.py says how each is taken) and, for the H100 learner, from
+`--measure` (bench/capacity_costs.py says how each is taken), for a GPU learner from `--measure-learner cuda` on
+that machine (`capacity-learner.h200-16core.json`, ...) and, for the H100 learner of the old code, from
 bench/results/throughput.h100-16core.json; `sources` in every output names the file of each figure.
 
 `--size` prints the shards and ps replicas the rule gives a values file (replay and ps keep 1.5x the most the
 actors could send, on the cores the values file requests), and says whether the file holds them.
 
 `--check` predicts every point of bench/results/fleet.2core.json (bench.fleet's simulated actors at the rate it
-set, against the real services on this box: learner on the CPU, one shard, one ps, Unix sockets) and of
-bench/results/throughput.h100-16core.json (real actors, 4 envs each, on their own cores; GPU learner), prints
-the error of each against its target (20 % and 25 %), adds the prediction for 15,000 cores (SRL's scale) and
-writes everything to bench/results/capacity.2core.json. A point is predicted from its cluster description only
-(actors, rate, batch rule, topology); nothing is read from its measured outcome, and the 16-core file's
-1-actor point, the H100 learner's cost, is listed as calibration, not as a check.
+set, against the real services on this box: learner on the CPU, one shard, one ps, Unix sockets) and of every
+GPU machine's bench/results/throughput.<gpu>-16core.json (real actors, 4 envs each, at the 1-actor raw rate; GPU
+learner), prints the error of each against its target (20 % and 25 %), adds the prediction for 15,000 cores
+(SRL's scale) and writes everything to bench/results/capacity.2core.json. A point is predicted from its cluster
+description only (actors, rate, batch rule, topology); nothing is read from its measured outcome. Where that
+machine measured no learner (the H100 file, from before the learner work), its 1-actor point gives the learner's
+cost and is listed as calibration, not as a check.
 """
 
 from __future__ import annotations
@@ -39,13 +42,13 @@ from typing import Any
 import yaml
 
 from bench._runs import RESULTS, emit
-from bench.capacity_costs import H100_FILE, MEASURED_FILE, load_costs, measure
+from bench.capacity_costs import MEASURED_FILE, calibrated_learner, load_costs, measure, measure_learner
 from bench.capacity_model import Cluster, Costs, predict, size_services
 
 FLEET_FILE = RESULTS / "fleet.2core.json"
 CHECK_FILE = RESULTS / "capacity.2core.json"
-FLEET_TARGET, H100_TARGET = 0.20, 0.25
-H100_CHUNK, H100_MINIBATCHES = 256, 32  # bench.throughput's defaults (chunk_steps, batch / 32)
+FLEET_TARGET, GPU_BOX_TARGET = 0.20, 0.25
+GPU_BOX_CHUNK, GPU_BOX_MINIBATCHES = 256, 32  # bench.throughput's defaults (chunk_steps, batch / 32)
 DATACENTER = {"network_gbit": 10.0, "rtt_ms": 0.2}  # the chart's sizing network (the issue's datacenter profile)
 SRL_CORES = 15_000
 
@@ -99,19 +102,64 @@ def fleet_cluster(run: dict[str, Any], point: dict[str, Any]) -> Cluster:
     )
 
 
-def h100_cluster(data: dict[str, Any], point: dict[str, Any], actor_rate: float) -> Cluster:
+def throughput_cluster(data: dict[str, Any], point: dict[str, Any], actor_rate: float, device: str) -> Cluster:
     """A bench.throughput point: real actors on their own cores (at the 1-actor raw rate), 1 shard, 1 ps."""
-    batch = point["batch_size"]
     return Cluster(
         actors=point["actors"],
         env=data["env"],
         envs_per_actor=data["envs_per_actor"],
         actor_rate=actor_rate,
-        learner_device="h100",
-        chunk_steps=H100_CHUNK,
-        batch_size=batch,
-        minibatches=H100_MINIBATCHES,
+        learner_device=device,
+        chunk_steps=data.get("chunk_steps", GPU_BOX_CHUNK),
+        batch_size=point["batch_size"],
+        minibatches=GPU_BOX_MINIBATCHES,
     )
+
+
+def gpu_box_files(results: Path = RESULTS) -> list[Path]:
+    """The GPU machines' throughput files (`throughput.h100-16core.json`, ...): a GPU's name before the cores."""
+    return sorted(f for f in results.glob("throughput.*-*core.json"))
+
+
+def gpu_box_check(file: Path, costs: Costs, results: Path = RESULTS) -> dict[str, Any]:
+    """Every point of a GPU machine's throughput file, predicted. The learner's cost is the one that machine
+    measured in the same part (`capacity-learner.<machine>.json`, already in `costs`): then every point is a
+    check. A machine that measured none has its learner calibrated from the file's 1-actor point, which is
+    then no check."""
+    tag = file.name.split(".")[1]
+    device = tag.split("-")[0]
+    data = json.loads(file.read_text())
+    lowest = min(data["points"], key=lambda p: p["actors"])
+    rate = lowest["raw_env_steps_per_s"] / lowest["actors"]
+    measured = (results / f"capacity-learner.{tag}.json").exists() and device in costs.learner
+    calibration: dict[str, Any] | None = None
+    if measured:
+        how = (
+            f"the learner measured on that machine (capacity-learner.{tag}.json); the {lowest['actors']}-actor "
+            "raw rate is the actor's; every point is a check"
+        )
+    else:
+        calibration = lowest
+        learner, source = calibrated_learner(file)
+        costs = dataclasses.replace(costs, learner={**costs.learner, device: learner})
+        how = (
+            f"the {lowest['actors']}-actor point gives the learner's cost and its raw rate the actor's; the other "
+            f"points are checks ({source})"
+        )
+    return {
+        "file": file.name,
+        "target": GPU_BOX_TARGET,
+        "calibration": how,
+        "points": [
+            row(
+                throughput_cluster(data, p, rate, device),
+                costs,
+                {"env_steps_per_s": p["system_env_steps_per_s"], "updates_per_s": None, "bottleneck": None},
+                None if p is calibration else GPU_BOX_TARGET,
+            )
+            for p in data["points"]
+        ],
+    }
 
 
 def cpu_cores(quantity: Any) -> float:
@@ -179,8 +227,8 @@ def row(cluster: Cluster, costs: Costs, measured: dict[str, Any], target: float 
     }
 
 
-def check(costs: Costs, fleet_file: Path = FLEET_FILE) -> dict[str, Any]:
-    """Every fleet point (any algorithm key holding `points`) and every 16-core point, predicted and compared."""
+def check(costs: Costs, fleet_file: Path = FLEET_FILE, results: Path = RESULTS) -> dict[str, Any]:
+    """Every fleet point (any algorithm key holding `points`) and every GPU machine's point, predicted and compared."""
     out: dict[str, Any] = {"benchmark": "capacity", "machine": f"vm {platform.machine()} {os.cpu_count()} cpus"}
     fleet = json.loads(fleet_file.read_text())
     for algo, run in fleet.items():
@@ -205,25 +253,11 @@ def check(costs: Costs, fleet_file: Path = FLEET_FILE) -> dict[str, Any]:
                 for p in run["points"]
             ],
         }
-    data = json.loads(H100_FILE.read_text())
-    calibration = min(data["points"], key=lambda p: p["actors"])
-    rate = calibration["raw_env_steps_per_s"] / calibration["actors"]
-    out["h100_16core"] = {
-        "file": H100_FILE.name,
-        "target": H100_TARGET,
-        "calibration": f"the {calibration['actors']}-actor point gives the H100 learner's cost and its raw rate the "
-        "actor's; the other points are checks",
-        "points": [
-            row(
-                h100_cluster(data, p, rate),
-                costs,
-                {"env_steps_per_s": p["system_env_steps_per_s"], "updates_per_s": None, "bottleneck": None},
-                None if p is calibration else H100_TARGET,
-            )
-            for p in data["points"]
-        ],
-    }
-    srl = [("ppo", "cpu"), ("ppo", "h100"), ("ddpg", "cpu")]  # no DDPG learner cost on an H100
+    for file in gpu_box_files(results):
+        out[file.name.split(".")[1].replace("-", "_")] = gpu_box_check(file, costs, results)
+    # Every learner the costs hold, PPO on each and DDPG where its step was measured (not on a calibrated one).
+    srl = [(algo, device) for algo in ("ppo", "ddpg") for device, cost in costs.learner.items()]
+    srl = [(algo, device) for algo, device in srl if algo == "ppo" or costs.learner[device].ddpg_step_s is not None]
     out["srl_15000_cores"] = {
         f"{algo} {device}": {"cluster": dataclasses.asdict(c), **predict(c, costs).to_json()}
         for algo, device in srl
@@ -274,6 +308,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--measure", action="store_true", help="run the micro-benchmarks, write the costs file")
     parser.add_argument("--seconds", type=float, default=3.0, help="each micro-benchmark's length")
+    parser.add_argument(
+        "--measure-learner", metavar="DEVICE", help="time the learner on this device (cuda: a GPU machine's)"
+    )
+    parser.add_argument("--out", type=Path, help="--measure-learner's file (default capacity-learner.<machine>.json)")
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--cluster", type=Path, help="a YAML of Cluster's fields")
     parser.add_argument("--values", type=Path, help="a chart values file")
@@ -289,6 +327,10 @@ def main() -> None:
             **measure(args.seconds),
         }
         emit(result, MEASURED_FILE)
+        return
+    if args.measure_learner:
+        result = measure_learner(args.measure_learner, args.seconds)
+        emit(result, args.out or RESULTS / f"capacity-learner.{result['machine']}.json")
         return
     costs = load_costs()
     if args.check:

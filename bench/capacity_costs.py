@@ -13,9 +13,16 @@ next to any figure):
   gradient step on replay-shaped samples of 4 x 256;
 - replay shard: chunks framed as an actor sends them, decoded and stored by `ReplayShard` (ingest), and
   sample replies drawn and framed (egress), per CPU second;
-- ps: a `ParamServer` replica on inproc sockets in a thread of its own, answering bursts of requests from 64
-  DEALERs with the PPO policy's real blob ("params") or "not modified", per CPU second of its thread;
+- ps: a `ParamServer` replica on inproc sockets in a thread of its own, saturated (64 DEALERs keep 8 requests
+  each in flight), answering with the PPO policy's real blob ("params") or "not modified", per CPU second of its
+  thread;
 - bytes: the blob's frames and one transition's share of an experience message.
+
+On a GPU machine (`--measure-learner cuda`, bench/gpu.sh part3): the same two PPO updates and the DDPG step on
+the GPU, compiled and replayed as CUDA graphs as that part's system runs are, timed by the wall clock with the
+device synchronized after every update (the GPU's time is not the thread's CPU time; the median round), into
+`capacity-learner.<machine>.json` (`h200-16core`, ...). `load_costs` adds every such file's learner under its GPU's
+name (`h200`), the device a cluster names in `learner_device`.
 
 Read from files: the H100 learner (no GPU here): `bench/results/throughput.h100-16core.json`'s 1-actor point, the
 only H100 learner figure there is (from before the learner work); its batch over its system rate is one update,
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import tempfile
 import threading
 import time
@@ -47,16 +55,18 @@ FLEET_CHUNK = 64
 DDPG_MINIBATCHES_PER_SAMPLE = 4
 
 
-def h100_learner() -> tuple[LearnerCost, str]:
-    """The H100 learner from the 16-core throughput file's 1-actor point (see the module's docstring)."""
-    data = json.loads(H100_FILE.read_text())
+def calibrated_learner(file: Path) -> tuple[LearnerCost, str]:
+    """A GPU learner from a throughput file's 1-actor point, for a machine that measured no learner of its own
+    (see the module's docstring): its batch over its system rate is one update of 320 minibatch steps, all
+    overhead (`sample_s` 0). An upper bound on the learner's cost: the point may have been bound elsewhere."""
+    data = json.loads(file.read_text())
     point = min(data["points"], key=lambda p: p["actors"])
     update_s = point["batch_size"] / point["system_env_steps_per_s"]
     steps = FLEET_MINIBATCHES * 10
     source = (
-        f"{H100_FILE.relative_to(RESULTS.parent.parent)}: {point['actors']}-actor point, batch "
+        f"{file.name}: {point['actors']}-actor point, batch "
         f"{point['batch_size']} / {point['system_env_steps_per_s']} env steps/s = {update_s:.3f} s per update "
-        f"over {steps} minibatch steps (code from before the learner work; DDPG not measured)"
+        f"over {steps} minibatch steps (calibrated: no learner measured on that machine; DDPG not measured)"
     )
     return LearnerCost(update_s / steps, 0.0, None), source
 
@@ -68,13 +78,25 @@ def lift_from_file() -> tuple[float, str]:
     return rate, f"{LIFT_FILE.relative_to(RESULTS.parent.parent)}: raw rate of {point['actors']} actor, 1 env"
 
 
-def load_costs(path: Path = MEASURED_FILE) -> Costs:
-    """The measured costs (`--measure`'s file) with the H100 learner added from its file."""
+def learner_files(results: Path = RESULTS) -> dict[str, Path]:
+    """Every `--measure-learner` file in `results`, by the device name it measured (`h200`, ...)."""
+    files = sorted(results.glob("capacity-learner.*.json"))
+    return {json.loads(f.read_text())["name"]: f for f in files}
+
+
+def load_costs(path: Path = MEASURED_FILE, results: Path = RESULTS) -> Costs:
+    """The measured costs (`--measure`'s file), the H100 learner from its throughput file, and every learner a
+    GPU machine measured (`--measure-learner`); the CPU's own `--measure` figure wins over a file's."""
     if not path.exists():
         raise SystemExit(f"{path} is missing: run `python -m bench.capacity --measure` first")
     costs = Costs.from_json(json.loads(path.read_text())["costs"])
-    h100, source = h100_learner()
-    return replace(costs, learner={**costs.learner, "h100": h100}, sources={**costs.sources, "learner h100": source})
+    h100, source = calibrated_learner(H100_FILE)
+    learner, sources = {"h100": h100}, {"learner h100": source}
+    for name, file in learner_files(results).items():
+        data = json.loads(file.read_text())
+        learner[name] = LearnerCost(**data["learner"])
+        sources[f"learner {name}"] = f"{file.name}: {data['source']}"
+    return replace(costs, learner={**learner, **costs.learner}, sources={**costs.sources, **sources})
 
 
 # -- micro-benchmarks -----------------------------------------------------------------------------------
@@ -94,6 +116,29 @@ def cpu_rate(work: Callable[[], object], units_per_call: int, seconds: float, ro
             calls += 1
         rates.append(calls * units_per_call / max(time.thread_time() - cpu0, 1e-9))
     return max(rates)
+
+
+def device_rate(work: Callable[[], object], units_per_call: int, seconds: float, device: str, rounds: int = 4) -> float:
+    """Units per second of `work` on `device`: the CPU's by this thread's CPU time (`cpu_rate`); a GPU's by the
+    wall clock, synchronized after every call so each round holds the device's whole work (the median round:
+    nothing else runs on a lent GPU)."""
+    if device == "cpu":
+        return cpu_rate(work, units_per_call, seconds, rounds)
+    import torch
+
+    def synced() -> None:
+        work()
+        torch.cuda.synchronize()
+
+    synced()
+    rates = []
+    for _ in range(rounds):
+        calls, wall0 = 0, time.perf_counter()
+        while calls < 2 or time.perf_counter() - wall0 < seconds / rounds:
+            synced()
+            calls += 1
+        rates.append(calls * units_per_call / (time.perf_counter() - wall0))
+    return statistics.median(rates)
 
 
 def actor_rate(env_id: str, seconds: float) -> float:
@@ -135,8 +180,14 @@ def fleet_chunks(algo: str, count: int) -> tuple[Any, list[Any]]:
     return cfg, chunks
 
 
-def ppo_update_s(batch: int, seconds: float, run_dir: Path) -> tuple[float, Any]:
-    """CPU seconds of one `LearnerCore` PPO update at `batch` under the fleet's rule; the core too (its blob)."""
+def device_overrides(device: str) -> list[str]:
+    """The learner as the runs it stands for use it: the fleet's CPU learner eager, a GPU's compiled (CUDA graphs)."""
+    return ["device=cpu"] if device == "cpu" else [f"device={device}", "learner.compile=true"]
+
+
+def ppo_update_s(batch: int, seconds: float, run_dir: Path, device: str = "cpu") -> tuple[float, Any]:
+    """Seconds of one `LearnerCore` PPO update at `batch` under the fleet's rule (CPU time on the CPU, wall time
+    on a GPU); the core too (its blob)."""
     import torch
 
     from bench.learner import learner_core, one_update
@@ -144,7 +195,7 @@ def ppo_update_s(batch: int, seconds: float, run_dir: Path) -> tuple[float, Any]
     torch.set_num_threads(1)
     _, chunks = fleet_chunks("ppo", batch // FLEET_CHUNK)
     overrides = [
-        "device=cpu",
+        *device_overrides(device),
         f"actor.chunk_steps={FLEET_CHUNK}",
         f"algo.batch_size={batch}",
         f"algo.minibatch_size={batch // FLEET_MINIBATCHES}",
@@ -153,11 +204,12 @@ def ppo_update_s(batch: int, seconds: float, run_dir: Path) -> tuple[float, Any]
         "learner.checkpoint_interval_s=100000",
     ]
     core = learner_core("ppo", overrides, chunks, [], run_dir / f"ppo-{batch}")
-    return 1.0 / cpu_rate(lambda: one_update(core), 1, seconds), core
+    return 1.0 / device_rate(lambda: one_update(core), 1, seconds, device), core
 
 
-def ddpg_step_s(seconds: float, run_dir: Path) -> float:
-    """CPU seconds of one DDPG gradient step (256 batch) through `LearnerCore`, on samples of 4 x 256."""
+def ddpg_step_s(seconds: float, run_dir: Path, device: str = "cpu") -> float:
+    """Seconds of one DDPG gradient step (256 batch) through `LearnerCore`, on samples of 4 x 256 (CPU time on
+    the CPU, wall time on a GPU)."""
     import torch
 
     from bench.learner import learner_core, one_update, transition_batches
@@ -167,7 +219,7 @@ def ddpg_step_s(seconds: float, run_dir: Path) -> float:
     k, batch = DDPG_MINIBATCHES_PER_SAMPLE, cfg.algo.batch_size
     samples = transition_batches(chunks, k * batch, 16, 1)
     overrides = [
-        "device=cpu",
+        *device_overrides(device),
         f"learner.minibatches_per_sample={k}",
         "algo.learning_starts=0",
         f"algo.replay_ratio={1 / batch}",
@@ -175,7 +227,7 @@ def ddpg_step_s(seconds: float, run_dir: Path) -> float:
         "learner.checkpoint_interval_s=100000",
     ]
     core = learner_core("ddpg", overrides, [], samples, run_dir / "ddpg")
-    return 1.0 / cpu_rate(lambda: one_update(core), k, seconds)
+    return 1.0 / device_rate(lambda: one_update(core), k, seconds, device)
 
 
 def shard_rates(seconds: float) -> tuple[float, float, int]:
@@ -216,8 +268,13 @@ def frame_bytes(frames: list) -> int:
     return sum(memoryview(f).nbytes for f in frames)
 
 
-def ps_rates(core: Any, seconds: float, clients: int = 64) -> tuple[float, float, int]:
-    """Blob answers and "not modified" answers per CPU second of a ps replica's thread, and the blob's bytes."""
+def ps_rates(core: Any, seconds: float, clients: int = 64, depth: int = 8) -> tuple[float, float, int]:
+    """Blob answers and "not modified" answers per CPU second of a ps replica's thread, and the blob's bytes.
+
+    A capacity is what a saturated replica answers, so the ps must never wait for the next request: each of the
+    `clients` DEALERs keeps `depth` requests in flight and sends one more per answer. With one request each
+    (the first version of this benchmark) a quiet box's ps answered them as they trickled in, one wake-up per
+    request, and its rate moved 2.8x between a quiet and a loaded box."""
     import zmq
 
     from surreal.proto.channels import ParamPublisher, frames_of, make_socket
@@ -229,8 +286,10 @@ def ps_rates(core: Any, seconds: float, clients: int = 64) -> tuple[float, float
     publisher = ParamPublisher(ctx, "inproc://capacity-learner")
     ps = ParamServer(ctx, "inproc://capacity-learner", "inproc://capacity-ps")
     dealers = [make_socket(ctx, zmq.DEALER) for _ in range(clients)]
+    poller = zmq.Poller()
     for d in dealers:
         d.connect("inproc://capacity-ps")
+        poller.register(d, zmq.POLLIN)
     stop = threading.Event()
 
     def serve() -> None:
@@ -250,16 +309,25 @@ def ps_rates(core: Any, seconds: float, clients: int = 64) -> tuple[float, float
         rates = []
         for have in (ParamsRequest(-1, ""), ParamsRequest(latest.blob.version, latest.blob.incarnation)):
             request = frames_of(have.to_message())
+            for d in dealers:  # fill the pipeline before the clock starts
+                for _ in range(depth):
+                    d.send_multipart(request, copy=False)
             answered, wall0 = 0, time.perf_counter()
             base = _thread_cpu_mark(thread)
             while time.perf_counter() - wall0 < seconds:
-                for d in dealers:
-                    d.send_multipart(request, copy=False)
-                for d in dealers:
-                    if d.poll(5000):
+                for d, _ in poller.poll(5000):  # blocks (the GIL released) until an answer is there
+                    for _ in range(depth):  # what this DEALER has now, at most its requests in flight
+                        if not d.poll(0):
+                            break
                         d.recv_multipart(copy=False)
+                        d.send_multipart(request, copy=False)
                         answered += 1
             rates.append(answered / max(_thread_cpu_mark(thread) - base, 1e-9))
+            for d in dealers:  # drain: every DEALER still has `depth` requests in flight
+                for _ in range(depth):
+                    if not d.poll(5000):
+                        raise RuntimeError("the ps replica stopped answering")
+                    d.recv_multipart(copy=False)
         return rates[0], rates[1], blob_bytes
     finally:
         stop.set()
@@ -279,6 +347,58 @@ def _thread_cpu_mark(thread: threading.Thread) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
+PPO_BATCHES = (2048, 32768)  # two batches under the fleet's rule: per-step and per-sample costs
+
+
+def learner_costs(device: str, seconds: float, run_dir: Path) -> tuple[LearnerCost, Any, dict[str, Any]]:
+    """The learner's cost on `device`: PPO updates at two batches under the fleet's rule (minibatch = batch / 32,
+    10 epochs), solved for the per-step and per-sample terms, and DDPG's gradient step; the PPO core (for its
+    blob) and the raw timings too."""
+    small, big = PPO_BATCHES
+    t_small, _ = ppo_update_s(small, seconds, run_dir, device)
+    t_big, core = ppo_update_s(big, seconds, run_dir, device)
+    steps = 10 * FLEET_MINIBATCHES
+    # t = steps x (step_s + sample_s x minibatch) at two minibatch sizes
+    mb_small, mb_big = small // FLEET_MINIBATCHES, big // FLEET_MINIBATCHES
+    sample_s = (t_big - t_small) / steps / (mb_big - mb_small)
+    step_s = t_small / steps - sample_s * mb_small
+    ddpg_s = ddpg_step_s(seconds, run_dir, device)
+    raw = {
+        "ppo_update_s": {str(small): round(t_small, 4), str(big): round(t_big, 4)},
+        "ddpg_step_ms": round(1e3 * ddpg_s, 3),
+    }
+    return LearnerCost(step_s, sample_s, ddpg_s), core, raw
+
+
+def measure_learner(device: str, seconds: float = 3.0) -> dict[str, Any]:
+    """`--measure-learner`'s file: the learner's cost on this machine's `device`, under its GPU's name."""
+    import torch
+
+    from bench.learner import machine_tag
+
+    name = device_name(torch.device(device))
+    with tempfile.TemporaryDirectory() as tmp:
+        learner, _, raw = learner_costs(device, seconds, Path(tmp))
+    return {
+        "benchmark": "capacity-learner",
+        "machine": machine_tag(torch.device(device)),
+        "device": device,
+        "name": name,
+        "learner": vars(learner),
+        "raw": raw,
+        "source": f"--measure-learner {device}: LearnerCore PPO update at batches {PPO_BATCHES[0]} and "
+        f"{PPO_BATCHES[1]} (minibatch batch/32, 10 epochs) and DDPG's gradient step of 256, "
+        + ("CPU time" if device == "cpu" else "compiled, CUDA graphs, wall time, synchronized"),
+    }
+
+
+def device_name(device: Any) -> str:
+    """What a cluster's `learner_device` calls it: `cpu`, or the GPU's model (`h200`, `h100`)."""
+    from bench.learner import machine_tag
+
+    return "cpu" if device.type == "cpu" else machine_tag(device).split("-")[0]
+
+
 def measure(seconds: float = 3.0) -> dict[str, Any]:
     """Every micro-benchmark, short; returns the `--measure` file's content (costs, raw figures, timings)."""
     started, load_before = time.perf_counter(), os.getloadavg()[0]
@@ -294,28 +414,19 @@ def measure(seconds: float = 3.0) -> dict[str, Any]:
     except ImportError:
         actors["robosuite:Lift"], sources["actor robosuite:Lift"] = lift_from_file()
     with tempfile.TemporaryDirectory() as tmp:
-        small, big = 2048, 32768
-        t_small, _ = ppo_update_s(small, seconds, Path(tmp))
-        t_big, core = ppo_update_s(big, seconds, Path(tmp))
-        steps = 10 * FLEET_MINIBATCHES
-        # t = steps x (step_s + sample_s x minibatch) at two minibatch sizes
-        mb_small, mb_big = small // FLEET_MINIBATCHES, big // FLEET_MINIBATCHES
-        sample_s = (t_big - t_small) / steps / (mb_big - mb_small)
-        step_s = t_small / steps - sample_s * mb_small
-        ddpg_s = ddpg_step_s(seconds, Path(tmp))
-        raw["ppo_update_cpu_s"] = {str(small): round(t_small, 4), str(big): round(t_big, 4)}
-        raw["ddpg_step_cpu_ms"] = round(1e3 * ddpg_s, 3)
+        learner, core, raw["learner"] = learner_costs("cpu", seconds, Path(tmp))
         sources["learner cpu"] = (
-            f"--measure: LearnerCore PPO update, CPU time, batches {small} and {big} (minibatch batch/32, 10 "
-            "epochs, chunks of 64 from the HalfCheetah-v5 recording); DDPG gradient step of 256, samples of 4"
+            f"--measure: LearnerCore PPO update, CPU time, batches {PPO_BATCHES[0]} and {PPO_BATCHES[1]} (minibatch "
+            "batch/32, 10 epochs, chunks of 64 from the HalfCheetah-v5 recording); DDPG gradient step of 256, "
+            "samples of 4"
         )
         ingest, egress, transition_bytes = shard_rates(seconds)
         sources["replay shard"] = "--measure: ReplayShard in-process, decode + store / sample + frame, CPU time"
         checks_blob, checks_nm, blob_bytes = ps_rates(core, seconds)
-        sources["ps"] = "--measure: ParamServer on inproc sockets, 64 DEALERs, CPU time of the ps thread"
+        sources["ps"] = "--measure: ParamServer on inproc sockets, 64 DEALERs x 8 requests in flight, its thread's CPU"
     costs = Costs(
         actor_steps_per_core={k: round(v, 1) for k, v in actors.items()},
-        learner={"cpu": LearnerCost(step_s, sample_s, ddpg_s)},
+        learner={"cpu": learner},
         shard_ingest_per_core=round(ingest, 1),
         shard_egress_per_core=round(egress, 1),
         ps_checks_per_core=round(checks_nm, 1),

@@ -6,7 +6,8 @@
 #
 # Through the device tool, after `make gpu-kit` here (the wheels the GPU machine's Python lacks, in .gpu-kit/):
 #   run(command="bash bench/gpu.sh part1 $OUT", carry=[".gpu-kit"], timeout_s=600)
-# then part2, part3, ... in that order (highest value first; a session's 30 device minutes hold about three).
+# then part3, part2, part4, ... (highest value first). A session's 15 device minutes hold two parts if the second
+# follows on the still-warm machine at once: on an H200, part1 took 234 s and part3 391 s (2026-11-27).
 # Each part installs the kit into $SITE (unless it is there already), runs its steps, and writes
 # <bench>.<machine>.json into OUT_DIR, the names bench/results/ uses (learner.h100-16core.json, ...): copy the
 # .json files into bench/results/ and commit them. Per part, a log (gpu-partN.<machine>.log) lands beside them.
@@ -15,7 +16,8 @@
 #          bench.learner --device cuda --compile: PPO / DDPG / TD3 / SAC steps against the eager reference
 #          -> learner.T.json
 #   part2  the same on this machine's CPU, and what device=auto picks -> learner-cpu.T.json
-#   part3  bench.throughput, 1 2 4 8 14 actors, GPU learner -> throughput.T.json
+#   part3  the GPU learner's cost for the capacity model (bench.capacity --measure-learner) -> capacity-learner.T.json
+#          bench.throughput, 1 2 4 8 14 actors, GPU learner -> throughput.T.json
 #   part4  the same with the CPU learner -> throughput-cpu-learner.T.json
 #   part5  PPO HalfCheetah-v5, 1M steps, seeds 1 2 3 side by side -> learning-ppo-HalfCheetah-v5.T.json
 #   part6  DDPG HalfCheetah-v5, 300k steps (DDPG_STEPS) -> learning-ddpg-HalfCheetah-v5.T.json
@@ -155,6 +157,7 @@ if [ "$DRY" = 1 ]; then
 	COMPILE_RUN=learner.compile=false # compiling costs a small CPU ~20 s a learner
 	ACTORS=(1)
 	THROUGHPUT_SIZE=(--seconds 3 --raw-seconds 1 --envs-per-actor 1 --chunk-steps 64 --min-batch 128)
+	CAPACITY_SECONDS=0.2
 	PPO_SIZE=(--steps 512 --seeds 1 --actors 1 --timeout 600 env.kwargs.max_episode_steps=100 algo.batch_size=256
 		algo.minibatch_size=128 algo.update_epochs=1 learner.eval_episodes=1)
 	DDPG_SIZE=(--steps 600 --actors 1 --timeout 600 env.kwargs.max_episode_steps=100 algo.learning_starts=300
@@ -173,6 +176,7 @@ else
 	COMPILE_RUN=learner.compile=true # on CUDA: compiled losses, steps replayed as CUDA graphs
 	ACTORS=(1 2 4 8 14)
 	THROUGHPUT_SIZE=(--seconds 50 --raw-seconds 15)
+	CAPACITY_SECONDS=3
 	PPO_SIZE=(--steps 1000000 --seeds 1 2 3 --parallel --actors 3 --timeout 450 topology.envs_per_actor=4)
 	DDPG_SIZE=(--steps "${DDPG_STEPS:-300000}" --actors 8 --timeout 450)
 	LIFT_ACTORS=(14)
@@ -201,7 +205,11 @@ throughput() { # throughput NAME DEVICE FILE
 		"${THROUGHPUT_SIZE[@]}" --runs-root "$WORK/runs" --out "$OUT_DIR/$3" --actors "${ACTORS[@]}"
 }
 
-part3() { throughput throughput-gpu-learner "$GPU" "throughput.$T.json"; }
+part3() {
+	step capacity-learner 150 "$PY" -m bench.capacity --measure-learner "$GPU" --seconds "$CAPACITY_SECONDS" \
+		--out "$OUT_DIR/capacity-learner.$T.json"
+	throughput throughput-gpu-learner "$GPU" "throughput.$T.json"
+}
 part4() { throughput throughput-cpu-learner cpu "throughput-cpu-learner.$T.json"; }
 
 learning() { # learning NAME LIMIT_S FILE ARGS...

@@ -122,18 +122,49 @@ def test_a_fleet_point_is_read_by_its_cluster_not_its_outcome() -> None:
     assert ddpg.algo == "ddpg" and ddpg.replay_ratio == pytest.approx(0.1)
 
 
+def gpu_box_files(results: Path, learner: LearnerCost | None) -> None:
+    """A GPU machine's throughput file (real actors at 1,000 env steps/s raw each, batch 2,048 per actor) and,
+    with `learner`, the learner's cost that machine measured in the same part."""
+    points = [
+        {"actors": n, "system_env_steps_per_s": 900.0 * n, "raw_env_steps_per_s": 1000.0 * n, "batch_size": 2048 * n}
+        for n in (1, 2)
+    ]
+    data = {"benchmark": "throughput", "env": "HalfCheetah-v5", "envs_per_actor": 4, "chunk_steps": 256}
+    (results / "throughput.h200-16core.json").write_text(json.dumps({**data, "points": points}))
+    if learner is not None:
+        measured = {"benchmark": "capacity-learner", "name": "h200", "learner": vars(learner), "source": "test"}
+        (results / "capacity-learner.h200-16core.json").write_text(json.dumps(measured))
+
+
 def test_check_reads_every_algorithm_key_and_reports_misses(tmp_path: Path) -> None:
     points = [{"actors": 16, "env_steps_per_s": 0.0}, {"actors": 16, "env_steps_per_s": 1500.0}]
     fleet = tmp_path / "fleet.json"
     fleet.write_text(json.dumps({"benchmark": "fleet", "ppo": fleet_run("ppo", points), "x": fleet_run("ddpg", [])}))
-    costs = replace(COSTS, learner={**COSTS.learner, "h100": LearnerCost(7e-3, 0.0, None)})
-    result = check(costs, fleet)
+    gpu_box_files(tmp_path, learner=None)
+    result = check(COSTS, fleet, tmp_path)
+    assert set(result["srl_15000_cores"]) == {"ppo cpu", "ddpg cpu"}  # a prediction per learner the costs hold
     rows = result["fleet_ppo"]["points"]
     assert [r["within_target"] for r in rows] == [False, True]  # 0 measured is a miss, never a pass
     assert rows[1]["predicted_env_steps_per_s"] == pytest.approx(16 * 100.0)  # the actors at 100 steps/s bind
     assert rows[1]["error"] == pytest.approx(1600 / 1500 - 1, abs=1e-3)
     assert result["fleet_x"]["points"] == []
-    assert result["h100_16core"]["points"][0]["within_target"] is None  # the calibration point is no check
+    # No learner measured on that machine: its 1-actor point calibrates the learner and is no check.
+    calibrated = result["h200_16core"]["points"]
+    assert [r["within_target"] for r in calibrated] == [None, True]
+    assert calibrated[0]["predicted_env_steps_per_s"] == pytest.approx(900.0)  # its own outcome, by construction
+
+
+def test_a_gpu_machine_that_measured_its_learner_has_every_point_checked(tmp_path: Path) -> None:
+    gpu_box_files(tmp_path, learner=LearnerCost(1e-9, 0.0, None))  # a learner that never binds
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps({"benchmark": "fleet"}))
+    costs = load_costs(results=tmp_path)
+    assert costs.learner["h200"] == LearnerCost(1e-9, 0.0, None) and "learner h200" in costs.sources
+    assert costs.learner["cpu"] == load_costs().learner["cpu"]  # the box's own --measure figure stays
+    rows = check(costs, fleet, tmp_path)["h200_16core"]["points"]
+    assert [r["within_target"] for r in rows] == [True, True]  # 1,000 raw per actor predicted, 900 measured
+    assert [r["predicted_bottleneck"] for r in rows] == ["actors", "actors"]
+    assert rows[0]["error"] == pytest.approx(1000 / 900 - 1, abs=1e-3)
 
 
 def test_the_checked_in_ppo_1024_values_hold_the_sizing_rule() -> None:

@@ -26,6 +26,7 @@ EXPECTED = {
     "pytest-cuda": {"benchmark", "torch", "device_name", "tests", "passed", "failed", "error", "skipped", "cases"},
     "learner": LEARNER_KEYS,
     "learner-cpu": LEARNER_KEYS | {"device_auto"},
+    "capacity-learner": {"benchmark", "machine", "device", "name", "learner", "raw", "source"},
     "throughput": THROUGHPUT_KEYS,
     "throughput-cpu-learner": THROUGHPUT_KEYS,
     "learning-ppo-HalfCheetah-v5": LEARNING_KEYS,
@@ -66,10 +67,15 @@ def test_the_dry_run_writes_every_result_file_of_every_part(tmp_path: Path) -> N
     auto = results["learner-cpu"]["device_auto"]
     assert auto["ppo"]["chosen"] == auto["ddpg"]["chosen"] == "cpu" and auto["ppo"]["update_s"]["cpu"] > 0
     assert results["throughput-robosuite-Lift"]["env"] == "robosuite:Lift"
+    timed = results["capacity-learner"]["raw"]  # the capacity model's learner, as part3 measures a GPU's
+    assert all(t > 0 for t in timed["ppo_update_s"].values()) and timed["ddpg_step_ms"] > 0, timed
+    assert {"step_s", "sample_s", "ddpg_step_s"} == results["capacity-learner"]["learner"].keys()
     for name in EXPECTED:
         if name.startswith("throughput"):
             assert [p["actors"] for p in results[name]["points"]] == [1]
-            assert results[name]["points"][0]["raw_env_steps_per_s"] > 0
+            point = results[name]["points"][0]
+            assert point["raw_env_steps_per_s"] > 0
+            assert {"learner_update_s", "learner_wait_share"} <= point.keys()  # NaN when a toy window held no rows
         if name.startswith("learning"):
             assert [run["status"] for run in results[name]["runs"]] == ["completed"], results[name]["runs"]
     assert "algo.twin_critics=true" in results["learning-td3-HalfCheetah-v5"]["overrides"]
