@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU figure of the README's results table, in parts that each fit one device call (10 minutes).
 #
-#   bench/gpu.sh PART... OUT_DIR          on the GPU machine, from the repository root (PART: part1 ... part8)
+#   bench/gpu.sh PART... OUT_DIR          on the GPU machine, from the repository root (PART: part1 ... part10)
 #   bench/gpu.sh --dry [PART...] OUT_DIR  every part (or those named) at toy sizes on this machine's CPU
 #
 # Through the device tool, after `make gpu-kit` here (the wheels the GPU machine's Python lacks, in .gpu-kit/):
@@ -24,6 +24,8 @@
 #   part7  TD3 HalfCheetah-v5, as many -> learning-td3-HalfCheetah-v5.T.json
 #   part8  robosuite Lift, 14 actors: raw and system env steps/s, a short DDPG/TD3 run
 #          -> throughput-robosuite-Lift.T.json, learning-ddpg-robosuite-Lift.T.json
+#   part9  SAC HalfCheetah-v5, 300k steps, seeds 1 2 side by side -> learning-sac-HalfCheetah-v5.T.json
+#   part10 CrossQ (preset=crossq) the same -> learning-crossq-HalfCheetah-v5.T.json
 #
 # T is the machine (TAG, default from the GPU: h100-16core, h200-16core; `dry` with --dry). A step that fails is
 # logged and the part goes on with the next; the exit status says whether any failed.
@@ -41,7 +43,7 @@ cd "$REPO"
 PY=${PYTHON:-python3}
 KIT=${KIT:-.gpu-kit}
 SITE=${SITE:-/tmp/surreal-kit}
-ALL_PARTS=(part1 part2 part3 part4 part5 part6 part7 part8)
+ALL_PARTS=(part1 part2 part3 part4 part5 part6 part7 part8 part9 part10)
 
 DRY=0
 PARTS=()
@@ -60,8 +62,8 @@ unset 'POSITIONAL[-1]'
 for part in "${POSITIONAL[@]}"; do
 	case "$part" in
 	all) PARTS+=("${ALL_PARTS[@]}") ;;
-	part[1-8]) PARTS+=("$part") ;;
-	*) echo "unknown part $part (part1 ... part8, or all)" >&2 && usage ;;
+	part[1-9] | part10) PARTS+=("$part") ;;
+	*) echo "unknown part $part (part1 ... part10, or all)" >&2 && usage ;;
 	esac
 done
 if [ ${#PARTS[@]} -eq 0 ]; then
@@ -162,6 +164,9 @@ if [ "$DRY" = 1 ]; then
 		algo.minibatch_size=128 algo.update_epochs=1 learner.eval_episodes=1)
 	DDPG_SIZE=(--steps 600 --actors 1 --timeout 600 env.kwargs.max_episode_steps=100 algo.learning_starts=300
 		algo.batch_size=32 learner.eval_episodes=1)
+	SAC_SIZE=(--steps 400 --seeds 1 --actors 1 --timeout 600 env.kwargs.max_episode_steps=100
+		algo.learning_starts=200 algo.batch_size=32 algo.replay_ratio=0.25 learner.eval_episodes=1)
+	CROSSQ_TOY=("algo.critic_hidden_sizes=[64,64]") # the 2048-wide critics are the GPU's
 	LIFT_ACTORS=(1)
 	LIFT_THROUGHPUT_SIZE=(--seconds 3 --raw-seconds 1 --chunk-steps 16 --min-batch 32 env.kwargs.horizon=20)
 	LIFT_LEARNING_SIZE=(--steps 100 --actors 1 --timeout 600 algo.learning_starts=40 algo.batch_size=16
@@ -179,6 +184,8 @@ else
 	CAPACITY_SECONDS=3
 	PPO_SIZE=(--steps 1000000 --seeds 1 2 3 --parallel --actors 3 --timeout 450 topology.envs_per_actor=4)
 	DDPG_SIZE=(--steps "${DDPG_STEPS:-300000}" --actors 8 --timeout 450)
+	SAC_SIZE=(--steps "${SAC_STEPS:-300000}" --seeds 1 2 --parallel --actors 4 --timeout 450)
+	CROSSQ_TOY=()
 	LIFT_ACTORS=(14)
 	LIFT_THROUGHPUT_SIZE=(--seconds 90 --raw-seconds 30 --chunk-steps 32 --min-batch 256)
 	LIFT_LEARNING_SIZE=(--steps 200000 --actors 14 --timeout 210)
@@ -230,6 +237,14 @@ part8() {
 		--envs-per-actor 1 --device "$GPU" --runs-root "$WORK/runs" \
 		--out "$OUT_DIR/throughput-robosuite-Lift.$T.json" --actors "${LIFT_ACTORS[@]}"
 	learning td3-lift 270 "learning-ddpg-robosuite-Lift.$T.json" ddpg robosuite:Lift "${LIFT_LEARNING_SIZE[@]}" "${TD3[@]}"
+}
+
+# SAC at its packaged defaults (one gradient step per env step) and CrossQ, two seeds at once (the bar:
+# 9,000 within 300k env steps on 2 seeds), each seed's learner compiled on the one GPU.
+part9() { learning sac-halfcheetah 530 "learning-sac-HalfCheetah-v5.$T.json" sac HalfCheetah-v5 "${SAC_SIZE[@]}"; }
+part10() {
+	learning crossq-halfcheetah 530 "learning-crossq-HalfCheetah-v5.$T.json" sac HalfCheetah-v5 "${SAC_SIZE[@]}" \
+		preset=crossq "${CROSSQ_TOY[@]}"
 }
 
 # -- run ----------------------------------------------------------------------------------------------------------
