@@ -256,8 +256,12 @@ def check(costs: Costs, fleet_file: Path = FLEET_FILE, results: Path = RESULTS) 
     for file in gpu_box_files(results):
         out[file.name.split(".")[1].replace("-", "_")] = gpu_box_check(file, costs, results)
     # Every learner the costs hold, PPO on each and DDPG where its step was measured (not on a calibrated one).
-    srl = [(algo, device) for algo in ("ppo", "ddpg") for device, cost in costs.learner.items()]
-    srl = [(algo, device) for algo, device in srl if algo == "ppo" or costs.learner[device].ddpg_step_s is not None]
+    srl = [
+        (algo, device)
+        for algo in ("ppo", "ddpg")
+        for device, cost in costs.learner.items()
+        if algo == "ppo" or cost.ddpg_step_s is not None
+    ]
     out["srl_15000_cores"] = {
         f"{algo} {device}": {"cluster": dataclasses.asdict(c), **predict(c, costs).to_json()}
         for algo, device in srl

@@ -380,27 +380,20 @@ def measure_learner(device: str, seconds: float = 3.0) -> dict[str, Any]:
 
     from bench.learner import machine_tag
 
-    name = device_name(torch.device(device))
+    tag = machine_tag(torch.device(device))
     with tempfile.TemporaryDirectory() as tmp:
         learner, _, raw = learner_costs(device, seconds, Path(tmp))
     return {
         "benchmark": "capacity-learner",
-        "machine": machine_tag(torch.device(device)),
+        "machine": tag,
         "device": device,
-        "name": name,
+        "name": "cpu" if device == "cpu" else tag.split("-")[0],  # what a cluster's `learner_device` calls it
         "learner": vars(learner),
         "raw": raw,
         "source": f"--measure-learner {device}: LearnerCore PPO update at batches {PPO_BATCHES[0]} and "
         f"{PPO_BATCHES[1]} (minibatch batch/32, 10 epochs) and DDPG's gradient step of 256, "
         + ("CPU time" if device == "cpu" else "compiled, CUDA graphs, wall time, synchronized"),
     }
-
-
-def device_name(device: Any) -> str:
-    """What a cluster's `learner_device` calls it: `cpu`, or the GPU's model (`h200`, `h100`)."""
-    from bench.learner import machine_tag
-
-    return "cpu" if device.type == "cpu" else machine_tag(device).split("-")[0]
 
 
 def measure(seconds: float = 3.0) -> dict[str, Any]:
