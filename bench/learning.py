@@ -7,8 +7,10 @@
 Each seed is one ordinary run (its folder under bench/results/runs/ holds config, metrics, eval and the
 learning curve). The last line is one JSON object with every seed's eval return, steps and wall time,
 their mean, and the published reference numbers it is compared with (also written to
-bench/results/learning-<algo>-<env>.json, or to `--out`). A run still going at `--timeout` is stopped as Ctrl-C
-would stop it: its row says `interrupted`, with the env steps it reached and no eval return.
+bench/results/learning-<algo>-<env>.json, or to `--out`). With `learner.eval_interval=N` among the overrides, each
+seed's row also holds its evaluations every N env steps and the first one that reached the reference's bar. A run
+still going at `--timeout` is stopped as Ctrl-C would stop it: its row says `interrupted`, with the env steps it
+reached and no eval return.
 
 `--collect` makes the same object from run folders this bench started that have finished since (runs whose
 watcher was stopped so they could outlive `--timeout`): algorithm, env, steps, actors and the extra overrides are
@@ -31,6 +33,7 @@ import numpy as np
 from bench._runs import RESULTS, WatchedRun, emit
 from surreal.config.schema import ALGORITHMS, NOT_IN_RUN_NAME
 from surreal.launch.plot import NoMetricsError, plot_run
+from surreal.metricsfile import read_evals
 
 # Published returns (MuJoCo v4 / v3 tasks; v5 differs only in details), per algorithm and task.
 REFERENCES: dict[str, dict[str, dict[str, object]]] = {
@@ -56,7 +59,10 @@ REFERENCES: dict[str, dict[str, dict[str, object]]] = {
             "target": 9000,
         },
         "Pendulum-v1": {"target": -250, "note": "the suite's bar (tests/test_sac.py): 12k steps, serial"},
-        "robosuite:Lift": {"robosuite_benchmark_rlkit_sac": "all 5 seeds lift the cube by about 750k env steps"},
+        "robosuite:Lift": {
+            "robosuite_benchmark_rlkit_sac": "all 5 seeds lift the cube by about 750k env steps",
+            "success_target": 0.8,
+        },
     },
     "es": {
         "InvertedPendulum-v5": {"target": 900},
@@ -82,14 +88,50 @@ ROW_FIELDS = (
 OWN_OVERRIDES = ("name", "algo", "env", "steps", "seed", "actors")
 
 
-def collect_row(run_dir: Path, summary: dict) -> dict:
-    """One seed's row: its learning curve plotted into the run folder and summary.json's fields kept."""
+def eval_curve(run_dir: Path, summary: dict) -> list[dict]:
+    """The run's evaluations in order: the evaluator's during training (evals.jsonl, with `learner.eval_interval`)
+    and the final one, each with its env steps and its wall time since the run started."""
+    started = json.loads((run_dir / "reproduce.json").read_text()).get("started_at")
+    points = [
+        {
+            "env_steps": r["env_steps"],
+            "wall_s": round(r["time"] - started, 1) if started is not None else None,
+            "eval_return_mean": r["eval_return_mean"],
+            "eval_success_rate": r.get("eval_success_rate"),
+        }
+        for r in read_evals(run_dir)
+    ]
+    if summary["eval_return_mean"] is not None:
+        points.append({k: summary[k] for k in ("env_steps", "wall_s", "eval_return_mean", "eval_success_rate")})
+    return points
+
+
+def first_at_target(curve: list[dict], references: dict) -> dict | None:
+    """The first evaluation that reached the task's bar (`success_target` where the env reports success, else
+    the return `target`), or None: when a target "within N env steps" was met, not only whether the end met it."""
+    key, bar = (
+        ("eval_success_rate", references["success_target"])
+        if "success_target" in references
+        else ("eval_return_mean", references.get("target"))
+    )
+    if bar is None:
+        return None
+    return next((p for p in curve if p[key] is not None and p[key] >= bar), None)
+
+
+def collect_row(run_dir: Path, summary: dict, references: dict) -> dict:
+    """One seed's row: its learning curve plotted into the run folder, summary.json's fields kept, and its
+    evaluations (with the first to reach the reference's bar) when the evaluator ran."""
     try:
         plot_run(run_dir)
     except NoMetricsError as nothing_to_plot:  # stopped before an episode ended: the row still counts
         print(nothing_to_plot, flush=True)
     row = {k: summary[k] for k in ROW_FIELDS}
-    print(json.dumps(row), flush=True)
+    curve = eval_curve(run_dir, summary)
+    if len(curve) > (summary["eval_return_mean"] is not None):  # the evaluator ran: more than the final point
+        row["evals"] = curve
+        row["first_at_target"] = first_at_target(curve, references)
+    print(json.dumps({k: v for k, v in row.items() if k != "evals"}), flush=True)
     return row
 
 
@@ -127,7 +169,8 @@ def collect(run_dirs: list[Path]) -> dict:
             sys.exit(f"{run_dir}: not a bench.learning run ({', '.join(missing)} not among its overrides)")
         extra = tuple(o for o in given if o.split("=", 1)[0] not in OWN_OVERRIDES)
         experiments.add((keys["algo"], keys["env"], int(keys["steps"]), int(keys["actors"]), extra))
-        rows.append(collect_row(run_dir, json.loads((run_dir / "summary.json").read_text())))
+        summary = json.loads((run_dir / "summary.json").read_text())
+        rows.append(collect_row(run_dir, summary, REFERENCES.get(summary["algo"], {}).get(summary["env"], {})))
     if len(experiments) != 1:
         sys.exit(f"the run folders are not the seeds of one experiment: {sorted(experiments)}")
     algo, env, steps, actors, extra = experiments.pop()
@@ -176,7 +219,7 @@ def main() -> None:
     rows = []
     for run in runs:
         summary = run.wait(max(1.0, deadline - time.monotonic()) if args.parallel else args.timeout)
-        rows.append(collect_row(run.run_dir, summary))
+        rows.append(collect_row(run.run_dir, summary, REFERENCES.get(args.algo, {}).get(args.env, {})))
     result = learning_result(args.algo, args.env, args.steps, args.actors, args.overrides, rows)
     emit(result, args.out or default_out(args.algo, args.env))
 

@@ -6,7 +6,7 @@ import json
 from dataclasses import replace
 
 import pytest
-from bench.learning import collect
+from bench.learning import collect, first_at_target
 
 from surreal.config import load_config
 from surreal.launch.runfolder import create_run_folder, write_summary
@@ -72,3 +72,31 @@ def test_collect_refuses_folders_of_different_experiments_and_runs_it_did_not_st
     plain = finished_run("plain", ["algo=ddpg", "env=Pendulum-v1"], -200.0)
     with pytest.raises(SystemExit, match=r"not a bench.learning run \(steps, actors not among its overrides\)"):
         collect([plain])
+
+
+def test_a_row_holds_the_evaluators_curve_and_when_it_first_reached_the_bar(runs_root):
+    run = finished_run("evals", seed_overrides(1, "learner.eval_interval=4096"), -180.0)
+    started = json.loads((run / "reproduce.json").read_text())["started_at"]
+    during = [(4096, -900.0), (8192, -400.0), (12288, -240.0), (16384, -260.0)]
+    (run / "evals.jsonl").write_text(
+        "".join(
+            json.dumps({"env_steps": s, "time": started + s / 100, "eval_return_mean": r, "eval_episodes": 10}) + "\n"
+            for s, r in during
+        )
+    )
+    (row,) = collect([run])["runs"]
+    assert [(p["env_steps"], p["eval_return_mean"]) for p in row["evals"]] == [*during, (20480, -180.0)]
+    assert [p["wall_s"] for p in row["evals"]] == [41.0, 81.9, 122.9, 163.8, 100.0]
+    assert row["first_at_target"]["env_steps"] == 12288, "Pendulum's bar is -250: the third evaluation"
+    plain = finished_run("plain-seed", seed_overrides(1), -180.0)
+    assert "evals" not in collect([plain])["runs"][0], "no evaluator: the final eval alone, as before"
+
+
+def test_a_success_bar_is_judged_on_the_success_rate():
+    curve = [
+        {"env_steps": 1, "eval_return_mean": 500.0, "eval_success_rate": 0.6},
+        {"env_steps": 2, "eval_return_mean": 400.0, "eval_success_rate": 0.85},
+    ]
+    assert first_at_target(curve, {"success_target": 0.8, "target": 100})["env_steps"] == 2
+    assert first_at_target(curve, {"target": 450})["env_steps"] == 1
+    assert first_at_target(curve, {"target": 9000}) is None and first_at_target(curve, {}) is None

@@ -97,6 +97,12 @@ def experiment_of(docs: list[dict[str, Any]]) -> dict[str, Any]:
     return yaml.safe_load(configmap["data"]["experiment.yaml"])
 
 
+def roles_of(docs: list[dict[str, Any]]) -> list[str]:
+    """The roles a rendering should run: the four, and the evaluator when the experiment sets an eval interval."""
+    evaluator = experiment_of(docs).get("learner", {}).get("eval_interval", 0) > 0
+    return ["learner", "replay", "ps", "actor", *(["evaluator"] if evaluator else [])]
+
+
 def values_ids(path: Path) -> str:
     return path.stem
 
@@ -169,12 +175,7 @@ def test_servicemonitor_validates_against_the_crd_schema(rendered) -> None:
     # It selects exactly the release's Services that expose a metrics port.
     selector = monitor["spec"]["selector"]["matchLabels"]
     selected = [s for s in by_kind(docs, "Service") if selector.items() <= s["metadata"]["labels"].items()]
-    assert {s["metadata"]["labels"]["app.kubernetes.io/component"] for s in selected} == {
-        "learner",
-        "replay",
-        "ps",
-        "actor",
-    }
+    assert {s["metadata"]["labels"]["app.kubernetes.io/component"] for s in selected} == set(roles_of(docs))
     for service in selected:
         assert "metrics" in {p["name"] for p in service["spec"]["ports"]}
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
@@ -569,7 +570,24 @@ def test_every_role_runs_its_surreal_role_command_with_the_config_mounted(render
         assert env["SURREAL_CONFIG"] == f"{mounts[config_volume['name']]}/experiment.yaml", path.name
         assert env["SURREAL_BIND_HOST"] == "0.0.0.0"
         Settings.from_env(env)  # every SURREAL_* value parses
-    assert commands == {role: ["surreal", "role", role] for role in ("learner", "replay", "ps", "actor")}
+    assert commands == {role: ["surreal", "role", role] for role in roles_of(docs)}
+
+
+def test_an_evaluator_pod_runs_only_when_an_eval_interval_is_set() -> None:
+    """experiment.learner.eval_interval > 0 adds one evaluator on the actor image, asking the ps for parameters,
+    holding once training is done (a Deployment restarts what exits), on the stable CPU pool."""
+    assert not [d for d in render() if d["metadata"]["labels"].get("app.kubernetes.io/component") == "evaluator"]
+    docs = render(sets=("experiment.learner.eval_interval=20000", "image.tag=abc"))
+    deployment = find(docs, "Deployment", "evaluator")
+    find(docs, "Service", "evaluator")
+    assert deployment["spec"]["replicas"] == 1
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == "surreal-actor:abc"
+    settings = Settings.from_env(env_of(container))
+    assert settings.hold_when_done and settings.ps_addrs == (f"tcp://{RELEASE}-surreal-ps.{NAMESPACE}.svc:7004",)
+    assert pod["nodeSelector"] == {"surreal.dev/pool": "cpu"} and "tolerations" not in pod
+    assert experiment_of(docs)["learner"]["eval_interval"] == 20000
 
 
 def test_network_policy_admits_only_the_release_and_metrics_scrapers() -> None:

@@ -1,4 +1,4 @@
-"""SURREAL_HOLD_WHEN_DONE, what the chart's StatefulSets need: a finished learner and actor stay up (idle,
+"""SURREAL_HOLD_WHEN_DONE, what the chart's workloads need: a finished learner, actor and evaluator stay up (idle,
 /metrics answering) until SIGTERM instead of exiting into a restart loop, and a learner resumed after it
 finished announces `done` without evaluating again. Real role processes on loopback with a tiny PPO run."""
 
@@ -19,7 +19,7 @@ TINY_PPO = {
     "device": "cpu",
     "topology": {"actors": 1},
     "actor": {"chunk_steps": 64},
-    "learner": {"eval_episodes": 1},
+    "learner": {"eval_episodes": 1, "eval_interval": 128},  # the interval only matters to the evaluator
 }
 
 
@@ -64,6 +64,11 @@ def test_finished_roles_hold_until_stopped_and_a_resumed_learner_does_not_evalua
     late_actor = roles.start("actor", replace(base, metrics_port=actor_port))  # 5: a restarted actor sees `done`
     wait_until(lambda: "holding until stopped" in log_of(roles, 5), timeout_s=60, interval_s=0.2)
     assert "stopped after 0 chunks" not in log_of(roles, 5), "it is still holding, not exited"
+    evaluator_port = free_port()
+    evaluator = roles.start("evaluator", replace(base, metrics_port=evaluator_port))  # 6: the chart's Deployment's
+    wait_until(lambda: "holding until stopped" in log_of(roles, 6), timeout_s=60, interval_s=0.2)
+    assert evaluator.poll() is None and answers_metrics(evaluator_port)
     again.terminate()
     late_actor.terminate()
-    assert again.wait(timeout=20) == 0 and late_actor.wait(timeout=20) == 0
+    evaluator.terminate()
+    assert again.wait(timeout=20) == 0 and late_actor.wait(timeout=20) == 0 and evaluator.wait(timeout=20) == 0

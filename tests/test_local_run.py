@@ -7,7 +7,9 @@ hands out, and check afterwards that no process it started is left.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
+import math
 import os
 import re
 import signal
@@ -237,6 +239,36 @@ def test_run_survives_kill_9_of_actor_learner_and_replay(runs):
     assert [r["updates"] for r in rows] == list(range(1, len(rows) + 1)), "one row per update, none twice"
     assert summary["env_steps"] >= 40960
     assert "resumed at update 0" in (run.run_dir / "logs" / "learner.log").read_text()
+    run.assert_nothing_left()
+
+
+def test_the_evaluator_scores_the_policy_while_training_and_goes_on_after_its_last_row_when_killed(runs):
+    """learner.eval_interval adds an evaluator process: evals.jsonl grows while the run trains, one row per
+    interval passed; SIGKILLed, the evaluator is started again and continues after its last row."""
+    interval = 2048
+    run = runs(
+        "evaluator",
+        "env=InvertedPendulum-v5",
+        "actors=1",
+        "steps=5000000",
+        f"learner.eval_interval={interval}",
+        "learner.eval_episodes=2",
+    )
+    evals = run.run_dir / "evals.jsonl"
+    wait_until(lambda: len(read_metrics(evals)) >= 2, 300)
+    first = run.role("evaluator")
+    first.send_signal(signal.SIGKILL)
+    written = len(read_metrics(evals))
+    wait_until(lambda: len(read_metrics(evals)) >= written + 2, 300)
+    run.proc.send_signal(signal.SIGINT)
+    summary = run.wait(120)
+    assert summary["status"] == "interrupted" and summary["restarts"]["evaluator-0"] == 1, summary
+    rows = read_metrics(evals)
+    intervals = [r["env_steps"] // interval for r in rows]
+    assert intervals[0] >= 1 and all(a < b for a, b in itertools.pairwise(intervals)), "never an interval twice"
+    assert all(r["eval_episodes"] == 2 and math.isfinite(r["eval_return_mean"]) for r in rows)
+    trained = read_metrics(run.run_dir / "metrics.jsonl")[-1]["env_steps"]
+    assert rows[-1]["env_steps"] <= trained, "a row names the env steps of a blob the learner published"
     run.assert_nothing_left()
 
 

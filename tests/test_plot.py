@@ -58,3 +58,23 @@ def test_plot_without_metrics_or_returns_says_why(tmp_path):
     write_run(tmp_path / "young", [None, None])
     with pytest.raises(NoMetricsError, match="no training returns yet"):
         plot_run(tmp_path / "young")
+
+
+def test_the_evaluators_rows_are_drawn_on_both_axes(tmp_path):
+    run_dir = tmp_path / "curve"
+    write_run(run_dir, [1.0, 2.0, 3.0])
+    rows = [{"env_steps": 2048 * i, "train_return_mean": 1.0, "train_success_rate": i / 4} for i in (1, 2, 3)]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    evals = [
+        {"env_steps": 2000 * i, "eval_return_mean": 10.0 * i, "eval_episodes": 5, "eval_success_rate": i / 5}
+        for i in (1, 2, 3)
+    ]
+    (run_dir / "evals.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evals) + '{"env_st')
+    (run_dir / "eval.json").write_text(
+        json.dumps({"eval_return_mean": 40.0, "eval_success_rate": 0.8, "env_steps": 6144})
+    )
+    returns, rates = curve_figure(run_dir).axes
+    train, during = returns.lines[:2]  # then the final eval's errorbar (its point and caps)
+    assert [list(train.get_ydata()), list(during.get_ydata())] == [[1.0] * 3, [10.0, 20.0, 30.0]]
+    assert list(during.get_xdata()) == [2000, 4000, 6000]
+    assert [list(line.get_ydata()) for line in rates.lines] == [[0.25, 0.5, 0.75], [0.2, 0.4, 0.6], [0.8]]

@@ -251,6 +251,7 @@ def values_schema() -> dict[str, Any]:
                     },
                 },
             ),
+            "evaluator": role(None),  # rendered only when experiment.learner.eval_interval > 0
             "serviceAccount": closed(
                 {"create": {"type": "boolean"}, "name": {"type": "string"}, "annotations": ref("annotations")}
             ),

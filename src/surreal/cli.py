@@ -1,9 +1,9 @@
 """The `surreal` command.
 
-    surreal role <replay|ps|learner|actor> [options]   start one role (what a pod runs)
-    surreal run [overrides...]                         run a whole experiment as local processes
-    surreal plot <run folder>                          learning curve PNG of a run
-    surreal probe progress --url URL                   wait until a learner reports progress (helm test)
+    surreal role <replay|ps|learner|actor|evaluator> [options]   start one role (what a pod runs)
+    surreal run [overrides...]                 run a whole experiment as local processes
+    surreal plot <run folder>                  learning curve PNG of a run
+    surreal probe progress --url URL           wait until a learner reports progress (helm test)
 
 Role modules are imported only when chosen, so `surreal role replay` never loads torch and `--help`
 starts nothing.
@@ -23,6 +23,7 @@ ROLES = {
     "ps": ("surreal.roles.ps", "parameter server replica: serves the latest parameters to actors"),
     "learner": ("surreal.roles.learner", "the centralized learner: samples, updates, publishes, checkpoints"),
     "actor": ("surreal.roles.actor", "steps environments with the latest policy and pushes experience"),
+    "evaluator": ("surreal.roles.evaluator", "evaluates the published policy every learner.eval_interval env steps"),
 }
 
 ENVIRONMENT_HELP = "Addresses and identity come from SURREAL_* environment variables; see surreal.settings."

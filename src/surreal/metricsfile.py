@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 METRICS_FILE = "metrics.jsonl"  # in the run folder, written by the learner
+EVALS_FILE = "evals.jsonl"  # in the run folder, written by the evaluator (roles/evaluator.py): the same rule
 
 
 def parse_row(line: str | bytes) -> dict[str, Any] | None:
@@ -32,6 +33,11 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     except FileNotFoundError:
         return []
     return [row for line in text.splitlines() if (row := parse_row(line)) is not None]
+
+
+def read_evals(run_dir: Path) -> list[dict[str, Any]]:
+    """The evaluator's rows in a run folder (none when no evaluator ran): env_steps, eval_return_mean, ..."""
+    return read_metrics(run_dir / EVALS_FILE)
 
 
 class MetricsTail:

@@ -395,6 +395,9 @@ class LearnerConfig:
     checkpoint_interval_s: float = 60.0  # and at least this often, so a killed learner loses little
     keep_checkpoints: int = 3
     eval_episodes: int = 10
+    # Env steps between evaluations of the published policy by the evaluator role (roles/evaluator.py:
+    # evals.jsonl, a curve of eval returns); 0: only the final evaluation, and no evaluator runs.
+    eval_interval: int = 0
     torch_threads: int = 1  # CPU threads for a CPU learner: PPO's 64-sample minibatches gain nothing from more
     # torch.compile the update (PPO: the minibatch loss; on CUDA the whole step replayed as a CUDA graph). The
     # first update pays the compilation (about 17 s on one CPU core with a cold inductor cache).
@@ -493,6 +496,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         f"chaos.alive must be between 0 and topology.actors={cfg.topology.actors} (got {chaos.alive})",
     )
     need(not (chaos.active and cfg.deterministic), "chaos needs deterministic=false: killed actors are not replayable")
+    need(cfg.learner.eval_interval >= 0, f"learner.eval_interval must be >= 0 (got {cfg.learner.eval_interval})")
     need(cfg.learner.max_staleness >= 0, f"learner.max_staleness must be >= 0 (got {cfg.learner.max_staleness})")
     need(
         cfg.name is None or RUN_NAME.fullmatch(cfg.name) is not None,

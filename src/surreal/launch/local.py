@@ -71,7 +71,8 @@ def plan_processes(
     `ipc_dir`, the roles talk over Unix sockets there (SURREAL_IPC_DIR): a restarted replay or ps gets its
     address back even if another program took its TCP port meanwhile."""
     topo = cfg.topology
-    processes = topo.replay_shards + topo.ps_replicas + 1 + topo.actors
+    evaluators = 1 if cfg.learner.eval_interval > 0 else 0
+    processes = topo.replay_shards + topo.ps_replicas + 1 + topo.actors + evaluators
     ports = iter(free_ports(2 * topo.replay_shards + topo.ps_replicas + 1 + processes))
     shards = tuple(ReplayEndpoint(LOOPBACK, next(ports), next(ports)) for _ in range(topo.replay_shards))
     ps_ports = [next(ports) for _ in range(topo.ps_replicas)]
@@ -118,6 +119,7 @@ def plan_processes(
         *(spec("ps", i, "always", ps_port=port) for i, port in enumerate(ps_ports)),
         spec("learner", 0, "on-failure", resume=True, grace_s=LEARNER_GRACE_S, params_pub_port=pub_port),
         *(spec("actor", i, "on-failure") for i in range(topo.actors)),
+        *(spec("evaluator", 0, "on-failure") for _ in range(evaluators)),
     ]
 
 

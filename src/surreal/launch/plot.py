@@ -14,7 +14,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from surreal.launch.runfolder import read_eval
-from surreal.metricsfile import read_metrics
+from surreal.metricsfile import read_evals, read_metrics
 
 
 class NoMetricsError(SystemExit):
@@ -23,8 +23,9 @@ class NoMetricsError(SystemExit):
 
 
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> str:
-    """Train return (mean of the last 20 episodes) against env steps, the final eval as a marked point, and
-    the success rate on a second axis when the env reports success (robosuite tasks)."""
+    """Train return (mean of the last 20 episodes) against env steps, the evaluator's evaluations during
+    training (evals.jsonl, when `learner.eval_interval` was set) and the final eval as marked points, and the
+    success rates on a second axis when the env reports success (robosuite tasks)."""
     run_dir = Path(run_dir)
     fig = curve_figure(run_dir)
     path = Path(out) if out else run_dir / "learning_curve.png"
@@ -46,6 +47,16 @@ def curve_figure(run_dir: Path) -> Figure:
     ax.plot(
         [r["env_steps"] for r in rows], [r["train_return_mean"] for r in rows], label="train return (last 20 episodes)"
     )
+    evals = read_evals(run_dir)
+    if evals:
+        ax.plot(
+            [r["env_steps"] for r in evals],
+            [r["eval_return_mean"] for r in evals],
+            "o-",
+            color="C1",
+            markersize=3,
+            label=f"eval return during training ({evals[-1]['eval_episodes']} episodes)",
+        )
     evaluation = read_eval(run_dir)
     if "eval_return_mean" in evaluation and "env_steps" in evaluation:
         ax.errorbar(
@@ -68,6 +79,16 @@ def curve_figure(run_dir: Path) -> Figure:
             linestyle="--",
             label="train success rate (last 20 episodes)",
         )
+        eval_successes = [r for r in evals if r.get("eval_success_rate") is not None]
+        if eval_successes:
+            rate.plot(
+                [r["env_steps"] for r in eval_successes],
+                [r["eval_success_rate"] for r in eval_successes],
+                "s:",
+                color="C4",
+                markersize=3,
+                label="eval success during training",
+            )
         if "eval_success_rate" in evaluation and "env_steps" in evaluation:
             rate.plot(
                 [evaluation["env_steps"]],

@@ -151,6 +151,7 @@ def create_run_folder(
             "cwd": os.getcwd(),
             "command": sys.argv,
             "overrides": list(overrides),
+            "started_at": round(time.time(), 3),  # Unix time, as the rows' `time`: their offset from the start
         },
     )
     return run_dir, cfg, lock

@@ -1,0 +1,191 @@
+"""`surreal role evaluator`: the published policy evaluated while training runs, for a curve of eval returns.
+
+    ps ──params, each time their env_steps pass the next multiple of learner.eval_interval──►
+        deterministic policy ──► learner.eval_episodes full episodes ──► evals.jsonl rows, /metrics, log
+
+The learner evaluates once, at the end (roles/evaluation.py). A target such as "eval success 0.8 within 500k env
+steps" needs the deterministic policy measured as training goes, and the learner cannot do it without stalling its
+updates for the episodes' length (20 Lift episodes are 10,000 env steps: a minute of a core). This role is an
+actor that sends nothing: it long-polls the ps for the newest blob and, whenever the blob's `env_steps` passed the
+next multiple of `learner.eval_interval`, evaluates that blob on the seeds of the final evaluation
+(`EVAL_SEED_OFFSET`), so every point of the curve measures the same episodes. A row is labelled with the blob's
+own `env_steps`; the policy it scores is the one published then, so an evaluation that takes a while measures no
+later policy than it names.
+
+Stateless but for the rows it wrote: started again, it continues after the last row of `evals.jsonl`. It stops
+on the `done` blob; the learner's eval.json is the curve's last point. SIGTERM ends it at once (no handler
+until training is done): it holds nothing that a written row does not. It costs CPU that the actors and the
+learner would otherwise get (on a 2-core box an eval of 10 HalfCheetah episodes takes a few seconds of one
+core), which is why it only runs when `learner.eval_interval` is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import zmq
+
+from surreal.algos import get_algorithm
+from surreal.config import ExperimentConfig, algo_config
+from surreal.envs import make_env
+from surreal.metrics import RoleMetrics
+from surreal.metricsfile import EVALS_FILE, read_evals
+from surreal.proto.channels import ParamClient
+from surreal.proto.codec import Limits
+from surreal.proto.wire import Params
+from surreal.roles.common import StopFlag, hold_until_stopped, load_config, setup_logging
+from surreal.roles.evaluation import EVAL_SEED_OFFSET
+from surreal.roles.ports import ParamsIn
+from surreal.runtime.rollout import evaluate
+from surreal.settings import Settings
+
+HOLD_S = 2.0  # long poll: the ps answers when a newer blob arrives or after this long
+IDLE_S = 0.5  # pause after an unanswered fetch (the ps is down or restarting)
+
+
+@dataclass(frozen=True)
+class EvalRow:
+    """One point of the eval curve: the blob's env steps and version, when it was evaluated, and what its
+    deterministic policy scored (success rate only for envs that report success)."""
+
+    env_steps: int
+    version: int
+    time: float
+    eval_s: float
+    eval_return_mean: float
+    eval_return_std: float
+    eval_episodes: int
+    eval_success_rate: float | None
+
+
+def append_row(path: Path, row: EvalRow) -> None:
+    """One line per row. A line torn by a kill (SIGTERM ends the evaluator mid-write too) is ended first, so it
+    costs only itself: readers skip a line that is not a JSON object (surreal.metricsfile)."""
+    torn = path.is_file() and path.stat().st_size > 0 and path.read_bytes()[-1:] != b"\n"
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(("\n" if torn else "") + json.dumps(asdict(row)) + "\n")
+
+
+def next_threshold(env_steps: int, interval: int) -> int:
+    """The first multiple of `interval` after `env_steps`: when the next evaluation is due."""
+    return (env_steps // interval + 1) * interval
+
+
+class EvaluatorCore:
+    """Fetch the newest blob; evaluate it when its env steps reached the next threshold. No sockets (the tests
+    drive it with an in-process ps)."""
+
+    def __init__(self, cfg: ExperimentConfig, params: ParamsIn, evaluated_up_to: int = 0) -> None:
+        if cfg.learner.eval_interval <= 0:
+            raise ValueError("the evaluator needs learner.eval_interval > 0")
+        self.cfg = cfg
+        self.params = params
+        env = make_env(cfg.env.id, cfg.seed, cfg.env.kwargs)
+        try:
+            spaces = env.observation_space, env.action_space
+        finally:
+            env.close()
+        self.policy = get_algorithm(cfg.algo.name).make_policy(*spaces, algo_config(cfg), 0, 1)
+        self.due = next_threshold(evaluated_up_to, cfg.learner.eval_interval)
+        self.version, self.incarnation, self.done = -1, "", False
+
+    def step(self, hold_s: float = HOLD_S, timeout_s: float = 5.0) -> EvalRow | None:
+        """One fetch (a long poll for a newer blob); a row when the blob it brought was due for evaluation."""
+        reply = self.params.fetch(self.version, self.incarnation, timeout_s, hold_s, self.version + 1)
+        if not isinstance(reply, Params):
+            return None
+        blob = reply.blob
+        self.version, self.incarnation, self.done = blob.version, blob.incarnation, blob.done
+        if blob.done or blob.env_steps < self.due:
+            return None
+        row = self.evaluate(reply)
+        self.due = next_threshold(blob.env_steps, self.cfg.learner.eval_interval)
+        return row
+
+    def evaluate(self, params: Params) -> EvalRow:
+        cfg = self.cfg
+        started = time.monotonic()
+        self.policy.load_params(params.arrays)
+        result = evaluate(
+            cfg.env.id, self.policy, cfg.learner.eval_episodes, cfg.seed + EVAL_SEED_OFFSET, cfg.env.kwargs
+        )
+        return EvalRow(
+            env_steps=params.blob.env_steps,
+            version=params.blob.version,
+            time=round(time.time(), 3),
+            eval_s=round(time.monotonic() - started, 3),
+            eval_return_mean=float(np.mean(result.returns)),
+            eval_return_std=float(np.std(result.returns)),
+            eval_episodes=len(result.returns),
+            eval_success_rate=float(np.mean(result.successes)) if result.successes else None,
+        )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    del parser  # everything comes from SURREAL_* variables and the experiment config
+
+
+def main(args: argparse.Namespace) -> int:
+    del args
+    settings = Settings.from_env()
+    cfg = load_config()
+    log = setup_logging("evaluator", settings.index)
+    torch.set_num_threads(1)
+    metrics = RoleMetrics("evaluator", settings.index)
+    m_bad = metrics.counter("messages_dropped_total", "malformed replies counted and dropped", ["reason"])
+    m_return = metrics.gauge("evaluator_return_mean", "mean return of the last evaluation")
+    m_success = metrics.gauge("evaluator_success_rate", "success rate of the last evaluation (success envs only)")
+    m_env_steps = metrics.gauge("evaluator_env_steps", "env steps of the blob evaluated last")
+    m_evals = metrics.counter("evaluator_evaluations_total", "evaluations done")
+    run_dir = settings.run_dir
+    history = read_evals(run_dir)  # a restarted evaluator continues after its last row
+    ctx = zmq.Context()
+    ps_addrs = [settings.connect(a) for a in settings.ps_addrs]
+    params = ParamClient(
+        ctx, ps_addrs, Limits(max_bytes=cfg.ps.max_message_bytes), lambda r: m_bad.labels(reason=r).inc()
+    )
+    core = EvaluatorCore(cfg, params, max((int(r["env_steps"]) for r in history), default=0))
+    metrics.serve(settings.bind_host, settings.metrics_port)
+    log.info(
+        "evaluating every %d env steps (%d episodes); first at %d",
+        cfg.learner.eval_interval,
+        cfg.learner.eval_episodes,
+        core.due,
+    )
+    try:
+        while not core.done:  # SIGTERM's default action ends it, mid-evaluation too
+            row = core.step()
+            if row is None:
+                if core.version < 0:  # no blob yet: the learner or the ps is still starting
+                    time.sleep(IDLE_S)
+                continue
+            if run_dir.is_dir():  # a pod has no run folder: its rows go to the log and /metrics
+                append_row(run_dir / EVALS_FILE, row)
+            m_return.set(row.eval_return_mean)
+            if row.eval_success_rate is not None:
+                m_success.set(row.eval_success_rate)
+            m_env_steps.set(row.env_steps)
+            m_evals.inc()
+            success = "" if row.eval_success_rate is None else f", success {row.eval_success_rate:.0%}"
+            log.info(
+                "eval at %d env steps: %.1f +- %.1f%s (%.1f s)",
+                row.env_steps,
+                row.eval_return_mean,
+                row.eval_return_std,
+                success,
+                row.eval_s,
+            )
+        if settings.hold_when_done:
+            hold_until_stopped(StopFlag().install(), log)
+    finally:
+        params.close()
+        ctx.term()
+        metrics.close()
+    log.info("stopped at version %d%s", core.version, " (training done)" if core.done else "")
+    return 0
