@@ -37,7 +37,7 @@ import os
 import platform
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import yaml
 
@@ -49,7 +49,17 @@ FLEET_FILE = RESULTS / "fleet.2core.json"
 CHECK_FILE = RESULTS / "capacity.2core.json"
 FLEET_TARGET, GPU_BOX_TARGET = 0.20, 0.25
 GPU_BOX_CHUNK, GPU_BOX_MINIBATCHES = 256, 32  # bench.throughput's defaults (chunk_steps, batch / 32)
-DATACENTER = {"network_gbit": 10.0, "rtt_ms": 0.2}  # the chart's sizing network (the issue's datacenter profile)
+
+
+class Network(TypedDict):
+    """A cluster's network as `Cluster` takes it."""
+
+    network_gbit: float
+    rtt_ms: float
+
+
+# The chart's sizing network (the issue's datacenter profile).
+DATACENTER: Network = {"network_gbit": 10.0, "rtt_ms": 0.2}
 SRL_CORES = 15_000
 
 
@@ -168,7 +178,7 @@ def cpu_cores(quantity: Any) -> float:
     return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
 
 
-def values_cluster(path: Path, network: dict[str, float] = DATACENTER) -> Cluster:
+def values_cluster(path: Path, network: Network = DATACENTER) -> Cluster:
     """A chart values file's cluster: actor and service counts and the cores each requests; the experiment's
     PPO batch and chunk; a datacenter network; the learner on an H100 (the chart's GPU learner)."""
     values = yaml.safe_load(path.read_text())

@@ -147,13 +147,14 @@ def actor_rate(env_id: str, seconds: float) -> float:
     raw actor, timed by CPU time here so the box's other load does not count)."""
     import torch
 
-    from surreal.algos.ppo import PPOPolicy
+    from surreal.algos import get_algorithm
     from surreal.config.schema import PPOConfig
     from surreal.envs import make_vec_env
 
     torch.set_num_threads(1)
     envs = make_vec_env(env_id, 1, 0)
-    policy = PPOPolicy(envs.single_observation_space, envs.single_action_space, PPOConfig(seed=0), 0)
+    spaces = envs.single_observation_space, envs.single_action_space
+    policy = get_algorithm("ppo").make_policy(*spaces, PPOConfig(seed=0), 0)
     obs = [envs.reset()[0]]
 
     def step() -> None:

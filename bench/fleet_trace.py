@@ -16,6 +16,7 @@ from __future__ import annotations
 import gc
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,7 +114,7 @@ class Timeline:
         return windows
 
 
-def overlaps(start: float, end: float, spans: list[tuple[float, ...]]) -> bool:
+def overlaps(start: float, end: float, spans: Sequence[tuple[float, ...]]) -> bool:
     return any(s[0] < end and s[1] > start for s in spans)
 
 

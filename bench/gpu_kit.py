@@ -45,6 +45,7 @@ import zipfile
 from email.parser import Parser
 from importlib import metadata
 from pathlib import Path
+from typing import cast
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
@@ -118,8 +119,8 @@ PYTHON = (3, 12)
 PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in range(28, 16, -1)] + ["manylinux2014_x86_64", "linux_x86_64"]
 PIP_TARGET = ["--python-version", "3.12", "--implementation", "cp", "--only-binary=:all:"]
 PIP_TARGET += [arg for platform in PLATFORMS for arg in ("--platform", platform)]
-MARKERS = {
-    **default_environment(),
+MARKERS: dict[str, str] = {
+    **cast(dict[str, str], default_environment()),  # a TypedDict of str values
     "python_version": "3.12",
     "python_full_version": "3.12.3",
     "implementation_name": "cpython",
@@ -273,10 +274,10 @@ def check(kit: Path) -> list[str]:
     by_name: dict[str, tuple[Path, str]] = {}
     tags = supported_tags()
     for wheel in wheels:
-        name, version, _, wheel_tags = parse_wheel_filename(wheel.name)
-        if name in by_name:
-            problems.append(f"two versions of {name}: {by_name[name][0].name} and {wheel.name}")
-        by_name[name] = (wheel, str(version))
+        wheel_name, version, _, wheel_tags = parse_wheel_filename(wheel.name)
+        if wheel_name in by_name:
+            problems.append(f"two versions of {wheel_name}: {by_name[wheel_name][0].name} and {wheel.name}")
+        by_name[wheel_name] = (wheel, str(version))
         if not wheel_tags & tags:
             problems.append(f"{wheel.name} does not install on CPython 3.12, manylinux x86_64")
     for name in KIT:

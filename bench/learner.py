@@ -48,7 +48,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -59,6 +59,7 @@ from torch.distributions import Normal
 from bench._runs import RESULTS, emit
 from surreal.algos import get_algorithm
 from surreal.algos.ddpg import DeterministicActor, relu_mlp
+from surreal.algos.interface import OffPolicyLearner, OnPolicyLearner
 from surreal.algos.normalizer import RunningMeanStd
 from surreal.algos.ppo import ActorCritic
 from surreal.algos.sac_config import SACConfig
@@ -90,7 +91,9 @@ class CleanRLPPO:
         self.return_carry: dict[int, np.ndarray] = {}
 
     def prepare(self, chunks: list[Chunk]) -> dict[str, torch.Tensor]:
-        cfg, parts = self.cfg, {k: [] for k in ("obs", "actions", "logprobs", "advantages", "returns", "values")}
+        cfg = self.cfg
+        keys = ("obs", "actions", "logprobs", "advantages", "returns", "values")
+        parts: dict[str, list[np.ndarray]] = {k: [] for k in keys}
         for chunk in chunks:
             a = chunk.arrays
             obs = self.obs_rms.normalize(a["obs"], cfg.obs_clip)
@@ -208,7 +211,7 @@ class CleanRLDDPG:
                 min_qf_next_target = torch.min(min_qf_next_target, qf_target(data["next_obs"], next_actions))
             next_q_value = data["rewards"] + data["discounts"] * min_qf_next_target
         qf_a_values = [qf(data["obs"], data["actions"]) for qf in self.qfs]
-        qf_loss = sum(F.mse_loss(q, next_q_value) for q in qf_a_values)
+        qf_loss = cast(torch.Tensor, sum(F.mse_loss(q, next_q_value) for q in qf_a_values))
         self.q_optimizer.zero_grad()
         qf_loss.backward()
         self.q_optimizer.step()
@@ -227,6 +230,9 @@ class CleanRLDDPG:
 
 class CleanRLSACActor(nn.Module):
     """sac_continuous_action's Actor: a Gaussian's mean and log-std (clamped as SB3 clamps it, as Surreal's)."""
+
+    action_scale: torch.Tensor  # buffers, registered below
+    action_bias: torch.Tensor
 
     def __init__(self, obs_dim: int, act_space: Any, cfg: SACConfig) -> None:
         super().__init__()
@@ -274,7 +280,7 @@ class CleanRLSAC:
             min_target = torch.min(*(qf(data["next_obs"], next_actions) for qf in self.qf_targets))
             next_q_value = data["rewards"] + data["discounts"] * (min_target - alpha * next_log_pi)
         qf_a_values = [qf(data["obs"], data["actions"]) for qf in self.qfs]
-        qf_loss = sum(F.mse_loss(q, next_q_value) for q in qf_a_values)
+        qf_loss = cast(torch.Tensor, sum(F.mse_loss(q, next_q_value) for q in qf_a_values))
         self.q_optimizer.zero_grad()
         qf_loss.backward()
         self.q_optimizer.step()
@@ -459,10 +465,10 @@ def learner_core(
 def ppo_row(cfg: PPOConfig, device: torch.device, args: argparse.Namespace, sync: Callable[[], None]) -> dict:
     module = get_algorithm("ppo")
     obs_space, act_space, chunks = collect_chunks("ppo", cfg, cfg.batch_size // CHUNK_STEPS)
-    learner = module.make_learner(obs_space, act_space, cfg, device)
+    learner = cast(OnPolicyLearner, module.make_learner(obs_space, act_space, cfg, device))
     variants = [Variant("current", lambda: learner.update(chunks, 0.5))]
     if args.compile:
-        compiled = module.make_learner(obs_space, act_space, cfg, device, compile=True)
+        compiled = cast(OnPolicyLearner, module.make_learner(obs_space, act_space, cfg, device, compile=True))
         variants.append(Variant("current_compiled", lambda: compiled.update(chunks, 0.5)))
     overrides = [
         f"device={device}",
@@ -490,7 +496,7 @@ def ppo_row(cfg: PPOConfig, device: torch.device, args: argparse.Namespace, sync
 def offpolicy_row(algo: str, device: torch.device, args: argparse.Namespace, sync: Callable[[], None]) -> dict:
     """DDPG, TD3 (DDPG with its switches) or SAC: the learner, the learner core and CleanRL's update on the same
     samples."""
-    td3 = {"twin_critics": True, "target_policy_noise": 0.2} if algo == "td3" else {}
+    td3: dict[str, Any] = {"twin_critics": True, "target_policy_noise": 0.2} if algo == "td3" else {}
     cfg: DDPGConfig | SACConfig = SACConfig(seed=1) if algo == "sac" else DDPGConfig(seed=1, **td3)
     module_name = "sac" if algo == "sac" else "ddpg"
     k = LearnerConfig().minibatches_per_sample  # what the learner asks a shard for: k minibatches per sample
@@ -499,10 +505,10 @@ def offpolicy_row(algo: str, device: torch.device, args: argparse.Namespace, syn
     samples = transition_batches(chunks, k * cfg.batch_size, 16, cfg.seed)
     turn = iter(range(1 << 62))
     sample = lambda: samples[next(turn) % len(samples)]
-    learner = module.make_learner(obs_space, act_space, cfg, device)
+    learner = cast(OffPolicyLearner, module.make_learner(obs_space, act_space, cfg, device))
     variants = [Variant("current", lambda: learner.update(sample(), k), per_call=k)]
     if args.compile:
-        compiled = module.make_learner(obs_space, act_space, cfg, device, compile=True)
+        compiled = cast(OffPolicyLearner, module.make_learner(obs_space, act_space, cfg, device, compile=True))
         variants.append(Variant("current_compiled", lambda: compiled.update(sample(), k), per_call=k))
     switches = [f"algo.{key}={value}" for key, value in td3.items()]
     overrides = [

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -28,14 +29,15 @@ def rollout_path(env_id: str) -> Path:
 def record(env_id: str, steps: int, seed: int = 0) -> Path:
     import torch
 
-    from surreal.algos.ppo import PPOPolicy
+    from surreal.algos import get_algorithm
     from surreal.config.schema import PPOConfig
     from surreal.envs import make_vec_env
 
     torch.set_num_threads(1)
     envs = make_vec_env(env_id, 1, seed)
-    policy = PPOPolicy(envs.single_observation_space, envs.single_action_space, PPOConfig(seed=seed), 0)
-    out: dict[str, list[np.ndarray]] = {
+    spaces = envs.single_observation_space, envs.single_action_space
+    policy = get_algorithm("ppo").make_policy(*spaces, PPOConfig(seed=seed), 0)
+    out: dict[str, list[Any]] = {
         k: [] for k in ("obs", "next_obs", "actions", "logprobs", "rewards", "terminated", "truncated")
     }
     obs, _ = envs.reset(seed=seed)

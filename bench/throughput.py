@@ -42,13 +42,14 @@ MINIBATCHES = 32
 def _raw_actor(env_id: str, num_envs: int, seconds: float, seed: int, out) -> None:
     import torch
 
-    from surreal.algos.ppo import PPOPolicy
+    from surreal.algos import get_algorithm
     from surreal.config.schema import PPOConfig
     from surreal.envs import make_vec_env
 
     torch.set_num_threads(1)
     envs = make_vec_env(env_id, num_envs, seed)
-    policy = PPOPolicy(envs.single_observation_space, envs.single_action_space, PPOConfig(seed=seed), 0)
+    spaces = envs.single_observation_space, envs.single_action_space
+    policy = get_algorithm("ppo").make_policy(*spaces, PPOConfig(seed=seed), 0)
     obs, _ = envs.reset()
     for _ in range(200):  # warm-up
         obs, *_ = envs.step(policy.act(obs)[0])
