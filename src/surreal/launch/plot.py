@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -44,19 +45,12 @@ def curve_figure(run_dir: Path) -> Figure:
     fig = Figure(figsize=(7, 4.2))
     FigureCanvasAgg(fig)
     ax = fig.subplots()
-    ax.plot(
-        [r["env_steps"] for r in rows], [r["train_return_mean"] for r in rows], label="train return (last 20 episodes)"
-    )
+    _series(ax, rows, "train_return_mean", label="train return (last 20 episodes)")
     evals = read_evals(run_dir)
-    if evals:
-        ax.plot(
-            [r["env_steps"] for r in evals],
-            [r["eval_return_mean"] for r in evals],
-            "o-",
-            color="C1",
-            markersize=3,
-            label=f"eval return during training ({evals[-1]['eval_episodes']} episodes)",
-        )
+    episodes = evals[-1]["eval_episodes"] if evals else "?"
+    _series(
+        ax, evals, "eval_return_mean", fmt="o-", color="C1", label=f"eval return during training ({episodes} episodes)"
+    )
     evaluation = read_eval(run_dir)
     if "eval_return_mean" in evaluation and "env_steps" in evaluation:
         ax.errorbar(
@@ -69,34 +63,12 @@ def curve_figure(run_dir: Path) -> Figure:
             label=f"final eval ({evaluation.get('eval_episodes', '?')} episodes)",
         )
     handles, labels = ax.get_legend_handles_labels()
-    successes = [r for r in rows if r.get("train_success_rate") is not None]
-    if successes:
+    if any(r.get("train_success_rate") is not None for r in rows):
         rate = ax.twinx()
-        rate.plot(
-            [r["env_steps"] for r in successes],
-            [r["train_success_rate"] for r in successes],
-            color="C2",
-            linestyle="--",
-            label="train success rate (last 20 episodes)",
-        )
-        eval_successes = [r for r in evals if r.get("eval_success_rate") is not None]
-        if eval_successes:
-            rate.plot(
-                [r["env_steps"] for r in eval_successes],
-                [r["eval_success_rate"] for r in eval_successes],
-                "s:",
-                color="C4",
-                markersize=3,
-                label="eval success during training",
-            )
-        if "eval_success_rate" in evaluation and "env_steps" in evaluation:
-            rate.plot(
-                [evaluation["env_steps"]],
-                [evaluation["eval_success_rate"]],
-                "s",
-                color="C2",
-                label="final eval success",
-            )
+        _series(rate, rows, "train_success_rate", fmt="--", color="C2", label="train success rate (last 20 episodes)")
+        _series(rate, evals, "eval_success_rate", fmt="s:", color="C4", label="eval success during training")
+        if "env_steps" in evaluation:
+            _series(rate, [evaluation], "eval_success_rate", fmt="s", color="C2", label="final eval success")
         rate.set_ylim(-0.02, 1.02)
         rate.set_ylabel("success rate")
         more_handles, more_labels = rate.get_legend_handles_labels()
@@ -108,6 +80,13 @@ def curve_figure(run_dir: Path) -> Figure:
     ax.legend(handles, labels, loc="best")
     fig.tight_layout()
     return fig
+
+
+def _series(ax: Axes, rows: list[dict[str, Any]], key: str, fmt: str = "-", **style: Any) -> None:
+    """`key` against env steps, for the rows that hold it (none: nothing is drawn)."""
+    points = [r for r in rows if r.get(key) is not None]
+    if points:
+        ax.plot([r["env_steps"] for r in points], [r[key] for r in points], fmt, markersize=3, **style)
 
 
 def _title(run_dir: Path) -> str:
