@@ -16,7 +16,7 @@ from surreal.algos import get_algorithm
 from surreal.config import algo_config, load_config
 from surreal.launch.serial import run_serial
 from surreal.metrics import RoleMetrics
-from surreal.metricsfile import read_metrics
+from surreal.metricsfile import read_evals, read_metrics
 from surreal.proto.wire import BlobMeta, Chunk, FifoReply, SampleReply, ShardReport, TransitionReply
 from surreal.replay.shard import ReplayShard
 from surreal.roles.actor import ActorCore
@@ -448,6 +448,31 @@ def test_the_replay_ratio_is_held_as_actors_are_added(tmp_path, actors, algo):
     assert 0.45 <= ratio <= 0.5, f"{actors} actors: {ratio:.3f} updates per env step"
     slack = 2 * actors * 16
     assert result["env_steps"] <= 1500 + slack, "the budget held the actors"
+
+
+def test_a_serial_run_trains_the_same_with_the_evaluator_and_writes_its_curve(tmp_path):
+    """The evaluator's core steps after the learner in serial mode and changes nothing of the training: metrics
+    and the final eval equal a run without it."""
+    common = (
+        *OFF_POLICY["sac"],
+        "env=Pendulum-v1",
+        "steps=1600",
+        "algo.learning_starts=300",
+        "algo.hidden_sizes=[16,16]",
+        "algo.batch_size=32",
+        "actor.chunk_steps=16",
+    )
+    plain = serial(tmp_path, "plain", *common)
+    watched = serial(tmp_path, "watched", *common, "learner.eval_interval=500")
+    untimed = lambda name: [  # noqa: E731
+        {k: v for k, v in row.items() if not k.startswith("time")}
+        for row in read_metrics(tmp_path / name / "metrics.jsonl")
+    ]
+    assert json.dumps(untimed("plain")) == json.dumps(untimed("watched"))
+    assert plain["eval_returns"] == watched["eval_returns"]
+    rows = read_evals(tmp_path / "watched")
+    assert [r["env_steps"] // 500 for r in rows] == [1, 2, 3], "one row per interval passed; done ends it"
+    assert all(r["eval_episodes"] == 2 for r in rows) and not (tmp_path / "plain" / "evals.jsonl").exists()
 
 
 class ScriptedSamples:

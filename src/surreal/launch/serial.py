@@ -6,6 +6,10 @@ there, and when it can do nothing the actors step, each held by its flow-control
 distributed run. Runs are deterministic for a seed, so algorithm behaviour is tested quickly and exactly; the
 multi-process path is tested separately.
 
+With `learner.eval_interval` the evaluator's core runs here too, after each learner step, writing evals.jsonl as
+the process does. It is built after the learner and the actors, and the roles sample from generators of their own,
+so a run trains the same with it as without it (tested).
+
 A serial run stopped and resumed is the run never stopped, bit for bit: every learner checkpoint carries the
 rest of the world (`SerialWorld`: each actor's envs mid-episode, collector, sampling generators and throttle,
 the replay shard's contents and generator, the blob the ps holds, the process-wide generators), so
@@ -27,10 +31,12 @@ from surreal.config import ExperimentConfig
 from surreal.envs import env_steps_bound
 from surreal.envstate import EnvStateUnsupported
 from surreal.metrics import RoleMetrics
+from surreal.metricsfile import EVALS_FILE, read_evals
 from surreal.proto.wire import BlobMeta, Params
 from surreal.replay.shard import ReplayShard
 from surreal.roles.actor import ActorCore
 from surreal.roles.evaluation import finish
+from surreal.roles.evaluator import EvaluatorCore, append_row
 from surreal.roles.learner import LearnerCore
 from surreal.roles.ports import InProcessParams, InProcessReplay
 
@@ -60,6 +66,20 @@ def load_global_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state((n["kind"], np.array(n["keys"], np.uint32), n["pos"], n["has_gauss"], n["cached"]))
     p = state["python"]
     random.setstate((p["version"], tuple(p["words"]), p["gauss"]))
+
+
+class SerialEvaluator:
+    """The evaluator's core on the in-process ps, stepped after each learner step (no hold: one thread)."""
+
+    def __init__(self, cfg: ExperimentConfig, params: InProcessParams, run_dir: Path) -> None:
+        self.path = run_dir / EVALS_FILE
+        evaluated = max((int(r["env_steps"]) for r in read_evals(run_dir)), default=0)  # a resumed run: its rows
+        self.core = EvaluatorCore(cfg, params, evaluated)
+
+    def step(self) -> None:
+        row = self.core.step(hold_s=0.0, timeout_s=0.0)
+        if row is not None:
+            append_row(self.path, row)
 
 
 class SerialWorld:
@@ -125,6 +145,7 @@ def run_serial(
     learner = LearnerCore(cfg, run_dir, replay, params, RoleMetrics("learner", 0), resume=resume, log=log)
     actors = [ActorCore(cfg, i, replay, params, RoleMetrics("actor", i)) for i in range(cfg.topology.actors)]
     world = SerialWorld(learner, actors, shard, params)
+    evaluator = SerialEvaluator(cfg, params, run_dir) if cfg.learner.eval_interval > 0 else None
     try:
         if learner.restored_extra is not None:
             world.load(learner.restored_extra)
@@ -138,6 +159,8 @@ def run_serial(
                 learner.checkpoint()
                 return None
             if learner.step(timeout_s=0.0):
+                if evaluator is not None:
+                    evaluator.step()
                 continue
             if not any([actor.step() for actor in actors]):  # every actor steps: a list, not a generator
                 raise SerialStalled(f"no progress at {learner.counters.env_steps} env steps")
