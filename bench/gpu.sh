@@ -165,7 +165,8 @@ if [ "$DRY" = 1 ]; then
 	DDPG_SIZE=(--steps 600 --actors 1 --timeout 600 env.kwargs.max_episode_steps=100 algo.learning_starts=300
 		algo.batch_size=32 learner.eval_episodes=1)
 	SAC_SIZE=(--steps 400 --seeds 1 --actors 1 --timeout 600 env.kwargs.max_episode_steps=100
-		algo.learning_starts=200 algo.batch_size=32 algo.replay_ratio=0.25 learner.eval_episodes=1)
+		algo.learning_starts=200 algo.batch_size=32 algo.replay_ratio=0.25 learner.eval_episodes=1
+		learner.eval_interval=100)
 	CROSSQ_TOY=("algo.critic_hidden_sizes=[64,64]") # the 2048-wide critics are the GPU's
 	LIFT_ACTORS=(1)
 	LIFT_THROUGHPUT_SIZE=(--seconds 3 --raw-seconds 1 --chunk-steps 16 --min-batch 32 env.kwargs.horizon=20)
@@ -183,8 +184,9 @@ else
 	THROUGHPUT_SIZE=(--seconds 50 --raw-seconds 15)
 	CAPACITY_SECONDS=3
 	PPO_SIZE=(--steps 1000000 --seeds 1 2 3 --parallel --actors 3 --timeout 450 topology.envs_per_actor=4)
-	DDPG_SIZE=(--steps "${DDPG_STEPS:-300000}" --actors 8 --timeout 450)
-	SAC_SIZE=(--steps "${SAC_STEPS:-300000}" --seeds 1 2 --parallel --actors 4 --timeout 450)
+	# The evaluator every 25k env steps: when 9,000 was first reached within the 300k, not only at the end.
+	DDPG_SIZE=(--steps "${DDPG_STEPS:-300000}" --actors 8 --timeout 450 learner.eval_interval=25000)
+	SAC_SIZE=(--steps "${SAC_STEPS:-300000}" --seeds 1 2 --parallel --actors 4 --timeout 450 learner.eval_interval=25000)
 	CROSSQ_TOY=()
 	LIFT_ACTORS=(14)
 	LIFT_THROUGHPUT_SIZE=(--seconds 90 --raw-seconds 30 --chunk-steps 32 --min-batch 256)
