@@ -13,7 +13,7 @@
 # .json files into bench/results/ and commit them. Per part, a log (gpu-partN.<machine>.log) lands beside them.
 #
 #   part1  CUDA tests (graph capture, compile fallback, numerics against eager) -> pytest-cuda.T.json
-#          bench.learner --device cuda --compile: PPO / DDPG / TD3 / SAC steps against the eager reference
+#          bench.learner --device cuda --compile: PPO / DDPG / TD3 / SAC / CrossQ steps against the eager reference
 #          -> learner.T.json
 #   part2  the same on this machine's CPU, and what device=auto picks -> learner-cpu.T.json
 #   part3  the GPU learner's cost for the capacity model (bench.capacity --measure-learner) -> capacity-learner.T.json
@@ -153,7 +153,7 @@ if [ "$DRY" = 1 ]; then
 	GPU=cpu
 	export OMP_NUM_THREADS=1 # the toy sizes gain nothing from threads; a busy 2-core box loses to oversubscription
 	LEARNER_SIZE=(--quick --updates 1 --seconds 0)
-	LEARNER_GPU_ALGOS=(--algo td3 sac) # with part2's ppo ddpg, every row kind once
+	LEARNER_GPU_ALGOS=(--algo td3 sac crossq) # with part2's ppo ddpg, every row kind once
 	LEARNER_CPU_ALGOS=(--algo ppo ddpg)
 	COMPILE=()
 	COMPILE_RUN=learner.compile=false # compiling costs a small CPU ~20 s a learner
@@ -176,7 +176,7 @@ if [ "$DRY" = 1 ]; then
 else
 	GPU=cuda
 	LEARNER_SIZE=(--seconds 20)
-	LEARNER_GPU_ALGOS=(--algo ppo ddpg td3 sac)
+	LEARNER_GPU_ALGOS=(--algo ppo ddpg td3 sac crossq)
 	LEARNER_CPU_ALGOS=(--algo ppo ddpg td3 sac)
 	COMPILE=(--compile)
 	COMPILE_RUN=learner.compile=true # on CUDA: compiled losses, steps replayed as CUDA graphs

@@ -1,6 +1,6 @@
 """Learner update speed: the algorithm's learner against a plain CleanRL-style loop, same batch, same run.
 
-    python -m bench.learner [--algo ppo ddpg td3 sac] [--device cpu|cuda] [--updates N] [--seconds S]
+    python -m bench.learner [--algo ppo ddpg td3 sac crossq] [--device cpu|cuda] [--updates N] [--seconds S]
                             [--compile] [--threads 1] [--quick] [--save | --out PATH] [--device-auto]
 
 No sockets: real experience is collected once on HalfCheetah-v5 (obs 17-D, act 6-D) with the algorithm's
@@ -23,6 +23,10 @@ own policy and collector, then fed to the learner in-process, over and over.
   actor and the temperature every step); the reference is CleanRL's sac_continuous_action update written
   plainly with those settings (separate critic modules, torch.distributions, default Adam). Its `ms_per_step`
   beside ddpg's is what a SAC step costs against a DDPG step on the same device.
+- crossq (not in the default set): SAC with `preset=crossq` (batch renormalization, joint forward, no target
+  network, the actor every 3rd step, 2048-wide critics); the reference is the same CleanRL SAC update with
+  critics as wide, so `ratio` is what CrossQ's switches cost or save at that width, and its `ms_per_step` beside
+  sac's what the recipe costs against SAC's defaults.
 
 Each variant gets one untimed first update (its time is reported: for a compiled learner it holds the
 compile time, which depends on inductor's on-disk cache: point TORCHINDUCTOR_CACHE_DIR at an empty folder
@@ -63,7 +67,7 @@ from surreal.algos.interface import OffPolicyLearner, OnPolicyLearner
 from surreal.algos.normalizer import RunningMeanStd
 from surreal.algos.ppo import ActorCritic
 from surreal.algos.sac_config import SACConfig
-from surreal.config import load_config
+from surreal.config import algo_config, load_config
 from surreal.config.schema import DDPGConfig, LearnerConfig, PPOConfig
 from surreal.envs import make_vec_env
 from surreal.metrics import RoleMetrics
@@ -493,12 +497,21 @@ def ppo_row(cfg: PPOConfig, device: torch.device, args: argparse.Namespace, sync
     }
 
 
+def offpolicy_config(algo: str) -> tuple[DDPGConfig | SACConfig, list[str]]:
+    """The config of a row and the overrides that make it (DDPG's and SAC's defaults, TD3's and CrossQ's switches)."""
+    switches = {"ddpg": [], "td3": ["algo.twin_critics=true", "algo.target_policy_noise=0.2"], "sac": []}
+    switches["crossq"] = ["preset=crossq"]  # conf/preset/crossq.yaml: the paper's 2048-wide critics and the rest
+    module_name = "sac" if algo in ("sac", "crossq") else "ddpg"
+    cfg = algo_config(load_config([f"algo={module_name}", "seed=1", *switches[algo]]))
+    return cast(DDPGConfig | SACConfig, cfg), switches[algo]
+
+
 def offpolicy_row(algo: str, device: torch.device, args: argparse.Namespace, sync: Callable[[], None]) -> dict:
-    """DDPG, TD3 (DDPG with its switches) or SAC: the learner, the learner core and CleanRL's update on the same
-    samples."""
-    td3: dict[str, Any] = {"twin_critics": True, "target_policy_noise": 0.2} if algo == "td3" else {}
-    cfg: DDPGConfig | SACConfig = SACConfig(seed=1) if algo == "sac" else DDPGConfig(seed=1, **td3)
-    module_name = "sac" if algo == "sac" else "ddpg"
+    """DDPG, TD3 (DDPG with its switches), SAC or CrossQ (SAC with its switches): the learner, the learner core and
+    CleanRL's update on the same samples (for CrossQ, CleanRL's SAC update with critics as wide: what the switches
+    cost or save at that width)."""
+    cfg, switches = offpolicy_config(algo)
+    module_name = "sac" if isinstance(cfg, SACConfig) else "ddpg"
     k = LearnerConfig().minibatches_per_sample  # what the learner asks a shard for: k minibatches per sample
     module = get_algorithm(module_name)
     obs_space, act_space, chunks = collect_chunks(module_name, cfg, 8)
@@ -510,7 +523,6 @@ def offpolicy_row(algo: str, device: torch.device, args: argparse.Namespace, syn
     if args.compile:
         compiled = cast(OffPolicyLearner, module.make_learner(obs_space, act_space, cfg, device, compile=True))
         variants.append(Variant("current_compiled", lambda: compiled.update(sample(), k), per_call=k))
-    switches = [f"algo.{key}={value}" for key, value in td3.items()]
     overrides = [
         f"device={device}",
         # The core runs DDPG as it runs fastest: compiled on CUDA (graphs), eagerly on a CPU, where compiling
@@ -537,8 +549,8 @@ def offpolicy_row(algo: str, device: torch.device, args: argparse.Namespace, syn
         "minibatches_per_sample": k,
         "hidden_sizes": list(cfg.hidden_sizes),
     }
-    if isinstance(cfg, SACConfig):  # a critic, an actor and a temperature step each time
-        return {**row, **report(variants, cfg.batch_size, 1.0)}
+    if isinstance(cfg, SACConfig):  # a critic step each time, an actor and a temperature step every policy_delay
+        return {**row, "critic_hidden_sizes": list(cfg.critic_hidden_sizes), **report(variants, cfg.batch_size, 1.0)}
     # The floor no update code can go below: its matmuls at the device's own matmul rate.
     floor_s = ddpg_step_flops(cfg, obs_space.shape[0], act_space.shape[0]) / gemm_flops_per_s(
         device, cfg.batch_size, sync
@@ -605,7 +617,7 @@ def device_auto(compile_: bool) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "--algo", nargs="+", default=["ppo", "ddpg", "td3", "sac"], choices=["ppo", "ddpg", "td3", "sac"]
+        "--algo", nargs="+", default=["ppo", "ddpg", "td3", "sac"], choices=["ppo", "ddpg", "td3", "sac", "crossq"]
     )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--updates", type=int, help="timed updates per variant (default: ppo 20, ddpg 300)")

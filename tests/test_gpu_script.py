@@ -64,7 +64,7 @@ def test_the_dry_run_writes_every_result_file_of_every_part(tmp_path: Path) -> N
     assert any("cuda_graph" in case["test"] for case in tests["cases"])
     assert any(case["outcome"] == "passed" for case in tests["cases"])
     rows = results["learner"]["rows"] + results["learner-cpu"]["rows"]
-    assert {row["algo"] for row in rows} == {"ppo", "ddpg", "td3", "sac"}
+    assert {row["algo"] for row in rows} == {"ppo", "ddpg", "td3", "sac", "crossq"}
     assert all({"current", "reference", "ratio_current", "core"} <= row.keys() for row in rows)
     auto = results["learner-cpu"]["device_auto"]
     assert auto["ppo"]["chosen"] == auto["ddpg"]["chosen"] == "cpu" and auto["ppo"]["update_s"]["cpu"] > 0
