@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from surreal.config import algo_config
 from surreal.fileio import atomic_write_text
 from surreal.runtime.rollout import evaluate
@@ -37,21 +35,18 @@ def finish(core: LearnerCore) -> dict[str, Any]:
     policy = core.algo.make_policy(core.obs_space, core.act_space, algo_config(cfg), 0, 1)
     policy.load_params(core.algo_learner.params())
     evaluation = evaluate(cfg.env.id, policy, cfg.learner.eval_episodes, cfg.seed + EVAL_SEED_OFFSET, cfg.env.kwargs)
-    returns = evaluation.returns
-    return_mean = float(np.mean(returns))
+    summary = {k: v for k, v in evaluation.summary().items() if v is not None}  # no success rate: no key
     result: dict[str, Any] = {
-        "eval_return_mean": return_mean,
-        "eval_return_std": float(np.std(returns)),
-        "eval_episodes": len(returns),
+        **summary,
         "env_steps": counters.env_steps,
         "updates": counters.updates,
-        "eval_returns": [float(r) for r in returns],
+        "eval_returns": [float(r) for r in evaluation.returns],
     }
     if evaluation.successes:  # only for envs reporting `is_success`
-        result["eval_success_rate"] = float(np.mean(evaluation.successes))
         result["eval_successes"] = evaluation.successes
     atomic_write_text(core.run_dir / EVAL_FILE, json.dumps(result, indent=2))
-    core.recorder.evaluation(return_mean, counters.env_steps)
-    core.log.info("eval over %d episodes: %.1f +- %.1f", len(returns), return_mean, np.std(returns))
+    core.recorder.evaluation(result["eval_return_mean"], counters.env_steps)
+    mean, std = result["eval_return_mean"], result["eval_return_std"]
+    core.log.info("eval over %d episodes: %.1f +- %.1f", result["eval_episodes"], mean, std)
     core.announce_done()
     return result

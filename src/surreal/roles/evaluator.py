@@ -27,7 +27,6 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 import zmq
 
@@ -67,7 +66,11 @@ class EvalRow:
 def append_row(path: Path, row: EvalRow) -> None:
     """One line per row. A line torn by a kill (SIGTERM ends the evaluator mid-write too) is ended first, so it
     costs only itself: readers skip a line that is not a JSON object (surreal.metricsfile)."""
-    torn = path.is_file() and path.stat().st_size > 0 and path.read_bytes()[-1:] != b"\n"
+    torn = False
+    if path.is_file() and path.stat().st_size > 0:
+        with open(path, "rb") as tail:
+            tail.seek(-1, 2)  # the last byte only: the file grows by a row per evaluation
+            torn = tail.read(1) != b"\n"
     with open(path, "a", encoding="utf-8") as out:
         out.write(("\n" if torn else "") + json.dumps(asdict(row)) + "\n")
 
@@ -120,10 +123,7 @@ class EvaluatorCore:
             version=params.blob.version,
             time=round(time.time(), 3),
             eval_s=round(time.monotonic() - started, 3),
-            eval_return_mean=float(np.mean(result.returns)),
-            eval_return_std=float(np.std(result.returns)),
-            eval_episodes=len(result.returns),
-            eval_success_rate=float(np.mean(result.successes)) if result.successes else None,
+            **result.summary(),
         )
 
 

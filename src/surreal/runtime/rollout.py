@@ -134,6 +134,16 @@ class Evaluation:
     returns: list[float] = field(default_factory=list)
     successes: list[bool] = field(default_factory=list)
 
+    def summary(self) -> dict[str, Any]:
+        """What eval.json and the evaluator's rows report: return mean and std, episodes, and the success rate
+        (None for envs that report no success)."""
+        return {
+            "eval_return_mean": float(np.mean(self.returns)),
+            "eval_return_std": float(np.std(self.returns)),
+            "eval_episodes": len(self.returns),
+            "eval_success_rate": float(np.mean(self.successes)) if self.successes else None,
+        }
+
 
 def evaluate(
     env_id: str, policy: Policy, episodes: int, seed: int, env_kwargs: dict[str, Any] | None = None
