@@ -342,6 +342,25 @@ def test_compiled_crossq_losses_match_the_eager_ones(pendulum):
     assert int(compiled.critics.norms[0].steps) == 1 and int(compiled.actor.net.norms[0].steps) == 1
 
 
+@pytest.mark.slow
+def test_compiled_crossq_update_stays_compiled(pendulum):
+    """The whole compiled CrossQ step, as the learner runs it: it must not fall back to eager (a running
+    statistic moved between the loss and its backward did, on CPU and CUDA alike), and gives the eager step's
+    numbers through the critic-only and the first actor step (policy_delay 3)."""
+    cfg = algo_config(load_config(["preset=crossq", *SMALL, "algo.renorm_warmup=0"]))
+    assert cfg.policy_delay == 3
+    eager, compiled = (sac.make_learner(*pendulum, cfg, torch.device("cpu"), compile=c) for c in (False, True))
+    for seed in range(3):
+        data = batch(64, rewards=1.0, seed=seed)
+        (stats_eager,), _ = eager.update(data, 1)
+        (stats_compiled,), _ = compiled.update(data, 1)
+        assert compiled.compile, "the compiled step fell back to eager"
+        for key, want in stats_eager.items():
+            assert stats_compiled[key] == pytest.approx(want, rel=1e-4, abs=1e-5, nan_ok=True), key
+    assert not np.isnan(stats_compiled["actor_loss"]), "the third update steps the actor"
+    assert int(compiled.critics.norms[0].steps) == 3 and int(compiled.actor.net.norms[0].steps) == 1
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 def test_cuda_graph_update_matches_the_eager_one(pendulum):
     """On CUDA, compile=True replays the critic-only and the actor step each as a captured graph."""

@@ -368,11 +368,12 @@ class SACLearner(SampleStepper):
         cfg = self.cfg
         alpha = self.log_alpha.detach().exp()
         loss, q_first, target = self.critic_loss_fn(**b)
-        self.critics.commit()
         critic_bad = ~torch.isfinite(loss)
         self.critic_optimizer.found_inf.copy_(critic_bad)  # type: ignore[attr-defined]
         self.critic_optimizer.zero_grad()  # to None: inside a capture, backward then takes the grads from its pool
         loss.backward()
+        # After the backward, never before: a compiled backward may read the running statistics the loss read.
+        self.critics.commit()
         if cfg.max_grad_norm is not None:
             nn.utils.clip_grad_norm_(self.critics.parameters(), cfg.max_grad_norm, foreach=True)
         self.critic_optimizer.step()
@@ -380,13 +381,13 @@ class SACLearner(SampleStepper):
         actor_loss, alpha_loss, entropy = nan, nan, nan
         if update_actor:
             actor_loss, alpha_loss, log_prob = self.actor_loss_fn(b["obs"], b["noise"])
-            self.actor.net.commit()
             bad = critic_bad | ~torch.isfinite(actor_loss) | ~torch.isfinite(alpha_loss)
             stepped = [self.actor_optimizer, *([self.alpha_optimizer] if self.alpha_optimizer else [])]
             for optimizer in stepped:
                 optimizer.found_inf.copy_(bad)  # type: ignore[attr-defined]
                 optimizer.zero_grad()
             (actor_loss + alpha_loss).backward()  # disjoint: alpha is detached in one, log pi in the other
+            self.actor.net.commit()
             if cfg.max_grad_norm is not None:
                 nn.utils.clip_grad_norm_(self.actor.parameters(), cfg.max_grad_norm, foreach=True)
             for optimizer in stepped:
