@@ -20,12 +20,13 @@ actors could send, on the cores the values file requests), and says whether the 
 
 `--check` predicts every point of bench/results/fleet.2core.json (bench.fleet's simulated actors at the rate it
 set, against the real services on this box: learner on the CPU, one shard, one ps, Unix sockets) and of every
-GPU machine's bench/results/throughput.<gpu>-16core.json (real actors, 4 envs each, at the 1-actor raw rate; GPU
-learner), prints the error of each against its target (20 % and 25 %), adds the prediction for 15,000 cores
-(SRL's scale) and writes everything to bench/results/capacity.2core.json. A point is predicted from its cluster
-description only (actors, rate, batch rule, topology); nothing is read from its measured outcome. Where that
-machine measured no learner (the H100 file, from before the learner work), its 1-actor point gives the learner's
-cost and is listed as calibration, not as a check.
+GPU machine's bench/results/throughput.<gpu>-16core.json (real actors, 4 envs each; GPU learner), prints the
+error of each against its target (20 % and 25 %), adds the prediction for 15,000 cores (SRL's scale) and writes
+everything to bench/results/capacity.2core.json. A point is predicted from its cluster description only (actors,
+rate, batch rule, topology); nothing is read from its measured outcome. On a GPU machine the 1-actor point is a
+calibration, not a check: with the learner measured there (`--measure-learner`), it gives an actor's rate in the
+system, which that machine's shared cores hold below the raw rate; without (the H100 file, from before the learner
+work), it gives the learner's cost (`gpu_box_check` says which, and why).
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def fleet_cluster(run: dict[str, Any], point: dict[str, Any]) -> Cluster:
 
 
 def throughput_cluster(data: dict[str, Any], point: dict[str, Any], actor_rate: float, device: str) -> Cluster:
-    """A bench.throughput point: real actors on their own cores (at the 1-actor raw rate), 1 shard, 1 ps."""
+    """A bench.throughput point: real actors at `actor_rate` each, 1 shard, 1 ps, the file's batch rule."""
     return Cluster(
         actors=point["actors"],
         env=data["env"],
@@ -132,24 +133,41 @@ def gpu_box_files(results: Path = RESULTS) -> list[Path]:
 
 
 def gpu_box_check(file: Path, costs: Costs, results: Path = RESULTS) -> dict[str, Any]:
-    """Every point of a GPU machine's throughput file, predicted. The learner's cost is the one that machine
-    measured in the same part (`capacity-learner.<machine>.json`, already in `costs`): then every point is a
-    check. A machine that measured none has its learner calibrated from the file's 1-actor point, which is
-    then no check."""
+    """Every point of a GPU machine's throughput file, predicted; the file's 1-actor point calibrates one cost
+    and is no check.
+
+    Where that machine measured its learner in the same part (`capacity-learner.<machine>.json`, already in
+    `costs`) and that learner does not bind at the 1-actor point, the point is actor-bound and gives an actor's
+    rate *in the system*. Not the raw rate: a lent GPU machine's 16 cores are not independent (on the H200, one
+    actor stepped 5,221-5,867 env steps/s alone and 4,078 beside four busy processes, the learner, replay, ps and
+    launcher of a run among them), and the raw phase runs its actors alone. The other points then check what the
+    model claims as actors are added: that nothing else binds. Where the measured learner binds at 1 actor, the
+    raw rate stays the actor's and every point is a check. A machine that measured no learner (the H100 file,
+    from before the learner work) has its learner calibrated from the 1-actor point instead."""
     tag = file.name.split(".")[1]
     device = tag.split("-")[0]
     data = json.loads(file.read_text())
     lowest = min(data["points"], key=lambda p: p["actors"])
     rate = lowest["raw_env_steps_per_s"] / lowest["actors"]
-    measured = (results / f"capacity-learner.{tag}.json").exists() and device in costs.learner
-    calibration: dict[str, Any] | None = None
-    if measured:
-        how = (
-            f"the learner measured on that machine (capacity-learner.{tag}.json); the {lowest['actors']}-actor "
-            "raw rate is the actor's; every point is a check"
-        )
+    calibration: dict[str, Any] | None = lowest
+    if (results / f"capacity-learner.{tag}.json").exists() and device in costs.learner:
+        at_lowest = predict(throughput_cluster(data, lowest, rate, device), costs)
+        if at_lowest.bottleneck == "actors":
+            rate = lowest["system_env_steps_per_s"] / lowest["actors"]
+            how = (
+                f"the learner measured on that machine (capacity-learner.{tag}.json) takes "
+                f"{at_lowest.capacities['learner']:,.0f} env steps/s at the {lowest['actors']}-actor point, which "
+                f"the actors bound: its system rate is the actor's ({rate:,.0f} env steps/s, "
+                f"{rate / (lowest['raw_env_steps_per_s'] / lowest['actors']):.2f} x its raw rate); the other points "
+                "are checks"
+            )
+        else:
+            calibration = None
+            how = (
+                f"the learner measured on that machine (capacity-learner.{tag}.json) binds at the "
+                f"{lowest['actors']}-actor point; the raw rate is the actor's; every point is a check"
+            )
     else:
-        calibration = lowest
         learner, source = calibrated_learner(file)
         costs = dataclasses.replace(costs, learner={**costs.learner, device: learner})
         how = (

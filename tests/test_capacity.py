@@ -154,17 +154,31 @@ def test_check_reads_every_algorithm_key_and_reports_misses(tmp_path: Path) -> N
     assert calibrated[0]["predicted_env_steps_per_s"] == pytest.approx(900.0)  # its own outcome, by construction
 
 
-def test_a_gpu_machine_that_measured_its_learner_has_every_point_checked(tmp_path: Path) -> None:
+def test_a_gpu_machine_that_measured_its_learner_calibrates_the_actor_in_the_system(tmp_path: Path) -> None:
     gpu_box_files(tmp_path, learner=LearnerCost(1e-9, 0.0, None))  # a learner that never binds
     fleet = tmp_path / "fleet.json"
     fleet.write_text(json.dumps({"benchmark": "fleet"}))
     costs = load_costs(results=tmp_path)
     assert costs.learner["h200"] == LearnerCost(1e-9, 0.0, None) and "learner h200" in costs.sources
     assert costs.learner["cpu"] == load_costs().learner["cpu"]  # the box's own --measure figure stays
-    rows = check(costs, fleet, tmp_path)["h200_16core"]["points"]
-    assert [r["within_target"] for r in rows] == [True, True]  # 1,000 raw per actor predicted, 900 measured
+    result = check(costs, fleet, tmp_path)["h200_16core"]
+    rows = result["points"]
+    # The actor-bound 1-actor point gives an actor's rate in the system (900, not the raw 1,000) and is no check.
+    assert [r["within_target"] for r in rows] == [None, True]
     assert [r["predicted_bottleneck"] for r in rows] == ["actors", "actors"]
-    assert rows[0]["error"] == pytest.approx(1000 / 900 - 1, abs=1e-3)
+    assert [r["predicted_env_steps_per_s"] for r in rows] == [pytest.approx(900.0), pytest.approx(1800.0)]
+    assert "0.90 x its raw rate" in result["calibration"]
+
+
+def test_a_measured_learner_that_binds_at_one_actor_leaves_every_point_a_check(tmp_path: Path) -> None:
+    # 320 minibatch steps of 10 ms: 3.2 s for the 1-actor batch of 2,048, i.e. 640 env steps/s < the 1,000 raw.
+    gpu_box_files(tmp_path, learner=LearnerCost(0.01, 0.0, None))
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps({"benchmark": "fleet"}))
+    rows = check(load_costs(results=tmp_path), fleet, tmp_path)["h200_16core"]["points"]
+    assert [r["within_target"] for r in rows] == [False, False]  # 640 per actor predicted, 900 measured: -29 %
+    assert [r["predicted_bottleneck"] for r in rows] == ["learner", "learner"]
+    assert rows[0]["error"] == pytest.approx(640 / 900 - 1, abs=1e-3)
 
 
 def test_the_checked_in_ppo_1024_values_hold_the_sizing_rule() -> None:
