@@ -18,7 +18,8 @@
 #   part2  the same on this machine's CPU, and what device=auto picks -> learner-cpu.T.json
 #   part3  the GPU learner's cost for the capacity model (bench.capacity --measure-learner) -> capacity-learner.T.json
 #          bench.throughput, 1 2 4 8 14 actors, GPU learner -> throughput.T.json
-#   part4  the same with the CPU learner -> throughput-cpu-learner.T.json
+#   part4  whether the cores are shared (bench.core_sharing: a raw actor alone, beside 4 busy processes, 5 at once)
+#          -> core-sharing.T.json; the throughput with the CPU learner -> throughput-cpu-learner.T.json
 #   part5  PPO HalfCheetah-v5, 1M steps, seeds 1 2 3 side by side -> learning-ppo-HalfCheetah-v5.T.json
 #   part6  DDPG HalfCheetah-v5, 300k steps (DDPG_STEPS) -> learning-ddpg-HalfCheetah-v5.T.json
 #   part7  TD3 HalfCheetah-v5, as many -> learning-td3-HalfCheetah-v5.T.json
@@ -160,6 +161,7 @@ if [ "$DRY" = 1 ]; then
 	ACTORS=(1)
 	THROUGHPUT_SIZE=(--seconds 3 --raw-seconds 1 --envs-per-actor 1 --chunk-steps 64 --min-batch 128)
 	CAPACITY_SECONDS=0.2
+	CORE_SHARING_SIZE=(--seconds 0.5 --busy 1 --actors 1)
 	PPO_SIZE=(--steps 512 --seeds 1 --actors 1 --timeout 600 env.kwargs.max_episode_steps=100 algo.batch_size=256
 		algo.minibatch_size=128 algo.update_epochs=1 learner.eval_episodes=1)
 	DDPG_SIZE=(--steps 600 --actors 1 --timeout 600 env.kwargs.max_episode_steps=100 algo.learning_starts=300
@@ -183,6 +185,7 @@ else
 	ACTORS=(1 2 4 8 14)
 	THROUGHPUT_SIZE=(--seconds 50 --raw-seconds 15)
 	CAPACITY_SECONDS=3
+	CORE_SHARING_SIZE=(--seconds 8 --busy 4 --actors 5)
 	PPO_SIZE=(--steps 1000000 --seeds 1 2 3 --parallel --actors 3 --timeout 450 topology.envs_per_actor=4)
 	# The evaluator every 25k env steps: when 9,000 was first reached within the 300k, not only at the end.
 	DDPG_SIZE=(--steps "${DDPG_STEPS:-300000}" --actors 8 --timeout 450 learner.eval_interval=25000)
@@ -219,7 +222,10 @@ part3() {
 		--out "$OUT_DIR/capacity-learner.$T.json"
 	throughput throughput-gpu-learner "$GPU" "throughput.$T.json"
 }
-part4() { throughput throughput-cpu-learner cpu "throughput-cpu-learner.$T.json"; }
+part4() {
+	step core-sharing 150 "$PY" -m bench.core_sharing "${CORE_SHARING_SIZE[@]}" --out "$OUT_DIR/core-sharing.$T.json"
+	throughput throughput-cpu-learner cpu "throughput-cpu-learner.$T.json"
+}
 
 learning() { # learning NAME LIMIT_S FILE ARGS...
 	local name=$1 limit=$2 file=$3
