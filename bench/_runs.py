@@ -48,11 +48,14 @@ class WatchedRun:
         self.rows.extend((now, row) for row in rows)
 
     def steady_rate(self, skip_rows: int) -> float:
-        """Env steps per second between row `skip_rows` (after start-up) and the last row."""
+        """Env steps per second between row `skip_rows` (after start-up) and the last row, on the learner's clock
+        (each row's `time`): rows read in one poll share an arrival time, and a start-up that compiles for most of
+        a short window can leave every steady row in one read. NaN where the window holds no measurable interval."""
         if len(self.rows) < skip_rows + 2:
             return float("nan")
-        (t0, r0), (t1, r1) = self.rows[skip_rows], self.rows[-1]
-        return (r1["env_steps"] - r0["env_steps"]) / (t1 - t0)
+        r0, r1 = self.rows[skip_rows][1], self.rows[-1][1]
+        seconds = r1["time"] - r0["time"]
+        return (r1["env_steps"] - r0["env_steps"]) / seconds if seconds > 0 else float("nan")
 
     def run_for(self, seconds: float) -> None:
         """Watch for `seconds`, then stop the run as Ctrl-C would."""

@@ -7,7 +7,8 @@
 # Through the device tool, after `make gpu-kit` here (the wheels the GPU machine's Python lacks, in .gpu-kit/):
 #   run(command="bash bench/gpu.sh part1 $OUT", carry=[".gpu-kit"], timeout_s=600)
 # then part3, part2, part4, ... (highest value first). A session's 15 device minutes hold two parts if the second
-# follows on the still-warm machine at once: on an H200, part1 took 234 s and part3 391 s, and 494 s with the learner measured in it (2026-11-27).
+# follows on the still-warm machine at once: on an H200, part1 took 234 s and part3 391 s, and 494 s with the
+# learner measured in it (2026-11-27).
 # Each part installs the kit into $SITE (unless it is there already), runs its steps, and writes
 # <bench>.<machine>.json into OUT_DIR, the names bench/results/ uses (learner.h100-16core.json, ...): copy the
 # .json files into bench/results/ and commit them. Per part, a log (gpu-partN.<machine>.log) lands beside them.
