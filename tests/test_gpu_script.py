@@ -29,6 +29,7 @@ EXPECTED = {
     "capacity-learner": {"benchmark", "machine", "device", "name", "learner", "raw", "source"},
     "throughput": THROUGHPUT_KEYS,
     "throughput-cpu-learner": THROUGHPUT_KEYS,
+    "core-sharing": {"benchmark", "machine", "alone", "beside_busy", "per_actor_of_n", "beside_busy_ratio"},
     "learning-ppo-HalfCheetah-v5": LEARNING_KEYS,
     "learning-ddpg-HalfCheetah-v5": LEARNING_KEYS,
     "learning-td3-HalfCheetah-v5": LEARNING_KEYS,
@@ -46,7 +47,7 @@ def gpu_sh(*args: str, tmp_path: Path, timeout: float) -> subprocess.CompletedPr
     )
 
 
-@pytest.mark.slow  # about 2 minutes of CPU: thirteen toy steps, nine of them whole `surreal run`s
+@pytest.mark.slow  # about 2 minutes of CPU: fourteen toy steps, nine of them whole `surreal run`s
 def test_the_dry_run_writes_every_result_file_of_every_part(tmp_path: Path) -> None:
     out = tmp_path / "out"
     done = gpu_sh("--dry", str(out), tmp_path=tmp_path, timeout=1800)  # the limit only catches a hang
