@@ -148,7 +148,7 @@ def gpu_box_check(file: Path, costs: Costs, results: Path = RESULTS) -> dict[str
     device = tag.split("-")[0]
     data = json.loads(file.read_text())
     lowest = min(data["points"], key=lambda p: p["actors"])
-    rate = lowest["raw_env_steps_per_s"] / lowest["actors"]
+    raw = rate = lowest["raw_env_steps_per_s"] / lowest["actors"]
     calibration: dict[str, Any] | None = lowest
     if (results / f"capacity-learner.{tag}.json").exists() and device in costs.learner:
         at_lowest = predict(throughput_cluster(data, lowest, rate, device), costs)
@@ -158,7 +158,7 @@ def gpu_box_check(file: Path, costs: Costs, results: Path = RESULTS) -> dict[str
                 f"the learner measured on that machine (capacity-learner.{tag}.json) takes "
                 f"{at_lowest.capacities['learner']:,.0f} env steps/s at the {lowest['actors']}-actor point, which "
                 f"the actors bound: its system rate is the actor's ({rate:,.0f} env steps/s, "
-                f"{rate / (lowest['raw_env_steps_per_s'] / lowest['actors']):.2f} x its raw rate); the other points "
+                f"{rate / raw:.2f} x its raw rate); the other points "
                 "are checks"
             )
         else:
