@@ -27,7 +27,7 @@ import torch
 from bench._runs import emit
 from surreal.algos import get_algorithm
 from surreal.config import algo_config, load_config
-from surreal.envs import make_env
+from surreal.envs import env_spaces
 from surreal.roles.device import update_seconds
 from surreal.runtime.checkpoint import CheckpointStore
 
@@ -41,10 +41,7 @@ CONFIGS = {
 def measure(overrides: list[str], repeats: int) -> dict[str, Any]:
     cfg = load_config(["env=HalfCheetah-v5", "device=cpu", *overrides])
     update_s = update_seconds(cfg, torch.device("cpu"), repeats)
-    probe = make_env(cfg.env.id, cfg.seed, cfg.env.kwargs)
-    algo = get_algorithm(cfg.algo.name)
-    learner = algo.make_learner(probe.observation_space, probe.action_space, algo_config(cfg), torch.device("cpu"))
-    probe.close()
+    learner = get_algorithm(cfg.algo.name).make_learner(*env_spaces(cfg), algo_config(cfg), torch.device("cpu"))
     with tempfile.TemporaryDirectory() as folder:
         store = CheckpointStore(Path(folder), 1)
         started = time.perf_counter()

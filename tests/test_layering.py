@@ -155,10 +155,13 @@ def test_flow_control_needs_neither_torch_nor_sockets():
 # -- the wire has one home --------------------------------------------------------------------------------
 
 WIRE = SRC / "proto" / "wire.py"
-# Words wire.py uses as message fields that are also keys of the package's own files and rows (metrics rows,
-# run summaries, snapshot books and arrays, checkpoints, config): their use in messages is held by the
-# structural rules below (no message metadata read, no message built outside wire.py), not by the word.
-SHARED_WORDS = frozenset({"actor", "actors", "env_steps", "ids", "priorities", "reason", "shard", "slots", "version"})
+# Words wire.py uses as message fields that are also keys of the package's own files and rows (metrics rows, run
+# summaries, snapshot books and arrays, checkpoints, config, an algorithm's minibatch tensors): their use in
+# messages is held by the structural rules below (no message metadata read, no message built outside wire.py),
+# not by the word.
+SHARED_WORDS = frozenset(
+    {"actor", "actors", "env_steps", "ids", "priorities", "reason", "shard", "slots", "version", "weights"}
+)
 
 
 def field_literals(tree: ast.AST) -> list[tuple[str, int]]:

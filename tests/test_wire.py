@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from conftest import free_port
 from surreal.proto.channels import ParamPublisher, frames_of, make_socket, send
-from surreal.proto.codec import Message, ProtocolError, decode, encode
+from surreal.proto.codec import Limits, Message, ProtocolError, decode, encode
 from surreal.proto.wire import (
     ERROR,
     EXPERIENCE,
@@ -301,7 +301,7 @@ def test_one_peers_absurd_requests_never_starve_another(server, monkeypatch):
     hostile.send_multipart(frames_of(SampleRequest(10**9).to_message()))  # more than capacity
     refused = replies(replay, hostile, 5)
     assert [m.kind for m in refused] == [ERROR] * 5
-    assert {m.meta["reason"] for m in refused} == {"too_many_pending", "bad_request"}
+    assert {m.meta["reason"] for m in refused} == {"too_many_pending", "over_capacity"}
 
     meta, arrays = parts(encode_chunk(chunk(T=50, K=2), incarnation=""))
     client(zmq.PUSH).send_multipart(encode(EXPERIENCE, meta, arrays))
@@ -311,6 +311,41 @@ def test_one_peers_absurd_requests_never_starve_another(server, monkeypatch):
     # Served while the hostile peer's requests are still parked: not behind them (they wait for data that never
     # comes, until their deadline).
     assert len(replay.pending) == MAX_PENDING_PER_PEER and not hostile.poll(0), "the hostile's still wait"
+
+
+def test_a_request_parked_before_the_shard_knew_its_layout_is_refused_when_data_shows_it_too_large(monkeypatch):
+    """A transition shard learns what a transition weighs from its first chunk: a request parked while it was empty
+    is held to the learner's byte limit when data comes, answered with an error instead of a reply that limit would
+    refuse (or an allocation that size), and the shard serves on."""
+    monkeypatch.setattr(replay_role, "DEFER_S", 600.0)
+    ctx = zmq.Context()
+    exp, sample = free_port(), free_port()
+    reply = Limits(max_bytes=1 << 20)
+    replay = ReplayServer(
+        ctx, f"tcp://127.0.0.1:{exp}", f"tcp://127.0.0.1:{sample}", ReplayShard("uniform", 100_000, reply=reply)
+    )
+    learner, pusher = make_socket(ctx, zmq.DEALER), make_socket(ctx, zmq.PUSH)
+    learner.connect(f"tcp://127.0.0.1:{sample}")
+    pusher.connect(f"tcp://127.0.0.1:{exp}")
+    try:
+        # 40,000 transitions: under 1 MiB at the 16 bytes of a slot and an id, over it at 32 with this layout.
+        learner.send_multipart(frames_of(SampleRequest(40_000, ready_at=1).to_message()))
+        deadline = time.monotonic() + 20
+        while not replay.pending and time.monotonic() < deadline:
+            replay.poll_once(0.01)
+        assert len(replay.pending) == 1, "parked: nothing told the shard yet that it is too large"
+        meta, arrays = parts(encode_chunk(chunk(T=50, K=2), incarnation=""))
+        pusher.send_multipart(encode(EXPERIENCE, meta, arrays))
+        [refused] = replies(replay, learner, 1)
+        assert (refused.kind, refused.meta["reason"]) == (ERROR, "reply_too_large") and not replay.pending
+        learner.send_multipart(frames_of(SampleRequest(1000, ready_at=1).to_message()))
+        [served] = replies(replay, learner, 1)
+        assert served.kind == TRANSITION_REPLY and len(served.arrays["obs"]) == 1000
+    finally:
+        learner.close(0)
+        pusher.close(0)
+        replay.close()
+        ctx.term()
 
 
 def test_a_request_for_several_minibatches_is_answered_once_its_ready_at_is_held(server):
@@ -527,6 +562,34 @@ def test_a_ps_sends_a_held_actor_the_version_that_wakes_it_and_says_how_far_the_
     held_by_ps(publisher, ps, 1, "resumed")
     [resumed] = replies(ps, actor, 1)
     assert resumed.meta["incarnation"] == "resumed", "a new learner incarnation wakes every held request"
+
+
+def test_one_peers_flood_of_held_requests_is_answered_at_once_and_never_fills_the_park(ps_server, monkeypatch):
+    """A peer may park `MAX_PARKED_PER_PEER` held requests; the rest of its flood is answered at once ("not
+    modified"), so the park keeps room for the honest actors, whose held request the next version still wakes."""
+    monkeypatch.setattr(ps_role, "QUIET_MIN_S", 600.0)
+    publisher, ps, hostile, _ = ps_server
+    held_by_ps(publisher, ps, 1)
+    flood = 50
+    for _ in range(flood):
+        hostile.send_multipart(frames_of(ParamsRequest(1, "a", hold_ms=60_000).to_message()))
+    answered = replies(ps, hostile, flood - ps_role.MAX_PARKED_PER_PEER, timeout_s=20)
+    assert [decode_params_reply(m) for m in answered] == [NotModified(1, "a")] * (flood - ps_role.MAX_PARKED_PER_PEER)
+    assert len(ps.parked) == ps_role.MAX_PARKED_PER_PEER
+    honest = make_socket(hostile.context, zmq.DEALER)
+    honest.connect(hostile.getsockopt_string(zmq.LAST_ENDPOINT))
+    try:
+        honest.send_multipart(frames_of(ParamsRequest(1, "a", hold_ms=60_000).to_message()))
+        deadline = time.monotonic() + 20
+        while len(ps.parked) == ps_role.MAX_PARKED_PER_PEER and time.monotonic() < deadline:
+            ps.poll_once(0.01)
+        assert len(ps.parked) == ps_role.MAX_PARKED_PER_PEER + 1, "the honest actor's request is parked"
+        held_by_ps(publisher, ps, 2)
+        [woken] = replies(ps, honest, 1)
+        assert woken.kind == PARAMS and woken.meta["version"] == 2
+        assert not ps.parked and not ps.parked_by_peer, "every held request answered, and none left counted"
+    finally:
+        honest.close(0)
 
 
 def test_a_quiet_learner_wakes_every_held_actor_behind_it(ps_server, monkeypatch):

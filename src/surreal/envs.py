@@ -58,6 +58,15 @@ def make_env(env_id: str, seed: int, env_kwargs: dict[str, Any] | None = None) -
     return env
 
 
+def env_spaces(cfg: ExperimentConfig) -> tuple[gym.Space, gym.Space]:
+    """The experiment's env's observation and action spaces, read from one env made for the purpose."""
+    probe = make_env(cfg.env.id, cfg.seed, cfg.env.kwargs)
+    try:
+        return probe.observation_space, probe.action_space
+    finally:
+        probe.close()
+
+
 def check_env_id(env_id: str, env_kwargs: dict[str, Any] | None = None) -> None:
     """Raise ConfigError, with the nearest registered ids, unless `env_id` is in Gymnasium's registry (after
     importing the module of a `module:Name` id, as `gym.make` would). Checked before any process starts,

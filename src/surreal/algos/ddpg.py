@@ -26,7 +26,7 @@ from torch import nn
 
 from surreal.algos.sample_steps import SampleStepper, load_optimizer_state, replay_tensors
 from surreal.config.schema import DDPGConfig
-from surreal.proto.wire import Chunk
+from surreal.proto.wire import Chunk, Field, Fields
 from surreal.runtime.rollout import RolloutCollector
 
 log = logging.getLogger(__name__)
@@ -166,6 +166,20 @@ def n_step_transitions(arrays: dict[str, np.ndarray], n: int, gamma: float) -> d
         "rewards": returns,
         "next_obs": boot,
         "discounts": np.where(terminal, 0.0, g).astype(np.float32),
+    }
+
+
+def chunk_fields(obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig | None = None) -> Fields:
+    """One transition as `n_step_transitions` makes it, what a chunk's cell and a stored transition hold: what every
+    sample reply the learner takes must hold, field by field (proto/wire.py `ReplyLayout`)."""
+    del cfg  # the same fields whatever n
+    f32, obs, act = np.dtype(np.float32), tuple(obs_space.shape), tuple(act_space.shape)
+    return {
+        "obs": Field(f32, obs),
+        "actions": Field(f32, act),
+        "rewards": Field(f32),
+        "next_obs": Field(f32, obs),
+        "discounts": Field(f32),
     }
 
 

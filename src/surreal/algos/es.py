@@ -22,7 +22,7 @@ from gymnasium import spaces
 
 from surreal.algos.normalizer import RunningMeanStd
 from surreal.config.schema import ESConfig
-from surreal.proto.wire import Chunk
+from surreal.proto.wire import Chunk, Field, Fields
 
 # -- the math ---------------------------------------------------------------------------------------------
 
@@ -317,6 +317,22 @@ def make_learner(
 ) -> ESLearner:
     del compile  # numpy: nothing to compile
     return ESLearner(obs_space, act_space, cfg, device)
+
+
+def chunk_fields(obs_space: spaces.Box, act_space: spaces.Box, cfg: ESConfig) -> Fields:
+    """One antithetic pair of an `ESCollector` chunk: what every chunk the learner takes must hold (proto/wire.py
+    `ReplyLayout`), its noise offsets within the table (an offset past it would cut the perturbation short)."""
+    obs_dim, act_dim = _dims(obs_space, act_space)
+    dim = FlatMLP(obs_dim, act_dim, list(cfg.hidden_sizes)).dim
+    f64 = np.dtype(np.float64)
+    return {
+        "noise_offsets": Field(np.dtype(np.int64), (), 0, cfg.noise_table_size - dim),
+        "returns": Field(np.dtype(np.float32), (2,)),
+        "lengths": Field(np.dtype(np.int32), (2,), 0, None),
+        "obs_sum": Field(f64, (obs_dim,)),
+        "obs_sumsq": Field(f64, (obs_dim,)),
+        "obs_count": Field(f64),
+    }
 
 
 if TYPE_CHECKING:  # mypy checks this module against the interface the roles call

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import gymnasium as gym
 
-from surreal.proto.wire import Chunk
+from surreal.proto.wire import Chunk, Fields
 from surreal.runtime.regimes.replay_ratio import TransitionLearner
 from surreal.runtime.regimes.versions import ChunkLearner
 from surreal.runtime.rollout import Policy
@@ -78,4 +78,9 @@ class Algorithm(Protocol):
         self, obs_space: Any, act_space: Any, cfg: Any, device: torch.device, *, compile: bool = False
     ) -> OnPolicyLearner | OffPolicyLearner:
         """`compile`: use the algorithm's compiled (and, on CUDA, graph-captured) update where it has one."""
+        ...
+
+    def chunk_fields(self, obs_space: Any, act_space: Any, cfg: Any) -> Fields:
+        """One unit of the algorithm's chunks (a [T, K] cell; for an off-policy algorithm, one stored transition),
+        field by field: what every reply the learner takes must hold (proto/wire.py `ReplyLayout`)."""
         ...

@@ -29,7 +29,7 @@ from torch.distributions import Normal
 from surreal.algos.capture import CapturedStep
 from surreal.algos.normalizer import RunningMeanStd
 from surreal.config.schema import PPOConfig
-from surreal.proto.wire import Chunk
+from surreal.proto.wire import Chunk, Field, Fields
 from surreal.runtime.rollout import RolloutCollector
 
 log = logging.getLogger(__name__)
@@ -482,6 +482,22 @@ def make_learner(
     """`compile`: compile the minibatch loss and, on CUDA, replay the step as a CUDA graph (the first update
     then pays the compilation); off, the same step runs eagerly."""
     return PPOLearner(obs_space, act_space, cfg, device, compile=compile)
+
+
+def chunk_fields(obs_space: spaces.Box, act_space: spaces.Box, cfg: PPOConfig | None = None) -> Fields:
+    """One step of a `RolloutCollector` chunk as `PPOPolicy.act` records it: what every chunk the learner takes
+    must hold, field by field (proto/wire.py `ReplyLayout`)."""
+    del cfg
+    f32, obs = np.dtype(np.float32), tuple(obs_space.shape)
+    return {
+        "obs": Field(f32, obs),
+        "next_obs": Field(f32, obs),
+        "rewards": Field(f32),
+        "terminated": Field(np.dtype(bool)),
+        "truncated": Field(np.dtype(bool)),
+        "actions": Field(f32, tuple(act_space.shape)),
+        "logprobs": Field(f32),
+    }
 
 
 if TYPE_CHECKING:  # mypy checks this module against the interface the roles call

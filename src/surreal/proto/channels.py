@@ -34,10 +34,12 @@ from surreal.proto.wire import (
     BlobMeta,
     Chunk,
     EmptyReply,
+    FifoReply,
     NotModified,
     Params,
     ParamsRequest,
     PriorityUpdate,
+    ReplyLayout,
     SampleReply,
     SampleRequest,
     decode_params_reply,
@@ -168,11 +170,14 @@ class SampleClient:
         on_error: ErrorSink = ignore_error,
         ready_at: int | None = None,
         max_steps_per_unit: int | None = None,
+        layout: ReplyLayout | None = None,
     ) -> None:
         """`ready_at`: ask the shards to answer once they hold this many transitions (`SampleRequest`);
-        `max_steps_per_unit`: the algorithm's bound on a chunk's env steps (`decode_chunk`)."""
+        `max_steps_per_unit`: the algorithm's bound on a chunk's env steps (`decode_chunk`); `layout`: what a
+        transition reply must hold (`decode_sample_reply`)."""
         self.ready_at = ready_at
         self.max_steps_per_unit = max_steps_per_unit
+        self.layout = layout
         self.limits = accepting(limits, SAMPLE_REPLIES)
         self.prefetch = prefetch
         self.lost_after_s = lost_after_s
@@ -218,10 +223,16 @@ class SampleClient:
                 shard.inflight = max(shard.inflight - 1, 0)
                 shard.last_reply = time.monotonic()
                 try:
-                    reply = decode_sample_reply(decode(frames, self.limits), index, self.max_steps_per_unit)
+                    message = decode(frames, self.limits)
+                    reply = decode_sample_reply(message, index, self.max_steps_per_unit, self.layout)
                 except ProtocolError as exc:
                     self.on_error(exc.reason)
                     continue
+                if isinstance(reply, FifoReply):
+                    for reason in reply.refused:  # chunks left out of a reply whose others are kept
+                        self.on_error(reason)
+                    if not reply.chunks:
+                        continue
                 if not isinstance(reply, EmptyReply):
                     return reply
             if time.monotonic() >= deadline:
@@ -240,7 +251,9 @@ class BackgroundBatches:
     """A `BatchesIn` whose receiving and decoding run on a thread of their own, so the next batch arrives while
     the learner updates. The thread owns the ZMQ port (sockets are not shared between threads): priority
     updates reach it through a queue, and it keeps at most `depth` replies waiting (then it stops asking the
-    shards, which hold the data: backpressure, not an unbounded queue)."""
+    shards, which hold the data: backpressure, not an unbounded queue). What a peer sends is counted and dropped
+    by the port; an exception that still ends the thread (the process itself broken) is raised again by `next`,
+    so the learner ends with it instead of waiting for batches that will never come."""
 
     def __init__(self, make_port: Callable[[], SampleClient], shards: int, batch_size: int, depth: int) -> None:
         self.shards = shards
@@ -248,11 +261,18 @@ class BackgroundBatches:
         self._replies: queue.Queue[SampleReply] = queue.Queue(maxsize=depth)
         self._priorities: queue.SimpleQueue[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = queue.SimpleQueue()
         self._stop = threading.Event()
+        self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, args=(make_port,), name="batches-in", daemon=True)
         self._thread.start()
 
     def _run(self, make_port: Callable[[], SampleClient]) -> None:
-        port = make_port()
+        try:
+            self._serve(make_port())
+        except BaseException as exc:  # re-raised on the learner's thread by `next`
+            self._failure = exc
+            raise
+
+    def _serve(self, port: SampleClient) -> None:
         try:
             while not self._stop.is_set():
                 while not self._priorities.empty():
@@ -269,6 +289,8 @@ class BackgroundBatches:
 
     def next(self, batch_size: int, timeout_s: float) -> SampleReply | None:
         del batch_size  # fixed when the thread started: a learner asks for one batch size
+        if self._failure is not None:
+            raise RuntimeError("the thread receiving sample replies failed") from self._failure
         try:
             return self._replies.get(timeout=timeout_s) if timeout_s > 0 else self._replies.get_nowait()
         except queue.Empty:

@@ -9,7 +9,7 @@ is one file to read (tests/test_layering.py holds it):
     experience         actor -> replay          `Chunk` (+ `ChunkMeta`)      encode_chunk / decode_chunk
     sample_request     learner -> replay        `SampleRequest`
     fifo_reply         replay -> learner        `FifoReply` (whole chunks)   encode_sample_reply / decode_sample_reply
-    transition_reply   replay -> learner        `TransitionReply` (a batch)  "
+    transition_reply   replay -> learner        `TransitionReply` (a batch)  "  (both against a `ReplyLayout`)
     empty_reply        replay -> learner        `EmptyReply` (progress only) "
     priority_update    learner -> replay        `PriorityUpdate`
     params             learner -> ps -> actor   `Params` (`BlobMeta`)        encode_params / decode_params
@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -291,19 +292,74 @@ class ShardReport:
 
 @dataclass
 class FifoReply:
-    """A FIFO shard's reply: whole chunks, oldest first, for an on-policy learner."""
+    """A FIFO shard's reply: whole chunks, oldest first, for an on-policy learner. `refused`: why the learner left
+    out chunks it held that its algorithm could not take (their fields: `ReplyLayout`); the others are kept."""
 
     report: ShardReport
     chunks: list[Chunk]
+    refused: list[str] = field(default_factory=list)
 
 
 @dataclass
 class TransitionReply:
     """A transition shard's reply: one batch of sampled transitions (nested keys as in the chunks) with
-    `slots` (int64) and `ids` (uint64) to send back with priorities and, when prioritized, `weights`."""
+    `slots` (int64) and `ids` (uint64) to send back with priorities and, when prioritized, `weights` (float32):
+    `SAMPLE_ARRAYS`."""
 
     report: ShardReport
     transitions: dict[str, Any]
+
+
+# What a transition reply carries beside the sampled fields, by name: where each transition sits in its shard, its
+# insertion id (both go home with its priority) and, from a prioritized shard, its importance weight.
+SAMPLE_ARRAYS: Mapping[str, np.dtype] = MappingProxyType(
+    {"slots": np.dtype(np.int64), "ids": np.dtype(np.uint64), "weights": np.dtype(np.float32)}
+)
+SLOTS, IDS, WEIGHTS = SAMPLE_ARRAYS  # their names; a uniform shard leaves out WEIGHTS
+
+
+@dataclass(frozen=True)
+class Field:
+    """One array of an algorithm's experience, per unit (a chunk's [T, K] cell, one stored transition): its dtype,
+    its shape, and for an integer field the values it may take (inclusive; None: any its dtype holds)."""
+
+    dtype: np.dtype
+    shape: tuple[int, ...] = ()
+    low: int | None = None
+    high: int | None = None
+
+
+Fields = Mapping[str, Field]  # by flat name (`a/b`, as the codec names nested arrays)
+
+
+@dataclass(frozen=True)
+class ReplyLayout:
+    """What a learner takes from its shards, as its algorithm collects it (`surreal.algos` `chunk_fields`):
+    `fields`, one unit's arrays (a chunk's cell; a sampled transition is a stored chunk's cell), and for transition
+    replies the batch asked for (`transitions`) and whether importance weights come with it (`weighted`). A reply
+    that differs would reach the update with a field missing (a KeyError on the learner's main thread), an index
+    out of range or silently wrong shapes: the replay cannot check this (it knows neither the env nor the
+    algorithm's arrays), so the learner does, in `decode_sample_reply`."""
+
+    fields: Fields
+    transitions: int = 0
+    weighted: bool = False
+
+
+def check_fields(leaves: Mapping[str, np.ndarray], fields: Fields, lead: int, reason: str) -> None:
+    """`leaves` (flat names) are exactly `fields`: each of its dtype, of its shape after `lead` leading dims, and
+    within its bounds. Raises `ProtocolError(reason)`."""
+    if leaves.keys() != fields.keys():
+        missing, extra = sorted(fields.keys() - leaves.keys()), sorted(leaves.keys() - fields.keys())
+        raise ProtocolError(reason, f"fields missing {missing[:4]}, unexpected {extra[:4]}")
+    for name, spec in fields.items():
+        array = leaves[name]
+        if array.dtype != spec.dtype or array.shape[lead:] != spec.shape:
+            raise ProtocolError(reason, f"{name}: {array.dtype}{array.shape[lead:]}, not {spec.dtype}{spec.shape}")
+        if array.size and (
+            (spec.low is not None and array.min() < spec.low) or (spec.high is not None and array.max() > spec.high)
+        ):
+            raise ProtocolError(reason, f"{name} outside [{spec.low}, {spec.high}]")
 
 
 @dataclass
@@ -329,29 +385,72 @@ def encode_sample_reply(reply: FifoReply | TransitionReply | EmptyReply) -> Mess
 
 
 def decode_sample_reply(
-    message: Message, shard: int, max_steps_per_unit: int | None = None
+    message: Message, shard: int, max_steps_per_unit: int | None = None, layout: ReplyLayout | None = None
 ) -> FifoReply | TransitionReply | EmptyReply:
     """A reply from replay shard `shard` (by the socket it came on): its progress and its data, a FIFO reply's
-    chunks each validated as an experience message is. An error reply raises `ProtocolError("error_reply")`."""
+    chunks each validated as an experience message is (and, given the learner's `layout`, those with other fields
+    left out and listed in `refused`: an actor's chunk must not cost the honest chunks packed with it), a
+    transition reply's batch as `_decode_transitions` says. An error reply raises `ProtocolError("error_reply")`."""
     if message.kind == ERROR:
         raise ProtocolError("error_reply", ErrorReply.from_message(message).reason)
     report = ShardReport.from_meta({**message.meta, "shard": shard})
     if message.kind == EMPTY_REPLY:
         return EmptyReply(report)
     if message.kind == TRANSITION_REPLY:
-        return TransitionReply(report, message.arrays)
+        return TransitionReply(report, _decode_transitions(message.arrays, layout))
     if message.kind != FIFO_REPLY:
         raise ProtocolError("unknown_kind", message.kind[:32])
     metas, arrays = message.meta.get("chunks", []), message.arrays
     if not isinstance(metas, list) or len(metas) != len(arrays):
         raise ProtocolError("bad_reply_meta", "chunks list does not match the reply's arrays")
-    chunks = []
+    reply = FifoReply(report, [])
     for i, chunk_meta in enumerate(metas):
         chunk_arrays = arrays.get(str(i))
         if not isinstance(chunk_meta, dict) or not isinstance(chunk_arrays, dict):
             raise ProtocolError("bad_reply_meta", f"chunk {i} malformed")
-        chunks.append(_decode_chunk(chunk_arrays, chunk_meta, max_steps_per_unit)[0])
-    return FifoReply(report, chunks)
+        chunk = _decode_chunk(chunk_arrays, chunk_meta, max_steps_per_unit)[0]
+        try:
+            if layout is not None:
+                check_fields(dict(flatten(chunk_arrays)), layout.fields, 2, "bad_chunk_fields")
+        except ProtocolError as exc:
+            reply.refused.append(exc.reason)
+            continue
+        reply.chunks.append(chunk)
+    return reply
+
+
+def _decode_transitions(arrays: dict[str, Any], layout: ReplyLayout | None) -> dict[str, Any]:
+    """A transition batch, checked before anything reads it: every array one row per transition (N of them, at
+    least one field besides `SAMPLE_ARRAYS`), `slots` and `ids` of their dtypes, `weights` (if any) float32 and
+    non-negative, every float finite; with `layout`, exactly its fields, dtypes and shapes, its N, and weights
+    exactly when it is weighted. Raises `ProtocolError("bad_transitions" | "non_finite")`."""
+    leaves = dict(flatten(arrays))
+    if any(array.ndim == 0 for array in leaves.values()) or len({len(a) for a in leaves.values()}) > 1:
+        raise ProtocolError("bad_transitions", "arrays do not share one leading transition dimension")
+    weighted = WEIGHTS in leaves
+    for name, dtype in SAMPLE_ARRAYS.items():
+        array = leaves.pop(name, None)
+        if array is None and name == WEIGHTS:
+            continue
+        if array is None or array.ndim != 1 or array.dtype != dtype:
+            raise ProtocolError("bad_transitions", f"{name} must be a 1-d {dtype} array")
+        if name == WEIGHTS and not (array >= 0).all():  # NaN fails too
+            raise ProtocolError("non_finite", "importance weights must be finite and >= 0")
+    if not leaves:
+        raise ProtocolError("bad_transitions", "no sampled fields")
+    n = len(next(iter(leaves.values())))
+    if n == 0:
+        raise ProtocolError("bad_transitions", "zero transitions")
+    if layout is not None:
+        if n != layout.transitions:
+            raise ProtocolError("bad_transitions", f"{n} transitions, not the {layout.transitions} asked for")
+        if weighted != layout.weighted:
+            raise ProtocolError("bad_transitions", f"{WEIGHTS} {'missing' if layout.weighted else 'unexpected'}")
+        check_fields(leaves, layout.fields, 1, "bad_transitions")
+    for name, array in leaves.items():
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            raise ProtocolError("non_finite", f"{name} holds NaN or infinity")
+    return arrays
 
 
 # -- requests, priorities, errors -----------------------------------------------------------------------
@@ -400,7 +499,9 @@ class PriorityUpdate:
 
     @classmethod
     def from_message(cls, message: Message) -> PriorityUpdate:
-        """Three 1-d arrays of one length: integer slots and ids, finite priorities."""
+        """Three 1-d arrays of one length: `slots` and `ids` as a transition reply carried them (`SAMPLE_ARRAYS`),
+        finite float priorities. Exact index dtypes mean nothing here grows a peer's array: one of int8 slots
+        made int64 would be 8 times the bytes the message limit allowed."""
         arrays = message.arrays
         try:
             slots, ids, priorities = (arrays[key] for key in ("slots", "ids", "priorities"))
@@ -410,11 +511,11 @@ class PriorityUpdate:
             raise ProtocolError("bad_priorities", "slots, ids and priorities must be 1-d arrays")
         if not len(slots) == len(ids) == len(priorities):
             raise ProtocolError("bad_priorities", "slots, ids and priorities differ in length")
-        if slots.dtype.kind not in "iu" or ids.dtype.kind not in "iu" or priorities.dtype.kind != "f":
-            raise ProtocolError("bad_priorities", "integer slots and ids, float priorities")
-        if not np.isfinite(priorities).all():
-            raise ProtocolError("bad_priorities", "priorities must be finite")
-        return cls(slots.astype(np.int64), ids.astype(np.uint64), priorities.astype(np.float64))
+        if slots.dtype != SAMPLE_ARRAYS[SLOTS] or ids.dtype != SAMPLE_ARRAYS[IDS] or priorities.dtype.itemsize < 4:
+            raise ProtocolError("bad_priorities", "int64 slots, uint64 ids, float32 or float64 priorities")
+        if priorities.dtype.kind != "f" or not np.isfinite(priorities).all():
+            raise ProtocolError("bad_priorities", "priorities must be finite floats")
+        return cls(slots, ids, priorities.astype(np.float64))
 
 
 @dataclass(frozen=True)

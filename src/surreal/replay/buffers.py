@@ -23,10 +23,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from surreal.proto.codec import Limits, ProtocolError, flatten, header_cost, unflatten
-from surreal.proto.wire import lead_dims
+from surreal.proto.wire import IDS, SAMPLE_ARRAYS, SLOTS, WEIGHTS, lead_dims
 from surreal.replay.sumtree import SumTree
 
-RESERVED_KEYS = frozenset({"slots", "ids", "weights"})  # what a transition batch adds next to the data
 MAX_PRIORITY = 1e6  # |TD error| above this counts as this (priorities are finite: anything else is refused)
 REPLY_HEADER_RESERVE = 4096  # header bytes a FIFO reply needs besides its chunks' (progress, ids, name prefixes)
 DEFAULT_CAPACITY_BYTES = 4 << 30
@@ -357,20 +356,31 @@ class TransitionReplay:
     `weights` (float32). `dropped` counts transitions overwritten by newer ones."""
 
     def __init__(
-        self, capacity: int, sampler: UniformSampler | PrioritizedSampler, seed: int, capacity_bytes: int
+        self,
+        capacity: int,
+        sampler: UniformSampler | PrioritizedSampler,
+        seed: int,
+        capacity_bytes: int,
+        reply: Limits = DEFAULT_REPLY,
     ) -> None:
+        """`reply`: the receiver's limits: a layout whose batches could not pass them is refused (`add_chunk`),
+        and so is a batch size whose reply would exceed them (`reply_bytes`)."""
         self.storage = TransitionStorage(capacity, capacity_bytes)
         self.sampler = sampler
+        self.reply = reply
         self.rng = np.random.default_rng(seed)
         self.served = 0
         self.priority_updates = 0  # applied ones: with `added` and `served`, what tells a snapshot anything changed
 
     def add_chunk(self, arrays: dict[str, Any], meta: dict[str, Any], n_transitions: int) -> None:
         del meta  # episode statistics travel with the actor's metrics, not with single transitions
-        reserved = RESERVED_KEYS & arrays.keys()
+        reserved = SAMPLE_ARRAYS.keys() & arrays.keys()
         if reserved:
             raise ValueError(f"chunk keys {sorted(reserved)} are reserved for the sample reply")
         transitions = flatten_time_major(arrays)
+        if not self.storage.data and len(transitions) + len(SAMPLE_ARRAYS) > self.reply.max_frames:
+            # The first chunk lays the storage out: one no reply could carry would refuse every later request.
+            raise ProtocolError("too_large_for_reply", f"{len(transitions)} fields")
         n = len(next(iter(transitions.values())))
         if n != n_transitions:
             raise ValueError(f"chunk holds {n} transitions, not the {n_transitions} announced")
@@ -381,6 +391,15 @@ class TransitionReplay:
     def ready(self, batch_size: int) -> bool:
         return self.storage.size >= batch_size
 
+    def max_batch(self) -> int:
+        """The most transitions one reply can carry within the receiver's byte limit. Before the first chunk the
+        layout is unknown and only `slots`, `ids` and any `weights` are counted: an upper bound, which the
+        first chunk lowers."""
+        weighted = isinstance(self.sampler, PrioritizedSampler)
+        extra = sum(dtype.itemsize for name, dtype in SAMPLE_ARRAYS.items() if weighted or name != WEIGHTS)
+        per_transition = extra + sum(array[:1].nbytes for array in self.storage.data.values())
+        return max(0, self.reply.max_bytes - REPLY_HEADER_RESERVE) // per_transition
+
     def sample(self, batch_size: int) -> dict[str, Any]:
         """`batch_size` transitions drawn by the sampler, with their `slots`, `ids` (and `weights`)."""
         weights: np.ndarray | None = None
@@ -389,16 +408,20 @@ class TransitionReplay:
         else:
             slots = self.sampler.sample(self.storage, batch_size, self.rng)
         arrays = unflatten(list(self.storage.gather(slots).items()))
-        arrays["slots"] = slots
-        arrays["ids"] = self.storage.ids[slots]
+        arrays[SLOTS] = slots
+        arrays[IDS] = self.storage.ids[slots]
         if weights is not None:
-            arrays["weights"] = weights
+            arrays[WEIGHTS] = weights
         self.served += batch_size
         return arrays
 
     def update_priorities(self, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> int:
+        """Raises ValueError for a uniform replay, and for more priorities than one reply can carry (a learner
+        sends those of a sample it was served, never more)."""
         if not isinstance(self.sampler, PrioritizedSampler):
             raise ValueError("a uniform replay has no priorities")
+        if len(slots) > self.max_batch():
+            raise ValueError(f"{len(slots)} priorities: more than a reply of this shard carries")
         applied = self.sampler.update_priorities(self.storage, slots, ids, priorities)
         self.priority_updates += applied
         return applied
@@ -425,12 +448,12 @@ def make_replay(
     reply: Limits = DEFAULT_REPLY,
 ) -> FifoReplay | TransitionReplay:
     """`fifo` (on-policy chunks), `uniform` or `prioritized` (off-policy transitions); capacity in transitions
-    and in bytes; `reply`: the receiver's limits, which a FIFO reply's packing keeps to (a transition batch
-    is one frame per stored key, far below any limit)."""
+    and in bytes; `reply`: the receiver's limits, which a FIFO reply's packing keeps to and a transition replay's
+    layout and batch sizes are held to."""
     if mode == "fifo":
         return FifoReplay(capacity, capacity_bytes, reply)
     if mode == "uniform":
-        return TransitionReplay(capacity, UniformSampler(), seed, capacity_bytes)
+        return TransitionReplay(capacity, UniformSampler(), seed, capacity_bytes, reply)
     if mode == "prioritized":
-        return TransitionReplay(capacity, PrioritizedSampler(capacity, alpha, beta, eps), seed, capacity_bytes)
+        return TransitionReplay(capacity, PrioritizedSampler(capacity, alpha, beta, eps), seed, capacity_bytes, reply)
     raise ValueError(f"unknown replay mode {mode!r}: fifo, uniform or prioritized")

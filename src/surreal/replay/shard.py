@@ -21,6 +21,7 @@ from surreal.proto.wire import (
     ChunkMeta,
     EmptyReply,
     FifoReply,
+    SampleRequest,
     ShardReport,
     TransitionReply,
     decode_chunk,
@@ -96,6 +97,23 @@ class ReplayShard:
     def ready(self, batch_size: int) -> bool:
         return self.replay.ready(batch_size)
 
+    def refusal(self, request: SampleRequest) -> str | None:
+        """Why this shard could never answer `request` with data, as the reason its error reply carries; None
+        when it can. Asked when a request arrives (it is refused at once, never parked) and again just before
+        it is served (a transition replay knows its layout, and so its reply's size, only once data came).
+
+        A transition replay draws `batch_size` with replacement, so the batch may exceed what it holds, but the
+        reply must pass the learner's byte limit: the gather, the index arrays and the reply are all sized by
+        it. A FIFO reply carries at most the whole FIFO: a bigger batch is no request an honest learner makes
+        (the config holds `algo.batch_size` to the capacity)."""
+        if request.threshold > self.capacity:
+            return "over_capacity"  # the data it waits for can never be held
+        if isinstance(self.replay, FifoReplay):
+            return "over_capacity" if request.batch_size > self.capacity else None
+        if request.batch_size > self.replay.max_batch():
+            return "reply_too_large"
+        return None
+
     def sample(self, batch_size: int) -> FifoReply | TransitionReply:
         """A reply holding data (call `ready` first) and the shard's progress: whole chunks (a FIFO, at most
         `batch_size` transitions but at least one chunk) or a batch of `batch_size` sampled transitions."""
@@ -123,6 +141,8 @@ class ReplayShard:
         return report
 
     def update_priorities(self, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> int:
+        """Raises ValueError for an update this shard cannot apply (a FIFO or uniform replay, a slot out of range,
+        more entries than a reply of it carries)."""
         return self.replay.update_priorities(slots, ids, priorities)
 
     def stats(self) -> dict[str, int]:

@@ -32,7 +32,7 @@ import zmq
 
 from surreal.algos import get_algorithm
 from surreal.config import ExperimentConfig, algo_config
-from surreal.envs import make_env
+from surreal.envs import env_spaces
 from surreal.metrics import RoleMetrics
 from surreal.metricsfile import EVALS_FILE, read_evals
 from surreal.proto.channels import ParamClient
@@ -89,12 +89,7 @@ class EvaluatorCore:
             raise ValueError("the evaluator needs learner.eval_interval > 0")
         self.cfg = cfg
         self.params = params
-        env = make_env(cfg.env.id, cfg.seed, cfg.env.kwargs)
-        try:
-            spaces = env.observation_space, env.action_space
-        finally:
-            env.close()
-        self.policy = get_algorithm(cfg.algo.name).make_policy(*spaces, algo_config(cfg), 0, 1)
+        self.policy = get_algorithm(cfg.algo.name).make_policy(*env_spaces(cfg), algo_config(cfg), 0, 1)
         self.due = next_threshold(evaluated_up_to, cfg.learner.eval_interval)
         self.version, self.incarnation, self.done = -1, "", False
 

@@ -28,6 +28,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 import zmq
@@ -35,7 +36,7 @@ import zmq
 from surreal.algos import get_algorithm
 from surreal.algos.interface import OffPolicyLearner, OnPolicyLearner
 from surreal.config import ExperimentConfig, algo_config
-from surreal.envs import env_steps_bound, make_env
+from surreal.envs import env_spaces, env_steps_bound
 from surreal.metrics import RoleMetrics
 from surreal.metricsfile import METRICS_FILE
 from surreal.proto.channels import BackgroundBatches, ParamPublisher, SampleClient
@@ -47,7 +48,7 @@ from surreal.roles.evaluation import finish, finished_before
 from surreal.roles.ports import BatchesIn, ParamsOut
 from surreal.runtime.checkpoint import LearnerCheckpoints, Restored
 from surreal.runtime.recorder import Recorder, WallTime, truncate_metrics
-from surreal.runtime.regimes import Counters, Outcome, learner_feed, sample_size
+from surreal.runtime.regimes import Counters, Outcome, learner_feed, reply_layout, sample_size
 from surreal.settings import Settings
 
 RECEIVE_TIMEOUT_S = 0.05  # longest wait for a sample reply before the loop services the publisher again
@@ -77,14 +78,14 @@ class LearnerCore:
         metrics: RoleMetrics,
         resume: bool,
         log: logging.Logger,
+        spaces: tuple[gym.Space, gym.Space] | None = None,
     ) -> None:
+        """`spaces`: the env's observation and action spaces, where the caller has them (else an env is made)."""
         self.cfg, self.run_dir, self.batches, self.params_out, self.log = cfg, run_dir, batches, params_out, log
         run_dir.mkdir(parents=True, exist_ok=True)
         seed_everything(cfg.seed, cfg.deterministic)
         self.device = choose_device(cfg, lambda device: update_seconds(cfg, device), log)
-        probe = make_env(cfg.env.id, cfg.seed, cfg.env.kwargs)
-        self.obs_space, self.act_space = probe.observation_space, probe.action_space
-        probe.close()
+        self.obs_space, self.act_space = spaces or env_spaces(cfg)
         self.algo = get_algorithm(cfg.algo.name)
         self.algo_learner = self._new_algo_learner()
         self.checkpoints = LearnerCheckpoints(run_dir / "checkpoints", cfg.learner.keep_checkpoints, log)
@@ -226,6 +227,8 @@ def main(args: argparse.Namespace) -> int:
     on_error = lambda reason: m_bad.labels(reason=reason).inc()
     addresses = settings.sample_addrs
     max_steps_per_unit = env_steps_bound(cfg)
+    spaces = env_spaces(cfg)
+    layout = reply_layout(cfg, get_algorithm(cfg.algo.name).chunk_fields(*spaces, algo_config(cfg)))
     batches = BackgroundBatches(
         lambda: SampleClient(
             ctx,
@@ -235,13 +238,14 @@ def main(args: argparse.Namespace) -> int:
             on_error=on_error,
             ready_at=cfg.algo.batch_size,
             max_steps_per_unit=max_steps_per_unit,
+            layout=layout,
         ),
         shards=len(addresses),
         batch_size=sample_size(cfg),
         depth=cfg.learner.prefetch * len(addresses),
     )
     params_out = ParamPublisher(ctx, settings.bind(settings.params_pub_port))
-    core = LearnerCore(cfg, settings.run_dir, batches, params_out, metrics, args.resume, log)
+    core = LearnerCore(cfg, settings.run_dir, batches, params_out, metrics, args.resume, log, spaces)
     port = metrics.serve(settings.bind_host, settings.metrics_port)
     log.info(
         "learning %s on %s in %s (device %s), metrics :%s",

@@ -6,15 +6,15 @@ Holds the latest parameter message exactly as the learner framed it (weights and
 are opaque arrays here) and answers each actor with "not modified" or the blob, forwarding the stored
 frames without copying them. Replicas are independent, so thousands of actors never touch the learner.
 
-A blob replaces the held one when its version is higher, or when it comes from a new learner
-incarnation (a learner resumed from a checkpoint restarts at the checkpoint's version); an actor gets the held
-blob when, by the same rule (proto/wire.py `supersedes`), it would replace the one the actor runs. A request
-that carries `hold_ms` (an actor that flow control holds: proto/wire.py `ParamsRequest`) and that the held blob
-does not answer (it does not supersede the actor's, or is below the request's `wake_version`) is parked, up to
-`MAX_PARKED` of them, so waiting actors do not poll. A parked request is answered by the first blob that wakes
-it, or when its hold is over by "not modified" with the version held (so the actor knows how far the learner
-got). With `wake_version`, a version is sent to the actors it frees, not to every waiting one: at 1,024 actors
-sharing a batch of 32 chunks, 32 blobs a version instead of 1,024. When the learner goes quiet (no blob for
+A blob replaces the held one when its version is higher, or when it comes from a new learner incarnation (a learner
+resumed from a checkpoint restarts at the checkpoint's version); an actor gets the held blob when, by the same rule
+(proto/wire.py `supersedes`), it would replace the one the actor runs. A request that carries `hold_ms` (an actor
+that flow control holds: proto/wire.py `ParamsRequest`) and that the held blob does not answer (it does not
+supersede the actor's, or is below the request's `wake_version`) is parked, up to `MAX_PARKED` of them and
+`MAX_PARKED_PER_PEER` from one peer, so waiting actors do not poll. A parked request is answered by the first blob
+that wakes it, or when its hold is over by "not modified" with the version held (so the actor knows how far the
+learner got). With `wake_version`, a version is sent to the actors it frees, not to every waiting one: at 1,024
+actors sharing a batch of 32 chunks, 32 blobs a version instead of 1,024. When the learner goes quiet (no blob for
 `QUIET_FACTOR` of its usual intervals) every parked request the held blob supersedes gets it, whatever its wake
 version: a learner that waits for data must not wait for the holds to end. Torch-free.
 """
@@ -25,6 +25,7 @@ import argparse
 import heapq
 import itertools
 import time
+from collections import Counter
 from typing import Any
 
 import zmq
@@ -52,6 +53,10 @@ Parked = tuple[float, int, bytes, ParamsRequest]
 
 REQUEST_BURST = 256  # actor requests answered per poll before newer parameters are taken in
 MAX_PARKED = 65_536  # held requests; beyond this a request is answered at once
+# Held requests one peer may have parked. An actor has one in flight, two after a fetch timed out while its first
+# was held; a peer flooding holds is answered at once past this, so it cannot fill the park and make every honest
+# actor poll.
+MAX_PARKED_PER_PEER = 4
 QUIET_FACTOR = 3.0  # the learner is quiet after this many of its usual intervals between blobs ...
 QUIET_MIN_S = 0.5  # ... and never sooner
 INTERVAL_WEIGHT = 0.2  # of the newest interval in the moving average
@@ -89,6 +94,7 @@ class ParamServer(Server):
         self.m_blob_bytes = m.gauge("ps_blob_bytes", "size of the held parameter blob")
         self.m_parked = m.gauge("ps_parked_requests", "requests held until a newer blob or their hold ends")
         self.parked: list[Parked] = []  # a heap
+        self.parked_by_peer: Counter[bytes] = Counter()
         self._arrivals = itertools.count()
         self.blobs_accepted = 0
         self.last_blob_at = 0.0
@@ -103,6 +109,7 @@ class ParamServer(Server):
             self._wake_parked(quiet=True)  # every actor behind the held blob gets it
         while self.parked and self.parked[0][0] <= now:
             identity = heapq.heappop(self.parked)[2]
+            self._unpark(identity)
             self._answer(identity, self._not_modified(), NOT_MODIFIED)
         self.m_parked.set(len(self.parked))
 
@@ -167,7 +174,13 @@ class ParamServer(Server):
         heapq.heapify(self.parked)
         assert self.frames is not None
         for _, _, identity, _ in sorted(answered, key=lambda entry: entry[:2]):
+            self._unpark(identity)
             self._answer(identity, self.frames, PARAMS)
+
+    def _unpark(self, identity: bytes) -> None:
+        self.parked_by_peer[identity] -= 1
+        if not self.parked_by_peer[identity]:
+            del self.parked_by_peer[identity]
 
     def on_request(self, identity: bytes, frames: list[zmq.Frame]) -> None:
         try:
@@ -181,8 +194,9 @@ class ParamServer(Server):
         newer = self.frames if superseded else None  # what is held, if the actor should have it
         if newer is not None and (not request.hold_ms or self._answers(request, self._quiet(now))):
             self._answer(identity, newer, PARAMS)
-        elif request.hold_ms and len(self.parked) < MAX_PARKED:
+        elif request.hold_ms and len(self.parked) < MAX_PARKED and self.parked_by_peer[identity] < MAX_PARKED_PER_PEER:
             heapq.heappush(self.parked, (now + request.hold_ms / 1000, next(self._arrivals), identity, request))
+            self.parked_by_peer[identity] += 1
         elif newer is not None:
             self._answer(identity, newer, PARAMS)  # no room to park it: what is held is the best answer
         else:

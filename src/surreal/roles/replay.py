@@ -10,8 +10,10 @@ one every interval from a thread of its own (transition replays) and a last one 
 
 A sample request the shard cannot answer yet (FIFO without a chunk, a transition replay holding fewer than
 the request's `ready_at`, by default its batch size) is parked and answered as soon as data arrives, or with
-an empty reply after `DEFER_S`, so the learner never polls and always hears back. Malformed messages are
-counted by reason and dropped; the loop keeps serving. Torch-free.
+an empty reply after `DEFER_S`, so the learner never polls and always hears back. A request the shard could
+never serve (more than it holds, a reply over the learner's byte limit: `ReplayShard.refusal`) gets an error
+reply at once, and nothing is allocated for it. Malformed messages are counted by reason and dropped; the loop
+keeps serving. Torch-free.
 """
 
 from __future__ import annotations
@@ -175,15 +177,39 @@ class ReplayServer(Server):
         except (ValueError, IndexError):  # slots out of range, priorities for a uniform or FIFO replay
             self._refuse(identity, "bad_priorities")
             return
-        # A request that could never be answered with data (more than the capacity) is refused now, not parked.
-        if request.threshold > self.replay.capacity:
-            self._refuse(identity, "bad_request")
+        # A request that could never be answered with data is refused now, not parked (shard.py says which).
+        refusal = self.replay.refusal(request)
+        if refusal is not None:
+            self._refuse(identity, refusal)
             return
         parked_by_peer = sum(pending.identity == identity for pending in self.pending)
         if len(self.pending) >= MAX_PENDING or parked_by_peer >= MAX_PENDING_PER_PEER:
             self._refuse(identity, "too_many_pending")
             return
         self.pending.append(_Pending(identity, request, time.monotonic() + DEFER_S))
+
+    def _serve(self, pending: _Pending) -> None:
+        """Answer one parked request with data, or with an error: the shard learns its layout (and so a reply's
+        size) only once data came, so a request parked before then is held to it now. An exception raised by the
+        request's own content (a size, a value) answers its peer and is counted; the shard serves on. Any other
+        (the storage itself broken) still ends the role."""
+        refusal = self.replay.refusal(pending.request)
+        if refusal is not None:
+            self._refuse(pending.identity, refusal)
+            return
+        served_before = self.replay.stats()["served"]
+        try:
+            message = encode_sample_reply(self.replay.sample(pending.request.batch_size))
+        except (MemoryError, ValueError, IndexError) as exc:
+            log.warning("a sample request failed (%r): answered with an error", exc)
+            self._refuse(pending.identity, "serve_failed")
+            return
+        stats = self.replay.stats()
+        served = stats["served"] - served_before
+        self.m_out.inc(served)
+        self.rate_out.add(served)
+        self.m_size.set(stats["size"])
+        self.reply(pending.identity, message)
 
     def _refuse(self, identity: bytes, reason: str) -> None:
         self.drop(reason, identity)
@@ -196,14 +222,7 @@ class ReplayServer(Server):
         waiting: deque[_Pending] = deque()
         for pending in self.pending:
             if self.replay.ready(pending.request.threshold):
-                served_before = self.replay.stats()["served"]
-                reply = self.replay.sample(pending.request.batch_size)
-                stats = self.replay.stats()
-                served = stats["served"] - served_before
-                self.m_out.inc(served)
-                self.rate_out.add(served)
-                self.m_size.set(stats["size"])
-                self.reply(pending.identity, encode_sample_reply(reply))
+                self._serve(pending)
             elif now >= pending.deadline:
                 self.reply(pending.identity, encode_sample_reply(self.replay.empty_reply()))
             else:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import cast
 
 from surreal.config.schema import ExperimentConfig
-from surreal.proto.wire import Chunk
+from surreal.proto.wire import Chunk, Fields, ReplyLayout
 from surreal.runtime.regimes import replay_ratio, versions
 from surreal.runtime.regimes.common import ActorThrottle, Counters, Feed, Outcome, PrioritiesHome
 
@@ -55,6 +55,14 @@ def sample_size(cfg: ExperimentConfig) -> int:
     return cfg.algo.batch_size
 
 
+def reply_layout(cfg: ExperimentConfig, fields: Fields) -> ReplyLayout:
+    """What every reply the learner takes must hold: the algorithm's `fields` and, off-policy, a sample's
+    `sample_size` transitions with weights when the replay is prioritized."""
+    if cfg.algo.on_policy:
+        return ReplyLayout(fields)
+    return ReplyLayout(fields, sample_size(cfg), cfg.replay.mode == "prioritized")
+
+
 def trial_update(cfg: ExperimentConfig, learner: object, chunks: list[Chunk]) -> Callable[[], object]:
     """One update as the experiment's feed runs it, on `chunks` (`sample_size` units), for timing a device."""
     if not cfg.algo.on_policy:
@@ -70,5 +78,6 @@ __all__ = [
     "actor_throttle",
     "learner_feed",
     "sample_size",
+    "reply_layout",
     "trial_update",
 ]

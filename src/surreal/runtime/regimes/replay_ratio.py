@@ -49,7 +49,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from surreal.config.schema import ExperimentConfig, OffPolicyConfig
-from surreal.proto.wire import BlobMeta, Chunk, SampleReply, TransitionReply
+from surreal.proto.wire import IDS, SLOTS, BlobMeta, Chunk, SampleReply, TransitionReply
 from surreal.replay.buffers import flatten_time_major
 from surreal.runtime.regimes.common import (
     GOLDEN,
@@ -235,7 +235,7 @@ class Sample:
     @classmethod
     def of(cls, shard: int, arrays: dict[str, Any], batch_size: int) -> Sample:
         """A reply of k * batch_size transitions is k minibatches; a shorter one is one minibatch."""
-        transitions = len(arrays["rewards"])
+        transitions = len(arrays[SLOTS])  # every array's length: proto/wire.py checked the reply
         size = min(batch_size, transitions)
         return cls(shard, arrays, size, transitions // size)
 
@@ -338,7 +338,7 @@ class TransitionFeed:
         if self.priorities_home is None or not sample.priorities:
             return
         priorities = np.concatenate(sample.priorities)
-        slots, ids = (np.asarray(sample.arrays[k])[: len(priorities)] for k in ("slots", "ids"))
+        slots, ids = (np.asarray(sample.arrays[k])[: len(priorities)] for k in (SLOTS, IDS))
         keep = np.isfinite(priorities)
         if keep.any():
             self.priorities_home(sample.shard, slots[keep], ids[keep], priorities[keep])
