@@ -35,6 +35,9 @@ RUN_NAME = re.compile(rf"[A-Za-z0-9][{_RUN_NAME_CHARS}]{{0,99}}")  # at most 100
 NOT_IN_RUN_NAME = re.compile(rf"[^{_RUN_NAME_CHARS}]")  # what the launcher replaces in a generated name
 RUN_NAME_RULE = "must be a folder name of at most 100 characters: letters, digits, '.', '_', '-'"
 DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+# The kinds of Gymnasium space an algorithm may declare it takes (`AlgoConfig.observation_spaces`, `.action_spaces`),
+# as a user reads them. surreal/spaces.py says which kind a space is; the names keep this module gymnasium-free.
+SPACE_KINDS = {"box": "flat Box", "discrete": "Discrete"}
 
 
 class AlgorithmRegistry(Mapping[str, "type[AlgoConfig]"]):
@@ -95,6 +98,10 @@ class AlgoConfig:
     # The flow-control rule that holds actors and learner together (runtime/regimes/): "staleness" and
     # "lockstep" are on-policy (FIFO replay, every chunk used once), "replay_ratio" is off-policy.
     flow_control: ClassVar[str] = "staleness"
+    # The spaces it takes (SPACE_KINDS): checked against the env once before any role starts (launch/preflight.py)
+    # and again where a role builds the policy (surreal/spaces.py), so an env it cannot take is one line, not a crash.
+    observation_spaces: ClassVar[frozenset[str]] = frozenset({"box"})
+    action_spaces: ClassVar[frozenset[str]] = frozenset({"box"})
 
     name: str = MISSING  # the algorithm: `algo=NAME` picks it and its packaged defaults (conf/algo/NAME.yaml)
     seed: int = 1  # set by the loader from the experiment's `seed` (never an override)
@@ -160,6 +167,7 @@ class PPOConfig(AlgoConfig):
     (both cited in conf/algo/ppo.yaml; `preset=ppo-cleanrl` is CleanRL's exactly)."""
 
     module: ClassVar[str] = "surreal.algos.ppo"
+    action_spaces: ClassVar[frozenset[str]] = frozenset({"box", "discrete"})  # Discrete: a categorical head
 
     name: str = "ppo"
     lr: float = 3e-4  # Adam step size
@@ -298,6 +306,7 @@ class ESConfig(AlgoConfig):
 
     module: ClassVar[str] = "surreal.algos.es"
     flow_control: ClassVar[str] = "lockstep"  # a result is only worth something for the theta it was computed with
+    action_spaces: ClassVar[frozenset[str]] = frozenset({"box", "discrete"})  # Discrete: the argmax of the outputs
 
     name: str = "es"
     batch_size: int = 128  # antithetic pairs per generation: the population is 2 x batch_size episodes
