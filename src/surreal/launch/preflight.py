@@ -83,6 +83,7 @@ def _accepted_kwargs(env_id: str) -> list[str]:
     try:
         entry = gym.spec(env_id.rpartition(":")[2]).entry_point
         creator = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+        assert creator is not None
         names = [p for p in inspect.signature(creator).parameters if p not in ("self", "args", "kwargs")]
     except Exception:  # a suggestion only: an entry point we cannot inspect gets none
         names = []
