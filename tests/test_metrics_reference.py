@@ -25,7 +25,8 @@ SECTIONS = {"metrics.jsonl": "## metrics.jsonl", "evals.jsonl": "## evals.jsonl"
 # Tiny runs: a few updates and at least two metrics rows each (charts/SPS is the rate between two rows), an
 # evaluation or two by the evaluator, and the final one.
 RUNS = {
-    "ppo": ["steps=512", "algo.batch_size=128", "algo.minibatch_size=64", "algo.update_epochs=1", "actor.chunk_steps=32"],
+    "ppo": ["steps=512", "algo.batch_size=128", "algo.minibatch_size=64", "algo.update_epochs=1"]
+    + ["actor.chunk_steps=32"],
     "ddpg": ["steps=800", "algo.learning_starts=100", "algo.batch_size=32", "algo.hidden_sizes=[16,16]"],
     "sac": ["steps=800", "algo.learning_starts=100", "algo.batch_size=32", "algo.hidden_sizes=[16,16]"]
     + ["algo.critic_hidden_sizes=[16,16]"],
