@@ -23,6 +23,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from conftest import wait_until
 from surreal.launch import local
@@ -282,6 +283,13 @@ def test_the_evaluator_scores_the_policy_while_training_and_goes_on_after_its_la
     assert all(r["eval_episodes"] == 2 and math.isfinite(r["eval_return_mean"]) for r in rows)
     trained = read_metrics(run.run_dir / "metrics.jsonl")[-1]["env_steps"]
     assert rows[-1]["env_steps"] <= trained, "a row names the env steps of a blob the learner published"
+    # TensorBoard has the curve too, from the evaluator's own event files (one per incarnation): each row written
+    # whole (a kill between a row's line and its event, at the SIGKILL or at the end, costs that one point).
+    board = EventAccumulator(str(run.run_dir / "tensorboard" / "evaluator"), size_guidance={"scalars": 0})
+    board.Reload()
+    points = {e.step: e.value for e in board.Scalars("eval/return_mean")}
+    assert set(points) <= {r["env_steps"] for r in rows} and len(points) >= len(rows) - 2, (points, rows)
+    assert all(points[r["env_steps"]] == pytest.approx(r["eval_return_mean"]) for r in rows if r["env_steps"] in points)
     run.assert_nothing_left()
 
 
