@@ -295,11 +295,11 @@ def numpy_prepare(learner, chunks):
     return {k: np.concatenate(v) for k, v in out.items()}
 
 
-def chunks_from_two_actors(spaces, cfg, steps, count):
+def chunks_from_two_actors(spaces, cfg, steps, count, env_id=ENV_ID):
     """`count` chunks of [steps, 2] from actors 0 and 1 taking turns (InvertedPendulum ends episodes often)."""
     collectors = []
     for actor in (0, 1):
-        envs = make_vec_env(ENV_ID, 2, seed=10 * actor)
+        envs = make_vec_env(env_id, 2, seed=10 * actor)
         collectors.append(RolloutCollector(envs, PPOPolicy(*spaces, cfg, actor_index=actor), steps, actor))
     chunks = [collectors[i % 2].collect(0) for i in range(count)]
     for collector in collectors:
@@ -409,13 +409,16 @@ def test_a_failing_compile_falls_back_to_eager_with_one_log_line(setup, monkeypa
 
 
 @pytest.mark.slow
-def test_compiled_update_matches_the_eager_one(setup):
+@pytest.mark.parametrize("env_id", [ENV_ID, "CartPole-v1"])  # the Gaussian head and the categorical one
+def test_compiled_update_matches_the_eager_one(setup, env_id):
     """torch.compile of the loss (inductor; tens of seconds on CPU) gives the eager numbers to 1e-5."""
-    envs, cfg, _learner, _policy = setup
+    _envs, cfg, _learner, _policy = setup
+    envs = make_vec_env(env_id, 1, seed=0)
     spaces = envs.single_observation_space, envs.single_action_space
+    envs.close()
     eager, compiled = (PPOLearner(*spaces, cfg, torch.device("cpu"), compile=c) for c in (False, True))
     for _ in range(2):
-        chunks = chunks_from_two_actors(spaces, cfg, 32, 4)
+        chunks = chunks_from_two_actors(spaces, cfg, 32, 4, env_id)
         stats_eager, stats_compiled = eager.update(chunks, 0.1), compiled.update(chunks, 0.1)
     assert compiled.compile, "the compiled step fell back to eager"
     assert stats_compiled == pytest.approx(stats_eager, abs=1e-5)
@@ -424,14 +427,17 @@ def test_compiled_update_matches_the_eager_one(setup):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
-def test_cuda_graph_update_matches_the_eager_one(setup):
+@pytest.mark.parametrize("env_id", [ENV_ID, "CartPole-v1"])
+def test_cuda_graph_update_matches_the_eager_one(setup, env_id):
     """On CUDA, compile=True replays each minibatch step as a captured graph; same numbers as eager."""
-    envs, cfg, _learner, _policy = setup
+    _envs, cfg, _learner, _policy = setup
+    envs = make_vec_env(env_id, 1, seed=0)
     spaces = envs.single_observation_space, envs.single_action_space
+    envs.close()
     cuda = torch.device("cuda")
     eager, graphed = (PPOLearner(*spaces, cfg, cuda, compile=c) for c in (False, True))
     for progress in (0.1, 0.6):  # the annealed learning rate reaches the captured graph
-        chunks = chunks_from_two_actors(spaces, cfg, 32, 4)
+        chunks = chunks_from_two_actors(spaces, cfg, 32, 4, env_id)
         stats_eager, stats_graphed = eager.update(chunks, progress), graphed.update(chunks, progress)
     assert graphed.compile and graphed.step_fn.graph is not None
     assert stats_graphed == pytest.approx(stats_eager, abs=1e-4)
