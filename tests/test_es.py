@@ -128,3 +128,26 @@ def test_checkpoint_round_trip_continues_identically(cfg):
     policy.load_params(b.params())
     assert policy.act_deterministic(np.zeros((2, 4))).shape == (2, 1)
     env.close()
+
+
+def test_discrete_actions_are_the_argmax_of_the_outputs_shifted_by_the_spaces_start(cfg):
+    """CartPole (Discrete(2)): one output per action, the argmax acts; a Discrete(n, start) env gets index + start.
+    The pair collector runs on it unchanged (CartPole pays 1 per step: return = length)."""
+    envs = make_vec_env("CartPole-v1", 2, 5)
+    obs_space = envs.single_observation_space
+    policy = es.make_policy(obs_space, gym.spaces.Discrete(3, start=-1), cfg, 0)
+    assert policy.net.shapes[-1][0] == 3
+    theta = np.random.default_rng(1).standard_normal(policy.net.dim).astype(np.float32)
+    obs = np.random.default_rng(2).standard_normal((16, 4)).astype(np.float32)
+    actions = policy.act_with(np.broadcast_to(theta, (16, policy.net.dim)), obs)
+    outputs = policy.net.forward(np.broadcast_to(theta, (16, policy.net.dim)), policy.normalize(obs))
+    np.testing.assert_array_equal(actions, outputs.argmax(-1) - 1)
+    assert set(actions.tolist()) <= {-1, 0, 1}
+
+    policy = es.make_policy(obs_space, envs.single_action_space, cfg, 0)
+    learner = es.make_learner(obs_space, envs.single_action_space, cfg, torch.device("cpu"))
+    policy.load_params(learner.params())
+    chunk = es.make_collector(envs, policy, cfg, actor_index=0, chunk_steps=1).collect(version=0)
+    np.testing.assert_array_equal(chunk.arrays["returns"], chunk.arrays["lengths"])
+    learner.update([chunk], progress=0.0)
+    envs.close()

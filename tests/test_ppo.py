@@ -7,12 +7,13 @@ import io
 import subprocess
 import sys
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
 from surreal.algos import get_algorithm
-from surreal.algos.ppo import PPOLearner, PPOPolicy, gae
+from surreal.algos.ppo import CategoricalActorCritic, PPOLearner, PPOPolicy, gae
 from surreal.config.schema import PPOConfig
 from surreal.envs import make_vec_env
 from surreal.proto.wire import Chunk
@@ -132,6 +133,56 @@ def test_first_epoch_ratio_is_one_when_the_actor_ran_the_learners_parameters(set
     torch.testing.assert_close(ratio, torch.ones_like(ratio), atol=1e-5, rtol=0)
 
 
+@pytest.fixture
+def discrete():
+    envs = make_vec_env("CartPole-v1", 2, seed=3)
+    cfg = PPOConfig(seed=3, batch_size=128, minibatch_size=32, update_epochs=2)
+    spaces = envs.single_observation_space, envs.single_action_space
+    yield envs, cfg, PPOLearner(*spaces, cfg, torch.device("cpu")), PPOPolicy(*spaces, cfg, actor_index=0)
+    envs.close()
+
+
+def test_discrete_actions_get_a_categorical_head_shared_through_the_same_params_blob(discrete):
+    """CartPole: the actor MLP gives logits (no log-std); actors sample indices, record them as int64 with their
+    log-probabilities, and act deterministically with the argmax of the learner's logits."""
+    envs, cfg, learner, policy = discrete
+    assert isinstance(learner.model, CategoricalActorCritic)
+    params = learner.params()
+    assert {k.split(".")[0] for k in params["policy"]} == {"critic", "actor_logits"}
+    assert params["policy"]["actor_logits.4.weight"].shape == (2, 64) and "actor_logstd" not in params["policy"]
+    collector = RolloutCollector(envs, policy, chunk_steps=64, actor_index=0)
+    policy.load_params(params)
+    learner.update([collector.collect(0)], progress=0.0)  # non-trivial weights and obs statistics
+    policy.load_params(learner.params())
+    chunk = collector.collect(1)
+    actions, logprobs = chunk.arrays["actions"], chunk.arrays["logprobs"]
+    assert actions.dtype == np.int64 and actions.shape == (64, 2) and set(np.unique(actions)) <= {0, 1}
+    batch = learner.prepare([chunk])
+    dist = learner.model.distribution(batch["obs"])
+    expected = dist.log_prob(torch.from_numpy(actions.reshape(-1))).detach().numpy()
+    np.testing.assert_allclose(logprobs.reshape(-1), expected, rtol=1e-5, atol=1e-6)  # ratio 1 in the first epoch
+    obs = np.random.default_rng(0).standard_normal((32, 4)).astype(np.float32)
+    logits = learner.model.actor_logits(torch.from_numpy(learner.obs_rms.normalize(obs, cfg.obs_clip)))
+    np.testing.assert_array_equal(policy.act_deterministic(obs), logits.argmax(-1).numpy())
+    stats = learner.update([chunk, collector.collect(2)], progress=0.5)
+    assert stats["nonfinite_skipped"] == 0 and 0 < stats["entropy"] <= np.log(2) + 1e-6
+
+
+def test_discrete_actors_sample_reproducibly_and_a_start_shifts_what_the_env_gets(discrete):
+    envs, cfg, learner, _ = discrete
+    space = gym.spaces.Discrete(3, start=5)
+    twins = [PPOPolicy(envs.single_observation_space, space, cfg, actor_index=1) for _ in "ab"]
+    blob = PPOLearner(envs.single_observation_space, space, cfg, torch.device("cpu")).params()
+    for twin in twins:
+        twin.load_params(blob)
+    obs = np.zeros((512, 4), np.float32)
+    (env_a, rec_a), (env_b, rec_b) = (twin.act(obs) for twin in twins)
+    np.testing.assert_array_equal(rec_a["actions"], rec_b["actions"])
+    np.testing.assert_array_equal(env_a, rec_a["actions"] + 5)
+    assert set(np.unique(env_a)) == {5, 6, 7}, "near-uniform logits at init: every action drawn"
+    assert set(np.unique(twins[0].act_deterministic(obs))) <= {5, 6, 7}
+
+
 def test_reward_scaling_does_not_depend_on_how_an_actors_stream_is_cut(setup):
     """One actor's stream in one chunk or in two gives the same return statistics; another actor's
     chunk in between does not disturb the first actor's discounted-return carry."""
@@ -244,11 +295,11 @@ def numpy_prepare(learner, chunks):
     return {k: np.concatenate(v) for k, v in out.items()}
 
 
-def chunks_from_two_actors(spaces, cfg, steps, count):
+def chunks_from_two_actors(spaces, cfg, steps, count, env_id=ENV_ID):
     """`count` chunks of [steps, 2] from actors 0 and 1 taking turns (InvertedPendulum ends episodes often)."""
     collectors = []
     for actor in (0, 1):
-        envs = make_vec_env(ENV_ID, 2, seed=10 * actor)
+        envs = make_vec_env(env_id, 2, seed=10 * actor)
         collectors.append(RolloutCollector(envs, PPOPolicy(*spaces, cfg, actor_index=actor), steps, actor))
     chunks = [collectors[i % 2].collect(0) for i in range(count)]
     for collector in collectors:
@@ -358,13 +409,16 @@ def test_a_failing_compile_falls_back_to_eager_with_one_log_line(setup, monkeypa
 
 
 @pytest.mark.slow
-def test_compiled_update_matches_the_eager_one(setup):
+@pytest.mark.parametrize("env_id", [ENV_ID, "CartPole-v1"])  # the Gaussian head and the categorical one
+def test_compiled_update_matches_the_eager_one(setup, env_id):
     """torch.compile of the loss (inductor; tens of seconds on CPU) gives the eager numbers to 1e-5."""
-    envs, cfg, _learner, _policy = setup
+    _envs, cfg, _learner, _policy = setup
+    envs = make_vec_env(env_id, 1, seed=0)
     spaces = envs.single_observation_space, envs.single_action_space
+    envs.close()
     eager, compiled = (PPOLearner(*spaces, cfg, torch.device("cpu"), compile=c) for c in (False, True))
     for _ in range(2):
-        chunks = chunks_from_two_actors(spaces, cfg, 32, 4)
+        chunks = chunks_from_two_actors(spaces, cfg, 32, 4, env_id)
         stats_eager, stats_compiled = eager.update(chunks, 0.1), compiled.update(chunks, 0.1)
     assert compiled.compile, "the compiled step fell back to eager"
     assert stats_compiled == pytest.approx(stats_eager, abs=1e-5)
@@ -373,14 +427,17 @@ def test_compiled_update_matches_the_eager_one(setup):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
-def test_cuda_graph_update_matches_the_eager_one(setup):
+@pytest.mark.parametrize("env_id", [ENV_ID, "CartPole-v1"])
+def test_cuda_graph_update_matches_the_eager_one(setup, env_id):
     """On CUDA, compile=True replays each minibatch step as a captured graph; same numbers as eager."""
-    envs, cfg, _learner, _policy = setup
+    _envs, cfg, _learner, _policy = setup
+    envs = make_vec_env(env_id, 1, seed=0)
     spaces = envs.single_observation_space, envs.single_action_space
+    envs.close()
     cuda = torch.device("cuda")
     eager, graphed = (PPOLearner(*spaces, cfg, cuda, compile=c) for c in (False, True))
     for progress in (0.1, 0.6):  # the annealed learning rate reaches the captured graph
-        chunks = chunks_from_two_actors(spaces, cfg, 32, 4)
+        chunks = chunks_from_two_actors(spaces, cfg, 32, 4, env_id)
         stats_eager, stats_graphed = eager.update(chunks, progress), graphed.update(chunks, progress)
     assert graphed.compile and graphed.step_fn.graph is not None
     assert stats_graphed == pytest.approx(stats_eager, abs=1e-4)

@@ -1,8 +1,9 @@
 """Write infra/helm/surreal-chart/values.schema.json: the chart's own keys by hand, `experiment` from the runtime.
 
 The `experiment` part is derived from the typed config the roles read (surreal.config.schema: the
-ExperimentConfig dataclass tree and the ALGORITHMS registry), so the chart's schema and `read_config` agree on
-every key and type; tests/test_chart.py fails when the committed file differs from what this script writes
+ExperimentConfig dataclass tree and the ALGORITHMS registry, walked by surreal.config.reference as `surreal config`
+walks it), so the chart's schema and `read_config` agree on every key and type, and each key's description is its
+doc in the schema; tests/test_chart.py fails when the committed file differs from what this script writes
 (`make helm-schema` rewrites it). The schema is self-contained (no remote `$ref`: Helm 4 would fetch it at lint
 time) and closed (`additionalProperties: false`) wherever the keys are ours; Kubernetes-owned objects
 (affinity, security contexts) are only typed, since the API server checks them.
@@ -21,14 +22,13 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from surreal.config.reference import ALGO_EXCLUDED, walk_fields
 from surreal.config.schema import ALGORITHMS, REPLAY_MODES, RUN_NAME, ExperimentConfig
 
 SCHEMA_PATH = Path(__file__).resolve().parent / "surreal-chart" / "values.schema.json"
 
 # Keys of ExperimentConfig the chart owns: `topology` comes from actors/replay/ps (see values.yaml).
-CHART_OWNED = {"topology"}
-# Per-algorithm keys a config file may not set: algo.seed always follows the top-level seed.
-ALGO_EXCLUDED = {"seed"}
+CHART_OWNED = frozenset({"topology"})
 # Value rules that are plain JSON Schema (validate() in surreal.config.schema has the full set).
 EXTRA: dict[str, dict[str, Any]] = {
     "name": {"pattern": f"^{RUN_NAME.pattern}$"},
@@ -65,14 +65,12 @@ def type_schema(hint: Any, path: str) -> dict[str, Any]:
     return {"type": simple[hint]}
 
 
-def object_schema(cls: Any, prefix: str, skip: set[str] = frozenset()) -> dict[str, Any]:  # type: ignore[assignment]
-    hints = typing.get_type_hints(cls)
+def object_schema(cls: Any, prefix: str, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
     properties: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.name in skip:
-            continue
+    for f in walk_fields(cls, skip):
         path = f"{prefix}{f.name}"
-        properties[f.name] = {**type_schema(hints[f.name], path), **EXTRA.get(path, {})}
+        described = {"description": f.doc} if f.doc else {}
+        properties[f.name] = {**described, **type_schema(f.hint, path), **EXTRA.get(path, {})}
         _EXTRA_USED.add(path)
     return {"type": "object", "additionalProperties": False, "properties": properties}
 

@@ -2,7 +2,11 @@
 
     surreal role <replay|ps|learner|actor|evaluator> [options]   start one role (what a pod runs)
     surreal run [overrides...]                 run a whole experiment as local processes
+    surreal run --help                         ... and the algorithms, presets and env families there are
+    surreal run --cfg job [overrides...]       print the composed config; start nothing
+    surreal config [PREFIX] [--algo NAME]      every config key with its type, default and doc
     surreal plot <run folder>                  learning curve PNG of a run
+    surreal --version
     surreal probe progress --url URL           wait until a learner reports progress (helm test)
 
 Role modules are imported only when chosen, so `surreal role replay` never loads torch and `--help`
@@ -14,7 +18,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Sequence
+from typing import Any
 
+from surreal import __version__
 from surreal.config import ConfigError
 from surreal.settings import SettingsError
 
@@ -31,6 +38,7 @@ ENVIRONMENT_HELP = "Addresses and identity come from SURREAL_* environment varia
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="surreal", description="Distributed deep reinforcement learning.")
+    parser.add_argument("--version", action="version", version=f"surreal {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     role = commands.add_parser("role", help="start one role of an experiment", epilog=ENVIRONMENT_HELP)
@@ -44,11 +52,15 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser(
         "run",
         help="run an experiment as local processes (replay, ps, learner, actors)",
-        description="Run an experiment locally. Overrides are Hydra syntax: algo.lr=1e-3 topology.actors=4; "
+        description="Run an experiment locally. Overrides are Hydra syntax: algo.lr=1e-3 topology.actors=4;\n"
         "shorthands: env=Hopper-v5 actors=4 steps=200000 name=my-run.",
+        add_help=False,  # RunHelp: the help that lists what exists, read from the registries only when asked
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_run_discovery(run)
     run.add_argument("overrides", nargs="*", help="config overrides, e.g. env=Hopper-v5 actors=4")
     run.add_argument("--no-progress", action="store_true", help="plain log lines instead of the live display")
+    add_config_command(commands)
 
     plot = commands.add_parser("plot", help="write the learning curve of a run folder as PNG")
     plot.add_argument("run_dir", help="runs/<name>")
@@ -80,9 +92,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"surreal role {args.role}: {exc}", file=sys.stderr)
             return 2
     if args.command == "run":
+        if args.cfg == "job":
+            return print_job_config(args.overrides)
         from surreal.launch.local import run_experiment
 
         return run_experiment(args.overrides, live=not args.no_progress)
+    if args.command == "config":
+        return config_main(args)
     if args.command == "plot":
         from surreal.launch.plot import plot_run
 
@@ -94,6 +110,78 @@ def main(argv: list[str] | None = None) -> int:
         return probe_main(args)
     parser.error(f"unknown command {args.command}")
     return 2
+
+
+# -- discoverability: `surreal run --help` and `--cfg job`, `surreal config` ---------------------------------
+
+
+class RunHelp(argparse.Action):
+    """`surreal run -h`: the usage, then the algorithms, presets and env families there are (surreal.launch.catalog
+    reads them from the registries and config folders, importing gymnasium only now)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        from surreal.launch.catalog import run_help_epilog
+
+        parser.epilog = run_help_epilog()
+        parser.print_help()
+        parser.exit()
+
+
+def add_run_discovery(run: argparse.ArgumentParser) -> None:
+    run.add_argument("-h", "--help", action=RunHelp, help="show this help, the algorithms, presets and env families")
+    run.add_argument(
+        "-c",
+        "--cfg",
+        choices=["job"],
+        help="print the composed config (what the run folder's config.yaml would hold) and start nothing",
+    )
+
+
+def print_job_config(overrides: list[str]) -> int:
+    """`surreal run --cfg job ...`: the composed, validated config as YAML on stdout; nothing starts."""
+    from surreal.config import load_config
+    from surreal.config.loading import config_yaml
+
+    try:
+        cfg = load_config(overrides)
+    except ConfigError as exc:
+        print(f"surreal: {exc}", file=sys.stderr)
+        return 2
+    print(config_yaml(cfg), end="")
+    return 0
+
+
+def add_config_command(commands: Any) -> None:
+    config = commands.add_parser(
+        "config",
+        help="list every config key with its type, default and doc",
+        description="Every key `surreal run` takes, with its type, default and doc, from the typed config "
+        "(surreal/config/schema.py). Set one with KEY=VALUE on `surreal run`.",
+    )
+    config.add_argument("prefix", nargs="?", default="", help="only keys starting with this: learner, algo.lr, env")
+    config.add_argument("--algo", help="only this algorithm's algo.* keys (default: every algorithm's)")
+
+
+def config_main(args: argparse.Namespace) -> int:
+    import difflib
+
+    from surreal.config.schema import ALGORITHMS
+    from surreal.launch.catalog import config_listing, known_prefixes
+
+    if args.algo is not None and args.algo not in ALGORITHMS:
+        print(f"surreal config: --algo {args.algo!r} is not one of {', '.join(ALGORITHMS)}", file=sys.stderr)
+        return 2
+    text = config_listing(args.prefix, args.algo)
+    if not text:
+        near = difflib.get_close_matches(args.prefix, known_prefixes(), n=3, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(near)}?" if near else ""
+        print(f"surreal config: no config key starts with {args.prefix!r}{hint}", file=sys.stderr)
+        return 2
+    print(text)
+    return 0
 
 
 if __name__ == "__main__":

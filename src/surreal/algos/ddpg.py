@@ -28,6 +28,7 @@ from surreal.algos.sample_steps import SampleStepper, load_optimizer_state, repl
 from surreal.config.schema import DDPGConfig
 from surreal.proto.wire import Chunk, Field, Fields
 from surreal.runtime.rollout import RolloutCollector
+from surreal.spaces import check_spaces
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +62,7 @@ class DeterministicActor(nn.Module):
 
 
 def _dims(obs_space: spaces.Box, act_space: spaces.Box) -> tuple[int, int]:
-    if not isinstance(act_space, spaces.Box) or len(obs_space.shape) != 1:
-        raise ValueError("DDPG here supports flat Box observations and Box actions")
+    check_spaces(DDPGConfig, obs_space, act_space)
     return int(obs_space.shape[0]), int(act_space.shape[0])
 
 

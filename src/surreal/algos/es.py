@@ -8,7 +8,9 @@ gradient, applies weight decay and an Adam step to theta, merges the observation
 gathered and publishes theta. Results computed for an older theta are useless to this update: they are
 dropped and counted, and actors run in lock-step with the versions (the "lockstep" rule,
 runtime/regimes/versions.py).
-Numpy only: the policy is small enough that batched matrix products beat torch's per-call overhead.
+Numpy only: the policy is small enough that batched matrix products beat torch's per-call overhead. Discrete actions
+(CartPole) take the argmax of the MLP's outputs, one per action: the policy stays deterministic, and nothing else
+changes.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from gymnasium import spaces
 from surreal.algos.normalizer import RunningMeanStd
 from surreal.config.schema import ESConfig
 from surreal.proto.wire import Chunk, Field, Fields
+from surreal.spaces import check_spaces
 
 # -- the math ---------------------------------------------------------------------------------------------
 
@@ -111,22 +114,23 @@ class FlatMLP:
         return h
 
 
-def _dims(obs_space: spaces.Box, act_space: spaces.Box) -> tuple[int, int]:
-    if not isinstance(act_space, spaces.Box) or len(obs_space.shape) != 1:
-        raise ValueError("ES here supports flat Box observations and Box actions")
-    return int(obs_space.shape[0]), int(act_space.shape[0])
+def _dims(obs_space: spaces.Space[Any], act_space: spaces.Space[Any]) -> tuple[int, int]:
+    """(observation size, output size): a Box action's dimensions, or one output per Discrete action."""
+    check_spaces(ESConfig, obs_space, act_space)
+    outputs = int(act_space.n) if isinstance(act_space, spaces.Discrete) else int(act_space.shape[0])  # type: ignore[index]
+    return int(obs_space.shape[0]), outputs  # type: ignore[index]  # a flat Box, checked above
 
 
 class ESPolicy:
     """theta and the observation statistics as the learner published them; acts deterministically."""
 
-    def __init__(self, obs_space: spaces.Box, act_space: spaces.Box, cfg: ESConfig) -> None:
+    def __init__(self, obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg: ESConfig) -> None:
         obs_dim, act_dim = _dims(obs_space, act_space)
         self.cfg = cfg
         self.net = FlatMLP(obs_dim, act_dim, list(cfg.hidden_sizes))
         self.theta = np.zeros(self.net.dim, np.float32)
         self.obs_rms = RunningMeanStd((obs_dim,))
-        self.low, self.high = act_space.low, act_space.high
+        self.act_space = act_space
 
     def load_params(self, arrays: dict[str, Any]) -> None:
         self.theta = np.asarray(arrays["theta"], np.float32).copy()
@@ -136,7 +140,13 @@ class ESPolicy:
         return self.obs_rms.normalize(obs, self.cfg.obs_clip) if self.cfg.obs_norm else obs.astype(np.float32)
 
     def act_with(self, thetas: np.ndarray, obs: np.ndarray) -> np.ndarray:
-        return np.clip(self.net.forward(thetas, self.normalize(obs)), self.low, self.high)
+        """Env actions of K policies on K observations: a Box's outputs clipped to its bounds, or a Discrete's
+        argmax (shifted by the space's start)."""
+        outputs = self.net.forward(thetas, self.normalize(obs))
+        space = self.act_space
+        if isinstance(space, spaces.Discrete):
+            return outputs.argmax(-1) + space.start
+        return np.clip(outputs, space.low, space.high)  # type: ignore[attr-defined]  # a Box
 
     def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
         return self.act_with(np.broadcast_to(self.theta, (len(obs), self.net.dim)), obs)
@@ -237,7 +247,9 @@ class ESCollector:
 
 
 class ESLearner:
-    def __init__(self, obs_space: spaces.Box, act_space: spaces.Box, cfg: ESConfig, device: torch.device) -> None:
+    def __init__(
+        self, obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg: ESConfig, device: torch.device
+    ) -> None:
         del device  # numpy on the CPU: an ES update is one matrix-vector product
         obs_dim, act_dim = _dims(obs_space, act_space)
         self.cfg = cfg
@@ -299,7 +311,7 @@ class ESLearner:
 
 
 def make_policy(
-    obs_space: spaces.Box, act_space: spaces.Box, cfg: ESConfig, actor_index: int, num_actors: int = 1
+    obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg: ESConfig, actor_index: int, num_actors: int = 1
 ) -> ESPolicy:
     del actor_index, num_actors  # exploration is the perturbations, drawn by the collector
     return ESPolicy(obs_space, act_space, cfg)
@@ -313,13 +325,18 @@ def make_collector(
 
 
 def make_learner(
-    obs_space: spaces.Box, act_space: spaces.Box, cfg: ESConfig, device: torch.device, *, compile: bool = False
+    obs_space: spaces.Space[Any],
+    act_space: spaces.Space[Any],
+    cfg: ESConfig,
+    device: torch.device,
+    *,
+    compile: bool = False,
 ) -> ESLearner:
     del compile  # numpy: nothing to compile
     return ESLearner(obs_space, act_space, cfg, device)
 
 
-def chunk_fields(obs_space: spaces.Box, act_space: spaces.Box, cfg: ESConfig) -> Fields:
+def chunk_fields(obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg: ESConfig) -> Fields:
     """One antithetic pair of an `ESCollector` chunk: what every chunk the learner takes must hold (proto/wire.py
     `ReplyLayout`), its noise offsets within the table (an offset past it would cut the perturbation short)."""
     obs_dim, act_dim = _dims(obs_space, act_space)

@@ -1,10 +1,13 @@
-"""Proximal Policy Optimization (Schulman et al. 2017) for continuous actions, distributed.
+"""Proximal Policy Optimization (Schulman et al. 2017) for continuous and discrete actions, distributed.
 
 Follows CleanRL's ppo_continuous_action and the implementation details catalogued by Huang et al. 2022
 ("The 37 Implementation Details of PPO"): separate tanh actor and critic MLPs with orthogonal init, a
 state-independent log-std, observation normalization, reward scaling by the running std of the
 discounted return, GAE(lambda), per-minibatch advantage normalization, clipped surrogate, optional value
-clipping, entropy bonus, global gradient clipping and linear learning-rate annealing.
+clipping, entropy bonus, global gradient clipping and linear learning-rate annealing. Discrete actions (CartPole)
+get CleanRL's ppo.py head instead of the Gaussian one: the actor MLP gives one logit per action, a categorical
+distribution samples, scores and measures entropy, and the deterministic action is the argmax; everything else is
+shared.
 
 What distribution changes: the experience comes from actors running slightly older parameters, so the
 ratio is taken against the behavior log-probability each actor recorded, chunks more than
@@ -24,13 +27,14 @@ import numpy as np
 import torch
 from gymnasium import spaces
 from torch import nn
-from torch.distributions import Normal
+from torch.distributions import Categorical, Normal
 
 from surreal.algos.capture import CapturedStep
 from surreal.algos.normalizer import RunningMeanStd
 from surreal.config.schema import PPOConfig
 from surreal.proto.wire import Chunk, Field, Fields
 from surreal.runtime.rollout import RolloutCollector
+from surreal.spaces import check_spaces
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +56,8 @@ def mlp(sizes: list[int], out_std: float) -> nn.Sequential:
 
 
 class ActorCritic(nn.Module):
+    """Box actions: a Gaussian with the actor MLP's output as mean and a state-independent log-std."""
+
     def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: list[int], log_std_init: float = 0.0) -> None:
         super().__init__()
         self.critic = mlp([obs_dim, *hidden_sizes, 1], out_std=1.0)
@@ -66,11 +72,62 @@ class ActorCritic(nn.Module):
         # No argument validation: the std is an exp, always valid, and checking it costs a host sync per call.
         return Normal(mean, self.actor_logstd.expand_as(mean).exp(), validate_args=False)
 
+    def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per sample: the log-probability of `actions` and the entropy (both summed over action dimensions)."""
+        dist = self.distribution(obs)
+        return dist.log_prob(actions).sum(-1), dist.entropy().sum(-1)
 
-def _dims(obs_space: spaces.Box, act_space: spaces.Box) -> tuple[int, int]:
-    if not isinstance(act_space, spaces.Box) or len(obs_space.shape) != 1:
-        raise ValueError("PPO here supports flat Box observations and Box actions")
-    return int(obs_space.shape[0]), int(act_space.shape[0])
+    def sample(self, obs: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """(actions before clipping, their log-probabilities), drawn from `generator`."""
+        dist = self.distribution(obs)
+        actions = dist.mean + dist.stddev * torch.randn(dist.mean.shape, generator=generator)
+        return actions, dist.log_prob(actions).sum(-1)
+
+    def mode(self, obs: torch.Tensor) -> torch.Tensor:
+        """The deterministic action: the mean (clipped to the bounds by the policy)."""
+        return self.actor_mean(obs)
+
+
+class CategoricalActorCritic(nn.Module):
+    """Discrete actions (CleanRL's ppo.py): the actor MLP's outputs are the logits of a categorical distribution.
+    Actions are indices 0..n-1 (a `Discrete(n, start)` env gets index + start from the policy)."""
+
+    def __init__(self, obs_dim: int, num_actions: int, hidden_sizes: list[int]) -> None:
+        super().__init__()
+        self.critic = mlp([obs_dim, *hidden_sizes, 1], out_std=1.0)
+        self.actor_logits = mlp([obs_dim, *hidden_sizes, num_actions], out_std=0.01)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(obs).squeeze(-1)
+
+    def distribution(self, obs: torch.Tensor) -> Categorical:
+        return Categorical(logits=self.actor_logits(obs), validate_args=False)
+
+    def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`actions` arrive as the float32 the learner stacks every algorithm's actions in: exact for indices."""
+        dist = self.distribution(obs)
+        return dist.log_prob(actions.long()), dist.entropy()
+
+    def sample(self, obs: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        dist = self.distribution(obs)
+        actions = torch.multinomial(dist.probs, 1, generator=generator).squeeze(-1)
+        return actions, dist.log_prob(actions)
+
+    def mode(self, obs: torch.Tensor) -> torch.Tensor:
+        """The deterministic action: the most likely index."""
+        return self.actor_logits(obs).argmax(-1)
+
+
+Model = ActorCritic | CategoricalActorCritic
+
+
+def make_model(obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg: PPOConfig) -> Model:
+    """The actor-critic for these spaces: Gaussian for Box actions, categorical for Discrete ones."""
+    check_spaces(cfg, obs_space, act_space)
+    obs_dim = int(obs_space.shape[0])  # type: ignore[index]  # a flat Box, checked above
+    if isinstance(act_space, spaces.Discrete):
+        return CategoricalActorCritic(obs_dim, int(act_space.n), list(cfg.hidden_sizes))
+    return ActorCritic(obs_dim, int(act_space.shape[0]), list(cfg.hidden_sizes), cfg.log_std_init)  # type: ignore[index]
 
 
 # -- actor side -----------------------------------------------------------------------------------------
@@ -79,14 +136,13 @@ def _dims(obs_space: spaces.Box, act_space: spaces.Box) -> tuple[int, int]:
 class PPOPolicy:
     """The policy an actor runs: CPU, no gradients, the learner's normalizer statistics."""
 
-    def __init__(self, obs_space: spaces.Box, act_space: spaces.Box, cfg: PPOConfig, actor_index: int) -> None:
-        obs_dim, act_dim = _dims(obs_space, act_space)
+    def __init__(
+        self, obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg: PPOConfig, actor_index: int
+    ) -> None:
         self.cfg = cfg
-        self.model = (
-            ActorCritic(obs_dim, act_dim, list(cfg.hidden_sizes), cfg.log_std_init).requires_grad_(False).eval()
-        )
-        self.obs_rms = RunningMeanStd((obs_dim,))
-        self.low, self.high = act_space.low, act_space.high
+        self.model = make_model(obs_space, act_space, cfg).requires_grad_(False).eval()
+        self.obs_rms = RunningMeanStd(obs_space.shape)  # type: ignore[arg-type]  # a flat Box: (obs_dim,)
+        self.act_space = act_space
         # Actors sample differently, and reproducibly: each has its own seeded generator (exploration is
         # not scaled per actor; the recorded logprob is under the very distribution sampled from).
         self.generator = torch.Generator().manual_seed(cfg.seed + 1_000 * actor_index)
@@ -100,18 +156,26 @@ class PPOPolicy:
         x = self.obs_rms.normalize(obs, self.cfg.obs_clip) if self.cfg.obs_norm else obs.astype(np.float32)
         return torch.from_numpy(x)
 
+    def _to_env(self, actions: np.ndarray) -> np.ndarray:
+        """What the env is given: a Box action clipped to its bounds, a Discrete index shifted by the space's start."""
+        space = self.act_space
+        if isinstance(space, spaces.Discrete):
+            return actions + space.start
+        return np.clip(actions, space.low, space.high)  # type: ignore[attr-defined]  # a Box
+
     @torch.no_grad()
     def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        dist = self.model.distribution(self._input(obs))
-        actions = dist.mean + dist.stddev * torch.randn(dist.mean.shape, generator=self.generator)
-        logprobs = dist.log_prob(actions).sum(-1)
+        """Sampled actions for the env, and what the learner needs recorded: the actions as sampled (a Box's before
+        clipping, as float32; a Discrete's indices, as int64) and their log-probabilities."""
+        actions, logprobs = self.model.sample(self._input(obs), self.generator)
         actions_np = actions.numpy()
-        record = {"actions": actions_np.astype(np.float32), "logprobs": logprobs.numpy().astype(np.float32)}
-        return np.clip(actions_np, self.low, self.high), record
+        recorded = actions_np.astype(np.int64 if isinstance(self.act_space, spaces.Discrete) else np.float32)
+        record = {"actions": recorded, "logprobs": logprobs.numpy().astype(np.float32)}
+        return self._to_env(actions_np), record
 
     @torch.no_grad()
     def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
-        return np.clip(self.model.actor_mean(self._input(obs)).numpy(), self.low, self.high)
+        return self._to_env(self.model.mode(self._input(obs)).numpy())
 
     def episode_done(self, done: np.ndarray) -> None:
         del done  # PPO's sampling keeps no per-episode state
@@ -162,13 +226,18 @@ class PPOLearner:
     `compile=False` runs the same step eagerly: the reference the compiled path is tested against."""
 
     def __init__(
-        self, obs_space: spaces.Box, act_space: spaces.Box, cfg: PPOConfig, device: torch.device, compile: bool = False
+        self,
+        obs_space: spaces.Space[Any],
+        act_space: spaces.Space[Any],
+        cfg: PPOConfig,
+        device: torch.device,
+        compile: bool = False,
     ) -> None:
-        obs_dim, act_dim = _dims(obs_space, act_space)
         self.cfg = cfg
         self.device = device
         torch.manual_seed(cfg.seed)
-        self.model = ActorCritic(obs_dim, act_dim, list(cfg.hidden_sizes), cfg.log_std_init).to(device)
+        self.model: Model = make_model(obs_space, act_space, cfg).to(device)  # checks the spaces
+        obs_dim = int(obs_space.shape[0])  # type: ignore[index]  # a flat Box
         # A captured graph reads the learning rate from a device tensor, so annealing needs no re-capture.
         capture = compile and device.type == "cuda"
         lr = torch.tensor(cfg.lr, device=device) if capture else cfg.lr
@@ -282,9 +351,7 @@ class PPOLearner:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """CleanRL's loss on one minibatch; also the STEP_STATS, detached, as one tensor (no host sync)."""
         cfg = self.cfg
-        dist = self.model.distribution(obs)
-        newlogprob = dist.log_prob(actions).sum(-1)
-        entropy = dist.entropy().sum(-1)
+        newlogprob, entropy = self.model.log_prob_entropy(obs, actions)
         newvalue = self.model.value(obs)
         logratio = newlogprob - logprobs  # against the behavior policy the actor ran
         ratio = logratio.exp()
@@ -427,7 +494,8 @@ class PPOLearner:
 
         Nested ({"policy": state_dict, "obs_norm": stats}); the codec sends it as `policy/<key>` and
         `obs_norm/<stat>` frames. Weights are float32; the statistics stay float64 so actors normalize
-        bit-for-bit as the learner does."""
+        bit-for-bit as the learner does. The state_dict's keys say the head: `actor_mean.*` and `actor_logstd`
+        for Box actions, `actor_logits.*` for Discrete ones; `critic.*` either way."""
         policy = {k: v.detach().cpu().numpy() for k, v in self.model.state_dict().items()}
         return {"policy": policy, "obs_norm": self.obs_rms.state()}
 
@@ -463,7 +531,7 @@ class PPOLearner:
 
 
 def make_policy(
-    obs_space: spaces.Box, act_space: spaces.Box, cfg: PPOConfig, actor_index: int, num_actors: int = 1
+    obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg: PPOConfig, actor_index: int, num_actors: int = 1
 ) -> PPOPolicy:
     del num_actors  # every PPO actor samples from the same distribution
     return PPOPolicy(obs_space, act_space, cfg, actor_index)
@@ -477,25 +545,34 @@ def make_collector(
 
 
 def make_learner(
-    obs_space: spaces.Box, act_space: spaces.Box, cfg: PPOConfig, device: torch.device, *, compile: bool = False
+    obs_space: spaces.Space[Any],
+    act_space: spaces.Space[Any],
+    cfg: PPOConfig,
+    device: torch.device,
+    *,
+    compile: bool = False,
 ) -> PPOLearner:
     """`compile`: compile the minibatch loss and, on CUDA, replay the step as a CUDA graph (the first update
     then pays the compilation); off, the same step runs eagerly."""
     return PPOLearner(obs_space, act_space, cfg, device, compile=compile)
 
 
-def chunk_fields(obs_space: spaces.Box, act_space: spaces.Box, cfg: PPOConfig | None = None) -> Fields:
+def chunk_fields(obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg: PPOConfig | None = None) -> Fields:
     """One step of a `RolloutCollector` chunk as `PPOPolicy.act` records it: what every chunk the learner takes
-    must hold, field by field (proto/wire.py `ReplyLayout`)."""
+    must hold, field by field (proto/wire.py `ReplyLayout`); a Discrete action is an index the head has a logit for."""
     del cfg
-    f32, obs = np.dtype(np.float32), tuple(obs_space.shape)
+    f32, obs = np.dtype(np.float32), tuple(obs_space.shape or ())
+    if isinstance(act_space, spaces.Discrete):
+        actions = Field(np.dtype(np.int64), (), 0, int(act_space.n) - 1)
+    else:
+        actions = Field(f32, tuple(act_space.shape or ()))
     return {
         "obs": Field(f32, obs),
         "next_obs": Field(f32, obs),
         "rewards": Field(f32),
         "terminated": Field(np.dtype(bool)),
         "truncated": Field(np.dtype(bool)),
-        "actions": Field(f32, tuple(act_space.shape)),
+        "actions": actions,
         "logprobs": Field(f32),
     }
 

@@ -38,6 +38,7 @@ from surreal.algos.ddpg import chunk_fields as chunk_fields  # SAC collects DDPG
 from surreal.algos.sac_config import SACConfig
 from surreal.algos.sample_steps import SampleStepper, load_optimizer_state, replay_tensors
 from surreal.runtime.rollout import RolloutCollector
+from surreal.spaces import check_spaces
 
 log = logging.getLogger(__name__)
 
@@ -198,8 +199,7 @@ class SquashedGaussianActor(nn.Module):
 
 
 def _dims(obs_space: spaces.Box, act_space: spaces.Box) -> tuple[int, int]:
-    if not isinstance(act_space, spaces.Box) or len(obs_space.shape) != 1:
-        raise ValueError("SAC here supports flat Box observations and Box actions")
+    check_spaces(SACConfig, obs_space, act_space)
     return int(obs_space.shape[0]), int(act_space.shape[0])
 
 

@@ -23,31 +23,31 @@ class SACConfig(OffPolicyConfig):
     name: str = "sac"
     batch_size: int = 256  # transitions per gradient step, sampled from replay
     learning_starts: int = 10_000
-    actor_lr: float = 3e-4
-    critic_lr: float = 3e-4
-    alpha_lr: float = 3e-4
+    actor_lr: float = 3e-4  # Adam step size of the actor
+    critic_lr: float = 3e-4  # Adam step size of the critics
+    alpha_lr: float = 3e-4  # Adam step size of the entropy temperature
     adam_beta1: float = 0.9  # CrossQ: 0.5
-    gamma: float = 0.99
+    gamma: float = 0.99  # discount factor
     tau: float = 0.005  # soft target update, every target_update_period critic steps
-    target_update_period: int = 1
+    target_update_period: int = 1  # critic steps between soft target updates
     target_network: bool = True  # CrossQ: false, Q(s', a') comes from the critic itself (no gradient)
     joint_forward: bool = False  # CrossQ: (s, a) and (s', a') through the critic as one batch
-    n_step: int = 1
+    n_step: int = 1  # n-step returns, computed by the actors (truncation bootstraps, termination does not)
     hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # the actor's
     critic_hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # CrossQ: [2048, 2048]
     actor_norm: str = "none"  # none | layer | batch_renorm
     critic_norm: str = "none"  # none | layer | batch_renorm (CrossQ)
     renorm_momentum: float = 0.99  # batch renormalization: running statistics' decay
     renorm_warmup: int = 100_000  # forward passes of plain batch norm before r and d are clipped to r_max, d_max
-    renorm_r_max: float = 3.0
-    renorm_d_max: float = 5.0
+    renorm_r_max: float = 3.0  # batch renormalization's clip of r (after the warm-up)
+    renorm_d_max: float = 5.0  # batch renormalization's clip of d (after the warm-up)
     policy_delay: int = 1  # critic steps per actor and temperature step (CrossQ: 3)
-    autotune_alpha: bool = True
+    autotune_alpha: bool = True  # learn the temperature toward target_entropy (false: alpha_init throughout)
     alpha_init: float = 1.0  # the temperature's start (its value throughout when autotune_alpha is false)
     target_entropy: float | None = None  # None: -|A|, the number of action dimensions
-    log_std_min: float = -20.0
-    log_std_max: float = 2.0
-    max_grad_norm: float | None = None
+    log_std_min: float = -20.0  # the lower clamp of the actor's log-std
+    log_std_max: float = 2.0  # the upper clamp of the actor's log-std
+    max_grad_norm: float | None = None  # gradient-norm clip of each network; null: none
 
     def max_env_steps_per_unit(self, max_episode_steps: int | None) -> int | None:
         del max_episode_steps

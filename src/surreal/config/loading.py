@@ -70,9 +70,13 @@ def save_config(cfg: ExperimentConfig, path: str | os.PathLike[str]) -> Path:
     Written to a temporary name and renamed, so a role starting meanwhile never reads half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = OmegaConf.to_yaml(OmegaConf.structured(replace(cfg, algo=algo_config(cfg))))
-    atomic_write_text(path, text)
+    atomic_write_text(path, config_yaml(cfg))
     return path
+
+
+def config_yaml(cfg: ExperimentConfig) -> str:
+    """`cfg` as the resolved YAML `save_config` writes (and `surreal run --cfg job` prints)."""
+    return OmegaConf.to_yaml(OmegaConf.structured(replace(cfg, algo=algo_config(cfg))))
 
 
 def read_config(path: str | os.PathLike[str]) -> ExperimentConfig:
@@ -200,6 +204,11 @@ def _check_keys(overrides: list[str]) -> list[str]:
     if problems:
         raise ConfigError("invalid override(s):\n  - " + "\n  - ".join(problems))
     return checked
+
+
+def preset_algorithm(preset: str) -> str:
+    """The algorithm `preset=NAME` runs: the one its defaults list picks, else the default algorithm."""
+    return _chosen_algo([f"preset={preset}"])
 
 
 def _chosen_algo(overrides: list[str]) -> str:

@@ -35,6 +35,9 @@ RUN_NAME = re.compile(rf"[A-Za-z0-9][{_RUN_NAME_CHARS}]{{0,99}}")  # at most 100
 NOT_IN_RUN_NAME = re.compile(rf"[^{_RUN_NAME_CHARS}]")  # what the launcher replaces in a generated name
 RUN_NAME_RULE = "must be a folder name of at most 100 characters: letters, digits, '.', '_', '-'"
 DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+# The kinds of Gymnasium space an algorithm may declare it takes (`AlgoConfig.observation_spaces`, `.action_spaces`),
+# as a user reads them. surreal/spaces.py says which kind a space is; the names keep this module gymnasium-free.
+SPACE_KINDS = {"box": "flat Box", "discrete": "Discrete"}
 
 
 class AlgorithmRegistry(Mapping[str, "type[AlgoConfig]"]):
@@ -95,9 +98,13 @@ class AlgoConfig:
     # The flow-control rule that holds actors and learner together (runtime/regimes/): "staleness" and
     # "lockstep" are on-policy (FIFO replay, every chunk used once), "replay_ratio" is off-policy.
     flow_control: ClassVar[str] = "staleness"
+    # The spaces it takes (SPACE_KINDS): checked against the env once before any role starts (launch/preflight.py)
+    # and again where a role builds the policy (surreal/spaces.py), so an env it cannot take is one line, not a crash.
+    observation_spaces: ClassVar[frozenset[str]] = frozenset({"box"})
+    action_spaces: ClassVar[frozenset[str]] = frozenset({"box"})
 
-    name: str = MISSING
-    seed: int = 1
+    name: str = MISSING  # the algorithm: `algo=NAME` picks it and its packaged defaults (conf/algo/NAME.yaml)
+    seed: int = 1  # set by the loader from the experiment's `seed` (never an override)
     batch_size: int = 2048  # transitions per learner update: what the learner role collects before update()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -160,28 +167,29 @@ class PPOConfig(AlgoConfig):
     (both cited in conf/algo/ppo.yaml; `preset=ppo-cleanrl` is CleanRL's exactly)."""
 
     module: ClassVar[str] = "surreal.algos.ppo"
+    action_spaces: ClassVar[frozenset[str]] = frozenset({"box", "discrete"})  # Discrete: a categorical head
 
     name: str = "ppo"
-    lr: float = 3e-4
-    anneal_lr: bool = True
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    batch_size: int = 2048
-    minibatch_size: int = 64
-    update_epochs: int = 10
-    clip_coef: float = 0.2
-    clip_vloss: bool = False
-    norm_adv: bool = False
-    ent_coef: float = 0.0
-    vf_coef: float = 0.25
-    max_grad_norm: float = 0.5
-    target_kl: float | None = None
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
+    lr: float = 3e-4  # Adam step size
+    anneal_lr: bool = True  # decay lr linearly to 0 over total_env_steps
+    gamma: float = 0.99  # discount factor
+    gae_lambda: float = 0.95  # GAE's lambda: bias (0) against variance (1) of the advantages
+    batch_size: int = 2048  # transitions per update (CleanRL's num_envs x num_steps), from all actors together
+    minibatch_size: int = 64  # transitions per gradient step; update_epochs x batch_size / minibatch_size steps
+    update_epochs: int = 10  # passes over each batch
+    clip_coef: float = 0.2  # the surrogate's clipping range for the probability ratio (and the value's)
+    clip_vloss: bool = False  # clip the value loss as the policy's (CleanRL: true)
+    norm_adv: bool = False  # normalize advantages per minibatch (CleanRL: true)
+    ent_coef: float = 0.0  # weight of the entropy bonus
+    vf_coef: float = 0.25  # weight of the value loss (CleanRL: 0.5)
+    max_grad_norm: float = 0.5  # global gradient-norm clip
+    target_kl: float | None = None  # stop an update's epochs early once the approximate KL passes this; null: never
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])  # tanh MLP widths of actor and critic each
     log_std_init: float = -0.5  # the state-independent log-std's start (Tianshou's MuJoCo PPO; CleanRL 0)
-    obs_norm: bool = True
-    obs_clip: float = 10.0
-    reward_scale: bool = True
-    reward_clip: float = 10.0
+    obs_norm: bool = True  # normalize observations by running mean and std (the statistics travel to the actors)
+    obs_clip: float = 10.0  # clip normalized observations to +-this
+    reward_scale: bool = True  # divide rewards by the running std of the discounted return
+    reward_clip: float = 10.0  # clip scaled rewards to +-this
 
     def problems(self, cfg: ExperimentConfig) -> list[str]:
         out = [
@@ -224,22 +232,22 @@ class DDPGConfig(OffPolicyConfig):
 
     name: str = "ddpg"
     batch_size: int = 256  # transitions per gradient step, sampled from replay
-    actor_lr: float = 3e-4
-    critic_lr: float = 3e-4
-    gamma: float = 0.99
+    actor_lr: float = 3e-4  # Adam step size of the actor
+    critic_lr: float = 3e-4  # Adam step size of the critic(s)
+    gamma: float = 0.99  # discount factor
     tau: float = 0.005  # soft target update; used when target_update_period is 0
     target_update_period: int = 0  # > 0: hard copy of the targets every this many critic updates
-    n_step: int = 1
-    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
+    n_step: int = 1  # n-step returns, computed by the actors (truncation bootstraps, termination does not)
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # ReLU MLP widths of actor and critic each
     exploration_noise: float = 0.1  # Gaussian (or OU sigma), in units of the action range's half-width
     noise_spread: float = 1.0  # actor i's scale: exploration_noise * spread**(2i/(N-1) - 1); 1 = all equal
     noise_type: str = "gaussian"  # gaussian | ou
-    ou_theta: float = 0.15
+    ou_theta: float = 0.15  # Ornstein-Uhlenbeck mean reversion (noise_type=ou)
     policy_delay: int = 2  # critic updates per actor (and target) update; CleanRL's policy_frequency
     twin_critics: bool = False  # TD3: min of two critics in the target
     target_policy_noise: float = 0.0  # TD3: 0.2 (smoothing noise on the target action); 0 = DDPG
-    target_noise_clip: float = 0.5
-    max_grad_norm: float | None = None
+    target_noise_clip: float = 0.5  # TD3: clip of the target smoothing noise, relative to the action half-range
+    max_grad_norm: float | None = None  # gradient-norm clip of each network; null: none
 
     def max_env_steps_per_unit(self, max_episode_steps: int | None) -> int | None:
         del max_episode_steps
@@ -298,18 +306,19 @@ class ESConfig(AlgoConfig):
 
     module: ClassVar[str] = "surreal.algos.es"
     flow_control: ClassVar[str] = "lockstep"  # a result is only worth something for the theta it was computed with
+    action_spaces: ClassVar[frozenset[str]] = frozenset({"box", "discrete"})  # Discrete: the argmax of the outputs
 
     name: str = "es"
     batch_size: int = 128  # antithetic pairs per generation: the population is 2 x batch_size episodes
     pairs_per_chunk: int = 4  # pairs an actor evaluates per message
-    sigma: float = 0.02
+    sigma: float = 0.02  # std of the parameter perturbations
     lr: float = 0.01  # Adam step size on theta
     weight_decay: float = 0.005  # the paper's l2coeff
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])  # tanh MLP widths of the policy
     noise_table_size: int = 10_000_000  # float32 entries (40 MB), the same table in every process
-    noise_seed: int = 123
-    obs_norm: bool = True
-    obs_clip: float = 5.0
+    noise_seed: int = 123  # every process builds the same noise table from it
+    obs_norm: bool = True  # normalize observations by the running statistics the actors report
+    obs_clip: float = 5.0  # clip normalized observations to +-this
 
     def problems(self, cfg: ExperimentConfig) -> list[str]:
         out = [
@@ -338,23 +347,23 @@ class ESConfig(AlgoConfig):
 
 @dataclass
 class EnvConfig:
-    id: str = "HalfCheetah-v5"  # any Gymnasium id
-    kwargs: dict[str, Any] = field(default_factory=dict)  # passed to gymnasium.make
+    id: str = "HalfCheetah-v5"  # a Gymnasium id (`surreal run --help` lists them) or robosuite:<Task>
+    kwargs: dict[str, Any] = field(default_factory=dict)  # passed to gymnasium.make (robosuite: to suite.make)
 
 
 @dataclass
 class TopologyConfig:
-    actors: int = 2
-    envs_per_actor: int = 1
-    replay_shards: int = 1
-    ps_replicas: int = 1
+    actors: int = 2  # actor processes (the shorthand `actors=N`)
+    envs_per_actor: int = 1  # environments each actor steps in one batch
+    replay_shards: int = 1  # replay processes, each owning a slice of the experience
+    ps_replicas: int = 1  # parameter-server replicas actors fetch parameters from
 
 
 @dataclass
 class ActorConfig:
     chunk_steps: int = 256  # environment steps per experience chunk (T); a chunk holds T x envs_per_actor
     param_fetch_interval: int = 1  # chunks between "newer than v?" checks
-    fetch_timeout_s: float = 5.0
+    fetch_timeout_s: float = 5.0  # how long an actor waits for a ps reply before asking again
     torch_threads: int = 1  # one core per actor: its batch of K observations is small
     # On-policy throttle: an actor produces at most rollout_ahead x its share of a learner batch with one
     # parameter version, then waits for the next. 1 is lock-step; 2 lets collection overlap the update
@@ -370,12 +379,13 @@ class ActorConfig:
 class ReplayConfig:
     mode: str = "auto"  # auto (fifo for on-policy algorithms, uniform for off-policy) | fifo | uniform | prioritized
     capacity: int = 100_000  # transitions per shard
-    capacity_bytes: int = 4 << 30  # and bytes per shard: the oldest chunks go first (a transition replay refuses
-    # a layout whose `capacity` transitions would not fit)
+    # And bytes per shard: the oldest chunks go first (a transition replay refuses a layout whose `capacity`
+    # transitions would not fit).
+    capacity_bytes: int = 4 << 30
     alpha: float = 0.6  # prioritized replay exponents (Schaul et al. 2016)
-    beta: float = 0.4
-    priority_eps: float = 1e-6
-    max_message_bytes: int = 64 * MIB
+    beta: float = 0.4  # prioritized replay's importance-sampling exponent
+    priority_eps: float = 1e-6  # added to every priority, so every transition can be sampled
+    max_message_bytes: int = 64 * MIB  # the largest message a shard accepts or sends
     # Frames per ZMQ message. 256, not 64: a FIFO reply packs several chunks (one frame per array each)
     # up to this budget, and fewer, larger replies keep the learner's socket overhead down.
     max_frames: int = 256
@@ -391,10 +401,10 @@ class LearnerConfig:
     # reading the device once, and their priorities go back in one message.
     minibatches_per_sample: int = 4
     max_staleness: int = 4  # chunks from parameters more than this many versions old are dropped
-    checkpoint_interval: int = 20  # updates
+    checkpoint_interval: int = 20  # updates between checkpoints (off-policy: metrics rows)
     checkpoint_interval_s: float = 60.0  # and at least this often, so a killed learner loses little
-    keep_checkpoints: int = 3
-    eval_episodes: int = 10
+    keep_checkpoints: int = 3  # the newest this many checkpoints are kept
+    eval_episodes: int = 10  # episodes of the deterministic policy per evaluation (final and evaluator's)
     # Env steps between evaluations of the published policy by the evaluator role (roles/evaluator.py:
     # evals.jsonl, a curve of eval returns); 0: only the final evaluation, and no evaluator runs.
     eval_interval: int = 0
@@ -406,7 +416,7 @@ class LearnerConfig:
 
 @dataclass
 class PSConfig:
-    max_message_bytes: int = 64 * MIB
+    max_message_bytes: int = 64 * MIB  # the largest parameter blob a ps accepts
 
 
 @dataclass
@@ -432,8 +442,8 @@ class ExperimentConfig:
     name: str | None = None  # run folder name; None: a timestamped name chosen by the launcher
     algo: AlgoConfig = field(default_factory=PPOConfig)  # typed by ALGORITHMS[algo.name] when loaded
     env: EnvConfig = field(default_factory=EnvConfig)
-    seed: int = 1
-    total_env_steps: int = 1_000_000
+    seed: int = 1  # seeds every environment, network and random draw (deterministic=true: the same run bit for bit)
+    total_env_steps: int = 1_000_000  # the training budget in env steps (the shorthand `steps=N`)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     deterministic: bool = False  # 1 actor, 1 shard, lock-step versions, torch deterministic algorithms
     topology: TopologyConfig = field(default_factory=TopologyConfig)

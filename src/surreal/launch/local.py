@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from surreal.config import ConfigError, ExperimentConfig, load_config
-from surreal.envs import check_env_id
 from surreal.launch.chaos import Chaos
+from surreal.launch.preflight import preflight
 from surreal.launch.progress import ProgressView, format_duration
 from surreal.launch.runfolder import create_run_folder, write_summary
 from surreal.launch.supervisor import ProcessSpec, Restart, Supervisor
@@ -171,11 +171,13 @@ def run_experiment(overrides: list[str], live: bool = True) -> int:
     """Run one experiment locally. Exit code: 0 completed, 1 failed, 2 bad config, 130 interrupted."""
     try:
         cfg = load_config(overrides)
-        check_env_id(cfg.env.id, cfg.env.kwargs)
+        warnings = preflight(cfg)  # the env built once: what cannot run is refused before any process starts
         run_dir, cfg, lock = create_run_folder(cfg, overrides)
     except ConfigError as exc:
         print(f"surreal: {exc}", file=sys.stderr)
         return 2
+    for warning in warnings:
+        print(f"surreal: warning: {warning}", file=sys.stderr, flush=True)
     topo = cfg.topology
     raise_open_files()  # ports for every actor are chosen at once; the roles inherit the raised limit
     print(

@@ -31,12 +31,12 @@ from surreal.config import ExperimentConfig
 from surreal.envs import env_steps_bound
 from surreal.envstate import EnvStateUnsupported
 from surreal.metrics import RoleMetrics
-from surreal.metricsfile import EVALS_FILE, read_evals
+from surreal.metricsfile import read_evals
 from surreal.proto.wire import BlobMeta, Params
 from surreal.replay.shard import ReplayShard
 from surreal.roles.actor import ActorCore
 from surreal.roles.evaluation import finish
-from surreal.roles.evaluator import EvaluatorCore, append_row
+from surreal.roles.evaluator import EvalLog, EvaluatorCore
 from surreal.roles.learner import LearnerCore
 from surreal.roles.ports import InProcessParams, InProcessReplay
 
@@ -72,14 +72,17 @@ class SerialEvaluator:
     """The evaluator's core on the in-process ps, stepped after each learner step (no hold: one thread)."""
 
     def __init__(self, cfg: ExperimentConfig, params: InProcessParams, run_dir: Path) -> None:
-        self.path = run_dir / EVALS_FILE
         evaluated = max((int(r["env_steps"]) for r in read_evals(run_dir)), default=0)  # a resumed run: its rows
         self.core = EvaluatorCore(cfg, params, evaluated)
+        self.rows = EvalLog(run_dir)
 
     def step(self) -> None:
         row = self.core.step(hold_s=0.0, timeout_s=0.0)
         if row is not None:
-            append_row(self.path, row)
+            self.rows.write(row)
+
+    def close(self) -> None:
+        self.rows.close()
 
 
 class SerialWorld:
@@ -169,3 +172,5 @@ def run_serial(
         for actor in actors:
             actor.close()
         learner.close()
+        if evaluator is not None:
+            evaluator.close()

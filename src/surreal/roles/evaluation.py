@@ -45,7 +45,7 @@ def finish(core: LearnerCore) -> dict[str, Any]:
     if evaluation.successes:  # only for envs reporting `is_success`
         result["eval_successes"] = evaluation.successes
     atomic_write_text(core.run_dir / EVAL_FILE, json.dumps(result, indent=2))
-    core.recorder.evaluation(result["eval_return_mean"], counters.env_steps)
+    core.recorder.evaluation(result, counters.env_steps)
     mean, std = result["eval_return_mean"], result["eval_return_std"]
     core.log.info("eval over %d episodes: %.1f +- %.1f", result["eval_episodes"], mean, std)
     core.announce_done()

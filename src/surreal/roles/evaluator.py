@@ -12,8 +12,10 @@ next multiple of `learner.eval_interval`, evaluates that blob on the seeds of th
 own `env_steps`; the policy it scores is the one published then, so an evaluation that takes a while measures no
 later policy than it names.
 
-Stateless but for the rows it wrote: started again, it continues after the last row of `evals.jsonl`. It stops
-on the `done` blob; the learner's eval.json is the curve's last point. SIGTERM ends it at once (no handler
+Each row also goes to TensorBoard, against the same env steps, in an event file of the evaluator's own under
+`<run>/tensorboard/evaluator/` (`EvalLog`): the learner writes `<run>/tensorboard/`, and no two processes write one
+event file. Stateless but for the rows it wrote: started again, it continues after the last row of `evals.jsonl`.
+It stops on the `done` blob; the learner's eval.json is the curve's last point. SIGTERM ends it at once (no handler
 until training is done): it holds nothing that a written row does not. It costs CPU that the actors and the
 learner would otherwise get (10 HalfCheetah episodes took 0.9-1.5 s of a 2-core box's core, the rows' `eval_s`;
 20 Lift episodes about a minute), which is why it only runs when `learner.eval_interval` is set.
@@ -41,9 +43,11 @@ from surreal.proto.wire import Params
 from surreal.roles.common import StopFlag, hold_until_stopped, load_config, setup_logging
 from surreal.roles.evaluation import EVAL_SEED_OFFSET
 from surreal.roles.ports import ParamsIn
+from surreal.runtime.recorder import TENSORBOARD_DIR, write_evaluation
 from surreal.runtime.rollout import evaluate
 from surreal.settings import Settings
 
+EVALUATOR_BOARD = "evaluator"  # <run>/tensorboard/<this>: the evaluator's TensorBoard run
 HOLD_S = 2.0  # long poll: the ps answers when a newer blob arrives or after this long
 IDLE_S = 0.5  # pause between fetches while no blob has come (the learner or the ps is still starting)
 
@@ -73,6 +77,25 @@ def append_row(path: Path, row: EvalRow) -> None:
             torn = tail.read(1) != b"\n"
     with open(path, "a", encoding="utf-8") as out:
         out.write(("\n" if torn else "") + json.dumps(asdict(row)) + "\n")
+
+
+class EvalLog:
+    """Where the evaluator's rows go in a run folder: a line of evals.jsonl each, then the same numbers in
+    TensorBoard (`eval/*` against env steps, written through at once: SIGTERM ends the evaluator mid-anything)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.path = run_dir / EVALS_FILE
+        self.tensorboard = SummaryWriter(str(run_dir / TENSORBOARD_DIR / EVALUATOR_BOARD))
+
+    def write(self, row: EvalRow) -> None:
+        append_row(self.path, row)
+        write_evaluation(self.tensorboard, asdict(row), row.env_steps)
+        self.tensorboard.flush()
+
+    def close(self) -> None:
+        self.tensorboard.close()
 
 
 def next_threshold(env_steps: int, interval: int) -> int:
@@ -146,6 +169,9 @@ def main(args: argparse.Namespace) -> int:
         ctx, ps_addrs, Limits(max_bytes=cfg.ps.max_message_bytes), lambda r: m_bad.labels(reason=r).inc()
     )
     core = EvaluatorCore(cfg, params, max((int(r["env_steps"]) for r in history), default=0))
+    rows = (
+        EvalLog(run_dir) if run_dir.is_dir() else None
+    )  # a pod has no run folder: its rows go to the log and /metrics
     metrics.serve(settings.bind_host, settings.metrics_port)
     log.info(
         "evaluating every %d env steps (%d episodes); first at %d",
@@ -160,8 +186,8 @@ def main(args: argparse.Namespace) -> int:
                 if core.version < 0:  # no blob yet: the learner or the ps is still starting
                     time.sleep(IDLE_S)
                 continue
-            if run_dir.is_dir():  # a pod has no run folder: its rows go to the log and /metrics
-                append_row(run_dir / EVALS_FILE, row)
+            if rows is not None:
+                rows.write(row)
             m_return.set(row.eval_return_mean)
             if row.eval_success_rate is not None:
                 m_success.set(row.eval_success_rate)
@@ -179,6 +205,8 @@ def main(args: argparse.Namespace) -> int:
         if settings.hold_when_done:
             hold_until_stopped(StopFlag().install(), log)
     finally:
+        if rows is not None:
+            rows.close()
         params.close()
         ctx.term()
         metrics.close()

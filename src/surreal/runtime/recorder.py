@@ -1,5 +1,11 @@
 """Where a learner's progress goes: `metrics.jsonl` (one row per record, no clock times, so two deterministic
-runs write identical files), TensorBoard, and the learner's Prometheus gauges."""
+runs write identical files), TensorBoard, and the learner's Prometheus gauges.
+
+Every field and tag is listed in docs/metrics.md (tests/test_metrics_reference.py fails on one it does not list).
+TensorBoard's x axis is env steps throughout. The learner owns the event files in `<run>/tensorboard/`; the
+evaluator writes its curve to `<run>/tensorboard/evaluator/` (roles/evaluator.py), so no two processes ever write
+one event file.
+"""
 
 from __future__ import annotations
 
@@ -49,12 +55,31 @@ class WallTime:
         return row
 
 
+# metrics.jsonl row fields -> TensorBoard tags (when the row has them: wall times only outside deterministic runs,
+# success rates only for envs that report `is_success`).
+ROW_TAGS = {
+    "train_return_mean": "train/return_mean",
+    "train_episode_length_mean": "train/episode_length_mean",
+    "train_success_rate": "train/success_rate",
+    "time_update_s": "time/update_s",
+    "time_wait_s": "time/wait_s",
+    "time_io_s": "time/io_s",
+    "version_lag_mean": "learner/version_lag_mean",
+    "live_actors": "learner/live_actors",
+    "stale_dropped": "learner/stale_dropped",
+}
+TENSORBOARD_DIR = "tensorboard"
+SPS_TAG = "charts/SPS"  # env steps per second between two rows (CleanRL's and SB3 users' name for it)
+
+
 class Recorder:
-    def __init__(self, run_dir: Path, metrics: RoleMetrics) -> None:
+    def __init__(self, run_dir: Path, metrics: RoleMetrics, purge_step: int | None = None) -> None:
+        """`purge_step`: a resumed learner's env steps; TensorBoard hides the earlier writers' points from there on."""
         from torch.utils.tensorboard import SummaryWriter  # torch: the learner's dependency, not the package's
 
         self.file = open(run_dir / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
-        self.tensorboard = SummaryWriter(str(run_dir / "tensorboard"))
+        self.tensorboard = SummaryWriter(str(run_dir / TENSORBOARD_DIR), purge_step=purge_step)
+        self.previous: tuple[float, int] | None = None  # (time, env_steps) of this process's last timed row
         m = metrics
         self.m_env_steps = m.gauge("learner_env_steps", "environment steps consumed")
         self.m_updates = m.gauge("learner_updates", "updates done")
@@ -81,16 +106,36 @@ class Recorder:
         self.m_update_s.set(update_s)
         if row["train_return_mean"] is not None:
             self.m_return.set(row["train_return_mean"])
-            self.tensorboard.add_scalar("train/return_mean", row["train_return_mean"], env_steps)
-        if "version_lag_mean" in row:
-            self.tensorboard.add_scalar("learner/version_lag_mean", row["version_lag_mean"], env_steps)
+        for field, tag in ROW_TAGS.items():
+            if row.get(field) is not None:
+                self.tensorboard.add_scalar(tag, float(row[field]), env_steps)
+        if "time" in row:  # the rate from the rows' own clock: metrics.jsonl gives the same from `time` and `env_steps`
+            if self.previous is not None and row["time"] > self.previous[0]:
+                rate = (env_steps - self.previous[1]) / (row["time"] - self.previous[0])
+                self.tensorboard.add_scalar(SPS_TAG, rate, env_steps)
+            self.previous = (row["time"], env_steps)
         for name, value in stats.items():
             self.m_stat.labels(name=name).set(float(value))
             self.tensorboard.add_scalar(f"learner/{name}", float(value), env_steps)
 
-    def evaluation(self, return_mean: float, env_steps: int) -> None:
-        self.tensorboard.add_scalar("eval/return_mean", return_mean, env_steps)
+    def evaluation(self, summary: dict[str, Any], env_steps: int) -> None:
+        """The final evaluation (eval.json's summary) at the env steps it was made at."""
+        write_evaluation(self.tensorboard, summary, env_steps)
+        self.tensorboard.flush()
 
     def close(self) -> None:
         self.file.close()
         self.tensorboard.close()
+
+
+def write_evaluation(writer: Any, summary: dict[str, Any], env_steps: int) -> None:
+    """An evaluation's `eval/*` tags (the learner's final one and each of the evaluator's): return mean and std,
+    success rate where the env reports success, and how long it took where that was measured."""
+    for field, tag in (
+        ("eval_return_mean", "eval/return_mean"),
+        ("eval_return_std", "eval/return_std"),
+        ("eval_success_rate", "eval/success_rate"),
+        ("eval_s", "eval/seconds"),
+    ):
+        if summary.get(field) is not None:
+            writer.add_scalar(tag, float(summary[field]), env_steps)

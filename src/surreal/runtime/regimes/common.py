@@ -16,7 +16,7 @@ import numpy as np
 
 from surreal.proto.wire import BlobMeta, SampleReply
 
-RECENT_EPISODES = 20  # training episodes the learner's `train_return_mean` (and success rate) averages
+RECENT_EPISODES = 20  # training episodes the learner's `train_return_mean` (length, success rate) averages
 LIVE_ROUNDS = 2  # an actor counts as live while it was heard within this many rounds (versions or slacks)
 GOLDEN = (math.sqrt(5) - 1) / 2  # actor i's turn within its rounds: i x GOLDEN mod 1, evenly spread for any N
 HOLD_S = 0.5  # the shortest hold of a held actor's request at the ps (a long poll for a newer blob)
@@ -99,6 +99,7 @@ class Counters:
     episodes: int = 0
     stale_dropped: int = 0
     recent_returns: list[float] = field(default_factory=list)
+    recent_lengths: list[int] = field(default_factory=list)  # absent from older checkpoints: starts empty
     recent_successes: list[bool] = field(default_factory=list)  # envs reporting `is_success` only
     shard_env_steps: list[int] = field(default_factory=list)  # off-policy: each replay shard's count seen last
 
@@ -110,15 +111,17 @@ class Counters:
             "version": self.version,
             "episodes": self.episodes,
             "train_return_mean": float(np.mean(self.recent_returns)) if self.recent_returns else None,
+            "train_episode_length_mean": float(np.mean(self.recent_lengths)) if self.recent_lengths else None,
             "stale_dropped": self.stale_dropped,
         }
         if self.recent_successes:  # only for envs reporting `is_success`
             row["train_success_rate"] = float(np.mean(self.recent_successes))
         return row
 
-    def episodes_finished(self, returns: list[float], successes: list[bool]) -> None:
+    def episodes_finished(self, returns: list[float], lengths: list[int], successes: list[bool]) -> None:
         self.episodes += len(returns)
         self.recent_returns = (self.recent_returns + returns)[-RECENT_EPISODES:]
+        self.recent_lengths = (self.recent_lengths + lengths)[-RECENT_EPISODES:]
         self.recent_successes = (self.recent_successes + successes)[-RECENT_EPISODES:]
 
 

@@ -291,7 +291,7 @@ class TransitionFeed:
             return False
         c, report = self.counters, reply.report
         c.env_steps += self.shard_steps.observe(report.shard, report.env_steps)
-        c.episodes_finished(report.episode_returns, report.episode_successes)
+        c.episodes_finished(report.episode_returns, report.episode_lengths, report.episode_successes)
         if self.live is not None:
             for actor in report.actors:
                 self.live.heard(actor, c.env_steps)

@@ -241,7 +241,7 @@ class ChunkFeed:
             self.chunks.append(chunk)
             self.queued += chunk.size
             c.env_steps += chunk.env_steps
-            c.episodes_finished(chunk.episode_returns, chunk.episode_successes)
+            c.episodes_finished(chunk.episode_returns, chunk.episode_lengths, chunk.episode_successes)
         self._drop_stale()  # a chunk may arrive already too old
         return True  # a batch is learned from as soon as it is full, and the next reply may fill it
 

@@ -1,0 +1,162 @@
+"""What a user can choose, read from where it is defined: the algorithms (the registry, surreal.config.schema), the
+presets (surreal/conf/preset/*.yaml), the env families (Gymnasium's registry) and every config key with its default
+and doc (surreal.config.reference). `surreal run --help` and `surreal config` print these; nothing here keeps a list.
+
+Torch-free; gymnasium is imported only for the env families, and robosuite never (its tasks are listed by the error
+for an unknown one, `surreal run env=robosuite:?`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import textwrap
+from collections import defaultdict
+from importlib import resources
+from typing import Any
+
+from surreal.config.loading import CONFIG_MODULE, preset_algorithm
+from surreal.config.reference import ConfigKey, experiment_keys
+from surreal.config.schema import ALGORITHMS, SPACE_KINDS
+
+# Gymnasium's own env packages (gymnasium.envs.<family>), as users know them, and the module each one needs.
+FAMILIES = {
+    "mujoco": ("MuJoCo", "mujoco"),
+    "classic_control": ("classic control", None),
+    "box2d": ("Box2D", "Box2D"),
+    "toy_text": ("toy text", None),
+}
+INSTALL = {"mujoco": 'pip install "gymnasium[mujoco]"', "box2d": 'pip install "gymnasium[box2d]"'}
+
+
+def algorithms() -> list[tuple[str, str]]:
+    """(name, what it takes and how it learns) for every registered algorithm."""
+    out = []
+    for name, cls in ALGORITHMS.items():
+        observations = " or ".join(SPACE_KINDS[k] for k in sorted(cls.observation_spaces))
+        actions = " or ".join(SPACE_KINDS[k] for k in sorted(cls.action_spaces))
+        regime = "on-policy" if cls.flow_control != "replay_ratio" else "off-policy"
+        out.append((name, f"{regime}; {observations} observations; {actions} actions"))
+    return out
+
+
+def presets() -> list[tuple[str, str, str]]:
+    """(name, the algorithm it runs, its first comment line up to the first parenthesis or colon) per preset."""
+    out = []
+    for entry in sorted(resources.files(CONFIG_MODULE).joinpath("preset").iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".yaml"):
+            continue
+        name = entry.name.removesuffix(".yaml")
+        comments = [
+            line.lstrip("#").strip()
+            for line in entry.read_text(encoding="utf-8").splitlines()
+            if line.startswith("#") and "@package" not in line
+        ]
+        summary = comments[0] if comments else ""
+        for stop in (" (", ":"):
+            summary = summary.split(stop, 1)[0]
+        out.append((name, preset_algorithm(name), summary.strip()))
+    return out
+
+
+def env_families() -> list[tuple[str, list[str], str | None]]:
+    """(family, the newest version of each of its ids, why it cannot run here or None) for Gymnasium's own families;
+    ids from other packages (`module:Name`) are not listed."""
+    import gymnasium as gym
+
+    newest: dict[str, dict[str, tuple[int, str]]] = defaultdict(dict)
+    for env_id, spec in gym.envs.registry.items():
+        entry = spec.entry_point if isinstance(spec.entry_point, str) else ""
+        parts = entry.split(":")[0].split(".")
+        if spec.namespace is not None or parts[:2] != ["gymnasium", "envs"] or len(parts) < 3:
+            continue
+        family = parts[2]
+        version = spec.version if spec.version is not None else -1
+        if version >= newest[family].get(spec.name, (-2, ""))[0]:
+            newest[family][spec.name] = (version, env_id)
+    out = []
+    for family in [*FAMILIES, *sorted(set(newest) - set(FAMILIES))]:
+        if family not in newest:
+            continue
+        label, module = FAMILIES.get(family, (family, None))
+        missing = None
+        if module is not None and importlib.util.find_spec(module) is None:
+            missing = f"not installed: {INSTALL.get(family, f'pip install {module}')}"
+        out.append((label, sorted(env_id for _, env_id in newest[family].values()), missing))
+    return out
+
+
+def run_help_epilog() -> str:
+    """The part of `surreal run --help` that names what exists."""
+    lines = ["algorithms (algo=NAME; `surreal config algo --algo NAME` lists its keys):"]
+    lines += [f"  {name:<12} {summary}" for name, summary in algorithms()]
+    lines.append("presets (preset=NAME: a published set of hyperparameters, conf/preset/NAME.yaml):")
+    lines += [f"  {name:<12} algo={algo}: {summary}" for name, algo, summary in presets()]
+    lines.append("env families (env=ID: a registered Gymnasium id, module:Name, or robosuite:<Task>):")
+    for label, ids, missing in env_families():
+        body = ", ".join(ids) + (f" ({missing})" if missing else "")
+        lines += textwrap.wrap(body, _width(), initial_indent=f"  {label:<16}", subsequent_indent=" " * 18)
+    robosuite = "" if importlib.util.find_spec("robosuite") else " (not installed: pip install 'surreal[robosuite]')"
+    lines.append(f"  {'robosuite':<16}robosuite:Lift and robosuite's other tasks{robosuite}")
+    lines += [
+        "env.kwargs.K=V passes K to the env's constructor; the env is built once before any process starts,",
+        "so an env that does not build, a keyword it does not take or spaces the algorithm cannot take are refused.",
+        "every config key, its default and its doc: surreal config [PREFIX]",
+        "the composed config without running it: surreal run --cfg job [overrides...]",
+    ]
+    return "\n".join(lines)
+
+
+# -- surreal config ---------------------------------------------------------------------------------------
+
+
+def config_listing(prefix: str = "", algo: str | None = None) -> str:
+    """Every key starting with `prefix`: `key: type = default` and its doc, indented. `algo.*` keys come per
+    algorithm (all, or the one named), each block under a `# algo=NAME` line. Empty when no key matches."""
+    names = [algo] if algo is not None else list(ALGORITHMS)
+    blocks = []
+    shared = [k for k in experiment_keys(names[0]) if not k.key.startswith("algo.") and _matches(k.key, prefix)]
+    if shared:
+        blocks.append(_entries(shared))
+    for name in names:
+        own = [k for k in experiment_keys(name) if k.key.startswith("algo.") and _matches(k.key, prefix)]
+        if own:
+            blocks.append(f"# algo={name}\n" + _entries(own))
+    return "\n\n".join(blocks)
+
+
+def _matches(key: str, prefix: str) -> bool:
+    return key.startswith(prefix)  # `learner` and `learner.eval` both match learner.eval_interval
+
+
+def _entries(keys: list[ConfigKey]) -> str:
+    width = _width()
+    out = []
+    for k in keys:
+        out.append(f"{k.key}: {k.type} = {format_value(k.default)}")
+        out += textwrap.wrap(k.doc, width, initial_indent="    ", subsequent_indent="    ")
+    return "\n".join(out)
+
+
+def format_value(value: Any) -> str:
+    """A default as it is written in an override: null, true, 0.0003, [64, 64], {}."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float):
+        return repr(value)
+    return json.dumps(value) if isinstance(value, (bool, list, dict, type(None))) else str(value)
+
+
+def known_prefixes() -> list[str]:
+    """Every key and every dotted parent of one, for suggesting a prefix that matched nothing."""
+    found: set[str] = set()
+    for name in ALGORITHMS:
+        for k in experiment_keys(name):
+            parts = k.key.split(".")
+            found.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+    return sorted(found)
+
+
+def _width() -> int:
+    return max(60, min(shutil.get_terminal_size((100, 24)).columns, 110))

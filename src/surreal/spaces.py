@@ -1,0 +1,59 @@
+"""Which Gymnasium spaces an algorithm takes, checked against an env's spaces in one place.
+
+Each algorithm's config declares the kinds it takes (`AlgoConfig.observation_spaces` / `.action_spaces`, names from
+`SPACE_KINDS`, so the config layer needs no gymnasium). The launcher checks them against the env it builds once before
+any role starts (launch/preflight.py); an algorithm checks them again where it builds its networks, so a role given
+an env it cannot take (a chart whose values skipped the launcher) says the same one line instead of a traceback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gymnasium import spaces
+
+from surreal.config.schema import ALGORITHMS, SPACE_KINDS, AlgoConfig
+from surreal.errors import ConfigError
+
+
+def space_kind(space: spaces.Space[Any]) -> str | None:
+    """ "box" for a 1-D Box, "discrete" for a Discrete, None for anything else (images, Dict, MultiDiscrete...)."""
+    if isinstance(space, spaces.Box) and len(space.shape) == 1:
+        return "box"
+    if isinstance(space, spaces.Discrete):
+        return "discrete"
+    return None
+
+
+def describe(space: spaces.Space[Any]) -> str:
+    """A space in a few characters: `Box(17,)`, `Discrete(2)`, `Box(96, 96, 3)`, `Dict`; bounds left out."""
+    if isinstance(space, spaces.Box):
+        return f"Box{space.shape}"
+    if isinstance(space, spaces.Discrete):
+        return f"Discrete({space.n})" if space.start == 0 else f"Discrete({space.n}, start={space.start})"
+    return type(space).__name__
+
+
+def _kinds(kinds: frozenset[str]) -> str:
+    return " or ".join(SPACE_KINDS[k] for k in sorted(kinds))
+
+
+def check_spaces(
+    algo: AlgoConfig | type[AlgoConfig],
+    observation_space: spaces.Space[Any],
+    action_space: spaces.Space[Any],
+    env_id: str = "the env",
+) -> None:
+    """Raise ConfigError, in one line naming the algorithms that would take it, unless `algo` takes both spaces."""
+    name = algo.name
+    for what, space, takes in (
+        ("observations", observation_space, algo.observation_spaces),
+        ("actions", action_space, algo.action_spaces),
+    ):
+        kind = space_kind(space)
+        if kind in takes:
+            continue
+        attr = "observation_spaces" if what == "observations" else "action_spaces"
+        others = sorted(n for n, cls in ALGORITHMS.items() if kind is not None and kind in getattr(cls, attr))
+        hint = f"; {' and '.join(others)} take{'s' if len(others) == 1 else ''} them" if others else ""
+        raise ConfigError(f"algo={name} takes {_kinds(takes)} {what}; {env_id}'s {what} are {describe(space)}{hint}")
