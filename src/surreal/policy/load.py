@@ -15,6 +15,7 @@ forward. Either way they are, bit for bit on the CPU, the actions the learner's 
 
 from __future__ import annotations
 
+import pickle
 import re
 import warnings
 from collections.abc import Callable
@@ -112,6 +113,15 @@ class _Stochastic:
         return self.policy.act(obs, deterministic=False)
 
 
+def reason(exc: BaseException) -> str:
+    """An exception as one line: torch.load's refusal of a pickle says what it refused (its message is a page)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    refused = [line for line in lines if "Unsupported" in line or "unsupported" in line]
+    if isinstance(exc, pickle.UnpicklingError) and refused:
+        return f"torch.load(weights_only=True) refused it: {refused[0]}"
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
 def resolve(path: str | Path) -> Path:
     """The policy file (or checkpoint) a path names: a file itself, a policy folder's policy.safetensors, a run
     folder's policy/policy.safetensors, or, for a run without one (trained before artifacts), its newest
@@ -171,7 +181,7 @@ def artifact_from_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, np.n
         learner.load_state_dict(state["learner"])
         counters = dict(state["counters"])
     except Exception as exc:  # torch.load's unpickler and load_state_dict raise many unrelated types
-        raise PolicyError(f"{path}: not a checkpoint of this run's {cfg.algo.name} learner ({exc})") from None
+        raise PolicyError(f"{path}: not a checkpoint of this run's {cfg.algo.name} learner ({reason(exc)})") from None
     recorder = PolicyRecorder(cfg, obs_space, act_space, run_git_sha(run_dir))
     header, tensors = recorder.record(
         learner.params(),
