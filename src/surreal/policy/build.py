@@ -14,12 +14,12 @@ import dataclasses
 import json
 import types
 import typing
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
-from surreal import __version__
 from surreal.policy.artifact import (
     FORMAT,
     FORMAT_VERSION,
@@ -138,6 +138,14 @@ def evaluation_section(summary: dict[str, Any], seed: int, env_steps: int) -> di
     }
 
 
+def surreal_version() -> str:
+    """The installed package's version (`surreal.__version__` would import the package's lazy exports' module)."""
+    try:
+        return metadata.version("surreal")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def run_git_sha(run_dir: Path | None) -> str:
     """The commit a run was trained from: reproduce.json's (the launcher wrote it), else this checkout's."""
     if run_dir is not None:
@@ -192,7 +200,7 @@ class PolicyRecorder:
             "evaluation": evaluation,
             "seed": int(self.cfg.seed),
             "git_sha": self.git_sha,
-            "surreal_version": __version__,
+            "surreal_version": surreal_version(),
         }
         return header, tensors
 
