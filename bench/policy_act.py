@@ -29,14 +29,15 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 
 from bench._runs import emit
-from surreal.algos import get_algorithm
+from surreal.algos import ppo
 from surreal.config import algo_config, load_config
+from surreal.config.schema import PPOConfig
 from surreal.envs import make_env
 from surreal.policy.artifact import FILE_NAME
 from surreal.policy.build import PolicyRecorder
@@ -78,7 +79,8 @@ def main() -> None:
     env = make_env(cfg.env.id, 0)
     spaces = env.observation_space, env.action_space
     env.close()
-    learner = get_algorithm("ppo").make_learner(*spaces, algo_config(cfg), torch.device("cpu"))
+    ppo_cfg = cast(PPOConfig, algo_config(cfg))
+    learner = ppo.make_learner(*spaces, ppo_cfg, torch.device("cpu"))
     seen = observations(cfg.env.id, 2000)
     learner.obs_rms.update(seen)
     with tempfile.TemporaryDirectory() as tmp:
@@ -86,7 +88,7 @@ def main() -> None:
         PolicyRecorder(cfg, *spaces, "bench").save(path, learner.params(), version=1, env_steps=2000, updates=1)
         policy = load_policy(path)
 
-    reference = get_algorithm("ppo").make_policy(*spaces, algo_config(cfg), 0, 1)
+    reference = ppo.make_policy(*spaces, ppo_cfg, 0, 1)
     reference.load_params(learner.params())
     network = reference.model.actor_mean
     eager = policy.module()
