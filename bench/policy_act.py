@@ -33,6 +33,7 @@ from typing import Any, cast
 
 import numpy as np
 import torch
+from gymnasium.spaces import Box
 
 from bench._runs import emit
 from surreal.algos import ppo
@@ -77,7 +78,7 @@ def main() -> None:
 
     cfg = load_config(["algo=ppo", "env=HalfCheetah-v5", "algo.hidden_sizes=[64,64]", "device=cpu"])
     env = make_env(cfg.env.id, 0)
-    spaces = env.observation_space, env.action_space
+    spaces = cast(Box, env.observation_space), cast(Box, env.action_space)
     env.close()
     ppo_cfg = cast(PPOConfig, algo_config(cfg))
     learner = ppo.make_learner(*spaces, ppo_cfg, torch.device("cpu"))
