@@ -150,6 +150,9 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
     from surreal.runtime.rollout import evaluate
 
     policy = load_policy(args.policy)
+    import torch
+
+    torch.set_num_threads(1)  # as the learner's final evaluation and the evaluator act: the same kernels, same numbers
     header = policy.metadata
     env_id = args.env or policy.env_id
     env_kwargs = policy.env_kwargs if env_id == policy.env_id else {}
