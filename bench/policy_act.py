@@ -1,11 +1,12 @@
 """What `Policy.act` costs on one observation against calling the torch network directly, in the same run.
 
-    python -m bench.policy_act [--rounds 15] [--calls 2000] [--out bench/results/policy-act.2core.json]
+    python -m bench.policy_act [--rounds 60] [--calls 500] [--out bench/results/policy-act.2core.json]
 
 The policy: PPO's 64-64 tanh MLP for HalfCheetah-v5 (obs 17-D, act 6-D), its observation normalizer fed real
 observations, written as the learner writes its artifact and read back with `surreal.load_policy`. Each call acts
 on one float64 observation, as `env.step(policy.act(obs))` does. Variants, timed in alternating rounds so they
-share the machine's load (the figure is the median round's microseconds per call):
+share the machine's load, each leading in turn (the figure is the median round's microseconds per call; the fastest
+round's is reported too, the least disturbed by other processes on a shared box):
 
 - module: the actor network (`nn.Sequential` of Linear and Tanh, no weight requiring a gradient) called on a ready
   float32 [1, 17] tensor: the floor, with no normalizer, no clip, no NumPy conversions, no autograd context.
@@ -70,8 +71,8 @@ def per_call_us(fn: Callable[[], Any], calls: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--calls", type=int, default=2000, help="calls per variant per round")
+    parser.add_argument("--rounds", type=int, default=60)
+    parser.add_argument("--calls", type=int, default=500, help="calls per variant per round")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -107,10 +108,12 @@ def main() -> None:
     for fn in variants.values():  # warm-up: the traced module's first calls profile
         per_call_us(fn, args.calls)
     rounds: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(args.rounds):
-        for name, fn in variants.items():
-            rounds[name].append(per_call_us(fn, args.calls))
+    names = list(variants)
+    for i in range(args.rounds):
+        for name in names[i % len(names) :] + names[: i % len(names)]:  # each variant leads in turn
+            rounds[name].append(per_call_us(variants[name], args.calls))
     us = {name: round(statistics.median(times), 2) for name, times in rounds.items()}
+    fastest = {name: round(min(times), 2) for name, times in rounds.items()}
     overhead = us["policy_act"] / us["module"] - 1
     overhead_us = us["policy_act"] - us["module"]
     load = os.getloadavg()[0]
@@ -124,6 +127,8 @@ def main() -> None:
             "rounds": args.rounds,
             "calls_per_round": args.calls,
             "us_per_call": us,
+            "us_per_call_fastest_round": fastest,
+            "overhead_fastest_rounds": round(fastest["policy_act"] / fastest["module"] - 1, 4),
             "us_per_call_rounds": {name: [round(t, 2) for t in times] for name, times in rounds.items()},
             "overhead": round(overhead, 4),
             "overhead_us": round(overhead_us, 2),

@@ -262,7 +262,7 @@ def check_header(header: Mapping[str, Any], name: str = "policy file") -> None:
     if header.get("format") != FORMAT:
         raise ArtifactError(f"{name}: not a surreal policy (format {header.get('format')!r}, expected {FORMAT!r})")
     version = header.get("format_version")
-    if version != FORMAT_VERSION:
+    if type(version) is not int or version != FORMAT_VERSION:
         raise ArtifactError(f"{name}: policy format version {version!r}; this surreal reads version {FORMAT_VERSION}")
     missing, unknown = HEADER_KEYS - set(header), set(header) - HEADER_KEYS
     if missing or unknown:

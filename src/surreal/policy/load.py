@@ -45,7 +45,10 @@ class Policy:
     """A trained policy: `act(obs, deterministic=True)`, its spaces and its header (`metadata`)."""
 
     def __init__(self, header: dict[str, Any], tensors: dict[str, np.ndarray], source: str) -> None:
-        policy, self.observation_space, self.action_space = rebuild(header, tensors, source)
+        import torch
+
+        with torch.random.fork_rng(devices=[]):  # building the networks draws initial weights: not from the caller's
+            policy, self.observation_space, self.action_space = rebuild(header, tensors, source)
         self.metadata: dict[str, Any] = header
         self.source = source
         self.algorithm: str = header["algorithm"]
