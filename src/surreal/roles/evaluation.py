@@ -1,7 +1,7 @@
 """The end of training, after a `LearnerCore` reached `total_env_steps`: a last checkpoint, the deterministic
 policy evaluated on fresh seeds, eval.json, the final policy artifact with that score in its header, and a final
-blob marked `done` (actors stop on it). The learner's
-shell (roles/learner.py `main`) and serial mode (launch/serial.py) call it; the core itself only learns.
+blob marked `done` (actors stop on it). The learner's shell (roles/learner.py `main`) and serial mode
+(launch/serial.py) call it; the core itself only learns.
 
 A learner resumed after it finished (checkpoint at `total_env_steps` and eval.json present) does not evaluate
 again: the shell announces `done` (`finished_before`).

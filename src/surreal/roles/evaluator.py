@@ -17,11 +17,11 @@ of surreal/policy/artifact.py with the evaluation in its header), as Stable-Base
 best_model.
 
 Stateless but for the rows it wrote: started again, it continues after the last row of `evals.jsonl` (and beats
-the best policy's recorded score, not a fresh one). It stops
-on the `done` blob; the learner's eval.json is the curve's last point. SIGTERM ends it at once (no handler
-until training is done): it holds nothing that a written row does not. It costs CPU that the actors and the
-learner would otherwise get (10 HalfCheetah episodes took 0.9-1.5 s of a 2-core box's core, the rows' `eval_s`;
-20 Lift episodes about a minute), which is why it only runs when `learner.eval_interval` is set.
+the best policy's recorded score, not a fresh one). It stops on the `done` blob; the learner's eval.json is the
+curve's last point. SIGTERM ends it at once (no handler until training is done): it holds nothing that a written
+row does not. It costs CPU that the actors and the learner would otherwise get (10 HalfCheetah episodes took
+0.9-1.5 s of a 2-core box's core, the rows' `eval_s`; 20 Lift episodes about a minute), which is why it only runs
+when `learner.eval_interval` is set.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ class BestPolicy:
             try:
                 evaluation = read_policy_file(self.path)[0]["evaluation"]
                 self.score = float(evaluation["return_mean"]) if evaluation else self.score
-            except ArtifactError:
+            except (ArtifactError, TypeError, ValueError):
                 pass  # a damaged best is replaced by the next evaluation
 
     def offer(self, params: Params, row: EvalRow) -> bool:
