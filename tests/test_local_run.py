@@ -29,6 +29,7 @@ from conftest import wait_until
 from surreal.launch import local
 from surreal.launch.chaos import read_chaos
 from surreal.metricsfile import read_metrics
+from surreal.policy.artifact import read_policy_file
 
 
 class LocalRun:
@@ -290,6 +291,11 @@ def test_the_evaluator_scores_the_policy_while_training_and_goes_on_after_its_la
     points = {e.step: e.value for e in board.Scalars("eval/return_mean")}
     assert set(points) <= {r["env_steps"] for r in rows} and len(points) >= len(rows) - 2, (points, rows)
     assert all(points[r["env_steps"]] == pytest.approx(r["eval_return_mean"]) for r in rows if r["env_steps"] in points)
+    # The evaluator kept the best blob as policy/best/ across its restart (the file is written before its row, so a
+    # kill between the two may leave a best without a row; never a row that beat the best).
+    best = read_policy_file(run.run_dir / "policy" / "best" / "policy.safetensors")[0]["evaluation"]
+    assert best["return_mean"] >= max(r["eval_return_mean"] for r in rows)
+    assert all(r["eval_return_mean"] == best["return_mean"] for r in rows if r["env_steps"] == best["env_steps"])
     run.assert_nothing_left()
 
 

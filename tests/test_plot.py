@@ -78,3 +78,41 @@ def test_the_evaluators_rows_are_drawn_on_both_axes(tmp_path):
     assert [list(train.get_ydata()), list(during.get_ydata())] == [[1.0] * 3, [10.0, 20.0, 30.0]]
     assert list(during.get_xdata()) == [2000, 4000, 6000]
     assert [list(line.get_ydata()) for line in rates.lines] == [[0.25, 0.5, 0.75], [0.2, 0.4, 0.6], [0.8]]
+
+
+def test_the_evaluation_that_produced_the_best_policy_is_starred(tmp_path):
+    import numpy as np
+    import torch
+
+    from surreal.algos import get_algorithm
+    from surreal.config import algo_config
+    from surreal.envs import make_env
+    from surreal.policy.artifact import BEST_DIR, FILE_NAME, POLICY_DIR
+    from surreal.policy.build import PolicyRecorder
+
+    run_dir = tmp_path / "curve"
+    write_run(run_dir, [1.0, 2.0, 3.0])
+    evals = [{"env_steps": s, "eval_return_mean": r, "eval_episodes": 3} for s, r in ((2048, 5.0), (4096, 9.0))]
+    (run_dir / "evals.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evals))
+    assert not any(line.get_marker() == "*" for line in curve_figure(run_dir).axes[0].lines), "no best yet"
+
+    cfg = load_config(["algo=ppo", "env=Pendulum-v1", "algo.hidden_sizes=[8]"])
+    env = make_env(cfg.env.id, 0)
+    params = (
+        get_algorithm("ppo")
+        .make_learner(env.observation_space, env.action_space, algo_config(cfg), torch.device("cpu"))
+        .params()
+    )
+    evaluation = {"return_mean": 9.0, "return_std": 1.0, "episodes": 3, "success_rate": None, "seed": 1}
+    PolicyRecorder(cfg, env.observation_space, env.action_space, "sha").save(
+        run_dir / POLICY_DIR / BEST_DIR / FILE_NAME,
+        params,
+        version=2,
+        env_steps=4096,
+        updates=None,
+        evaluation={**evaluation, "env_steps": 4096},
+    )
+    (star,) = [line for line in curve_figure(run_dir).axes[0].lines if line.get_marker() == "*"]
+    assert np.array_equal(star.get_xdata(), [4096]) and np.array_equal(star.get_ydata(), [9.0])
+    assert "best policy" in star.get_label()
+    assert plot_run(run_dir).endswith(".png")

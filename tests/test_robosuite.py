@@ -6,18 +6,23 @@ Lift with one Panda throughout; building one takes a few seconds, so most tests 
 
 from __future__ import annotations
 
+import json
 import sys
 import warnings
 
 import numpy as np
 import pytest
+import torch
 from gymnasium.utils.env_checker import check_env
 
-from surreal.config import ConfigError, load_config
+from surreal.algos import get_algorithm
+from surreal.cli import main
+from surreal.config import ConfigError, algo_config, load_config
 from surreal.envs import check_env_id, env_steps_bound, make_env, make_vec_env
 from surreal.envs_robosuite import RobosuiteEnv
 from surreal.launch.serial import SerialResumeError, run_serial
 from surreal.metricsfile import read_metrics
+from surreal.policy.load import load_policy
 from surreal.runtime.rollout import RolloutCollector
 
 LIFT = "robosuite:Lift"
@@ -116,6 +121,24 @@ def test_serial_mode_trains_on_lift_and_reports_success_rates(tmp_path, algo):
     assert 0.0 <= result["eval_success_rate"] <= 1.0 and len(result["eval_successes"]) == 2
     rows = read_metrics(tmp_path / "metrics.jsonl")
     assert rows and all(0.0 <= row["train_success_rate"] <= 1.0 for row in rows if row["episodes"])
+    # The run's policy artifact acts as the learner's policy, bit for bit, on the task's observations; `surreal eval`
+    # scores it with success rates. (Its returns are not eval.json's to the last digit: a robosuite episode is not
+    # repeatable, the same policy evaluated twice in one process scores differently in the third digit.)
+    env = make_env(LIFT, seed=0, env_kwargs={"horizon": 16})
+    obs = []
+    for episode in range(3):  # 16-step episodes
+        obs += [env.reset(seed=episode)[0]] + [env.step(env.action_space.sample())[0] for _ in range(15)]
+    env.close()
+    learner = get_algorithm(algo).make_learner(env.observation_space, env.action_space, algo_config(cfg), "cpu")
+    newest = sorted((tmp_path / "checkpoints").glob("ckpt-*.pt"))[-1]
+    learner.load_state_dict(torch.load(newest, map_location="cpu", weights_only=True)["learner"])
+    reference = get_algorithm(algo).make_policy(env.observation_space, env.action_space, algo_config(cfg), 0, 1)
+    reference.load_params(learner.params())
+    assert np.array_equal(load_policy(tmp_path).act(np.array(obs)), reference.act_deterministic(np.array(obs)))
+    assert main(["eval", str(tmp_path / "policy"), "--json", str(tmp_path / "replayed.json")]) == 0
+    replayed = json.loads((tmp_path / "replayed.json").read_text())
+    assert replayed["eval_episodes"] == 2 and len(replayed["eval_successes"]) == 2
+    assert 0.0 <= replayed["eval_success_rate"] <= 1.0
     with pytest.raises(SerialResumeError, match="RobosuiteEnv: its physics cannot be saved"):
         run_serial(cfg, tmp_path, resume=True)
 

@@ -6,6 +6,8 @@
     surreal run --cfg job [overrides...]       print the composed config; start nothing
     surreal config [PREFIX] [--algo NAME]      every config key with its type, default and doc
     surreal plot <run folder>                  learning curve PNG of a run
+    surreal eval <run|policy> [options]        roll a trained policy out (returns, --video MP4s, JSON)
+    surreal export <run|policy> --format F     the policy as ONNX or TorchScript
     surreal --version
     surreal probe progress --url URL           wait until a learner reports progress (helm test)
 
@@ -65,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     plot = commands.add_parser("plot", help="write the learning curve of a run folder as PNG")
     plot.add_argument("run_dir", help="runs/<name>")
     plot.add_argument("--out", help="output PNG (default: <run_dir>/learning_curve.png)")
+    from surreal.launch import policy_cli  # argparse only at import
+
+    policy_cli.add_eval_arguments(commands.add_parser("eval", help="roll a trained policy out and score it"))
+    policy_cli.add_export_arguments(commands.add_parser("export", help="write a policy as ONNX or TorchScript"))
     probe = commands.add_parser("probe", help="health checks against a running experiment")
     checks = probe.add_subparsers(dest="check", required=True)
     progress = checks.add_parser("progress", help="wait until the learner's /metrics shows updates (helm test)")
@@ -104,6 +110,10 @@ def main(argv: list[str] | None = None) -> int:
 
         print(plot_run(args.run_dir, args.out))
         return 0
+    if args.command in ("eval", "export"):
+        from surreal.launch import policy_cli
+
+        return policy_cli.eval_main(args) if args.command == "eval" else policy_cli.export_main(args)
     if args.command == "probe":
         from surreal.launch.probe import main as probe_main
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -24,14 +25,31 @@ import gymnasium as gym
 from surreal import envs_robosuite
 from surreal.config import ConfigError, ExperimentConfig
 
+# Wraps env i of a vector env (`surreal eval --video` records with it): (env, i) -> the env to step.
+EnvWrapper = Callable[[gym.Env, int], gym.Env]
+
 
 def make_vec_env(
-    env_id: str, num_envs: int, seed: int, env_kwargs: dict[str, Any] | None = None
+    env_id: str,
+    num_envs: int,
+    seed: int,
+    env_kwargs: dict[str, Any] | None = None,
+    wrap: EnvWrapper | None = None,
 ) -> gym.vector.VectorEnv:
     """K environments stepped in this process (an actor's envs are small; one core per actor). Env i is
-    seeded with seed + i, so actors given disjoint seed ranges never replay the same episodes."""
+    seeded with seed + i, so actors given disjoint seed ranges never replay the same episodes. `wrap`: each env
+    built as `make_env` builds it (gym.make, which is what gym.make_vec builds too), then wrapped."""
     envs: gym.vector.VectorEnv
-    if envs_robosuite.is_robosuite_id(env_id):
+    if wrap is not None:
+
+        def make(i: int) -> gym.Env:
+            if envs_robosuite.is_robosuite_id(env_id):
+                return wrap(envs_robosuite.RobosuiteEnv(env_id, **(env_kwargs or {})), i)
+            return wrap(gym.make(env_id, **(env_kwargs or {})), i)
+
+        fns = [partial(make, i) for i in range(num_envs)]
+        envs = gym.vector.SyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    elif envs_robosuite.is_robosuite_id(env_id):
         make = partial(envs_robosuite.RobosuiteEnv, env_id, **(env_kwargs or {}))
         envs = gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     else:

@@ -24,6 +24,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from surreal.algos.inference import AsFloat32, DeterministicPolicy
 from surreal.algos.sample_steps import SampleStepper, load_optimizer_state, replay_tensors
 from surreal.config.schema import DDPGConfig
 from surreal.proto.wire import Chunk, Field, Fields
@@ -122,6 +123,22 @@ class DDPGPolicy:
     @torch.no_grad()
     def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
         return self.actor(torch.from_numpy(obs.astype(np.float32))).numpy()
+
+    def params(self) -> dict[str, Any]:
+        """The blob `load_params` takes, as this policy holds it."""
+        return {"actor": {k: v.numpy() for k, v in self.actor.state_dict().items()}, "warmup": np.array(self.warmup)}
+
+    def inference_module(self) -> nn.Module:
+        """`act_deterministic` as one torch module (algos/inference.py), over copies of the weights."""
+        return DeterministicPolicy(AsFloat32(), copy.deepcopy(self.actor)).eval()
+
+    def describe(self) -> dict[str, Any]:
+        """The network and action head, as the policy artifact's header states them (no normalizer)."""
+        return {
+            "network": {"kind": "mlp", "hidden_sizes": list(self.cfg.hidden_sizes), "activation": "relu"},
+            "action_head": {"type": "box", "squash": "tanh", "clip": False},
+            "normalizer": None,
+        }
 
     def episode_done(self, done: np.ndarray) -> None:
         if self.ou_state is not None:

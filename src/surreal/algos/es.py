@@ -21,7 +21,15 @@ import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium import spaces
+from torch import nn
 
+from surreal.algos.inference import (
+    AsFloat32,
+    ClipActions,
+    DeterministicPolicy,
+    NormalizeObservations,
+    normalizer_description,
+)
 from surreal.algos.normalizer import RunningMeanStd
 from surreal.config.schema import ESConfig
 from surreal.proto.wire import Chunk, Field, Fields
@@ -113,6 +121,19 @@ class FlatMLP:
                 h = np.tanh(h)
         return h
 
+    def torch_layers(self, theta: np.ndarray) -> nn.Sequential:
+        """theta as torch Linear and Tanh layers (for export; the actors' NumPy forward is the reference)."""
+        layers: list[nn.Module] = []
+        start = 0
+        for layer, (n_out, n_in) in enumerate(self.shapes):
+            linear = nn.Linear(n_in, n_out)
+            linear.weight.data = torch.from_numpy(theta[start : start + n_out * n_in].reshape(n_out, n_in).copy())
+            start += n_out * n_in
+            linear.bias.data = torch.from_numpy(theta[start : start + n_out].copy())
+            start += n_out
+            layers += [linear, nn.Tanh()] if layer < len(self.shapes) - 1 else [linear]
+        return nn.Sequential(*layers).requires_grad_(False)
+
 
 def _dims(obs_space: spaces.Space[Any], act_space: spaces.Space[Any]) -> tuple[int, int]:
     """(observation size, output size): a Box action's dimensions, or one output per Discrete action."""
@@ -123,6 +144,8 @@ def _dims(obs_space: spaces.Space[Any], act_space: spaces.Space[Any]) -> tuple[i
 
 class ESPolicy:
     """theta and the observation statistics as the learner published them; acts deterministically."""
+
+    numpy_forward = True  # its deterministic actions are NumPy's (load_policy runs them, not the torch module)
 
     def __init__(self, obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg: ESConfig) -> None:
         obs_dim, act_dim = _dims(obs_space, act_space)
@@ -154,6 +177,28 @@ class ESPolicy:
     def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         actions = self.act_deterministic(obs)
         return actions, {"actions": actions.astype(np.float32)}
+
+    def params(self) -> dict[str, Any]:
+        """The blob `load_params` takes, as this policy holds it."""
+        return {"theta": self.theta.copy(), "obs_norm": self.obs_rms.state()}
+
+    def inference_module(self) -> nn.Module:
+        """`act_deterministic` as torch layers (algos/inference.py). Its matrix products are torch's, not NumPy's
+        einsum: equal to `act_deterministic` to float32 rounding, not bit for bit, which is why `load_policy` runs
+        ES through `act_deterministic` itself (`numpy_forward`) and uses this module only to export."""
+        cfg = self.cfg
+        preprocess = NormalizeObservations(self.obs_rms, cfg.obs_clip) if cfg.obs_norm else AsFloat32()
+        network = self.net.torch_layers(self.theta)
+        return DeterministicPolicy(preprocess, network, ClipActions(self.low, self.high)).eval()
+
+    def describe(self) -> dict[str, Any]:
+        """The network, action head and normalizer, as the policy artifact's header states them."""
+        cfg = self.cfg
+        return {
+            "network": {"kind": "mlp", "hidden_sizes": list(cfg.hidden_sizes), "activation": "tanh"},
+            "action_head": {"type": "box", "squash": "none", "clip": True},
+            "normalizer": normalizer_description(cfg.obs_norm, cfg.obs_clip),
+        }
 
     def episode_done(self, done: np.ndarray) -> None:
         del done

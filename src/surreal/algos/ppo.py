@@ -18,6 +18,7 @@ Sockets and loops live in the roles; this file is the math.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -30,6 +31,13 @@ from torch import nn
 from torch.distributions import Categorical, Normal
 
 from surreal.algos.capture import CapturedStep
+from surreal.algos.inference import (
+    AsFloat32,
+    ClipActions,
+    DeterministicPolicy,
+    NormalizeObservations,
+    normalizer_description,
+)
 from surreal.algos.normalizer import RunningMeanStd
 from surreal.config.schema import PPOConfig
 from surreal.proto.wire import Chunk, Field, Fields
@@ -176,6 +184,27 @@ class PPOPolicy:
     @torch.no_grad()
     def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
         return self._to_env(self.model.mode(self._input(obs)).numpy())
+
+    def params(self) -> dict[str, Any]:
+        """The blob `load_params` takes, as this policy holds it."""
+        policy = {k: v.numpy() for k, v in self.model.state_dict().items()}
+        return {"policy": policy, "obs_norm": self.obs_rms.state()}
+
+    def inference_module(self) -> nn.Module:
+        """`act_deterministic` as one torch module (algos/inference.py), over copies of the weights."""
+        cfg = self.cfg
+        preprocess = NormalizeObservations(self.obs_rms, cfg.obs_clip) if cfg.obs_norm else AsFloat32()
+        mean = copy.deepcopy(self.model.actor_mean)
+        return DeterministicPolicy(preprocess, mean, ClipActions(self.low, self.high)).eval()
+
+    def describe(self) -> dict[str, Any]:
+        """The network, action head and normalizer, as the policy artifact's header states them."""
+        cfg = self.cfg
+        return {
+            "network": {"kind": "mlp", "hidden_sizes": list(cfg.hidden_sizes), "activation": "tanh"},
+            "action_head": {"type": "box", "squash": "none", "clip": True},
+            "normalizer": normalizer_description(cfg.obs_norm, cfg.obs_clip),
+        }
 
     def episode_done(self, done: np.ndarray) -> None:
         del done  # PPO's sampling keeps no per-episode state

@@ -34,6 +34,7 @@ from gymnasium import spaces
 from torch import nn
 
 from surreal.algos.ddpg import NStepCollector
+from surreal.algos.inference import AsFloat32, DeterministicPolicy
 from surreal.algos.ddpg import chunk_fields as chunk_fields  # SAC collects DDPG's n-step transitions
 from surreal.algos.sac_config import SACConfig
 from surreal.algos.sample_steps import SampleStepper, load_optimizer_state, replay_tensors
@@ -198,6 +199,17 @@ class SquashedGaussianActor(nn.Module):
         return squashed * self.action_scale + self.action_bias, log_prob
 
 
+class MeanAction(nn.Module):
+    """The squashed Gaussian actor's deterministic action (`forward` without noise, the evaluation mode)."""
+
+    def __init__(self, actor: SquashedGaussianActor) -> None:
+        super().__init__()
+        self.actor = actor
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.actor(obs, None)[0]
+
+
 def _dims(obs_space: spaces.Box, act_space: spaces.Box) -> tuple[int, int]:
     check_spaces(SACConfig, obs_space, act_space)
     return int(obs_space.shape[0]), int(act_space.shape[0])
@@ -212,6 +224,7 @@ class SACPolicy:
 
     def __init__(self, obs_space: spaces.Box, act_space: spaces.Box, cfg: SACConfig, actor_index: int) -> None:
         obs_dim, _ = _dims(obs_space, act_space)
+        self.cfg = cfg
         self.actor = SquashedGaussianActor(obs_dim, act_space, cfg).requires_grad_(False)
         self.low, self.high = act_space.low.astype(np.float32), act_space.high.astype(np.float32)
         self.rng = np.random.default_rng(cfg.seed + 1_000 * actor_index)
@@ -233,6 +246,27 @@ class SACPolicy:
     @torch.no_grad()
     def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
         return self.actor(torch.from_numpy(obs.astype(np.float32)), None)[0].numpy()
+
+    def params(self) -> dict[str, Any]:
+        """The blob `load_params` takes, as this policy holds it."""
+        return {"actor": {k: v.numpy() for k, v in self.actor.state_dict().items()}, "warmup": np.array(self.warmup)}
+
+    def inference_module(self) -> nn.Module:
+        """`act_deterministic` as one torch module (algos/inference.py), over copies of the weights."""
+        return DeterministicPolicy(AsFloat32(), MeanAction(copy.deepcopy(self.actor))).eval()
+
+    def describe(self) -> dict[str, Any]:
+        """The network and action head, as the policy artifact's header states them (no normalizer)."""
+        return {
+            "network": {
+                "kind": "mlp",
+                "hidden_sizes": list(self.cfg.hidden_sizes),
+                "activation": "relu",
+                "norm": self.cfg.actor_norm,
+            },
+            "action_head": {"type": "box", "squash": "tanh", "clip": False},
+            "normalizer": None,
+        }
 
     def episode_done(self, done: np.ndarray) -> None:
         del done  # no per-episode exploration state

@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 
 from surreal.launch.runfolder import read_eval
 from surreal.metricsfile import read_evals, read_metrics
+from surreal.policy.artifact import BEST_DIR, FILE_NAME, POLICY_DIR, ArtifactError, read_policy_file
 
 
 class NoMetricsError(SystemExit):
@@ -25,8 +26,9 @@ class NoMetricsError(SystemExit):
 
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> str:
     """Train return (mean of the last 20 episodes) against env steps, the evaluator's evaluations during
-    training (evals.jsonl, when `learner.eval_interval` was set) and the final eval as marked points, and the
-    success rates on a second axis when the env reports success (robosuite tasks)."""
+    training (evals.jsonl, when `learner.eval_interval` was set) with the one that produced the best policy
+    (policy/best/) starred, the final eval as marked points, and the success rates on a second axis when the env
+    reports success (robosuite tasks)."""
     run_dir = Path(run_dir)
     fig = curve_figure(run_dir)
     path = Path(out) if out else run_dir / "learning_curve.png"
@@ -51,6 +53,17 @@ def curve_figure(run_dir: Path) -> Figure:
     _series(
         ax, evals, "eval_return_mean", fmt="o-", color="C1", label=f"eval return during training ({episodes} episodes)"
     )
+    best = best_evaluation(run_dir)
+    if best is not None:
+        ax.plot(
+            [best["env_steps"]],
+            [best["return_mean"]],
+            "*",
+            markersize=14,
+            color="C1",
+            markeredgecolor="black",
+            label=f"best policy ({POLICY_DIR}/{BEST_DIR}): {best['return_mean']:.1f}",
+        )
     evaluation = read_eval(run_dir)
     if "eval_return_mean" in evaluation and "env_steps" in evaluation:
         ax.errorbar(
@@ -80,6 +93,18 @@ def curve_figure(run_dir: Path) -> Figure:
     ax.legend(handles, labels, loc="best")
     fig.tight_layout()
     return fig
+
+
+def best_evaluation(run_dir: Path) -> dict[str, Any] | None:
+    """The evaluation that produced the run's best policy (its artifact's header), None without a readable one."""
+    path = run_dir / POLICY_DIR / BEST_DIR / FILE_NAME
+    if not path.is_file():
+        return None
+    try:
+        evaluation = read_policy_file(path)[0]["evaluation"]
+    except ArtifactError:
+        return None  # a damaged best is not worth failing the plot for
+    return evaluation if isinstance(evaluation, dict) else None
 
 
 def _series(ax: Axes, rows: list[dict[str, Any]], key: str, fmt: str = "-", **style: Any) -> None:

@@ -73,7 +73,7 @@ class SerialEvaluator:
 
     def __init__(self, cfg: ExperimentConfig, params: InProcessParams, run_dir: Path) -> None:
         evaluated = max((int(r["env_steps"]) for r in read_evals(run_dir)), default=0)  # a resumed run: its rows
-        self.core = EvaluatorCore(cfg, params, evaluated)
+        self.core = EvaluatorCore(cfg, params, evaluated, run_dir)
         self.rows = EvalLog(run_dir)
 
     def step(self) -> None:

@@ -1,6 +1,7 @@
 """The end of training, after a `LearnerCore` reached `total_env_steps`: a last checkpoint, the deterministic
-policy evaluated on fresh seeds, eval.json, and a final blob marked `done` (actors stop on it). The learner's
-shell (roles/learner.py `main`) and serial mode (launch/serial.py) call it; the core itself only learns.
+policy evaluated on fresh seeds, eval.json, the final policy artifact with that score in its header, and a final
+blob marked `done` (actors stop on it). The learner's shell (roles/learner.py `main`) and serial mode
+(launch/serial.py) call it; the core itself only learns.
 
 A learner resumed after it finished (checkpoint at `total_env_steps` and eval.json present) does not evaluate
 again: the shell announces `done` (`finished_before`).
@@ -13,13 +14,16 @@ from typing import TYPE_CHECKING, Any
 
 from surreal.config import algo_config
 from surreal.fileio import atomic_write_text
+from surreal.policy.build import evaluation_section
 from surreal.runtime.rollout import evaluate
 
 if TYPE_CHECKING:  # the learner's shell imports this module: the core's type only, never at run time
     from surreal.roles.learner import LearnerCore
 
 EVAL_FILE = "eval.json"
-EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes start from seeds no training env used
+# Evaluation episodes start from seeds no training env used: env k of the evaluation's (up to 10) starts from
+# seed + EVAL_SEED_OFFSET + k, and its later episodes continue that env's generator (runtime/rollout.py evaluate).
+EVAL_SEED_OFFSET = 1_000_003
 
 
 def finished_before(core: LearnerCore) -> bool:
@@ -45,6 +49,7 @@ def finish(core: LearnerCore) -> dict[str, Any]:
     if evaluation.successes:  # only for envs reporting `is_success`
         result["eval_successes"] = evaluation.successes
     atomic_write_text(core.run_dir / EVAL_FILE, json.dumps(result, indent=2))
+    core.save_policy(evaluation_section(summary, cfg.seed, counters.env_steps))
     core.recorder.evaluation(result, counters.env_steps)
     mean, std = result["eval_return_mean"], result["eval_return_std"]
     core.log.info("eval over %d episodes: %.1f +- %.1f", result["eval_episodes"], mean, std)

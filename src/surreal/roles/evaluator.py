@@ -14,11 +14,16 @@ later policy than it names.
 
 Each row also goes to TensorBoard, against the same env steps, in an event file of the evaluator's own under
 `<run>/tensorboard/evaluator/` (`EvalLog`): the learner writes `<run>/tensorboard/`, and no two processes write one
-event file. Stateless but for the rows it wrote: started again, it continues after the last row of `evals.jsonl`.
-It stops on the `done` blob; the learner's eval.json is the curve's last point. SIGTERM ends it at once (no handler
-until training is done): it holds nothing that a written row does not. It costs CPU that the actors and the
-learner would otherwise get (10 HalfCheetah episodes took 0.9-1.5 s of a 2-core box's core, the rows' `eval_s`;
-20 Lift episodes about a minute), which is why it only runs when `learner.eval_interval` is set.
+event file. Where it has a run folder, it also keeps the best policy so far by eval return mean (`policy/best/`, the
+artifact of surreal/policy/artifact.py with the evaluation in its header), as Stable-Baselines3's EvalCallback keeps
+best_model.
+
+Stateless but for the rows it wrote: started again, it continues after the last row of `evals.jsonl` (and beats
+the best policy's recorded score, not a fresh one). It stops on the `done` blob; the learner's eval.json is the
+curve's last point. SIGTERM ends it at once (no handler until training is done): it holds nothing that a written
+row does not. It costs CPU that the actors and the learner would otherwise get (10 HalfCheetah episodes took
+0.9-1.5 s of a 2-core box's core, the rows' `eval_s`; 20 Lift episodes about a minute), which is why it only runs
+when `learner.eval_interval` is set.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import zmq
@@ -37,6 +43,8 @@ from surreal.config import ExperimentConfig, algo_config
 from surreal.envs import env_spaces
 from surreal.metrics import RoleMetrics
 from surreal.metricsfile import EVALS_FILE, read_evals
+from surreal.policy.artifact import BEST_DIR, FILE_NAME, POLICY_DIR, ArtifactError, read_policy_file
+from surreal.policy.build import PolicyRecorder, evaluation_section, run_git_sha
 from surreal.proto.channels import ParamClient
 from surreal.proto.codec import Limits
 from surreal.proto.wire import Params
@@ -103,16 +111,53 @@ def next_threshold(env_steps: int, interval: int) -> int:
     return (env_steps // interval + 1) * interval
 
 
-class EvaluatorCore:
-    """Fetch the newest blob; evaluate it when its env steps reached the next threshold. No sockets (the tests
-    drive it with an in-process ps)."""
+class BestPolicy:
+    """policy/best/policy.safetensors: the evaluated blob with the highest eval return mean so far."""
 
-    def __init__(self, cfg: ExperimentConfig, params: ParamsIn, evaluated_up_to: int = 0) -> None:
+    def __init__(self, cfg: ExperimentConfig, obs_space: Any, act_space: Any, run_dir: Path) -> None:
+        self.path = run_dir / POLICY_DIR / BEST_DIR / FILE_NAME
+        self.seed = cfg.seed
+        self.recorder = PolicyRecorder(cfg, obs_space, act_space, run_git_sha(run_dir))
+        self.score = float("-inf")
+        if self.path.is_file():  # a restarted evaluator: the score to beat is the one kept
+            try:
+                evaluation = read_policy_file(self.path)[0]["evaluation"]
+                self.score = float(evaluation["return_mean"]) if evaluation else self.score
+            except (ArtifactError, TypeError, ValueError):
+                pass  # a damaged best is replaced by the next evaluation
+
+    def offer(self, params: Params, row: EvalRow) -> bool:
+        """Keep `params` if `row` beats the best so far; whether it did."""
+        if not row.eval_return_mean > self.score:
+            return False
+        blob = params.blob
+        self.recorder.save(
+            self.path,
+            params.arrays,
+            version=blob.version,
+            env_steps=blob.env_steps,
+            updates=None,  # the ps's blob carries no update count
+            evaluation=evaluation_section(asdict(row), self.seed, blob.env_steps),
+        )
+        self.score = row.eval_return_mean
+        return True
+
+
+class EvaluatorCore:
+    """Fetch the newest blob; evaluate it when its env steps reached the next threshold; keep it as the best
+    policy when it scores best (`best`, where there is a run folder). No sockets (the tests drive it with an
+    in-process ps)."""
+
+    def __init__(
+        self, cfg: ExperimentConfig, params: ParamsIn, evaluated_up_to: int = 0, run_dir: Path | None = None
+    ) -> None:
         if cfg.learner.eval_interval <= 0:
             raise ValueError("the evaluator needs learner.eval_interval > 0")
         self.cfg = cfg
         self.params = params
-        self.policy = get_algorithm(cfg.algo.name).make_policy(*env_spaces(cfg), algo_config(cfg), 0, 1)
+        spaces = env_spaces(cfg)
+        self.policy = get_algorithm(cfg.algo.name).make_policy(*spaces, algo_config(cfg), 0, 1)
+        self.best = BestPolicy(cfg, *spaces, run_dir) if run_dir is not None else None
         self.due = next_threshold(evaluated_up_to, cfg.learner.eval_interval)
         self.version, self.incarnation, self.done = -1, "", False
 
@@ -136,13 +181,16 @@ class EvaluatorCore:
         result = evaluate(
             cfg.env.id, self.policy, cfg.learner.eval_episodes, cfg.seed + EVAL_SEED_OFFSET, cfg.env.kwargs
         )
-        return EvalRow(
+        row = EvalRow(
             env_steps=params.blob.env_steps,
             version=params.blob.version,
             time=round(time.time(), 3),
             eval_s=round(time.monotonic() - started, 3),
             **result.summary(),
         )
+        if self.best is not None:
+            self.best.offer(params, row)
+        return row
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -168,10 +216,9 @@ def main(args: argparse.Namespace) -> int:
     params = ParamClient(
         ctx, ps_addrs, Limits(max_bytes=cfg.ps.max_message_bytes), lambda r: m_bad.labels(reason=r).inc()
     )
-    core = EvaluatorCore(cfg, params, max((int(r["env_steps"]) for r in history), default=0))
-    rows = (
-        EvalLog(run_dir) if run_dir.is_dir() else None
-    )  # a pod has no run folder: its rows go to the log and /metrics
+    evaluated_up_to = max((int(r["env_steps"]) for r in history), default=0)
+    core = EvaluatorCore(cfg, params, evaluated_up_to, run_dir if run_dir.is_dir() else None)
+    rows = EvalLog(run_dir) if run_dir.is_dir() else None  # a pod has no run folder: its rows go to the log and /metrics
     metrics.serve(settings.bind_host, settings.metrics_port)
     log.info(
         "evaluating every %d env steps (%d episodes); first at %d",

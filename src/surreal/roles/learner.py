@@ -39,6 +39,8 @@ from surreal.config import ExperimentConfig, algo_config
 from surreal.envs import env_spaces, env_steps_bound
 from surreal.metrics import RoleMetrics
 from surreal.metricsfile import METRICS_FILE
+from surreal.policy.artifact import FILE_NAME, POLICY_DIR
+from surreal.policy.build import PolicyRecorder, run_git_sha
 from surreal.proto.channels import BackgroundBatches, ParamPublisher, SampleClient
 from surreal.proto.wire import BlobMeta
 from surreal.replay.shard import message_limits
@@ -89,6 +91,7 @@ class LearnerCore:
         self.algo = get_algorithm(cfg.algo.name)
         self.algo_learner = self._new_algo_learner()
         self.checkpoints = LearnerCheckpoints(run_dir / "checkpoints", cfg.learner.keep_checkpoints, log)
+        self.policy_recorder = PolicyRecorder(cfg, self.obs_space, self.act_space, run_git_sha(run_dir))
         self.counters = Counters()
         restored = self._restore() if resume else None
         self.restored_extra = restored.extra if restored else None  # the driver's state (serial mode's world)
@@ -204,8 +207,23 @@ class LearnerCore:
         return restored
 
     def checkpoint(self) -> None:
+        """The resume state, and beside it the policy artifact of the same parameters (`save_policy`)."""
         c = self.counters
         self.checkpoints.save(c.updates, self.algo_learner.state_dict(), asdict(c), self.feed.state())
+        self.save_policy()
+
+    def save_policy(self, evaluation: dict[str, Any] | None = None) -> Path:
+        """policy/policy.safetensors: the current parameters as a policy artifact (surreal/policy/artifact.py),
+        with `evaluation` (the header's section) when they were just evaluated."""
+        c = self.counters
+        return self.policy_recorder.save(
+            self.run_dir / POLICY_DIR / FILE_NAME,
+            self.algo_learner.params(),
+            version=c.version,
+            env_steps=c.env_steps,
+            updates=c.updates,
+            evaluation=evaluation,
+        )
 
     def close(self) -> None:
         self.recorder.close()

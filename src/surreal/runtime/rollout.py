@@ -11,6 +11,7 @@ beside its return; an env that does not report it gets no success list at all.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -145,18 +146,40 @@ class Evaluation:
         }
 
 
+class DeterministicActor(Protocol):
+    def act_deterministic(self, obs: np.ndarray) -> np.ndarray: ...
+
+
+# (env, index, episodes) -> the env to step: `evaluate`'s env `index` runs `episodes` counted episodes.
+EvalEnvWrapper = Callable[[gym.Env, int, int], gym.Env]
+
+
+def eval_quotas(episodes: int) -> list[int]:
+    """Episodes per env of an evaluation: up to 10 envs, each a fixed quota, the first ones one more."""
+    n = min(episodes, 10)
+    return [episodes // n + (1 if i < episodes % n else 0) for i in range(n)]
+
+
 def evaluate(
-    env_id: str, policy: Policy, episodes: int, seed: int, env_kwargs: dict[str, Any] | None = None
+    env_id: str,
+    policy: DeterministicActor,
+    episodes: int,
+    seed: int,
+    env_kwargs: dict[str, Any] | None = None,
+    wrap: EvalEnvWrapper | None = None,
 ) -> Evaluation:
     """Full episodes of the deterministic policy. Each of up to 10 parallel envs runs a fixed quota of
-    episodes, so short episodes are not over-represented."""
-    n = min(episodes, 10)
-    quotas = np.array([episodes // n + (1 if i < episodes % n else 0) for i in range(n)])
+    episodes, so short episodes are not over-represented; env i starts from `seed + i`. `wrap` wraps each env
+    (told its index and quota: `surreal eval --video` records those episodes), which changes no episode."""
+    quotas = np.array(eval_quotas(episodes))
+    n = len(quotas)
     done_count = np.zeros(n, np.int64)
     running = np.zeros(n, np.float64)
     returns: list[float] = []
     successes: list[bool | None] = []
-    envs = make_vec_env(env_id, n, seed, env_kwargs)
+    envs = make_vec_env(
+        env_id, n, seed, env_kwargs, None if wrap is None else lambda env, i: wrap(env, i, int(quotas[i]))
+    )
     obs, _ = envs.reset(seed=[seed + i for i in range(n)])  # type: ignore[arg-type]  # per-env seeds are documented
     try:
         while (done_count < quotas).any():

@@ -1,0 +1,77 @@
+"""The deterministic policy as one torch module: what `surreal.load_policy` runs and `surreal export` writes.
+
+Each algorithm's policy class has `inference_module()`: observations (a float batch, [B, obs_dim]) in,
+the actions its `act_deterministic` returns out, with the observation normalizer and the action squashing or
+clipping inside. The pieces here compute what the NumPy code of the actors computes, operation for operation
+(float64 normalization, the same clip), so for the torch-network algorithms the module's actions equal
+`act_deterministic`'s bit for bit on the CPU (tests/test_policy_artifact_runs.py checks it on real runs).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from surreal.algos.normalizer import RunningMeanStd
+
+NORMALIZER_EPSILON = 1e-8  # RunningMeanStd.normalize's
+
+
+class NormalizeObservations(nn.Module):
+    """clip((obs - mean) / sqrt(var + 1e-8), -clip, clip) in float64, then float32: `RunningMeanStd.normalize`."""
+
+    mean: torch.Tensor
+    std: torch.Tensor
+
+    def __init__(self, rms: RunningMeanStd, clip: float) -> None:
+        super().__init__()
+        self.clip = float(clip)
+        self.register_buffer("mean", torch.from_numpy(np.array(rms.mean, np.float64)))
+        self.register_buffer("std", torch.from_numpy(np.sqrt(np.array(rms.var, np.float64) + NORMALIZER_EPSILON)))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return ((obs.double() - self.mean) / self.std).clamp(-self.clip, self.clip).float()
+
+
+class AsFloat32(nn.Module):
+    """What an algorithm without a normalizer feeds its network: `obs.astype(np.float32)`."""
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs.float()
+
+
+class ClipActions(nn.Module):
+    """`np.clip(actions, low, high)` with the action space's bounds (in their dtype, so the result's dtype is
+    NumPy's too)."""
+
+    low: torch.Tensor
+    high: torch.Tensor
+
+    def __init__(self, low: np.ndarray, high: np.ndarray) -> None:
+        super().__init__()
+        self.register_buffer("low", torch.from_numpy(np.array(low)))
+        self.register_buffer("high", torch.from_numpy(np.array(high)))
+
+    def forward(self, actions: torch.Tensor) -> torch.Tensor:
+        return torch.minimum(torch.maximum(actions, self.low), self.high)
+
+
+class DeterministicPolicy(nn.Module):
+    """observations -> `preprocess` -> `network` -> `postprocess` -> actions."""
+
+    def __init__(self, preprocess: nn.Module, network: nn.Module, postprocess: nn.Module | None = None) -> None:
+        super().__init__()
+        self.preprocess, self.network = preprocess, network
+        self.postprocess = postprocess if postprocess is not None else nn.Identity()
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.postprocess(self.network(self.preprocess(obs)))
+
+
+def normalizer_description(enabled: bool, clip: float) -> dict[str, object] | None:
+    """The artifact header's `normalizer` for an `obs_norm` policy whose blob holds `obs_norm/{mean,var,count}`."""
+    if not enabled:
+        return None
+    tensors = {"mean": "obs_norm/mean", "var": "obs_norm/var", "count": "obs_norm/count"}
+    return {"tensors": tensors, "clip": float(clip), "epsilon": NORMALIZER_EPSILON}

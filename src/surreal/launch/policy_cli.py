@@ -1,0 +1,233 @@
+"""`surreal eval` and `surreal export`: what to do with a trained policy (docs/policies.md).
+
+    surreal eval runs/my-run                                   the run's final evaluation again (its seed, its episodes)
+    surreal eval runs/my-run/policy/best --episodes 20 --seed 7
+    surreal eval runs/my-run --video videos/                   MP4s of the episodes (offscreen MuJoCo: EGL or OSMesa)
+    surreal export runs/my-run --format onnx                   runs/my-run/policy/policy.onnx (+ .json)
+
+`surreal eval` rolls the policy out with `surreal.runtime.rollout.evaluate`, the function the learner's final
+evaluation and the evaluator use, on the same seeds: `--seed S` is an experiment seed, and the episodes start from
+S + 1,000,003 as the learner's do (roles/evaluation.py), so `surreal eval RUN` with the run's seed and episode count
+(the defaults) replays eval.json's episodes. Bad input (a path that holds no policy, a damaged or hostile file, an
+env whose spaces do not fit, no renderer for --video) is one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+RENDERERS = ("egl", "osmesa")  # MuJoCo's offscreen OpenGL backends, tried in this order unless MUJOCO_GL says one
+RENDER_PROBE = "import mujoco; c = mujoco.GLContext(16, 16); c.make_current(); c.free()"
+RENDER_PROBE_TIMEOUT_S = 120.0
+EXIT_BAD_INPUT = 2
+
+
+class EvalError(Exception):
+    """Why `surreal eval` or `surreal export` cannot go on: one line, exit status 2."""
+
+
+def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("policy", help="a run folder, a policy folder or file, or a checkpoint")
+    parser.add_argument("--episodes", type=int, help="episodes to run (default: the run's final evaluation's count)")
+    parser.add_argument(
+        "--seed", type=int, help="experiment seed: episodes start from seed + 1,000,003 as the run's did (default: its)"
+    )
+    parser.add_argument("--env", help="Gymnasium id to roll out in (default: the one it was trained on)")
+    parser.add_argument("--stochastic", action="store_true", help="sample actions as the actors do")
+    parser.add_argument("--video", metavar="DIR", help="record each episode as an MP4 in DIR (Gymnasium RecordVideo)")
+    parser.add_argument(
+        "--json", metavar="FILE", help="where to write the result (default: eval.json beside the policy)"
+    )
+
+
+def add_export_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("policy", help="a run folder, a policy folder or file, or a checkpoint")
+    parser.add_argument("--format", required=True, choices=("onnx", "torchscript"))
+    parser.add_argument("--out", help="output file (default: policy.onnx or policy.pt beside the policy file)")
+
+
+def choose_renderer() -> str:
+    """Set MUJOCO_GL (and PyOpenGL's platform) to an offscreen backend that starts on this machine: the one
+    MUJOCO_GL names, else EGL, else OSMesa. Each is tried in a child process (a backend that fails can leave
+    MuJoCo's import in this one unusable); EvalError names what each said when none starts."""
+    named = os.environ.get("MUJOCO_GL")
+    failures = []
+    for backend in (named,) if named else RENDERERS:
+        env = {**os.environ, "MUJOCO_GL": backend, "PYOPENGL_PLATFORM": backend}
+        try:
+            probe = subprocess.run(
+                [sys.executable, "-c", RENDER_PROBE], env=env, capture_output=True, text=True,
+                timeout=RENDER_PROBE_TIMEOUT_S,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            failures.append(f"{backend}: no answer in {RENDER_PROBE_TIMEOUT_S:.0f} s")
+            continue
+        if probe.returncode == 0:
+            os.environ["MUJOCO_GL"] = os.environ["PYOPENGL_PLATFORM"] = backend
+            return backend
+        lines = [line for line in probe.stderr.strip().splitlines() if line.strip()]
+        failures.append(f"{backend}: {lines[-1] if lines else f'exit {probe.returncode}'}")
+    raise EvalError(
+        f"--video: no offscreen renderer starts ({'; '.join(failures)}); install Debian's libosmesa6 "
+        "(make render-deps) or a GPU driver with EGL"
+    )
+
+
+def video_wrapper(folder: Path) -> Any:
+    """`evaluate`'s env wrapper that records env i's counted episodes as `env<i>-episode-<k>.mp4` (k from 1) in
+    `folder`. RecordVideo numbers episodes by resets: `make_vec_env` resets each env once as it builds it and
+    `evaluate` again with the evaluation's seeds, so the evaluation's episodes are 1 to its quota (episode 0 is
+    the single frame between the two resets, not recorded); the episode after the quota, which the vector env
+    starts by itself and the evaluation does not count, is not recorded either."""
+    from gymnasium.wrappers import RecordVideo
+
+    software = os.environ.get("MUJOCO_GL") == "osmesa"
+
+    def wrap(env: Any, index: int, episodes: int) -> Any:
+        model = getattr(env.unwrapped, "model", None)
+        if software and model is not None:
+            # CPU rasterizing: MuJoCo's 4096-pixel shadow map and 4x multisampling cost a HalfCheetah frame about
+            # 450 ms on the shared 2-core box, a 1024 map and no multisampling about 70 ms. Frames only: the
+            # physics never reads these.
+            model.vis.quality.shadowsize, model.vis.quality.offsamples = 1024, 0
+        return RecordVideo(
+            env,
+            str(folder),
+            episode_trigger=lambda episode: 1 <= episode <= episodes,
+            name_prefix=f"env{index}",
+            disable_logger=True,
+        )
+
+    return wrap
+
+
+def video_files(folder: Path, episodes: int) -> list[Path]:
+    """The files `video_wrapper` writes for an evaluation of `episodes`, in episode order."""
+    from surreal.runtime.rollout import eval_quotas
+
+    quotas = eval_quotas(episodes)
+    return [
+        folder / f"env{i}-episode-{k}.mp4" for k in range(1, max(quotas) + 1) for i, q in enumerate(quotas) if k <= q
+    ]
+
+
+def _fits(policy: Any, env_id: str, env_kwargs: dict[str, Any]) -> None:
+    """The env's spaces are the policy's (shapes; and the action bounds where they would be clipped to)."""
+    from surreal.envs import make_env
+
+    try:
+        env = make_env(env_id, 0, env_kwargs)
+    except Exception as exc:  # gym.make raises many types for an unknown id or bad kwargs
+        raise EvalError(f"cannot make env {env_id!r}: {exc}") from None
+    try:
+        obs_space, act_space = env.observation_space, env.action_space
+    finally:
+        env.close()
+    if obs_space.shape != policy.observation_space.shape or act_space.shape != policy.action_space.shape:
+        raise EvalError(
+            f"{env_id} has observations {obs_space.shape} and actions {act_space.shape}; the policy takes "
+            f"{policy.observation_space.shape} and gives {policy.action_space.shape}"
+        )
+
+
+def run_eval(args: argparse.Namespace) -> dict[str, Any]:
+    """The evaluation `surreal eval` runs and prints; returns what it writes as JSON."""
+    from surreal.envs_robosuite import is_robosuite_id
+
+    if args.episodes is not None and args.episodes < 1:
+        raise EvalError(f"--episodes must be >= 1 (got {args.episodes})")
+    if args.video:
+        choose_renderer()  # before anything imports MuJoCo: its backend is fixed at import
+    from surreal.policy.load import load_policy
+    from surreal.roles.evaluation import EVAL_SEED_OFFSET
+    from surreal.runtime.rollout import evaluate
+
+    policy = load_policy(args.policy)
+    import torch
+
+    torch.set_num_threads(1)  # as the learner's final evaluation and the evaluator act: the same kernels, same numbers
+    header = policy.metadata
+    env_id = args.env or policy.env_id
+    env_kwargs = policy.env_kwargs if env_id == policy.env_id else {}
+    recorded = header["evaluation"]
+    episodes = args.episodes or (recorded["episodes"] if recorded else 10)
+    seed = header["seed"] if args.seed is None else args.seed
+    wrap = None
+    if args.video:
+        if is_robosuite_id(env_id):
+            raise EvalError("--video: robosuite tasks are not recorded yet (their adapter renders no frames)")
+        env_kwargs = {**env_kwargs, "render_mode": "rgb_array"}
+        video_dir = Path(args.video)
+        video_dir.mkdir(parents=True, exist_ok=True)
+        wrap = video_wrapper(video_dir)
+    _fits(policy, env_id, {k: v for k, v in env_kwargs.items() if k != "render_mode"})
+    actor = policy.stochastic() if args.stochastic else policy
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Overwriting existing videos")  # each file is this evaluation's
+        evaluation = evaluate(env_id, actor, episodes, seed + EVAL_SEED_OFFSET, env_kwargs, wrap=wrap)
+    summary = {k: v for k, v in evaluation.summary().items() if v is not None}
+    result: dict[str, Any] = {
+        **summary,
+        "policy": policy.source,
+        "env": env_id,
+        "seed": seed,
+        "first_episode_seed": seed + EVAL_SEED_OFFSET,
+        "deterministic": not args.stochastic,
+        "policy_env_steps": header["env_steps"],
+        "eval_returns": [float(r) for r in evaluation.returns],
+    }
+    if evaluation.successes:
+        result["eval_successes"] = evaluation.successes
+    if args.video:
+        videos = video_files(Path(args.video), episodes)
+        missing = [p.name for p in videos if not p.is_file()]
+        if missing:
+            raise EvalError(f"--video: RecordVideo did not write {', '.join(missing)}")
+        result["videos"] = [str(p) for p in videos]
+    return result
+
+
+def eval_main(args: argparse.Namespace) -> int:
+    from surreal.fileio import atomic_write_text
+    from surreal.policy.artifact import ArtifactError
+
+    try:
+        result = run_eval(args)
+    except (EvalError, ArtifactError) as exc:  # PolicyError is an ArtifactError
+        print(f"surreal eval: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    success = f", success {result['eval_success_rate']:.0%}" if "eval_success_rate" in result else ""
+    mode = "stochastic" if args.stochastic else "deterministic"
+    print(
+        f"{result['env']}: return {result['eval_return_mean']:.1f} ± {result['eval_return_std']:.1f} over "
+        f"{result['eval_episodes']} {mode} episodes (seed {result['seed']}){success}"
+    )
+    out = Path(args.json) if args.json else Path(result["policy"]).with_name("eval.json")
+    atomic_write_text(out, json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}" + (f" and {len(result['videos'])} videos in {args.video}" if args.video else ""))
+    return 0
+
+
+def export_main(args: argparse.Namespace) -> int:
+    from surreal.policy.artifact import ArtifactError
+    from surreal.policy.export import ExportError, export
+    from surreal.policy.load import load_policy
+
+    try:
+        path, info = export(load_policy(args.policy), args.format, args.out)
+    except (ExportError, ArtifactError) as exc:
+        print(f"surreal export: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    inp, out = info["input"], info["output"]
+    print(f"wrote {path} ({args.format}) and {path.name}.json")
+    print(f"  input  {inp['name']}: {inp['dtype']}{inp['shape']}")
+    folded = ", the observation normalizer folded in" if info["normalizer_folded_in"] else ""
+    print(f"  output {out['name']}: {out['dtype']}{out['shape']} (deterministic actions{folded})")
+    return 0

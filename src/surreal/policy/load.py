@@ -1,0 +1,195 @@
+"""`surreal.load_policy(path)`: a trained policy to act with, from a run folder, a policy folder or file, or a
+checkpoint.
+
+    policy = surreal.load_policy("runs/my-run")
+    obs, _ = env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step(policy.act(obs))
+
+`Policy.act` takes one observation or a batch (NumPy in, NumPy out); the observation normalizer and the action
+squashing or clipping are inside. Deterministic actions come from the algorithm's own network as one torch
+module traced once at load (TorchScript runs a small MLP for about what one eager module call costs, while the
+normalizer and clip as separate eager calls would double it: bench/policy_act.py); ES's come from its NumPy
+forward. Either way they are, bit for bit on the CPU, the actions the learner's final evaluation took.
+`deterministic=False` samples as the algorithm's actors do (its own seeded generator).
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from surreal.policy.artifact import (
+    BEST_DIR,
+    FILE_NAME,
+    POLICY_DIR,
+    ArtifactError,
+    check_header,
+    read_policy_file,
+)
+from surreal.policy.build import ArtifactPolicy, rebuild
+
+CHECKPOINT = re.compile(r"^ckpt-\d{10}\.pt$")
+
+
+class PolicyError(ArtifactError):
+    """A path `load_policy` cannot make a policy of; the message is one line."""
+
+
+class Policy:
+    """A trained policy: `act(obs, deterministic=True)`, its spaces and its header (`metadata`)."""
+
+    def __init__(self, header: dict[str, Any], tensors: dict[str, np.ndarray], source: str) -> None:
+        import torch
+
+        with torch.random.fork_rng(devices=[]):  # building the networks draws initial weights: not from the caller's
+            policy, self.observation_space, self.action_space = rebuild(header, tensors, source)
+        self.metadata: dict[str, Any] = header
+        self.source = source
+        self.algorithm: str = header["algorithm"]
+        self.env_id: str = header["env"]["id"]
+        self.env_kwargs: dict[str, Any] = dict(header["env"]["kwargs"])
+        self._policy = policy
+        self._obs_shape = tuple(self.observation_space.shape)
+        self._forward = self._deterministic_forward(policy, self._obs_shape)
+
+    @staticmethod
+    def _deterministic_forward(
+        policy: ArtifactPolicy, obs_shape: tuple[int, ...]
+    ) -> Callable[[np.ndarray], np.ndarray]:
+        if getattr(policy, "numpy_forward", False):
+            return policy.act_deterministic
+        import torch
+
+        module = policy.inference_module().requires_grad_(False)
+        example = torch.zeros((2, *obs_shape), dtype=torch.float64)
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")  # torch.jit.trace's deprecation notice: the traced graph is what we want
+            traced = torch.jit.trace(module, example, check_trace=False)
+
+        def forward(obs: np.ndarray) -> np.ndarray:
+            # No torch.no_grad() per call (a context costs about as much as a Linear layer here): the module's
+            # weights require no gradient and neither does an input made from NumPy, so no graph is recorded.
+            return traced(torch.from_numpy(obs)).numpy()
+
+        return forward
+
+    def act(self, obs: Any, deterministic: bool = True) -> np.ndarray:
+        """Actions for one observation (shape = the observation space's) or a batch ([B, *shape])."""
+        x = np.asarray(obs, dtype=np.float64)
+        if x.shape == self._obs_shape:  # one observation
+            return (self._forward(x[None]) if deterministic else self._policy.act(x[None])[0])[0]
+        if x.shape[1:] != self._obs_shape or x.ndim != len(self._obs_shape) + 1:
+            raise ValueError(f"observations of shape {x.shape}; this policy takes {self._obs_shape} or a batch of them")
+        return self._forward(x) if deterministic else self._policy.act(x)[0]
+
+    def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
+        """A batch's deterministic actions (what `surreal.runtime.rollout.evaluate` calls)."""
+        return self.act(obs, deterministic=True)
+
+    def stochastic(self) -> _Stochastic:
+        """This policy acting by sampling, for code that calls `act_deterministic` (`surreal eval --stochastic`)."""
+        return _Stochastic(self)
+
+    def module(self) -> Any:
+        """The deterministic policy as an eager torch module: float observations [B, *shape] in, actions out."""
+        return self._policy.inference_module()
+
+    def __repr__(self) -> str:
+        return (
+            f"Policy({self.algorithm} on {self.env_id}, {self.metadata['env_steps']} env steps, "
+            f"version {self.metadata['parameter_version']}, from {self.source})"
+        )
+
+
+class _Stochastic:
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+
+    def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
+        return self.policy.act(obs, deterministic=False)
+
+
+def reason(exc: BaseException) -> str:
+    """An exception as one line: torch.load's refusal of a pickle says what it refused (its message is a page)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    refused = [line for line in lines if "Unsupported" in line or "unsupported" in line]
+    if isinstance(exc, pickle.UnpicklingError) and refused:
+        return f"torch.load(weights_only=True) refused it: {refused[0]}"
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
+def resolve(path: str | Path) -> Path:
+    """The policy file (or checkpoint) a path names: a file itself, a policy folder's policy.safetensors, a run
+    folder's policy/policy.safetensors, or, for a run without one (trained before artifacts), its newest
+    checkpoint."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    if not path.is_dir():
+        raise PolicyError(f"{path}: no such file or folder")
+    for candidate in (path / FILE_NAME, path / POLICY_DIR / FILE_NAME):
+        if candidate.is_file():
+            return candidate
+    checkpoints = sorted(p for p in (path / "checkpoints").glob("ckpt-*.pt") if CHECKPOINT.match(p.name))
+    if checkpoints:
+        return checkpoints[-1]
+    raise PolicyError(
+        f"{path}: neither a run folder (with {POLICY_DIR}/{FILE_NAME} or checkpoints/) nor a policy folder "
+        f"(with {FILE_NAME}); the best policy is {POLICY_DIR}/{BEST_DIR}/"
+    )
+
+
+def load_policy(path: str | Path) -> Policy:
+    """The policy at `path`: a run folder (its latest policy: the final one once training ended), a policy folder
+    (`runs/x/policy`, `runs/x/policy/best`), a policy file, or a learner checkpoint (`runs/x/checkpoints/ckpt-*.pt`,
+    read with its run folder's config.yaml). PolicyError (a ValueError), one line, when it is none of these or
+    the file is damaged; nothing in the file is ever executed."""
+    file = resolve(path)
+    if CHECKPOINT.match(file.name):
+        header, tensors = artifact_from_checkpoint(file)
+    else:
+        header, tensors = read_policy_file(file)
+    return Policy(header, tensors, str(file))
+
+
+def artifact_from_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The artifact a learner checkpoint implies: its run's config builds the algorithm's learner, the checkpoint
+    (torch.load with weights_only: tensors and containers, never code) restores it, and its `params()` is the blob.
+    The spaces come from the env, as the learner's did."""
+    import torch
+
+    from surreal.algos import get_algorithm
+    from surreal.config import ConfigError, algo_config, read_config
+    from surreal.envs import make_env
+    from surreal.policy.build import PolicyRecorder, run_git_sha
+
+    run_dir = path.parent.parent
+    try:
+        cfg = read_config(run_dir / "config.yaml")
+    except (OSError, ConfigError) as exc:
+        raise PolicyError(f"{path}: its run folder's config.yaml cannot be read ({exc})") from None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        env = make_env(cfg.env.id, cfg.seed, cfg.env.kwargs)
+        obs_space, act_space = env.observation_space, env.action_space
+        env.close()
+        learner = get_algorithm(cfg.algo.name).make_learner(obs_space, act_space, algo_config(cfg), torch.device("cpu"))
+        learner.load_state_dict(state["learner"])
+        counters = dict(state["counters"])
+    except Exception as exc:  # torch.load's unpickler and load_state_dict raise many unrelated types
+        raise PolicyError(f"{path}: not a checkpoint of this run's {cfg.algo.name} learner ({reason(exc)})") from None
+    recorder = PolicyRecorder(cfg, obs_space, act_space, run_git_sha(run_dir))
+    header, tensors = recorder.record(
+        learner.params(),
+        version=int(counters.get("version", 0)),
+        env_steps=int(counters.get("env_steps", 0)),
+        updates=int(counters.get("updates", 0)),
+    )
+    check_header(header, str(path))
+    return header, tensors
