@@ -24,7 +24,11 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL)) "torch==2.13.0"
-	$(PY) -m pip install -q -e ".[rl,robosuite,test,infra]"
+	@# The distribution was called surreal before it became surreal-rl: a venv made then holds both, and the
+	@# editable install's old metadata in src/ still answers to the old name.
+	-$(PY) -m pip uninstall -q -y surreal 2>/dev/null
+	rm -rf src/surreal.egg-info
+	$(PY) -m pip install -q -e ".[robosuite,test,infra]"
 	touch $(STAMP)
 
 venv: $(STAMP)
