@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -33,7 +34,7 @@ def schema() -> dict:
 
 def test_both_tables_are_what_the_generator_writes_and_cover_every_value() -> None:
     done = subprocess.run(
-        ["python", "infra/helm/chart_readme.py", "--check"], cwd=REPO, capture_output=True, text=True, timeout=60
+        [sys.executable, "infra/helm/chart_readme.py", "--check"], cwd=REPO, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
     table = chart_readme.table(values_text(), schema())

@@ -315,7 +315,7 @@ def test_make_images_without_docker_says_so(tmp_path: Path) -> None:
 
 
 def test_make_push_images_pushes_tag_and_commit_with_provenance_and_sbom(tmp_path: Path) -> None:
-    """What images.yml runs on a version tag: one buildx build --push per image, tagged with the version and
+    """What release.yml runs on a version tag: one buildx build --push per image, tagged with the version and
     sha-<commit>, BuildKit provenance (mode=max) and an SBOM attached, the source and revision labels set."""
     sha = git_rev()
     rc, output, lines = make_with_recording_docker(
