@@ -82,7 +82,7 @@ DIST_DIR ?= build/dist
 ## The documentation site into build/site (mkdocs.yml; strict: a broken link or anchor, or a page not in the nav,
 ## fails). `make docs-serve` previews it at http://127.0.0.1:8000.
 docs: $(STAMP)
-	$(VENV)/bin/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 docs-serve: $(STAMP)
 	$(VENV)/bin/mkdocs serve

@@ -299,3 +299,25 @@ def test_the_browser_check_sees_script_errors_missing_files_and_requests_off_the
     text = "\n".join(problems)
     assert "console.error: ['boom']" in text and "notDefined is not defined" in text
     assert "HTTP 404" in text and "a request off the host: http://192.0.2.1/font.css" in text
+
+
+def test_make_browser_installs_debians_chromium_only_where_it_is_missing(tmp_path: Path) -> None:
+    """As images-engine installs podman: apt-get (as root, else with sudo) when the browser is not on the PATH."""
+    calls = tmp_path / "calls"
+    for tool in ("apt-get", "sudo"):
+        fake = tmp_path / tool
+        fake.write_text(f'#!/bin/sh\necho "{tool} $*" >> {calls}\n' + ('exec "$@"\n' if tool == "sudo" else ""))
+        fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
+
+    def browser(name: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["make", "-s", "browser", f"CHROMIUM={name}"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+        )
+
+    present = browser("sh")
+    assert present.returncode == 0 and "sh is installed" in present.stdout and not calls.exists()
+    missing = browser("no-such-browser")
+    assert missing.returncode == 0, missing.stderr
+    installs = [line.removeprefix("sudo ") for line in calls.read_text().splitlines() if "apt-get" in line]
+    assert installs[-1] == "apt-get install -y -qq chromium", installs
