@@ -24,7 +24,11 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL)) "torch==2.13.0"
-	$(PY) -m pip install -q -e ".[rl,robosuite,test,infra,export,video]"
+	@# The distribution was called surreal before it became surreal-rl: a venv made then holds both, and the
+	@# editable install's old metadata in src/ still answers to the old name.
+	-$(PY) -m pip uninstall -q -y surreal 2>/dev/null
+	rm -rf src/surreal.egg-info
+	$(PY) -m pip install -q -e ".[robosuite,test,infra,export,video]"
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -70,12 +74,44 @@ ARGS ?= env=HalfCheetah-v5 actors=2 topology.envs_per_actor=4 learner.compile=tr
 run: $(STAMP)
 	$(VENV)/bin/surreal run $(ARGS)
 
-## The whole suite, learning and reliability runs included (what CI runs).
-test: $(STAMP) tools render-deps
-	$(PY) -m ruff check src tests bench images infra/helm
-	$(PY) -m ruff format --check src tests bench images infra/helm
+## The whole suite, learning and reliability runs included (what CI runs): lint, types, the docs site (strict), the
+## chart packaged, the wheel and sdist built and checked, then pytest.
+test: $(STAMP) tools render-deps browser
+	$(PY) -m ruff check src tests bench images infra/helm infra/scripts
+	$(PY) -m ruff format --check src tests bench images infra/helm infra/scripts
 	$(PY) -m mypy
+	$(MAKE) --no-print-directory docs helm-package dist
 	$(PY) -m pytest -q
+
+# ---- The documentation site, the package, the browser its test uses ----
+# Debian's chromium (CHROMIUM names another Chromium or Chrome binary, e.g. google-chrome on GitHub's runners).
+CHROMIUM ?= chromium
+DIST_DIR ?= build/dist
+.PHONY: docs docs-serve dist browser
+
+## The documentation site into build/site (mkdocs.yml; strict: a broken link or anchor, or a page not in the nav,
+## fails). `make docs-serve` previews it at http://127.0.0.1:8000.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+docs-serve: $(STAMP)
+	$(VENV)/bin/mkdocs serve
+
+## The wheel and sdist users install (surreal-rl) into DIST_DIR, checked by twine (metadata, the README renders).
+dist: $(STAMP)
+	rm -rf $(DIST_DIR)
+	$(PY) -m build --outdir $(DIST_DIR) . >/dev/null
+	$(PY) -m twine check --strict $(DIST_DIR)/*
+
+## Headless Chromium for tests/test_docs_site.py: Debian's package where $(CHROMIUM) is missing (apt-get as root, or
+## sudo), as images-engine installs podman.
+browser:
+	@if command -v $(CHROMIUM) >/dev/null; then \
+		echo "$(CHROMIUM) is installed"; \
+	else \
+		sudo=$$(test "$$(id -u)" = 0 || echo sudo); \
+		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium >/dev/null; \
+	fi
 
 ## Everything but the slow learning/reliability runs.
 test-fast: $(STAMP) tools render-deps
@@ -88,8 +124,8 @@ test-flaky: $(STAMP) tools
 	$(PY) tests/flake_check.py $(FLAKY_ARGS)
 
 lint: $(STAMP)
-	$(PY) -m ruff check src tests bench images infra/helm
-	$(PY) -m ruff format --check src tests bench images infra/helm
+	$(PY) -m ruff check src tests bench images infra/helm infra/scripts
+	$(PY) -m ruff format --check src tests bench images infra/helm infra/scripts
 
 ## Static types of the package (mypy, configured in pyproject.toml).
 typecheck: $(STAMP)
@@ -145,7 +181,7 @@ bench-work-lost: $(STAMP)
 
 ## The wheels a lent GPU machine's Python 3.12 lacks (the roles' and robosuite's; its own CUDA torch stays), into
 ## .gpu-kit/ (ignored) with pip's own configuration (GPU_KIT_PIP_ARGS adds options), checked complete, installable
-## for 3.12 and under the device's 64 MiB with the tracked tree; bench/gpu.sh installs it there (README, "GPU figures").
+## for 3.12 and under the device's 64 MiB with the tracked tree; bench/gpu.sh installs it there (docs/gpu.md).
 ## PYTHON312 names a CPython 3.12 to run the kit on (default: python3.12 on the PATH, or pyenv's; none: skipped).
 GPU_KIT_PIP_ARGS ?=
 PYTHON312        ?=
@@ -280,11 +316,11 @@ CRDS_CATALOG        := https://raw.githubusercontent.com/datreeio/CRDs-catalog/7
 RENDER_FLAGS   := --namespace surreal --api-versions monitoring.coreos.com/v1/ServiceMonitor \
 	--set serviceMonitor.enabled=true --set grafanaDashboard.enabled=true
 
-.PHONY: images base-image images-engine images-smoke push-images images-lock hadolint helm-schema helm-lint helm-template kube-validate kubeconform checkov-chart chart-test local-kind-test
+.PHONY: images base-image images-engine images-smoke push-images images-lock hadolint helm-schema chart-readme helm-package push-chart release-check helm-lint helm-template kube-validate kubeconform checkov-chart chart-test local-kind-test
 
 ## docker (or podman: CONTAINER_ENGINE=podman) build surreal-actor, surreal-learner and surreal-replay (IMAGE_ROLES), all
 ## tagged IMAGE_TAG (default: the git short sha); BASE_IMAGE, ACTOR_TORCH_INDEX, CA_BUNDLE, TORCH_FIND_LINKS and
-## IMAGE_BUILD_FLAGS change how (above, and the README's "Images").
+## IMAGE_BUILD_FLAGS change how (above, and docs/images.md).
 images:
 	@command -v $(DOCKER) >/dev/null 2>&1 || { echo "error: $(DOCKER) not found: make images needs Docker (docs.docker.com/get-docker) or podman (CONTAINER_ENGINE=podman)" >&2; exit 1; }
 	@test -z "$(CA_BUNDLE)$(TORCH_FIND_LINKS)" || test -n "$(ENGINE_IS_PODMAN)" || { echo "error: CA_BUNDLE and TORCH_FIND_LINKS mount host files into the build: they need CONTAINER_ENGINE=podman (with Docker, use a BASE_IMAGE that trusts the CA)" >&2; exit 1; }
@@ -371,6 +407,31 @@ hadolint: $(STAMP)
 ## Regenerate the chart's values.schema.json from the runtime's typed config.
 helm-schema: $(STAMP)
 	$(PY) infra/helm/values_schema.py
+
+## Rewrite the values table in the chart's README and docs/kubernetes.md from values.yaml's `# --` comments and the schema.
+chart-readme: $(STAMP)
+	$(PY) infra/helm/chart_readme.py
+
+# The packaged chart (helm package) and where a release pushes it (an OCI registry, e.g. ghcr.io/org/charts).
+CHART_OUT      ?= build/chart
+CHART_REGISTRY ?=
+CHART_VERSION   = $(shell sed -n 's/^version: *//p' $(CHART)/Chart.yaml)
+
+## helm package the chart into CHART_OUT (what a release pushes; `helm show readme` on it prints the values table).
+helm-package: $(HELM)
+	@mkdir -p $(CHART_OUT)
+	$(HELM) package $(CHART) --destination $(CHART_OUT)
+
+## helm push the packaged chart to oci://CHART_REGISTRY (log in first: helm registry login).
+push-chart: helm-package
+	@test -n "$(CHART_REGISTRY)" || { echo "error: set CHART_REGISTRY (e.g. ghcr.io/org/charts) to push" >&2; exit 1; }
+	$(HELM) push $(CHART_OUT)/surreal-chart-$(CHART_VERSION).tgz oci://$(CHART_REGISTRY:%/=%)
+
+## A release tag (RELEASE_TAG=vX.Y.Z) must equal the package's, the chart's and its appVersion's version: prints
+## version=X.Y.Z (for $$GITHUB_OUTPUT), the tag the images are pushed with and the chart's default image tag.
+RELEASE_TAG ?=
+release-check:
+	@$(PYTHON) infra/scripts/release_version.py "$(RELEASE_TAG)"
 
 ## helm lint the chart with its defaults and with every values file (strict).
 helm-lint: $(STAMP) tools

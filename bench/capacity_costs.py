@@ -26,7 +26,7 @@ name (`h200`), the device a cluster names in `learner_device`.
 
 Read from files: the H100 learner (that machine measured none): `bench/results/throughput.h100-16core.json`'s
 1-actor point, the only H100 learner figure there is (from before the learner work); its batch over its system
-rate is one update, all 320 minibatch steps' overhead (the README's diagnosis of that run), so `sample_s` is 0.
+rate is one update, all 320 minibatch steps' overhead (docs/benchmarks.md's diagnosis of that run), so `sample_s` is 0.
 The check therefore lists that point as calibration (`calibrated_learner`, for any GPU machine that measured no
 learner). Lift's actor cost falls back to `throughput-robosuite-Lift.2core.json`'s 1-actor
 raw rate when robosuite is not installed.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every GPU figure of the README's results table, in parts that each fit one device call (10 minutes).
+# Every GPU figure of the docs' results tables (docs/benchmarks.md and the algorithm pages), in parts that each fit one device call (10 minutes).
 #
 #   bench/gpu.sh PART... OUT_DIR          on the GPU machine, from the repository root (PART: part1 ... part10)
 #   bench/gpu.sh --dry [PART...] OUT_DIR  every part (or those named) at toy sizes on this machine's CPU

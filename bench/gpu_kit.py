@@ -263,8 +263,7 @@ def wheel_requirements(wheel: Path) -> list[Requirement]:
 
 def project_requirements() -> list[Requirement]:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    extras = project["optional-dependencies"]
-    return [Requirement(r) for r in (*project["dependencies"], *extras["rl"], *extras["robosuite"])]
+    return [Requirement(r) for r in (*project["dependencies"], *project["optional-dependencies"]["robosuite"])]
 
 
 def check(kit: Path) -> list[str]:

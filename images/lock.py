@@ -1,11 +1,11 @@
 """Write images/requirements/{base,rl}.txt: every package an image installs, pinned to one version.
 
 Resolves the project's own dependency sets with pip (`pip install --dry-run --report`, nothing installed):
-`base` is `surreal` alone (the replay/ps image: numpy, pyzmq, msgpack, prometheus-client and the config
-loader), `rl` is `surreal[rl]` (the learner) without torch, which each image installs from its own index
-(CPU build for the actor, CUDA build for the learner) at the version pyproject.toml pins, and `robosuite` is
-`surreal[rl,robosuite]` without torch (the actor: robosuite tasks step there). Rerun after changing
-pyproject.toml's dependencies (`make images-lock`); tests/test_images.py checks the pins still satisfy it.
+`base` is pyproject.toml's `[tool.surreal] torch-free-dependencies` (the replay/ps image: numpy, pyzmq, msgpack,
+prometheus-client and the config loader), `rl` is `surreal-rl` (the learner) without torch, which each image
+installs from its own index (CPU build for the actor, CUDA build for the learner) at the version pyproject.toml
+pins, and `robosuite` is `surreal-rl[robosuite]` without torch (the actor: robosuite tasks step there). Rerun after
+changing pyproject.toml's dependencies (`make images-lock`); tests/test_images.py checks the pins still satisfy it.
 
     python images/lock.py
 """
@@ -16,22 +16,39 @@ import json
 import subprocess
 import sys
 import tempfile
+import tomllib
 from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "images" / "requirements"
-SETS = {"base": str(REPO), "rl": f"{REPO}[rl]", "robosuite": f"{REPO}[rl,robosuite]"}
-LABELS = {"base": "surreal", "rl": "surreal[rl] without torch", "robosuite": "surreal[rl,robosuite] without torch"}
-INSTALLED_SEPARATELY = {"surreal", "torch"}
+INSTALLED_SEPARATELY = {"surreal-rl", "torch"}
+
+
+def torch_free_requirements() -> list[str]:
+    """pyproject.toml's `dependencies` that `[tool.surreal] torch-free-dependencies` names: the replay image's."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    names = {canonicalize_name(n) for n in pyproject["tool"]["surreal"]["torch-free-dependencies"]}
+    return [r for r in pyproject["project"]["dependencies"] if canonicalize_name(Requirement(r).name) in names]
+
+
+SETS = {"base": torch_free_requirements(), "rl": [str(REPO)], "robosuite": [f"{REPO}[robosuite]"]}
+LABELS = {
+    "base": "surreal-rl's torch-free-dependencies",
+    "rl": "surreal-rl without torch",
+    "robosuite": "surreal-rl[robosuite] without torch",
+}
 HEADER = "# Pinned by images/lock.py from pyproject.toml ({target}); do not edit by hand: rerun `make images-lock`.\n"
 
 
-def resolve(target: str) -> dict[str, str]:
+def resolve(targets: list[str]) -> dict[str, str]:
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         subprocess.run(
             [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet"]
-            + ["--report", str(report), target],
+            + ["--report", str(report), *targets],
             check=True,
         )
         items = json.loads(report.read_text())["install"]
@@ -40,10 +57,10 @@ def resolve(target: str) -> dict[str, str]:
 
 def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
-    for name, target in SETS.items():
-        pins = resolve(target)
+    for name, targets in SETS.items():
+        pins = resolve(targets)
         lines = [f"{pkg}=={version}" for pkg, version in sorted(pins.items(), key=lambda kv: kv[0].lower())]
-        lines = [line for line in lines if line.split("==")[0].lower() not in INSTALLED_SEPARATELY]
+        lines = [line for line in lines if canonicalize_name(line.split("==")[0]) not in INSTALLED_SEPARATELY]
         (OUT / f"{name}.txt").write_text(HEADER.format(target=LABELS[name]) + "\n".join(lines) + "\n")
         print(f"wrote {OUT / f'{name}.txt'} ({len(lines)} packages)")
     return 0

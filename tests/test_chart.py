@@ -939,7 +939,7 @@ def test_checkov_finds_no_failed_check_in_any_rendering(tmp_path: Path) -> None:
     assert failed == [], "checkov failed checks:\n" + "\n".join(failed)
     assert returncode == 0
     assert sum(r["summary"]["passed"] for r in reports) >= 500, "checkov scanned too little"
-    # Every skip is one of the documented ones and carries its reason (README, "checkov").
+    # Every skip is one of the documented ones and carries its reason (docs/kubernetes.md, "Checkov").
     skipped = {
         (s["check_id"], s["check_result"].get("suppress_comment", ""))
         for report in reports

@@ -173,7 +173,7 @@ def test_the_entrypoint_is_the_role_the_chart_runs(image: str) -> None:
 
 
 def test_each_image_installs_the_torch_build_it_needs_and_replay_none() -> None:
-    torch_pin = next(r for r in PYPROJECT["project"]["optional-dependencies"]["rl"] if r.startswith("torch"))
+    torch_pin = next(r for r in PYPROJECT["project"]["dependencies"] if r.startswith("torch"))
     version = str(Requirement(torch_pin).specifier).removeprefix("==")
     assert f"ARG TORCH_VERSION={version}\n" in PREAMBLE, f"torch must be pyproject's {version}"
     for image in ("actor", "learner"):
@@ -197,14 +197,35 @@ def test_each_image_installs_the_torch_build_it_needs_and_replay_none() -> None:
     assert "import surreal.roles.replay, surreal.roles.ps" in replay
 
 
-def test_replay_install_set_is_the_base_dependencies_without_torch() -> None:
+def torch_free_dependencies() -> dict[str, Requirement]:
+    """pyproject's `dependencies` that `[tool.surreal] torch-free-dependencies` names (the replay image's set)."""
+    names = {canonicalize_name(n) for n in PYPROJECT["tool"]["surreal"]["torch-free-dependencies"]}
+    declared = {canonicalize_name(Requirement(r).name): Requirement(r) for r in PYPROJECT["project"]["dependencies"]}
+    assert names <= set(declared), f"torch-free-dependencies names what dependencies lacks: {names - set(declared)}"
+    return {name: declared[name] for name in names}
+
+
+def test_replay_install_set_is_the_torch_free_dependencies() -> None:
     base = pins("base.txt")
     assert "torch" not in base and not any(name.startswith("nvidia") for name in base)
-    declared = {canonicalize_name(Requirement(r).name): Requirement(r) for r in PYPROJECT["project"]["dependencies"]}
+    declared = torch_free_dependencies()
     assert set(declared) <= set(base), f"base.txt misses {sorted(set(declared) - set(base))}"
     for name, requirement in declared.items():
         assert requirement.specifier.contains(base[name]), f"{name}=={base[name]} violates pyproject's {requirement}"
     assert set(base) <= {*declared, "antlr4-python3-runtime", "packaging"}, "base.txt holds more than the base set"
+    for gone in ("torch", "gymnasium", "mujoco", "tensorboard", "matplotlib"):
+        assert gone not in base, f"the replay image would install {gone}"
+
+
+def test_the_replay_build_checks_its_pins_before_the_wheel_that_names_torch() -> None:
+    """The wheel's metadata names torch and the env packages the replay image leaves out on purpose, so its
+    `pip check` runs on the pinned set before the wheel is installed (--no-deps), and the import check after."""
+    runs = [rest for keyword, rest in instructions(STAGES["replay-build"]) if keyword == "RUN"]
+    (pinned,) = [r for r in runs if "/requirements/base.txt" in r]
+    (wheel,) = [r for r in runs if "/wheels/" in r]
+    assert pinned.rstrip().endswith("/opt/surreal/bin/python check"), "pip check of the pinned set"
+    assert "--no-deps /wheels/surreal_rl-*.whl" in wheel
+    assert "/opt/surreal/bin/python check" not in wheel, "pip check would fail on the torch the image leaves out"
 
 
 def assert_pins_cover(lock: str, pinned: dict[str, str], specs: list[str]) -> None:
@@ -224,14 +245,14 @@ def test_rl_pins_cover_the_rl_extra_and_agree_with_base() -> None:
     assert "torch" not in rl, "torch is installed from its own index, at pyproject's pin"
     for name, version in base.items():
         assert rl.get(name) == version, f"{name}: base.txt and rl.txt disagree"
-    assert_pins_cover("rl.txt", rl, PYPROJECT["project"]["optional-dependencies"]["rl"])
+    assert_pins_cover("rl.txt", rl, PYPROJECT["project"]["dependencies"])
 
 
 def test_robosuite_pins_cover_the_rl_and_robosuite_extras_with_rls_mujoco() -> None:
     rl, robosuite = pins("rl.txt"), pins("robosuite.txt")
     assert "torch" not in robosuite
     extras = PYPROJECT["project"]["optional-dependencies"]
-    assert_pins_cover("robosuite.txt", robosuite, extras["rl"] + extras["robosuite"])
+    assert_pins_cover("robosuite.txt", robosuite, PYPROJECT["project"]["dependencies"] + extras["robosuite"])
     assert robosuite["mujoco"] == rl["mujoco"], "one MuJoCo for actors (robosuite.txt) and learner (rl.txt)"
 
 
@@ -248,7 +269,7 @@ def test_the_build_context_is_only_what_the_images_need() -> None:
     ignore = (IMAGES / "Dockerfile.dockerignore").read_text().splitlines()
     assert ignore[ignore.index("*")] == "*", "everything is excluded first"
     allowed = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
-    assert allowed == {"pyproject.toml", "README.md", "src", "images/requirements"}
+    assert allowed == {"pyproject.toml", "README.md", "LICENSE", "src", "images/requirements"}
     copied = set()
     for keyword, rest in of(list(STAGES)):
         if keyword == "COPY" and not rest.startswith("--from="):
@@ -294,7 +315,7 @@ def test_make_images_without_docker_says_so(tmp_path: Path) -> None:
 
 
 def test_make_push_images_pushes_tag_and_commit_with_provenance_and_sbom(tmp_path: Path) -> None:
-    """What images.yml runs on a version tag: one buildx build --push per image, tagged with the version and
+    """What release.yml runs on a version tag: one buildx build --push per image, tagged with the version and
     sha-<commit>, BuildKit provenance (mode=max) and an SBOM attached, the source and revision labels set."""
     sha = git_rev()
     rc, output, lines = make_with_recording_docker(

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import re
 import sys
+import tomllib
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +15,8 @@ from surreal.config import ConfigError, load_config, read_config
 from surreal.launch.progress import Rates
 from surreal.launch.runfolder import PACKAGES, create_run_folder, git_state, run_name, write_summary
 from surreal.metricsfile import MetricsTail, parse_row, read_metrics
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +55,9 @@ def test_create_run_folder_writes_resolved_config_and_reproduce_info(cfg, runs_r
     assert isinstance(reproduce["git_dirty"], bool)
     assert reproduce["python"] == ".".join(map(str, sys.version_info[:3]))
     assert set(reproduce["packages"]) == set(PACKAGES) and reproduce["packages"]["numpy"]
+    # The distribution is surreal-rl (the index's `surreal` is another project): its version is the one recorded.
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert reproduce["packages"]["surreal-rl"] == version
     assert reproduce["command"] == sys.argv
     assert reproduce["overrides"] == ["env=Hopper-v5", "seed=7", "actors=3"]
 

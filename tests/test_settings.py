@@ -1,5 +1,5 @@
 """The SURREAL_* contract (src/surreal/settings.py): what a role reads from its environment, the inverse a
-launcher writes, the errors a bad value gives before anything starts, and the one table the README mirrors."""
+launcher writes, the errors a bad value gives before anything starts, and the one table the docs mirror."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import surreal.settings
 from surreal.settings import ReplayEndpoint, Settings, SettingsError
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+CONCEPTS = Path(__file__).resolve().parents[1] / "docs" / "concepts.md"
 
 
 def documented_variables() -> list[str]:
@@ -66,13 +66,13 @@ def test_a_bad_value_is_a_settings_error_naming_it(env, message):
         Settings.from_env(env)
 
 
-def test_the_table_documents_every_variable_a_launcher_writes_and_the_readme_mirrors_it():
+def test_the_table_documents_every_variable_a_launcher_writes_and_the_docs_mirror_it():
     documented = documented_variables()
     written = set(Settings(config_path=Path("x.yaml"), ipc_dir=Path("/tmp/s")).to_env())
     assert set(documented) == written
-    readme = README.read_text()
-    missing = [name for name in documented if f"`{name}`" not in readme]
-    assert not missing, f"README's SURREAL_* table lacks {missing}"
+    concepts = CONCEPTS.read_text()
+    missing = [name for name in documented if f"`{name}`" not in concepts]
+    assert not missing, f"docs/concepts.md's SURREAL_* table lacks {missing}"
 
 
 def test_with_an_ipc_dir_every_zmq_address_is_a_unix_socket_named_by_its_port():

@@ -41,16 +41,49 @@ def make_targets(command: str) -> list[str]:
     for line in command.splitlines():
         words = shlex.split(re.sub(r"\$\{\{[^}]*\}\}", "EXPR", line))  # a ${{ ... }} is one value
         if words[:1] == ["make"]:
-            targets += [w for w in words[1:] if "=" not in w and not w.startswith("-")]
+            args = words[1:]
+            for end, word in enumerate(args):  # the command ends at a redirection or another command
+                if word in {">", ">>", "|", "&&", "||", ";"}:
+                    args = args[:end]
+                    break
+            targets += [w for w in args if "=" not in w and not w.startswith("-")]
     return targets
 
 
 def test_the_three_workflows_exist_with_their_triggers():
     docs = {path.name: load(path) for path in WORKFLOWS}
-    assert {"ci.yml", "kind.yml", "images.yml"} <= docs.keys()
+    assert {"ci.yml", "kind.yml", "release.yml"} <= docs.keys()
     assert {"push", "pull_request"} <= docs["ci.yml"]["on"].keys()
     assert {"pull_request", "schedule"} <= docs["kind.yml"]["on"].keys()
-    assert docs["images.yml"]["on"]["push"]["tags"], "images are pushed for tags"
+    assert docs["release.yml"]["on"]["push"]["tags"] == ["v*"], "a release is a version tag"
+
+
+def test_a_release_checks_its_tag_then_pushes_the_images_tagged_with_appversion_and_then_the_chart():
+    doc = load(ROOT / ".github" / "workflows" / "release.yml")
+    jobs = doc["jobs"]
+    runs = {name: "\n".join(s["run"] for s in job["steps"] if "run" in s) for name, job in jobs.items()}
+    assert make_targets(runs["version"]) == ["release-check"]
+    assert jobs["images"]["needs"] == "version" and "push-images" in make_targets(runs["images"])
+    assert 'IMAGE_TAG="$VERSION"' in runs["images"]
+    images_env = next(s["env"] for s in jobs["images"]["steps"] if "push-images" in s.get("run", ""))
+    assert images_env["VERSION"] == "${{ needs.version.outputs.version }}", "images are tagged with the checked version"
+    assert set(jobs["chart"]["needs"]) == {"version", "images"}, "the chart goes out once its images are there"
+    assert make_targets(runs["chart"]) == ["helm-package", "push-chart"]
+    assert "helm registry login ghcr.io" in runs["chart"] and "--password-stdin" in runs["chart"]
+    assert doc["permissions"] == {"contents": "read"}, "write access only in the jobs that push"
+    for job in ("images", "chart"):
+        assert jobs[job]["permissions"]["packages"] == "write"
+
+
+def test_release_check_accepts_only_the_tag_every_version_agrees_on():
+    version = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
+    chart = yaml.safe_load((ROOT / "infra" / "helm" / "surreal-chart" / "Chart.yaml").read_text())
+    assert chart["version"] == chart["appVersion"] == version, "package, chart and images carry one version"
+    done = make("-s", "release-check", f"RELEASE_TAG=v{version}")
+    assert done.returncode == 0 and done.stdout == f"version={version}\n", done.stderr
+    wrong = make("-s", "release-check", "RELEASE_TAG=v999.0.0")
+    assert wrong.returncode != 0 and "the release's versions differ" in wrong.stderr
+    assert make("-s", "release-check", "RELEASE_TAG=latest").returncode != 0
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
@@ -69,14 +102,13 @@ def test_every_action_is_pinned_to_a_sha_and_every_make_target_exists(path):
         assert dry.returncode == 0, f"{path.name}: make {target}: {dry.stderr.strip()}"
 
 
-def test_readme_development_section_lists_every_target_the_workflows_call():
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Development", 1)[1].split("\n## ", 1)[0]
+def test_the_development_page_lists_every_target_the_workflows_call():
+    section = (ROOT / "docs" / "development.md").read_text()
     called = {
         t for path in WORKFLOWS for _, step in steps(load(path)) if "run" in step for t in make_targets(step["run"])
     }
     missing = sorted(t for t in called if f"make {t}" not in section)
-    assert not missing, f"README's Development section does not list: {missing}"
+    assert not missing, f"docs/development.md does not list: {missing}"
 
 
 def test_actionlint_finds_nothing():

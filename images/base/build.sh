@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make base-image: a Python 3.11 Debian bookworm base image built from Debian's packages (mmdebstrap), for hosts
 # that reach no image registry. It stands in for python:3.11.13-slim-bookworm: the Dockerfiles build on it unchanged
-# (make images BASE_IMAGE=<tag>). Differences from the official image are listed in the README ("Images").
+# (make images BASE_IMAGE=<tag>). Differences from the official image are listed in docs/images.md.
 #   usage: images/base/build.sh TAG ENGINE [MIRROR] [SECURITY_MIRROR]
 # MIRROR and SECURITY_MIRROR default to the mirrors the host's own apt sources use for bookworm and
 # bookworm-security, so the build goes wherever this machine's apt goes.

@@ -32,7 +32,7 @@ from surreal.config.schema import NOT_IN_RUN_NAME, RUN_NAME, RUN_NAME_RULE
 from surreal.fileio import atomic_write_text
 from surreal.metricsfile import read_metrics
 
-PACKAGES = ("surreal", "numpy", "torch", "gymnasium", "mujoco", "pyzmq", "msgpack", "hydra-core", "omegaconf")
+PACKAGES = ("surreal-rl", "numpy", "torch", "gymnasium", "mujoco", "pyzmq", "msgpack", "hydra-core", "omegaconf")
 GIT_TIMEOUT_S = 10.0
 
 
