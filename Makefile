@@ -316,7 +316,7 @@ CRDS_CATALOG        := https://raw.githubusercontent.com/datreeio/CRDs-catalog/7
 RENDER_FLAGS   := --namespace surreal --api-versions monitoring.coreos.com/v1/ServiceMonitor \
 	--set serviceMonitor.enabled=true --set grafanaDashboard.enabled=true
 
-.PHONY: images base-image images-engine images-smoke push-images images-lock hadolint helm-schema chart-readme helm-package push-chart release-check helm-lint helm-template kube-validate kubeconform checkov-chart chart-test local-kind-test
+.PHONY: images base-image images-engine images-smoke push-images images-lock hadolint helm-schema config-reference chart-readme helm-package push-chart release-check helm-lint helm-template kube-validate kubeconform checkov-chart chart-test local-kind-test
 
 ## docker (or podman: CONTAINER_ENGINE=podman) build surreal-actor, surreal-learner and surreal-replay (IMAGE_ROLES), all
 ## tagged IMAGE_TAG (default: the git short sha); BASE_IMAGE, ACTOR_TORCH_INDEX, CA_BUNDLE, TORCH_FIND_LINKS and
@@ -407,6 +407,10 @@ hadolint: $(STAMP)
 ## Regenerate the chart's values.schema.json from the runtime's typed config.
 helm-schema: $(STAMP)
 	$(PY) infra/helm/values_schema.py
+
+## Rewrite docs/configuration.md, every config key with its type, default and doc, from the typed config.
+config-reference: $(STAMP)
+	$(PY) -m surreal.launch.catalog docs/configuration.md
 
 ## Rewrite the values table in the chart's README and docs/kubernetes.md from values.yaml's `# --` comments and the schema.
 chart-readme: $(STAMP)

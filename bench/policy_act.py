@@ -92,7 +92,7 @@ def main() -> None:
 
     reference = ppo.make_policy(*spaces, ppo_cfg, 0, 1)
     reference.load_params(learner.params())
-    network = reference.model.actor_mean
+    network = cast(ppo.ActorCritic, reference.model).actor_mean  # HalfCheetah: a Box head
     eager = policy.module()
     obs = seen[1234]
     x32 = torch.from_numpy(obs.astype(np.float32))[None]

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 import surreal
+from conftest import REPO
 from surreal.config import load_config, read_config
 from surreal.config.reference import experiment_keys, field_docs
 from surreal.config.schema import ALGORITHMS, AlgoConfig, ExperimentConfig
@@ -120,3 +121,16 @@ def test_config_prefix_and_algo_narrow_the_listing():
 def test_config_refuses_what_matches_nothing_in_one_line(args, says):
     out = surreal_cli(*args)
     assert out.returncode == 2 and says in out.stderr and out.stderr.count("\n") == 1, out.stderr
+
+
+def test_the_configuration_reference_page_is_what_the_typed_config_says(tmp_path):
+    """docs/configuration.md is generated (`make config-reference`): a key added, removed, retyped, redefaulted or
+    redocumented without regenerating it fails here, and the check itself catches a stale page."""
+    from surreal.launch.catalog import config_reference_markdown, main
+
+    page = REPO / "docs" / "configuration.md"
+    assert page.read_text(encoding="utf-8") == config_reference_markdown(), "run `make config-reference`"
+    stale = tmp_path / "configuration.md"
+    stale.write_text(config_reference_markdown().replace("| `seed` | int | `1` |", "| `seed` | int | `2` |"))
+    assert main([str(stale), "--check"]) == 1 and main([str(page), "--check"]) == 0
+    assert "| `algo.clip_coef` |" in page.read_text(encoding="utf-8"), "every algorithm's keys are listed"

@@ -25,9 +25,9 @@ from torch import nn
 
 from surreal.algos.inference import (
     AsFloat32,
-    ClipActions,
     DeterministicPolicy,
     NormalizeObservations,
+    action_head,
     normalizer_description,
 )
 from surreal.algos.normalizer import RunningMeanStd
@@ -189,14 +189,14 @@ class ESPolicy:
         cfg = self.cfg
         preprocess = NormalizeObservations(self.obs_rms, cfg.obs_clip) if cfg.obs_norm else AsFloat32()
         network = self.net.torch_layers(self.theta)
-        return DeterministicPolicy(preprocess, network, ClipActions(self.low, self.high)).eval()
+        return DeterministicPolicy(preprocess, network, action_head(self.act_space)[0]).eval()
 
     def describe(self) -> dict[str, Any]:
         """The network, action head and normalizer, as the policy artifact's header states them."""
         cfg = self.cfg
         return {
             "network": {"kind": "mlp", "hidden_sizes": list(cfg.hidden_sizes), "activation": "tanh"},
-            "action_head": {"type": "box", "squash": "none", "clip": True},
+            "action_head": action_head(self.act_space)[1],
             "normalizer": normalizer_description(cfg.obs_norm, cfg.obs_clip),
         }
 

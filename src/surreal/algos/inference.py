@@ -9,8 +9,11 @@ clipping inside. The pieces here compute what the NumPy code of the actors compu
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
+from gymnasium import spaces
 from torch import nn
 
 from surreal.algos.normalizer import RunningMeanStd
@@ -55,6 +58,26 @@ class ClipActions(nn.Module):
 
     def forward(self, actions: torch.Tensor) -> torch.Tensor:
         return torch.minimum(torch.maximum(actions, self.low), self.high)
+
+
+class ArgmaxActions(nn.Module):
+    """A Discrete head's deterministic action: the index of the largest logit, shifted by the space's `start`."""
+
+    def __init__(self, start: int) -> None:
+        super().__init__()
+        self.start = int(start)
+
+    def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits.argmax(-1) + self.start
+
+
+def action_head(act_space: spaces.Space[Any]) -> tuple[nn.Module, dict[str, object]]:
+    """What turns a network's outputs into the env's actions, and how the artifact header states it: a Box's are
+    clipped to its bounds, a Discrete's are the argmax (plus its `start`)."""
+    if isinstance(act_space, spaces.Discrete):
+        return ArgmaxActions(int(act_space.start)), {"type": "discrete", "select": "argmax"}
+    assert isinstance(act_space, spaces.Box), act_space
+    return ClipActions(act_space.low, act_space.high), {"type": "box", "squash": "none", "clip": True}
 
 
 class DeterministicPolicy(nn.Module):

@@ -33,9 +33,9 @@ from torch.distributions import Categorical, Normal
 from surreal.algos.capture import CapturedStep
 from surreal.algos.inference import (
     AsFloat32,
-    ClipActions,
     DeterministicPolicy,
     NormalizeObservations,
+    action_head,
     normalizer_description,
 )
 from surreal.algos.normalizer import RunningMeanStd
@@ -194,15 +194,16 @@ class PPOPolicy:
         """`act_deterministic` as one torch module (algos/inference.py), over copies of the weights."""
         cfg = self.cfg
         preprocess = NormalizeObservations(self.obs_rms, cfg.obs_clip) if cfg.obs_norm else AsFloat32()
-        mean = copy.deepcopy(self.model.actor_mean)
-        return DeterministicPolicy(preprocess, mean, ClipActions(self.low, self.high)).eval()
+        model = self.model
+        actor = model.actor_logits if isinstance(model, CategoricalActorCritic) else model.actor_mean
+        return DeterministicPolicy(preprocess, copy.deepcopy(actor), action_head(self.act_space)[0]).eval()
 
     def describe(self) -> dict[str, Any]:
         """The network, action head and normalizer, as the policy artifact's header states them."""
         cfg = self.cfg
         return {
             "network": {"kind": "mlp", "hidden_sizes": list(cfg.hidden_sizes), "activation": "tanh"},
-            "action_head": {"type": "box", "squash": "none", "clip": True},
+            "action_head": action_head(self.act_space)[1],
             "normalizer": normalizer_description(cfg.obs_norm, cfg.obs_clip),
         }
 

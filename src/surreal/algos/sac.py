@@ -34,8 +34,8 @@ from gymnasium import spaces
 from torch import nn
 
 from surreal.algos.ddpg import NStepCollector
-from surreal.algos.inference import AsFloat32, DeterministicPolicy
 from surreal.algos.ddpg import chunk_fields as chunk_fields  # SAC collects DDPG's n-step transitions
+from surreal.algos.inference import AsFloat32, DeterministicPolicy
 from surreal.algos.sac_config import SACConfig
 from surreal.algos.sample_steps import SampleStepper, load_optimizer_state, replay_tensors
 from surreal.runtime.rollout import RolloutCollector

@@ -160,3 +160,59 @@ def known_prefixes() -> list[str]:
 
 def _width() -> int:
     return max(60, min(shutil.get_terminal_size((100, 24)).columns, 110))
+
+
+# -- docs/configuration.md ---------------------------------------------------------------------------------
+
+REFERENCE_HEADER = """# Configuration reference
+
+Every key `surreal run` (and `surreal.train(overrides=...)`) takes, with its type, its packaged default and its doc.
+Generated from the typed config by `make config-reference` (`python -m surreal.launch.catalog`); a test fails when
+this page and the code differ. In a terminal, `surreal config [PREFIX] [--algo NAME]` prints the same.
+
+Overrides are Hydra's syntax: `surreal run algo=sac env=Hopper-v5 algo.lr=1e-3 topology.actors=4`. The shorthands
+`env=`, `actors=`, `steps=` and `name=` set `env.id`, `topology.actors`, `total_env_steps` and `name`.
+"""
+
+
+def config_reference_markdown() -> str:
+    """The configuration reference page: the keys every experiment has, then each algorithm's `algo.*` keys, as
+    Key / Type / Default / Description tables."""
+    names = list(ALGORITHMS)
+    shared = [k for k in experiment_keys(names[0]) if not k.key.startswith("algo.")]
+    parts = [REFERENCE_HEADER, "## Every experiment\n", _table(shared)]
+    for name in names:
+        parts += [f"## `algo={name}`\n", _table([k for k in experiment_keys(name) if k.key.startswith("algo.")])]
+    return "\n".join(parts)
+
+
+def _table(keys: list[ConfigKey]) -> str:
+    cell = lambda text: text.replace("|", "\\|").replace("\n", " ")
+    rows = ["| Key | Type | Default | Description |", "|---|---|---|---|"]
+    rows += [f"| `{k.key}` | {cell(k.type)} | `{cell(format_value(k.default))}` | {cell(k.doc)} |" for k in keys]
+    return "\n".join(rows) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m surreal.launch.catalog PATH [--check]`: write the configuration reference to PATH, or with `--check`
+    exit 1 when PATH differs from it."""
+    import argparse
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(prog="python -m surreal.launch.catalog", description=main.__doc__)
+    parser.add_argument("path", type=Path)
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args(argv)
+    text = config_reference_markdown()
+    if args.check:
+        current = args.path.read_text(encoding="utf-8") if args.path.exists() else ""
+        if current != text:
+            print(f"{args.path} differs from the typed config: run `make config-reference`")
+            return 1
+        return 0
+    args.path.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

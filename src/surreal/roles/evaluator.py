@@ -218,7 +218,9 @@ def main(args: argparse.Namespace) -> int:
     )
     evaluated_up_to = max((int(r["env_steps"]) for r in history), default=0)
     core = EvaluatorCore(cfg, params, evaluated_up_to, run_dir if run_dir.is_dir() else None)
-    rows = EvalLog(run_dir) if run_dir.is_dir() else None  # a pod has no run folder: its rows go to the log and /metrics
+    rows = (
+        EvalLog(run_dir) if run_dir.is_dir() else None
+    )  # a pod has no run folder: its rows go to the log and /metrics
     metrics.serve(settings.bind_host, settings.metrics_port)
     log.info(
         "evaluating every %d env steps (%d episodes); first at %d",
