@@ -12,7 +12,11 @@ next multiple of `learner.eval_interval`, evaluates that blob on the seeds of th
 own `env_steps`; the policy it scores is the one published then, so an evaluation that takes a while measures no
 later policy than it names.
 
-Stateless but for the rows it wrote: started again, it continues after the last row of `evals.jsonl`. It stops
+Stateless but for the rows it wrote: started again, it continues after the last row of `evals.jsonl`. A learner
+that resumes from a checkpoint taken before the last row (a run killed, then `surreal run --resume`; a learner
+restarted within a run) publishes fewer env steps than that row names: the rows past that point scored policies
+the resumed run no longer has, so they are dropped and the evaluations are done again as the learner gets there
+(`EvaluatorCore.rewound_to`), and no row's env steps ever go backwards. It stops
 on the `done` blob; the learner's eval.json is the curve's last point. SIGTERM ends it at once (no handler
 until training is done): it holds nothing that a written row does not. It costs CPU that the actors and the
 learner would otherwise get (10 HalfCheetah episodes took 0.9-1.5 s of a 2-core box's core, the rows' `eval_s`;
@@ -24,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -33,8 +38,9 @@ import zmq
 from surreal.algos import get_algorithm
 from surreal.config import ExperimentConfig, algo_config
 from surreal.envs import make_env
+from surreal.fileio import atomic_write_text
 from surreal.metrics import RoleMetrics
-from surreal.metricsfile import EVALS_FILE, read_evals
+from surreal.metricsfile import EVALS_FILE, read_evals, read_metrics
 from surreal.proto.channels import ParamClient
 from surreal.proto.codec import Limits
 from surreal.proto.wire import Params
@@ -75,6 +81,13 @@ def append_row(path: Path, row: EvalRow) -> None:
         out.write(("\n" if torn else "") + json.dumps(asdict(row)) + "\n")
 
 
+def truncate_rows(path: Path, env_steps: int) -> None:
+    """Keep the rows of evals.jsonl up to `env_steps` (a learner resumed there); written at once, as the learner
+    cuts metrics.jsonl back (runtime/recorder.py)."""
+    kept = [row for row in read_metrics(path) if int(row.get("env_steps", 0)) <= env_steps]
+    atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in kept))
+
+
 def next_threshold(env_steps: int, interval: int) -> int:
     """The first multiple of `interval` after `env_steps`: when the next evaluation is due."""
     return (env_steps // interval + 1) * interval
@@ -84,7 +97,8 @@ class EvaluatorCore:
     """Fetch the newest blob; evaluate it when its env steps reached the next threshold. No sockets (the tests
     drive it with an in-process ps)."""
 
-    def __init__(self, cfg: ExperimentConfig, params: ParamsIn, evaluated_up_to: int = 0) -> None:
+    def __init__(self, cfg: ExperimentConfig, params: ParamsIn, rows: Sequence[int] = ()) -> None:
+        """`rows`: the env steps of the rows already written (a restarted evaluator's evals.jsonl), in order."""
         if cfg.learner.eval_interval <= 0:
             raise ValueError("the evaluator needs learner.eval_interval > 0")
         self.cfg = cfg
@@ -95,8 +109,12 @@ class EvaluatorCore:
         finally:
             env.close()
         self.policy = get_algorithm(cfg.algo.name).make_policy(*spaces, algo_config(cfg), 0, 1)
-        self.due = next_threshold(evaluated_up_to, cfg.learner.eval_interval)
+        self.rows = list(rows)  # the env steps of every row written
+        self.due = next_threshold(self.rows[-1] if self.rows else 0, cfg.learner.eval_interval)
         self.version, self.incarnation, self.done = -1, "", False
+        # Set when a blob came from a learner resumed before the last row: the rows after it are to be dropped
+        # (by whoever writes them); the caller resets it.
+        self.rewound_to: int | None = None
 
     def step(self, hold_s: float = HOLD_S, timeout_s: float = 5.0) -> EvalRow | None:
         """One fetch (a long poll for a newer blob); a row when the blob it brought was due for evaluation."""
@@ -105,9 +123,14 @@ class EvaluatorCore:
             return None
         blob = reply.blob
         self.version, self.incarnation, self.done = blob.version, blob.incarnation, blob.done
+        if self.rows and blob.env_steps < self.rows[-1]:  # the learner resumed from before the last row
+            self.rewound_to = blob.env_steps
+            self.rows = [steps for steps in self.rows if steps <= blob.env_steps]
+            self.due = next_threshold(self.rows[-1] if self.rows else 0, self.cfg.learner.eval_interval)
         if blob.done or blob.env_steps < self.due:
             return None
         row = self.evaluate(reply)
+        self.rows.append(blob.env_steps)
         self.due = next_threshold(blob.env_steps, self.cfg.learner.eval_interval)
         return row
 
@@ -150,7 +173,7 @@ def main(args: argparse.Namespace) -> int:
     params = ParamClient(
         ctx, ps_addrs, Limits(max_bytes=cfg.ps.max_message_bytes), lambda r: m_bad.labels(reason=r).inc()
     )
-    core = EvaluatorCore(cfg, params, max((int(r["env_steps"]) for r in history), default=0))
+    core = EvaluatorCore(cfg, params, [int(r["env_steps"]) for r in history])
     metrics.serve(settings.bind_host, settings.metrics_port)
     log.info(
         "evaluating every %d env steps (%d episodes); first at %d",
@@ -161,6 +184,11 @@ def main(args: argparse.Namespace) -> int:
     try:
         while not core.done:  # SIGTERM's default action ends it, mid-evaluation too
             row = core.step()
+            if core.rewound_to is not None:
+                log.info("the learner resumed at %d env steps: rows after it dropped", core.rewound_to)
+                if run_dir.is_dir():
+                    truncate_rows(run_dir / EVALS_FILE, core.rewound_to)
+                core.rewound_to = None
             if row is None:
                 if core.version < 0:  # no blob yet: the learner or the ps is still starting
                     time.sleep(IDLE_S)

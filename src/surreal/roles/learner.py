@@ -92,7 +92,7 @@ class LearnerCore:
         restored = self._restore() if resume else None
         self.restored_extra = restored.extra if restored else None  # the driver's state (serial mode's world)
         self.incarnation = uuid.uuid4().hex[:12]
-        self.recorder = Recorder(run_dir, metrics)
+        self.recorder = Recorder(run_dir, metrics, self.counters.env_steps + 1 if restored else None)
         self.wall = WallTime(metrics)
         self.m_skipped = metrics.counter("learner_updates_skipped_total", "updates undone for going non-finite")
         self.skipped = 0

@@ -50,11 +50,14 @@ class WallTime:
 
 
 class Recorder:
-    def __init__(self, run_dir: Path, metrics: RoleMetrics) -> None:
+    def __init__(self, run_dir: Path, metrics: RoleMetrics, purge_from: int | None = None) -> None:
+        """`purge_from`: for a resumed learner, the first env step after its checkpoint. TensorBoard then hides
+        what earlier event files hold from that step on (`purge_step`), as metrics.jsonl is cut back to the
+        checkpoint."""
         from torch.utils.tensorboard import SummaryWriter  # torch: the learner's dependency, not the package's
 
         self.file = open(run_dir / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
-        self.tensorboard = SummaryWriter(str(run_dir / "tensorboard"))
+        self.tensorboard = SummaryWriter(str(run_dir / "tensorboard"), purge_step=purge_from)
         m = metrics
         self.m_env_steps = m.gauge("learner_env_steps", "environment steps consumed")
         self.m_updates = m.gauge("learner_updates", "updates done")
