@@ -2,7 +2,10 @@
 
     surreal role <replay|ps|learner|actor|evaluator> [options]   start one role (what a pod runs)
     surreal run [overrides...]                 run a whole experiment as local processes
-    surreal plot <run folder>                  learning curve PNG of a run
+    surreal run --resume runs/<name> [steps=N] continue a stopped, crashed or killed run
+    surreal run --multirun seed=1,2,3 ...      a sweep: one run per combination, and its summary
+    surreal plot <run folder> [<run> ...]      learning curve PNG of a run, several overlaid, or a sweep's
+    surreal helm-values [--base F] seed=1,2,3  a Helm values file per sweep member (for `helm install`)
     surreal probe progress --url URL           wait until a learner reports progress (helm test)
 
 Role modules are imported only when chosen, so `surreal role replay` never loads torch and `--help`
@@ -49,10 +52,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("overrides", nargs="*", help="config overrides, e.g. env=Hopper-v5 actors=4")
     run.add_argument("--no-progress", action="store_true", help="plain log lines instead of the live display")
+    run.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue the run in this folder from its checkpoints and replay snapshots; overrides may change only "
+        "its budget (steps=) and how it runs (launch/resume.py)",
+    )
+    run.add_argument(
+        "--multirun",
+        "-m",
+        action="store_true",
+        help="sweep: one run per combination of comma-separated values (seed=1,2,3 algo.lr=3e-4,1e-3), each in "
+        "runs/<sweep>/<member>, then a summary table and curves (with --resume: the sweep's unfinished members)",
+    )
+    run.add_argument("--jobs", type=int, default=1, metavar="N", help="with --multirun: members run N at a time")
 
-    plot = commands.add_parser("plot", help="write the learning curve of a run folder as PNG")
-    plot.add_argument("run_dir", help="runs/<name>")
-    plot.add_argument("--out", help="output PNG (default: <run_dir>/learning_curve.png)")
+    plot = commands.add_parser("plot", help="write the learning curve of a run folder (or several, overlaid) as PNG")
+    plot.add_argument("run_dir", nargs="+", help="runs/<name> (several: overlaid; a sweep's folder: its settings)")
+    plot.add_argument(
+        "--out", help="output PNG (default: <run_dir>/learning_curve.png; several: overlay.png beside them)"
+    )
+    values = commands.add_parser(
+        "helm-values",
+        help="write a Helm values file per sweep member (overrides as for --multirun)",
+        description="One values file per combination of the overrides' values, for `helm install` one release each.",
+    )
+    values.add_argument("overrides", nargs="*", help="config overrides, comma lists swept: seed=1,2,3 actors=8")
+    values.add_argument("--base", help="values file to start from, e.g. infra/helm/values/ddpg.yaml")
+    values.add_argument("--out", default="sweep-values", help="folder for the files (default: sweep-values)")
+    values.add_argument("--name", default="sweep", help="release name prefix: releases are <name>-000, -001, ...")
     probe = commands.add_parser("probe", help="health checks against a running experiment")
     checks = probe.add_subparsers(dest="check", required=True)
     progress = checks.add_parser("progress", help="wait until the learner's /metrics shows updates (helm test)")
@@ -65,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
+    if args.command in ("run", "helm-values"):  # overrides after an option (`name=x --resume DIR steps=N`)
+        args.overrides += [item for item in rest if not item.startswith("-")]
+        rest = [item for item in rest if item.startswith("-")]
     if rest and args.command != "role":
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "role":
@@ -80,14 +111,26 @@ def main(argv: list[str] | None = None) -> int:
             print(f"surreal role {args.role}: {exc}", file=sys.stderr)
             return 2
     if args.command == "run":
+        if args.multirun:
+            from surreal.launch.sweep import resume_sweep, run_sweep
+
+            if args.resume:
+                return resume_sweep(args.resume, args.overrides, args.jobs)
+            return run_sweep(args.overrides, args.jobs)
+        if args.jobs != 1:
+            parser.error("--jobs needs --multirun")
         from surreal.launch.local import run_experiment
 
-        return run_experiment(args.overrides, live=not args.no_progress)
+        return run_experiment(args.overrides, live=not args.no_progress, resume=args.resume)
     if args.command == "plot":
-        from surreal.launch.plot import plot_run
+        from surreal.launch.plot import plot_runs
 
-        print(plot_run(args.run_dir, args.out))
+        print(plot_runs(args.run_dir, args.out))
         return 0
+    if args.command == "helm-values":
+        from surreal.launch.helm_values import main as helm_values_main
+
+        return helm_values_main(args.overrides, args.out, args.name, args.base)
     if args.command == "probe":
         from surreal.launch.probe import main as probe_main
 
