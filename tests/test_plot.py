@@ -17,6 +17,7 @@ from surreal.launch.plot import (
     plot_runs,
     sweep_figure,
 )
+from surreal.launch.sweep import plot_sweep
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -124,4 +125,5 @@ def test_a_sweep_folder_is_drawn_as_its_settings_mean_and_spread(tmp_path):
     fig = sweep_figure([("seeds", [sweep_dir / "001", sweep_dir / "002"])])
     (ax,) = fig.axes
     assert ax.get_ylabel().startswith("train return") and len(ax.collections) == 1, "a band for the spread"
-    assert plot_run(sweep_dir) == str(sweep_dir / "curves.png")
+    assert plot_sweep(sweep_dir) == str(sweep_dir / "curves.png")
+    assert (sweep_dir / "curves.png").read_bytes().startswith(PNG_MAGIC)

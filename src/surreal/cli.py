@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from pathlib import Path
 
 from surreal.config import ConfigError
 from surreal.settings import SettingsError
@@ -124,8 +125,12 @@ def main(argv: list[str] | None = None) -> int:
         return run_experiment(args.overrides, live=not args.no_progress, resume=args.resume)
     if args.command == "plot":
         from surreal.launch.plot import plot_runs
+        from surreal.launch.sweep import is_sweep, plot_sweep
 
-        print(plot_runs(args.run_dir, args.out))
+        if len(args.run_dir) == 1 and is_sweep(Path(args.run_dir[0])):
+            print(plot_sweep(Path(args.run_dir[0]), args.out))
+        else:
+            print(plot_runs(args.run_dir, args.out))
         return 0
     if args.command == "helm-values":
         from surreal.launch.helm_values import main as helm_values_main

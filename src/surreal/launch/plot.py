@@ -30,32 +30,20 @@ class NoMetricsError(SystemExit):
     code that plots many runs catches it by name."""
 
 
-SWEEP_FILE = "sweep.json"  # what makes a folder a sweep's (launch/sweep.py)
-
-
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> str:
     """Train return (mean of the last 20 episodes) against env steps, the evaluator's evaluations during
     training (evals.jsonl, when `learner.eval_interval` was set) and the final eval as marked points, and the
-    success rates on a second axis when the env reports success (robosuite tasks). A sweep's folder gets its
-    settings' curves (`sweep_figure`), as curves.png."""
+    success rates on a second axis when the env reports success (robosuite tasks)."""
     run_dir = Path(run_dir)
-    if (run_dir / SWEEP_FILE).is_file() and not (run_dir / "metrics.jsonl").exists():
-        from surreal.launch.sweep import sweep_summary
-
-        summary = sweep_summary(run_dir)
-        groups = [(s["label"], [run_dir / m["name"] for m in s["members"]]) for s in summary["settings"]]
-        fig = sweep_figure(groups, title=f"sweep {summary['name']}")
-        path = Path(out) if out else run_dir / "curves.png"
-    else:
-        fig = curve_figure(run_dir)
-        path = Path(out) if out else run_dir / "learning_curve.png"
+    fig = curve_figure(run_dir)
+    path = Path(out) if out else run_dir / "learning_curve.png"
     fig.savefig(path, dpi=120)
     return str(path)
 
 
 def plot_runs(run_dirs: Sequence[str | Path], out: str | Path | None = None) -> str:
-    """One run (or sweep) as `plot_run` draws it; several overlaid (`overlay_figure`), by default as
-    overlay.png in the folder that holds them all."""
+    """One run as `plot_run` draws it; several overlaid (`overlay_figure`), by default as overlay.png in the
+    folder that holds them all. (A sweep's folder: launch/sweep.py `plot_sweep`.)"""
     dirs = [Path(d) for d in run_dirs]
     if len(dirs) == 1:
         return plot_run(dirs[0], out)

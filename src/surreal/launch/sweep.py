@@ -394,18 +394,32 @@ def summary_csv(summary: dict[str, Any]) -> str:
     return out.getvalue()
 
 
+def is_sweep(path: Path) -> bool:
+    return (path / SWEEP_FILE).is_file()
+
+
+def plot_sweep(sweep_dir: Path, out: str | Path | None = None, summary: dict[str, Any] | None = None) -> str:
+    """curves.png (or `out`): each setting's mean and spread across its seeds (launch/plot.py `sweep_figure`)."""
+    from surreal.launch.plot import sweep_figure
+
+    summary = summary or sweep_summary(sweep_dir)
+    groups = [(s["label"], [sweep_dir / m["name"] for m in s["members"]]) for s in summary["settings"]]
+    path = Path(out) if out else sweep_dir / "curves.png"
+    sweep_figure(groups, title=f"sweep {summary['name']}").savefig(path, dpi=120)
+    return str(path)
+
+
 def write_sweep_summary(sweep_dir: Path) -> dict[str, Any]:
     """summary.json, summary.md, summary.csv and curves.png in the sweep folder; returns summary.json's content."""
     from surreal.fileio import atomic_write_text
-    from surreal.launch.plot import NoMetricsError, sweep_figure
+    from surreal.launch.plot import NoMetricsError
 
     summary = sweep_summary(sweep_dir)
     write_json(sweep_dir / "summary.json", summary)
     atomic_write_text(sweep_dir / "summary.md", summary_markdown(summary) + "\n")
     atomic_write_text(sweep_dir / "summary.csv", summary_csv(summary))
-    groups = [(s["label"], [sweep_dir / m["name"] for m in s["members"]]) for s in summary["settings"]]
     try:
-        sweep_figure(groups, title=f"sweep {summary['name']}").savefig(sweep_dir / "curves.png", dpi=120)
+        plot_sweep(sweep_dir, summary=summary)
     except NoMetricsError as exc:  # no member got as far as a training return: the table says the rest
         print(f"[surreal] no curves.png: {exc}", flush=True)
     return summary
