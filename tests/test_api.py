@@ -169,6 +169,7 @@ def test_errors_raise_the_clis_one_line_messages_before_anything_starts(tmp_path
     assert first.status == "interrupted"
 
 
+@pytest.mark.slow
 def test_a_cli_run_is_opened_stopped_and_resumed_from_python(tmp_path):
     """`surreal run` started from a shell: `Run.open` reads it while it trains, `stop()` signals the launcher that
     holds its folder (everything saved, status interrupted), and `train(resume=...)` runs it to its budget in
