@@ -20,6 +20,7 @@ from conftest import REPO, wait_until
 from surreal.api import as_overrides, format_value, launcher_pid
 from surreal.config import ConfigError, load_config
 from surreal.launch.resume import checkpoint_counters
+from surreal.launch.runfolder import RunFolderLock, create_run_folder
 from surreal.metricsfile import read_metrics
 from test_resume import differences, final_checkpoint, without_wall_times
 
@@ -217,3 +218,16 @@ def test_a_cli_run_is_opened_stopped_and_resumed_from_python(tmp_path):
             if process.is_running():
                 process.kill()
     wait_until(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in seen.values()), 30)
+
+
+def test_an_opened_runs_status_is_unknown_when_its_last_launch_left_no_summary(tmp_path):
+    """A summary.json older than the folder's last launch is an earlier session's: that launch was killed."""
+    run_dir, _, lock = create_run_folder(load_config(["name=r"]), [], tmp_path)
+    (run_dir / "summary.json").write_text(json.dumps({"status": "interrupted"}))
+    lock.release()
+    run = surreal.Run.open(run_dir)
+    assert run.status == "interrupted" and not run.running
+    with RunFolderLock(run_dir):  # a resumed launch, later killed: it never wrote its summary
+        assert run.running and run.status == "running"
+    os.utime(run_dir / "summary.json", (1.0, 1.0))
+    assert run.status == "unknown"

@@ -21,7 +21,7 @@ import pytest
 from bench._runs import kill_whole_run
 
 from conftest import wait_until
-from surreal.api import launcher_pid
+from surreal.api import Run, launcher_pid
 from surreal.config import load_config
 from surreal.launch.progress import ProgressView
 from surreal.launch.resume import checkpoint_counters
@@ -137,6 +137,7 @@ def test_a_run_killed_outright_at_a_random_point_resumes_and_completes_its_budge
     counters = checkpoint_counters(run_dir)
     assert held > 0 and counters is not None
     assert not (run_dir / "summary.json").exists(), "the launcher died before it could write a summary"
+    assert Run.open(run_dir).status == "unknown" and not Run.open(run_dir).running
 
     resumed = LocalRun(tmp_path, "killed", "--resume", str(run_dir), *overrides)  # the same command, resumed
     try:

@@ -47,6 +47,7 @@ Mode = Literal["processes", "serial"]
 MODES = ("processes", "serial")
 LAUNCHER_LOG = "launcher.log"  # in <run>/logs/: what `surreal run` printed, for a run started here
 SERIAL_LOG = "serial.log"  # in <run>/logs/: a serial run's learner log
+LOCK_FILE = ".launcher.lock"  # held by the launcher (or serial run) in a run folder: launch/runfolder.py
 # How long `stop` waits for a launcher to stop its roles: its learner's and replay shards' grace periods
 # (launch/local.py LEARNER_GRACE_S, REPLAY_GRACE_S) and a margin; it returns as soon as the launcher is out.
 STOP_TIMEOUT_S = 240.0
@@ -187,12 +188,14 @@ class Run:
 
     @property
     def status(self) -> str:
-        """running, completed, failed, interrupted (summary.json's), or `unknown` (no summary: not started yet, or
-        its launcher was killed)."""
+        """running, completed, failed, interrupted (summary.json's), or `unknown`: no summary of its last launch
+        (not started yet, or its launcher was killed: then summary.json, if any, is older than the launch)."""
         if self.running:
             return "running"
         summary = self.summary
-        return str(summary["status"]) if summary else "unknown"
+        if summary is None or _older(self.dir / "summary.json", self.dir / LOCK_FILE):
+            return "unknown"
+        return str(summary["status"])
 
     def policy(self) -> Any:
         """The trained policy: `policy(obs)` is its deterministic action (see `load_run_policy`)."""
@@ -346,7 +349,7 @@ class Run:
 
 def launcher_pid(run_dir: Path) -> int | None:
     """The pid of the launcher (or serial run) holding `run_dir`'s lock, None when none does."""
-    path = run_dir / ".launcher.lock"
+    path = run_dir / LOCK_FILE
     if not path.exists():
         return None
     with open(path, "a+", encoding="utf-8") as f:
@@ -370,6 +373,14 @@ def load_run_policy(run_dir: Path) -> Any:
     from surreal.launch.checkpoint_policy import CheckpointPolicy
 
     return CheckpointPolicy.load(run_dir)
+
+
+def _older(path: Path, than: Path) -> bool:
+    """Whether `path` was last written before `than` (a launcher writes its pid into the lock file as it starts)."""
+    try:
+        return path.stat().st_mtime < than.stat().st_mtime
+    except FileNotFoundError:
+        return False
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
