@@ -4,6 +4,7 @@ errors as exceptions, a CLI run opened, stopped and resumed from Python, and `im
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import psutil
 import pytest
@@ -23,6 +25,31 @@ from surreal.launch.resume import checkpoint_counters
 from surreal.launch.runfolder import RunFolderLock, create_run_folder
 from surreal.metricsfile import read_metrics
 from test_resume import differences, final_checkpoint, without_wall_times
+
+
+def processes_for(root: Path) -> list[psutil.Process]:
+    """Live processes started for runs under `root`: every role has SURREAL_RUN_DIR, a launcher the API starts
+    SURREAL_RUNS_ROOT."""
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            env = process.environ()
+            if process.status() != psutil.STATUS_ZOMBIE and any(
+                env.get(key, "").startswith(str(root)) for key in ("SURREAL_RUN_DIR", "SURREAL_RUNS_ROOT")
+            ):
+                found.append(process)
+    return found
+
+
+@pytest.fixture
+def nothing_left(tmp_path: Path):
+    """After the test: no process started for its runs is left (any that is gets killed, by pid, and fails it)."""
+    yield
+    try:
+        wait_until(lambda: not processes_for(tmp_path), 30)
+    finally:
+        for process in processes_for(tmp_path):
+            process.kill()
 
 
 def docs_example() -> str:
@@ -74,7 +101,7 @@ def test_python_values_become_overrides_the_config_reads_back():
         as_overrides("algo=ddpg")
 
 
-def test_the_docs_example_runs_in_a_fresh_process_and_its_result_reads_through_the_api(tmp_path):
+def test_the_docs_example_runs_in_a_fresh_process_and_its_result_reads_through_the_api(tmp_path, nothing_left):
     """docs/api.md's example, verbatim, as a script of its own; then its run, read back here through the API."""
     script = tmp_path / "example.py"
     script.write_text(docs_example(), encoding="utf-8")
@@ -171,7 +198,7 @@ def test_errors_raise_the_clis_one_line_messages_before_anything_starts(tmp_path
 
 
 @pytest.mark.slow
-def test_a_cli_run_is_opened_stopped_and_resumed_from_python(tmp_path):
+def test_a_cli_run_is_opened_stopped_and_resumed_from_python(tmp_path, nothing_left):
     """`surreal run` started from a shell: `Run.open` reads it while it trains, `stop()` signals the launcher that
     holds its folder (everything saved, status interrupted), and `train(resume=...)` runs it to its budget in
     processes, appending to its metrics. Nothing it started is left."""
