@@ -22,9 +22,9 @@ from bench._runs import kill_whole_run
 
 from conftest import wait_until
 from surreal.api import Run, launcher_pid
-from surreal.config import load_config
+from surreal.config import load_config, read_config
 from surreal.launch.progress import ProgressView
-from surreal.launch.resume import checkpoint_counters
+from surreal.launch.resume import changed_keys, checkpoint_counters, resume_config
 from surreal.launch.runfolder import RunFolderLock, create_run_folder
 from surreal.metricsfile import read_evals, read_metrics
 from test_local_run import DDPG_PENDULUM, LocalRun, assert_no_counter_goes_backwards, assert_replay_ratio_held
@@ -173,3 +173,12 @@ def test_the_progress_line_of_a_resumed_run_says_where_it_resumed(tmp_path):
     assert fields["env steps"] == "12,288/40,960 (30%, resumed at 12,288)", "before any row: the checkpoint's"
     fresh = ProgressView(tmp_path / "metrics.jsonl", 40_960, live=False)._fields({}, 0.0)
     assert fresh["env steps"] == "0/40,960 (0%)"
+
+
+def test_a_resumed_run_may_change_its_budget_and_fleet_and_repeat_its_own_overrides(stopped_run):
+    cfg = resume_config(stopped_run, ["algo=ddpg", "env=Pendulum-v1", "name=stopped", "steps=9000", "actors=4"])
+    assert cfg.total_env_steps == 9000 and cfg.topology.actors == 4 and cfg.algo.name == "ddpg"
+    assert changed_keys(read_config(stopped_run / "config.yaml"), cfg) == {
+        "topology.actors": (2, 4),
+        "total_env_steps": (5000, 9000),
+    }

@@ -38,6 +38,8 @@ from surreal.launch.runfolder import RunFolderLock, git_state, runs_root, write_
 # config.yaml is the experiment that the checkpoints and replay snapshots belong to.
 RESUMABLE_KEYS = (
     "total_env_steps",  # the budget (steps=): more to go on, or less to stop sooner
+    "topology.actors",  # the fleet is elastic (runtime/regimes/): its flow control follows the actors it hears
+    "topology.ps_replicas",  # a ps holds nothing but the latest blob
     "device",
     "learner.torch_threads",
     "actor.torch_threads",
