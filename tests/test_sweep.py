@@ -104,17 +104,18 @@ def fake_member(sweep_dir: Path, member: sweep.Member, final: float | None, curv
     (run_dir / "summary.json").write_text(json.dumps({"status": status}))
 
 
-def make_sweep(tmp_path: Path, overrides: list[str]) -> tuple[Path, list[sweep.Member]]:
-    os.environ["SURREAL_RUNS_ROOT"] = str(tmp_path / "runs")
-    try:
-        name, members = sweep.plan_members(overrides)
-        return sweep.create_sweep_folder(name, members, overrides, 1), members
-    finally:
-        del os.environ["SURREAL_RUNS_ROOT"]
+def make_sweep(
+    tmp_path: Path, overrides: list[str], monkeypatch: pytest.MonkeyPatch
+) -> tuple[Path, list[sweep.Member]]:
+    monkeypatch.setenv("SURREAL_RUNS_ROOT", str(tmp_path / "runs"))
+    name, members = sweep.plan_members(overrides)
+    return sweep.create_sweep_folder(name, members, overrides, 1), members
 
 
-def test_the_summary_is_each_settings_mean_and_std_across_seeds_of_the_members_final_evals(tmp_path):
-    sweep_dir, members = make_sweep(tmp_path, ["seed=1,2,3", "algo.lr=3e-4,1e-3", "env=Pendulum-v1", "name=s"])
+def test_the_summary_is_each_settings_mean_and_std_across_seeds_of_the_members_final_evals(tmp_path, monkeypatch):
+    sweep_dir, members = make_sweep(
+        tmp_path, ["seed=1,2,3", "algo.lr=3e-4,1e-3", "env=Pendulum-v1", "name=s"], monkeypatch
+    )
     finals = {0: -150.0, 1: -400.0, 2: -170.5, 3: -380.0, 4: -161.0, 5: None}  # member 5 failed: no eval.json
     for i, member in enumerate(members):
         fake_member(sweep_dir, member, finals[i], [(1000, -1200.0 + i), (2000 + 10 * i, -600.0 - i)])
@@ -142,7 +143,7 @@ def test_the_summary_is_each_settings_mean_and_std_across_seeds_of_the_members_f
 
 
 def test_a_stopped_sweep_resumes_the_members_that_did_not_complete(tmp_path, monkeypatch):
-    sweep_dir, members = make_sweep(tmp_path, ["seed=1,2,3", "env=Pendulum-v1", "algo=sac", "name=s"])
+    sweep_dir, members = make_sweep(tmp_path, ["seed=1,2,3", "env=Pendulum-v1", "algo=sac", "name=s"], monkeypatch)
     fake_member(sweep_dir, members[0], -150.0, [(1000, -300.0)])
     fake_member(sweep_dir, members[1], None, [(1000, -900.0)])  # stopped: a folder, no eval
     planned: list[list[str]] = []
