@@ -83,3 +83,21 @@ class WatchedRun:
                 self.proc.wait()
         self.poll()
         self.console.close()
+
+
+def kill_whole_run(launcher_pid: int) -> list:
+    """SIGKILL a `surreal run` launcher and every process under it at once, as a power cut would: the launcher is
+    frozen first (SIGSTOP), so it can neither restart a role nor have its roles save their state (their
+    PR_SET_PDEATHSIG would SIGTERM them). Returns the processes killed, all of them gone."""
+    import psutil
+
+    launcher = psutil.Process(launcher_pid)
+    launcher.suspend()
+    roles = launcher.children(recursive=True)
+    for process in roles:
+        process.kill()
+    launcher.kill()
+    _, alive = psutil.wait_procs([*roles, launcher], timeout=30)
+    if alive:
+        raise RuntimeError(f"still alive after SIGKILL: {alive}")
+    return roles

@@ -16,7 +16,7 @@ from surreal.metricsfile import EVALS_FILE, read_evals
 from surreal.policy.artifact import BEST_DIR, FILE_NAME, POLICY_DIR, read_policy_file
 from surreal.proto.wire import BlobMeta
 from surreal.roles.evaluation import EVAL_SEED_OFFSET
-from surreal.roles.evaluator import EvalRow, EvaluatorCore, append_row, next_threshold
+from surreal.roles.evaluator import EvalRow, EvaluatorCore, append_row, next_threshold, truncate_rows
 from surreal.roles.ports import InProcessParams
 from surreal.runtime.rollout import evaluate
 
@@ -76,7 +76,7 @@ def test_a_restarted_evaluator_continues_after_its_last_row(tmp_path):
     for env_steps in (1200, 2600):
         append_row(tmp_path / EVALS_FILE, EvalRow(env_steps, 1, 0.0, 0.1, 1.0, 0.0, 3, None))
     history = read_evals(tmp_path)
-    core = EvaluatorCore(cfg, InProcessParams(), max(int(r["env_steps"]) for r in history))
+    core = EvaluatorCore(cfg, InProcessParams(), [int(r["env_steps"]) for r in history])
     assert core.due == 3000
     assert EvaluatorCore(cfg, InProcessParams()).due == 1000, "a fresh one starts at the first multiple"
 
@@ -118,6 +118,31 @@ def test_the_best_evaluated_blob_is_kept_as_the_best_policy(tmp_path):
         weights = blobs[top.env_steps]["actor"]["net.0.weight"]
         assert np.array_equal(tensors["actor/net.0.weight"], weights)
     assert len({r.eval_return_mean for r in rows}) > 1, "the blobs score differently"
-    restarted = EvaluatorCore(load_config(OVERRIDES), InProcessParams(), 4000, run_dir=tmp_path)
+    restarted = EvaluatorCore(load_config(OVERRIDES), InProcessParams(), [4000], run_dir=tmp_path)
     assert restarted.best is not None and restarted.best.score == top.eval_return_mean
     assert EvaluatorCore(load_config(OVERRIDES), InProcessParams()).best is None, "no run folder: no best"
+
+
+def test_a_learner_resumed_before_the_last_row_rewinds_the_rows_and_they_are_evaluated_again(tmp_path):
+    """A run killed after an evaluation but before its learner's next checkpoint resumes with fewer env steps than
+    the last row names: the rows past the resume point are dropped and those intervals evaluated again, so the
+    file's env steps never go backwards (and the evaluations after the resume score the resumed run)."""
+    cfg = load_config(OVERRIDES)
+    path = tmp_path / EVALS_FILE
+    for env_steps in (1200, 2600, 3100):
+        append_row(path, EvalRow(env_steps, 1, 0.0, 0.1, 1.0, 0.0, 3, None))
+    ps, arrays = InProcessParams(), blob_arrays(cfg)
+    core = EvaluatorCore(cfg, ps, [1200, 2600, 3100])
+    ps.publish(BlobMeta(7, "resumed", env_steps=2400), arrays)  # the checkpoint the learner resumed from
+    row = core.step()
+    assert core.rewound_to == 2400 and core.rows == [1200, 2400]
+    assert row is not None and row.env_steps == 2400, "past 2,000 again: the resumed run's policy is scored there"
+    truncate_rows(path, core.rewound_to)
+    append_row(path, row)
+    assert [r["env_steps"] for r in read_evals(tmp_path)] == [1200, 2400]
+    core.rewound_to = None
+    ps.publish(BlobMeta(8, "resumed", env_steps=2900), arrays)
+    assert core.step() is None and core.due == 3000
+    ps.publish(BlobMeta(9, "resumed", env_steps=3050), arrays)
+    row = core.step()
+    assert row is not None and row.env_steps == 3050 and core.rewound_to is None, "past its last row: no rewind"

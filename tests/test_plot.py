@@ -4,16 +4,26 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from surreal.config import load_config, save_config
-from surreal.launch.plot import NoMetricsError, curve_figure, plot_run
+from surreal.launch.plot import (
+    NoMetricsError,
+    across_seeds,
+    curve_figure,
+    overlay_figure,
+    plot_run,
+    plot_runs,
+    sweep_figure,
+)
+from surreal.launch.sweep import plot_sweep
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def write_run(run_dir, returns: list[float | None]) -> None:
-    run_dir.mkdir()
+    run_dir.mkdir(parents=True)
     save_config(load_config(["name=curve", "env=Hopper-v5", "seed=4"]), run_dir / "config.yaml")
     rows = [{"env_steps": 2048 * (i + 1), "updates": i + 1, "train_return_mean": r} for i, r in enumerate(returns)]
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"env_st')
@@ -116,3 +126,42 @@ def test_the_evaluation_that_produced_the_best_policy_is_starred(tmp_path):
     assert np.array_equal(star.get_xdata(), [4096]) and np.array_equal(star.get_ydata(), [9.0])
     assert "best policy" in star.get_label()
     assert plot_run(run_dir).endswith(".png")
+
+
+def test_several_runs_are_overlaid_one_colour_each(tmp_path):
+    for name, scale in (("a", 1.0), ("b", 2.0)):
+        write_run(tmp_path / name, [scale * i for i in range(10)])
+    (tmp_path / "b" / "evals.jsonl").write_text(json.dumps({"env_steps": 4096, "eval_return_mean": 3.0}) + "\n")
+    fig = overlay_figure([tmp_path / "a", tmp_path / "b"])
+    (ax,) = fig.axes
+    labelled = {line.get_label(): line for line in ax.lines if not line.get_label().startswith("_")}
+    assert {"a", "b"} <= set(labelled) and labelled["a"].get_color() != labelled["b"].get_color()
+    assert list(labelled["b"].get_ydata()) == [2.0 * i for i in range(10)]
+    path = plot_runs([tmp_path / "a", tmp_path / "b"])
+    assert path == str(tmp_path / "overlay.png") and (tmp_path / "overlay.png").read_bytes().startswith(PNG_MAGIC)
+    assert plot_runs([tmp_path / "a"]) == str(tmp_path / "a" / "learning_curve.png"), "one run: as before"
+    with pytest.raises(NoMetricsError, match="no training returns yet"):
+        plot_runs([tmp_path / "a", tmp_path / "nothing"])
+
+
+def test_seeds_are_averaged_on_the_env_steps_they_all_cover():
+    steps, mean, low, high = across_seeds(
+        [(np.array([0.0, 100.0, 200.0]), np.array([0.0, 10.0, 20.0])), (np.array([50.0, 150.0]), np.array([5.0, 5.0]))]
+    )
+    assert list(steps) == [50.0, 100.0, 150.0] and list(mean) == [5.0, 7.5, 10.0]
+    assert list(low) == [5.0, 5.0, 5.0] and list(high) == [5.0, 10.0, 15.0]
+
+
+def test_a_sweep_folder_is_drawn_as_its_settings_mean_and_spread(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    members = [
+        {"name": f"00{i}", "overrides": [f"seed={i}", "env=Hopper-v5"], "swept": {"seed": str(i)}} for i in (1, 2)
+    ]
+    for member in members:
+        write_run(sweep_dir / member["name"], [1.0, 2.0, 3.0])
+    (sweep_dir / "sweep.json").write_text(json.dumps({"name": "sweep", "members": members}))
+    fig = sweep_figure([("seeds", [sweep_dir / "001", sweep_dir / "002"])])
+    (ax,) = fig.axes
+    assert ax.get_ylabel().startswith("train return") and len(ax.collections) == 1, "a band for the spread"
+    assert plot_sweep(sweep_dir) == str(sweep_dir / "curves.png")
+    assert (sweep_dir / "curves.png").read_bytes().startswith(PNG_MAGIC)

@@ -115,6 +115,7 @@ def test_summary_takes_eval_and_the_last_complete_metrics_row(cfg, runs_root):
         "actors": 3,
         "envs_per_actor": 1,
         "restarts": {"learner": 1, "actor-0": 0},
+        "resumed_at_env_steps": None,
         "git_sha": None,
         "run_dir": str(run_dir),
     }
@@ -163,3 +164,10 @@ def test_rates_come_from_arrival_times_and_restart_when_steps_go_back():
     assert rates.per_second() == (2000.0, 1.0)
     rates.add(103.0, 2048, 1)  # resumed from an earlier checkpoint
     assert rates.per_second() is None
+
+
+def test_a_resumed_runs_summary_rates_the_env_steps_since_its_resume(cfg, runs_root):
+    run_dir, named, _ = create_run_folder(replace(cfg, name="resumed"))
+    (run_dir / "metrics.jsonl").write_text(rows_text({"env_steps": 10_000, "updates": 5}))
+    summary = write_summary(run_dir, named, 8.0, "interrupted", {}, resumed_at_env_steps=6_000)
+    assert summary["resumed_at_env_steps"] == 6_000 and summary["env_steps_per_s"] == 500.0

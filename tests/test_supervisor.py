@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from conftest import wait_until
+from surreal.config import read_config
 from surreal.launch import local
 from surreal.launch.supervisor import ProcessSpec, Supervisor
 from surreal.roles.common import EXIT_STOPPED, StopFlag
@@ -291,7 +292,7 @@ def test_run_experiment_starts_every_role_with_the_pod_contract_and_completes(fa
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["env_steps"] == 1536 and summary["updates"] == 3
     assert summary["eval_return_mean"] == 42.0 and summary["train_return_mean"] == 30.0
-    assert not (run_dir / "replay").exists(), "a completed run's replay snapshots are removed"
+    assert (run_dir / "replay").exists(), "a completed run keeps its replay snapshots: --resume can take it further"
     assert summary["restarts"] == dict.fromkeys(
         ["replay-0", "replay-1", "ps-0", "ps-1", "learner", "actor-0", "actor-1", "actor-2"], 0
     )
@@ -319,6 +320,25 @@ def test_run_experiment_stops_everything_on_sigint(fake_roles, monkeypatch, caps
     run_dir = fake_roles / "stopped"
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted"
     assert "interrupted (SIGINT received)" in capsys.readouterr().out
+    wait_until(lambda: all(gone(pid) for pid in fake_pids(run_dir)), 5)
+
+
+def test_a_resumed_run_starts_its_learner_with_resume_in_the_same_folder(fake_roles, monkeypatch, capsys):
+    """`surreal run --resume`: the learner's very first start is `--resume` (not only its restarts), the roles get
+    the run folder's config with the new budget, and reproduce.json records the resume."""
+    monkeypatch.setenv("FAKE_MODE", "interrupt")
+    assert local.run_experiment(["name=again", "actors=1", "steps=1000"], live=False) == 130
+    run_dir = (fake_roles / "again").resolve()
+    monkeypatch.setenv("FAKE_MODE", "complete")
+    monkeypatch.setenv("FAKE_PROCESSES", str(1 + 1 + 1 + 1))
+    assert local.run_experiment(["steps=1536"], live=False, resume=run_dir) == 0
+    learner = json.loads((run_dir / "fake-learner.json").read_text())
+    assert learner["argv"] == ["learner", "--resume"]
+    assert read_config(run_dir / "config.yaml").total_env_steps == 1536
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["resumed_at_env_steps"] is None, "no checkpoint to resume"
+    assert [r["overrides"] for r in json.loads((run_dir / "reproduce.json").read_text())["resumes"]] == [["steps=1536"]]
+    assert f"resuming {run_dir} (no checkpoint restores: the learner starts afresh)" in capsys.readouterr().out
     wait_until(lambda: all(gone(pid) for pid in fake_pids(run_dir)), 5)
 
 

@@ -4,10 +4,13 @@
     surreal run [overrides...]                 run a whole experiment as local processes
     surreal run --help                         ... and the algorithms, presets and env families there are
     surreal run --cfg job [overrides...]       print the composed config; start nothing
+    surreal run --resume runs/<name> [steps=N] continue a stopped, crashed or killed run
+    surreal run --multirun seed=1,2,3 ...      a sweep: one run per combination, and its summary
     surreal config [PREFIX] [--algo NAME]      every config key with its type, default and doc
-    surreal plot <run folder>                  learning curve PNG of a run
+    surreal plot <run folder> [<run> ...]      learning curve PNG of a run, several overlaid, or a sweep's
     surreal eval <run|policy> [options]        roll a trained policy out (returns, --video MP4s, JSON)
     surreal export <run|policy> --format F     the policy as ONNX or TorchScript
+    surreal helm-values [--base F] seed=1,2,3  a Helm values file per sweep member (for `helm install`)
     surreal --version
     surreal probe progress --url URL           wait until a learner reports progress (helm test)
 
@@ -21,6 +24,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from surreal import __version__
@@ -62,11 +66,37 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_discovery(run)
     run.add_argument("overrides", nargs="*", help="config overrides, e.g. env=Hopper-v5 actors=4")
     run.add_argument("--no-progress", action="store_true", help="plain log lines instead of the live display")
+    run.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue the run in this folder from its checkpoints and replay snapshots; overrides may change only "
+        "its budget (steps=) and how it runs (launch/resume.py)",
+    )
+    run.add_argument(
+        "--multirun",
+        "-m",
+        action="store_true",
+        help="sweep: one run per combination of comma-separated values (seed=1,2,3 algo.lr=3e-4,1e-3), each in "
+        "runs/<sweep>/<member>, then a summary table and curves (with --resume: the sweep's unfinished members)",
+    )
+    run.add_argument("--jobs", type=int, default=1, metavar="N", help="with --multirun: members run N at a time")
+
     add_config_command(commands)
 
-    plot = commands.add_parser("plot", help="write the learning curve of a run folder as PNG")
-    plot.add_argument("run_dir", help="runs/<name>")
-    plot.add_argument("--out", help="output PNG (default: <run_dir>/learning_curve.png)")
+    plot = commands.add_parser("plot", help="write the learning curve of a run folder (or several, overlaid) as PNG")
+    plot.add_argument("run_dir", nargs="+", help="runs/<name> (several: overlaid; a sweep's folder: its settings)")
+    plot.add_argument(
+        "--out", help="output PNG (default: <run_dir>/learning_curve.png; several: overlay.png beside them)"
+    )
+    values = commands.add_parser(
+        "helm-values",
+        help="write a Helm values file per sweep member (overrides as for --multirun)",
+        description="One values file per combination of the overrides' values, for `helm install` one release each.",
+    )
+    values.add_argument("overrides", nargs="*", help="config overrides, comma lists swept: seed=1,2,3 actors=8")
+    values.add_argument("--base", help="values file to start from, e.g. infra/helm/values/ddpg.yaml")
+    values.add_argument("--out", default="sweep-values", help="folder for the files (default: sweep-values)")
+    values.add_argument("--name", default="sweep", help="release name prefix: releases are <name>-000, -001, ...")
     from surreal.launch import policy_cli  # argparse only at import
 
     policy_cli.add_eval_arguments(commands.add_parser("eval", help="roll a trained policy out and score it"))
@@ -83,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
+    if args.command in ("run", "helm-values"):  # overrides after an option (`name=x --resume DIR steps=N`)
+        args.overrides += [item for item in rest if not item.startswith("-")]
+        rest = [item for item in rest if item.startswith("-")]
     if rest and args.command != "role":
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "role":
@@ -100,20 +133,36 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         if args.cfg == "job":
             return print_job_config(args.overrides)
+        if args.multirun:
+            from surreal.launch.sweep import resume_sweep, run_sweep
+
+            if args.resume:
+                return resume_sweep(args.resume, args.overrides, args.jobs)
+            return run_sweep(args.overrides, args.jobs)
+        if args.jobs != 1:
+            parser.error("--jobs needs --multirun")
         from surreal.launch.local import run_experiment
 
-        return run_experiment(args.overrides, live=not args.no_progress)
+        return run_experiment(args.overrides, live=not args.no_progress, resume=args.resume)
     if args.command == "config":
         return config_main(args)
     if args.command == "plot":
-        from surreal.launch.plot import plot_run
+        from surreal.launch.plot import plot_runs
+        from surreal.launch.sweep import is_sweep, plot_sweep
 
-        print(plot_run(args.run_dir, args.out))
+        if len(args.run_dir) == 1 and is_sweep(Path(args.run_dir[0])):
+            print(plot_sweep(Path(args.run_dir[0]), args.out))
+        else:
+            print(plot_runs(args.run_dir, args.out))
         return 0
     if args.command in ("eval", "export"):
         from surreal.launch import policy_cli
 
         return policy_cli.eval_main(args) if args.command == "eval" else policy_cli.export_main(args)
+    if args.command == "helm-values":
+        from surreal.launch.helm_values import main as helm_values_main
+
+        return helm_values_main(args.overrides, args.out, args.name, args.base)
     if args.command == "probe":
         from surreal.launch.probe import main as probe_main
 

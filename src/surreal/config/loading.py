@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
@@ -61,6 +62,33 @@ def load_config(overrides: Sequence[str] | None = None) -> ExperimentConfig:
             node = compose(config_name=CONFIG_NAME, overrides=items)
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(_short(exc)) from None
+    return _to_config(node)
+
+
+def apply_overrides(cfg: ExperimentConfig, overrides: Sequence[str]) -> ExperimentConfig:
+    """`cfg` (an experiment already composed, e.g. a run folder's config.yaml) with `key=value` overrides applied
+    in Hydra's grammar and the shorthands, typed and validated as `load_config`'s result is. Config-group choices
+    (`algo=`, `preset=`) pick YAML files to compose from and cannot apply to a composed config: refused."""
+    if isinstance(overrides, str):
+        raise TypeError("overrides is a list of 'key=value' strings, not one string")
+    items = _check_keys(expand_aliases(list(overrides)), cfg.algo.name)
+    try:
+        parsed = OverridesParser.create().parse_overrides(items)
+    except HydraException as exc:
+        raise ConfigError(_short(exc)) from None
+    node = OmegaConf.structured(replace(cfg, algo=algo_config(cfg)))
+    for override in parsed:
+        key = override.get_key_element().lstrip("+~")
+        if key in GROUPS:
+            raise ConfigError(f"{override.input_line}: {key}= chooses config files; it cannot change a composed config")
+        if override.is_sweep_override():
+            raise ConfigError(f"{override.input_line}: a sweep (several values) needs --multirun")
+        try:
+            if override.is_delete():
+                raise ConfigError(f"{override.input_line}: removing a key is not supported here")
+            OmegaConf.update(node, key, override.value(), merge=False, force_add=override.is_force_add())
+        except OmegaConfBaseException as exc:
+            raise ConfigError(_short(exc, cfg.algo.name)) from None
     return _to_config(node)
 
 
@@ -179,12 +207,13 @@ def _split_prefix(key: str) -> tuple[str, str]:
     return key[: len(key) - len(bare)], bare.strip()
 
 
-def _check_keys(overrides: list[str]) -> list[str]:
+def _check_keys(overrides: list[str], algo: str | None = None) -> list[str]:
     """Reject unknown keys, all at once and with a suggestion, before Hydra does it one at a time.
 
     Hydra composes the untyped YAML first, so its own message for `topology.actor=3` advises
-    `+topology.actor=3`, which is wrong here. Keys under a free-form dict (env.kwargs) get `++`."""
-    algo = _chosen_algo(overrides)
+    `+topology.actor=3`, which is wrong here. Keys under a free-form dict (env.kwargs) get `++`. `algo`: the
+    algorithm whose keys `algo.*` are checked against (default: the one the overrides choose)."""
+    algo = algo or _chosen_algo(overrides)
     schema = schema_node(algo if algo in ALGORITHMS else DEFAULT_ALGO)
     problems, checked = [], []
     for item in overrides:

@@ -4,7 +4,9 @@ Every role is started exactly as a pod starts it (`python -m surreal role <name>
 variables), on loopback ports the OS hands out. Actors that crash are restarted with backoff; a crashed
 learner is restarted with `--resume` from its last checkpoint; replay and ps are restarted on the same
 ports (actors and the learner reconnect by themselves), a replay shard with what its last snapshot in
-`<run dir>/replay/` held (removed once the run completes: a run folder is never resumed). A learner, shard
+`<run dir>/replay/` held. A run folder can be resumed (`surreal run --resume`, launch/resume.py), also once
+completed and with a larger budget, so its snapshots stay when the run ends (the result says how much disk
+they take). A learner, shard
 or ps stopped by a signal from outside (a drain, a preemption notice) saves its state and is started again
 at once, which counts as no failure; the launcher's own stop gives the learner and the shards the grace
 periods below to do so. `chaos.*` kills
@@ -16,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import socket
 import sys
@@ -31,7 +32,8 @@ from surreal.config import ConfigError, ExperimentConfig, load_config
 from surreal.launch.chaos import Chaos
 from surreal.launch.preflight import preflight
 from surreal.launch.progress import ProgressView, format_duration
-from surreal.launch.runfolder import create_run_folder, write_summary
+from surreal.launch.resume import checkpoint_counters, describe_resume, find_run_dir, reopen_run_folder, resume_config
+from surreal.launch.runfolder import RunFolderLock, create_run_folder, write_summary
 from surreal.launch.supervisor import ProcessSpec, Restart, Supervisor
 from surreal.roles.common import StopFlag
 from surreal.runtime.limits import raise_open_files
@@ -64,12 +66,17 @@ def free_ports(count: int) -> list[int]:
 
 
 def plan_processes(
-    cfg: ExperimentConfig, run_dir: Path, base_env: Mapping[str, str], ipc_dir: Path | None = None
+    cfg: ExperimentConfig,
+    run_dir: Path,
+    base_env: Mapping[str, str],
+    ipc_dir: Path | None = None,
+    resume: bool = False,
 ) -> list[ProcessSpec]:
     """The processes of an experiment in start order, each with the environment a pod of its role gets:
     `base_env` plus every SURREAL_* variable (own ports, peers' addresses, config and run folder). With
     `ipc_dir`, the roles talk over Unix sockets there (SURREAL_IPC_DIR): a restarted replay or ps gets its
-    address back even if another program took its TCP port meanwhile."""
+    address back even if another program took its TCP port meanwhile. `resume`: the learner's first start is
+    `--resume` too (a resumed run), not only its restarts."""
     topo = cfg.topology
     evaluators = 1 if cfg.learner.eval_interval > 0 else 0
     processes = topo.replay_shards + topo.ps_replicas + 1 + topo.actors + evaluators
@@ -88,19 +95,20 @@ def plan_processes(
     )
 
     def spec(
-        role: str, index: int, restart: Restart, resume: bool = False, grace_s: float | None = None, **own: Any
+        role: str, index: int, restart: Restart, resumes: bool = False, grace_s: float | None = None, **own: Any
     ) -> ProcessSpec:
         settings = replace(common, index=index, metrics_port=next(ports), **own)
         argv = [*ROLE_COMMAND, role]
+        resume_argv = [*argv, "--resume"] if resumes else None
         return ProcessSpec(
             name=role if role == "learner" else f"{role}-{index}",
             role=role,
             index=index,
-            argv=argv,
+            argv=resume_argv if resume and resume_argv else argv,
             env={**base_env, **settings.to_env(), "PYTHONUNBUFFERED": "1"},
             restart=restart,
             max_restarts=MAX_RESTARTS,
-            resume_argv=[*argv, "--resume"] if resume else None,
+            resume_argv=resume_argv,
             grace_s=grace_s,
         )
 
@@ -117,7 +125,7 @@ def plan_processes(
             for i, s in enumerate(shards)
         ),
         *(spec("ps", i, "always", ps_port=port) for i, port in enumerate(ps_ports)),
-        spec("learner", 0, "on-failure", resume=True, grace_s=LEARNER_GRACE_S, params_pub_port=pub_port),
+        spec("learner", 0, "on-failure", resumes=True, grace_s=LEARNER_GRACE_S, params_pub_port=pub_port),
         *(spec("actor", i, "on-failure") for i in range(topo.actors)),
         *(spec("evaluator", 0, "on-failure") for _ in range(evaluators)),
     ]
@@ -146,12 +154,20 @@ def verdict(supervisor: Supervisor, stop: StopFlag, run_dir: Path) -> tuple[str,
     return None
 
 
-def supervise(cfg: ExperimentConfig, run_dir: Path, specs: list[ProcessSpec], stop: StopFlag, live: bool) -> Outcome:
+def supervise(
+    cfg: ExperimentConfig,
+    run_dir: Path,
+    specs: list[ProcessSpec],
+    stop: StopFlag,
+    live: bool,
+    resumed_at: int | None = None,
+) -> Outcome:
     """Start everything, watch until the run is over, stop everything (also on an exception)."""
     supervisor = Supervisor(run_dir / "logs")
     chaos = Chaos(cfg.chaos, run_dir) if cfg.chaos.active else None
     started = time.monotonic()
-    with supervisor, ProgressView(run_dir / "metrics.jsonl", cfg.total_env_steps, live) as progress:
+    view = ProgressView(run_dir / "metrics.jsonl", cfg.total_env_steps, live, resumed_at)
+    with supervisor, view as progress:
         for spec in specs:
             supervisor.start(spec)
         while (result := verdict(supervisor, stop, run_dir)) is None:
@@ -167,8 +183,12 @@ def supervise(cfg: ExperimentConfig, run_dir: Path, specs: list[ProcessSpec], st
     return Outcome(status, reason, wall_s, supervisor.restarts())
 
 
-def run_experiment(overrides: list[str], live: bool = True) -> int:
-    """Run one experiment locally. Exit code: 0 completed, 1 failed, 2 bad config, 130 interrupted."""
+def run_experiment(overrides: list[str], live: bool = True, resume: str | os.PathLike[str] | None = None) -> int:
+    """Run one experiment locally. Exit code: 0 completed, 1 failed, 2 bad config, 130 interrupted.
+    `resume`: continue the run in that folder instead (launch/resume.py); `overrides` may then only change its
+    budget and how it runs."""
+    if resume is not None:
+        return resume_experiment(resume, overrides, live)
     try:
         cfg = load_config(overrides)
         warnings = preflight(cfg)  # the env built once: what cannot run is refused before any process starts
@@ -178,6 +198,39 @@ def run_experiment(overrides: list[str], live: bool = True) -> int:
         return 2
     for warning in warnings:
         print(f"surreal: warning: {warning}", file=sys.stderr, flush=True)
+    return launch(cfg, run_dir, lock, live)
+
+
+def resume_experiment(where: str | os.PathLike[str], overrides: list[str], live: bool = True) -> int:
+    """`surreal run --resume <run folder> [budget overrides]`: the same launch, every role resuming."""
+    try:
+        run_dir = find_run_dir(where)
+        cfg = resume_config(run_dir, overrides)
+        warnings = preflight(cfg)
+        lock = reopen_run_folder(run_dir, cfg, overrides)
+    except ConfigError as exc:
+        print(f"surreal: {exc}", file=sys.stderr)
+        return 2
+    for warning in warnings:
+        print(f"surreal: warning: {warning}", file=sys.stderr, flush=True)
+    counters = checkpoint_counters(run_dir)  # where the learner will resume (it says so itself, too)
+    print(f"[surreal] {describe_resume(run_dir, cfg, counters)}", flush=True)
+    resumed_at = None if counters is None else int(counters["env_steps"])
+    return launch(cfg, run_dir, lock, live, resume=True, resumed_at=resumed_at)
+
+
+def launch(
+    cfg: ExperimentConfig,
+    run_dir: Path,
+    lock: RunFolderLock,
+    live: bool,
+    resume: bool = False,
+    resumed_at: int | None = None,
+) -> int:
+    """Start every role of `cfg` in `run_dir` (held by `lock`, released at the end), supervise until the run is
+    over, write summary.json. `resume`: the learner starts with `--resume` (a resumed run; without a checkpoint
+    to restore it starts afresh and cuts metrics.jsonl back to nothing); `resumed_at`: the env steps of the
+    checkpoint it resumes from, for the progress line and summary.json."""
     topo = cfg.topology
     raise_open_files()  # ports for every actor are chosen at once; the roles inherit the raised limit
     print(
@@ -188,11 +241,11 @@ def run_experiment(overrides: list[str], live: bool = True) -> int:
     )
     # Unix sockets live in a short folder of their own: a socket path must stay under ~100 characters.
     with lock, tempfile.TemporaryDirectory(prefix="surreal-") as sockets, StopFlag() as stop:
-        specs = plan_processes(cfg, run_dir, os.environ, Path(sockets))
-        outcome = supervise(cfg, run_dir, specs, stop, live)
-        if outcome.status == "completed":  # replay snapshots only serve a shard restarted within this run
-            shutil.rmtree(run_dir / "replay", ignore_errors=True)
-        summary = write_summary(run_dir, cfg, outcome.wall_s, outcome.status, outcome.restarts, outcome.reason)
+        specs = plan_processes(cfg, run_dir, os.environ, Path(sockets), resume=resume)
+        outcome = supervise(cfg, run_dir, specs, stop, live, resumed_at)
+        summary = write_summary(
+            run_dir, cfg, outcome.wall_s, outcome.status, outcome.restarts, outcome.reason, resumed_at
+        )
         print_result(summary)
     return EXIT_CODES[outcome.status]
 
@@ -213,5 +266,11 @@ def print_result(summary: dict[str, Any]) -> None:
     restarted = {name: n for name, n in summary["restarts"].items() if n}
     if restarted:
         lines.append("restarts: " + ", ".join(f"{name} x{n}" for name, n in restarted.items()))
+    snapshots = [p for p in Path(summary["run_dir"], "replay").rglob("*.snap") if p.is_file()]
+    if snapshots:
+        size = sum(p.stat().st_size for p in snapshots) / 1e6
+        lines.append(
+            f"replay snapshots kept for `surreal run --resume` ({size:,.1f} MB in {Path(summary['run_dir'], 'replay')})"
+        )
     lines.append(f"run folder {summary['run_dir']} (summary.json; `surreal plot {summary['run_dir']}`)")
     print("\n".join(f"[surreal] {line}" for line in lines), flush=True)

@@ -1,4 +1,8 @@
-"""`surreal plot runs/<name>`: the learning curve of a run as a PNG.
+"""`surreal plot`: learning curves as PNG.
+
+    surreal plot runs/<name>                 one run: train return, evaluations, final eval, success rates
+    surreal plot runs/a runs/b runs/c        several runs overlaid, one colour each
+    surreal plot runs/<sweep>                a sweep (`surreal run --multirun`): each setting's mean and spread
 
 Drawn on an Agg canvas directly (no pyplot), so plotting needs no display and changes no global
 matplotlib state of whatever imported it.
@@ -6,9 +10,12 @@ matplotlib state of whatever imported it.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -34,6 +41,129 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> str:
     path = Path(out) if out else run_dir / "learning_curve.png"
     fig.savefig(path, dpi=120)
     return str(path)
+
+
+def plot_runs(run_dirs: Sequence[str | Path], out: str | Path | None = None) -> str:
+    """One run as `plot_run` draws it; several overlaid (`overlay_figure`), by default as overlay.png in the
+    folder that holds them all. (A sweep's folder: launch/sweep.py `plot_sweep`.)"""
+    dirs = [Path(d) for d in run_dirs]
+    if len(dirs) == 1:
+        return plot_run(dirs[0], out)
+    fig = overlay_figure(dirs)
+    path = Path(out) if out else Path(os.path.commonpath([d.resolve() for d in dirs])) / "overlay.png"
+    fig.savefig(path, dpi=120)
+    return str(path)
+
+
+def run_curve(run_dir: Path, train: bool = False) -> tuple[str, np.ndarray, np.ndarray]:
+    """What a run's curve is: ("eval", env steps, eval return) from the evaluator's rows and the final eval
+    when the run has them (and `train` is not asked for), else ("train", env steps, train return);
+    NoMetricsError when it has neither."""
+    evals = [r for r in read_evals(run_dir) if r.get("eval_return_mean") is not None]
+    final = read_eval(run_dir)
+    if evals and not train:
+        points = [(r["env_steps"], r["eval_return_mean"]) for r in evals]
+        if "eval_return_mean" in final and "env_steps" in final and final["env_steps"] > points[-1][0]:
+            points.append((final["env_steps"], final["eval_return_mean"]))
+        kind = "eval"
+    else:
+        rows = [r for r in read_metrics(run_dir / "metrics.jsonl") if r.get("train_return_mean") is not None]
+        if not rows:
+            raise NoMetricsError(f"surreal plot: {run_dir} has no training returns yet")
+        points, kind = [(r["env_steps"], r["train_return_mean"]) for r in rows], "train"
+    xs, ys = np.array([p[0] for p in points], float), np.array([p[1] for p in points], float)
+    return kind, xs, ys
+
+
+def across_seeds(curves: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(env steps, mean, min, max) of several curves, each interpolated linearly onto the env steps where any of
+    them has a point, within the range they all cover (seeds report at different env steps)."""
+    lo, hi = max(xs[0] for xs, _ in curves), min(xs[-1] for xs, _ in curves)
+    grid = np.unique(np.concatenate([xs[(xs >= lo) & (xs <= hi)] for xs, _ in curves]))
+    values = np.stack([np.interp(grid, xs, ys) for xs, ys in curves])
+    return grid, values.mean(axis=0), values.min(axis=0), values.max(axis=0)
+
+
+def sweep_figure(groups: Sequence[tuple[str, Sequence[Path]]], title: str = "sweep") -> Figure:
+    """Per (label, run folders) group, the mean across its runs (seeds) as a line and their spread (min to max)
+    as a band, against env steps. Eval returns when every run has the evaluator's rows, else train returns.
+    Runs with nothing to draw yet are left out; NoMetricsError if none has anything."""
+
+    def collect(train: bool) -> list[tuple[str, list[tuple[str, np.ndarray, np.ndarray]]]]:
+        curves = []
+        for label, dirs in groups:
+            found = []
+            for run_dir in dirs:
+                try:
+                    found.append(run_curve(Path(run_dir), train))
+                except NoMetricsError:
+                    continue
+            if found:
+                curves.append((label, found))
+        return curves
+
+    curves = collect(train=False)
+    if not curves:
+        raise NoMetricsError(f"surreal plot: no run of {title} has training returns yet")
+    kind = "eval" if all(k == "eval" for _, found in curves for k, _, _ in found) else "train"
+    if kind == "train":  # one kind of curve throughout: a sweep mixing both draws train returns
+        curves = collect(train=True)
+    fig = Figure(figsize=(7, 4.2))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    for i, (label, found) in enumerate(curves):
+        series = [(xs, ys) for _, xs, ys in found]
+        color = f"C{i % 10}"
+        grid, mean, low, high = across_seeds(series)
+        if len(grid) == 0:  # the runs share no range of env steps: each on its own
+            for xs, ys in series:
+                ax.plot(xs, ys, "-", color=color, alpha=0.6)
+            ax.plot([], [], "-", color=color, label=f"{label} (n={len(series)})")
+            continue
+        ax.plot(grid, mean, "-", color=color, label=f"{label} (n={len(series)})")
+        if len(series) > 1:
+            ax.fill_between(grid, low, high, color=color, alpha=0.2, linewidth=0)
+    ax.set_xlabel("environment steps")
+    what = "eval return (deterministic policy)" if kind == "eval" else "train return (last 20 episodes)"
+    ax.set_ylabel(what)
+    ax.set_title(f"{title}: mean and min-max across seeds")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def overlay_figure(run_dirs: Sequence[Path]) -> Figure:
+    """Several runs on one axis, one colour each: train return as a line, the evaluator's evaluations and the
+    final eval as points, labelled by folder (parent/folder where names repeat)."""
+    names = [d.name for d in run_dirs]
+    labels = [f"{d.parent.name}/{d.name}" if names.count(d.name) > 1 else d.name for d in run_dirs]
+    fig = Figure(figsize=(7, 4.2))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    drawn = 0
+    for i, (run_dir, label) in enumerate(zip(run_dirs, labels, strict=True)):
+        color = f"C{i % 10}"
+        rows = [r for r in read_metrics(run_dir / "metrics.jsonl") if r.get("train_return_mean") is not None]
+        evals = read_evals(run_dir)
+        evaluation = read_eval(run_dir)
+        if not rows and not evals and "eval_return_mean" not in evaluation:
+            raise NoMetricsError(f"surreal plot: {run_dir} has no training returns yet (not a run folder?)")
+        _series(ax, rows, "train_return_mean", color=color, label=label)
+        _series(ax, evals, "eval_return_mean", fmt="o--", color=color)
+        if "eval_return_mean" in evaluation and "env_steps" in evaluation:
+            ax.plot([evaluation["env_steps"]], [evaluation["eval_return_mean"]], "*", color=color, markersize=10)
+        drawn += 1
+    ax.plot([], [], "k-", label="train return (last 20 episodes)")
+    ax.plot([], [], "ko--", markersize=3, label="eval during training")
+    ax.plot([], [], "k*", markersize=8, label="final eval")
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("episode return")
+    ax.set_title(f"{drawn} runs")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    return fig
 
 
 def curve_figure(run_dir: Path) -> Figure:

@@ -58,8 +58,9 @@ def format_duration(seconds: float) -> str:
 class ProgressView:
     """What the launcher shows while a run goes: call `update` from its loop, use as a context manager."""
 
-    def __init__(self, metrics_path: Path, total_env_steps: int, live: bool) -> None:
+    def __init__(self, metrics_path: Path, total_env_steps: int, live: bool, resumed_at: int | None = None) -> None:
         self.total = total_env_steps
+        self.resumed_at = resumed_at  # a resumed run's env steps at its checkpoint: shown beside its progress
         self._tail = MetricsTail(metrics_path)
         self._rates = Rates()
         self.last: dict[str, Any] = {}
@@ -92,13 +93,16 @@ class ProgressView:
             print("[surreal] " + "  ".join(f"{key} {value}" for key, value in fields.items()), flush=True)
 
     def _fields(self, restarts: dict[str, int], now: float) -> dict[str, str]:
-        steps = int(self.last.get("env_steps", 0))
+        # A resumed run's progress starts at its checkpoint, though rows written after it may still be read
+        # until the learner cuts metrics.jsonl back to it.
+        steps = max(int(self.last.get("env_steps", 0)), self.resumed_at or 0)
         rates = self._rates.per_second()
         ret = self.last.get("train_return_mean")
         lag = self.last.get("version_lag_mean")
         restarted = {name: n for name, n in restarts.items() if n}
+        resumed = "" if self.resumed_at is None else f", resumed at {self.resumed_at:,}"
         return {
-            "env steps": f"{steps:,}/{self.total:,} ({100 * steps / max(self.total, 1):.0f}%)",
+            "env steps": f"{steps:,}/{self.total:,} ({100 * steps / max(self.total, 1):.0f}%{resumed})",
             "steps/s": "-" if rates is None else f"{rates[0]:,.0f}",
             "return": "-" if ret is None else f"{ret:.1f}",
             "updates/s": "-" if rates is None else f"{rates[1]:.2f}",

@@ -8,6 +8,10 @@
     runs/<name>/checkpoints/      rotated learner checkpoints
     runs/<name>/logs/<name>.log   every process's output
     runs/<name>/summary.json      written by the launcher when the run ends, however it ends
+    runs/<name>/replay/           replay shards' snapshots (a resumed run's replay comes back from them)
+
+A run folder is continued with `surreal run --resume runs/<name>` (launch/resume.py), which adds an entry to
+reproduce.json's `resumes`.
 
 The root is `SURREAL_RUNS_ROOT` (default `./runs`).
 """
@@ -93,7 +97,7 @@ class RunFolderLock:
     """An exclusive lock on a run folder, held by the launcher that runs in it (released on exit, also when
     the launcher dies: the kernel drops a dead process's flock), so two launchers never share one folder."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, hint: str = "choose another name=") -> None:
         self.file = open(run_dir / ".launcher.lock", "a+", encoding="utf-8")  # noqa: SIM115
         try:
             fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -101,7 +105,7 @@ class RunFolderLock:
             self.file.seek(0)
             owner = self.file.read().strip() or "?"
             self.file.close()
-            raise ConfigError(f"{run_dir} is in use by another launcher (pid {owner}); choose another name=") from None
+            raise ConfigError(f"{run_dir} is in use by another launcher (pid {owner}); {hint}") from None
         self.file.truncate(0)
         self.file.write(str(os.getpid()))
         self.file.flush()
@@ -116,27 +120,36 @@ class RunFolderLock:
         self.file.close()  # closing the file releases the lock
 
 
+def refuse_existing_run(run_dir: Path) -> None:
+    """A folder that already holds a run (metrics.jsonl) is not started in again: `--resume` continues it."""
+    if (run_dir / "metrics.jsonl").exists():
+        raise ConfigError(f"{run_dir} already holds a run; choose another name= (or continue it: --resume {run_dir})")
+
+
 def create_run_folder(
-    cfg: ExperimentConfig, overrides: Sequence[str] = ()
+    cfg: ExperimentConfig, overrides: Sequence[str] = (), root: Path | None = None
 ) -> tuple[Path, ExperimentConfig, RunFolderLock]:
     """Make `<root>/<name>/{logs,checkpoints}` with config.yaml and reproduce.json, locked for this launcher.
 
     Returns the absolute folder, the config with its name filled in, and the lock to hold while the run
     lasts. A folder another launcher holds, or one that already holds a run (metrics.jsonl), is refused
     rather than mixed into: the learner appends to that file. A folder that cannot be made is one line.
+    `root`: the runs root (default `runs_root()`).
     """
     name = run_name(cfg)
     cfg = replace(cfg, name=name)
-    run_dir = (runs_root() / name).resolve()
+    run_dir = ((root or runs_root()) / name).resolve()
     try:
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
         (run_dir / "checkpoints").mkdir(exist_ok=True)
         lock = RunFolderLock(run_dir)
     except OSError as exc:
         raise ConfigError(f"cannot create the run folder {run_dir}: {exc.strerror or exc}") from None
-    if (run_dir / "metrics.jsonl").exists():
+    try:
+        refuse_existing_run(run_dir)
+    except ConfigError:
         lock.release()
-        raise ConfigError(f"{run_dir} already holds a run; choose another name=")
+        raise
     save_config(cfg, run_dir / "config.yaml")
     sha, dirty = git_state()
     write_json(
@@ -173,8 +186,12 @@ def write_summary(
     status: str,
     restarts: dict[str, int],
     reason: str | None = None,
+    resumed_at_env_steps: int | None = None,
 ) -> dict[str, Any]:
-    """summary.json from eval.json and the last metrics row; fields are null where a run ended early."""
+    """summary.json from eval.json and the last metrics row; fields are null where a run ended early.
+
+    A resumed run's summary is this session's: `wall_s` and `restarts` count since the resume,
+    `env_steps_per_s` the env steps taken since `resumed_at_env_steps` (null for a run never resumed)."""
     rows = read_metrics(run_dir / "metrics.jsonl")
     last = rows[-1] if rows else {}
     evaluation = read_eval(run_dir)
@@ -189,7 +206,7 @@ def write_summary(
         "env_steps": env_steps,
         "updates": int(last.get("updates", 0)),
         "wall_s": round(wall_s, 2),
-        "env_steps_per_s": round(env_steps / wall_s, 1) if wall_s > 0 else 0.0,
+        "env_steps_per_s": round((env_steps - (resumed_at_env_steps or 0)) / wall_s, 1) if wall_s > 0 else 0.0,
         "eval_return_mean": evaluation.get("eval_return_mean"),
         "eval_return_std": evaluation.get("eval_return_std"),
         "eval_episodes": evaluation.get("eval_episodes"),
@@ -200,6 +217,7 @@ def write_summary(
         "actors": cfg.topology.actors,
         "envs_per_actor": cfg.topology.envs_per_actor,
         "restarts": restarts,
+        "resumed_at_env_steps": resumed_at_env_steps,
         "git_sha": reproduce.get("git_sha"),
         "run_dir": str(run_dir),
     }

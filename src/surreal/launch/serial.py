@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -72,12 +73,14 @@ class SerialEvaluator:
     """The evaluator's core on the in-process ps, stepped after each learner step (no hold: one thread)."""
 
     def __init__(self, cfg: ExperimentConfig, params: InProcessParams, run_dir: Path) -> None:
-        evaluated = max((int(r["env_steps"]) for r in read_evals(run_dir)), default=0)  # a resumed run: its rows
-        self.core = EvaluatorCore(cfg, params, evaluated, run_dir)
-        self.rows = EvalLog(run_dir)
+        self.core = EvaluatorCore(cfg, params, [int(r["env_steps"]) for r in read_evals(run_dir)], run_dir)
+        self.rows = EvalLog(run_dir)  # a resumed run's rows are kept up to where its learner resumed
 
     def step(self) -> None:
         row = self.core.step(hold_s=0.0, timeout_s=0.0)
+        if self.core.rewound_to is not None:  # resumed from a checkpoint before the last row
+            self.rows.rewind(self.core.rewound_to)
+            self.core.rewound_to = None
         if row is not None:
             self.rows.write(row)
 
@@ -135,10 +138,12 @@ def run_serial(
     *,
     resume: bool = False,
     stop_after_updates: int | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> dict[str, Any] | None:
     """Train until `total_env_steps`, evaluate, and return eval.json's content (the run folder is `run_dir`).
     `stop_after_updates`: stop once the learner has made that many updates instead, checkpointing as a
-    stopped learner does, and return None. `resume`: continue from the run folder's newest checkpoint."""
+    stopped learner does, and return None; `stop`: the same once it returns True (asked between steps, from
+    another thread: `surreal.Run.stop`). `resume`: continue from the run folder's newest checkpoint."""
     log = log or logging.getLogger("surreal.serial")
     # No actor can be lost here, and wall-clock time must not change a run: actors never overdraw.
     cfg = replace(cfg, actor=replace(cfg.actor, overdraft_after_s=0.0))
@@ -158,7 +163,8 @@ def run_serial(
             learner.publish()
         learner.checkpoints.extra_state = world.state
         while not learner.reached_total:
-            if stop_after_updates is not None and learner.counters.updates >= stop_after_updates:
+            stopping = stop is not None and stop()
+            if stopping or (stop_after_updates is not None and learner.counters.updates >= stop_after_updates):
                 learner.checkpoint()
                 return None
             if learner.step(timeout_s=0.0):

@@ -75,7 +75,7 @@ def _load_prctl() -> Callable[..., int] | None:
 _PRCTL = _load_prctl()
 
 
-def _die_with(parent_pid: int) -> Callable[[], None]:
+def die_with(parent_pid: int) -> Callable[[], None]:
     """A `preexec_fn` that makes the child receive SIGTERM when the launcher dies.
 
     If the launcher died between fork and prctl the signal would never come: the re-parented child
@@ -192,7 +192,7 @@ class Supervisor:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 process_group=0,
-                preexec_fn=_die_with(os.getpid()),
+                preexec_fn=die_with(os.getpid()),
             )
         child.restart_at = None
 

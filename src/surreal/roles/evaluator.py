@@ -19,11 +19,15 @@ artifact of surreal/policy/artifact.py with the evaluation in its header), as St
 best_model.
 
 Stateless but for the rows it wrote: started again, it continues after the last row of `evals.jsonl` (and beats
-the best policy's recorded score, not a fresh one). It stops on the `done` blob; the learner's eval.json is the
-curve's last point. SIGTERM ends it at once (no handler until training is done): it holds nothing that a written
-row does not. It costs CPU that the actors and the learner would otherwise get (10 HalfCheetah episodes took
-0.9-1.5 s of a 2-core box's core, the rows' `eval_s`; 20 Lift episodes about a minute), which is why it only runs
-when `learner.eval_interval` is set.
+the best policy's recorded score, not a fresh one). A learner that resumes from a checkpoint taken before the last
+row (a run killed, then `surreal run --resume`; a learner restarted within a run) publishes fewer env steps than that
+row names: the rows past that point scored policies the resumed run no longer has, so they are dropped (from
+evals.jsonl, and hidden in TensorBoard) and the evaluations are done again as the learner gets there
+(`EvaluatorCore.rewound_to`), and no row's env steps ever go backwards. It stops on the `done` blob; the learner's
+eval.json is the curve's last point. SIGTERM ends it at once (no handler until training is done): it holds nothing
+that a written row does not. It costs CPU that the actors and the learner would otherwise get (10 HalfCheetah
+episodes took 0.9-1.5 s of a 2-core box's core, the rows' `eval_s`; 20 Lift episodes about a minute), which is why
+it only runs when `learner.eval_interval` is set.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -41,8 +46,9 @@ import zmq
 from surreal.algos import get_algorithm
 from surreal.config import ExperimentConfig, algo_config
 from surreal.envs import env_spaces
+from surreal.fileio import atomic_write_text
 from surreal.metrics import RoleMetrics
-from surreal.metricsfile import EVALS_FILE, read_evals
+from surreal.metricsfile import EVALS_FILE, read_evals, read_metrics
 from surreal.policy.artifact import BEST_DIR, FILE_NAME, POLICY_DIR, ArtifactError, read_policy_file
 from surreal.policy.build import PolicyRecorder, evaluation_section, run_git_sha
 from surreal.proto.channels import ParamClient
@@ -92,18 +98,36 @@ class EvalLog:
     TensorBoard (`eval/*` against env steps, written through at once: SIGTERM ends the evaluator mid-anything)."""
 
     def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / EVALS_FILE
+        self.board = run_dir / TENSORBOARD_DIR / EVALUATOR_BOARD
+        self.tensorboard = self._writer(None)
+
+    def _writer(self, purge_step: int | None) -> Any:
         from torch.utils.tensorboard import SummaryWriter
 
-        self.path = run_dir / EVALS_FILE
-        self.tensorboard = SummaryWriter(str(run_dir / TENSORBOARD_DIR / EVALUATOR_BOARD))
+        return SummaryWriter(str(self.board), purge_step=purge_step)
 
     def write(self, row: EvalRow) -> None:
         append_row(self.path, row)
         write_evaluation(self.tensorboard, asdict(row), row.env_steps)
         self.tensorboard.flush()
 
+    def rewind(self, env_steps: int) -> None:
+        """Drop the rows past `env_steps` (a learner resumed there): from evals.jsonl, and in TensorBoard by a new
+        event file that hides the older ones' later points."""
+        truncate_rows(self.path, env_steps)
+        self.tensorboard.close()
+        self.tensorboard = self._writer(env_steps + 1)
+
     def close(self) -> None:
         self.tensorboard.close()
+
+
+def truncate_rows(path: Path, env_steps: int) -> None:
+    """Keep the rows of evals.jsonl up to `env_steps` (a learner resumed there); written at once, as the learner
+    cuts metrics.jsonl back (runtime/recorder.py)."""
+    kept = [row for row in read_metrics(path) if int(row.get("env_steps", 0)) <= env_steps]
+    atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in kept))
 
 
 def next_threshold(env_steps: int, interval: int) -> int:
@@ -149,8 +173,10 @@ class EvaluatorCore:
     in-process ps)."""
 
     def __init__(
-        self, cfg: ExperimentConfig, params: ParamsIn, evaluated_up_to: int = 0, run_dir: Path | None = None
+        self, cfg: ExperimentConfig, params: ParamsIn, rows: Sequence[int] = (), run_dir: Path | None = None
     ) -> None:
+        """`rows`: the env steps of the rows already written (a restarted evaluator's evals.jsonl), in order;
+        `run_dir`: where the best policy is kept (none without one)."""
         if cfg.learner.eval_interval <= 0:
             raise ValueError("the evaluator needs learner.eval_interval > 0")
         self.cfg = cfg
@@ -158,8 +184,12 @@ class EvaluatorCore:
         spaces = env_spaces(cfg)
         self.policy = get_algorithm(cfg.algo.name).make_policy(*spaces, algo_config(cfg), 0, 1)
         self.best = BestPolicy(cfg, *spaces, run_dir) if run_dir is not None else None
-        self.due = next_threshold(evaluated_up_to, cfg.learner.eval_interval)
+        self.rows = list(rows)  # the env steps of every row written
+        self.due = next_threshold(self.rows[-1] if self.rows else 0, cfg.learner.eval_interval)
         self.version, self.incarnation, self.done = -1, "", False
+        # Set when a blob came from a learner resumed before the last row: the rows after it are to be dropped
+        # (by whoever writes them); the caller resets it.
+        self.rewound_to: int | None = None
 
     def step(self, hold_s: float = HOLD_S, timeout_s: float = 5.0) -> EvalRow | None:
         """One fetch (a long poll for a newer blob); a row when the blob it brought was due for evaluation."""
@@ -168,9 +198,14 @@ class EvaluatorCore:
             return None
         blob = reply.blob
         self.version, self.incarnation, self.done = blob.version, blob.incarnation, blob.done
+        if self.rows and blob.env_steps < self.rows[-1]:  # the learner resumed from before the last row
+            self.rewound_to = blob.env_steps
+            self.rows = [steps for steps in self.rows if steps <= blob.env_steps]
+            self.due = next_threshold(self.rows[-1] if self.rows else 0, self.cfg.learner.eval_interval)
         if blob.done or blob.env_steps < self.due:
             return None
         row = self.evaluate(reply)
+        self.rows.append(blob.env_steps)
         self.due = next_threshold(blob.env_steps, self.cfg.learner.eval_interval)
         return row
 
@@ -216,11 +251,9 @@ def main(args: argparse.Namespace) -> int:
     params = ParamClient(
         ctx, ps_addrs, Limits(max_bytes=cfg.ps.max_message_bytes), lambda r: m_bad.labels(reason=r).inc()
     )
-    evaluated_up_to = max((int(r["env_steps"]) for r in history), default=0)
-    core = EvaluatorCore(cfg, params, evaluated_up_to, run_dir if run_dir.is_dir() else None)
-    rows = (
-        EvalLog(run_dir) if run_dir.is_dir() else None
-    )  # a pod has no run folder: its rows go to the log and /metrics
+    core = EvaluatorCore(cfg, params, [int(r["env_steps"]) for r in history], run_dir if run_dir.is_dir() else None)
+    # A pod has no run folder: its rows go to the log and /metrics.
+    rows = EvalLog(run_dir) if run_dir.is_dir() else None
     metrics.serve(settings.bind_host, settings.metrics_port)
     log.info(
         "evaluating every %d env steps (%d episodes); first at %d",
@@ -231,6 +264,11 @@ def main(args: argparse.Namespace) -> int:
     try:
         while not core.done:  # SIGTERM's default action ends it, mid-evaluation too
             row = core.step()
+            if core.rewound_to is not None:
+                log.info("the learner resumed at %d env steps: rows after it dropped", core.rewound_to)
+                if rows is not None:
+                    rows.rewind(core.rewound_to)
+                core.rewound_to = None
             if row is None:
                 if core.version < 0:  # no blob yet: the learner or the ps is still starting
                     time.sleep(IDLE_S)

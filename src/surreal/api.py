@@ -1,0 +1,505 @@
+"""The Python API: `surreal.train`, `surreal.start`, `surreal.Run` (docs/api.md).
+
+    import surreal
+
+    run = surreal.train(algo="sac", env="Pendulum-v1", actors=2, steps=20_000, name="pend-sac")
+    print(run.summary["eval_return_mean"], len(run.metrics), run.dir)
+    action = run.policy()(observation)
+
+A run is the very run `surreal run` makes: `mode="processes"` starts `surreal run` (its launcher and every role as
+supervised processes) as a child of this process; `mode="serial"` runs every role's core in this process
+(launch/serial.py: deterministic for a seed, for notebooks and tests). Either way the run folder is the same
+(`runs/<name>/`: config.yaml, metrics.jsonl, evals.jsonl, eval.json, checkpoints, summary.json), and `Run` reads
+its results from there, so `Run.open` reads a run started from the CLI just as well.
+
+Errors are the CLI's: a config that cannot run raises `surreal.config.ConfigError` with the one line `surreal run`
+prints (checked here before anything starts), a run that fails raises `RunFailed` with the launcher's reason.
+
+Importing `surreal` loads none of this; this module imports Hydra, torch and the launcher only when a run is
+made or read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from surreal.errors import ConfigError
+
+if TYPE_CHECKING:
+    from surreal.config import ExperimentConfig
+    from surreal.launch.runfolder import RunFolderLock
+
+Mode = Literal["processes", "serial"]
+MODES = ("processes", "serial")
+LAUNCHER_LOG = "launcher.log"  # in <run>/logs/: what `surreal run` printed, for a run started here
+SERIAL_LOG = "serial.log"  # in <run>/logs/: a serial run's learner log
+LOCK_FILE = ".launcher.lock"  # held by the launcher (or serial run) in a run folder: launch/runfolder.py
+# How long `stop` waits for a launcher to stop its roles: its learner's and replay shards' grace periods
+# (launch/local.py LEARNER_GRACE_S, REPLAY_GRACE_S) and a margin; it returns as soon as the launcher is out.
+STOP_TIMEOUT_S = 240.0
+POLL_S = 0.1
+PLAIN = re.compile(r"[A-Za-z0-9_.:/+-]+")  # a string Hydra's grammar reads as itself, unquoted
+# One serial run at a time in a process: the roles' cores share torch's, NumPy's and Python's process-wide
+# generators, so two at once would make neither deterministic.
+_SERIAL = threading.Lock()
+
+
+class RunFailed(RuntimeError):
+    """The run ended without completing its budget (a role exhausted its restarts, the serial loop raised).
+    `run` is the `Run` (its folder, logs and summary say more)."""
+
+    def __init__(self, message: str, run: Run) -> None:
+        super().__init__(message)
+        self.run = run
+
+
+# -- overrides --------------------------------------------------------------------------------------------
+
+
+def format_value(value: Any) -> str:
+    """A Python value as Hydra's override grammar reads it back: `true`, `null`, `3e-04`, `[64,64]`, `'a b'`."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return value if PLAIN.fullmatch(value) else "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{key}:{format_value(v)}" for key, v in value.items()) + "}"
+    if isinstance(value, Sequence):
+        return "[" + ",".join(format_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} {value!r} as a config value")
+
+
+def as_overrides(overrides: Mapping[str, Any] | Sequence[str] | None = None, **shorthands: Any) -> list[str]:
+    """`surreal run`'s overrides from keyword shorthands (algo, env, actors, steps, seed, name; None: not set) and
+    `overrides`: a mapping of dotted keys to Python values (nested mappings: dotted keys below), or `key=value`
+    strings as typed on the command line."""
+    items = [f"{key}={format_value(value)}" for key, value in shorthands.items() if value is not None]
+    if overrides is None:
+        return items
+    if isinstance(overrides, str):
+        raise TypeError("overrides is a mapping or a list of 'key=value' strings, not one string")
+    if isinstance(overrides, Mapping):
+        return [*items, *(f"{key}={format_value(value)}" for key, value in flatten(overrides))]
+    return [*items, *overrides]
+
+
+def flatten(mapping: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """Nested mappings as dotted keys (`{"env.kwargs": {"a": 1}}` -> `env.kwargs.a`), as the loader takes them: it
+    adds a key under a free-form dict (env.kwargs) one dotted key at a time."""
+    out: list[tuple[str, Any]] = []
+    for key, value in mapping.items():
+        if isinstance(value, Mapping) and value:
+            out += flatten(value, f"{prefix}{key}.")
+        else:
+            out.append((f"{prefix}{key}", value))
+    return out
+
+
+# -- the run ----------------------------------------------------------------------------------------------
+
+
+class Run:
+    """A run folder and, for a run started here, the launcher process or serial thread running it.
+
+    Results are read from the folder whenever asked, so they follow a run that is still going."""
+
+    def __init__(self, run_dir: str | os.PathLike[str]) -> None:
+        self.dir = Path(run_dir).resolve()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log_offset = 0  # where this session's lines start in logs/launcher.log
+        self._created_dir = False  # whether this object made the folder (removed again if the launcher refused)
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> Run:
+        """The run in an existing folder (started from here, the CLI or another machine)."""
+        from surreal.launch.resume import find_run_dir
+
+        return cls(find_run_dir(path))
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.dir)!r}, status={self.status!r})"
+
+    @property
+    def name(self) -> str:
+        return self.dir.name
+
+    # -- results, read from the folder -------------------------------------------------------------------
+
+    @property
+    def config(self) -> ExperimentConfig:
+        """The experiment (config.yaml: every key resolved)."""
+        from surreal.config import read_config
+
+        return read_config(self.dir / "config.yaml")
+
+    @property
+    def summary(self) -> dict[str, Any] | None:
+        """summary.json (status, env steps, wall time, final eval, restarts), written when a launch ends; None
+        before. After `--resume`, the resumed session's."""
+        return _read_json(self.dir / "summary.json")
+
+    @property
+    def metrics(self) -> list[dict[str, Any]]:
+        """metrics.jsonl's rows: the learner's counters and update statistics, one row per record."""
+        from surreal.metricsfile import METRICS_FILE, read_metrics
+
+        return read_metrics(self.dir / METRICS_FILE)
+
+    @property
+    def evals(self) -> list[dict[str, Any]]:
+        """evals.jsonl's rows: the evaluator's evaluations during training (with `learner.eval_interval`)."""
+        from surreal.metricsfile import read_evals
+
+        return read_evals(self.dir)
+
+    @property
+    def final_eval(self) -> dict[str, Any] | None:
+        """eval.json: the final deterministic evaluation (returns, mean, std, env steps); None before."""
+        return _read_json(self.dir / "eval.json")
+
+    @property
+    def running(self) -> bool:
+        if self._process is not None:
+            return self._process.poll() is None
+        if self._thread is not None:
+            return self._thread.is_alive()
+        return launcher_pid(self.dir) is not None
+
+    @property
+    def status(self) -> str:
+        """running, completed, failed, interrupted (summary.json's), or `unknown`: no summary of its last launch
+        (not started yet, or its launcher was killed: then summary.json, if any, is older than the launch)."""
+        if self.running:
+            return "running"
+        summary = self.summary
+        if summary is None or _older(self.dir / "summary.json", self.dir / LOCK_FILE):
+            return "unknown"
+        return str(summary["status"])
+
+    def policy(self) -> Any:
+        """The trained policy: `policy(obs)` is its deterministic action (see `load_run_policy`)."""
+        return load_run_policy(self.dir)
+
+    # -- control -------------------------------------------------------------------------------------------
+
+    def wait(self, timeout_s: float | None = None) -> Run:
+        """Block until the run is over; returns the run, completed or stopped. Raises `RunFailed` if it failed,
+        ConfigError if its launcher refused the config, TimeoutError after `timeout_s`. Ctrl-C here stops the
+        run (it saves its state: `resume=` continues it) and raises KeyboardInterrupt."""
+        try:
+            self._join(timeout_s)
+        except KeyboardInterrupt:
+            self.stop()
+            raise
+        self._raise_outcome()
+        return self
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> Run:
+        """Stop the run as Ctrl-C stops `surreal run`: the learner checkpoints, replay shards snapshot, and
+        summary.json says `interrupted`. Returns once it is over (SIGKILL after `timeout_s`). Works on an opened
+        run too, by signalling the launcher that holds its folder."""
+        if self._process is not None:
+            if self._process.poll() is None:
+                self._process.send_signal(signal.SIGINT)
+                try:
+                    self._process.wait(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    self._process.kill()
+                    self._process.wait()
+        elif self._thread is not None:
+            self._stop.set()
+            self._thread.join(timeout_s)
+        elif (pid := launcher_pid(self.dir)) is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGINT)
+            deadline = time.monotonic() + timeout_s
+            while launcher_pid(self.dir) is not None and time.monotonic() < deadline:
+                time.sleep(POLL_S)
+        return self
+
+    def _join(self, timeout_s: float | None) -> None:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while self.running:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"{self.dir} still running after {timeout_s} s")
+            if self._thread is not None:
+                self._thread.join(POLL_S)
+            elif self._process is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._process.wait(POLL_S)
+            else:
+                time.sleep(POLL_S)
+
+    def _raise_outcome(self) -> None:
+        if self._error is not None:
+            if isinstance(self._error, ConfigError):
+                raise self._error
+            raise RunFailed(f"{self.dir}: {type(self._error).__name__}: {self._error}", self) from self._error
+        if self._process is not None:
+            code = self._process.returncode
+            if code == 2:
+                raise ConfigError(self._refusal())
+            if code not in (0, 130):
+                reason = (self.summary or {}).get("reason") or f"the launcher exited with code {code}"
+                raise RunFailed(f"{self.dir}: {reason} (its lines: {self.dir / 'logs' / LAUNCHER_LOG})", self)
+        elif self.status == "failed":
+            raise RunFailed(f"{self.dir}: {(self.summary or {}).get('reason')}", self)
+
+    def _refusal(self) -> str:
+        """The launcher's one-line refusal (exit 2), from this session's part of its log; the folder goes again if
+        this object made it and the launcher wrote nothing else into it."""
+        log = self.dir / "logs" / LAUNCHER_LOG
+        try:
+            with open(log, "rb") as f:
+                f.seek(self._log_offset)
+                text = f.read().decode("utf-8", errors="replace")
+        except OSError:
+            text = ""
+        lines = [line.removeprefix("surreal: ") for line in text.strip().splitlines()]
+        if self._created_dir and [p.name for p in self.dir.rglob("*")] == ["logs", LAUNCHER_LOG]:
+            log.unlink()
+            (self.dir / "logs").rmdir()
+            self.dir.rmdir()
+        return "\n".join(lines) or f"surreal run refused the config of {self.dir}"
+
+    # -- starting --------------------------------------------------------------------------------------------
+
+    def _launch(self, argv: list[str], root: Path) -> None:
+        """`surreal run <argv>` as a child, its output in logs/launcher.log. The child gets SIGTERM (and stops as
+        on Ctrl-C) if the thread that started it dies, so no run outlives its owner unseen."""
+        from surreal.launch.supervisor import die_with
+
+        logs = self.dir / "logs"
+        self._created_dir = not self.dir.exists()
+        logs.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "SURREAL_RUNS_ROOT": str(root), "PYTHONUNBUFFERED": "1"}
+        with open(logs / LAUNCHER_LOG, "ab") as log:
+            self._log_offset = log.tell()
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "surreal", "run", *argv, "--no-progress"],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with(os.getpid()),
+            )
+
+    def _start_serial(self, cfg: ExperimentConfig, lock: RunFolderLock, resume: bool) -> None:
+        self._thread = threading.Thread(target=self._run_serial, args=(cfg, lock, resume), name=f"surreal-{self.name}")
+        self._thread.start()
+
+    def _run_serial(self, cfg: ExperimentConfig, lock: RunFolderLock, resume: bool) -> None:
+        """The serial run in this thread, summary.json at the end however it ends; releases the serial claim."""
+        from surreal.launch.resume import checkpoint_counters
+        from surreal.launch.runfolder import write_summary
+        from surreal.launch.serial import SerialResumeError, run_serial
+
+        log = logging.getLogger(f"surreal.serial.{self.name}")
+        handler = logging.FileHandler(self.dir / "logs" / SERIAL_LOG)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
+        started = time.monotonic()
+        status, reason, resumed_at = "failed", None, None
+        try:
+            with lock:
+                if resume and (counters := checkpoint_counters(self.dir)) is not None:
+                    resumed_at = int(counters["env_steps"])
+                try:
+                    result = run_serial(cfg, self.dir, log, resume=resume, stop=self._stop.is_set)
+                except SerialResumeError as exc:  # a process run's checkpoint: this world cannot be continued
+                    raise ConfigError(f"{self.dir}: {exc}; resume it with mode='processes'") from None
+                status = "completed" if result is not None else "interrupted"
+                reason = None if result is not None else "stopped by Run.stop()"
+                write_summary(self.dir, cfg, time.monotonic() - started, status, {}, reason, resumed_at)
+        except KeyboardInterrupt:
+            write_summary(self.dir, cfg, time.monotonic() - started, "interrupted", {}, "KeyboardInterrupt", resumed_at)
+            raise
+        except BaseException as exc:  # noqa: BLE001 - handed to wait(), which raises it
+            self._error = exc
+            with contextlib.suppress(Exception):
+                write_summary(self.dir, cfg, time.monotonic() - started, "failed", {}, f"{exc}", resumed_at)
+        finally:
+            log.removeHandler(handler)
+            handler.close()
+            _SERIAL.release()
+
+
+def launcher_pid(run_dir: Path) -> int | None:
+    """The pid of the launcher (or serial run) holding `run_dir`'s lock, None when none does."""
+    path = run_dir / LOCK_FILE
+    if not path.exists():
+        return None
+    with open(path, "a+", encoding="utf-8") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            text = f.read().strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return None
+
+
+def load_run_policy(run_dir: Path) -> Any:
+    """A run's trained policy: its policy artifact (`<run>/policy/`) through `surreal.load_policy` where both exist,
+    else the deterministic policy of its newest checkpoint (launch/checkpoint_policy.py), callable as
+    `policy(obs) -> action`."""
+    loader = getattr(importlib.import_module("surreal"), "load_policy", None)
+    if loader is not None and (run_dir / "policy").is_dir():
+        return loader(run_dir / "policy")
+    from surreal.launch.checkpoint_policy import CheckpointPolicy
+
+    return CheckpointPolicy.load(run_dir)
+
+
+def _older(path: Path, than: Path) -> bool:
+    """Whether `path` was last written before `than` (a launcher writes its pid into the lock file as it starts)."""
+    try:
+        return path.stat().st_mtime < than.stat().st_mtime
+    except FileNotFoundError:
+        return False
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+# -- the functions ----------------------------------------------------------------------------------------
+
+
+def start(
+    algo: str | None = None,
+    env: str | None = None,
+    *,
+    actors: int | None = None,
+    steps: int | None = None,
+    seed: int | None = None,
+    overrides: Mapping[str, Any] | Sequence[str] | None = None,
+    name: str | None = None,
+    mode: Mode = "processes",
+    resume: str | os.PathLike[str] | Run | None = None,
+    runs_root: str | os.PathLike[str] | None = None,
+) -> Run:
+    """Start a run and return at once; `Run.wait()` blocks until it is over. Arguments as `train`'s."""
+    from surreal.config import load_config
+    from surreal.launch import runfolder
+    from surreal.launch.preflight import preflight
+    from surreal.launch.resume import find_run_dir, reopen_run_folder, resume_config
+
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
+    root = Path(runs_root).resolve() if runs_root is not None else runfolder.runs_root().resolve()
+    if resume is not None:
+        if name is not None:
+            raise ConfigError("name= names a new run; a resumed run keeps its folder")
+        items = as_overrides(overrides, algo=algo, env=env, actors=actors, steps=steps, seed=seed)
+        run = Run(find_run_dir(resume.dir if isinstance(resume, Run) else resume, root))
+        cfg = resume_config(run.dir, items)  # ConfigError: an override that would change the experiment
+        _warn(preflight(cfg))
+        if (pid := launcher_pid(run.dir)) is not None:
+            raise ConfigError(
+                f"{run.dir} is in use by another launcher (pid {pid}); it is still running; stop it first"
+            )
+        if mode == "processes":
+            run._launch(["--resume", str(run.dir), *items], root)
+        else:
+            _claim_serial()
+            try:
+                lock = reopen_run_folder(run.dir, cfg, items)
+            except BaseException:
+                _SERIAL.release()
+                raise
+            run._start_serial(cfg, lock, resume=True)
+        return run
+    items = as_overrides(overrides, algo=algo, env=env, actors=actors, steps=steps, seed=seed, name=name)
+    cfg = load_config(items)
+    _warn(preflight(cfg))  # ConfigError: what cannot run, refused before anything starts (launch/preflight.py)
+    run_name = runfolder.run_name(cfg)
+    run = Run(root / run_name)
+    runfolder.refuse_existing_run(run.dir)
+    if mode == "processes":
+        run._launch([*items, f"name={run_name}"], root)
+    else:
+        _claim_serial()
+        try:
+            _, cfg, lock = runfolder.create_run_folder(cfg, items, root)
+        except BaseException:
+            _SERIAL.release()
+            raise
+        run._start_serial(cfg, lock, resume=False)
+    return run
+
+
+def _warn(lines: list[str]) -> None:
+    """A budget a default eats (launch/preflight.py), as the CLI prints it: a UserWarning each, at the caller."""
+    for line in lines:
+        warnings.warn(line, UserWarning, stacklevel=4)
+
+
+def _claim_serial() -> None:
+    if not _SERIAL.acquire(blocking=False):
+        raise ConfigError("a serial run is already running in this process: wait for it (or use mode='processes')")
+
+
+def train(
+    algo: str | None = None,
+    env: str | None = None,
+    *,
+    actors: int | None = None,
+    steps: int | None = None,
+    seed: int | None = None,
+    overrides: Mapping[str, Any] | Sequence[str] | None = None,
+    name: str | None = None,
+    mode: Mode = "processes",
+    resume: str | os.PathLike[str] | Run | None = None,
+    runs_root: str | os.PathLike[str] | None = None,
+) -> Run:
+    """Train until the budget is spent and return the `Run`.
+
+    algo, env, actors, steps, seed: `surreal run`'s shorthands (None: the packaged default). overrides: any other
+    config keys, as {"algo.lr": 1e-3, "learner.eval_interval": 10_000} or ["algo.lr=1e-3"]. name: the run folder
+    under `runs_root` (default SURREAL_RUNS_ROOT or ./runs; None: a timestamped name). mode: "processes" (every
+    role a supervised process, as `surreal run`) or "serial" (one process, deterministic for a seed). resume: a run
+    folder (or Run) to continue from its checkpoints instead; overrides may then change only its budget (steps)
+    and how it runs. Raises ConfigError (the CLI's message) before anything starts, RunFailed if the run fails."""
+    run = start(
+        algo,
+        env,
+        actors=actors,
+        steps=steps,
+        seed=seed,
+        overrides=overrides,
+        name=name,
+        mode=mode,
+        resume=resume,
+        runs_root=runs_root,
+    )
+    return run.wait()

@@ -1,0 +1,425 @@
+"""`surreal run --multirun`: one `surreal run` per combination of values, a few at a time, and a summary.
+
+    surreal run --multirun seed=1,2,3 algo.lr=3e-4,1e-3 env=Hopper-v5 --jobs 2
+    surreal run --multirun --resume runs/<sweep>        # the members that did not complete, resumed
+
+Overrides are Hydra's, with its multirun grammar and its basic sweeper's meaning: `key=a,b,c` (or
+`range(1,4)`, `choice(...)`) lists values, and the members are the cartesian product of every list, in the
+order given (Hydra's `BasicSweeper`, by Hydra's own override parser). `name=` names the sweep's folder.
+
+    runs/<sweep>/sweep.json        the members: their folder, overrides, swept values, status
+    runs/<sweep>/<member>/         an ordinary run folder per member (`surreal plot`, `--resume` work on it)
+    runs/<sweep>/logs/<member>.log each member's launcher output
+    runs/<sweep>/summary.{md,csv,json}  final eval mean +- std across seeds, per setting
+    runs/<sweep>/curves.png        each setting's mean and spread (min to max) across seeds, against env steps
+
+A setting is a member's swept values other than `seed`; its seeds are its members. Each member is the very
+`surreal run` a user would type (its own launcher, supervised roles and summary), started as a child of this
+process in a group of its own: Ctrl-C stops the sweep, which stops the running members (each saves its state,
+so `--resume` continues them) and starts no more.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import json
+import os
+import statistics
+import sys
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+
+from surreal.config import ConfigError, load_config
+from surreal.config.schema import NOT_IN_RUN_NAME, RUN_NAME
+from surreal.envs import check_env_id
+from surreal.launch.runfolder import RunFolderLock, read_eval, runs_root, write_json
+from surreal.launch.supervisor import ProcessSpec, Supervisor
+from surreal.roles.common import StopFlag
+
+SWEEP_FILE = "sweep.json"
+POLL_S = 0.5
+# SIGTERM to SIGKILL for a member's launcher: it stops its actors, then gives its learner (120 s) and its replay
+# shards (60 s) their grace periods to save their state (launch/local.py), each exiting as soon as it has.
+MEMBER_GRACE_S = 240.0
+EXIT_CODES = {"completed": 0, "failed": 1, "interrupted": 130}
+
+
+@dataclass(frozen=True)
+class Member:
+    """One run of the sweep: its folder name, its overrides (without `name=`), and the values it was given for
+    the swept keys."""
+
+    name: str
+    overrides: list[str]
+    swept: dict[str, str]
+
+    @property
+    def setting(self) -> dict[str, str]:
+        """What it is compared by: its swept values other than the seed."""
+        return {key: value for key, value in self.swept.items() if key != "seed"}
+
+
+def expand(overrides: Sequence[str]) -> tuple[list[list[str]], list[str]]:
+    """Hydra's basic sweeper: (the overrides of every member, the keys that take several values). A plain
+    override is in every member; a sweep (`k=a,b`, `k=range(1,4)`) gives one member per value, and several
+    sweeps their cartesian product, the first varying slowest."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException as exc:
+        raise ConfigError(str(exc).splitlines()[0]) from None
+    lists: list[list[str]] = []
+    swept: list[str] = []
+    for override in parsed:
+        key = override.get_key_element()
+        if override.is_sweep_override():
+            if not override.is_discrete_sweep():
+                raise ConfigError(f"{override.input_line}: an interval sweep needs a search, not a grid")
+            values = [f"{key}={value}" for value in override.sweep_string_iterator()]
+            lists.append(values)
+            if len(values) > 1:
+                swept.append(key)
+        else:
+            lists.append([f"{key}={override.get_value_element_as_str()}"])
+    return [list(combo) for combo in itertools.product(*lists)], swept
+
+
+def member_name(index: int, swept: dict[str, str]) -> str:
+    """`000-seed_1-algo.lr_0.0003`: the index (unique, in launch order) and the swept values, as a folder name."""
+    parts = [f"{index:03d}", *(f"{key}_{value}" for key, value in swept.items())]
+    return NOT_IN_RUN_NAME.sub("_", "-".join(parts))[:100]
+
+
+def plan_members(overrides: Sequence[str]) -> tuple[str | None, list[Member]]:
+    """(the sweep's `name=` if given, its members); a bad override, or a member whose config does not load, is a
+    ConfigError naming that member, before anything starts."""
+    name = None
+    rest = []
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if sep and key.strip() == "name":
+            if "," in value:
+                raise ConfigError("name= names the sweep's folder: it cannot be swept")
+            name = value.strip()
+        else:
+            rest.append(item)
+    combos, swept_keys = expand(rest)
+    members = []
+    for index, combo in enumerate(combos):
+        swept = {}
+        for item in combo:
+            key, _, value = item.partition("=")
+            if key in swept_keys:
+                swept[key] = value
+        member = Member(member_name(index, swept), combo, swept)
+        try:
+            cfg = load_config(member.overrides)
+            check_env_id(cfg.env.id, cfg.env.kwargs)
+        except ConfigError as exc:
+            label = " ".join(f"{k}={v}" for k, v in swept.items()) or "the only member"
+            raise ConfigError(f"sweep member {index} ({label}): {exc}") from None
+        members.append(member)
+    return name, members
+
+
+def default_sweep_name(members: list[Member]) -> str:
+    """`<YYYYmmdd-HHMMSS>-<algo>-<env>-sweep` from the first member's config."""
+    cfg = load_config(members[0].overrides)
+    env_id = NOT_IN_RUN_NAME.sub("_", cfg.env.id)
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.algo.name}-{env_id}-sweep"
+
+
+def create_sweep_folder(name: str | None, members: list[Member], overrides: Sequence[str], jobs: int) -> Path:
+    """`<runs root>/<name>/` with sweep.json; an existing sweep there is refused (resume it instead)."""
+    name = name or default_sweep_name(members)
+    if not RUN_NAME.fullmatch(name):
+        raise ConfigError(
+            f"name={name!r} must be a folder name of at most 100 characters: letters, digits, '.', '_', '-'"
+        )
+    sweep_dir = (runs_root() / name).resolve()
+    if (sweep_dir / SWEEP_FILE).exists() or (sweep_dir / "metrics.jsonl").exists():
+        raise ConfigError(f"{sweep_dir} already holds a sweep or a run; choose another name= (or --resume it)")
+    try:
+        (sweep_dir / "logs").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the sweep folder {sweep_dir}: {exc.strerror or exc}") from None
+    write_json(
+        sweep_dir / SWEEP_FILE,
+        {
+            "name": name,
+            "overrides": list(overrides),
+            "jobs": jobs,
+            "command": sys.argv,
+            "started_at": round(time.time(), 3),
+            "members": [{**asdict(m), "status": "pending", "exit_code": None} for m in members],
+        },
+    )
+    return sweep_dir
+
+
+def read_plan(sweep_dir: Path) -> dict[str, Any]:
+    try:
+        plan = json.loads((sweep_dir / SWEEP_FILE).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{sweep_dir}: no readable {SWEEP_FILE} ({exc})") from None
+    if not isinstance(plan, dict) or not isinstance(plan.get("members"), list):
+        raise ConfigError(f"{sweep_dir / SWEEP_FILE} is not a sweep plan")
+    return plan
+
+
+def members_of(plan: dict[str, Any]) -> list[Member]:
+    return [Member(m["name"], list(m["overrides"]), dict(m["swept"])) for m in plan["members"]]
+
+
+# -- running ----------------------------------------------------------------------------------------------
+
+
+def run_sweep(overrides: Sequence[str], jobs: int = 1) -> int:
+    """`surreal run --multirun ...`. Exit code: 0 every member completed, 1 one did not, 2 bad config, 130 stopped."""
+    try:
+        if jobs < 1:
+            raise ConfigError(f"--jobs must be >= 1 (got {jobs})")
+        name, members = plan_members(overrides)
+        sweep_dir = create_sweep_folder(name, members, overrides, jobs)
+        lock = RunFolderLock(sweep_dir)
+    except ConfigError as exc:
+        print(f"surreal: {exc}", file=sys.stderr)
+        return 2
+    swept = sorted({key for m in members for key in m.swept})
+    print(
+        f"[surreal] sweep {sweep_dir.name}: {len(members)} member(s) over {', '.join(swept) or 'nothing'}, "
+        f"{jobs} at a time, in {sweep_dir}",
+        flush=True,
+    )
+    plan = [(m, [*m.overrides, f"name={m.name}"]) for m in members]
+    return drive(sweep_dir, lock, plan, jobs)
+
+
+def resume_sweep(where: str | os.PathLike[str], overrides: Sequence[str], jobs: int = 1) -> int:
+    """`surreal run --multirun --resume runs/<sweep> [budget overrides]`: every member that did not complete is
+    resumed (or started, if it never was); with overrides (a larger `steps=`), every member is."""
+    try:
+        if jobs < 1:
+            raise ConfigError(f"--jobs must be >= 1 (got {jobs})")
+        sweep_dir = Path(where) if Path(where).exists() else runs_root() / where
+        sweep_dir = sweep_dir.resolve()
+        members = members_of(read_plan(sweep_dir))
+        lock = RunFolderLock(sweep_dir, hint="it is still running; stop it first")
+    except ConfigError as exc:
+        print(f"surreal: {exc}", file=sys.stderr)
+        return 2
+    plan: list[tuple[Member, list[str]]] = []
+    for member in members:
+        run_dir = sweep_dir / member.name
+        status = _summary_status(run_dir)
+        if status == "completed" and not overrides:
+            continue
+        if (run_dir / "config.yaml").is_file():
+            plan.append((member, ["--resume", str(run_dir), *overrides]))
+        else:
+            plan.append((member, [*member.overrides, *overrides, f"name={member.name}"]))
+    print(
+        f"[surreal] sweep {sweep_dir.name}: resuming {len(plan)} of {len(members)} member(s), {jobs} at a time",
+        flush=True,
+    )
+    return drive(sweep_dir, lock, plan, jobs)
+
+
+def _summary_status(run_dir: Path) -> str | None:
+    try:
+        return json.loads((run_dir / "summary.json").read_text(encoding="utf-8")).get("status")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return None
+
+
+def drive(sweep_dir: Path, lock: RunFolderLock, plan: list[tuple[Member, list[str]]], jobs: int) -> int:
+    """Run `surreal run <args>` for each (member, args), `jobs` at a time, record each member's status in
+    sweep.json as it ends, then write the summary. Holds `lock` (the sweep folder's) throughout."""
+    env = {**os.environ, "SURREAL_RUNS_ROOT": str(sweep_dir), "PYTHONUNBUFFERED": "1"}
+    pending = deque(plan)
+    running: dict[str, Member] = {}
+    total = len(plan)
+    with lock, StopFlag() as stop, Supervisor(sweep_dir / "logs") as supervisor:
+        while (pending or running) and not stop:
+            while pending and len(running) < jobs and not stop:
+                member, args = pending.popleft()
+                argv = [sys.executable, "-m", "surreal", "run", *args, "--no-progress"]
+                spec = ProcessSpec(member.name, "member", 0, argv, env, restart="never", grace_s=MEMBER_GRACE_S)
+                supervisor.start(spec)
+                running[member.name] = member
+                _record(sweep_dir, member.name, "running", None)
+                done = total - len(pending) - len(running)
+                print(f"[surreal] started {member.name} ({done} of {total} done, {len(running)} running)", flush=True)
+            time.sleep(POLL_S)
+            supervisor.poll()
+            for name in list(running):
+                code = supervisor.returncode(name)
+                if code is None:
+                    continue
+                del running[name]
+                status = _summary_status(sweep_dir / name) or "failed"
+                _record(sweep_dir, name, status, code)
+                print(f"[surreal] {name}: {_result_line(sweep_dir / name, status)}", flush=True)
+        if stop:
+            print(f"[surreal] sweep stopped; stopping {len(running)} running member(s)", flush=True)
+    for name in running:  # stopped with the sweep: their own summaries say how far they got
+        _record(sweep_dir, name, _summary_status(sweep_dir / name) or "interrupted", None)
+    summary = write_sweep_summary(sweep_dir)
+    print(summary_markdown(summary), flush=True)
+    print(f"[surreal] sweep folder {sweep_dir} (summary.md, summary.csv, summary.json, curves.png)", flush=True)
+    if stop:
+        return EXIT_CODES["interrupted"]
+    statuses = [m["status"] for m in read_plan(sweep_dir)["members"]]
+    return 0 if all(s == "completed" for s in statuses) else 1
+
+
+def _record(sweep_dir: Path, name: str, status: str, exit_code: int | None) -> None:
+    plan = read_plan(sweep_dir)
+    for member in plan["members"]:
+        if member["name"] == name:
+            member["status"], member["exit_code"] = status, exit_code
+    write_json(sweep_dir / SWEEP_FILE, plan)
+
+
+def _result_line(run_dir: Path, status: str) -> str:
+    evaluation = read_eval(run_dir)
+    if "eval_return_mean" in evaluation:
+        mean, std = evaluation["eval_return_mean"], evaluation.get("eval_return_std") or 0.0
+        return f"{status}, eval {mean:.1f} +- {std:.1f} at {int(evaluation.get('env_steps', 0)):,} env steps"
+    return f"{status} (no final eval; see {run_dir.parent / 'logs' / (run_dir.name + '.log')})"
+
+
+# -- the summary ------------------------------------------------------------------------------------------
+
+
+def setting_label(setting: dict[str, str]) -> str:
+    return " ".join(f"{key}={value}" for key, value in setting.items())
+
+
+def _experiment_label(member: Member) -> str:
+    """`sac on Pendulum-v1`: what a sweep of seeds only (one setting) is called."""
+    try:
+        cfg = load_config(member.overrides)
+    except ConfigError:
+        return "all members"
+    return f"{cfg.algo.name} on {cfg.env.id}"
+
+
+def sweep_summary(sweep_dir: Path) -> dict[str, Any]:
+    """Per setting, the members' final evals (eval.json's `eval_return_mean`) and their mean and standard
+    deviation across seeds (population: the seeds run are the whole sample reported). Members without an
+    eval.json are listed and left out of the numbers."""
+    plan = read_plan(sweep_dir)
+    groups: dict[str, dict[str, Any]] = {}
+    for entry, member in zip(plan["members"], members_of(plan), strict=True):
+        label = setting_label(member.setting) or _experiment_label(member)
+        group = groups.setdefault(label, {"setting": member.setting, "label": label, "members": []})
+        evaluation = read_eval(sweep_dir / member.name)
+        group["members"].append(
+            {
+                "name": member.name,
+                "seed": _seed_of(sweep_dir / member.name),
+                "status": entry.get("status"),
+                "eval_return_mean": evaluation.get("eval_return_mean"),
+                "env_steps": evaluation.get("env_steps"),
+            }
+        )
+    settings = []
+    for group in groups.values():
+        finals = [m["eval_return_mean"] for m in group["members"] if m["eval_return_mean"] is not None]
+        settings.append(
+            {
+                **group,
+                "n": len(finals),
+                "eval_return_mean": statistics.fmean(finals) if finals else None,
+                "eval_return_std": statistics.pstdev(finals) if finals else None,
+                "eval_return_min": min(finals, default=None),
+                "eval_return_max": max(finals, default=None),
+            }
+        )
+    return {"name": plan.get("name", sweep_dir.name), "sweep_dir": str(sweep_dir), "settings": settings}
+
+
+def _seed_of(run_dir: Path) -> int | None:
+    try:
+        return int(yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))["seed"])
+    except (OSError, yaml.YAMLError, TypeError, KeyError, ValueError):
+        return None
+
+
+def summary_markdown(summary: dict[str, Any]) -> str:
+    lines = [
+        f"# sweep {summary['name']}",
+        "",
+        "| setting | seeds | final eval (mean ± std across seeds) | per seed |",
+        "|---|---|---|---|",
+    ]
+    for s in summary["settings"]:
+        seeds = ", ".join(str(m["seed"]) for m in s["members"])
+        numbers = "-" if s["eval_return_mean"] is None else f"{s['eval_return_mean']:.1f} ± {s['eval_return_std']:.1f}"
+        per_seed = ", ".join(
+            f"{m['seed']}: {m['eval_return_mean']:.1f}"
+            if m["eval_return_mean"] is not None
+            else f"{m['seed']}: {m['status']}"
+            for m in s["members"]
+        )
+        lines.append(f"| {s['label']} | {seeds} | {numbers} (n={s['n']}) | {per_seed} |")
+    return "\n".join(lines)
+
+
+def summary_csv(summary: dict[str, Any]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["setting", "n", "seeds", "eval_return_mean", "eval_return_std", "per_seed"])
+    for s in summary["settings"]:
+        writer.writerow(
+            [
+                s["label"],
+                s["n"],
+                " ".join(str(m["seed"]) for m in s["members"]),
+                s["eval_return_mean"],
+                s["eval_return_std"],
+                " ".join(str(m["eval_return_mean"]) for m in s["members"]),
+            ]
+        )
+    return out.getvalue()
+
+
+def is_sweep(path: Path) -> bool:
+    return (path / SWEEP_FILE).is_file()
+
+
+def plot_sweep(sweep_dir: Path, out: str | Path | None = None, summary: dict[str, Any] | None = None) -> str:
+    """curves.png (or `out`): each setting's mean and spread across its seeds (launch/plot.py `sweep_figure`)."""
+    from surreal.launch.plot import sweep_figure
+
+    summary = summary or sweep_summary(sweep_dir)
+    groups = [(s["label"], [sweep_dir / m["name"] for m in s["members"]]) for s in summary["settings"]]
+    path = Path(out) if out else sweep_dir / "curves.png"
+    sweep_figure(groups, title=f"sweep {summary['name']}").savefig(path, dpi=120)
+    return str(path)
+
+
+def write_sweep_summary(sweep_dir: Path) -> dict[str, Any]:
+    """summary.json, summary.md, summary.csv and curves.png in the sweep folder; returns summary.json's content."""
+    from surreal.fileio import atomic_write_text
+    from surreal.launch.plot import NoMetricsError
+
+    summary = sweep_summary(sweep_dir)
+    write_json(sweep_dir / "summary.json", summary)
+    atomic_write_text(sweep_dir / "summary.md", summary_markdown(summary) + "\n")
+    atomic_write_text(sweep_dir / "summary.csv", summary_csv(summary))
+    try:
+        plot_sweep(sweep_dir, summary=summary)
+    except NoMetricsError as exc:  # no member got as far as a training return: the table says the rest
+        print(f"[surreal] no curves.png: {exc}", flush=True)
+    return summary

@@ -1,0 +1,106 @@
+"""Sweeps and resume on the cluster: `surreal helm-values` writes one values file per sweep member that the chart
+renders as that member (schema-checked by `helm template`), and a release installed again under the same name
+binds the same learner and replay volumes, whose learner starts with `--resume`: it continues the run."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from surreal.config import ConfigError
+from surreal.launch.helm_values import write_values
+from test_chart import CHART, VALUES_DIR, by_kind, env_of, experiment_of, find, helm
+
+BASE = VALUES_DIR / "ddpg.yaml"
+
+
+def template(release: str, *values: Path) -> list[dict]:
+    args = [helm(), "template", release, str(CHART), "--namespace", "sweeps"]
+    for path in values:
+        args += ["-f", str(path)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def test_each_member_file_renders_as_that_member(tmp_path):
+    written = write_values(["seed=1,2", "algo.actor_lr=1e-4,3e-4", "actors=4"], tmp_path, "pend", BASE)
+    assert [release for release, _, _ in written] == ["pend-000", "pend-001", "pend-002", "pend-003"]
+    expected = [(1, 1e-4), (1, 3e-4), (2, 1e-4), (2, 3e-4)]
+    for (release, path, overrides), (seed, actor_lr) in zip(written, expected, strict=True):
+        assert path == tmp_path / f"{release}.yaml" and overrides[0] == f"seed={seed}"
+        docs = template(release, path)  # the chart's values.schema.json checks the file
+        experiment = experiment_of(docs)
+        assert experiment["seed"] == seed and experiment["algo"]["actor_lr"] == actor_lr
+        assert experiment["algo"]["name"] == "ddpg" and experiment["replay"]["mode"] == "prioritized", "the base's"
+        assert experiment["topology"]["actors"] == 4 and experiment["name"] == release
+        assert find(docs, "StatefulSet", "actor")["spec"]["replicas"] == 4
+        assert find(docs, "StatefulSet", "learner")["metadata"]["name"] == f"{release}-surreal-learner"
+    members = yaml.safe_load((tmp_path / "members.json").read_text())
+    assert [m["release"] for m in members] == ["pend-000", "pend-001", "pend-002", "pend-003"]
+
+
+def test_the_command_prints_the_files_and_the_install_loop(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "surreal", "helm-values", "seed=1,2,3", "--out", str(tmp_path / "v"), "--name", "s"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert f'for f in {tmp_path / "v"}/s-*.yaml; do helm install "$(basename "$f" .yaml)"' in out.stdout
+    assert sorted(p.name for p in (tmp_path / "v").glob("*.yaml")) == ["s-000.yaml", "s-001.yaml", "s-002.yaml"]
+    assert experiment_of(template("s-002", tmp_path / "v" / "s-002.yaml"))["seed"] == 3
+
+
+@pytest.mark.parametrize(
+    ("overrides", "name", "says"),
+    [
+        (["seed=1,2", "algo.actr_lr=1e-3"], "s", "s-000: algo.actr_lr"),
+        (["preset=td3"], "s", "presets are not chart values"),
+        (["name=x"], "s", "each member's release (and run) name is --name plus its index"),
+        (["seed=1"], "Bad_Name", "a release name prefix is lowercase letters"),
+        (["seed=1"], "a-much-too-long-release-prefix", "at most 28 characters"),
+    ],
+)
+def test_a_member_the_roles_could_not_read_is_refused_before_any_file_is_written(tmp_path, overrides, name, says):
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        write_values(overrides, tmp_path / "v", name, BASE)
+    assert not (tmp_path / "v").exists()
+
+
+def test_a_release_installed_again_under_its_name_resumes_its_run():
+    """Helm leaves a StatefulSet's volume claims behind on uninstall (the chart sets no retention policy that
+    deletes them), claims are named after the release, and the learner always starts with --resume from the run
+    folder on its claim: `helm install <same name>` continues the run; another name starts a new one."""
+    claims = {}
+    for release in ("pend-000", "pend-000", "pend-001"):
+        docs = template(release, BASE)
+        learner = find(docs, "StatefulSet", "learner")
+        container = learner["spec"]["template"]["spec"]["containers"][0]
+        assert container["args"] == ["--resume"] and env_of(container)["SURREAL_RUN_DIR"] == "/data/run"
+        for workload in by_kind(docs, "StatefulSet"):
+            assert "persistentVolumeClaimRetentionPolicy" not in workload["spec"], "volumes outlive the release"
+        replay = find(docs, "StatefulSet", "replay")
+        claims.setdefault(release, []).append(
+            [
+                f"{template_['metadata']['name']}-{workload['metadata']['name']}-0"
+                for workload in (learner, replay)
+                for template_ in workload["spec"]["volumeClaimTemplates"]
+            ]
+        )
+    assert (
+        claims["pend-000"][0]
+        == claims["pend-000"][1]
+        == [
+            "checkpoints-pend-000-surreal-learner-0",
+            "snapshots-pend-000-surreal-replay-0",
+        ]
+    )
+    assert set(claims["pend-001"][0]).isdisjoint(claims["pend-000"][0])
