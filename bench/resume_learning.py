@@ -33,9 +33,9 @@ from pathlib import Path
 from bench._runs import RESULTS, WatchedRun, emit, kill_whole_run
 from surreal.config import read_config
 from surreal.config.schema import NOT_IN_RUN_NAME
-from surreal.launch.checkpoint_policy import CheckpointPolicy
 from surreal.launch.resume import checkpoint_counters
 from surreal.metricsfile import read_metrics
+from surreal.policy.load import load_policy
 from surreal.runtime.rollout import evaluate
 
 DEFAULT_OVERRIDES = ["algo.learning_starts=1000", "algo.hidden_sizes=[64,64]", "actor.chunk_steps=32"]
@@ -45,11 +45,10 @@ COMMON_EVAL_SEED = 2_000_003  # the common evaluation's episodes: no run trained
 
 
 def common_eval(run_dir: Path, episodes: int) -> dict:
-    """The run's final policy (its newest checkpoint) on the common episodes."""
-    policy = CheckpointPolicy.load(run_dir)
-    cfg = policy.config
-    result = evaluate(cfg.env.id, policy.policy, episodes, COMMON_EVAL_SEED, cfg.env.kwargs).summary()
-    return {"env_steps": policy.env_steps, **{k: v for k, v in result.items() if v is not None}}
+    """The run's final policy (`load_policy`: its artifact, or its newest checkpoint) on the common episodes."""
+    policy = load_policy(run_dir)
+    result = evaluate(policy.env_id, policy, episodes, COMMON_EVAL_SEED, policy.env_kwargs).summary()
+    return {"env_steps": policy.metadata["env_steps"], **{k: v for k, v in result.items() if v is not None}}
 
 
 def row(summary: dict) -> dict:

@@ -52,12 +52,17 @@ def nothing_left(tmp_path: Path):
             process.kill()
 
 
-def docs_example() -> str:
-    """The first Python block of docs/api.md: the example the README points to."""
-    text = (REPO / "docs" / "api.md").read_text(encoding="utf-8")
-    match = re.search(r"```python\n(.*?)```", text, re.DOTALL)
-    assert match, "docs/api.md has a Python example"
+def first_python_block(path: Path) -> str:
+    match = re.search(r"```python\n(.*?)```", path.read_text(encoding="utf-8"), re.DOTALL)
+    assert match, f"{path.name} has a Python example"
     return match.group(1)
+
+
+def readme_example() -> str:
+    """The README's Python example, which docs/api.md opens with too."""
+    example = first_python_block(REPO / "README.md")
+    assert example == first_python_block(REPO / "docs" / "api.md"), "the README and docs/api.md show one example"
+    return example
 
 
 def test_import_surreal_loads_neither_torch_nor_hydra():
@@ -101,10 +106,11 @@ def test_python_values_become_overrides_the_config_reads_back():
         as_overrides("algo=ddpg")
 
 
-def test_the_docs_example_runs_in_a_fresh_process_and_its_result_reads_through_the_api(tmp_path, nothing_left):
-    """docs/api.md's example, verbatim, as a script of its own; then its run, read back here through the API."""
+def test_the_readme_example_runs_in_a_fresh_process_and_its_result_reads_through_the_api(tmp_path, nothing_left):
+    """The README's example (docs/api.md's first), verbatim, as a script of its own; then its run, read back here
+    through the API."""
     script = tmp_path / "example.py"
-    script.write_text(docs_example(), encoding="utf-8")
+    script.write_text(readme_example(), encoding="utf-8")
     env = {**os.environ, "SURREAL_RUNS_ROOT": str(tmp_path / "runs")}
     out = subprocess.run(
         [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import importlib
 import json
 import logging
 import os
@@ -43,6 +42,7 @@ from surreal.errors import ConfigError
 if TYPE_CHECKING:
     from surreal.config import ExperimentConfig
     from surreal.launch.runfolder import RunFolderLock
+    from surreal.policy.load import Policy
 
 Mode = Literal["processes", "serial"]
 MODES = ("processes", "serial")
@@ -198,9 +198,12 @@ class Run:
             return "unknown"
         return str(summary["status"])
 
-    def policy(self) -> Any:
-        """The trained policy: `policy(obs)` is its deterministic action (see `load_run_policy`)."""
-        return load_run_policy(self.dir)
+    def policy(self) -> Policy:
+        """The trained policy (`surreal.load_policy` of the run folder: its policy artifact, or for a run from before
+        artifacts its newest checkpoint): `policy.act(obs)` is its deterministic action."""
+        from surreal.policy.load import load_policy
+
+        return load_policy(self.dir)
 
     # -- control -------------------------------------------------------------------------------------------
 
@@ -362,18 +365,6 @@ def launcher_pid(run_dir: Path) -> int | None:
             return int(text) if text.isdigit() else -1
         fcntl.flock(f, fcntl.LOCK_UN)
         return None
-
-
-def load_run_policy(run_dir: Path) -> Any:
-    """A run's trained policy: its policy artifact (`<run>/policy/`) through `surreal.load_policy` where both exist,
-    else the deterministic policy of its newest checkpoint (launch/checkpoint_policy.py), callable as
-    `policy(obs) -> action`."""
-    loader = getattr(importlib.import_module("surreal"), "load_policy", None)
-    if loader is not None and (run_dir / "policy").is_dir():
-        return loader(run_dir / "policy")
-    from surreal.launch.checkpoint_policy import CheckpointPolicy
-
-    return CheckpointPolicy.load(run_dir)
 
 
 def _older(path: Path, than: Path) -> bool:
