@@ -71,7 +71,7 @@ from surreal.config import algo_config, load_config
 from surreal.config.schema import DDPGConfig, LearnerConfig, PPOConfig
 from surreal.envs import make_vec_env
 from surreal.metrics import RoleMetrics
-from surreal.proto.wire import Chunk, FifoReply, SampleReply, ShardReport, TransitionReply
+from surreal.proto.wire import IDS, SLOTS, Chunk, FifoReply, SampleReply, ShardReport, TransitionReply
 from surreal.roles.learner import LearnerCore
 from surreal.roles.ports import InProcessParams
 
@@ -331,7 +331,8 @@ def transition_batches(chunks: list[Chunk], batch: int, count: int, seed: int) -
     }
     rng = np.random.default_rng(seed)
     size = len(pool["rewards"])
-    return [{k: v[idx] for k, v in pool.items()} for idx in (rng.integers(0, size, batch) for _ in range(count))]
+    samples = (rng.integers(0, size, batch, dtype=np.int64) for _ in range(count))
+    return [{**{k: v[idx] for k, v in pool.items()}, SLOTS: idx, IDS: idx.astype(np.uint64) + 1} for idx in samples]
 
 
 # -- timing -----------------------------------------------------------------------------------------------

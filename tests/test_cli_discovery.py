@@ -28,7 +28,7 @@ def surreal_cli(*args: str, cwd=None) -> subprocess.CompletedProcess[str]:
 def test_version_is_the_installed_package_version():
     out = surreal_cli("--version")
     assert out.returncode == 0 and out.stdout.strip() == f"surreal {surreal.__version__}"
-    assert surreal.__version__ == metadata.version("surreal"), "pyproject.toml and surreal.__version__ agree"
+    assert surreal.__version__ == metadata.version("surreal-rl"), "pyproject.toml and surreal.__version__ agree"
 
 
 def test_run_help_lists_every_algorithm_preset_and_env_family():

@@ -268,8 +268,11 @@ def test_a_live_learner_counts_and_drops_malformed_transition_replies_and_keeps_
     shard.close(0)
 
 
-@pytest.mark.parametrize("algo", ["ppo", "ddpg", "sac", "es"])
-def test_the_fields_each_algorithm_declares_are_what_its_collector_makes(algo):
+@pytest.mark.parametrize(
+    ("algo", "env"),
+    [("ppo", "Pendulum-v1"), ("ppo", "CartPole-v1"), ("ddpg", "Pendulum-v1"), ("sac", "Pendulum-v1"), ("es", "")],
+)
+def test_the_fields_each_algorithm_declares_are_what_its_collector_makes(algo, env):
     """The fields an algorithm declares (`chunk_fields`) are those its actors' chunks hold, name, dtype and shape
     (and, for ES, noise offsets within the table): the learner holds every reply to them."""
     from surreal.algos import get_algorithm
@@ -278,7 +281,7 @@ def test_the_fields_each_algorithm_declares_are_what_its_collector_makes(algo):
     from surreal.proto.codec import flatten
     from surreal.proto.wire import check_fields
 
-    cfg = load_config([f"algo={algo}", "env=Pendulum-v1", "actor.chunk_steps=8"])
+    cfg = load_config([f"algo={algo}", f"env={env}", "actor.chunk_steps=8"])
     if algo == "es":
         cfg = load_config(["algo=es", "env=InvertedPendulum-v5", "algo.pairs_per_chunk=2"])
     module, spaces = get_algorithm(algo), env_spaces(cfg)

@@ -97,7 +97,7 @@ def run_help_epilog() -> str:
     for label, ids, missing in env_families():
         body = ", ".join(ids) + (f" ({missing})" if missing else "")
         lines += textwrap.wrap(body, _width(), initial_indent=f"  {label:<16}", subsequent_indent=" " * 18)
-    robosuite = "" if importlib.util.find_spec("robosuite") else " (not installed: pip install 'surreal[robosuite]')"
+    robosuite = "" if importlib.util.find_spec("robosuite") else " (not installed: pip install 'surreal-rl[robosuite]')"
     lines.append(f"  {'robosuite':<16}robosuite:Lift and robosuite's other tasks{robosuite}")
     lines += [
         "env.kwargs.K=V passes K to the env's constructor; the env is built once before any process starts,",

@@ -101,7 +101,7 @@ def _export_onnx(policy: Policy, path: Path, info: dict[str, Any]) -> None:
         import onnx
         import onnxscript  # noqa: F401  # torch.onnx's exporter needs it: say so here rather than mid-export
     except ImportError as exc:
-        raise ExportError(f"ONNX export needs the export extra: pip install 'surreal[export]' ({exc})") from None
+        raise ExportError(f"ONNX export needs the export extra: pip install 'surreal-rl[export]' ({exc})") from None
     example = torch.zeros((2, *policy.observation_space.shape), dtype=torch.float32)
     batch = torch.export.Dim("batch")
     exporter_log = logging.getLogger("torch.onnx")  # notes on torchvision ops this policy never uses
