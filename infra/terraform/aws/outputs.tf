@@ -55,3 +55,8 @@ output "workload_identity" {
   description = "How pods get cloud credentials: the IAM OIDC provider that IRSA roles trust."
   value       = module.eks.oidc_provider_arn
 }
+
+output "kueue_chart_version" {
+  description = "The Kueue chart (and release) installed into kueue-system for the chart's `scheduling: kueue`; null unless kueue.enabled."
+  value       = one(helm_release.kueue[*].version)
+}

@@ -55,3 +55,8 @@ output "workload_identity" {
   description = "How pods get cloud credentials: the cluster's OIDC issuer that federated identity credentials trust."
   value       = azurerm_kubernetes_cluster.this.oidc_issuer_url
 }
+
+output "kueue_chart_version" {
+  description = "The Kueue chart (and release) installed into kueue-system for the chart's `scheduling: kueue`; null unless kueue.enabled."
+  value       = one(helm_release.kueue[*].version)
+}

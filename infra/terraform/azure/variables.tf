@@ -184,3 +184,17 @@ variable "tags" {
   description = "Azure tags put on every resource this stack creates."
   default     = {}
 }
+
+variable "kueue" {
+  type = object({
+    enabled       = optional(bool, false)
+    chart_version = optional(string, "0.19.2")
+  })
+  description = "Kueue, the job queue the chart's `scheduling: kueue` submits to: kubernetes-sigs/kueue's Helm chart from oci://registry.k8s.io/kueue/charts into kueue-system, on the CPU pool. Off unless enabled; chart_version pins the release (>= 0.15 for the kueue.x-k8s.io/v1beta2 API the chart uses; 0.19.2 is the one its labels were checked against)."
+  default     = {}
+
+  validation {
+    condition     = can(regex("^0\\.(1[5-9]|[2-9][0-9])\\.[0-9]+$|^[1-9][0-9]*\\.[0-9]+\\.[0-9]+$", var.kueue.chart_version))
+    error_message = "kueue.chart_version must be an exact Kueue chart version, 0.15.0 or later (the chart uses kueue.x-k8s.io/v1beta2), e.g. 0.19.2."
+  }
+}
