@@ -53,7 +53,7 @@ def observations(env_id: str, n: int, seed: int = 0) -> np.ndarray:
     env = make_env(env_id, seed)
     env.action_space.seed(seed)
     obs, _ = env.reset(seed=seed)
-    seen = []
+    seen: list[np.ndarray] = []
     while len(seen) < n:
         seen.append(obs)
         obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
