@@ -280,3 +280,24 @@ def test_each_writer_owns_its_files_and_no_file_has_two_writers():
         owners = [p.name for p in parts if p.owns(name)]
         assert len(owners) == 1, (name, owners)
     assert not LEARNER.owns("checkpoints/.ckpt-0000000001.pt.tmp") and not LEARNER.owns("checkpoints/x.corrupt")
+
+
+# -- surreal plot, and a whole run ----------------------------------------------------------------------------------
+
+
+def test_surreal_plot_draws_a_runs_curve_from_the_bucket(tmp_path, s3_bucket, monkeypatch, capsys):
+    from surreal.cli import main
+
+    run = tmp_path / "runs" / "plotted"
+    run.mkdir(parents=True)
+    rows = [{"env_steps": 1000 * i, "updates": i, "train_return_mean": -1000.0 + 50 * i} for i in range(1, 11)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "config.yaml").write_text("algo:\n  name: ddpg\nenv:\n  id: Pendulum-v1\nseed: 3\n")
+    assert Mirror.open(f"{s3_bucket}/runs/plotted", run, LEARNER).push()
+    monkeypatch.setenv("SURREAL_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["plot", f"{s3_bucket}/runs/plotted"]) == 0
+    png = Path(capsys.readouterr().out.strip().splitlines()[-1])
+    assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert png.parent == cache_dir(f"{s3_bucket}/runs/plotted"), "the bucket's run is plotted from its local copy"
+    assert main(["plot", f"{s3_bucket}/runs/nothing-here"]) == 2
+    assert "no run folder there" in capsys.readouterr().err

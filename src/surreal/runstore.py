@@ -506,3 +506,33 @@ class Mirror:
 def open_mirror(uri: str | None, run_dir: Path, part: Part) -> Mirror | None:
     """The mirror of `part` of the run folder at `uri` (a role's SURREAL_RUN_URI); None without one."""
     return None if uri is None else Mirror.open(uri, run_dir, part)
+
+
+# -- read-only copies (surreal plot, surreal eval) ------------------------------------------------------------------
+
+LOCATE_DEPTH = 4  # a path inside a run folder is at most this deep: policy/best/policy.safetensors
+
+
+def locate(uri: str) -> tuple[RemoteRun, str]:
+    """The run folder in a bucket that `uri` names or lies in (the nearest folder up with manifests), and the
+    rest of `uri` within it ("" for the folder itself)."""
+    candidate, rest = uri.rstrip("/"), list[str]()
+    for _ in range(LOCATE_DEPTH):
+        remote = RemoteRun(candidate)
+        if remote.parts():
+            return remote, "/".join(reversed(rest))
+        head, _, tail = candidate.rpartition("/")
+        if head.endswith(":/") or "://" not in head or not head.partition("://")[2]:
+            break
+        rest.append(tail)
+        candidate = head
+    raise StorageError(f"{uri}: no run folder there (nothing mirrored by a run in it or in the folders above it)")
+
+
+def cached_run(uri: str, only: Iterable[str] | None = None) -> tuple[Path, str]:
+    """A local, checked copy of the run folder `uri` names or lies in (`cache_dir`), brought up to date with the
+    bucket for the files `only` names (default: all); returns the copy and the rest of `uri` within it."""
+    remote, rest = locate(uri)
+    local = cache_dir(remote.uri)
+    remote.pull(local, only=only, refresh=True)
+    return local, rest

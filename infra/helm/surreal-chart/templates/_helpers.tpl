@@ -254,3 +254,33 @@ clouds' spot taints: replay, ps and the learner keep their state and must not be
 {{- $window := and (not (kindIs "invalid" $chaos.alive)) (gt ($chaos.window_s | default 0 | float64) 0.0) -}}
 {{- if or $kills $window -}}true{{- end -}}
 {{- end -}}
+
+{{/*
+The run folder's mirror in a bucket: experiment.run_uri/<experiment.name, else the release name> (surreal/runstore.py);
+"" without experiment.run_uri. A new release of the same name resumes from what the bucket holds.
+*/}}
+{{- define "surreal.runUri" -}}
+{{- with .Values.experiment.run_uri -}}
+{{- printf "%s/%s" (trimSuffix "/" .) ($.Values.experiment.name | default $.Release.Name) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* SURREAL_RUN_URI and runStorage.env for the roles that mirror the run folder (learner, replay, evaluator). */}}
+{{- define "surreal.runStorageEnv" -}}
+{{- with include "surreal.runUri" . -}}
+- name: SURREAL_RUN_URI
+  value: {{ . | quote }}
+{{- with $.Values.runStorage.env }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+{{- end -}}
+
+{{/* runStorage.podLabels on the pods that mirror the run folder (Azure workload identity's azure.workload.identity/use). */}}
+{{- define "surreal.runStorageLabels" -}}
+{{- if include "surreal.runUri" . -}}
+{{- with .Values.runStorage.podLabels -}}
+{{ toYaml . }}
+{{- end -}}
+{{- end -}}
+{{- end -}}
