@@ -301,3 +301,20 @@ def test_surreal_plot_draws_a_runs_curve_from_the_bucket(tmp_path, s3_bucket, mo
     assert png.parent == cache_dir(f"{s3_bucket}/runs/plotted"), "the bucket's run is plotted from its local copy"
     assert main(["plot", f"{s3_bucket}/runs/nothing-here"]) == 2
     assert "no run folder there" in capsys.readouterr().err
+
+
+def test_a_bucket_that_cannot_be_written_is_one_line_at_the_start(
+    tmp_path, s3_bucket, capsys, monkeypatch
+):
+    from surreal.cli import main
+    from surreal.runstore import open_mirror
+
+    with pytest.raises(StorageError, match=r"s3://no-such-bucket-here/r: cannot write there \(.*\)$"):
+        open_mirror("s3://no-such-bucket-here/r", tmp_path, LEARNER)
+    assert open_mirror(f"{s3_bucket}/r", tmp_path, LEARNER) is not None
+    assert s3().find(s3_bucket.removeprefix("s3://")) == [], "the probe leaves nothing"
+    monkeypatch.setenv("SURREAL_RUNS_ROOT", str(tmp_path / "runs"))
+    code = main(["run", "algo=ddpg", "env=Pendulum-v1", "name=x", "run_uri=s3://no-such-bucket-here/runs"])
+    err = capsys.readouterr().err
+    assert code == 2 and "s3://no-such-bucket-here/runs/x: cannot write there" in err, err
+    assert len(err.strip().splitlines()) == 1

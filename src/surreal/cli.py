@@ -130,9 +130,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         module.add_arguments(role_parser)
         role_args = role_parser.parse_args(rest)
+        from surreal.runstore import StorageError  # fsspec-free until a bucket is used
+
         try:
             return int(module.main(role_args))
-        except (SettingsError, ConfigError) as exc:  # a SURREAL_* variable or the config file: one line
+        except (SettingsError, ConfigError, StorageError) as exc:  # a SURREAL_* variable, the config, the bucket
             print(f"surreal role {args.role}: {exc}", file=sys.stderr)
             return 2
     if args.command == "run":

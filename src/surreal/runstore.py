@@ -222,6 +222,17 @@ class RemoteRun:
             return []
         return sorted(PurePosixPath(p).stem for p in found if str(p).endswith(".json"))
 
+    def check_writable(self) -> None:
+        """StorageError, one line, unless an object can be written and deleted here: a bucket that does not exist, or
+        credentials that may not write it, are found when a role or run starts, not at its first checkpoint."""
+        probe = self.key(f"{MANIFEST_DIR}/.probe-{os.getpid()}")
+        try:
+            self.fs.pipe_file(probe, b"")
+            self.fs.rm_file(probe)
+        except Exception as exc:  # the backends raise many types (botocore, aiohttp, google, azure)
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise StorageError(f"{self.uri}: cannot write there ({type(exc).__name__}: {first})") from None
+
     def holds_run(self) -> bool:
         """Whether a run's learner has mirrored anything here."""
         return self.manifest(LEARNER.name) is not None
@@ -504,8 +515,13 @@ class Mirror:
 
 
 def open_mirror(uri: str | None, run_dir: Path, part: Part) -> Mirror | None:
-    """The mirror of `part` of the run folder at `uri` (a role's SURREAL_RUN_URI); None without one."""
-    return None if uri is None else Mirror.open(uri, run_dir, part)
+    """The mirror of `part` of the run folder at `uri` (a role's SURREAL_RUN_URI), checked writable (StorageError,
+    one line, if not); None without one."""
+    if uri is None:
+        return None
+    mirror = Mirror.open(uri, run_dir, part)
+    mirror.remote.check_writable()
+    return mirror
 
 
 # -- read-only copies (surreal plot, surreal eval) ------------------------------------------------------------------

@@ -93,6 +93,7 @@ def fetch_run(uri: str, root: Path | None = None, run_dir: Path | None = None) -
             )
     try:
         remote = RemoteRun(uri)
+        remote.check_writable()  # the resumed roles write there: a missing bucket or read-only access is one line now
         if not remote.holds_run():
             if given:
                 return run_dir

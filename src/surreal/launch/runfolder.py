@@ -145,7 +145,9 @@ def bucket_error(uri: str, exc: Exception) -> ConfigError:
 def refuse_existing_remote_run(uri: str) -> None:
     """A bucket folder that already holds a run is not started in again either: `--resume URI` continues it."""
     try:
-        holds = RemoteRun(uri).holds_run()
+        remote = RemoteRun(uri)
+        remote.check_writable()
+        holds = remote.holds_run()
     except Exception as exc:  # noqa: BLE001 - the bucket's error, one line
         raise bucket_error(uri, exc) from None
     if holds:
