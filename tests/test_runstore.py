@@ -303,9 +303,7 @@ def test_surreal_plot_draws_a_runs_curve_from_the_bucket(tmp_path, s3_bucket, mo
     assert "no run folder there" in capsys.readouterr().err
 
 
-def test_a_bucket_that_cannot_be_written_is_one_line_at_the_start(
-    tmp_path, s3_bucket, capsys, monkeypatch
-):
+def test_a_bucket_that_cannot_be_written_is_one_line_at_the_start(tmp_path, s3_bucket, capsys, monkeypatch):
     from surreal.cli import main
     from surreal.runstore import open_mirror
 
