@@ -316,3 +316,25 @@ def test_a_bucket_that_cannot_be_written_is_one_line_at_the_start(tmp_path, s3_b
     err = capsys.readouterr().err
     assert code == 2 and "s3://no-such-bucket-here/runs/x: cannot write there" in err, err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_path_inside_a_bucket_run_is_found_in_its_run_folder_and_copied_checked(tmp_path, s3_bucket, monkeypatch):
+    from surreal.runstore import cached_run, locate
+
+    monkeypatch.setenv("SURREAL_CACHE_DIR", str(tmp_path / "cache"))
+    local = learner_folder(tmp_path / "a")
+    (local / "policy/best").mkdir(parents=True)
+    (local / "policy/best/policy.safetensors").write_bytes(b"the best")
+    uri = f"{s3_bucket}/runs/r"
+    assert Mirror.open(uri, local, LEARNER).push() and Mirror.open(uri, local, EVALUATOR).push()
+    remote, rest = locate(f"{uri}/policy/best/")
+    assert remote.uri == uri and rest == "policy/best"
+    copy, rest = cached_run(f"{uri}/policy/best", only=["policy/"])
+    assert (copy / rest / "policy.safetensors").read_bytes() == b"the best"
+    assert not (copy / "checkpoints").exists(), "only what was asked for"
+    (local / "policy/best/policy.safetensors").write_bytes(b"a better one")
+    assert Mirror.open(uri, local, EVALUATOR).push()
+    copy, rest = cached_run(f"{uri}/policy/best", only=["policy/"])
+    assert (copy / rest / "policy.safetensors").read_bytes() == b"a better one", "a read-only copy follows the bucket"
+    with pytest.raises(StorageError, match="no run folder there"):
+        locate(f"{s3_bucket}/elsewhere/x")
