@@ -275,8 +275,9 @@ def main(args: argparse.Namespace) -> int:
         settings.run_dir.mkdir(parents=True, exist_ok=True)
         if args.resume:
             mirror.pull()
-        if not (settings.run_dir / "config.yaml").exists():  # a pod's run folder: the ConfigMap's experiment
-            save_config(cfg, settings.run_dir / "config.yaml")
+        config_file = settings.run_dir / "config.yaml"
+        if settings.config_path is None or settings.config_path.resolve() != config_file.resolve():
+            save_config(cfg, config_file)  # a pod's run folder: the experiment it runs now (the ConfigMap's)
     core = LearnerCore(cfg, settings.run_dir, batches, params_out, metrics, args.resume, log, spaces)
     if mirror is not None:
         core.on_checkpoint = mirror.push_soon

@@ -98,7 +98,9 @@ class ReplayServer(Server):
         self.m_capacity.set(replay.capacity)
         self.m_size.set(replay.stats()["size"])  # a restored shard starts with what its snapshot held
         self.m_snapshots = m.counter("replay_snapshots_total", "snapshots written")
-        self.m_snapshot_s = m.gauge("replay_snapshot_seconds", "the last snapshot: seconds from capture to rename")
+        self.m_snapshot_s = m.gauge(
+            "replay_snapshot_seconds", "the last snapshot: seconds from capture to rename (and upload, with a bucket)"
+        )
         self.m_snapshot_pause = m.gauge("replay_snapshot_pause_seconds", "the last snapshot: seconds the loop paused")
         self.m_snapshot_bytes = m.gauge("replay_snapshot_bytes", "the last snapshot's size on disk")
         self.m_snapshot_held = m.gauge("replay_snapshot_transitions", "transitions in the last snapshot")
