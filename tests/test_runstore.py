@@ -349,3 +349,20 @@ def test_a_sweeps_members_are_mirrored_in_a_folder_of_the_sweep():
         "algo=ddpg",
     ]
     assert in_sweep_folder(["seed=2"], "s") == ["seed=2"]
+
+
+def test_pushes_and_bytes_are_on_the_roles_metrics(tmp_path, s3_bucket):
+    from surreal.metrics import RoleMetrics
+
+    local = learner_folder(tmp_path / "a")
+    good, bad = RoleMetrics("learner", 0), RoleMetrics("learner", 1)
+    assert Mirror.open(f"{s3_bucket}/r", local, LEARNER, good).push()
+    assert not Mirror.open("s3://no-such-bucket-here/r", local, LEARNER, bad).push()
+
+    def value(metrics: RoleMetrics, name: str, **labels: str) -> float | None:
+        return metrics.registry.get_sample_value(f"surreal_{name}", {**metrics.labels, **labels})
+
+    assert value(good, "run_mirror_pushes_total", result="ok") == 1
+    assert value(bad, "run_mirror_pushes_total", result="failed") == 1
+    uploaded = sum((local / name).stat().st_size for name in LEARNERS_FILES)
+    assert value(good, "run_mirror_uploaded_bytes_total") == uploaded

@@ -44,6 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from surreal.metrics import RoleMetrics
+
 # URI scheme -> the fsspec backend (and its PyPI package) that serves it.
 SCHEMES = {"s3": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs", "abfss": "adlfs"}
 MANIFEST_DIR = ".surreal/manifests"  # in the bucket's run folder
@@ -399,8 +401,13 @@ class Mirror:
     waits, for what was written last (a final checkpoint, a last snapshot). A push that fails (the network, the
     store) is logged and counted and the next one tries again: what is on local disk is never at risk."""
 
-    def __init__(self, remote: RemoteRun, run_dir: Path, part: Part) -> None:
+    def __init__(self, remote: RemoteRun, run_dir: Path, part: Part, metrics: RoleMetrics | None = None) -> None:
+        """`metrics`: the role's, to export its pushes (by result) and bytes uploaded on /metrics."""
         self.remote, self.run_dir, self.part = remote, Path(run_dir), part
+        self.m_pushes = self.m_bytes = None
+        if metrics is not None:
+            self.m_pushes = metrics.counter("run_mirror_pushes_total", "run-folder pushes to the bucket", ["result"])
+            self.m_bytes = metrics.counter("run_mirror_uploaded_bytes_total", "run-folder bytes uploaded to the bucket")
         self.sent: dict[str, _Sent] = {}
         self.pushes = 0
         self.failures = 0
@@ -415,8 +422,8 @@ class Mirror:
         self._remote_manifest: dict[str, Entry] | None = None
 
     @classmethod
-    def open(cls, uri: str, run_dir: Path, part: Part) -> Mirror:
-        return cls(RemoteRun(uri), run_dir, part)
+    def open(cls, uri: str, run_dir: Path, part: Part, metrics: RoleMetrics | None = None) -> Mirror:
+        return cls(RemoteRun(uri), run_dir, part, metrics)
 
     def pull(self, refresh: bool = False) -> Pulled:
         """This writer's files from the bucket that the local folder lacks (a role starting on a new disk)."""
@@ -439,10 +446,14 @@ class Mirror:
                 self._push()
             except Exception as exc:  # the backends raise many types (botocore, aiohttp, google, azure)
                 self.failures += 1
+                if self.m_pushes is not None:
+                    self.m_pushes.labels(result="failed").inc()
                 log.warning("mirroring %s to %s failed (%s: %s); the next push tries again", *self._what(exc))
                 return False
             self.pushes += 1
             self.last_push_s = time.perf_counter() - started
+            if self.m_pushes is not None:
+                self.m_pushes.labels(result="ok").inc()
             return True
 
     def _what(self, exc: Exception) -> tuple[str, str, str, str]:
@@ -474,6 +485,8 @@ class Mirror:
                     continue
                 entry = uploaded
                 self.pushed_bytes += entry.size
+                if self.m_bytes is not None:
+                    self.m_bytes.inc(entry.size)
             files[relative], stats[relative] = entry, _Sent(stat, entry)
         self.remote.write_manifest(self.part.name, files)
         dropped = set(self._remote_manifest) - set(files)
@@ -514,12 +527,12 @@ class Mirror:
         return self.push()
 
 
-def open_mirror(uri: str | None, run_dir: Path, part: Part) -> Mirror | None:
+def open_mirror(uri: str | None, run_dir: Path, part: Part, metrics: RoleMetrics | None = None) -> Mirror | None:
     """The mirror of `part` of the run folder at `uri` (a role's SURREAL_RUN_URI), checked writable (StorageError,
-    one line, if not); None without one."""
+    one line, if not), exporting to `metrics`; None without one."""
     if uri is None:
         return None
-    mirror = Mirror.open(uri, run_dir, part)
+    mirror = Mirror.open(uri, run_dir, part, metrics)
     mirror.remote.check_writable()
     return mirror
 

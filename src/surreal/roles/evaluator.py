@@ -247,7 +247,7 @@ def main(args: argparse.Namespace) -> int:
     m_evals = metrics.counter("evaluator_evaluations_total", "evaluations done")
     run_dir = settings.run_dir
     # With a bucket the run folder is its cache (a pod's scratch too): rows and best policy come back from there.
-    mirror = open_mirror(settings.run_uri, run_dir, EVALUATOR)
+    mirror = open_mirror(settings.run_uri, run_dir, EVALUATOR, metrics)
     if mirror is not None:
         run_dir.mkdir(parents=True, exist_ok=True)
         mirror.pull()

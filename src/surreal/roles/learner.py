@@ -270,7 +270,7 @@ def main(args: argparse.Namespace) -> int:
     )
     params_out = ParamPublisher(ctx, settings.bind(settings.params_pub_port))
     # With a bucket (SURREAL_RUN_URI) the run folder is its cache: what a resumed learner lacks comes from there first.
-    mirror = open_mirror(settings.run_uri, settings.run_dir, LEARNER)
+    mirror = open_mirror(settings.run_uri, settings.run_dir, LEARNER, metrics)
     if mirror is not None:
         settings.run_dir.mkdir(parents=True, exist_ok=True)
         if args.resume:

@@ -243,10 +243,16 @@ def snapshot_dir(run_dir: Path, shard: int) -> Path:
     return run_dir / "replay" / f"shard-{shard}"
 
 
-def open_snapshots(cfg: ExperimentConfig, run_dir: Path, shard: ReplayShard, run_uri: str | None = None) -> Snapshots:
+def open_snapshots(
+    cfg: ExperimentConfig,
+    run_dir: Path,
+    shard: ReplayShard,
+    run_uri: str | None = None,
+    metrics: RoleMetrics | None = None,
+) -> Snapshots:
     """The shard's snapshot folder, after restoring the newest good snapshot in it into `shard`. With `run_uri`
     (SURREAL_RUN_URI) the folder is a cache of the bucket's: snapshots it lacks are pulled first (checked whole:
-    surreal/runstore.py), and each snapshot written, or cleared, is mirrored there.
+    surreal/runstore.py), and each snapshot written, or cleared, is mirrored there (its pushes on `metrics`).
 
     A snapshot belongs to one experiment (algorithm, env), one buffer (kind, capacity) and one shard index;
     anything else found there is foreign and set aside. A FIFO snapshot is removed once restored (its chunks
@@ -259,7 +265,7 @@ def open_snapshots(cfg: ExperimentConfig, run_dir: Path, shard: ReplayShard, run
         "capacity": shard.capacity,
         "shard": shard.shard,
     }
-    mirror = open_mirror(run_uri, run_dir, replay_part(shard.shard))
+    mirror = open_mirror(run_uri, run_dir, replay_part(shard.shard), metrics)
     store = SnapshotStore(snapshot_dir(run_dir, shard.shard), identity, on_change=mirror.push if mirror else None)
     if mirror is not None:
         mirror.pull()
@@ -283,15 +289,17 @@ def main(args: argparse.Namespace) -> int:
         limits = message_limits(config)
         # Torch- and gymnasium-free: the env's episode limit is unknown here (ES checks at the learner).
         shard = ReplayShard.of(config, cfg.seed, settings.index, cfg.algo.max_env_steps_per_unit(None))
+        metrics = RoleMetrics("replay", shard.shard)
         snapshots = None
         if cfg.replay.snapshot_interval_s > 0:
-            snapshots = open_snapshots(cfg, settings.run_dir, shard, settings.run_uri)
+            snapshots = open_snapshots(cfg, settings.run_dir, shard, settings.run_uri, metrics)
         return ReplayServer(
             ctx,
             settings.bind(settings.experience_port),
             settings.bind(settings.sample_port),
             shard,
             limits=limits,
+            metrics=metrics,
             snapshots=snapshots,
         )
 
