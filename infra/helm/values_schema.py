@@ -37,6 +37,7 @@ EXTRA: dict[str, dict[str, Any]] = {
     "seed": {"minimum": 0},
     "total_env_steps": {"minimum": 1},
     "env.id": {"minLength": 1},
+    "run_uri": {"pattern": r"^(s3|gs|gcs|az|abfs|abfss)://[^/]+"},
 }
 _EXTRA_USED: set[str] = set()
 
@@ -285,6 +286,14 @@ def values_schema() -> dict[str, Any]:
             "gang": closed({"apiVersion": {"enum": ["", *GANG_API_VERSIONS]}}),
             "serviceAccount": closed(
                 {"create": {"type": "boolean"}, "name": {"type": "string"}, "annotations": ref("annotations")}
+            ),
+            "runStorage": closed(
+                {
+                    "env": {"type": "array", "items": ref("k8sObject")},
+                    "podLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "egress": {"type": "array", "items": ref("k8sObject")},
+                },
+                description="the pods that mirror the run folder to experiment.run_uri (learner, replay, evaluator)",
             ),
             "networkPolicy": closed(
                 {

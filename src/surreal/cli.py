@@ -8,6 +8,7 @@
     surreal run --multirun seed=1,2,3 ...      a sweep: one run per combination, and its summary
     surreal config [PREFIX] [--algo NAME]      every config key with its type, default and doc
     surreal plot <run folder> [<run> ...]      learning curve PNG of a run, several overlaid, or a sweep's
+                                               (a bucket's run folder too: s3://, gs://, az://)
     surreal eval <run|policy> [options]        roll a trained policy out (returns, --video MP4s, JSON)
     surreal export <run|policy> --format F     the policy as ONNX or TorchScript
     surreal helm-values [--base F] seed=1,2,3  a Helm values file per sweep member (for `helm install`)
@@ -84,7 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_command(commands)
 
     plot = commands.add_parser("plot", help="write the learning curve of a run folder (or several, overlaid) as PNG")
-    plot.add_argument("run_dir", nargs="+", help="runs/<name> (several: overlaid; a sweep's folder: its settings)")
+    plot.add_argument(
+        "run_dir",
+        nargs="+",
+        help="runs/<name> or s3://BUCKET/PATH/<name> (several: overlaid; a sweep's folder: its settings)",
+    )
     plot.add_argument(
         "--out", help="output PNG (default: <run_dir>/learning_curve.png; several: overlay.png beside them)"
     )
@@ -125,9 +130,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         module.add_arguments(role_parser)
         role_args = role_parser.parse_args(rest)
+        from surreal.runstore import StorageError  # fsspec-free until a bucket is used
+
         try:
             return int(module.main(role_args))
-        except (SettingsError, ConfigError) as exc:  # a SURREAL_* variable or the config file: one line
+        except (SettingsError, ConfigError, StorageError) as exc:  # a SURREAL_* variable, the config, the bucket
             print(f"surreal role {args.role}: {exc}", file=sys.stderr)
             return 2
     if args.command == "run":
@@ -150,6 +157,11 @@ def main(argv: list[str] | None = None) -> int:
         from surreal.launch.plot import plot_runs
         from surreal.launch.sweep import is_sweep, plot_sweep
 
+        try:
+            args.run_dir = [cached_for_plot(where) for where in args.run_dir]
+        except ConfigError as exc:
+            print(f"surreal plot: {exc}", file=sys.stderr)
+            return 2
         if len(args.run_dir) == 1 and is_sweep(Path(args.run_dir[0])):
             print(plot_sweep(Path(args.run_dir[0]), args.out))
         else:
@@ -169,6 +181,25 @@ def main(argv: list[str] | None = None) -> int:
         return probe_main(args)
     parser.error(f"unknown command {args.command}")
     return 2
+
+
+def cached_for_plot(where: str) -> str:
+    """A run folder to plot: a local path as given; a bucket's (`s3://...`) as a checked local copy of the files a
+    plot reads (surreal/runstore.py `cached_run`)."""
+    from surreal.runstore import PLOT_FILES, StorageError, cached_run, is_uri
+
+    if not is_uri(where):
+        return where
+    try:
+        local, rest = cached_run(where, PLOT_FILES)
+    except StorageError as exc:
+        raise ConfigError(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - the backend's own (network, credentials): one line
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise ConfigError(f"{where}: cannot read the bucket ({type(exc).__name__}: {first})") from None
+    if rest:
+        raise ConfigError(f"{where}: a path inside a run folder; plot the run folder itself")
+    return str(local)
 
 
 # -- discoverability: `surreal run --help` and `--cfg job`, `surreal config` ---------------------------------

@@ -43,6 +43,8 @@ resource "azurerm_subnet" "nodes" {
   resource_group_name  = azurerm_resource_group.this.name
   virtual_network_name = azurerm_virtual_network.this.name
   address_prefixes     = [var.nodes_cidr]
+  # Pods reach the run folders' storage account (storage.tf) through this subnet, which its network rules admit.
+  service_endpoints = ["Microsoft.Storage"]
 }
 
 # Only the defaults (VNet-internal and Azure load balancer traffic in, anything out): AKS adds the rules its load

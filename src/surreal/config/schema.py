@@ -440,6 +440,9 @@ class ChaosConfig:
 @dataclass
 class ExperimentConfig:
     name: str | None = None  # run folder name; None: a timestamped name chosen by the launcher
+    # A bucket folder that holds run folders (s3://BUCKET/PATH, gs://..., az://CONTAINER/PATH; the cloud extra): the
+    # run is mirrored at <run_uri>/<name> and resumes from there (surreal/runstore.py). None: local disk only.
+    run_uri: str | None = None
     algo: AlgoConfig = field(default_factory=PPOConfig)  # typed by ALGORITHMS[algo.name] when loaded
     env: EnvConfig = field(default_factory=EnvConfig)
     seed: int = 1  # seeds every environment, network and random draw (deterministic=true: the same run bit for bit)
@@ -512,6 +515,11 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         cfg.name is None or RUN_NAME.fullmatch(cfg.name) is not None,
         f"name={cfg.name!r} {RUN_NAME_RULE}",
     )
+    if cfg.run_uri is not None:
+        from surreal.runstore import uri_problem  # fsspec-free: URIs are only parsed here
+
+        problem = uri_problem(cfg.run_uri)
+        need(problem is None, f"run_uri: {problem}")
     need(bool(cfg.env.id.strip()), "env.id must name a Gymnasium environment")
     if cfg.env.id.startswith("robosuite:") and importlib.util.find_spec("robosuite") is not None:
         # A robosuite task's kwargs are its constructor's parameters: a typo is caught here, in every role that

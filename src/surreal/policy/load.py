@@ -33,6 +33,7 @@ from surreal.policy.artifact import (
     read_policy_file,
 )
 from surreal.policy.build import ArtifactPolicy, rebuild
+from surreal.runstore import is_uri
 
 CHECKPOINT = re.compile(r"^ckpt-\d{10}\.pt$")
 
@@ -145,12 +146,30 @@ def resolve(path: str | Path) -> Path:
     )
 
 
+def fetch(uri: str) -> Path:
+    """The local, checked copy (surreal/runstore.py `cached_run`) of what a bucket path names in a run folder mirrored
+    there: its policy files and config, and its checkpoints only when it has no policy file or one is named."""
+    from surreal.runstore import StorageError, cached_run
+
+    try:
+        local, rest = cached_run(uri, only=["config.yaml", f"{POLICY_DIR}/"])
+        named = [rest, f"{rest}/"] if rest and not rest.startswith(f"{POLICY_DIR}/") else []  # a checkpoint
+        if named or not (local / POLICY_DIR / FILE_NAME).is_file():
+            cached_run(uri, only=named or ["checkpoints/"])
+    except StorageError as exc:
+        raise PolicyError(str(exc)) from None
+    except Exception as exc:  # the backend's own (network, credentials): one line
+        raise PolicyError(f"{uri}: {reason(exc)}") from None
+    return local / rest if rest else local
+
+
 def load_policy(path: str | Path) -> Policy:
     """The policy at `path`: a run folder (its latest policy: the final one once training ended), a policy folder
     (`runs/x/policy`, `runs/x/policy/best`), a policy file, or a learner checkpoint (`runs/x/checkpoints/ckpt-*.pt`,
-    read with its run folder's config.yaml). PolicyError (a ValueError), one line, when it is none of these or
-    the file is damaged; nothing in the file is ever executed."""
-    file = resolve(path)
+    read with its run folder's config.yaml); each also as a bucket path into a run folder mirrored there
+    (`s3://bucket/runs/x`, `gs://...`, `az://...`), read from a checked local copy. PolicyError (a ValueError), one
+    line, when it is none of these or the file is damaged; nothing in the file is ever executed."""
+    file = resolve(fetch(str(path)) if is_uri(str(path)) else path)
     if CHECKPOINT.match(file.name):
         header, tensors = artifact_from_checkpoint(file)
     else:

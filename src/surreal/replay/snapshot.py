@@ -182,10 +182,17 @@ class SnapshotStore:
     under another identity is foreign and never restored.
     """
 
-    def __init__(self, directory: Path, identity: dict[str, Any], keep: int = KEEP) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        identity: dict[str, Any],
+        keep: int = KEEP,
+        on_change: Callable[[], object] | None = None,
+    ) -> None:
+        """`on_change`: called after each save and clear, on the thread that did it (a mirror to a bucket)."""
         if keep < 1:
             raise ValueError("keep must be >= 1")
-        self.directory, self.keep = Path(directory), keep
+        self.directory, self.keep, self.on_change = Path(directory), keep, on_change
         self.identity = json.loads(json.dumps(identity, default=str))  # as a header holds it: equal compares equal
         self.directory.mkdir(parents=True, exist_ok=True)
         for partial in self.directory.glob(".replay-*.snap.tmp"):  # a write cut short by a crash
@@ -209,6 +216,8 @@ class SnapshotStore:
             raise
         for old in self.paths()[: -self.keep]:
             old.unlink(missing_ok=True)
+        if self.on_change is not None:
+            self.on_change()
         return path, size
 
     def restore(self, apply: Callable[[ShardState], object], log: logging.Logger) -> Path | None:
@@ -232,6 +241,8 @@ class SnapshotStore:
         """Remove every snapshot (a FIFO's, once restored: its chunks are served once)."""
         for path in self.paths():
             path.unlink(missing_ok=True)
+        if self.on_change is not None:
+            self.on_change()
 
 
 # -- when, and on which thread --------------------------------------------------------------------------

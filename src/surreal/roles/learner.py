@@ -24,6 +24,7 @@ import random
 import signal
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ import zmq
 
 from surreal.algos import get_algorithm
 from surreal.algos.interface import OffPolicyLearner, OnPolicyLearner
-from surreal.config import ExperimentConfig, algo_config
+from surreal.config import ExperimentConfig, algo_config, save_config
 from surreal.envs import env_spaces, env_steps_bound
 from surreal.metrics import RoleMetrics
 from surreal.metricsfile import METRICS_FILE
@@ -48,6 +49,7 @@ from surreal.roles.common import EXIT_STOPPED, StopFlag, hold_until_stopped, loa
 from surreal.roles.device import choose_device, update_seconds
 from surreal.roles.evaluation import finish, finished_before
 from surreal.roles.ports import BatchesIn, ParamsOut
+from surreal.runstore import LEARNER, open_mirror
 from surreal.runtime.checkpoint import LearnerCheckpoints, Restored
 from surreal.runtime.recorder import Recorder, WallTime, truncate_metrics
 from surreal.runtime.regimes import Counters, Outcome, learner_feed, reply_layout, sample_size
@@ -92,6 +94,7 @@ class LearnerCore:
         self.algo_learner = self._new_algo_learner()
         self.checkpoints = LearnerCheckpoints(run_dir / "checkpoints", cfg.learner.keep_checkpoints, log)
         self.policy_recorder = PolicyRecorder(cfg, self.obs_space, self.act_space, run_git_sha(run_dir))
+        self.on_checkpoint: Callable[[], None] | None = None  # the shell's: mirror the run folder to its bucket
         self.counters = Counters()
         restored = self._restore() if resume else None
         self.restored_extra = restored.extra if restored else None  # the driver's state (serial mode's world)
@@ -211,6 +214,8 @@ class LearnerCore:
         c = self.counters
         self.checkpoints.save(c.updates, self.algo_learner.state_dict(), asdict(c), self.feed.state())
         self.save_policy()
+        if self.on_checkpoint is not None:
+            self.on_checkpoint()
 
     def save_policy(self, evaluation: dict[str, Any] | None = None) -> Path:
         """policy/policy.safetensors: the current parameters as a policy artifact (surreal/policy/artifact.py),
@@ -264,7 +269,19 @@ def main(args: argparse.Namespace) -> int:
         depth=cfg.learner.prefetch * len(addresses),
     )
     params_out = ParamPublisher(ctx, settings.bind(settings.params_pub_port))
+    # With a bucket (SURREAL_RUN_URI) the run folder is its cache: what a resumed learner lacks comes from there first.
+    mirror = open_mirror(settings.run_uri, settings.run_dir, LEARNER, metrics)
+    if mirror is not None:
+        settings.run_dir.mkdir(parents=True, exist_ok=True)
+        if args.resume:
+            mirror.pull()
+        config_file = settings.run_dir / "config.yaml"
+        if settings.config_path is None or settings.config_path.resolve() != config_file.resolve():
+            save_config(cfg, config_file)  # a pod's run folder: the experiment it runs now (the ConfigMap's)
     core = LearnerCore(cfg, settings.run_dir, batches, params_out, metrics, args.resume, log, spaces)
+    if mirror is not None:
+        core.on_checkpoint = mirror.push_soon
+        mirror.push_soon()  # the checkpoint a fresh learner starts with
     port = metrics.serve(settings.bind_host, settings.metrics_port)
     log.info(
         "learning %s on %s in %s (device %s), metrics :%s",
@@ -297,6 +314,8 @@ def main(args: argparse.Namespace) -> int:
             else:
                 finish(core)
         finished = not stop
+        if mirror is not None:  # the last checkpoint, eval.json and the final policy, before anything waits
+            mirror.close()
         if finished:
             deadline = time.monotonic() + DONE_LINGER_S  # late-subscribing ps replicas still get `done`
             while time.monotonic() < deadline:

@@ -44,6 +44,7 @@ from surreal.replay.shard import ReplayShard, message_limits
 from surreal.replay.snapshot import Snapshots, SnapshotStore, Written, restore
 from surreal.roles.common import StopFlag
 from surreal.roles.server import Server, endpoint, serve_main
+from surreal.runstore import open_mirror, replay_part
 from surreal.settings import Settings
 
 DEFER_S = 1.0
@@ -97,7 +98,9 @@ class ReplayServer(Server):
         self.m_capacity.set(replay.capacity)
         self.m_size.set(replay.stats()["size"])  # a restored shard starts with what its snapshot held
         self.m_snapshots = m.counter("replay_snapshots_total", "snapshots written")
-        self.m_snapshot_s = m.gauge("replay_snapshot_seconds", "the last snapshot: seconds from capture to rename")
+        self.m_snapshot_s = m.gauge(
+            "replay_snapshot_seconds", "the last snapshot: seconds from capture to rename (and upload, with a bucket)"
+        )
         self.m_snapshot_pause = m.gauge("replay_snapshot_pause_seconds", "the last snapshot: seconds the loop paused")
         self.m_snapshot_bytes = m.gauge("replay_snapshot_bytes", "the last snapshot's size on disk")
         self.m_snapshot_held = m.gauge("replay_snapshot_transitions", "transitions in the last snapshot")
@@ -240,8 +243,16 @@ def snapshot_dir(run_dir: Path, shard: int) -> Path:
     return run_dir / "replay" / f"shard-{shard}"
 
 
-def open_snapshots(cfg: ExperimentConfig, run_dir: Path, shard: ReplayShard) -> Snapshots:
-    """The shard's snapshot folder, after restoring the newest good snapshot in it into `shard`.
+def open_snapshots(
+    cfg: ExperimentConfig,
+    run_dir: Path,
+    shard: ReplayShard,
+    run_uri: str | None = None,
+    metrics: RoleMetrics | None = None,
+) -> Snapshots:
+    """The shard's snapshot folder, after restoring the newest good snapshot in it into `shard`. With `run_uri`
+    (SURREAL_RUN_URI) the folder is a cache of the bucket's: snapshots it lacks are pulled first (checked whole:
+    surreal/runstore.py), and each snapshot written, or cleared, is mirrored there (its pushes on `metrics`).
 
     A snapshot belongs to one experiment (algorithm, env), one buffer (kind, capacity) and one shard index;
     anything else found there is foreign and set aside. A FIFO snapshot is removed once restored (its chunks
@@ -254,7 +265,10 @@ def open_snapshots(cfg: ExperimentConfig, run_dir: Path, shard: ReplayShard) -> 
         "capacity": shard.capacity,
         "shard": shard.shard,
     }
-    store = SnapshotStore(snapshot_dir(run_dir, shard.shard), identity)
+    mirror = open_mirror(run_uri, run_dir, replay_part(shard.shard), metrics)
+    store = SnapshotStore(snapshot_dir(run_dir, shard.shard), identity, on_change=mirror.push if mirror else None)
+    if mirror is not None:
+        mirror.pull()
     start = time.perf_counter()
     restored = store.restore(lambda state: restore(shard.replay, state), log)
     if restored is None:
@@ -275,13 +289,17 @@ def main(args: argparse.Namespace) -> int:
         limits = message_limits(config)
         # Torch- and gymnasium-free: the env's episode limit is unknown here (ES checks at the learner).
         shard = ReplayShard.of(config, cfg.seed, settings.index, cfg.algo.max_env_steps_per_unit(None))
-        snapshots = open_snapshots(cfg, settings.run_dir, shard) if cfg.replay.snapshot_interval_s > 0 else None
+        metrics = RoleMetrics("replay", shard.shard)
+        snapshots = None
+        if cfg.replay.snapshot_interval_s > 0:
+            snapshots = open_snapshots(cfg, settings.run_dir, shard, settings.run_uri, metrics)
         return ReplayServer(
             ctx,
             settings.bind(settings.experience_port),
             settings.bind(settings.sample_port),
             shard,
             limits=limits,
+            metrics=metrics,
             snapshots=snapshots,
         )
 

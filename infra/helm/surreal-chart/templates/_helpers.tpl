@@ -358,3 +358,33 @@ scheduling.k8s.io/v1alpha2
 {{- fail "scheduling=gang: the cluster serves no PodGroup (scheduling.k8s.io/v1beta1 from Kubernetes 1.37, v1alpha2 on 1.36, behind the GenericWorkload feature gate); set gang.apiVersion, or pass helm template --api-versions scheduling.k8s.io/v1beta1/PodGroup" -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The run folder's mirror in a bucket: experiment.run_uri/<experiment.name, else the release name> (surreal/runstore.py);
+"" without experiment.run_uri. A new release of the same name resumes from what the bucket holds.
+*/}}
+{{- define "surreal.runUri" -}}
+{{- with .Values.experiment.run_uri -}}
+{{- printf "%s/%s" (trimSuffix "/" .) ($.Values.experiment.name | default $.Release.Name) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* SURREAL_RUN_URI and runStorage.env for the roles that mirror the run folder (learner, replay, evaluator). */}}
+{{- define "surreal.runStorageEnv" -}}
+{{- with include "surreal.runUri" . -}}
+- name: SURREAL_RUN_URI
+  value: {{ . | quote }}
+{{- with $.Values.runStorage.env }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+{{- end -}}
+
+{{/* runStorage.podLabels on the pods that mirror the run folder (Azure workload identity's azure.workload.identity/use). */}}
+{{- define "surreal.runStorageLabels" -}}
+{{- if include "surreal.runUri" . -}}
+{{- with .Values.runStorage.podLabels -}}
+{{ toYaml . }}
+{{- end -}}
+{{- end -}}
+{{- end -}}
