@@ -68,7 +68,10 @@ def main() -> None:
             dirs[name].append(run.run_dir)
         pair = [d[-1] for d in dirs.values()]
         figure = overlay_figure(pair)
-        figure.axes[0].set_title(f"PPO on {args.env}, seed {seed}: {args.cell.upper()} and MLP")
+        axis = figure.axes[0]
+        axis.set_title(f"PPO on {args.env}, seed {seed}: {args.cell.upper()} and MLP")
+        for text, name in zip(axis.get_legend().get_texts(), policies, strict=False):  # the runs come first
+            text.set_text(f"{name}, seed {seed}")
         figure.savefig(args.figures / f"ppo-{args.cell}-vs-mlp-{env_name.lower()}-seed{seed}.png", dpi=120)
     title = f"PPO on {args.env}"
     sweep = sweep_figure([(f"{name} ({len(d)} seeds)", d) for name, d in dirs.items()], title)
