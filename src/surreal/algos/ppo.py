@@ -9,6 +9,13 @@ get CleanRL's ppo.py head instead of the Gaussian one: the actor MLP gives one l
 distribution samples, scores and measures entropy, and the deterministic action is the argmax; everything else is
 shared.
 
+With `algo.recurrent` (lstm or gru) the policy is SURREAL-PPO's recurrent one: a cell over the normalized observations
+feeds both heads (`RecurrentActorCritic`). Its state travels with the chunks: the actor records, once per env, the
+state each chunk's column starts from (`PER_ENV`), and zeroes an env's state when its episode ends. The learner
+unrolls each column from that stored state, zeroing it where the done flags say an episode starts, and backpropagates
+through the whole chunk (truncated BPTT); a minibatch is whole sequences, never shuffled steps. The stored state came
+from the parameters the actor ran, as R2D2's "stored state" strategy, without burn-in.
+
 What distribution changes: the experience comes from actors running slightly older parameters, so the
 ratio is taken against the behavior log-probability each actor recorded, chunks more than
 `max_staleness` versions old are dropped (runtime/regimes/versions.py), and the observation-normalizer
@@ -137,7 +144,6 @@ class RecurrentCell(nn.Module):
 
     def __init__(self, kind: str, n_in: int, hidden: int) -> None:
         super().__init__()
-        self.kind = kind
         self.cell: nn.LSTMCell | nn.GRUCell = nn.LSTMCell(n_in, hidden) if kind == "lstm" else nn.GRUCell(n_in, hidden)
         for name, param in self.cell.named_parameters():
             nn.init.orthogonal_(param, 1.0) if name.startswith("weight") else nn.init.zeros_(param)
