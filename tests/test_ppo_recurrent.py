@@ -253,6 +253,19 @@ def test_the_sequence_update_matches_a_plain_loop_over_whole_sequences(cell, swi
     assert stats["value_loss"] == pytest.approx(v_loss.item(), abs=1e-5)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (bench/gpu.sh part1 runs it)")
+def test_the_sequence_update_on_cuda_matches_the_cpu_one():
+    """Batch preparation and the sequence update on the GPU: every tensor where it must be, the same numbers."""
+    cfg = config("lstm")
+    cpu, cuda = (PPOLearner(*spaces_of(), cfg, torch.device(d)) for d in ("cpu", "cuda"))
+    for _ in range(2):
+        chunks = chunks_of(cfg, 4, cpu.params())
+        stats_cpu, stats_cuda = cpu.update(chunks, 0.1), cuda.update(chunks, 0.1)
+    assert stats_cuda == pytest.approx(stats_cpu, abs=1e-4)
+    for (name, a), (_, b) in zip(cpu.model.state_dict().items(), cuda.model.state_dict().items(), strict=True):
+        torch.testing.assert_close(a, b.cpu(), rtol=0, atol=1e-4, msg=name)
+
+
 def test_chunks_of_two_lengths_make_minibatches_of_one_length_each():
     """Sequences of different T never share a minibatch: each length gets its own, of minibatch_size // T each."""
     cfg = config("lstm")
