@@ -70,7 +70,9 @@ def main() -> None:
         figure = overlay_figure(pair)
         axis = figure.axes[0]
         axis.set_title(f"PPO on {args.env}, seed {seed}: {args.cell.upper()} and MLP")
-        for text, name in zip(axis.get_legend().get_texts(), policies, strict=False):  # the runs come first
+        legend = axis.get_legend()
+        assert legend is not None, "overlay_figure draws one"
+        for text, name in zip(legend.get_texts(), policies, strict=False):  # the runs come first
             text.set_text(f"{name}, seed {seed}")
         figure.savefig(args.figures / f"ppo-{args.cell}-vs-mlp-{env_name.lower()}-seed{seed}.png", dpi=120)
     title = f"PPO on {args.env}"
