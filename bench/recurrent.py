@@ -76,7 +76,7 @@ def main() -> None:
             text.set_text(f"{name}, seed {seed}")
         figure.savefig(args.figures / f"ppo-{args.cell}-vs-mlp-{env_name.lower()}-seed{seed}.png", dpi=120)
     title = f"PPO on {args.env}"
-    sweep = sweep_figure([(f"{name} ({len(d)} seeds)", d) for name, d in dirs.items()], title)
+    sweep = sweep_figure(list(dirs.items()), title)
     sweep.savefig(args.figures / f"ppo-{args.cell}-vs-mlp-{env_name.lower()}.png", dpi=120)
 
     def final(name: str) -> list[float | None]:
