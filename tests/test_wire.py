@@ -24,6 +24,7 @@ from surreal.proto.wire import (
     NO_VERSION,
     PARAMS,
     PARAMS_REQUEST,
+    PER_ENV,
     PRIORITY_UPDATE,
     SAMPLE_REQUEST,
     TRANSITION_REPLY,
@@ -32,11 +33,13 @@ from surreal.proto.wire import (
     ChunkMeta,
     EmptyReply,
     ErrorReply,
+    Field,
     FifoReply,
     NotModified,
     Params,
     ParamsRequest,
     PriorityUpdate,
+    ReplyLayout,
     SampleRequest,
     ShardReport,
     TransitionReply,
@@ -183,6 +186,33 @@ def test_empty_and_ragged_chunks_are_refused():
         decode_parts({k: v[:0] for k, v in arrays.items()}, meta)
     with pytest.raises(ProtocolError, match="bad_chunk"):
         decode_parts({**arrays, "rewards": np.zeros((3, 2), np.float32)}, meta)
+
+
+def test_per_env_arrays_travel_once_per_chunk_column_and_are_checked_against_its_k():
+    """A chunk's `per_env` arrays (a recurrent policy's start state) are [K, ...]: they pass a FIFO reply and the
+    learner's field check with the chunk's other arrays; another K, no other arrays, or a transition replay are
+    refused."""
+    with_state = chunk(T=4, K=2)
+    with_state.arrays[PER_ENV] = {"rnn_state": np.arange(2 * 2 * 3, dtype=np.float32).reshape(2, 2, 3)}
+    assert with_state.size == 8, "per-env rows are no transitions"
+    meta, arrays = parts(over_the_wire(encode_chunk(with_state, incarnation="abc")))
+    decoded = decode_parts(arrays, meta)[0]
+    np.testing.assert_array_equal(decoded.arrays[PER_ENV]["rnn_state"], with_state.arrays[PER_ENV]["rnn_state"])
+    fields = {"obs": Field(np.dtype(np.float32), (3,)), "rewards": Field(np.dtype(np.float32))}
+    layout = ReplyLayout({**fields, f"{PER_ENV}/rnn_state": Field(np.dtype(np.float32), (2, 3))})
+    reply = over_the_wire(encode_sample_reply(FifoReply(ShardReport(0, 8), [decoded, chunk()])))
+    got = decode_sample_reply(reply, shard=0, layout=layout)
+    assert len(got.chunks) == 1 and got.refused == ["bad_chunk_fields"], "the chunk without a start state is refused"
+    np.testing.assert_array_equal(got.chunks[0].arrays[PER_ENV]["rnn_state"], with_state.arrays[PER_ENV]["rnn_state"])
+    for bad in (np.zeros((3, 2, 3), np.float32), np.zeros((), np.float32)):  # K of 3, no K at all
+        with pytest.raises(ProtocolError, match="bad_chunk"):
+            decode_parts({**arrays, PER_ENV: {"rnn_state": bad}}, meta)
+    with pytest.raises(ProtocolError, match="bad_chunk"):
+        decode_parts({PER_ENV: arrays[PER_ENV]}, meta)
+    shard = ReplayShard("uniform", capacity=100)
+    with pytest.raises(ValueError, match="learned from whole"):
+        shard.add(encode_chunk(with_state, incarnation="abc"))
+    assert shard.env_steps_in == 0
 
 
 def test_episode_successes_travel_beside_returns_and_are_optional():
