@@ -33,7 +33,7 @@ from surreal.envs import env_steps_bound
 from surreal.envstate import EnvStateUnsupported
 from surreal.metrics import RoleMetrics
 from surreal.metricsfile import read_evals
-from surreal.proto.wire import BlobMeta, Params
+from surreal.proto.wire import BlobMeta
 from surreal.replay.shard import ReplayShard
 from surreal.roles.actor import ActorCore
 from surreal.roles.evaluation import finish
@@ -124,7 +124,7 @@ class SerialWorld:
             )
         self.learner.incarnation = state["learner_incarnation"]
         if (blob := state["ps_blob"]) is not None:
-            self.params.latest = Params(BlobMeta(**blob["blob"]), blob["arrays"])
+            self.params.publish(BlobMeta(**blob["blob"]), blob["arrays"])
         self.shard.load_state(state["replay"])
         for actor, actor_state in zip(self.actors, state["actors"], strict=True):
             actor.load_state(actor_state)
