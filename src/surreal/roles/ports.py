@@ -53,6 +53,11 @@ class BatchesIn(Protocol):
 
     def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None: ...
 
+    def drain(self, timeout_s: float) -> list[SampleReply]:
+        """A stopping learner's last call: ask no more, and return the replies the shards sent (those still on
+        their way get up to `timeout_s`)."""
+        ...
+
 
 class ParamsOut(Protocol):
     def publish(self, blob: BlobMeta, arrays: dict[str, Any]) -> None: ...
@@ -114,6 +119,10 @@ class InProcessReplay:
     def _answered(self, peer: object, reply: object) -> None:
         assert isinstance(reply, FifoReply | TransitionReply), reply  # no deadline passes, nothing is refused
         self.asked, self.reply = False, reply
+
+    def drain(self, timeout_s: float = 0.0) -> list[SampleReply]:
+        del timeout_s
+        return []  # `next` hands a reply over the moment the core answers: none is ever on its way
 
     def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None:
         del shard

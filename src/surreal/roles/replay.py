@@ -326,8 +326,7 @@ def open_snapshots(cfg: ExperimentConfig, run_dir: Path, shard: ReplayShard) -> 
         log.info("restored %d transitions from %s in %.2f s", held, restored, time.perf_counter() - start)
         if shard.mode == "fifo":
             store.clear()
-    interval_s = 0.0 if shard.mode == "fifo" else cfg.replay.snapshot_interval_s
-    return Snapshots(store, shard.replay, interval_s, log)
+    return Snapshots(store, shard.replay, cfg.replay.snapshot_interval_s, log)
 
 
 def main(args: argparse.Namespace) -> int:
