@@ -73,12 +73,16 @@ def test_an_actor_sends_rollout_ahead_shares_then_one_share_per_new_version():
     assert sent_until_wait(throttle, 6) == 0
 
 
-def test_a_new_learner_incarnation_restarts_the_count():
+def test_a_learner_resumed_from_an_older_checkpoint_restarts_the_count_one_resumed_where_it_stopped_does_not():
     throttle = throttle_of(share=2, rollout_ahead=1)
     throttle.on_params(BlobMeta(version=40, incarnation="a"))
     assert sent_until_wait(throttle, 40) == 2
     throttle.on_params(BlobMeta(version=12, incarnation="b"))  # resumed from an older checkpoint
     assert sent_until_wait(throttle, 12) == 2, "versions count again from the resumed learner's"
+    throttle.on_params(BlobMeta(version=12, incarnation="c"))  # stopped and resumed at the version counted
+    assert sent_until_wait(throttle, 12) == 0, "the count goes on: those shares were sent"
+    throttle.on_params(BlobMeta(version=13, incarnation="d"))
+    assert sent_until_wait(throttle, 13) == 2, "one share for the version it moved on"
 
 
 def test_lockstep_for_es_and_for_deterministic_runs_and_shares_from_the_topology():

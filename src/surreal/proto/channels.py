@@ -169,6 +169,10 @@ class ShardRequests:
         self.inflight = max(self.inflight - 1, 0)
         self.last_reply = now
 
+    def disconnected(self) -> None:
+        """The connection to the shard broke: the requests out went with it (a restarted shard holds none)."""
+        self.inflight = 0
+
 
 def reply_with_data(
     message: Message,
@@ -198,8 +202,10 @@ class SampleClient:
 
     A replay answers every request within its defer window (with data, or empty), so a shard that has
     answered nothing for `lost_after_s` while requests were out is presumed restarted: its in-flight
-    count is reset and the requests re-issued (`ShardRequests`). Replies are data whatever request they answer,
-    so a late reply is used, never dropped."""
+    count is reset and the requests re-issued (`ShardRequests`); a connection that breaks (the shard's process
+    ended, seen by a monitor socket) does that at once, so a restarted shard is asked again as soon as it is back,
+    not after `lost_after_s` in which its chunks go stale. Replies are data whatever request they answer, so a
+    late reply is used, never dropped."""
 
     def __init__(
         self,
@@ -221,13 +227,17 @@ class SampleClient:
         self.layout = layout
         self.limits = accepting(limits, SAMPLE_REPLIES)
         self._shards: list[tuple[zmq.Socket, ShardRequests]] = []
+        self._monitors: dict[zmq.Socket, ShardRequests] = {}
+        self.poller = zmq.Poller()
         for address in addresses:
             sock = make_socket(ctx, zmq.DEALER)
             sock.setsockopt(zmq.IMMEDIATE, 1)
+            books = ShardRequests(prefetch, lost_after_s)
+            monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            self._monitors[monitor] = books
+            self.poller.register(monitor, zmq.POLLIN)
             sock.connect(address)
-            self._shards.append((sock, ShardRequests(prefetch, lost_after_s)))
-        self.poller = zmq.Poller()
-        for sock, _ in self._shards:
+            self._shards.append((sock, books))
             self.poller.register(sock, zmq.POLLIN)
         self.on_error = on_error
 
@@ -258,6 +268,10 @@ class SampleClient:
                 self._top_up(batch_size)
             remaining = deadline - time.monotonic()
             ready = dict(self.poller.poll(math.ceil(remaining * 1000) if remaining > 0 else 0))
+            for monitor, books in self._monitors.items():
+                if monitor in ready:
+                    monitor.recv_multipart()  # the one event it reports: a disconnect
+                    books.disconnected()
             for index, (sock, books) in enumerate(self._shards):
                 if sock not in ready:
                     continue
@@ -280,7 +294,10 @@ class SampleClient:
 
     def close(self) -> None:
         for sock, _ in self._shards:
+            sock.disable_monitor()
             sock.close(0)
+        for monitor in self._monitors:
+            monitor.close(0)
 
 
 class BackgroundBatches:
@@ -425,7 +442,9 @@ class ParamClient:
     `hold_s` has passed, whichever is first (the wait grows by `hold_s`); with `wake_version` as well, only a blob
     of that version or later answers before the hold ends (proto/wire.py `ParamsRequest`). An actor held by flow
     control asks this way, so a thousand waiting actors cost the ps one request each per hold or per version
-    that frees them, not one every few milliseconds; a ps that predates holds answers at once, as before."""
+    that frees them, not one every few milliseconds; a ps that predates holds answers at once, as before. A
+    replica's connection that breaks while a request waits (a monitor socket sees it) may have taken the request
+    with it: it is sent again at once, to the replicas still up, rather than waited for until the timeout."""
 
     def __init__(
         self, ctx: zmq.Context, addresses: Sequence[str], limits: Limits, on_error: ErrorSink = ignore_error
@@ -433,9 +452,21 @@ class ParamClient:
         self.limits = accepting(limits, PARAMS_REPLIES)
         self.sock = make_socket(ctx, zmq.DEALER)
         self.sock.setsockopt(zmq.IMMEDIATE, 1)
+        self.monitor = self.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         for address in addresses:
             self.sock.connect(address)
+        self.poller = zmq.Poller()
+        self.poller.register(self.sock, zmq.POLLIN)
+        self.poller.register(self.monitor, zmq.POLLIN)
         self.on_error = on_error
+
+    def disconnects(self) -> int:
+        """How many replica connections broke since the last call (the monitor's events, taken)."""
+        events = 0
+        while self.monitor.poll(0):
+            self.monitor.recv_multipart()
+            events += 1
+        return events
 
     def fetch(
         self, version: int, incarnation: str, timeout_s: float, hold_s: float = 0.0, wake_version: int = 0
@@ -444,13 +475,16 @@ class ParamClient:
         None when no answer came in time (counted as FETCH_TIMEOUT)."""
         deadline = time.monotonic() + timeout_s + hold_s
         hold_ms = math.ceil(hold_s * 1000) if hold_s > 0 else 0
-        request = ParamsRequest(int(version), incarnation, hold_ms, wake_version)
-        if send(self.sock, frames_of(request.to_message()), timeout_s):
+        request = frames_of(ParamsRequest(int(version), incarnation, hold_ms, wake_version).to_message())
+        self.disconnects()  # those before this request took none of it
+        if send(self.sock, request, timeout_s):
             while (remaining := deadline - time.monotonic()) > 0:
-                frames = recv_frames(self.sock, remaining)
-                if frames is None:
-                    break
-                reply = self.decode(frames)
+                ready = dict(self.poller.poll(math.ceil(remaining * 1000)))
+                if self.monitor in ready and self.disconnects():
+                    send(self.sock, request, 0.0)  # perhaps lost with that replica: asked again of the others
+                if self.sock not in ready:
+                    continue
+                reply = self.decode(self.sock.recv_multipart(copy=False))
                 if reply is not None:
                     return reply
         self.on_error(FETCH_TIMEOUT)
@@ -465,4 +499,6 @@ class ParamClient:
             return None
 
     def close(self) -> None:
+        self.sock.disable_monitor()
+        self.monitor.close(0)
         self.sock.close(0)

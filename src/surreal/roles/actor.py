@@ -92,7 +92,8 @@ class ActorCore:
         self.chunks_sent = 0
         self.unsent: Chunk | None = None  # a chunk backpressure refused, sent before anything else
         self.fetch_due = False  # the cadence's "newer than v?" after a chunk sent
-        self.flush_tries: int | None = None  # after `stop`: tries left for the unsent chunk
+        self.refused = False  # the unsent chunk was refused at least once
+        self.flush_tries: int | None = None  # after `stop`: tries left for a chunk refused before
 
     @classmethod
     def of(cls, cfg: ExperimentConfig, index: int, clock: Callable[[], float] = time.monotonic) -> ActorCore:
@@ -114,13 +115,14 @@ class ActorCore:
         return Collect(self.version)
 
     def collected(self, chunk: Chunk) -> None:
-        self.unsent = chunk
+        self.unsent, self.refused = chunk, False
 
     def sent(self, ok: bool) -> Chunk | None:
         """The outcome of `Send`: the chunk that went out, or None (refused: it waits)."""
-        if self.flush_tries is not None:
+        if self.flush_tries is not None and self.refused:
             self.flush_tries -= 1
         if not ok or self.unsent is None:
+            self.refused = True
             return None
         chunk, self.unsent = self.unsent, None
         self.chunks_sent += 1
@@ -143,7 +145,8 @@ class ActorCore:
         return True
 
     def stop(self) -> None:
-        """SIGTERM: the chunk being stepped is finished by the driver; an unsent chunk gets one more try."""
+        """SIGTERM: the chunk being stepped is finished (by the driver) and sent as usual, and a chunk backpressure
+        refused gets one more try; then `Finish`."""
         if self.flush_tries is None:
             self.flush_tries = 1
 

@@ -56,6 +56,7 @@ DEFER_S = 1.0
 MAX_PENDING = 64
 MAX_PENDING_PER_PEER = 16  # parked requests one client may hold, so one cannot starve another (learners keep 2)
 BURST = 64  # messages taken from one socket per poll: experience floods must let sample requests in
+STOP_DRAIN_S = 0.5  # on SIGTERM, the longest it takes the chunks already at its socket before its last snapshot
 
 log = logging.getLogger("surreal.replay")
 
@@ -219,8 +220,12 @@ class ReplayServer(Server):
             self._written(self.snapshots.tick(now), "")
 
     def run(self, stop: StopFlag) -> None:
-        """Serve until stopped, then put what the shard holds on disk before the sockets close."""
+        """Serve until stopped, take the chunks already at its socket (they would go with the process), then put
+        what the shard holds on disk before the sockets close."""
         super().run(stop)
+        deadline = time.monotonic() + STOP_DRAIN_S
+        while time.monotonic() < deadline and self.pull.poll(0):
+            self._on_experience(self.pull.recv_multipart(copy=False))
         if self.snapshots is not None:
             self._written(self.snapshots.final(), "final ")
 
