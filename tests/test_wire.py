@@ -546,7 +546,7 @@ def test_a_live_ps_fed_hostile_blobs_and_requests_still_serves_the_learners_blob
     actor.send_multipart(encode(PARAMS_REQUEST, request_meta))
     publisher.publish(BlobMeta(n, f"learner-{n}"), weights)  # a new incarnation always replaces
     deadline = time.monotonic() + 5
-    while ps.incarnation != f"learner-{n}" and time.monotonic() < deadline:
+    while ps.core.incarnation != f"learner-{n}" and time.monotonic() < deadline:
         publisher.service()
         ps.poll_once(0.01)
     actor.send_multipart(frames_of(ParamsRequest(-1, "").to_message()))
@@ -558,10 +558,10 @@ def held_by_ps(publisher: ParamPublisher, ps: ParamServer, version: int, incarna
     """Publish (`version`, `incarnation`) and poll the ps until it holds it."""
     publisher.publish(BlobMeta(version, incarnation), {"policy": {"w": np.full(4, float(version), np.float32)}})
     deadline = time.monotonic() + 20
-    while (ps.version, ps.incarnation) != (version, incarnation) and time.monotonic() < deadline:
+    while (ps.core.version, ps.core.incarnation) != (version, incarnation) and time.monotonic() < deadline:
         publisher.service()
         ps.poll_once(0.01)
-    assert (ps.version, ps.incarnation) == (version, incarnation)
+    assert (ps.core.version, ps.core.incarnation) == (version, incarnation)
 
 
 def test_a_ps_sends_a_held_actor_the_version_that_wakes_it_and_says_how_far_the_learner_got(ps_server, monkeypatch):
@@ -574,7 +574,7 @@ def test_a_ps_sends_a_held_actor_the_version_that_wakes_it_and_says_how_far_the_
     held_by_ps(publisher, ps, 2)
     held_by_ps(publisher, ps, 3)
     assert replies(ps, actor, 1, timeout_s=0.3) == [], "versions below the wake version are not sent"
-    assert len(ps.parked) == 1
+    assert len(ps.core.parked) == 1
     held_by_ps(publisher, ps, 4)
     [woken] = replies(ps, actor, 1)
     assert woken.kind == PARAMS and woken.meta["version"] == 4 and woken.arrays["policy"]["w"][0] == 4.0
@@ -605,19 +605,19 @@ def test_one_peers_flood_of_held_requests_is_answered_at_once_and_never_fills_th
         hostile.send_multipart(frames_of(ParamsRequest(1, "a", hold_ms=60_000).to_message()))
     answered = replies(ps, hostile, flood - ps_role.MAX_PARKED_PER_PEER, timeout_s=20)
     assert [decode_params_reply(m) for m in answered] == [NotModified(1, "a")] * (flood - ps_role.MAX_PARKED_PER_PEER)
-    assert len(ps.parked) == ps_role.MAX_PARKED_PER_PEER
+    assert len(ps.core.parked) == ps_role.MAX_PARKED_PER_PEER
     honest = make_socket(hostile.context, zmq.DEALER)
     honest.connect(hostile.getsockopt_string(zmq.LAST_ENDPOINT))
     try:
         honest.send_multipart(frames_of(ParamsRequest(1, "a", hold_ms=60_000).to_message()))
         deadline = time.monotonic() + 20
-        while len(ps.parked) == ps_role.MAX_PARKED_PER_PEER and time.monotonic() < deadline:
+        while len(ps.core.parked) == ps_role.MAX_PARKED_PER_PEER and time.monotonic() < deadline:
             ps.poll_once(0.01)
-        assert len(ps.parked) == ps_role.MAX_PARKED_PER_PEER + 1, "the honest actor's request is parked"
+        assert len(ps.core.parked) == ps_role.MAX_PARKED_PER_PEER + 1, "the honest actor's request is parked"
         held_by_ps(publisher, ps, 2)
         [woken] = replies(ps, honest, 1)
         assert woken.kind == PARAMS and woken.meta["version"] == 2
-        assert not ps.parked and not ps.parked_by_peer, "every held request answered, and none left counted"
+        assert not ps.core.parked and not ps.core.parked_by_peer, "every held request answered, and none left counted"
     finally:
         honest.close(0)
 

@@ -6,6 +6,8 @@
     surreal run --cfg job [overrides...]       print the composed config; start nothing
     surreal run --resume runs/<name> [steps=N] continue a stopped, crashed or killed run
     surreal run --multirun seed=1,2,3 ...      a sweep: one run per combination, and its summary
+    surreal run --serial [overrides...]        every role's core in this process, no sockets (deterministic)
+    surreal sim [SCENARIO] [--seed N]          the whole system simulated on a virtual clock, invariants checked
     surreal config [PREFIX] [--algo NAME]      every config key with its type, default and doc
     surreal plot <run folder> [<run> ...]      learning curve PNG of a run, several overlaid, or a sweep's
                                                (a bucket's run folder too: s3://, gs://, az://)
@@ -81,6 +83,23 @@ def build_parser() -> argparse.ArgumentParser:
         "runs/<sweep>/<member>, then a summary table and curves (with --resume: the sweep's unfinished members)",
     )
     run.add_argument("--jobs", type=int, default=1, metavar="N", help="with --multirun: members run N at a time")
+    run.add_argument(
+        "--serial",
+        action="store_true",
+        help="every role's core in this process on in-process ports, no sockets: deterministic for a seed "
+        "(launch/serial.py); the same run folder, resumable with --serial --resume",
+    )
+
+    sim = commands.add_parser(
+        "sim",
+        help="simulate a whole experiment and its faults on a virtual clock, every invariant checked",
+        description="The roles' own cores on a virtual clock, a seeded network and scripted rollouts "
+        "(surreal/sim/): a scenario's faults replayed exactly from its seed. Exit 1 if an invariant broke.",
+    )
+    sim.add_argument("scenarios", nargs="*", help="scenario names (default: all; --list shows them)")
+    sim.add_argument("--list", action="store_true", help="list the scenarios and what each does")
+    sim.add_argument("--seed", type=int, default=0, help="the first seed (default 0)")
+    sim.add_argument("--seeds", type=int, default=1, metavar="N", help="run each scenario under N seeds from --seed")
 
     add_config_command(commands)
 
@@ -141,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.cfg == "job":
             return print_job_config(args.overrides)
         if args.multirun:
+            if args.serial:
+                parser.error("--serial runs one experiment: without --multirun")
             from surreal.launch.sweep import resume_sweep, run_sweep
 
             if args.resume:
@@ -148,11 +169,19 @@ def main(argv: list[str] | None = None) -> int:
             return run_sweep(args.overrides, args.jobs)
         if args.jobs != 1:
             parser.error("--jobs needs --multirun")
+        if args.serial:
+            from surreal.launch.local import run_serial_experiment
+
+            return run_serial_experiment(args.overrides, args.resume)
         from surreal.launch.local import run_experiment
 
         return run_experiment(args.overrides, live=not args.no_progress, resume=args.resume)
     if args.command == "config":
         return config_main(args)
+    if args.command == "sim":
+        from surreal.sim.cli import main as sim_main
+
+        return sim_main(args.scenarios, args.list, args.seed, args.seeds)
     if args.command == "plot":
         from surreal.launch.plot import plot_runs
         from surreal.launch.sweep import is_sweep, plot_sweep

@@ -211,6 +211,39 @@ def run_experiment(overrides: list[str], live: bool = True, resume: str | os.Pat
     return launch(cfg, run_dir, lock, live, run_uri=mirror_uri(cfg, run_dir))
 
 
+def run_serial_experiment(overrides: list[str], resume: str | os.PathLike[str] | None = None) -> int:
+    """`surreal run --serial`: every role's core in this process, no sockets (launch/serial.py: the real cores on
+    in-process ports, deterministic for a seed), into the same run folder and summary. Exit codes as
+    `run_experiment`'s; SIGTERM or Ctrl-C stops it with a checkpoint, and `--resume` continues it."""
+    from surreal import api
+
+    try:
+        run = api.start(overrides=overrides, mode="serial", resume=resume)
+    except ConfigError as exc:
+        print(f"surreal: {exc}", file=sys.stderr)
+        return 2
+    print(f"[surreal] {run.name}: every role in this process (--serial); log in {run.dir / 'logs'}", flush=True)
+    status = "completed"
+    with StopFlag() as stop:
+        while run.running:
+            if stop:
+                run.stop()
+                break
+            stop.wait(POLL_S)
+    try:
+        run.wait()
+    except api.RunFailed:
+        status = "failed"
+    except ConfigError as exc:  # a checkpoint this world cannot continue
+        print(f"surreal: {exc}", file=sys.stderr)
+        return 2
+    summary = run.summary
+    if summary is not None:
+        print_result(summary)
+        status = summary["status"]
+    return EXIT_CODES.get(status, 1)
+
+
 def resume_experiment(where: str | os.PathLike[str], overrides: list[str], live: bool = True) -> int:
     """`surreal run --resume <run folder or its bucket URI> [budget overrides]`: the same launch, every role
     resuming; a run mirrored in a bucket first gets what its local folder lacks from there."""

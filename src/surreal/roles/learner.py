@@ -58,6 +58,7 @@ from surreal.settings import Settings
 RECEIVE_TIMEOUT_S = 0.05  # longest wait for a sample reply before the loop services the publisher again
 IDLE_S = 0.005  # the shell's pause when a step did nothing (an off-policy learner ahead of its replay ratio)
 DONE_LINGER_S = 1.0  # keep answering late-subscribing ps replicas with the final blob this long
+DRAIN_S = 5.0  # on a stop, the longest wait for the replies to the sample requests still out
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:
@@ -83,16 +84,22 @@ class LearnerCore:
         resume: bool,
         log: logging.Logger,
         spaces: tuple[gym.Space, gym.Space] | None = None,
+        algo_learner: OnPolicyLearner | OffPolicyLearner | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """`spaces`: the env's observation and action spaces, where the caller has them (else an env is made)."""
+        """`spaces`: the env's observation and action spaces, where the caller has them (else an env is made);
+        `algo_learner`: the algorithm's learner, where the caller made it (the simulator's scripted one); `clock`:
+        what `checkpoint_interval_s` is timed on (the simulator's is virtual)."""
         self.cfg, self.run_dir, self.batches, self.params_out, self.log = cfg, run_dir, batches, params_out, log
+        self.clock = clock
         run_dir.mkdir(parents=True, exist_ok=True)
         seed_everything(cfg.seed, cfg.deterministic)
         self.device = choose_device(cfg, lambda device: update_seconds(cfg, device), log)
         self.obs_space, self.act_space = spaces or env_spaces(cfg)
         self.algo = get_algorithm(cfg.algo.name)
+        self.given_learner = algo_learner
         self.algo_learner = self._new_algo_learner()
-        self.checkpoints = LearnerCheckpoints(run_dir / "checkpoints", cfg.learner.keep_checkpoints, log)
+        self.checkpoints = LearnerCheckpoints(run_dir / "checkpoints", cfg.learner.keep_checkpoints, log, clock)
         self.policy_recorder = PolicyRecorder(cfg, self.obs_space, self.act_space, run_git_sha(run_dir))
         self.on_checkpoint: Callable[[], None] | None = None  # the shell's: mirror the run folder to its bucket
         self.counters = Counters()
@@ -146,7 +153,7 @@ class LearnerCore:
                 self.publish()
             if outcome.stats is not None:
                 self._record(outcome.stats, outcome.update_s, outcome.row_fields)
-            overdue = time.monotonic() - self.checkpoints.saved_at >= self.cfg.learner.checkpoint_interval_s
+            overdue = self.clock() - self.checkpoints.saved_at >= self.cfg.learner.checkpoint_interval_s
             if outcome.checkpoint_interval or overdue:
                 self.checkpoint()
 
@@ -191,6 +198,8 @@ class LearnerCore:
     # -- state ---------------------------------------------------------------------------------------
 
     def _new_algo_learner(self) -> OnPolicyLearner | OffPolicyLearner:
+        if self.given_learner is not None:
+            return self.given_learner
         return self.algo.make_learner(
             self.obs_space, self.act_space, algo_config(self.cfg), self.device, compile=self.cfg.learner.compile
         )
@@ -229,6 +238,13 @@ class LearnerCore:
             updates=c.updates,
             evaluation=evaluation,
         )
+
+    def stop(self, drain_s: float = DRAIN_S) -> None:
+        """Stopped by a signal (a preemption, a drain): the replies the shards already sent are taken (their chunks
+        would go with the process otherwise), then a checkpoint holds everything taken."""
+        for reply in self.batches.drain(drain_s):
+            self.feed.take(reply)
+        self.checkpoint()
 
     def close(self) -> None:
         self.recorder.close()
@@ -303,7 +319,7 @@ def main(args: argparse.Namespace) -> int:
                     time.sleep(IDLE_S)
             if stop:
                 started = time.monotonic()
-                core.checkpoint()
+                core.stop()
                 name = signal.Signals(stop.signal).name if stop.signal else "a signal"
                 log.info(
                     "stopped by %s (a preemption, drain or shutdown): checkpoint at update %d written in %.2f s",
