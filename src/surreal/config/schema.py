@@ -167,10 +167,16 @@ class OffPolicyConfig(AlgoConfig):
         return out
 
     def replica_problems(self, replicas: int) -> list[str]:
-        """Each rank samples its own share of every minibatch: `batch_size` must split evenly."""
+        """The learner's update splits (algos/replica.py: each rank steps on its share of every minibatch), but the
+        learner role runs a group for on-policy algorithms only: its ranks 1..K-1 take rank 0's batches, and
+        off-policy ranks would each sample the replay on their own, which the role does not do yet."""
+        out = [
+            f"learner.replicas={replicas}: the learner group runs on-policy algorithms (ppo) for now; "
+            f"{self.name} needs learner.replicas=1"
+        ]
         if self.batch_size % replicas:
-            return [f"algo.batch_size ({self.batch_size}) must be a multiple of learner.replicas ({replicas})"]
-        return []
+            out.append(f"algo.batch_size ({self.batch_size}) must be a multiple of learner.replicas ({replicas})")
+        return out
 
 
 @dataclass
