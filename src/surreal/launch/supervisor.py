@@ -175,7 +175,8 @@ class _Child:
     restart_at: float | None = None  # monotonic time of a pending restart
     returncode: int | None = None  # of the last exit
     done: bool = False  # will not be started again
-    killed: bool = False  # by `kill`: its exit is no failure
+    killed: bool = False  # by `kill` (or with its group): its exit is no failure
+    killed_why: str = "chaos"  # what the log says of the start after it
     held: bool = False  # killed and kept down until `release`
 
 
@@ -261,7 +262,8 @@ class Supervisor:
         if exit.delay_s is None:
             child.done = True
         elif not exit.counted:
-            child.uncounted_why = exit.why
+            child.uncounted_why = child.killed_why if exit.why == "chaos" else exit.why
+            child.killed_why = "chaos"
             child.restart_at = None if child.held else now  # a held chaos kill waits for `release`
         else:
             child.restart_at = now + exit.delay_s
@@ -283,7 +285,7 @@ class Supervisor:
                 continue
             if child.proc.poll() is None and not child.killed:
                 self.report(f"[surreal] {name} killed to restart with its group {child.spec.group!r}")
-                child.killed = True
+                child.killed, child.killed_why = True, f"with its group, after {failed.spec.name} failed"
                 _kill_group(child.proc.pid)
 
     def _show_exit(self, child: _Child, action: str) -> None:
