@@ -46,7 +46,10 @@ class Replica:
         return slice(self.rank * each, (self.rank + 1) * each)
 
     def mean(self, tensor: torch.Tensor) -> torch.Tensor:
-        """`tensor` averaged over the ranks, in place (a sum, then divided: gloo has no average)."""
+        """`tensor` averaged over the ranks, in place (a sum, then divided: gloo has no average); a group of one has
+        nothing to average."""
+        if self.size == 1:
+            return tensor
         dist.all_reduce(tensor, group=self.group)
         return tensor.div_(self.size)
 
