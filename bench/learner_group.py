@@ -1,13 +1,15 @@
 """Data-parallel learner speed (`learner.replicas=K`): PPO updates per second of K ranks against one learner alone.
 
-    python -m bench.learner --replicas 1 2 [--device cpu|cuda] [--updates N] [--rounds R] [--threads T] [--out PATH]
+    python -m bench.learner --replicas 1 2 [--device cpu|cuda] [--updates N] [--rounds R] [--threads T] [--large]
+                            [--out PATH]
     python -m bench.learner_group ...   (the same)
 
 Each rank is a process of its own with torchrun's variables, in a process group on 127.0.0.1 (gloo on the CPU,
 NCCL on CUDA, each rank on cuda:<rank>), running the learner role's PPO learner as that rank (algos/replica.py):
 every rank takes the whole batch and computes 1/K of every minibatch, the gradients all-reduced each minibatch
 step. The batch is real experience, collected on HalfCheetah-v5 by every rank alike (same seeds, same chunks:
-bench/learner.py's `collect_chunks`; the PPO defaults: 2,048 transitions, minibatches of 64, 10 epochs).
+bench/learner.py's `collect_chunks`; the PPO defaults: 2,048 transitions, minibatches of 64, 10 epochs; with
+`--large` 4,096 transitions, minibatches of 1,024, 2 epochs).
 
 Rows: `alone` (the learner as `learner.replicas=1` runs it, no process group), then each K of `--replicas` as a
 group of K (K=1: a group of one, what being a rank costs: the all-reduce, and no CUDA graph). A round starts
@@ -46,13 +48,22 @@ RANK_TIMEOUT_S = 900.0  # a rank process's whole life: only catches a hang
 GROUP_TIMEOUT_S = 300.0  # every collective's
 
 
+def ppo_config(large: bool) -> PPOConfig:
+    """PPO's defaults (CleanRL's: 2,048 transitions, minibatches of 64, 10 epochs), or with `large` bench.learner's
+    second row (4,096, minibatches of 1,024, 2 epochs: Sample Factory's MuJoCo setting), where a step's work grows
+    more with its samples than a tiny minibatch's fixed per-step cost does."""
+    if large:
+        return PPOConfig(seed=1, batch_size=4096, minibatch_size=1024, update_epochs=2)
+    return PPOConfig(seed=1)
+
+
 def rank_main(args: argparse.Namespace) -> None:
     """One rank (or the learner alone, `--size 0`): collect, build, one untimed update, then `--updates` timed;
     rank 0 writes {"updates_per_s": ...} to `--result`."""
     from bench.learner import CHUNK_STEPS, collect_chunks  # the benchmark's own experience
 
     torch.set_num_threads(args.threads)
-    cfg = PPOConfig(seed=1)
+    cfg = ppo_config(args.large)
     obs_space, act_space, chunks = collect_chunks("ppo", cfg, cfg.batch_size // CHUNK_STEPS)
     replica = None
     if args.size > 0:
@@ -93,6 +104,7 @@ def run_row(size: int, args: argparse.Namespace, folder: Path) -> float:
     result.unlink(missing_ok=True)
     common = [sys.executable, "-m", "bench.learner_group", "--rank-of", str(size), "--result", str(result)]
     common += ["--updates", str(args.updates), "--threads", str(args.threads), "--device", args.device]
+    common += ["--large"] if args.large else []
     port = free_ports(1)[0]
     procs = []
     for rank in range(max(size, 1)):
@@ -119,7 +131,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             for size in sizes:
                 rates[size].append(run_row(size, args, Path(folder)))
     median = {size: statistics.median(values) for size, values in rates.items()}
-    cfg = PPOConfig(seed=1)
+    cfg = ppo_config(args.large)
     rows = [
         {
             "row": "alone" if size == 0 else f"replicas={size}",
@@ -153,6 +165,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--updates", type=int, default=5, help="timed updates per row and round")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (each starts every row once)")
+    parser.add_argument("--large", action="store_true", help="batch 4,096, minibatches of 1,024, 2 epochs")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -271,8 +271,16 @@ def main(args: argparse.Namespace) -> int:
     log = setup_logging("learner", place.rank if place else 0)
     stop = StopFlag().install()  # ranks 1..K-1 ignore it: rank 0 checkpoints and orders them to stop
     torch.set_num_threads(cfg.learner.torch_threads)
-    if place is not None and place.rank > 0:
-        return run_follower(cfg, place, log)
+    if place is not None and place.rank > 0:  # a rank after the first: /metrics (a pod's probes), then the group
+        follower_metrics = RoleMetrics("learner", place.rank)
+        follower_metrics.serve(settings.bind_host, settings.metrics_port)
+        try:
+            code = run_follower(cfg, place, log, follower_metrics)
+            if code == 0 and settings.hold_when_done:  # a pod: restarted, it would wait for a group that is over
+                hold_until_stopped(stop, log)
+            return code
+        finally:
+            follower_metrics.close()
     metrics = RoleMetrics("learner", 0)
     m_bad = metrics.counter("messages_dropped_total", "malformed replies counted and dropped", ["reason"])
     ctx = zmq.Context()
