@@ -95,3 +95,21 @@ class Replica:
         whole[dim] *= self.size
         noise = torch.randn(whole, generator=generator, device=device)
         return noise.narrow(dim, self.rank * shape[dim], shape[dim]).contiguous()
+
+
+def bytes_from_rank_0(payload: bytes | None, limit: int, group: Any = None) -> bytes:
+    """`payload` (rank 0's; None on the others) on every rank of `group`: its length, then its bytes, each one
+    collective bounded by the group's timeout. A length outside 1..`limit` is refused before anything is allocated
+    for it. The learner group's orders and its state at the start travel this way (roles/learner_group.py)."""
+    size = torch.tensor([0 if payload is None else len(payload)], dtype=torch.int64)
+    dist.broadcast(size, 0, group=group)
+    n = int(size.item())
+    if not 0 < n <= limit:
+        raise ValueError(f"a message of {n} bytes from rank 0 (limit {limit})")
+    buffer = (
+        torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+        if payload is not None
+        else torch.empty(n, dtype=torch.uint8)
+    )
+    dist.broadcast(buffer, 0, group=group)
+    return payload if payload is not None else buffer.numpy().tobytes()

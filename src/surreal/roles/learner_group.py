@@ -35,10 +35,11 @@ import torch.distributed as dist
 
 from surreal.algos import get_algorithm
 from surreal.algos.interface import OnPolicyLearner
-from surreal.algos.replica import Replica
+from surreal.algos.replica import Replica, bytes_from_rank_0
 from surreal.config import ExperimentConfig, algo_config
 from surreal.envs import env_spaces
-from surreal.proto.codec import Limits, ProtocolError, decode, encode, pack_frames, unpack_frames
+from surreal.metrics import RoleMetrics
+from surreal.proto.codec import Limits, decode, encode, pack_frames, unpack_frames
 from surreal.proto.wire import Chunk, GroupOrder, ReplyLayout, decode_group_order, encode_group_order
 from surreal.replay.shard import message_limits
 from surreal.roles.common import EXIT_STOPPED
@@ -112,30 +113,21 @@ class LearnerGroup:
 
     # -- bytes from rank 0 to every rank ------------------------------------------------------------------
 
-    def _broadcast(self, payload: bytes | None, limit: int) -> bytes:
-        """`payload` (rank 0's) on every rank: its length, then its bytes; a length over `limit` is refused."""
-        size = torch.tensor([0 if payload is None else len(payload)], dtype=torch.int64)
-        dist.broadcast(size, 0, group=self.orders)
-        n = int(size.item())
-        if not 0 < n <= limit:
-            raise ProtocolError("too_large", f"a group message of {n} bytes (limit {limit})")
-        if payload is not None:
-            buffer = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
-        else:
-            buffer = torch.empty(n, dtype=torch.uint8)
-        dist.broadcast(buffer, 0, group=self.orders)
+    def _from_rank_0(self, payload: bytes | None, limit: int) -> bytes:
+        """`payload` (rank 0's) on every rank (algos/replica.py's `bytes_from_rank_0`), the time noted."""
+        out = bytes_from_rank_0(payload, limit, self.orders)
         self.sent_at = time.monotonic()
-        return payload if payload is not None else buffer.numpy().tobytes()
+        return out
 
     def send(self, order: GroupOrder) -> None:
         """Rank 0: the order to every other rank."""
         message = encode_group_order(order)
-        self._broadcast(pack_frames(encode(message.kind, message.meta, message.arrays)), self._order_limit())
+        self._from_rank_0(pack_frames(encode(message.kind, message.meta, message.arrays)), self._order_limit())
 
     def receive(self, layout: ReplyLayout | None) -> GroupOrder:
         """Ranks 1..K-1: rank 0's next order, checked as any message is (the algorithm's fields with `layout`).
         Raises (a timeout, a peer gone, a bad order) rather than guess."""
-        payload = self._broadcast(None, self._order_limit())
+        payload = self._from_rank_0(None, self._order_limit())
         return decode_group_order(decode(unpack_frames(payload, self.limits), self.limits), layout)
 
     def heartbeat(self) -> None:
@@ -154,9 +146,9 @@ class LearnerGroup:
         if self.leader:
             buffer = io.BytesIO()
             torch.save(learner.state_dict(), buffer)
-            self._broadcast(buffer.getvalue(), STATE_LIMIT_BYTES)
+            self._from_rank_0(buffer.getvalue(), STATE_LIMIT_BYTES)
         else:
-            payload = self._broadcast(None, STATE_LIMIT_BYTES)
+            payload = self._from_rank_0(None, STATE_LIMIT_BYTES)
             learner.load_state_dict(torch.load(io.BytesIO(payload), map_location=self.device, weights_only=True))
 
     def close(self) -> None:
@@ -185,15 +177,26 @@ def make_rank_learner(cfg: ExperimentConfig, spaces: tuple[Any, Any], device: to
     return algo.make_learner(*spaces, algo_config(cfg), device, compile=cfg.learner.compile, replica=group.replica)
 
 
-def follow(group: LearnerGroup, learner: OnPolicyLearner, layout: ReplyLayout | None, log: logging.Logger) -> str:
+def follow(
+    group: LearnerGroup,
+    learner: OnPolicyLearner,
+    layout: ReplyLayout | None,
+    log: logging.Logger,
+    metrics: RoleMetrics | None = None,
+) -> str:
     """Ranks 1..K-1: run rank 0's orders until it says `stop` or `finish` (returned). A timeout or a lost peer
     raises out of here: the process exits non-zero and the group starts again."""
+    m_updates = (
+        metrics.counter("learner_group_updates_total", "updates made as a rank of the group") if metrics else None
+    )
     updates = 0
     while True:
         order = group.receive(layout)
         if order.op == "update":
             learner.update(order.chunks, order.progress)
             updates += 1
+            if m_updates is not None:
+                m_updates.inc()
             if updates == 1 or updates % 100 == 0:
                 log.info("rank %d: %d updates", group.place.rank, updates)
         elif order.op in ("stop", "finish"):
@@ -208,9 +211,10 @@ def place_from_env(cfg: ExperimentConfig) -> GroupPlace | None:
     return GroupPlace.from_env(os.environ, cfg.learner.replicas)
 
 
-def run_follower(cfg: ExperimentConfig, place: GroupPlace, log: logging.Logger) -> int:
-    """The process of rank 1..K-1: join, take rank 0's state, follow its orders. Exit code: 0 after `finish`,
-    EXIT_STOPPED after `stop` (started again with the group); a failure raises (the group restarts)."""
+def run_follower(cfg: ExperimentConfig, place: GroupPlace, log: logging.Logger, metrics: RoleMetrics) -> int:
+    """The process of rank 1..K-1: join, take rank 0's state, follow its orders (counted on `metrics`, which also
+    answer a pod's probes). Exit code: 0 after `finish`, EXIT_STOPPED after `stop` (started again with the group);
+    a failure raises (the group restarts)."""
     spaces = env_spaces(cfg)
     layout = reply_layout(cfg, get_algorithm(cfg.algo.name).chunk_fields(*spaces, algo_config(cfg)))
     device = group_device(cfg, place)
@@ -225,6 +229,6 @@ def run_follower(cfg: ExperimentConfig, place: GroupPlace, log: logging.Logger) 
     )
     learner = make_rank_learner(cfg, spaces, device, group)
     group.share_state(learner)
-    op = follow(group, learner, layout, log)
+    op = follow(group, learner, layout, log, metrics)
     group.close()
     return 0 if op == "finish" else EXIT_STOPPED
