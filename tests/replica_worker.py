@@ -58,7 +58,23 @@ def ppo_case(replica: Replica | None, updates: int) -> dict[str, np.ndarray]:
     )
     box = spaces.Box(-np.inf, np.inf, (OBS,), np.float32)
     learner = ppo.make_learner(box, spaces.Box(-1.0, 1.0, (ACT,), np.float32), cfg, CPU, replica=replica)
-    stats = [learner.update(ppo_chunks(u), 0.1 * u) for u in range(updates)]
+    return ppo_result(learner, [ppo_chunks(u) for u in range(updates)])
+
+
+def recurrent_ppo_case(replica: Replica | None, updates: int) -> dict[str, np.ndarray]:
+    """An LSTM policy's sequence update: 8 env columns of T=32 steps collected on InvertedPendulumNoVel-v5 (its
+    episodes end inside chunks), minibatches of 2 whole sequences, 1 per rank of 2."""
+    from test_ppo_recurrent import chunks_of, config, spaces_of
+
+    cfg = config("lstm")
+    learner = ppo.make_learner(*spaces_of(), cfg, CPU, replica=replica)
+    torch.manual_seed(1)  # the collecting policies' initial weights, alike in every process
+    batches = [chunks_of(cfg, 4) for _ in range(updates)]
+    return ppo_result(learner, batches)
+
+
+def ppo_result(learner: Any, batches: list[list[Chunk]]) -> dict[str, np.ndarray]:
+    stats = [learner.update(chunks, 0.1 * u) for u, chunks in enumerate(batches)]
     out = {f"param/{k}": v.numpy() for k, v in learner.model.state_dict().items()}
     out["obs_rms/mean"], out["ret_rms/var"] = learner.obs_rms.mean, np.asarray(learner.ret_rms.var)
     out["stats"] = np.array([[s[k] for k in (*ppo.STEP_STATS, "explained_variance")] for s in stats])
@@ -124,7 +140,11 @@ def offpolicy_case(algo: str, replica: Replica | None, updates: int) -> dict[str
 def run_case(algo: str, replica: Replica | None, updates: int = UPDATES) -> dict[str, np.ndarray]:
     """`updates` updates of `algo`'s learner (0: its parameters as initialized), alone or as rank `replica`."""
     torch.manual_seed(0)
-    return ppo_case(replica, updates) if algo == "ppo" else offpolicy_case(algo, replica, updates)
+    if algo == "ppo":
+        return ppo_case(replica, updates)
+    if algo == "ppo-lstm":
+        return recurrent_ppo_case(replica, updates)
+    return offpolicy_case(algo, replica, updates)
 
 
 def main() -> None:

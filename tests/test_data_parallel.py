@@ -1,5 +1,6 @@
 """The data-parallel learner's math (`learner.replicas=K`, algos/replica.py): K ranks on gloo make the update one
-learner makes on the ranks' shares put together, for PPO and for the off-policy algorithms.
+learner makes on the ranks' shares put together, for PPO (an MLP, and an LSTM on whole sequences) and for the
+off-policy algorithms.
 
 Each rank is a process of its own (tests/replica_worker.py) in a gloo group on 127.0.0.1; the single learner runs
 in this process on the concatenated batch. Float tolerance: the ranks' average of per-share gradient means adds up
@@ -50,7 +51,7 @@ def run_ranks(algo: str, size: int, tmp_path: Path) -> list[dict[str, np.ndarray
     return [dict(np.load(out)) for out, _ in procs]
 
 
-@pytest.mark.parametrize("algo", ["ppo", "td3", "sac"])
+@pytest.mark.parametrize("algo", ["ppo", "ppo-lstm", "td3", "sac"])
 def test_two_ranks_on_gloo_make_the_update_one_learner_makes_on_the_whole_batch(algo, tmp_path):
     torch.set_num_threads(1)
     alone = run_case(algo, None)
@@ -68,7 +69,7 @@ def test_two_ranks_on_gloo_make_the_update_one_learner_makes_on_the_whole_batch(
     # Statistics are the whole minibatch's on every rank.
     np.testing.assert_allclose(ranks[0]["stats"], ranks[1]["stats"], rtol=1e-6)
     np.testing.assert_allclose(ranks[0]["stats"], alone["stats"], rtol=1e-3, atol=1e-5)
-    if algo == "ppo":  # the normalizer statistics, from the whole batch on every rank
+    if algo.startswith("ppo"):  # the normalizer statistics, from the whole batch on every rank
         for key in ("obs_rms/mean", "ret_rms/var"):
             np.testing.assert_array_equal(ranks[0][key], ranks[1][key])
             np.testing.assert_allclose(ranks[0][key], alone[key], rtol=1e-12)
