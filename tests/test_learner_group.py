@@ -161,3 +161,14 @@ def test_a_rank_sigkilled_mid_run_restarts_the_group_from_rank_0s_checkpoint_wit
         run.assert_nothing_left()
     finally:
         run.close()
+
+
+def test_serial_mode_refuses_a_group_and_a_sweeps_values_put_it_on_the_chart(tmp_path):
+    from surreal import api
+    from surreal.launch.helm_values import member_values
+
+    with pytest.raises(ConfigError, match="each rank is a process"):
+        api.start(overrides=["learner.replicas=2"], mode="serial", runs_root=tmp_path)
+    values = member_values({"experiment": {"learner": {"eval_episodes": 2}}}, ["learner.replicas=2"], "m-0")
+    assert values["learner"] == {"replicas": 2}
+    assert values["experiment"]["learner"] == {"eval_episodes": 2}, "the chart sets experiment.learner.replicas"
