@@ -16,6 +16,8 @@
 #   part1  CUDA tests (graph capture, compile fallback, numerics against eager) -> pytest-cuda.T.json
 #          bench.learner --device cuda --compile: PPO / DDPG / TD3 / SAC / CrossQ steps against the eager reference
 #          -> learner.T.json
+#          bench.learner --replicas 1 --device cuda: one rank of a data-parallel learner (a group of one on NCCL: the
+#          all-reduce, no CUDA graph) against the learner alone -> learner-group.T.json
 #   part2  the same on this machine's CPU, and what device=auto picks -> learner-cpu.T.json
 #   part3  the GPU learner's cost for the capacity model (bench.capacity --measure-learner) -> capacity-learner.T.json
 #          bench.throughput, 1 2 4 8 14 actors, GPU learner -> throughput.T.json
@@ -155,6 +157,7 @@ if [ "$DRY" = 1 ]; then
 	GPU=cpu
 	export OMP_NUM_THREADS=1 # the toy sizes gain nothing from threads; a busy 2-core box loses to oversubscription
 	LEARNER_SIZE=(--quick --updates 1 --seconds 0)
+	LEARNER_GROUP_SIZE=(--updates 1 --rounds 1)
 	LEARNER_GPU_ALGOS=(--algo td3 sac crossq) # with part2's ppo ddpg, every row kind once
 	LEARNER_CPU_ALGOS=(--algo ppo ddpg)
 	COMPILE=()
@@ -179,6 +182,7 @@ if [ "$DRY" = 1 ]; then
 else
 	GPU=cuda
 	LEARNER_SIZE=(--seconds 20)
+	LEARNER_GROUP_SIZE=(--updates 10 --rounds 2)
 	LEARNER_GPU_ALGOS=(--algo ppo ddpg td3 sac crossq)
 	LEARNER_CPU_ALGOS=(--algo ppo ddpg td3 sac)
 	COMPILE=(--compile)
@@ -206,6 +210,8 @@ part1() {
 	pytest_json "$WORK/junit.xml" "$OUT_DIR/pytest-cuda.$T.json" 2>&1 | tee -a "$LOG" || FAILED+=(pytest-json)
 	step learner-gpu 330 "$PY" -m bench.learner --device "$GPU" "${COMPILE[@]}" "${LEARNER_SIZE[@]}" \
 		"${LEARNER_GPU_ALGOS[@]}" --out "$OUT_DIR/learner.$T.json"
+	step learner-rank 200 "$PY" -m bench.learner --replicas 1 --device "$GPU" "${LEARNER_GROUP_SIZE[@]}" \
+		--out "$OUT_DIR/learner-group.$T.json"
 }
 
 part2() {

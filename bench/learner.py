@@ -2,6 +2,7 @@
 
     python -m bench.learner [--algo ppo ddpg td3 sac crossq] [--device cpu|cuda] [--updates N] [--seconds S]
                             [--compile] [--threads 1] [--quick] [--save | --out PATH] [--device-auto]
+    python -m bench.learner --replicas 1 2 [...]   (the data-parallel learner: bench/learner_group.py)
 
 No sockets: real experience is collected once on HalfCheetah-v5 (obs 17-D, act 6-D) with the algorithm's
 own policy and collector, then fed to the learner in-process, over and over.
@@ -47,6 +48,7 @@ import logging
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -620,6 +622,11 @@ def device_auto(compile_: bool) -> dict[str, Any]:
 
 
 def main() -> None:
+    if "--replicas" in sys.argv[1:]:  # the data-parallel learner: bench/learner_group.py
+        from bench.learner_group import main as group_main
+
+        group_main(sys.argv[1:])
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--algo", nargs="+", default=["ppo", "ddpg", "td3", "sac"], choices=["ppo", "ddpg", "td3", "sac", "crossq"]

@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from chart_pods import ClusterDNS, Pod, expand_pods  # infra/helm/chart_pods.py (pytest's pythonpath)
 from surreal.launch.local import free_ports
 from test_chart import NAMESPACE, RELEASE, VALUES_DIR, by_kind, render
@@ -71,15 +73,16 @@ def stop(procs: list[subprocess.Popen[bytes]]) -> None:
             proc.wait(timeout=10)
 
 
-def test_the_rendered_chart_runs_and_the_helm_test_sees_the_learner_progress(tmp_path: Path) -> None:
-    docs = render(VALUES_DIR / "smoke.yaml")
+def run_chart(tmp_path: Path, sets: tuple[str, ...], roles: list[str]) -> tuple[list[Pod], dict[str, Path]]:
+    """Render values/smoke.yaml with `sets`, run its pods (whose components must be `roles`) and the `helm test`
+    probe until the probe passes; every process is stopped after. The pods and their logs."""
+    docs = render(VALUES_DIR / "smoke.yaml", sets=sets)
     configmaps = {d["metadata"]["name"]: d["data"] for d in by_kind(docs, "ConfigMap")}
     pods = expand_pods(docs, free_ports)
     dns = ClusterDNS(docs, pods, NAMESPACE)
     workloads = [p for p in pods if p.spec.get("restartPolicy") != "Never"]
     (probe,) = [p for p in pods if p.spec.get("restartPolicy") == "Never"]
-    roles = sorted(p.labels["app.kubernetes.io/component"] for p in workloads)
-    assert roles == ["actor", "actor", "learner", "ps", "ps", "replay", "replay"], roles
+    assert sorted(p.labels["app.kubernetes.io/component"] for p in workloads) == roles
 
     procs: list[subprocess.Popen[bytes]] = []
     logs: dict[str, Path] = {}
@@ -122,6 +125,12 @@ def test_the_rendered_chart_runs_and_the_helm_test_sees_the_learner_progress(tmp
         assert not still_running, f"roles exited: {still_running}\n{tails()}"
     finally:
         stop(procs)
+    return workloads, logs
+
+
+def test_the_rendered_chart_runs_and_the_helm_test_sees_the_learner_progress(tmp_path: Path) -> None:
+    roles = ["actor", "actor", "learner", "ps", "ps", "replay", "replay"]
+    workloads, logs = run_chart(tmp_path, (), roles)
     # The learner wrote its run folder where the chart mounts the checkpoint volume.
     (learner,) = [p for p in workloads if p.labels["app.kubernetes.io/component"] == "learner"]
     metrics = tmp_path / learner.name / "volumes" / "checkpoints" / "run" / "metrics.jsonl"
@@ -129,3 +138,19 @@ def test_the_rendered_chart_runs_and_the_helm_test_sees_the_learner_progress(tmp
     # Each actor ran under its own index, taken from its pod name's ordinal.
     for i in range(2):
         assert f"actor-{i} " in logs[f"{RELEASE}-surreal-actor-{i}"].read_text()
+
+
+@pytest.mark.slow
+def test_a_learner_group_from_the_chart_trains_as_one_and_the_helm_test_sees_rank_0_progress(tmp_path: Path) -> None:
+    """learner.replicas=2: two learner pods, ranked by their pod index, meet at pod 0's rendezvous port and train
+    together; the ps and the probe follow pod 0."""
+    roles = ["actor", "actor", "learner", "learner", "ps", "ps", "replay", "replay"]
+    workloads, logs = run_chart(tmp_path, ("learner.replicas=2",), roles)
+    rank_1 = logs[f"{RELEASE}-surreal-learner-1"].read_text()
+    assert "rank 1 of 2 joined the learner group" in rank_1 and "rank 1: 1 updates" in rank_1, rank_1
+    assert "rank 0 of a learner group of 2" in logs[f"{RELEASE}-surreal-learner-0"].read_text()
+    metrics = tmp_path / f"{RELEASE}-surreal-learner-0" / "volumes" / "checkpoints" / "run" / "metrics.jsonl"
+    assert metrics.exists() and metrics.read_text().count("\n") >= 2
+    assert not (
+        tmp_path / f"{RELEASE}-surreal-learner-1" / "volumes" / "checkpoints" / "run" / "metrics.jsonl"
+    ).exists()

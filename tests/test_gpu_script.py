@@ -26,6 +26,7 @@ EXPECTED = {
     "pytest-cuda": {"benchmark", "torch", "device_name", "tests", "passed", "failed", "error", "skipped", "cases"},
     "learner": LEARNER_KEYS,
     "learner-cpu": LEARNER_KEYS | {"device_auto"},
+    "learner-group": {"benchmark", "backend", "machine", "rows"},
     "capacity-learner": {"benchmark", "machine", "device", "name", "learner", "raw", "source"},
     "throughput": THROUGHPUT_KEYS,
     "throughput-cpu-learner": THROUGHPUT_KEYS,

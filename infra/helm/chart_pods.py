@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+POD_INDEX = "apps.kubernetes.io/pod-index"
+FIELD_LABEL = re.compile(r"metadata\.labels\['(?P<label>[^']+)'\]")
 # `<name>.<namespace>.svc` (a Service) or `<pod>.<service>.<namespace>.svc` (a StatefulSet pod), then :port[:port]
 DNS_WITH_PORTS = re.compile(r"(?P<host>[a-z0-9]([-a-z0-9.]*[a-z0-9])?\.svc)(?P<ports>(:[0-9]+)+)")
 
@@ -51,7 +53,10 @@ def expand_pods(docs: list[dict[str, Any]], free_ports: Callable[[int], list[int
             claims = {c["metadata"]["name"] for c in doc["spec"].get("volumeClaimTemplates", [])}
             for i in range(doc["spec"]["replicas"]):
                 name = f"{doc['metadata']['name']}-{i}"
-                pods.append(Pod(name, template["metadata"]["labels"], template["spec"], claims))
+                labels = dict(template["metadata"]["labels"])
+                if doc["kind"] == "StatefulSet":  # the label the StatefulSet controller gives each pod (k8s >= 1.28)
+                    labels[POD_INDEX] = str(i)
+                pods.append(Pod(name, labels, template["spec"], claims))
         elif doc["kind"] == "Pod":
             pods.append(Pod(doc["metadata"]["name"], doc["metadata"]["labels"], doc["spec"]))
     wanted = [(p, cp["containerPort"]) for p in pods for cp in p.container.get("ports", [])]
@@ -108,7 +113,7 @@ class ClusterDNS:
         own_ports = {str(cp): str(local) for cp, local in pod.ports.items()}
         env = {}
         for item in pod.container.get("env", []):
-            name, value = item["name"], item["value"]
+            name, value = item["name"], self.env_value(pod, item)
             if name == "SURREAL_BIND_HOST":
                 if value != "0.0.0.0":
                     raise ValueError(f"{pod.name}: SURREAL_BIND_HOST is {value!r}, not 0.0.0.0")
@@ -116,4 +121,22 @@ class ClusterDNS:
             elif re.fullmatch(r"SURREAL_[A-Z_]+_PORT", name):
                 value = own_ports[value]
             env[name] = self.rewrite(value)
+        if "MASTER_ADDR" in env:  # torchrun's rendezvous: a pod's DNS name and a port, in two variables
+            host, port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
+            if (host, port) not in self.routes:
+                raise ValueError(f"{pod.name}: MASTER_ADDR:MASTER_PORT {host}:{port} is no Service port of the release")
+            env["MASTER_ADDR"], env["MASTER_PORT"] = "127.0.0.1", str(self.routes[(host, port)])
         return env
+
+    @staticmethod
+    def env_value(pod: Pod, item: dict[str, Any]) -> str:
+        """An env entry's value: `value`, or what the downward API gives (the pod's name or one of its labels)."""
+        if "value" in item:
+            return str(item["value"])
+        path = item["valueFrom"]["fieldRef"]["fieldPath"]
+        if path == "metadata.name":
+            return pod.name
+        match = FIELD_LABEL.fullmatch(path)
+        if match is None or match.group("label") not in pod.labels:
+            raise ValueError(f"{pod.name}: {item['name']} comes from {path!r}, which this pod does not have")
+        return pod.labels[match.group("label")]

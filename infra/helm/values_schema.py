@@ -226,12 +226,14 @@ def values_schema() -> dict[str, Any]:
                     "replay": {"type": "string", "minLength": 1},
                 }
             ),
-            "ports": closed({k: ref("port") for k in ("experience", "sample", "paramsPub", "ps", "metrics")}),
+            "ports": closed(
+                {k: ref("port") for k in ("experience", "sample", "paramsPub", "ps", "metrics", "rendezvous")}
+            ),
             "podSecurityContext": ref("k8sObject"),
             "securityContext": ref("k8sObject"),
             "tmpSizeLimit": ref("quantity"),
             "learner": role(
-                None,
+                "replicas",
                 {
                     "checkpoints": closed(
                         {"size": ref("quantity"), "storageClassName": {"type": "string"}}, required=["size"]

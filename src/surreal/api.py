@@ -437,6 +437,8 @@ def start(
     _warn(preflight(cfg))  # ConfigError: what cannot run, refused before anything starts (launch/preflight.py)
     if cfg.run_uri is not None and mode != "processes":
         raise ConfigError("run_uri (a run folder mirrored in a bucket) needs mode='processes': its roles mirror it")
+    if cfg.learner.replicas > 1 and mode != "processes":
+        raise ConfigError("learner.replicas > 1 needs mode='processes' (without --serial): each rank is a process")
     run_name = runfolder.run_name(cfg)
     run = Run(root / run_name)
     runfolder.refuse_existing_run(run.dir)

@@ -247,3 +247,14 @@ def _replay_entry(entry: str) -> ReplayEndpoint:
         where = f"port of replay address {entry!r}"
         return ReplayEndpoint(parts[0], _int(where, parts[1]), _int(where, parts[2]))
     raise SettingsError(f"replay address {entry!r} is neither 'host' nor 'host:experience_port:sample_port'")
+
+
+def group_env(rank: int, size: int, master_addr: str, master_port: int) -> dict[str, str]:
+    """torchrun's variables for rank `rank` of `size` on one machine (LOCAL_RANK = RANK)."""
+    return {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(size),
+        "LOCAL_RANK": str(rank),
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(master_port),
+    }

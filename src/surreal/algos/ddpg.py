@@ -25,6 +25,7 @@ from gymnasium import spaces
 from torch import nn
 
 from surreal.algos.inference import AsFloat32, DeterministicPolicy
+from surreal.algos.replica import Replica
 from surreal.algos.sample_steps import SampleStepper, load_optimizer_state, replay_tensors
 from surreal.config.schema import DDPGConfig
 from surreal.proto.wire import Chunk, Field, Fields
@@ -284,11 +285,18 @@ class DDPGLearner(SampleStepper):
     name, step_stats, actor_stats = "DDPG", STEP_STATS, ("actor_loss",)
 
     def __init__(
-        self, obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig, device: torch.device, compile: bool = False
+        self,
+        obs_space: spaces.Box,
+        act_space: spaces.Box,
+        cfg: DDPGConfig,
+        device: torch.device,
+        compile: bool = False,
+        replica: Replica | None = None,
     ) -> None:
         obs_dim, act_dim = _dims(obs_space, act_space)
         self.cfg = cfg
         self.device = device
+        self.replica = replica
         torch.manual_seed(cfg.seed)
         hidden = list(cfg.hidden_sizes)
         self.actor = DeterministicActor(obs_dim, act_space, hidden).to(device)
@@ -298,7 +306,7 @@ class DDPGLearner(SampleStepper):
         self.targets: list[torch.Tensor] = [*self.actor_target.parameters(), *self.critics_target.parameters()]
         self.sources: list[torch.Tensor] = [*self.actor.parameters(), *self.critics.parameters()]
         # fused: one kernel per step for all parameters, and safe to capture in a CUDA graph.
-        capture = compile and device.type == "cuda"
+        capture = compile and device.type == "cuda" and replica is None
         self.actor_optimizer = torch.optim.Adam(
             self.actor.parameters(), lr=cfg.actor_lr, fused=True, capturable=capture
         )
@@ -319,8 +327,7 @@ class DDPGLearner(SampleStepper):
         """The sample's replay tensors, plus the target-smoothing noise of every step, drawn at once."""
         out = replay_tensors(arrays, steps, self.device)
         if self.cfg.target_policy_noise > 0:
-            shape = out["actions"].shape
-            out["noise"] = torch.randn(shape, generator=self.generator, device=self.device)
+            out["noise"] = self.randn(tuple(out["actions"].shape), batch_dim=1)
         return out
 
     # -- the step -----------------------------------------------------------------------------------
@@ -360,20 +367,20 @@ class DDPGLearner(SampleStepper):
         the device; nothing here waits for it."""
         cfg = self.cfg
         loss, q_first, target = self.critic_loss_fn(**b)
-        critic_bad = ~torch.isfinite(loss)
-        self.critic_optimizer.found_inf.copy_(critic_bad)  # type: ignore[attr-defined]
         self.critic_optimizer.zero_grad()  # to None: inside a capture, backward then takes the grads from its pool
         loss.backward()
+        critic_bad = self.agree(self.critics.parameters(), ~torch.isfinite(loss))
+        self.critic_optimizer.found_inf.copy_(critic_bad)  # type: ignore[attr-defined]
         if cfg.max_grad_norm is not None:
             nn.utils.clip_grad_norm_(self.critics.parameters(), cfg.max_grad_norm, foreach=True)
         self.critic_optimizer.step()
         actor_loss = torch.full((), float("nan"), device=self.device)
         if update_actor:
             actor_loss = self.actor_loss_fn(b["obs"])
-            bad = critic_bad | ~torch.isfinite(actor_loss)
-            self.actor_optimizer.found_inf.copy_(bad)  # type: ignore[attr-defined]
             self.actor_optimizer.zero_grad()
             actor_loss.backward()
+            bad = self.agree(self.actor.parameters(), critic_bad | ~torch.isfinite(actor_loss))
+            self.actor_optimizer.found_inf.copy_(bad)  # type: ignore[attr-defined]
             if cfg.max_grad_norm is not None:
                 nn.utils.clip_grad_norm_(self.actor.parameters(), cfg.max_grad_norm, foreach=True)
             self.actor_optimizer.step()
@@ -442,11 +449,18 @@ def make_collector(
 
 
 def make_learner(
-    obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig, device: torch.device, *, compile: bool = False
+    obs_space: spaces.Box,
+    act_space: spaces.Box,
+    cfg: DDPGConfig,
+    device: torch.device,
+    *,
+    compile: bool = False,
+    replica: Replica | None = None,
 ) -> DDPGLearner:
     """`compile`: compile the critic and actor losses and, on CUDA, replay each step as a CUDA graph (the first
-    update then pays the compilation); off, the same step runs eagerly."""
-    return DDPGLearner(obs_space, act_space, cfg, device, compile=compile)
+    update then pays the compilation); off, the same step runs eagerly. `replica`: this learner's rank in a
+    data-parallel group."""
+    return DDPGLearner(obs_space, act_space, cfg, device, compile=compile, replica=replica)
 
 
 if TYPE_CHECKING:  # mypy checks this module against the interface the roles call

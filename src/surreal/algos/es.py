@@ -31,6 +31,7 @@ from surreal.algos.inference import (
     normalizer_description,
 )
 from surreal.algos.normalizer import RunningMeanStd
+from surreal.algos.replica import Replica
 from surreal.config.schema import ESConfig
 from surreal.proto.wire import Chunk, Field, Fields
 from surreal.spaces import check_spaces
@@ -376,8 +377,13 @@ def make_learner(
     device: torch.device,
     *,
     compile: bool = False,
+    replica: Replica | None = None,
 ) -> ESLearner:
-    del compile  # numpy: nothing to compile
+    """ES's update is one matrix-vector product on the CPU: nothing to compile, nor to split among ranks (config
+    validation refuses `learner.replicas` > 1)."""
+    del compile
+    if replica is not None:
+        raise ValueError("ES has no gradient update to split among learner ranks")
     return ESLearner(obs_space, act_space, cfg, device)
 
 

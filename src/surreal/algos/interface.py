@@ -19,6 +19,8 @@ from surreal.runtime.rollout import Policy
 if TYPE_CHECKING:
     import torch
 
+    from surreal.algos.replica import Replica
+
 
 class Collector(Protocol):
     """What an actor runs: `collect` returns the next chunk to ship. `chunk_size` is the chunk's size in the
@@ -75,9 +77,18 @@ class Algorithm(Protocol):
     ) -> Collector: ...
 
     def make_learner(
-        self, obs_space: Any, act_space: Any, cfg: Any, device: torch.device, *, compile: bool = False
+        self,
+        obs_space: Any,
+        act_space: Any,
+        cfg: Any,
+        device: torch.device,
+        *,
+        compile: bool = False,
+        replica: Replica | None = None,
     ) -> OnPolicyLearner | OffPolicyLearner:
-        """`compile`: use the algorithm's compiled (and, on CUDA, graph-captured) update where it has one."""
+        """`compile`: use the algorithm's compiled (and, on CUDA, graph-captured) update where it has one.
+        `replica`: this learner's rank in a data-parallel group (`learner.replicas`; algos/replica.py), which
+        computes its share of every minibatch; an algorithm without a gradient update refuses one."""
         ...
 
     def chunk_fields(self, obs_space: Any, act_space: Any, cfg: Any) -> Fields:

@@ -47,6 +47,7 @@ from surreal.algos.inference import (
     normalizer_description,
 )
 from surreal.algos.normalizer import RunningMeanStd
+from surreal.algos.replica import Replica
 from surreal.config.schema import RECURRENT_CELLS, PPOConfig
 from surreal.proto.wire import PER_ENV, Chunk, Field, Fields
 from surreal.runtime.rollout import RolloutCollector
@@ -387,7 +388,13 @@ class PPOLearner:
     """The PPO update, with the speed belonging to the device: the batch is prepared in a few whole-batch
     tensor operations, the epoch loop never waits for the device, and every minibatch step has the same
     shapes, so `compile=True` can compile the loss (and, on CUDA, replay the whole step as a CUDA graph).
-    `compile=False` runs the same step eagerly: the reference the compiled path is tested against."""
+    `compile=False` runs the same step eagerly: the reference the compiled path is tested against.
+
+    With a `replica` (`learner.replicas` > 1), every rank prepares the whole batch (normalization, values, reward
+    scaling, GAE: a few whole-batch operations, so every rank's statistics are the same) and draws the same
+    minibatch order; each then steps on its share of every minibatch, the gradients averaged over the ranks
+    (algos/replica.py), so K ranks make the update one learner makes on the whole minibatch. Advantages are
+    normalized over the whole minibatch before it is cut into shares."""
 
     def __init__(
         self,
@@ -396,14 +403,16 @@ class PPOLearner:
         cfg: PPOConfig,
         device: torch.device,
         compile: bool = False,
+        replica: Replica | None = None,
     ) -> None:
         self.cfg = cfg
         self.device = device
+        self.replica = replica
         torch.manual_seed(cfg.seed)
         self.model: Model = make_model(obs_space, act_space, cfg).to(device)  # checks the spaces
         obs_dim = int(obs_space.shape[0])  # type: ignore[index]  # a flat Box
         # A captured graph reads the learning rate from a device tensor, so annealing needs no re-capture.
-        capture = compile and device.type == "cuda"
+        capture = compile and device.type == "cuda" and replica is None
         lr = torch.tensor(cfg.lr, device=device) if capture else cfg.lr
         # fused: one kernel per step for all parameters (the update is hundreds of tiny steps, so per-tensor
         # overhead dominates, on CPU and GPU alike); fused Adam is also safe to capture in a CUDA graph.
@@ -573,7 +582,7 @@ class PPOLearner:
             approx_kl = ((ratio - 1) - logratio).mean()
             clipfrac = ((ratio - 1.0).abs() > cfg.clip_coef).float().mean()
 
-        if cfg.norm_adv:
+        if cfg.norm_adv and self.replica is None:  # a rank's share was normalized over the whole minibatch
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         pg_loss1 = -advantages * ratio
         pg_loss2 = -advantages * torch.clamp(ratio, 1 - cfg.clip_coef, 1 + cfg.clip_coef)
@@ -596,16 +605,20 @@ class PPOLearner:
         self.optimizer.zero_grad()  # to None: inside a capture, backward then takes the grads from its pool
         loss, stats = self.loss_fn(**minibatch)
         loss.backward()
+        if self.replica is not None:  # the whole minibatch's gradients; a non-finite step shows in the update's end
+            self.replica.average_gradients(self.model.parameters())
         nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm, foreach=True)
         self.optimizer.step()
         return stats
 
     def _fast_paths(self) -> tuple[Callable[..., tuple[torch.Tensor, torch.Tensor]], Callable[..., torch.Tensor]]:
-        """(loss function, step function): eager, or compiled (and CUDA-graph captured on CUDA)."""
+        """(loss function, step function): eager, or compiled (and CUDA-graph captured on CUDA, unless a rank's
+        step holds an all-reduce: algos/replica.py)."""
         if not self.compile:
             return self.ppo_loss, self.minibatch_step
         loss_fn = torch.compile(self.ppo_loss, dynamic=False)
-        return loss_fn, CapturedStep(self.minibatch_step) if self.device.type == "cuda" else self.minibatch_step
+        capture = self.device.type == "cuda" and self.replica is None
+        return loss_fn, CapturedStep(self.minibatch_step) if capture else self.minibatch_step
 
     def _step(self, minibatch: dict[str, torch.Tensor]) -> torch.Tensor:
         """One minibatch step; if compiling or capturing fails (no C++/Triton toolchain, an unsupported op,
@@ -651,6 +664,8 @@ class PPOLearner:
         for b, per_minibatch in batches:
             entries = len(b["obs"])
             minibatch_size = min(per_minibatch, entries)
+            if self.replica is not None:  # equal shares (config validation makes cfg.minibatch_size a multiple)
+                minibatch_size = max(self.replica.size, minibatch_size - minibatch_size % self.replica.size)
             num_minibatches = entries // minibatch_size
             orders = torch.stack([torch.randperm(entries, generator=self.generator) for _ in range(cfg.update_epochs)])
             orders = orders[:, : num_minibatches * minibatch_size].to(self.device)
@@ -660,11 +675,13 @@ class PPOLearner:
         for epoch in range(cfg.update_epochs):
             for b, minibatch_size, num_minibatches, orders in plans:
                 shuffled = {k: v[orders[epoch]].unflatten(0, (num_minibatches, minibatch_size)) for k, v in b.items()}
+                if self.replica is not None:
+                    shuffled = self._rank_share(shuffled, self.replica)
                 for i in range(num_minibatches):
                     stats = self._step({k: v[i] for k, v in shuffled.items()})
                     clipfrac_sum += stats[STEP_STATS.index("clipfrac")]
                 steps += num_minibatches
-            if cfg.target_kl is not None and stats[STEP_STATS.index("approx_kl")].item() > cfg.target_kl:
+            if cfg.target_kl is not None and self._kl(stats) > cfg.target_kl:
                 break
 
         returns = torch.cat([b["returns"].flatten() for b, _ in batches])
@@ -676,6 +693,9 @@ class PPOLearner:
         last = torch.cat(
             [stats[:-1], (clipfrac_sum / steps)[None], var_y[None], explained_variance[None], finite[None]]
         )
+        if self.replica is not None:  # the whole minibatch's statistics; finite only where it is on every rank
+            self.replica.mean(last)
+            last[-1] = last[-1] == 1.0
         *losses, clipfrac, var_y_host, explained, all_finite = last.tolist()  # the one wait for the device
         if not all_finite:  # a diverged step: the update never happened
             self._restore_in_place(saved)
@@ -697,6 +717,24 @@ class PPOLearner:
             "batch_transitions": float(batch_size),
             "nonfinite_skipped": 0.0 if all_finite else 1.0,
         }
+
+    def _rank_share(self, shuffled: dict[str, torch.Tensor], replica: Replica) -> dict[str, torch.Tensor]:
+        """This rank's columns of every minibatch ([minibatches, minibatch_size, ...]), the advantages normalized
+        over the whole minibatch first (what `ppo_loss` does for a learner alone)."""
+        if self.cfg.norm_adv:  # over all of a minibatch's steps (a recurrent minibatch's: [sequences, T])
+            advantages = shuffled["advantages"]
+            flat = advantages.flatten(1)
+            mean, std = flat.mean(1), flat.std(1)
+            view = (-1,) + (1,) * (advantages.dim() - 1)
+            shuffled = {**shuffled, "advantages": (advantages - mean.view(view)) / (std.view(view) + 1e-8)}
+        share = replica.share(shuffled["obs"].shape[1])
+        return {k: v[:, share] for k, v in shuffled.items()}
+
+    def _kl(self, stats: torch.Tensor) -> float:
+        """The last minibatch's approximate KL (over all ranks' shares): `target_kl`'s early stop, the same on every
+        rank."""
+        kl = stats[STEP_STATS.index("approx_kl")].clone()
+        return float((kl if self.replica is None else self.replica.mean(kl)).item())
 
     def _updated_in_place(self) -> list[torch.Tensor]:
         """What an update changes: the parameters and the optimizer's state (moments, step counts)."""
@@ -778,10 +816,12 @@ def make_learner(
     device: torch.device,
     *,
     compile: bool = False,
+    replica: Replica | None = None,
 ) -> PPOLearner:
     """`compile`: compile the minibatch loss and, on CUDA, replay the step as a CUDA graph (the first update
-    then pays the compilation); off, the same step runs eagerly."""
-    return PPOLearner(obs_space, act_space, cfg, device, compile=compile)
+    then pays the compilation); off, the same step runs eagerly. `replica`: this learner's rank in a
+    data-parallel group."""
+    return PPOLearner(obs_space, act_space, cfg, device, compile=compile, replica=replica)
 
 
 def chunk_fields(obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg: PPOConfig | None = None) -> Fields:

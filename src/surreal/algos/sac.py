@@ -36,6 +36,7 @@ from torch import nn
 from surreal.algos.ddpg import NStepCollector
 from surreal.algos.ddpg import chunk_fields as chunk_fields  # SAC collects DDPG's n-step transitions
 from surreal.algos.inference import AsFloat32, DeterministicPolicy
+from surreal.algos.replica import Replica
 from surreal.algos.sac_config import SACConfig
 from surreal.algos.sample_steps import SampleStepper, load_optimizer_state, replay_tensors
 from surreal.runtime.rollout import RolloutCollector
@@ -303,10 +304,16 @@ class SACLearner(SampleStepper):
     name, step_stats, actor_stats = "SAC", STEP_STATS, ACTOR_STATS
 
     def __init__(
-        self, obs_space: spaces.Box, act_space: spaces.Box, cfg: SACConfig, device: torch.device, compile: bool = False
+        self,
+        obs_space: spaces.Box,
+        act_space: spaces.Box,
+        cfg: SACConfig,
+        device: torch.device,
+        compile: bool = False,
+        replica: Replica | None = None,
     ) -> None:
         obs_dim, act_dim = _dims(obs_space, act_space)
-        self.cfg, self.device, self.act_dim = cfg, device, act_dim
+        self.cfg, self.device, self.act_dim, self.replica = cfg, device, act_dim, replica
         torch.manual_seed(cfg.seed)
         self.actor = SquashedGaussianActor(obs_dim, act_space, cfg).to(device)
         self.critics = StackedMLP([obs_dim + act_dim, *cfg.critic_hidden_sizes, 1], 2, cfg.critic_norm, cfg).to(device)
@@ -321,7 +328,10 @@ class SACLearner(SampleStepper):
             self.sources = [*self.critics.parameters(), *self.critics.statistics()]
         # fused: one kernel per step for all parameters, and safe to capture in a CUDA graph.
         adam = functools.partial(
-            torch.optim.Adam, betas=(cfg.adam_beta1, 0.999), fused=True, capturable=compile and device.type == "cuda"
+            torch.optim.Adam,
+            betas=(cfg.adam_beta1, 0.999),
+            fused=True,
+            capturable=compile and device.type == "cuda" and replica is None,
         )
         self.actor_optimizer = adam(self.actor.parameters(), lr=cfg.actor_lr)
         self.critic_optimizer = adam(self.critics.parameters(), lr=cfg.critic_lr)
@@ -349,7 +359,7 @@ class SACLearner(SampleStepper):
         actor's loss."""
         out = replay_tensors(arrays, steps, self.device)
         batch = out["rewards"].shape[1]
-        out["noise"] = torch.randn((steps, 2, batch, self.act_dim), generator=self.generator, device=self.device)
+        out["noise"] = self.randn((steps, 2, batch, self.act_dim), batch_dim=2)
         return out
 
     # -- the step -----------------------------------------------------------------------------------
@@ -403,10 +413,10 @@ class SACLearner(SampleStepper):
         cfg = self.cfg
         alpha = self.log_alpha.detach().exp()
         loss, q_first, target = self.critic_loss_fn(**b)
-        critic_bad = ~torch.isfinite(loss)
-        self.critic_optimizer.found_inf.copy_(critic_bad)  # type: ignore[attr-defined]
         self.critic_optimizer.zero_grad()  # to None: inside a capture, backward then takes the grads from its pool
         loss.backward()
+        critic_bad = self.agree(self.critics.parameters(), ~torch.isfinite(loss))
+        self.critic_optimizer.found_inf.copy_(critic_bad)  # type: ignore[attr-defined]
         # After the backward, never before: a compiled backward may read the running statistics the loss read.
         self.critics.commit()
         if cfg.max_grad_norm is not None:
@@ -416,12 +426,14 @@ class SACLearner(SampleStepper):
         actor_loss, alpha_loss, entropy = nan, nan, nan
         if update_actor:
             actor_loss, alpha_loss, log_prob = self.actor_loss_fn(b["obs"], b["noise"])
-            bad = critic_bad | ~torch.isfinite(actor_loss) | ~torch.isfinite(alpha_loss)
             stepped = [self.actor_optimizer, *([self.alpha_optimizer] if self.alpha_optimizer else [])]
             for optimizer in stepped:
-                optimizer.found_inf.copy_(bad)  # type: ignore[attr-defined]
                 optimizer.zero_grad()
             (actor_loss + alpha_loss).backward()  # disjoint: alpha is detached in one, log pi in the other
+            bad = critic_bad | ~torch.isfinite(actor_loss) | ~torch.isfinite(alpha_loss)
+            bad = self.agree([*self.actor.parameters(), self.log_alpha], bad)
+            for optimizer in stepped:
+                optimizer.found_inf.copy_(bad)  # type: ignore[attr-defined]
             self.actor.net.commit()
             if cfg.max_grad_norm is not None:
                 nn.utils.clip_grad_norm_(self.actor.parameters(), cfg.max_grad_norm, foreach=True)
@@ -491,10 +503,17 @@ def make_collector(
 
 
 def make_learner(
-    obs_space: spaces.Box, act_space: spaces.Box, cfg: SACConfig, device: torch.device, *, compile: bool = False
+    obs_space: spaces.Box,
+    act_space: spaces.Box,
+    cfg: SACConfig,
+    device: torch.device,
+    *,
+    compile: bool = False,
+    replica: Replica | None = None,
 ) -> SACLearner:
-    """`compile`: compile the critic and actor losses and, on CUDA, replay each step as a CUDA graph."""
-    return SACLearner(obs_space, act_space, cfg, device, compile=compile)
+    """`compile`: compile the critic and actor losses and, on CUDA, replay each step as a CUDA graph. `replica`:
+    this learner's rank in a data-parallel group."""
+    return SACLearner(obs_space, act_space, cfg, device, compile=compile, replica=replica)
 
 
 if TYPE_CHECKING:  # mypy checks this module against the interface the roles call

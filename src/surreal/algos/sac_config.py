@@ -96,3 +96,12 @@ class SACConfig(OffPolicyConfig):
         if cfg.actor.chunk_steps < self.n_step:
             out.append(f"actor.chunk_steps ({cfg.actor.chunk_steps}) must be >= algo.n_step ({self.n_step})")
         return out
+
+    def replica_problems(self, replicas: int) -> list[str]:
+        """Batch renormalization normalizes by the batch's statistics: a rank sees only its share, so the ranks'
+        networks would drift apart (a synchronized norm is not built)."""
+        out = super().replica_problems(replicas)
+        for key, norm in (("actor_norm", self.actor_norm), ("critic_norm", self.critic_norm)):
+            if norm == "batch_renorm":
+                out.append(f"learner.replicas={replicas} does not support algo.{key}=batch_renorm (CrossQ)")
+        return out

@@ -6,6 +6,11 @@ Why one class: the learner role hands an off-policy learner a sample of k miniba
 replay_ratio.py); stepping through it without a host sync, skipping a diverged step inside fused Adam, and
 replaying each kind of step as a CUDA graph are the same machinery whatever the losses are. An algorithm
 subclasses `SampleStepper` and supplies its losses, its `train_step`, its statistics and its sample tensors.
+
+In a data-parallel group (`learner.replicas` > 1, algos/replica.py) each rank steps through a sample of its own
+(its share of every minibatch), draws its share of the whole minibatch's noise (`randn`), averages every step's
+gradients with the other ranks' (`agree`, which also makes a step skipped on one rank skipped on all) and reports
+statistics averaged over the ranks; its priorities are those of its own transitions.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import numpy as np
 import torch
 
 from surreal.algos.capture import CapturedStep
+from surreal.algos.replica import Replica
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +52,7 @@ class SampleStepper:
     """The update loop of an off-policy learner. A subclass sets `name`, `step_stats` (what `train_step`
     returns, in order, ending with `nonfinite_skipped`) and `actor_stats` (those NaN in a critic-only step),
     and in `__init__` `cfg` (with `policy_delay`), `device`, `compile`, `updates = 0` and
-    `last_actor_stats`, then calls `self.reset_steps()`."""
+    `last_actor_stats`, `replica` (None: a learner alone) and `generator`, then calls `self.reset_steps()`."""
 
     name: str
     step_stats: tuple[str, ...]
@@ -56,6 +62,8 @@ class SampleStepper:
     compile: bool
     updates: int
     last_actor_stats: dict[str, float]
+    replica: Replica | None
+    generator: torch.Generator
     critic_loss: Callable[..., Any]  # the algorithm's losses, which `train_step` calls as `*_loss_fn`
     actor_loss: Callable[..., Any]
 
@@ -75,6 +83,20 @@ class SampleStepper:
 
     # -- the machinery ------------------------------------------------------------------------------------
 
+    def randn(self, shape: tuple[int, ...], batch_dim: int) -> torch.Tensor:
+        """Normal noise of `shape` from the learner's generator; a rank's share (along `batch_dim`) of the whole
+        minibatch's, so that K ranks draw what one learner draws."""
+        if self.replica is None:
+            return torch.randn(shape, generator=self.generator, device=self.device)
+        return self.replica.randn_share(shape, batch_dim, self.generator, self.device)
+
+    def agree(self, parameters: Any, bad: torch.Tensor) -> torch.Tensor:
+        """After a backward: the gradients of `parameters` averaged over the ranks, and whether the step went
+        non-finite on any of them (alone: `bad`). Called before the optimizer reads `found_inf`."""
+        if self.replica is None:
+            return bad
+        return self.replica.average_gradients_agreeing(parameters, bad)
+
     def reset_steps(self) -> None:
         """(Re)builds the losses and steps: eager, or the losses compiled and, on CUDA, each kind of step
         (critic only, and with the actor) replayed as its own CUDA graph. Called again after a restore: a
@@ -85,7 +107,7 @@ class SampleStepper:
         if self.compile:
             self.critic_loss_fn = torch.compile(self.critic_loss, dynamic=False)
             self.actor_loss_fn = torch.compile(self.actor_loss, dynamic=False)
-            if self.device.type == "cuda":
+            if self.device.type == "cuda" and self.replica is None:  # no collective inside a graph (replica.py)
                 steps = {actor: CapturedStep(step) for actor, step in steps.items()}
         self.step_fns = steps
 
@@ -125,8 +147,11 @@ class SampleStepper:
             step_stats, td_errors = self._step({k: v[i] for k, v in b.items()}, update_actor)
             results.append(torch.cat([step_stats, td_errors]))  # a copy: a captured step's outputs are overwritten
             self.after_step(step_stats)
-        host = torch.stack(results).cpu().numpy()  # the one wait for the device
         width = len(self.step_stats)
+        stacked = torch.stack(results)
+        if self.replica is not None:  # the whole minibatches' statistics; the priorities stay this rank's own
+            stacked[:, :width] = self.replica.mean(stacked[:, :width].contiguous())
+        host = stacked.cpu().numpy()  # the one wait for the device
         per_step, priorities = host[:, :width], host[:, width:].astype(np.float64)
         out = []
         for i, row in enumerate(per_step):

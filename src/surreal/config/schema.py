@@ -122,6 +122,11 @@ class AlgoConfig:
         """The algorithm's own value rules (`validate` adds them to its list); none by default."""
         return []
 
+    def replica_problems(self, replicas: int) -> list[str]:
+        """Why `learner.replicas` > 1 cannot split this algorithm's update among ranks (each computes its share of
+        every minibatch, the gradients all-reduced); by default it has no gradients to all-reduce (ES)."""
+        return [f"learner.replicas={replicas}: {self.name} has no gradient update to split; use learner.replicas=1"]
+
     def chunk_size(self, cfg: ExperimentConfig) -> int:
         """Units (what `batch_size` counts) in one actor message: T x K transitions unless overridden."""
         return cfg.actor.chunk_steps * cfg.topology.envs_per_actor
@@ -159,6 +164,18 @@ class OffPolicyConfig(AlgoConfig):
             )
         if cfg.deterministic:
             out.append(f"deterministic=true is for on-policy algorithms: {self.name} samples its replay at random")
+        return out
+
+    def replica_problems(self, replicas: int) -> list[str]:
+        """The learner's update splits (algos/replica.py: each rank steps on its share of every minibatch), but the
+        learner role runs a group for on-policy algorithms only: its ranks 1..K-1 take rank 0's batches, and
+        off-policy ranks would each sample the replay on their own, which the role does not do yet."""
+        out = [
+            f"learner.replicas={replicas}: the learner group runs on-policy algorithms (ppo) for now; "
+            f"{self.name} needs learner.replicas=1"
+        ]
+        if self.batch_size % replicas:
+            out.append(f"algo.batch_size ({self.batch_size}) must be a multiple of learner.replicas ({replicas})")
         return out
 
 
@@ -234,6 +251,12 @@ class PPOConfig(AlgoConfig):
                 f" with algo.recurrent: a minibatch is minibatch_size // chunk_steps whole chunk sequences"
             )
         return out
+
+    def replica_problems(self, replicas: int) -> list[str]:
+        """Each rank computes its share of every minibatch: `minibatch_size` must split evenly."""
+        if self.minibatch_size % replicas:
+            return [f"algo.minibatch_size ({self.minibatch_size}) must be a multiple of learner.replicas ({replicas})"]
+        return []
 
 
 @dataclass
@@ -425,6 +448,12 @@ class LearnerConfig:
     # torch.compile the update (PPO: the minibatch loss; on CUDA the whole step replayed as a CUDA graph). The
     # first update pays the compilation (about 17 s on one CPU core with a cold inductor cache).
     compile: bool = False
+    # Learner processes training one model data-parallel (torch.distributed: gloo on CPUs, NCCL on GPUs): each
+    # computes 1/replicas of every minibatch and the gradients are all-reduced; rank 0 publishes and checkpoints.
+    replicas: int = 1
+    # The longest any collective of the learner group may wait (the rendezvous included): a rank lost or stuck
+    # stops the others within this, and the group starts again from its last checkpoint.
+    group_timeout_s: float = 60.0
 
 
 @dataclass
@@ -505,6 +534,8 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         "learner.keep_checkpoints": cfg.learner.keep_checkpoints,
         "learner.eval_episodes": cfg.learner.eval_episodes,
         "learner.torch_threads": cfg.learner.torch_threads,
+        "learner.replicas": cfg.learner.replicas,
+        "learner.group_timeout_s": cfg.learner.group_timeout_s,
         "ps.max_message_bytes": cfg.ps.max_message_bytes,
         "algo.batch_size": cfg.algo.batch_size,
     }
@@ -545,6 +576,10 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
             problems.append(str(exc))
     need(DEVICE.fullmatch(cfg.device) is not None, f"device must be auto, cpu, cuda or cuda:N (got {cfg.device!r})")
     need(
+        cfg.learner.replicas == 1 or ":" not in cfg.device,
+        f"learner.replicas > 1 puts each rank on cuda:<LOCAL_RANK>: set device=cuda or auto (got {cfg.device!r})",
+    )
+    need(
         cfg.replay.mode in REPLAY_MODES,
         f"replay.mode must be one of {', '.join(REPLAY_MODES)} (got {cfg.replay.mode!r})",
     )
@@ -564,6 +599,8 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     else:
         need(cfg.replay.mode != "fifo", f"{algo.name} is off-policy: replay.mode must be uniform or prioritized")
     problems += algo.problems(cfg)
+    if cfg.learner.replicas > 1:
+        problems += algo.replica_problems(cfg.learner.replicas)
     if cfg.deterministic:
         chunk = algo.chunk_size(cfg)
         need(cfg.topology.actors == 1, f"deterministic=true needs topology.actors=1 (got {cfg.topology.actors})")

@@ -7,7 +7,8 @@ The overrides are `surreal run --multirun`'s (Hydra's grammar and basic sweeper,
 member's file is the base values with the member's overrides written into `experiment:` (what the chart's
 ConfigMap carries to every role) and the topology into the chart's own keys (`actors=4` and `topology.actors`
 set `actors.replicas`; `topology.envs_per_actor`, `replay_shards`, `ps_replicas` set `actors.envsPerActor`,
-`replay.shards`, `ps.replicas`), so the workloads and the config cannot disagree. Every member's experiment is
+`replay.shards`, `ps.replicas`; `learner.replicas` sets `learner.replicas`), so the workloads and the config
+cannot disagree. Every member's experiment is
 read back with `read_config`, as the roles will read it, before any file is written: a bad key is one line here,
 not a crash-looping pod. A member's file is named after its release, `<name>-<index>`, short enough that the
 chart's object names (`<release>-surreal-<role>`) stay apart; members.json maps releases to their overrides.
@@ -38,6 +39,7 @@ CHART_KEYS = {
     "topology.envs_per_actor": ("actors", "envsPerActor"),
     "topology.replay_shards": ("replay", "shards"),
     "topology.ps_replicas": ("ps", "replicas"),
+    "learner.replicas": ("learner", "replicas"),  # the learner StatefulSet's pods: the chart sets the experiment's
 }
 RELEASE_PREFIX = re.compile(r"[a-z0-9]([-a-z0-9]{0,26}[a-z0-9])?")  # + "-NNN-surreal" fits the chart's 40
 

@@ -45,7 +45,7 @@ from surreal.launch.supervisor import ProcessSpec, Restart, Supervisor
 from surreal.roles.common import StopFlag
 from surreal.runstore import LAUNCHER, Mirror, is_uri, run_name_of
 from surreal.runtime.limits import raise_open_files
-from surreal.settings import ReplayEndpoint, Settings
+from surreal.settings import ReplayEndpoint, Settings, group_env
 
 ROLE_COMMAND = (sys.executable, "-m", "surreal", "role")  # what a pod's container runs
 LOOPBACK = "127.0.0.1"
@@ -88,8 +88,9 @@ def plan_processes(
     `--resume` too (a resumed run), not only its restarts. `run_uri`: the run folder's mirror (SURREAL_RUN_URI)."""
     topo = cfg.topology
     evaluators = 1 if cfg.learner.eval_interval > 0 else 0
-    processes = topo.replay_shards + topo.ps_replicas + 1 + topo.actors + evaluators
-    ports = iter(free_ports(2 * topo.replay_shards + topo.ps_replicas + 1 + processes))
+    replicas = cfg.learner.replicas
+    processes = topo.replay_shards + topo.ps_replicas + replicas + topo.actors + evaluators
+    ports = iter(free_ports(2 * topo.replay_shards + topo.ps_replicas + 2 + processes))
     shards = tuple(ReplayEndpoint(LOOPBACK, next(ports), next(ports)) for _ in range(topo.replay_shards))
     ps_ports = [next(ports) for _ in range(topo.ps_replicas)]
     pub_port = next(ports)
@@ -104,22 +105,48 @@ def plan_processes(
         run_uri=run_uri,
     )
 
+    master_port = next(ports)  # the learner group's rendezvous (rank 0's), used when learner.replicas > 1
+
     def spec(
-        role: str, index: int, restart: Restart, resumes: bool = False, grace_s: float | None = None, **own: Any
+        role: str,
+        index: int,
+        restart: Restart,
+        resumes: bool = False,
+        grace_s: float | None = None,
+        group: str | None = None,
+        extra_env: Mapping[str, str] | None = None,
+        **own: Any,
     ) -> ProcessSpec:
         settings = replace(common, index=index, metrics_port=next(ports), **own)
         argv = [*ROLE_COMMAND, role]
         resume_argv = [*argv, "--resume"] if resumes else None
         return ProcessSpec(
-            name=role if role == "learner" else f"{role}-{index}",
+            name=role if role == "learner" and index == 0 else f"{role}-{index}",
             role=role,
             index=index,
             argv=resume_argv if resume and resume_argv else argv,
-            env={**base_env, **settings.to_env(), "PYTHONUNBUFFERED": "1"},
+            env={**base_env, **settings.to_env(), **(extra_env or {}), "PYTHONUNBUFFERED": "1"},
             restart=restart,
             max_restarts=MAX_RESTARTS,
             resume_argv=resume_argv,
             grace_s=grace_s,
+            group=group,
+        )
+
+    def learner(rank: int) -> ProcessSpec:
+        """Rank `rank` of the learner group (alone: the learner), named `learner` for rank 0, `learner-<rank>`
+        after; a group's ranks restart together (launch/supervisor.py)."""
+        if replicas == 1:
+            return spec("learner", 0, "on-failure", resumes=True, grace_s=LEARNER_GRACE_S, params_pub_port=pub_port)
+        return spec(
+            "learner",
+            rank,
+            "on-failure",
+            resumes=True,
+            grace_s=LEARNER_GRACE_S,
+            group="learner",
+            extra_env=group_env(rank, replicas, LOOPBACK, master_port),
+            params_pub_port=pub_port,
         )
 
     return [
@@ -135,7 +162,7 @@ def plan_processes(
             for i, s in enumerate(shards)
         ),
         *(spec("ps", i, "always", ps_port=port) for i, port in enumerate(ps_ports)),
-        spec("learner", 0, "on-failure", resumes=True, grace_s=LEARNER_GRACE_S, params_pub_port=pub_port),
+        *(learner(rank) for rank in range(replicas)),
         *(spec("actor", i, "on-failure") for i in range(topo.actors)),
         *(spec("evaluator", 0, "on-failure") for _ in range(evaluators)),
     ]

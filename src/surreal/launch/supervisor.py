@@ -51,7 +51,9 @@ class ProcessSpec:
     started again at once unless "never", and that is no failure: it is not counted against `max_restarts`.
     `resume_argv` replaces `argv` for every restart: the learner continues from its checkpoint.
     `grace_s`: how long `stop` waits after SIGTERM before SIGKILL (None: the supervisor's); a replay shard
-    writes its final snapshot in that time.
+    writes its final snapshot in that time. `group`: children that only work together (a data-parallel
+    learner's ranks, roles/learner_group.py): when one fails, the others still running are killed and all
+    start again (with `resume_argv`); only the failure counts as a restart.
     """
 
     name: str
@@ -63,6 +65,7 @@ class ProcessSpec:
     max_restarts: int = 5
     resume_argv: list[str] | None = None
     grace_s: float | None = None
+    group: str | None = None
 
 
 def _load_prctl() -> Callable[..., int] | None:
@@ -172,7 +175,8 @@ class _Child:
     restart_at: float | None = None  # monotonic time of a pending restart
     returncode: int | None = None  # of the last exit
     done: bool = False  # will not be started again
-    killed: bool = False  # by `kill`: its exit is no failure
+    killed: bool = False  # by `kill` (or with its group): its exit is no failure
+    killed_why: str = "chaos"  # what the log says of the start after it
     held: bool = False  # killed and kept down until `release`
 
 
@@ -258,7 +262,8 @@ class Supervisor:
         if exit.delay_s is None:
             child.done = True
         elif not exit.counted:
-            child.uncounted_why = exit.why
+            child.uncounted_why = child.killed_why if exit.why == "chaos" else exit.why
+            child.killed_why = "chaos"
             child.restart_at = None if child.held else now  # a held chaos kill waits for `release`
         else:
             child.restart_at = now + exit.delay_s
@@ -269,6 +274,19 @@ class Supervisor:
             )
         elif exit.counted or exit.failed:
             self._show_exit(child, exit.why)
+        if (exit.counted or exit.failed) and child.spec.group is not None:
+            self._restart_group(child)
+
+    def _restart_group(self, failed: _Child) -> None:
+        """`failed`'s group members still running are killed, to start again with it: a rank alone cannot go on
+        (its peers' next collective fails within their timeout anyway, this only saves the wait)."""
+        for name, child in self._children.items():
+            if child is failed or child.spec.group != failed.spec.group or child.done or child.proc is None:
+                continue
+            if child.proc.poll() is None and not child.killed:
+                self.report(f"[surreal] {name} killed to restart with its group {child.spec.group!r}")
+                child.killed, child.killed_why = True, f"with its group, after {failed.spec.name} failed"
+                _kill_group(child.proc.pid)
 
     def _show_exit(self, child: _Child, action: str) -> None:
         assert child.returncode is not None

@@ -8,11 +8,16 @@ received frames with ``np.frombuffer`` (read-only views, no copy).
 Nested dicts of arrays (a trajectory chunk, a batch of chunks) are flattened to ``a/b/c`` names and
 rebuilt on decode. Everything that arrives is checked against `Limits` before any array is built: a
 malformed message raises `ProtocolError`, which servers count and drop.
+
+Where a message travels as one buffer instead of ZMQ frames (the learner group's orders, sent over
+torch.distributed), `pack_frames` lays the frames end to end behind their lengths and `unpack_frames` cuts them
+apart again, checking the lengths against the buffer before `decode` checks the rest.
 """
 
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -186,3 +191,38 @@ def _array(spec: Any, buf: memoryview, limits: Limits) -> tuple[str, np.ndarray]
     if expected != buf.nbytes:
         raise ProtocolError("size_mismatch", f"{name!r}: spec says {expected} bytes, frame has {buf.nbytes}")
     return name, np.frombuffer(buf, dtype=dtype).reshape(shape)
+
+
+_COUNT = struct.Struct("<I")
+_LENGTH = struct.Struct("<Q")
+
+
+def pack_frames(frames: Sequence[Any]) -> bytes:
+    """One buffer holding `frames` (as `encode` makes them): their count, each one's length, then the frames."""
+    views = [memoryview(f).cast("B") for f in frames]
+    head = _COUNT.pack(len(views)) + b"".join(_LENGTH.pack(v.nbytes) for v in views)
+    return b"".join([head, *views])
+
+
+def unpack_frames(buffer: Any, limits: Limits = Limits()) -> list[memoryview]:
+    """The frames of a `pack_frames` buffer, as views into it; their count and lengths must fit the buffer
+    exactly and `limits` (frames, bytes). `decode` then checks the message itself."""
+    view = memoryview(buffer).cast("B")
+    if view.nbytes < _COUNT.size:
+        raise ProtocolError("bad_frames", "shorter than its frame count")
+    (count,) = _COUNT.unpack_from(view)
+    if count == 0 or count > limits.max_frames + 1:
+        raise ProtocolError("too_many_frames", f"{count} frames")
+    offset = _COUNT.size + count * _LENGTH.size
+    if view.nbytes < offset:
+        raise ProtocolError("bad_frames", "shorter than its frame lengths")
+    lengths = [_LENGTH.unpack_from(view, _COUNT.size + i * _LENGTH.size)[0] for i in range(count)]
+    if sum(lengths) != view.nbytes - offset:
+        raise ProtocolError("bad_frames", f"frame lengths add up to {sum(lengths)}, not {view.nbytes - offset}")
+    if sum(lengths) > limits.max_bytes:
+        raise ProtocolError("too_large", f"{sum(lengths)} bytes > {limits.max_bytes}")
+    frames = []
+    for length in lengths:
+        frames.append(view[offset : offset + length])
+        offset += length
+    return frames

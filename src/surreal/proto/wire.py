@@ -16,6 +16,7 @@ is one file to read (tests/test_layering.py holds it):
     params_request     actor -> ps              `ParamsRequest`
     not_modified       ps -> actor              `NotModified`
     error              a server -> its client   `ErrorReply`
+    group_order        learner rank 0 -> ranks  `GroupOrder`                 encode_group_order / decode_group_order
 
 The typed requests and replies encode with `to_message` and decode with `from_message`; every sample reply
 carries its shard's progress (`ShardReport`). Decoders validate types and ranges (integers bounded so sums stay
@@ -47,6 +48,7 @@ PARAMS = "params"
 PARAMS_REQUEST = "params_request"
 NOT_MODIFIED = "not_modified"
 ERROR = "error"
+GROUP_ORDER = "group_order"  # over torch.distributed, not ZMQ (roles/learner_group.py): its buffers are packed
 
 REPLAY_REQUESTS = frozenset({SAMPLE_REQUEST, PRIORITY_UPDATE})  # what a replay's ROUTER takes
 SAMPLE_REPLIES = frozenset({FIFO_REPLY, TRANSITION_REPLY, EMPTY_REPLY, ERROR})  # what a learner's DEALER takes
@@ -696,3 +698,56 @@ def decode_params_reply(message: Message) -> Params | NotModified:
     if message.kind != PARAMS:
         raise ProtocolError("unknown_kind", message.kind[:32])
     return decode_params(message)
+
+
+# -- the learner group: rank 0's orders to the other ranks ----------------------------------------------
+
+GROUP_OPS = ("update", "heartbeat", "stop", "finish")
+
+
+@dataclass
+class GroupOrder:
+    """What rank 0 of a data-parallel learner group (`learner.replicas`) tells the other ranks in a round:
+    `update` (on-policy: the batch's `chunks` and the schedule's `progress`, learned from as rank 0 learns from
+    them; off-policy: `steps` gradient steps on each rank's own samples), `heartbeat` (nothing yet: rank 0 waits for
+    data, and the ranks' waits stay within the group's timeout), `stop` (rank 0 saved a checkpoint on a signal)
+    or `finish` (training is done)."""
+
+    op: str
+    progress: float = 0.0
+    steps: int = 0
+    chunks: list[Chunk] = field(default_factory=list)
+
+
+def encode_group_order(order: GroupOrder) -> Message:
+    """The chunks nest under "0", "1", ... with their metadata as the list `chunks`, as in a FIFO reply."""
+    meta: dict[str, Any] = {"op": order.op, "progress": order.progress, "gradient_steps": order.steps}
+    meta["chunks"] = [_chunk_meta(chunk, chunk.incarnation).to_meta() for chunk in order.chunks]
+    return Message(GROUP_ORDER, meta, {str(i): chunk.arrays for i, chunk in enumerate(order.chunks)})
+
+
+def decode_group_order(message: Message, layout: ReplyLayout | None = None) -> GroupOrder:
+    """An order, checked as every message is: its op, a `progress` in [0, 1], a bounded `steps`, and every chunk
+    validated as an experience message is (with `layout`, its fields exactly the algorithm's). Unlike a FIFO reply,
+    a chunk that fails refuses the whole order: rank 0 learned from it, so another rank must not learn without it."""
+    if message.kind != GROUP_ORDER:
+        raise ProtocolError("unknown_kind", message.kind[:32])
+    meta, arrays = message.meta, message.arrays
+    op, progress = meta.get("op"), meta.get("progress")
+    if op not in GROUP_OPS:
+        raise ProtocolError("bad_group_order", f"op {op!r:.32}")
+    if not isinstance(progress, int | float) or isinstance(progress, bool) or not 0.0 <= progress <= 1.0:
+        raise ProtocolError("bad_group_order", f"progress {progress!r:.32} not in [0, 1]")
+    steps = _int(meta, "gradient_steps", 0, MAX_BATCH, "bad_group_order")
+    metas = meta.get("chunks", [])
+    if not isinstance(metas, list) or len(metas) != len(arrays):
+        raise ProtocolError("bad_group_order", "chunks list does not match the order's arrays")
+    chunks = []
+    for i, chunk_meta in enumerate(metas):
+        chunk_arrays = arrays.get(str(i))
+        if not isinstance(chunk_meta, dict) or not isinstance(chunk_arrays, dict):
+            raise ProtocolError("bad_group_order", f"chunk {i} malformed")
+        chunks.append(_decode_chunk(chunk_arrays, chunk_meta, None)[0])
+        if layout is not None:
+            check_fields(dict(flatten(chunk_arrays)), layout.fields, 2, "bad_chunk_fields")
+    return GroupOrder(op, float(progress), steps, chunks)

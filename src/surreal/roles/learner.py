@@ -43,11 +43,19 @@ from surreal.metricsfile import METRICS_FILE
 from surreal.policy.artifact import FILE_NAME, POLICY_DIR
 from surreal.policy.build import PolicyRecorder, run_git_sha
 from surreal.proto.channels import BackgroundBatches, ParamPublisher, SampleClient
-from surreal.proto.wire import BlobMeta
+from surreal.proto.wire import BlobMeta, GroupOrder
 from surreal.replay.shard import message_limits
 from surreal.roles.common import EXIT_STOPPED, StopFlag, hold_until_stopped, load_config, setup_logging
 from surreal.roles.device import choose_device, update_seconds
 from surreal.roles.evaluation import finish, finished_before
+from surreal.roles.learner_group import (
+    LeaderLearner,
+    LearnerGroup,
+    group_device,
+    make_rank_learner,
+    place_from_env,
+    run_follower,
+)
 from surreal.roles.ports import BatchesIn, ParamsOut
 from surreal.runstore import LEARNER, open_mirror
 from surreal.runtime.checkpoint import LearnerCheckpoints, Restored
@@ -86,15 +94,17 @@ class LearnerCore:
         spaces: tuple[gym.Space, gym.Space] | None = None,
         algo_learner: OnPolicyLearner | OffPolicyLearner | None = None,
         clock: Callable[[], float] = time.monotonic,
+        device: torch.device | None = None,
     ) -> None:
         """`spaces`: the env's observation and action spaces, where the caller has them (else an env is made);
-        `algo_learner`: the algorithm's learner, where the caller made it (the simulator's scripted one); `clock`:
-        what `checkpoint_interval_s` is timed on (the simulator's is virtual)."""
+        `algo_learner`: the algorithm's learner, where the caller made it (the simulator's scripted one, a learner
+        group's rank 0); `clock`: what `checkpoint_interval_s` is timed on (the simulator's is virtual); `device`:
+        where the caller put `algo_learner` (else chosen by `device`)."""
         self.cfg, self.run_dir, self.batches, self.params_out, self.log = cfg, run_dir, batches, params_out, log
         self.clock = clock
         run_dir.mkdir(parents=True, exist_ok=True)
         seed_everything(cfg.seed, cfg.deterministic)
-        self.device = choose_device(cfg, lambda device: update_seconds(cfg, device), log)
+        self.device = device or choose_device(cfg, lambda device: update_seconds(cfg, device), log)
         self.obs_space, self.act_space = spaces or env_spaces(cfg)
         self.algo = get_algorithm(cfg.algo.name)
         self.given_learner = algo_learner
@@ -257,9 +267,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     cfg = load_config()
-    log = setup_logging("learner", 0)
-    stop = StopFlag().install()
+    place = place_from_env(cfg)  # learner.replicas > 1: this process's rank (roles/learner_group.py)
+    log = setup_logging("learner", place.rank if place else 0)
+    stop = StopFlag().install()  # ranks 1..K-1 ignore it: rank 0 checkpoints and orders them to stop
     torch.set_num_threads(cfg.learner.torch_threads)
+    if place is not None and place.rank > 0:  # a rank after the first: /metrics (a pod's probes), then the group
+        follower_metrics = RoleMetrics("learner", place.rank)
+        follower_metrics.serve(settings.bind_host, settings.metrics_port)
+        try:
+            code = run_follower(cfg, place, log, follower_metrics)
+            if code == 0 and settings.hold_when_done:  # a pod: restarted, it would wait for a group that is over
+                hold_until_stopped(stop, log)
+            return code
+        finally:
+            follower_metrics.close()
     metrics = RoleMetrics("learner", 0)
     m_bad = metrics.counter("messages_dropped_total", "malformed replies counted and dropped", ["reason"])
     ctx = zmq.Context()
@@ -294,7 +315,17 @@ def main(args: argparse.Namespace) -> int:
         config_file = settings.run_dir / "config.yaml"
         if settings.config_path is None or settings.config_path.resolve() != config_file.resolve():
             save_config(cfg, config_file)  # a pod's run folder: the experiment it runs now (the ConfigMap's)
-    core = LearnerCore(cfg, settings.run_dir, batches, params_out, metrics, args.resume, log, spaces)
+    group, leader, device = None, None, None
+    if place is not None:  # rank 0 of a group: its learner orders every update to the other ranks first
+        device = group_device(cfg, place)
+        group = LearnerGroup(place, device, cfg.learner.group_timeout_s, limits)
+        log.info("rank 0 of a learner group of %d at %s:%d", place.size, place.master_addr, place.master_port)
+        leader = LeaderLearner(make_rank_learner(cfg, spaces, device, group), group)
+    core = LearnerCore(
+        cfg, settings.run_dir, batches, params_out, metrics, args.resume, log, spaces, leader, device=device
+    )
+    if group is not None:
+        group.share_state(core.algo_learner)  # the group starts from rank 0's checkpoint (or fresh state)
     if mirror is not None:
         core.on_checkpoint = mirror.push_soon
         mirror.push_soon()  # the checkpoint a fresh learner starts with
@@ -311,15 +342,22 @@ def main(args: argparse.Namespace) -> int:
     try:
         if finished_before(core):
             log.info("already finished at %d env steps (eval.json): not evaluating again", core.counters.env_steps)
+            if group is not None:
+                group.send(GroupOrder("finish"))
             core.announce_done()
         else:
             core.publish()
             while not stop and not core.reached_total:
-                if not core.step():
+                stepped = core.step()
+                if group is not None:
+                    group.heartbeat()
+                if not stepped:
                     time.sleep(IDLE_S)
             if stop:
                 started = time.monotonic()
                 core.stop()
+                if group is not None:
+                    group.send(GroupOrder("stop"))
                 name = signal.Signals(stop.signal).name if stop.signal else "a signal"
                 log.info(
                     "stopped by %s (a preemption, drain or shutdown): checkpoint at update %d written in %.2f s",
@@ -328,6 +366,8 @@ def main(args: argparse.Namespace) -> int:
                     time.monotonic() - started,
                 )
             else:
+                if group is not None:  # the other ranks are done before rank 0 evaluates
+                    group.send(GroupOrder("finish"))
                 finish(core)
         finished = not stop
         if mirror is not None:  # the last checkpoint, eval.json and the final policy, before anything waits
@@ -340,6 +380,8 @@ def main(args: argparse.Namespace) -> int:
             if settings.hold_when_done:
                 hold_until_stopped(stop, log, params_out.service)
     finally:
+        if group is not None:
+            group.close()
         core.close()
         batches.close()
         params_out.close()

@@ -71,8 +71,15 @@ registry/repository:tag, or @digest when one is set (the role's, else the global
 {{- end -}}
 
 {{/* DNS names of the Services (namespace-qualified, resolved through the pod's search path). */}}
+{{/* The learner's address for the ps and `helm test`: its Service, or with learner.replicas > 1 rank 0's pod (the
+ranks after it neither publish nor count updates), which is also the group's MASTER_ADDR. */}}
 {{- define "surreal.learnerHost" -}}
-{{- printf "%s.%s.svc" (include "surreal.roleName" (dict "root" . "role" "learner")) .Release.Namespace -}}
+{{- $name := include "surreal.roleName" (dict "root" . "role" "learner") -}}
+{{- if gt (int .Values.learner.replicas) 1 -}}
+{{- printf "%s-0.%s.%s.svc" $name $name .Release.Namespace -}}
+{{- else -}}
+{{- printf "%s.%s.svc" $name .Release.Namespace -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "surreal.psHost" -}}
@@ -93,6 +100,14 @@ registry/repository:tag, or @digest when one is set (the role's, else the global
 {{- define "surreal.experiment" -}}
 {{- $experiment := deepCopy .Values.experiment -}}
 {{- $_ := set $experiment "topology" (dict "actors" (int .Values.actors.replicas) "envs_per_actor" (int .Values.actors.envsPerActor) "replay_shards" (int .Values.replay.shards) "ps_replicas" (int .Values.ps.replicas)) -}}
+{{- $learner := deepCopy (default (dict) $experiment.learner) -}}
+{{- if and (hasKey $learner "replicas") (ne (int $learner.replicas) (int .Values.learner.replicas)) -}}
+{{- fail "experiment.learner.replicas comes from learner.replicas (the learner StatefulSet's pods): set learner.replicas" -}}
+{{- end -}}
+{{- if gt (int .Values.learner.replicas) 1 -}}
+{{- $_ := set $learner "replicas" (int .Values.learner.replicas) -}}
+{{- $_ := set $experiment "learner" $learner -}}
+{{- end -}}
 {{- toYaml $experiment -}}
 {{- end -}}
 
@@ -275,7 +290,7 @@ alone: each pod is admitted on its own as room allows (elastic), at the lower pr
 {{- end -}}
 
 {{- define "surreal.gangSize" -}}
-{{- add 1 (int .Values.replay.shards) (int .Values.ps.replicas) -}}
+{{- add (int .Values.learner.replicas) (int .Values.replay.shards) (int .Values.ps.replicas) -}}
 {{- end -}}
 
 {{/*

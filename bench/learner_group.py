@@ -1,0 +1,193 @@
+"""Data-parallel learner speed (`learner.replicas=K`): PPO updates per second of K ranks against one learner alone.
+
+    python -m bench.learner --replicas 1 2 [--device cpu|cuda] [--updates N] [--rounds R] [--threads T] [--large]
+                            [--out PATH]
+    python -m bench.learner_group ...   (the same)
+
+Each rank is a process of its own with torchrun's variables, in a process group on 127.0.0.1 (gloo on the CPU,
+NCCL on CUDA, each rank on cuda:<rank>), running the learner role's PPO learner as that rank (algos/replica.py):
+every rank takes the whole batch and computes 1/K of every minibatch, the gradients all-reduced each minibatch
+step. The batch is real experience, collected on HalfCheetah-v5 by every rank alike (same seeds, same chunks:
+bench/learner.py's `collect_chunks`; the PPO defaults: 2,048 transitions, minibatches of 64, 10 epochs; with
+`--large` 4,096 transitions, minibatches of 1,024, 2 epochs).
+
+Rows: `alone` (the learner as `learner.replicas=1` runs it, no process group), then each K of `--replicas` as a
+group of K (K=1: a group of one, what being a rank costs: the all-reduce, and no CUDA graph). A round starts
+every row's processes once, one row after another, so the rows share the machine's load; the rate is the median
+round's (updates of the whole batch per second, timed on rank 0 between barriers, after one untimed update).
+`ratio` is a row's rate over `alone`'s, `speedup_2_over_1` K=2's over K=1's. A group needs a core (or a GPU) per
+rank to gain: on a 2-core box shared with other work it loses, which is what it then reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+import torch.distributed as dist
+
+from bench._runs import emit
+from surreal.algos import get_algorithm
+from surreal.algos.interface import OnPolicyLearner
+from surreal.algos.replica import Replica
+from surreal.config.schema import PPOConfig
+from surreal.launch.local import free_ports
+from surreal.settings import group_env
+
+RANK_TIMEOUT_S = 900.0  # a rank process's whole life: only catches a hang
+GROUP_TIMEOUT_S = 300.0  # every collective's
+
+
+def ppo_config(large: bool) -> PPOConfig:
+    """PPO's defaults (CleanRL's: 2,048 transitions, minibatches of 64, 10 epochs), or with `large` bench.learner's
+    second row (4,096, minibatches of 1,024, 2 epochs: Sample Factory's MuJoCo setting), where a step's work grows
+    more with its samples than a tiny minibatch's fixed per-step cost does."""
+    if large:
+        return PPOConfig(seed=1, batch_size=4096, minibatch_size=1024, update_epochs=2)
+    return PPOConfig(seed=1)
+
+
+def rank_main(args: argparse.Namespace) -> None:
+    """One rank (or the learner alone, `--size 0`): collect, build, one untimed update, then `--updates` timed;
+    rank 0 writes {"updates_per_s": ...} to `--result`."""
+    from bench.learner import CHUNK_STEPS, collect_chunks  # the benchmark's own experience
+
+    torch.set_num_threads(args.threads)
+    cfg = ppo_config(args.large)
+    obs_space, act_space, chunks = collect_chunks("ppo", cfg, cfg.batch_size // CHUNK_STEPS)
+    replica = None
+    if args.size > 0:
+        rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if args.device == "cuda" else torch.device("cpu")
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group(backend, rank=rank, world_size=size, timeout=timedelta(seconds=GROUP_TIMEOUT_S))
+        replica = Replica(rank, size)
+    else:
+        rank, device = 0, torch.device(args.device)
+    algo = get_algorithm("ppo")
+    learner = cast(OnPolicyLearner, algo.make_learner(obs_space, act_space, cfg, device, replica=replica))
+
+    def barrier() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if replica is not None:
+            dist.barrier()
+
+    learner.update(chunks, 0.5)
+    barrier()
+    started = time.perf_counter()
+    for _ in range(args.updates):
+        learner.update(chunks, 0.5)  # ends in a host sync (its statistics), on every rank
+    barrier()
+    elapsed = time.perf_counter() - started
+    if rank == 0:
+        Path(args.result).write_text(json.dumps({"updates_per_s": args.updates / elapsed, "seconds": elapsed}))
+    if replica is not None:
+        dist.destroy_process_group()
+
+
+def run_row(size: int, args: argparse.Namespace, folder: Path) -> float:
+    """One start of a row's processes (`size` ranks; 0: the learner alone); its updates per second."""
+    result = folder / f"result-{size}.json"
+    result.unlink(missing_ok=True)
+    common = [sys.executable, "-m", "bench.learner_group", "--rank-of", str(size), "--result", str(result)]
+    common += ["--updates", str(args.updates), "--threads", str(args.threads), "--device", args.device]
+    common += ["--large"] if args.large else []
+    port = free_ports(1)[0]
+    procs = []
+    for rank in range(max(size, 1)):
+        env = {**os.environ, **(group_env(rank, size, "127.0.0.1", port) if size else {})}
+        procs.append(subprocess.Popen(common, env=env))
+    try:
+        for proc in procs:
+            if proc.wait(timeout=RANK_TIMEOUT_S) != 0:
+                raise RuntimeError(f"a rank of the group of {size} exited with {proc.returncode}")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return float(json.loads(result.read_text())["updates_per_s"])
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    torch.set_num_threads(args.threads)  # as each rank runs (machine() reports it)
+    sizes = [0, *args.replicas]
+    rates: dict[int, list[float]] = {size: [] for size in sizes}
+    with tempfile.TemporaryDirectory(prefix="bench-learner-group-") as folder:
+        for _ in range(args.rounds):
+            for size in sizes:
+                rates[size].append(run_row(size, args, Path(folder)))
+    median = {size: statistics.median(values) for size, values in rates.items()}
+    cfg = ppo_config(args.large)
+    rows = [
+        {
+            "row": "alone" if size == 0 else f"replicas={size}",
+            "replicas": size,
+            "updates_per_s": round(median[size], 4),
+            "samples_per_s": round(median[size] * cfg.batch_size, 1),
+            "ratio": round(median[size] / median[0], 3),
+            "rounds": [round(r, 4) for r in rates[size]],
+        }
+        for size in sizes
+    ]
+    from bench.learner import ENV_ID, machine
+
+    result: dict[str, Any] = {
+        "benchmark": "learner_group",
+        "algo": "ppo",
+        "env": ENV_ID,
+        "batch_size": cfg.batch_size,
+        "minibatch_size": cfg.minibatch_size,
+        "update_epochs": cfg.update_epochs,
+        "updates_per_round": args.updates,
+        "backend": "nccl" if args.device == "cuda" else "gloo",
+        "machine": machine(torch.device(args.device)),
+        "rows": rows,
+    }
+    if 1 in median and 2 in median:
+        result["speedup_2_over_1"] = round(median[2] / median[1], 3)
+    return result
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--updates", type=int, default=5, help="timed updates per row and round")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds (each starts every row once)")
+    parser.add_argument("--large", action="store_true", help="batch 4,096, minibatches of 1,024, 2 epochs")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--replicas", type=int, nargs="+", default=[1, 2], help="group sizes to measure")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per rank (the learner role's: 1)")
+    parser.add_argument("--out", type=Path, help="write the JSON object to this file")
+    parser.add_argument("--rank-of", type=int, help=argparse.SUPPRESS)  # internal: run as one rank of this size
+    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.rank_of is not None:
+        args.size = args.rank_of
+        rank_main(args)
+        return
+    if any(k < 1 for k in args.replicas):
+        parser.error("--replicas takes group sizes >= 1")
+    if args.device == "cuda" and max(args.replicas) > torch.cuda.device_count():
+        parser.error(f"--replicas {max(args.replicas)} needs as many GPUs (found {torch.cuda.device_count()})")
+    emit(measure(args), args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,234 @@
+"""A data-parallel learner group (`learner.replicas=K`): K learner processes training one model.
+
+    rank 0 (roles/learner.py's LearnerCore) ──order: the batch + progress──► ranks 1..K-1
+       │  update on its share ◄──── gradients all-reduced every minibatch step ────► update on their share
+       └──► params to the ps, checkpoints, metrics.jsonl, evaluation (rank 0 only)
+
+Each rank is started with torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK), by
+`surreal run` (launch/local.py), by the chart's indexed pods, or by torchrun itself. Rank 0 is the learner as it
+is alone: it takes the replay's batches, and before every update it sends the other ranks an order (the batch's
+chunks and the schedule's progress, `GroupOrder` in proto/wire.py) over torch.distributed, so every rank runs the
+same `update` and each computes its 1/K of every minibatch (algos/replica.py). The ranks never talk to the replay,
+the ps or the run folder: at the group's start rank 0 sends them its learner's whole state (restored from its
+checkpoint or fresh), so a group that restarts is one again from rank 0's last checkpoint.
+
+Every collective has the group's timeout (`learner.group_timeout_s`, given to `init_process_group`): a rank lost
+makes the others' next collective fail within it, they exit non-zero, and the supervisor restarts the whole group
+(rank 0 with `--resume`). Rank 0 sends a heartbeat while it waits for data, so a healthy idle group never times
+out. A stop on a signal is rank 0's to decide: it checkpoints and orders `stop` (the other ranks ignore SIGTERM and
+follow); at the end of training it orders `finish` before it evaluates.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from surreal.algos import get_algorithm
+from surreal.algos.interface import OnPolicyLearner
+from surreal.algos.replica import Replica, bytes_from_rank_0
+from surreal.config import ExperimentConfig, algo_config
+from surreal.envs import env_spaces
+from surreal.metrics import RoleMetrics
+from surreal.proto.codec import Limits, decode, encode, pack_frames, unpack_frames
+from surreal.proto.wire import Chunk, GroupOrder, ReplyLayout, decode_group_order, encode_group_order
+from surreal.replay.shard import message_limits
+from surreal.roles.common import EXIT_STOPPED
+from surreal.runtime.regimes import reply_layout
+
+GROUP_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")
+STATE_LIMIT_BYTES = 1 << 34  # a learner's state (weights, optimizer moments): far above any MLP's
+
+
+@dataclass(frozen=True)
+class GroupPlace:
+    """Where this process stands in its group, from torchrun's variables."""
+
+    rank: int
+    size: int
+    local_rank: int
+    master_addr: str
+    master_port: int
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], replicas: int) -> GroupPlace:
+        """The variables, checked against `learner.replicas`; a missing or bad one is one clear error."""
+        missing = [name for name in GROUP_VARIABLES if name not in env and name != "LOCAL_RANK"]
+        if missing:
+            raise ValueError(f"learner.replicas={replicas} needs {', '.join(missing)} (torchrun's variables)")
+        try:
+            rank, size, port = int(env["RANK"]), int(env["WORLD_SIZE"]), int(env["MASTER_PORT"])
+            local_rank = int(env.get("LOCAL_RANK", "0"))
+        except ValueError as exc:
+            raise ValueError(f"RANK, WORLD_SIZE, LOCAL_RANK and MASTER_PORT must be integers ({exc})") from None
+        if size != replicas:
+            raise ValueError(f"WORLD_SIZE={size} but learner.replicas={replicas}")
+        if not 0 <= rank < size or not 0 < port < 65536 or local_rank < 0:
+            raise ValueError(f"RANK={rank} of WORLD_SIZE={size}, LOCAL_RANK={local_rank}, MASTER_PORT={port}")
+        return cls(rank, size, local_rank, env["MASTER_ADDR"], port)
+
+
+def group_device(cfg: ExperimentConfig, place: GroupPlace) -> torch.device:
+    """A rank's device: cuda:<LOCAL_RANK> where CUDA is asked for (or `auto` finds it), else the CPU. No timing
+    race as `device=auto` alone runs: every rank must choose alike."""
+    if cfg.device == "cpu" or (cfg.device == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    return torch.device("cuda", place.local_rank)
+
+
+class LearnerGroup:
+    """This process's membership: the process group (gradients: NCCL on CUDA, gloo on the CPU) and a gloo group
+    for rank 0's orders, every collective bounded by `timeout_s`."""
+
+    def __init__(self, place: GroupPlace, device: torch.device, timeout_s: float, limits: Limits) -> None:
+        self.place, self.device, self.limits = place, device, limits
+        timeout = timedelta(seconds=timeout_s)
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://{place.master_addr}:{place.master_port}",
+            rank=place.rank,
+            world_size=place.size,
+            timeout=timeout,
+        )
+        self.orders = None if backend == "gloo" else dist.new_group(backend="gloo", timeout=timeout)
+        self.replica = Replica(place.rank, place.size)
+        self.heartbeat_s = min(5.0, timeout_s / 4)
+        self.sent_at = time.monotonic()
+
+    @property
+    def leader(self) -> bool:
+        return self.place.rank == 0
+
+    # -- bytes from rank 0 to every rank ------------------------------------------------------------------
+
+    def _from_rank_0(self, payload: bytes | None, limit: int) -> bytes:
+        """`payload` (rank 0's) on every rank (algos/replica.py's `bytes_from_rank_0`), the time noted."""
+        out = bytes_from_rank_0(payload, limit, self.orders)
+        self.sent_at = time.monotonic()
+        return out
+
+    def send(self, order: GroupOrder) -> None:
+        """Rank 0: the order to every other rank."""
+        message = encode_group_order(order)
+        self._from_rank_0(pack_frames(encode(message.kind, message.meta, message.arrays)), self._order_limit())
+
+    def receive(self, layout: ReplyLayout | None) -> GroupOrder:
+        """Ranks 1..K-1: rank 0's next order, checked as any message is (the algorithm's fields with `layout`).
+        Raises (a timeout, a peer gone, a bad order) rather than guess."""
+        payload = self._from_rank_0(None, self._order_limit())
+        return decode_group_order(decode(unpack_frames(payload, self.limits), self.limits), layout)
+
+    def heartbeat(self) -> None:
+        """Rank 0, waiting for data: an empty order when the last one is `heartbeat_s` old, so the other ranks'
+        wait stays inside the timeout."""
+        if time.monotonic() - self.sent_at >= self.heartbeat_s:
+            self.send(GroupOrder("heartbeat"))
+
+    def _order_limit(self) -> int:
+        return self.limits.max_bytes + (self.limits.max_frames + 1) * 8 + 4
+
+    # -- the learner's state at the group's start ---------------------------------------------------------
+
+    def share_state(self, learner: Any) -> None:
+        """Rank 0 sends its learner's state (as a checkpoint holds it); the others load it: identical ranks."""
+        if self.leader:
+            buffer = io.BytesIO()
+            torch.save(learner.state_dict(), buffer)
+            self._from_rank_0(buffer.getvalue(), STATE_LIMIT_BYTES)
+        else:
+            payload = self._from_rank_0(None, STATE_LIMIT_BYTES)
+            learner.load_state_dict(torch.load(io.BytesIO(payload), map_location=self.device, weights_only=True))
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class LeaderLearner:
+    """Rank 0's learner: before each update, the same update ordered to the other ranks. Everything else is the
+    algorithm's learner's (parameters, checkpoints, statistics)."""
+
+    def __init__(self, learner: OnPolicyLearner, group: LearnerGroup) -> None:
+        self.learner, self.group = learner, group
+
+    def update(self, chunks: list[Chunk], progress: float) -> dict[str, float]:
+        self.group.send(GroupOrder("update", progress=progress, chunks=chunks))
+        return self.learner.update(chunks, progress)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.learner, name)
+
+
+def make_rank_learner(cfg: ExperimentConfig, spaces: tuple[Any, Any], device: torch.device, group: LearnerGroup) -> Any:
+    """The algorithm's learner as this rank of the group."""
+    algo = get_algorithm(cfg.algo.name)
+    return algo.make_learner(*spaces, algo_config(cfg), device, compile=cfg.learner.compile, replica=group.replica)
+
+
+def follow(
+    group: LearnerGroup,
+    learner: OnPolicyLearner,
+    layout: ReplyLayout | None,
+    log: logging.Logger,
+    metrics: RoleMetrics | None = None,
+) -> str:
+    """Ranks 1..K-1: run rank 0's orders until it says `stop` or `finish` (returned). A timeout or a lost peer
+    raises out of here: the process exits non-zero and the group starts again."""
+    m_updates = (
+        metrics.counter("learner_group_updates_total", "updates made as a rank of the group") if metrics else None
+    )
+    updates = 0
+    while True:
+        order = group.receive(layout)
+        if order.op == "update":
+            learner.update(order.chunks, order.progress)
+            updates += 1
+            if m_updates is not None:
+                m_updates.inc()
+            if updates == 1 or updates % 100 == 0:
+                log.info("rank %d: %d updates", group.place.rank, updates)
+        elif order.op in ("stop", "finish"):
+            log.info("rank %d: %s after %d updates", group.place.rank, order.op, updates)
+            return order.op
+
+
+def place_from_env(cfg: ExperimentConfig) -> GroupPlace | None:
+    """This process's place in the learner group; None for a learner alone (`learner.replicas=1`)."""
+    if cfg.learner.replicas == 1:
+        return None
+    return GroupPlace.from_env(os.environ, cfg.learner.replicas)
+
+
+def run_follower(cfg: ExperimentConfig, place: GroupPlace, log: logging.Logger, metrics: RoleMetrics) -> int:
+    """The process of rank 1..K-1: join, take rank 0's state, follow its orders (counted on `metrics`, which also
+    answer a pod's probes). Exit code: 0 after `finish`, EXIT_STOPPED after `stop` (started again with the group);
+    a failure raises (the group restarts)."""
+    spaces = env_spaces(cfg)
+    layout = reply_layout(cfg, get_algorithm(cfg.algo.name).chunk_fields(*spaces, algo_config(cfg)))
+    device = group_device(cfg, place)
+    group = LearnerGroup(place, device, cfg.learner.group_timeout_s, message_limits(cfg.replay))
+    log.info(
+        "rank %d of %d joined the learner group at %s:%d on %s",
+        place.rank,
+        place.size,
+        place.master_addr,
+        place.master_port,
+        device,
+    )
+    learner = make_rank_learner(cfg, spaces, device, group)
+    group.share_state(learner)
+    op = follow(group, learner, layout, log, metrics)
+    group.close()
+    return 0 if op == "finish" else EXIT_STOPPED

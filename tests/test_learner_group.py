@@ -1,0 +1,174 @@
+"""The learner group (`learner.replicas=K`, roles/learner_group.py): its orders on the wire, its place from torchrun's
+variables, the supervisor restarting a group together, and `surreal run learner.replicas=2` surviving a rank
+SIGKILLed mid-run (the group resumes from rank 0's checkpoint, nothing hangs)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import textwrap
+
+import numpy as np
+import psutil
+import pytest
+
+from conftest import wait_until
+from surreal.config import ConfigError, load_config
+from surreal.launch import local
+from surreal.launch.supervisor import ProcessSpec, Supervisor
+from surreal.metricsfile import read_metrics
+from surreal.proto.codec import ProtocolError, decode, encode, pack_frames, unpack_frames
+from surreal.proto.wire import Chunk, GroupOrder, decode_group_order, encode_group_order
+from surreal.roles.learner_group import GroupPlace
+from surreal.settings import group_env
+from test_local_run import LocalRun
+
+
+def order_round_trip(order: GroupOrder) -> GroupOrder:
+    message = encode_group_order(order)
+    return decode_group_order(decode(unpack_frames(pack_frames(encode(message.kind, message.meta, message.arrays)))))
+
+
+def test_an_update_order_carries_the_batch_and_progress_exactly():
+    rng = np.random.default_rng(0)
+    chunks = [
+        Chunk({"obs": rng.normal(size=(8, 2, 3)).astype(np.float32), "rewards": rng.normal(size=(8, 2))}, 5, actor=a)
+        for a in range(2)
+    ]
+    got = order_round_trip(GroupOrder("update", progress=0.25, chunks=chunks))
+    assert (got.op, got.progress, len(got.chunks)) == ("update", 0.25, 2)
+    for sent, received in zip(chunks, got.chunks, strict=True):
+        assert (received.version, received.actor) == (sent.version, sent.actor)
+        for key, array in sent.arrays.items():
+            np.testing.assert_array_equal(received.arrays[key], array)
+    assert order_round_trip(GroupOrder("finish")).op == "finish"
+
+
+@pytest.mark.parametrize(
+    ("meta", "reason"),
+    [({"op": "reboot", "progress": 0.0}, "bad_group_order"), ({"op": "update", "progress": 1.5}, "bad_group_order")],
+)
+def test_a_bad_order_is_refused(meta, reason):
+    frames = encode("group_order", meta)
+    with pytest.raises(ProtocolError) as info:
+        decode_group_order(decode(unpack_frames(pack_frames(frames))))
+    assert info.value.reason == reason
+
+
+def test_packed_frames_whose_lengths_do_not_add_up_are_refused():
+    packed = pack_frames(encode("group_order", {"op": "stop", "progress": 0.0}))
+    for damaged in (packed[:-1], packed + b"x", b"\x00\x00"):
+        with pytest.raises(ProtocolError):
+            unpack_frames(damaged)
+
+
+def test_a_place_comes_from_torchruns_variables_and_bad_ones_are_one_clear_error():
+    assert GroupPlace.from_env(group_env(1, 2, "10.0.0.1", 29500), 2) == GroupPlace(1, 2, 1, "10.0.0.1", 29500)
+    with pytest.raises(ValueError, match="needs RANK"):
+        GroupPlace.from_env({"WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, 2)
+    with pytest.raises(ValueError, match="WORLD_SIZE=3 but learner.replicas=2"):
+        GroupPlace.from_env(group_env(0, 3, "h", 1), 2)
+    with pytest.raises(ValueError, match="RANK=2 of WORLD_SIZE=2"):
+        GroupPlace.from_env(group_env(2, 2, "h", 1), 2)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        (["algo=ddpg", "learner.replicas=2"], "on-policy algorithms"),
+        (["algo.minibatch_size=63", "learner.replicas=2"], "multiple of learner.replicas"),
+        (["algo=es", "learner.replicas=2"], "no gradient update"),
+        (["device=cuda:1", "learner.replicas=2"], "LOCAL_RANK"),
+        (["learner.replicas=0"], "learner.replicas"),
+    ],
+)
+def test_config_refuses_what_a_group_cannot_run(overrides, says):
+    with pytest.raises(ConfigError, match=says):
+        load_config(overrides)
+
+
+def test_surreal_run_plans_k_ranks_with_torchruns_variables_and_one_rendezvous(tmp_path):
+    cfg = load_config(["learner.replicas=3", "algo.minibatch_size=96"])
+    ranks = [s for s in local.plan_processes(cfg, tmp_path, {}) if s.role == "learner"]
+    assert [s.name for s in ranks] == ["learner", "learner-1", "learner-2"]
+    assert {s.group for s in ranks} == {"learner"}
+    assert [s.env["RANK"] for s in ranks] == ["0", "1", "2"] == [s.env["LOCAL_RANK"] for s in ranks]
+    assert {(s.env["WORLD_SIZE"], s.env["MASTER_ADDR"], s.env["MASTER_PORT"]) for s in ranks} == {
+        ("3", "127.0.0.1", ranks[0].env["MASTER_PORT"])
+    }
+    alone = [s for s in local.plan_processes(load_config([]), tmp_path, {}) if s.role == "learner"]
+    assert [s.name for s in alone] == ["learner"] and alone[0].group is None and "RANK" not in alone[0].env
+
+
+def test_a_failed_rank_restarts_its_whole_group_and_only_its_failure_counts(tmp_path):
+    body = textwrap.dedent(
+        """
+        import os, sys, time
+        with open(sys.argv[1], "a") as f:
+            f.write(os.environ["SURREAL_INDEX"] + "\\n")
+        time.sleep(600)
+        """
+    )
+    (tmp_path / "rank.py").write_text(body)
+    starts = tmp_path / "starts"
+
+    def rank(index: int) -> ProcessSpec:
+        argv = [sys.executable, str(tmp_path / "rank.py"), str(starts)]
+        env = {"SURREAL_INDEX": str(index), "PATH": "/usr/bin:/bin"}
+        return ProcessSpec("learner" if index == 0 else f"learner-{index}", "learner", index, argv, env, group="g")
+
+    lines = lambda: starts.read_text().split() if starts.exists() else []  # noqa: E731
+    with Supervisor(tmp_path / "logs", report=lambda _: None) as supervisor:
+        for index in range(2):
+            supervisor.start(rank(index))
+        wait_until(lambda: sorted(lines()) == ["0", "1"], 60)
+        names = ("learner", "learner-1")
+        pids = {name: psutil.Process(pid) for name, pid in zip(names, supervisor.alive_pids(), strict=True)}
+        pids["learner-1"].send_signal(signal.SIGKILL)
+
+        def both_started_again() -> bool:
+            supervisor.poll()
+            return sorted(lines()) == ["0", "0", "1", "1"] and len(supervisor.running("learner")) == 2
+
+        wait_until(both_started_again, 60)
+        assert not pids["learner"].is_running() or pids["learner"].status() == psutil.STATUS_ZOMBIE
+        assert supervisor.restarts() == {"learner": 0, "learner-1": 1}
+
+
+@pytest.mark.slow
+def test_a_rank_sigkilled_mid_run_restarts_the_group_from_rank_0s_checkpoint_without_a_hang(tmp_path):
+    run = LocalRun(
+        tmp_path,
+        "group",
+        "env=InvertedPendulum-v5",
+        "actors=2",
+        "steps=36864",
+        "learner.replicas=2",
+        "learner.checkpoint_interval=2",
+        "learner.group_timeout_s=30",
+    )
+    try:
+        wait_until(lambda: run.updates() >= 4, 240)
+        run.role("learner-1").send_signal(signal.SIGKILL)
+        summary = run.wait(400)
+        assert summary["status"] == "completed", summary
+        assert summary["restarts"]["learner-1"] >= 1
+        log = (run.run_dir / "logs" / "learner.log").read_text()
+        assert "resumed at update" in log, "rank 0 started again from its checkpoint"
+        rows = read_metrics(run.run_dir / "metrics.jsonl")
+        assert [r["updates"] for r in rows] == list(range(1, len(rows) + 1)), "one row per update, none twice"
+        assert summary["env_steps"] >= 36864
+        run.assert_nothing_left()
+    finally:
+        run.close()
+
+
+def test_serial_mode_refuses_a_group_and_a_sweeps_values_put_it_on_the_chart(tmp_path):
+    from surreal import api
+    from surreal.launch.helm_values import member_values
+
+    with pytest.raises(ConfigError, match="each rank is a process"):
+        api.start(overrides=["learner.replicas=2"], mode="serial", runs_root=tmp_path)
+    values = member_values({"experiment": {"learner": {"eval_episodes": 2}}}, ["learner.replicas=2"], "m-0")
+    assert values["learner"] == {"replicas": 2}
+    assert values["experiment"]["learner"] == {"eval_episodes": 2}, "the chart sets experiment.learner.replicas"
