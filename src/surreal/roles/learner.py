@@ -31,7 +31,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-import zmq
 
 from surreal.algos import get_algorithm
 from surreal.algos.interface import OffPolicyLearner, OnPolicyLearner
@@ -42,6 +41,7 @@ from surreal.metricsfile import METRICS_FILE
 from surreal.policy.artifact import FILE_NAME, POLICY_DIR
 from surreal.policy.build import PolicyRecorder, run_git_sha
 from surreal.proto.channels import BackgroundBatches, ParamPublisher, SampleClient
+from surreal.proto.curve import REFUSED_HELP, REFUSED_METRIC, WireContext
 from surreal.proto.wire import BlobMeta
 from surreal.replay.shard import message_limits
 from surreal.roles.common import EXIT_STOPPED, StopFlag, hold_until_stopped, load_config, setup_logging
@@ -241,7 +241,8 @@ def main(args: argparse.Namespace) -> int:
     torch.set_num_threads(cfg.learner.torch_threads)
     metrics = RoleMetrics("learner", 0)
     m_bad = metrics.counter("messages_dropped_total", "malformed replies counted and dropped", ["reason"])
-    ctx = zmq.Context()
+    m_refused = metrics.counter(REFUSED_METRIC, REFUSED_HELP, ["socket", "reason"])
+    ctx = WireContext(settings.curve_keys)
     limits = message_limits(cfg.replay)
     on_error = lambda reason: m_bad.labels(reason=reason).inc()
     addresses = settings.sample_addrs
@@ -263,7 +264,11 @@ def main(args: argparse.Namespace) -> int:
         batch_size=sample_size(cfg),
         depth=cfg.learner.prefetch * len(addresses),
     )
-    params_out = ParamPublisher(ctx, settings.bind(settings.params_pub_port))
+    params_out = ParamPublisher(
+        ctx,
+        settings.bind(settings.params_pub_port),
+        on_refused=lambda socket, reason: m_refused.labels(socket=socket, reason=reason).inc(),
+    )
     core = LearnerCore(cfg, settings.run_dir, batches, params_out, metrics, args.resume, log, spaces)
     port = metrics.serve(settings.bind_host, settings.metrics_port)
     log.info(

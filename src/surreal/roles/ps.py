@@ -32,7 +32,7 @@ import zmq
 
 from surreal.config import ExperimentConfig
 from surreal.metrics import RoleMetrics
-from surreal.proto.channels import accepting, frames_of, make_socket, param_subscriber
+from surreal.proto.channels import accepting, frames_of, param_subscriber
 from surreal.proto.codec import Limits, ProtocolError, decode
 from surreal.proto.wire import (
     ERROR,
@@ -81,8 +81,7 @@ class ParamServer(Server):
         self.listen(
             param_subscriber(ctx, learner_addr), self._on_params, None
         )  # unbounded: its queue is short (rcvhwm 4)
-        router = make_socket(ctx, zmq.ROUTER, limits, sndhwm=256, rcvhwm=1024)
-        router.bind(serve_bind)
+        router = self.bind(ctx, zmq.ROUTER, serve_bind, "ps", limits, sndhwm=256, rcvhwm=1024)
         self.serve_requests(router, REQUEST_BURST)
         self.frames: list[zmq.Frame] | None = None
         self.version = -1
