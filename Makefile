@@ -452,6 +452,12 @@ helm-template: $(STAMP) tools
 	done
 	@# The chaos Job is off in every values file: render it once with the defaults so the checks see it too.
 	$(HELM) template exp1 $(CHART) $(RENDER_FLAGS) --set experiment.chaos.kill_every_s=60 > $(RENDERED)/chaos.yaml
+	@# So are the scheduling modes (docs/kubernetes.md, "Scheduling"), each told the API its cluster serves. `gang`'s
+	@# PodGroup and spec.schedulingGroup exist from Kubernetes 1.36 only: tests/test_chart_scheduling.py checks it.
+	$(HELM) template exp1 $(CHART) $(RENDER_FLAGS) --set scheduling=kueue --set kueue.clusterQueue=surreal \
+		--api-versions kueue.x-k8s.io/v1beta2/WorkloadPriorityClass > $(RENDERED)/scheduling-kueue.yaml
+	$(HELM) template exp1 $(CHART) $(RENDER_FLAGS) --set scheduling=volcano \
+		--api-versions scheduling.volcano.sh/v1beta1/PodGroup > $(RENDERED)/scheduling-volcano.yaml
 
 ## Validate the rendered manifests against the Kubernetes $(KUBE_VERSION) JSON schemas (strict: unknown fields fail).
 kube-validate: helm-template
@@ -461,12 +467,14 @@ $(KUBECONFORM):
 	@command -v go >/dev/null 2>&1 || { echo "error: go not found: kubeconform is installed with go install (Go >= 1.24, https://go.dev/dl/; GitHub Actions: actions/setup-go)" >&2; exit 1; }
 	GOBIN=$(abspath $(TOOLS)/bin) go install github.com/yannh/kubeconform/cmd/kubeconform@$(KUBECONFORM_VERSION)
 
-## kubeconform -strict over the rendered manifests: Kubernetes $(KUBE_VERSION) schemas, and the CRDs catalog for the
-## ServiceMonitor (downloads schemas: needs network, as in GitHub Actions).
+## kubeconform -strict over the rendered manifests: Kubernetes $(KUBE_VERSION) schemas, the CRDs catalog for the
+## ServiceMonitor and Kueue's kinds, and infra/helm/crds (the catalog's layout) for Volcano's PodGroup, which the
+## catalog lacks (downloads schemas: needs network, as in GitHub Actions).
 kubeconform: helm-template $(KUBECONFORM)
 	$(KUBECONFORM) -strict -summary -kubernetes-version $(KUBE_VERSION) \
 		-schema-location default \
 		-schema-location '$(CRDS_CATALOG)/{{.Group}}/{{.ResourceKind}}_{{.ResourceAPIVersion}}.json' \
+		-schema-location 'infra/helm/crds/{{.Group}}/{{.ResourceKind}}_{{.ResourceAPIVersion}}.json' \
 		$(RENDERED)/*.yaml
 
 ## checkov over the rendered manifests (suppressions are annotations in the chart, each with its reason).

@@ -305,10 +305,10 @@ def ps_rates(core: Any, seconds: float, clients: int = 64, depth: int = 8) -> tu
     thread.start()
     try:
         deadline = time.monotonic() + 10
-        while ps.version != latest.blob.version and time.monotonic() < deadline:
+        while ps.core.version != latest.blob.version and time.monotonic() < deadline:
             publisher.publish(latest.blob, latest.arrays)
             time.sleep(0.05)
-        if ps.version != latest.blob.version:
+        if ps.core.version != latest.blob.version:
             raise RuntimeError("the ps replica never took the blob in")
         blob_bytes = frame_bytes(frames_of(encode_params(latest)))
         rates = []

@@ -11,15 +11,12 @@ Each simulated actor is what `roles/actor.py` is on the wire, minus the environm
   HalfCheetah-v5 rollout (bench/rollouts.py), with the PPO or DDPG arrays and episode metadata an actor sends;
   a chunk is ready `chunk_steps * envs_per_actor / rate` seconds after its stepping began (the env-step rate R
   of one actor), and stamped with the parameter version the actor holds;
-- the real actor side of flow control: `actor_throttle(cfg)` (shares and overdraft on-policy, the env-step
-  budget off-policy), told every blob and every chunk sent, asked before each chunk, exactly as `ActorCore.step`;
-- ActorCore's fetch cadence: "newer than v?" after every `param_fetch_interval` chunks, and while the throttle
-  holds it, a long poll for the version that frees it (the throttle's `wait`: wake version and hold), again
-  `IDLE_S` after each "not modified" (whose version the throttle hears); a fetch waits up to `fetch_timeout_s`
-  (plus its hold);
-- ActorCore's backpressure and SIGTERM: a refused chunk waits for the socket (counted blocked each
-  SEND_TIMEOUT_S), and on SIGTERM every actor finishes the chunk it is stepping, gives a refused one one more
-  try of SEND_TIMEOUT_S, then the sockets get FLUSH_S to deliver what is queued.
+- the real actor's decisions: `roles/actor.py` `ActorCore`, event by event (its `next_action`: collect, send,
+  ask the ps with or without a hold, finish; told each chunk collected, each send's outcome and each reply):
+  flow control (shares and overdraft on-policy, the env-step budget off-policy), the fetch cadence, backpressure
+  and the SIGTERM flush are the core's, with the real actor's timings (`SEND_TIMEOUT_S`, `FLUSH_S`, `IDLE_S`);
+  a fetch waits up to `fetch_timeout_s` (plus its hold), and is asked again of the other replicas when a ps
+  connection breaks (ParamClient's monitor socket), as `Actor` drives the same core.
 
 What differs from a real actor: no policy runs (a blob's arrays are decoded and validated but not loaded into
 a network) and chunks repeat the recording. `--delay-ms` holds each fetch request and each reply in this process
@@ -61,18 +58,14 @@ from surreal.proto.channels import ExperienceSender, ParamClient, frames_of, sen
 from surreal.proto.codec import Limits
 from surreal.proto.curve import WireContext
 from surreal.proto.wire import Chunk, NotModified, Params, ParamsRequest
+from surreal.roles.actor import FLUSH_S, IDLE_S, SEND_TIMEOUT_S, ActorCore, Collect, Fetch, Finish, Send
 from surreal.runtime.limits import raise_open_files
-from surreal.runtime.regimes import ActorThrottle, actor_throttle
 from surreal.settings import Settings
 
 # Fetch latency histogram: log-spaced bins from 10 us to 100 s.
 HIST_LO_MS, HIST_HI_MS, HIST_BINS = 0.01, 100_000.0, 700
 _HIST_SCALE = HIST_BINS / math.log(HIST_HI_MS / HIST_LO_MS)
 STATS_EVERY_S = 1.0
-# roles/actor.py's, copied: importing it would import torch (tests/test_fleet.py checks they agree).
-SEND_TIMEOUT_S = 1.0
-FLUSH_S = 2.0
-IDLE_S = 0.01
 SEND_RETRY_S = 0.05  # channels.send's poll step while a socket refuses
 
 
@@ -157,23 +150,21 @@ RECORDED = ("obs", "next_obs", "actions", "logprobs", "rewards", "terminated", "
 
 @dataclass
 class SimActor:
+    """One simulated actor: the real `ActorCore`, its sockets, and what its event loop is waiting for."""
+
     index: int
     sender: ExperienceSender
     client: ParamClient
-    throttle: ActorThrottle
+    core: ActorCore
     position: int
-    version: int = -1
-    incarnation: str = ""
-    done: bool = False
-    chunks_sent: int = 0
-    unsent: tuple[Chunk, str, int] | None = None  # chunk, incarnation, env steps
     collecting: bool = False
     fetching: int | None = None  # id of the fetch in flight
+    request: list[Any] | None = None  # its frames (sent again if a ps connection breaks)
     fetch_sent_at: float = 0.0
     fetch_after: str = ""  # "wait": asked because the throttle held it; "sent": the cadence after a chunk
     blocked_since: float | None = None
-    flush_deadline: float | None = None
     finished: bool = False
+    late: list[Params | NotModified] = field(default_factory=list)  # answers to fetches that timed out
     outbox: list[tuple[float, Any, list[Any]]] = field(default_factory=list)  # requests to send, --delay-ms replies
 
 
@@ -233,16 +224,18 @@ class Fleet:
                 i,
                 ExperienceSender(self.ctx, settings.experience_addrs),
                 ParamClient(self.ctx, ps_addrs, self.limits, on_error=self._drop),
-                actor_throttle(cfg, actor=i),
+                ActorCore.of(cfg, i),
                 position=i * stride,
             )
             for i in range(first, first + count)
         ]
         self.by_dealer = {a.client.sock: a for a in self.actors}
+        self.by_monitor = {a.client.monitor: a for a in self.actors}
         self.by_pusher = {a.sender.sock: a for a in self.actors}
         self.poller = zmq.Poller()
         for a in self.actors:
             self.poller.register(a.client.sock, zmq.POLLIN)
+            self.poller.register(a.client.monitor, zmq.POLLIN)
         self.timers: list[tuple[float, int, str, SimActor, int]] = []
         self._seq = itertools.count()
         self._fetch_ids = itertools.count(1)
@@ -263,83 +256,81 @@ class Fleet:
     def at(self, when: float, what: str, actor: SimActor, token: int = 0) -> None:
         heapq.heappush(self.timers, (when, next(self._seq), what, actor, token))
 
-    # -- what ActorCore.step does -------------------------------------------------------------------------
+    # -- ActorCore, event by event --------------------------------------------------------------------
 
     def step(self, a: SimActor, now: float) -> None:
-        if a.finished or a.collecting or a.fetching is not None or a.unsent is not None:
+        """Do what the core says next, unless a chunk is being stepped, a fetch or a blocked send is pending."""
+        if a.finished or a.collecting or a.fetching is not None or a.blocked_since is not None:
             return
-        if self.stopping or a.done:
+        action = a.core.next_action()
+        if isinstance(action, Collect):
+            a.collecting = True
+            self.at(now + self.recording.T * self.recording.K / self.rate, "collected", a)
+        elif isinstance(action, Send):
+            self.try_send(a, now, action)
+        elif isinstance(action, Fetch):
+            self.fetch(a, now, action)
+        else:
+            assert isinstance(action, Finish)
             a.finished = True
-            return
-        if a.version < 0 or a.throttle.must_wait(a.version):
-            self.fetch(a, now, "wait")
-            return
-        a.collecting = True
-        self.at(now + self.recording.T * self.recording.K / self.rate, "collected", a)
+            self.c["lost_on_stop"] += action.lost is not None
 
     def collected(self, a: SimActor, now: float) -> None:
         a.collecting = False
         arrays, returns, lengths = self.recording.chunk(a.position)
         a.position += self.recording.T
-        chunk = Chunk(arrays, a.version, a.index, list(returns), list(lengths))
-        a.unsent = (chunk, a.incarnation, chunk.env_steps)
-        if self.stopping:
-            a.flush_deadline = now + SEND_TIMEOUT_S
-        self.try_send(a, now)
+        a.core.collected(Chunk(arrays, a.core.version, a.index, list(returns), list(lengths)))
+        self.step(a, now)
 
-    def try_send(self, a: SimActor, now: float) -> None:
-        assert a.unsent is not None
-        chunk, incarnation, env_steps = a.unsent
-        if not a.sender.send(chunk, incarnation, 0.0):
+    def try_send(self, a: SimActor, now: float, action: Send) -> None:
+        if not a.sender.send(action.chunk, action.incarnation, 0.0):
             if a.blocked_since is None:
                 a.blocked_since = now
                 self.poller.register(a.sender.sock, zmq.POLLOUT)
-                self.at(now + SEND_TIMEOUT_S, "blocked", a, a.chunks_sent)
+                self.at(now + SEND_TIMEOUT_S, "blocked", a, a.core.chunks_sent)
             return
         if a.blocked_since is not None:
             self.c["blocked_s"] += now - a.blocked_since  # type: ignore[assignment]
             a.blocked_since = None
             self.poller.unregister(a.sender.sock)
-        a.unsent, a.flush_deadline = None, None
-        a.chunks_sent += 1
-        a.throttle.on_sent(env_steps)
+        chunk = a.core.sent(True)
+        assert chunk is not None
         self.c["chunks_sent"] += 1
-        self.c["env_steps_sent"] += env_steps
+        self.c["env_steps_sent"] += chunk.env_steps
         if self.measuring:
-            self.c["env_steps_sent_measured"] += env_steps
-        if self.stopping:
-            a.finished = True
-            return
-        if a.chunks_sent % self.cfg.actor.param_fetch_interval == 0:
-            self.fetch(a, now, "sent")
-        else:
-            self.step(a, now)
+            self.c["env_steps_sent_measured"] += chunk.env_steps
+        self.step(a, now)
 
     def blocked(self, a: SimActor, now: float, sent_then: int) -> None:
-        """SEND_TIMEOUT_S after a refused chunk: still refused is one blocked send (ActorCore counts the same);
-        while stopping, the chunk is given up (one chunk lost, as `roles/actor.py` logs it)."""
-        if a.unsent is None or a.chunks_sent != sent_then:
+        """SEND_TIMEOUT_S after a refused chunk: still refused is one refused try, as `Actor` counts it (the core
+        then decides: wait on, or, stopping, give the chunk up)."""
+        if a.blocked_since is None or a.core.chunks_sent != sent_then:
             return
         self.c["send_blocked"] += 1
-        if self.stopping and a.flush_deadline is not None and now >= a.flush_deadline:
-            self.c["lost_on_stop"] += 1
+        a.core.sent(False)
+        action = a.core.next_action()
+        if isinstance(action, Finish):
             self.poller.unregister(a.sender.sock)
-            a.unsent, a.blocked_since, a.finished = None, None, True
+            a.blocked_since, a.finished = None, True
+            self.c["lost_on_stop"] += action.lost is not None
             return
         self.at(now + SEND_TIMEOUT_S, "blocked", a, sent_then)
 
     # -- parameters -------------------------------------------------------------------------------------
 
-    def fetch(self, a: SimActor, now: float, after: str) -> None:
-        a.fetching, a.fetch_after, a.fetch_sent_at = next(self._fetch_ids), after, now
-        if after == "wait":  # held by flow control: a long poll for the version that frees it, as ActorCore asks
-            wait = a.throttle.wait(a.version)
-            request = ParamsRequest(int(a.version), a.incarnation, math.ceil(wait.hold_s * 1000), wait.wake_version)
-        else:
-            request = ParamsRequest(int(a.version), a.incarnation)
-        a.outbox.append((now, a.fetching, frames_of(request.to_message())))
+    def fetch(self, a: SimActor, now: float, action: Fetch) -> None:
+        a.fetching, a.fetch_sent_at = next(self._fetch_ids), now
+        a.fetch_after = "wait" if action.hold_s > 0 else "sent"
+        hold_ms = math.ceil(action.hold_s * 1000) if action.hold_s > 0 else 0
+        a.request = frames_of(
+            ParamsRequest(action.version, action.incarnation, hold_ms, action.wake_version).to_message()
+        )
+        a.client.disconnects()  # those before this request took none of it
+        a.outbox.append((now, a.fetching, a.request))
         self.at(now + self.delay_s, "send_request", a, a.fetching)
-        self.at(now + self.cfg.actor.fetch_timeout_s + request.hold_ms / 1000, "fetch_timeout", a, a.fetching)
+        self.at(now + self.cfg.actor.fetch_timeout_s + hold_ms / 1000, "fetch_timeout", a, a.fetching)
+        if a.late:  # a late answer waiting in the socket is what this fetch reads first, as ParamClient's does
+            self.answered(a, a.late.pop(0), now)
 
     def send_request(self, a: SimActor, token: int, now: float) -> None:
         """Send a fetch's request; a socket with no ps connected yet is tried again every SEND_RETRY_S until the
@@ -359,40 +350,41 @@ class Fleet:
         reply = a.client.decode(frames)
         if reply is None:
             return
-        got_params = False
-        at_once = a.fetch_after != "wait"  # answered from what the ps held when the request came
-        if isinstance(reply, NotModified):
-            a.throttle.on_heard(reply.version, reply.incarnation)
-        elif isinstance(reply, Params):
-            blob = reply.blob
-            if (blob.version, blob.incarnation) != (a.version, a.incarnation):
-                a.version, a.incarnation, a.done = blob.version, blob.incarnation, blob.done
-                a.throttle.on_params(blob)
-                got_params = True
-                self.c["blobs"] += 1
-                first = self.first_seen.setdefault((blob.incarnation, blob.version), now)
-                if len(self.first_seen) > 64:
-                    self.first_seen.pop(next(iter(self.first_seen)))
-                # A held fetch whose blob reached this process before the request left was answered from what
-                # the ps held (its wake version had come): timed as a fetch answered at once, not as fan-out.
-                if a.fetching is not None and not at_once:
-                    if first >= a.fetch_sent_at:
-                        if self.measuring:
-                            self.fanout[hist_bin((now - first) * 1000)] += 1
-                            self.trace.fetch(first, now, "fanout")
-                    else:
-                        at_once = True
-        if a.fetching is None:  # a late answer to a fetch that timed out: taken, as ParamClient takes it
+        if isinstance(reply, Params) and (reply.blob.version, reply.blob.incarnation) != (
+            a.core.version,
+            a.core.incarnation,
+        ):
+            self.c["blobs"] += 1
+            first = self.first_seen.setdefault((reply.blob.incarnation, reply.blob.version), now)
+            if len(self.first_seen) > 64:
+                self.first_seen.pop(next(iter(self.first_seen)))
+            # A held fetch whose blob reached this process before the request left was answered from what
+            # the ps held (its wake version had come): timed as a fetch answered at once, not as fan-out.
+            if a.fetching is not None and a.fetch_after == "wait" and first >= a.fetch_sent_at and self.measuring:
+                self.fanout[hist_bin((now - first) * 1000)] += 1
+                self.trace.fetch(first, now, "fanout")
+        if a.fetching is None:  # a late answer to a fetch that timed out: the next fetch takes it
+            a.late.append(reply)
             return
-        self.c["fetches"] += 1
-        if a.fetch_after == "wait":
-            self.c["held_fetches"] += 1
+        at_once = a.fetch_after != "wait" or (
+            isinstance(reply, Params)
+            and self.first_seen.get((reply.blob.incarnation, reply.blob.version), now) < a.fetch_sent_at
+        )
         if at_once and self.measuring:  # the service time of a fetch the ps answers from what it holds
             self.hist[hist_bin((now - a.fetch_sent_at) * 1000)] += 1
             self.trace.fetch(a.fetch_sent_at, now, "at_once")
-        after, a.fetching = a.fetch_after, None
-        if after == "wait" and not got_params:
-            self.at(now + IDLE_S, "step", a)  # ActorCore.step returned False: the shell pauses
+        self.answered(a, reply, now)
+
+    def answered(self, a: SimActor, reply: Params | NotModified | None, now: float) -> None:
+        """The core takes the fetch's outcome; a held fetch that brought nothing newer pauses IDLE_S, as the
+        shell pauses after `Actor.step` returned False."""
+        assert a.fetching is not None
+        self.c["fetches"] += 1
+        if a.fetch_after == "wait":
+            self.c["held_fetches"] += 1
+        held, a.fetching = a.fetch_after == "wait", None
+        if not a.core.answered(reply) and held:
+            self.at(now + IDLE_S, "step", a)
         else:
             self.step(a, now)
 
@@ -400,8 +392,13 @@ class Fleet:
         if a.fetching != token:
             return
         self.c["fetch_timeouts"] += 1
-        after, a.fetching = a.fetch_after, None
-        self.at(now + (IDLE_S if after == "wait" else 0.0), "step", a)
+        self.c["fetches"] -= 1  # `answered` counts what came back
+        self.answered(a, None, now)
+
+    def disconnected(self, a: SimActor) -> None:
+        """A ps connection broke: a fetch waiting may have gone with it, and is asked of the others again."""
+        if a.client.disconnects() and a.fetching is not None and a.request is not None:
+            send(a.client.sock, a.request, 0.0)
 
     # -- the loop ---------------------------------------------------------------------------------------
 
@@ -415,19 +412,18 @@ class Fleet:
             now = time.monotonic()
             if stop[0] and not self.stopping:
                 self.stopping = True
-                for a in self.actors:
-                    if a.unsent is not None:
-                        a.flush_deadline = now + SEND_TIMEOUT_S
-                    elif not a.collecting:
-                        a.finished = True
-            if self.stopping and all(a.finished or a.done for a in self.actors):
+                for a in self.actors:  # SIGTERM: the core finishes the chunk being stepped and flushes
+                    a.core.stop()
+                    a.fetching = None  # nothing more to wait for from the ps
+                    self.step(a, now)
+            if self.stopping and all(a.finished or a.core.done for a in self.actors):
                 break
             if self.stopping and flush_until is None:
                 flush_until = now + max(SEND_TIMEOUT_S, self.recording.T * self.recording.K / self.rate) + 2.0
             if flush_until is not None and now > flush_until:
-                self.c["lost_on_stop"] += sum(1 for a in self.actors if a.unsent is not None)
+                self.c["lost_on_stop"] += sum(1 for a in self.actors if a.core.unsent is not None)
                 break
-            if not self.stopping and all(a.done for a in self.actors):
+            if not self.stopping and all(a.core.done for a in self.actors):
                 break
             timeout = 0.05 if not self.timers else min(0.05, max(0.0, self.timers[0][0] - now))
             asked_until = now + math.ceil(timeout * 1000) / 1000
@@ -447,10 +443,13 @@ class Fleet:
                             break
                         arrived.append((time.monotonic(), a, frames))
             for sock, event in ready:
+                if event & zmq.POLLIN and sock in self.by_monitor:
+                    self.disconnected(self.by_monitor[sock])
                 if event & zmq.POLLOUT and sock in self.by_pusher:
                     a = self.by_pusher[sock]
-                    if a.unsent is not None:
-                        self.try_send(a, time.monotonic())
+                    action = a.core.next_action() if a.core.unsent is not None else None
+                    if isinstance(action, Send):
+                        self.try_send(a, time.monotonic(), action)
             for at, a, frames in arrived:
                 if self.delay_s > 0:
                     self.at(at + self.delay_s, "reply", a, 0)
@@ -486,9 +485,9 @@ class Fleet:
             "pid": os.getpid(),
             "final": final,
             "actors": len(self.actors),
-            "with_params": sum(a.version >= 0 for a in self.actors),
-            "have_sent": sum(a.chunks_sent > 0 for a in self.actors),
-            "done": sum(a.done for a in self.actors),
+            "with_params": sum(a.core.version >= 0 for a in self.actors),
+            "have_sent": sum(a.core.chunks_sent > 0 for a in self.actors),
+            "done": sum(a.core.done for a in self.actors),
             "measuring": self.measuring,
             "counters": dict(self.c),
             "dropped": dict(self.drops),

@@ -445,6 +445,10 @@ class RepeatingBatches:
     def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None:
         del shard, slots, ids, priorities
 
+    def drain(self, timeout_s: float) -> list[SampleReply]:
+        del timeout_s
+        return []
+
 
 def one_update(core: LearnerCore) -> None:
     """Step the core until it has updated (it takes a reply, then updates: once, or off-policy once per

@@ -48,12 +48,13 @@ from surreal.policy.load import load_policy
 TARGET_OVERHEAD, TARGET_OVERHEAD_US = 0.20, 100.0
 
 
-def observations(env_id: str, n: int) -> np.ndarray:
-    env = make_env(env_id, 0)
-    env.action_space.seed(0)
-    obs, _ = env.reset(seed=0)
-    seen = []
-    for _ in range(n):
+def observations(env_id: str, n: int, seed: int = 0) -> np.ndarray:
+    """n observations of env_id's episodes under uniformly random actions (the tests' real observations too)."""
+    env = make_env(env_id, seed)
+    env.action_space.seed(seed)
+    obs, _ = env.reset(seed=seed)
+    seen: list[np.ndarray] = []
+    while len(seen) < n:
         seen.append(obs)
         obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
         if terminated or truncated:

@@ -4,7 +4,8 @@ Resolves the project's own dependency sets with pip (`pip install --dry-run --re
 `base` is pyproject.toml's `[tool.surreal] torch-free-dependencies` (the replay/ps image: numpy, pyzmq, msgpack,
 prometheus-client and the config loader), `rl` is `surreal-rl` (the learner) without torch, which each image
 installs from its own index (CPU build for the actor, CUDA build for the learner) at the version pyproject.toml
-pins, and `robosuite` is `surreal-rl[robosuite]` without torch (the actor: robosuite tasks step there). Rerun after
+pins, and `robosuite` is `surreal-rl[robosuite]` without torch (the actor: robosuite tasks step there). Each set
+also holds the `cloud` extra (run folders in a bucket). Rerun after
 changing pyproject.toml's dependencies (`make images-lock`); tests/test_images.py checks the pins still satisfy it.
 
     python images/lock.py
@@ -34,11 +35,22 @@ def torch_free_requirements() -> list[str]:
     return [r for r in pyproject["project"]["dependencies"] if canonicalize_name(Requirement(r).name) in names]
 
 
-SETS = {"base": torch_free_requirements(), "rl": [str(REPO)], "robosuite": [f"{REPO}[robosuite]"]}
+def cloud_requirements() -> list[str]:
+    """pyproject.toml's `cloud` extra (fsspec, s3fs, gcsfs, adlfs): every image holds it, since the learner, the
+    replay shards and the evaluator all sync the run folder with a bucket when the chart sets `runStorage.uri`."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    return list(pyproject["project"]["optional-dependencies"]["cloud"])
+
+
+SETS = {
+    "base": torch_free_requirements() + cloud_requirements(),
+    "rl": [f"{REPO}[cloud]"],
+    "robosuite": [f"{REPO}[robosuite,cloud]"],
+}
 LABELS = {
-    "base": "surreal-rl's torch-free-dependencies",
-    "rl": "surreal-rl without torch",
-    "robosuite": "surreal-rl[robosuite] without torch",
+    "base": "surreal-rl's torch-free-dependencies and its cloud extra",
+    "rl": "surreal-rl[cloud] without torch",
+    "robosuite": "surreal-rl[robosuite,cloud] without torch",
 }
 HEADER = "# Pinned by images/lock.py from pyproject.toml ({target}); do not edit by hand: rerun `make images-lock`.\n"
 

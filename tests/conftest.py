@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -135,3 +136,60 @@ def roles(tmp_path: Path) -> Iterator[Roles]:
     manager = Roles(tmp_path)
     yield manager
     manager.stop_all()
+
+
+# -- a real S3 server (moto's, from the test extra) for the run-folder-in-a-bucket tests ---------------------------
+
+MOTO_SERVER = """
+import sys, threading
+from moto.server import ThreadedMotoServer
+server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+server.start()
+print(server.get_host_and_port()[1], flush=True)
+sys.stdin.read()  # until the test process closes our stdin (or dies)
+"""
+S3_START_TIMEOUT_S = 120.0
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """moto's S3 server in a process of its own on 127.0.0.1, on a port the OS handed out; stopped by pid."""
+    server = subprocess.Popen(
+        [sys.executable, "-c", MOTO_SERVER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,  # a line per request
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        ready = threading.Thread(target=lambda: port.append(server.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+        port: list[str] = []
+        ready.start()
+        ready.join(S3_START_TIMEOUT_S)
+        assert port and port[0].strip().isdigit(), f"moto's server did not start: {port}"
+        yield f"http://127.0.0.1:{port[0].strip()}"
+    finally:
+        server.kill()
+        server.wait(timeout=30)
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh bucket on the test's S3 server, as `s3://<bucket>`. The client settings go into the environment, which
+    s3fs reads (AWS_ENDPOINT_URL) and every process the test starts inherits."""
+    import uuid
+
+    for name, value in {
+        "AWS_ENDPOINT_URL": s3_endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    bucket = f"surreal-{uuid.uuid4().hex[:12]}"
+    import fsspec
+
+    fsspec.filesystem("s3", skip_instance_cache=True).mkdir(bucket)
+    return f"s3://{bucket}"

@@ -37,6 +37,12 @@ NAMESPACE = "surreal-test"
 RELEASE = "exp1"
 WORKLOAD_KINDS = ("StatefulSet", "Deployment")
 ROLE_PORTS = {"experience", "sample", "paramsPub", "ps", "metrics"}
+# What a cluster serves for each `scheduling` mode (helm template is told with --api-versions).
+SCHEDULING_APIS = {
+    "kueue": "kueue.x-k8s.io/v1beta2/WorkloadPriorityClass",
+    "volcano": "scheduling.volcano.sh/v1beta1/PodGroup",
+    "gang": "scheduling.k8s.io/v1beta1/PodGroup",
+}
 
 sys.path.insert(0, str(REPO / "infra" / "helm"))
 import values_schema  # noqa: E402  (infra/helm/values_schema.py, the schema generator)
@@ -211,7 +217,8 @@ def test_values_schema_is_self_contained_and_closed() -> None:
     refs = re.findall(r'"\$ref":\s*"([^"]+)"', json.dumps(schema))
     assert refs and all(ref.startswith("#/") for ref in refs), f"non-local $ref: {refs}"
     assert schema["additionalProperties"] is False
-    for key in ("image", "ports", "learner", "replay", "ps", "actors", "experiment", "networkPolicy", "helmTest"):
+    closed_keys = ("image", "ports", "learner", "replay", "ps", "actors", "experiment", "networkPolicy", "helmTest")
+    for key in (*closed_keys, "priorityClasses", "kueue", "volcano", "gang"):
         assert schema["properties"][key].get("additionalProperties") is False, key
     jsonschema.Draft7Validator.check_schema(schema)
 
@@ -258,6 +265,17 @@ BAD_VALUES = {
     "a chaos period that is no number": (
         "experiment:\n  chaos:\n    kill_every_s: fast\n",
         "at '/experiment/chaos/kill_every_s'",
+    ),
+    "unknown scheduling mode": ("scheduling: slurm\n", "at '/scheduling'"),
+    "a priority only system classes may have": (
+        "priorityClasses:\n  core:\n    value: 2000000001\n",
+        "at '/priorityClasses/core/value'",
+    ),
+    "misspelt kueue key": ("kueue:\n  queue: team-a\n", "additional properties 'queue' not allowed"),
+    "a queue name that is no object name": ("kueue:\n  queueName: Team_A\n", "at '/kueue/queueName'"),
+    "a PodGroup version the chart cannot render": (
+        "gang:\n  apiVersion: scheduling.k8s.io/v1alpha1\n",
+        "at '/gang/apiVersion'",
     ),
 }
 
@@ -935,6 +953,10 @@ def test_checkov_finds_no_failed_check_in_any_rendering(tmp_path: Path) -> None:
     # The chaos Job, its RBAC and NetworkPolicy (off in every values file).
     chaos = chaos_objects(render(sets=("experiment.chaos.alive=1", "experiment.chaos.window_s=60", *CHAOS_ON)))
     (tmp_path / "chaos.yaml").write_text(yaml.safe_dump_all(chaos))
+    # The scheduling modes (tests/test_chart_scheduling.py), each with the API it needs.
+    for mode, api in SCHEDULING_APIS.items():
+        docs = render(sets=(f"scheduling={mode}", "kueue.clusterQueue=surreal"), api_versions=(api,))
+        (tmp_path / f"scheduling-{mode}.yaml").write_text(yaml.safe_dump_all(docs))
     reports, failed, returncode = checkov("-d", str(tmp_path), "--framework", "kubernetes", "--skip-download")
     assert failed == [], "checkov failed checks:\n" + "\n".join(failed)
     assert returncode == 0

@@ -18,18 +18,8 @@ import psutil
 import pytest
 from bench import fleet_actors, netem
 
-from surreal.roles import actor
-
 REPO = Path(__file__).resolve().parents[1]
 ACTORS = 64
-
-
-def test_simulated_actors_keep_the_real_actors_timings():
-    assert (fleet_actors.SEND_TIMEOUT_S, fleet_actors.FLUSH_S, fleet_actors.IDLE_S) == (
-        actor.SEND_TIMEOUT_S,
-        actor.FLUSH_S,
-        actor.IDLE_S,
-    )
 
 
 def run_fleet(tmp_path: Path, actors: int, *extra: str) -> tuple[dict, str]:

@@ -19,7 +19,7 @@ from surreal.metrics import RoleMetrics
 from surreal.metricsfile import read_evals, read_metrics
 from surreal.proto.wire import BlobMeta, Chunk, FifoReply, SampleReply, ShardReport, TransitionReply
 from surreal.replay.shard import ReplayShard
-from surreal.roles.actor import ActorCore
+from surreal.roles.actor import Actor, Finish
 from surreal.roles.device import choose_device, update_seconds
 from surreal.roles.learner import LearnerCore
 from surreal.roles.ports import InProcessParams, InProcessReplay
@@ -73,12 +73,16 @@ def test_an_actor_sends_rollout_ahead_shares_then_one_share_per_new_version():
     assert sent_until_wait(throttle, 6) == 0
 
 
-def test_a_new_learner_incarnation_restarts_the_count():
+def test_a_learner_resumed_from_an_older_checkpoint_restarts_the_count_one_resumed_where_it_stopped_does_not():
     throttle = throttle_of(share=2, rollout_ahead=1)
     throttle.on_params(BlobMeta(version=40, incarnation="a"))
     assert sent_until_wait(throttle, 40) == 2
     throttle.on_params(BlobMeta(version=12, incarnation="b"))  # resumed from an older checkpoint
     assert sent_until_wait(throttle, 12) == 2, "versions count again from the resumed learner's"
+    throttle.on_params(BlobMeta(version=12, incarnation="c"))  # stopped and resumed at the version counted
+    assert sent_until_wait(throttle, 12) == 0, "the count goes on: those shares were sent"
+    throttle.on_params(BlobMeta(version=13, incarnation="d"))
+    assert sent_until_wait(throttle, 13) == 2, "one share for the version it moved on"
 
 
 def test_lockstep_for_es_and_for_deterministic_runs_and_shares_from_the_topology():
@@ -371,7 +375,7 @@ def test_actor_core_sends_its_shares_waits_and_resumes_on_a_new_version():
     cfg = load_config(["env=InvertedPendulum-v5", "actors=2", "actor.chunk_steps=64", "algo.batch_size=256"])
     shard = ReplayShard("fifo", 10_000)
     params = InProcessParams()
-    actor = ActorCore(cfg, 0, InProcessReplay(shard), params, RoleMetrics("actor", 0))
+    actor = Actor(cfg, 0, InProcessReplay(shard), params, RoleMetrics("actor", 0))
     try:
         assert not actor.step(), "no parameters yet: nothing to run"
         spaces = actor.envs.single_observation_space, actor.envs.single_action_space
@@ -384,7 +388,7 @@ def test_actor_core_sends_its_shares_waits_and_resumes_on_a_new_version():
         assert shard.replay.stats()["size"] == 6 * 64 and progressed == 3, "one fetch, then one more share"
         params.publish(BlobMeta(2, "inc", done=True), blob)
         actor.step()
-        assert actor.done
+        assert actor.core.done
     finally:
         actor.close()
 
@@ -401,23 +405,29 @@ class ClosedThenOpenReplay(InProcessReplay):
 def test_a_preempted_actor_gives_a_refused_chunk_one_more_try():
     cfg = load_config(["env=InvertedPendulum-v5", "actors=1", "actor.chunk_steps=32", "algo.batch_size=64"])
     shard = ReplayShard("fifo", 10_000)
-    replay, params = ClosedThenOpenReplay(shard), InProcessParams()
-    actor = ActorCore(cfg, 0, replay, params, RoleMetrics("actor", 0))
-    try:
-        spaces = actor.envs.single_observation_space, actor.envs.single_action_space
-        params.publish(
-            BlobMeta(0, "inc"),
-            get_algorithm("ppo").make_learner(*spaces, algo_config(cfg), torch.device("cpu")).params(),
-        )
-        actor.fetch()
-        assert not actor.step() and actor.unsent is not None, "backpressure: the chunk waits"
-        assert not actor.flush(), "still refused: one chunk would be lost"
-        replay.open = True
-        assert actor.flush() and actor.unsent is None and actor.chunks_sent == 1
-        assert shard.replay.stats()["size"] == 32
-        assert actor.flush(), "nothing left: nothing to do"
-    finally:
-        actor.close()
+    for opens in (True, False):
+        replay, params = ClosedThenOpenReplay(shard), InProcessParams()
+        actor = Actor(cfg, 0, replay, params, RoleMetrics("actor", 0))
+        try:
+            spaces = actor.envs.single_observation_space, actor.envs.single_action_space
+            params.publish(
+                BlobMeta(0, "inc"),
+                get_algorithm("ppo").make_learner(*spaces, algo_config(cfg), torch.device("cpu")).params(),
+            )
+            actor.fetch()
+            assert not actor.step() and actor.core.unsent is not None, "backpressure: the chunk waits"
+            replay.open = opens
+            held = shard.replay.stats()["size"]
+            if opens:
+                assert actor.flush() and actor.core.unsent is None and actor.core.chunks_sent == 1
+                assert shard.replay.stats()["size"] == held + 32
+            else:
+                assert not actor.flush(), "still refused: one chunk would be lost"
+                replay.open = True
+                assert not actor.flush(), "one more try, not two"
+                assert actor.core.next_action() == Finish(actor.core.unsent), "it finishes, saying what was lost"
+        finally:
+            actor.close()
 
 
 def serial(tmp_path, name: str, *overrides: str) -> dict:
@@ -622,7 +632,7 @@ def small_ppo(tmp_path, *overrides: str):
         ]
     )
     replay, params = InProcessReplay(ReplayShard("fifo", 10_000)), InProcessParams()
-    actor = ActorCore(cfg, 0, replay, params, RoleMetrics("actor", 0))
+    actor = Actor(cfg, 0, replay, params, RoleMetrics("actor", 0))
 
     def learner(resume: bool) -> LearnerCore:
         return LearnerCore(cfg, tmp_path, replay, params, RoleMetrics("learner", 0), resume, logging.getLogger("t"))

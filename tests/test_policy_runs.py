@@ -14,6 +14,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
+from bench.policy_act import observations
 
 from surreal.algos import get_algorithm
 from surreal.cli import main
@@ -46,21 +47,6 @@ np.save(sys.argv[3], policy.act(np.load(sys.argv[2])))
 """
 
 
-def real_observations(env_id: str, n: int = 1000, seed: int = 0) -> np.ndarray:
-    """n observations of env_id's episodes under uniformly random actions."""
-    env = make_env(env_id, seed)
-    env.action_space.seed(seed)
-    obs, _ = env.reset(seed=seed)
-    seen = []
-    while len(seen) < n:
-        seen.append(obs)
-        obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
-        if terminated or truncated:
-            obs, _ = env.reset()
-    env.close()
-    return np.array(seen)
-
-
 def learners_policy(cfg, run_dir: Path):
     """The policy the learner's final evaluation ran: its last checkpoint's learner, `params()` into `make_policy`."""
     env = make_env(cfg.env.id, 0)
@@ -90,7 +76,7 @@ def test_the_artifact_in_a_fresh_process_acts_as_the_learner_bit_for_bit(trained
     alone = tmp_path / "alone" / FILE_NAME
     alone.parent.mkdir()
     shutil.copy(run_dir / POLICY_DIR / FILE_NAME, alone)  # nothing else of the run goes along
-    obs = real_observations(cfg.env.id)
+    obs = observations(cfg.env.id, 1000)
     np.save(tmp_path / "obs.npy", obs)
     subprocess.run(
         [sys.executable, "-c", ACT_IN_A_FRESH_PROCESS, str(alone), str(tmp_path / "obs.npy"), str(tmp_path / "a.npy")],
@@ -113,7 +99,7 @@ def test_the_artifact_in_a_fresh_process_acts_as_the_learner_bit_for_bit(trained
 def test_exports_agree_with_the_policy_within_1e_5(trained, tmp_path, capsys):
     name, cfg, run_dir, _ = trained
     policy = load_policy(run_dir)
-    obs = real_observations(cfg.env.id, seed=1).astype(np.float32)
+    obs = observations(cfg.env.id, 1000, seed=1).astype(np.float32)
     expected = policy.act(obs)
 
     assert main(["export", str(run_dir), "--format", "onnx", "--out", str(tmp_path / "p.onnx")]) == 0

@@ -300,7 +300,7 @@ def test_the_schedule_writes_in_the_background_only_when_something_changed(tmp_p
         final = snapshots.final()
         assert final is not None and final.path.name == "replay-0000000002.snap"
         assert read_snapshot(final.path, IDENTITY).books["served"] == 8
-        assert change_token(replay) == snapshots.token
+        assert change_token(replay) == snapshots.schedule.token
     finally:
         snapshots.close()
 

@@ -41,6 +41,15 @@ CASES = {
         5,
         10,
     ),
+    # Recurrent PPO under the staleness rule: each actor's LSTM state mid-episode, and queued chunks holding their
+    # start states in the feed across the stop.
+    "ppo-lstm": (
+        ["algo=ppo", "env=InvertedPendulumNoVel-v5", "actors=2", "actor.chunk_steps=32", "algo.batch_size=80"]
+        + ["algo.minibatch_size=32", "algo.update_epochs=2", "algo.hidden_sizes=[16,16]", "algo.recurrent=lstm"]
+        + ["algo.rnn_hidden_size=16"],
+        5,
+        10,
+    ),
     # DDPG (serial mode is deterministic for a seed; `deterministic=true` is on-policy only): prioritized
     # replay, OU noise, 3-step returns carried across chunks, two actors, a sample stepped through across a
     # stop, and the statistics of the steps before it in the metrics row at update 250.
@@ -127,8 +136,11 @@ def test_a_run_stopped_and_resumed_ends_as_the_run_never_stopped(tmp_path, case)
     # The stop falls where the state is hard to carry over, or the test would show little.
     elapsed = [e for actor in stopped["extra"]["actors"] for env in actor["envs"] for e in env["elapsed_steps"] if e]
     assert bool(elapsed) == (case != "es"), "mid-episode at the stop (an ES chunk is whole episodes)"
-    if case == "ppo-staleness":
+    if case in ("ppo-staleness", "ppo-lstm"):
         assert stopped["feed"]["queued_chunks"], "chunks wait in the feed at the stop"
+    if case == "ppo-lstm":
+        held = [actor["collector"]["policy"]["rnn_state"] for actor in stopped["extra"]["actors"]]
+        assert any(state.any() for state in held), "the actors' recurrent states are mid-episode"
     if case == "ddpg":
         samples = stopped["feed"]["samples"]
         assert samples and any(0 < s["used"] < s["minibatches"] for s in samples), "a sample is half used"

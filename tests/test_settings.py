@@ -68,7 +68,7 @@ def test_a_bad_value_is_a_settings_error_naming_it(env, message):
 
 def test_the_table_documents_every_variable_a_launcher_writes_and_the_docs_mirror_it():
     documented = documented_variables()
-    written = set(Settings(config_path=Path("x.yaml"), ipc_dir=Path("/tmp/s")).to_env())
+    written = set(Settings(config_path=Path("x.yaml"), ipc_dir=Path("/tmp/s"), run_uri="s3://b/runs/x").to_env())
     assert set(documented) == written
     concepts = CONCEPTS.read_text()
     missing = [name for name in documented if f"`{name}`" not in concepts]

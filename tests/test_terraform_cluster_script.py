@@ -21,6 +21,7 @@ echo "terraform $*" >> "$CALLS"
 case "$*" in
   *"output -raw kubeconfig_command"*) printf '%s' "$KUBECONFIG_COMMAND" ;;
   *"output -raw helm_pool_values"*) printf 'learner:\\n  nodeSelector:\\n    surreal.dev/pool: gpu\\n' ;;
+  *"output -raw helm_storage_values"*) printf 'experiment:\\n  run_uri: s3://b/runs\\n' ;;
 esac
 """
 # A cloud CLI whose login check passes unless FAIL_LOGIN=1; records the KUBECONFIG it was given.
@@ -148,10 +149,12 @@ def test_cluster_up_inits_plans_applies_and_writes_kubeconfig_and_pool_values(sa
         f"terraform -chdir={stack} apply -input=false cluster.tfplan",
         f"terraform -chdir={stack} output -raw kubeconfig_command",
         f"terraform -chdir={stack} output -raw helm_pool_values",
+        f"terraform -chdir={stack} output -raw helm_storage_values",
     ]
     # The kubeconfig command ran with KUBECONFIG pointing next to the stack, not at ~/.kube/config.
     assert f"aws eks update-kubeconfig --name s --region r KUBECONFIG={stack}/kubeconfig" in calls(sandbox)
     assert "surreal.dev/pool: gpu" in (stack / "pool-values.yaml").read_text()
+    assert "run_uri: s3://b/runs" in (stack / "storage-values.yaml").read_text()
 
 
 def test_cluster_up_asks_before_applying(sandbox: dict[str, Path]) -> None:
@@ -188,10 +191,11 @@ def test_cluster_down_destroys_and_removes_the_kubeconfig(sandbox: dict[str, Pat
     stack = sandbox["tf_root"] / "aws"
     (stack / "kubeconfig").write_text("x")
     (stack / "pool-values.yaml").write_text("x")
+    (stack / "storage-values.yaml").write_text("x")
     result = run_script(sandbox, "down", "aws", AUTO_APPROVE="1")
     assert result.returncode == 0, result.stderr
     assert f"terraform -chdir={stack} destroy -input=false -auto-approve" in calls(sandbox)
-    assert not (stack / "kubeconfig").exists() and not (stack / "pool-values.yaml").exists()
+    assert not any((stack / name).exists() for name in ("kubeconfig", "pool-values.yaml", "storage-values.yaml"))
 
 
 def test_deploy_needs_a_cluster_first(sandbox: dict[str, Path]) -> None:
@@ -223,6 +227,14 @@ def test_deploy_runs_helm_with_the_pool_values_before_the_experiment_values(sand
         f"helm upgrade --install surreal {chart} --kubeconfig {stack}/kubeconfig --namespace surreal "
         f"--create-namespace -f {stack}/pool-values.yaml -f {experiment} --wait --timeout 15m"
     )
+
+
+def test_deploy_passes_the_run_storage_values_between_the_pools_and_the_experiments(sandbox: dict[str, Path]) -> None:
+    experiment = sandbox["tmp"] / "ppo.yaml"
+    experiment.write_text("x")
+    (sandbox["tf_root"] / "aws" / "storage-values.yaml").write_text("experiment:\n  run_uri: s3://b/runs\n")
+    stack, _, call = deploy_to_a_cluster(sandbox, "aws", VALUES=str(experiment))
+    assert f"-f {stack}/pool-values.yaml -f {stack}/storage-values.yaml -f {experiment} --wait" in call
 
 
 def test_deploy_sets_the_pushed_images_registry_and_tag_as_a_string(sandbox: dict[str, Path]) -> None:

@@ -221,12 +221,60 @@ def test_the_three_stacks_expose_the_same_outputs() -> None:
 
 
 def test_the_three_stacks_share_their_common_inputs() -> None:
-    common = {"name", "control_plane_authorized_cidrs", "cpu_pool", "gpu_pool", "actor_pool"}
+    common = {"name", "control_plane_authorized_cidrs", "cpu_pool", "gpu_pool", "actor_pool", "kueue"}
     for stack in STACKS:
         variables = blocks(TF_ROOT / stack, "variable")
         assert common <= variables.keys(), f"{stack} lacks {common - variables.keys()}"
         assert "default" in variables["control_plane_authorized_cidrs"]
         assert variables["control_plane_authorized_cidrs"]["default"] == [], "the public API must be closed by default"
+
+
+def resources(root: Path, rtype: str) -> dict[str, dict[str, Any]]:
+    """A root's resources of one type, by name."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in tf_files(root):
+        for block in parse(path).get("resource", []):
+            for kind, named in block.items():
+                if unquote(kind) == rtype:
+                    found.update({unquote(name): body for name, body in named.items()})
+    return found
+
+
+KUEUE_CHART_REPOSITORY = "oci://registry.k8s.io/kueue/charts"
+
+
+def kueue_default_version(stack: str) -> str:
+    fields = re.findall(r"(\w+) = optional\((\w+), ([^)]*)\)", blocks(TF_ROOT / stack, "variable")["kueue"]["type"])
+    return unquote({name: value for name, _, value in fields}["chart_version"])
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_kueue_is_installed_only_when_enabled_from_its_pinned_chart_on_the_cpu_pool(stack: str) -> None:
+    """The chart's `scheduling: kueue` needs Kueue; the stacks install it only when asked (off by default)."""
+    kueue = blocks(TF_ROOT / stack, "variable")["kueue"]
+    assert kueue["default"] == {}, f"{stack}: kueue must be off unless set"
+    assert "enabled = optional(bool, false)" in kueue["type"]
+    assert re.fullmatch(r"\d+\.\d+\.\d+", kueue_default_version(stack)), f"{stack}: pin an exact Kueue version"
+    release = resources(TF_ROOT / stack, "helm_release")["kueue"]
+    assert release["count"] == "${var.kueue.enabled ? 1 : 0}"
+    assert unquote(release["repository"]) == KUEUE_CHART_REPOSITORY and unquote(release["chart"]) == "kueue"
+    assert release["version"] == "${var.kueue.chart_version}"
+    assert unquote(release["namespace"]) == "kueue-system" and release["create_namespace"] is True
+    (values,) = release["values"]
+    for placement in ("nodeSelector = local.pools.cpu.node_selector", "tolerations = local.pools.cpu.tolerations"):
+        assert placement in values, f"{stack}: Kueue belongs on the stable CPU pool"
+    assert release["depends_on"], f"{stack}: Kueue's pods need the node pools first"
+
+
+def test_the_stacks_install_the_kueue_release_the_chart_and_its_crd_schemas_follow() -> None:
+    """One Kueue version everywhere: the stacks' default, docs/kubernetes.md, and the CRD schemas the chart's Kueue
+    objects are validated against (infra/helm/crds/kueue.x-k8s.io, tests/test_chart_scheduling.py)."""
+    (version,) = {kueue_default_version(stack) for stack in STACKS}
+    assert f"Kueue v{version}" in (REPO / "docs" / "kubernetes.md").read_text()
+    schemas = sorted((REPO / "infra" / "helm" / "crds" / "kueue.x-k8s.io").glob("*.json"))
+    assert schemas
+    for schema in schemas:
+        assert f"kubernetes-sigs/kueue v{version} " in json.loads(schema.read_text())["title"], schema.name
 
 
 def test_the_contract_module_is_provider_free() -> None:

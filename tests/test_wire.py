@@ -24,6 +24,7 @@ from surreal.proto.wire import (
     NO_VERSION,
     PARAMS,
     PARAMS_REQUEST,
+    PER_ENV,
     PRIORITY_UPDATE,
     SAMPLE_REQUEST,
     TRANSITION_REPLY,
@@ -32,11 +33,13 @@ from surreal.proto.wire import (
     ChunkMeta,
     EmptyReply,
     ErrorReply,
+    Field,
     FifoReply,
     NotModified,
     Params,
     ParamsRequest,
     PriorityUpdate,
+    ReplyLayout,
     SampleRequest,
     ShardReport,
     TransitionReply,
@@ -183,6 +186,33 @@ def test_empty_and_ragged_chunks_are_refused():
         decode_parts({k: v[:0] for k, v in arrays.items()}, meta)
     with pytest.raises(ProtocolError, match="bad_chunk"):
         decode_parts({**arrays, "rewards": np.zeros((3, 2), np.float32)}, meta)
+
+
+def test_per_env_arrays_travel_once_per_chunk_column_and_are_checked_against_its_k():
+    """A chunk's `per_env` arrays (a recurrent policy's start state) are [K, ...]: they pass a FIFO reply and the
+    learner's field check with the chunk's other arrays; another K, no other arrays, or a transition replay are
+    refused."""
+    with_state = chunk(T=4, K=2)
+    with_state.arrays[PER_ENV] = {"rnn_state": np.arange(2 * 2 * 3, dtype=np.float32).reshape(2, 2, 3)}
+    assert with_state.size == 8, "per-env rows are no transitions"
+    meta, arrays = parts(over_the_wire(encode_chunk(with_state, incarnation="abc")))
+    decoded = decode_parts(arrays, meta)[0]
+    np.testing.assert_array_equal(decoded.arrays[PER_ENV]["rnn_state"], with_state.arrays[PER_ENV]["rnn_state"])
+    fields = {"obs": Field(np.dtype(np.float32), (3,)), "rewards": Field(np.dtype(np.float32))}
+    layout = ReplyLayout({**fields, f"{PER_ENV}/rnn_state": Field(np.dtype(np.float32), (2, 3))})
+    reply = over_the_wire(encode_sample_reply(FifoReply(ShardReport(0, 8), [decoded, chunk()])))
+    got = decode_sample_reply(reply, shard=0, layout=layout)
+    assert len(got.chunks) == 1 and got.refused == ["bad_chunk_fields"], "the chunk without a start state is refused"
+    np.testing.assert_array_equal(got.chunks[0].arrays[PER_ENV]["rnn_state"], with_state.arrays[PER_ENV]["rnn_state"])
+    for bad in (np.zeros((3, 2, 3), np.float32), np.zeros((), np.float32)):  # K of 3, no K at all
+        with pytest.raises(ProtocolError, match="bad_chunk"):
+            decode_parts({**arrays, PER_ENV: {"rnn_state": bad}}, meta)
+    with pytest.raises(ProtocolError, match="bad_chunk"):
+        decode_parts({PER_ENV: arrays[PER_ENV]}, meta)
+    shard = ReplayShard("uniform", capacity=100)
+    with pytest.raises(ValueError, match="learned from whole"):
+        shard.add(encode_chunk(with_state, incarnation="abc"))
+    assert shard.env_steps_in == 0
 
 
 def test_episode_successes_travel_beside_returns_and_are_optional():
@@ -516,7 +546,7 @@ def test_a_live_ps_fed_hostile_blobs_and_requests_still_serves_the_learners_blob
     actor.send_multipart(encode(PARAMS_REQUEST, request_meta))
     publisher.publish(BlobMeta(n, f"learner-{n}"), weights)  # a new incarnation always replaces
     deadline = time.monotonic() + 5
-    while ps.incarnation != f"learner-{n}" and time.monotonic() < deadline:
+    while ps.core.incarnation != f"learner-{n}" and time.monotonic() < deadline:
         publisher.service()
         ps.poll_once(0.01)
     actor.send_multipart(frames_of(ParamsRequest(-1, "").to_message()))
@@ -528,10 +558,10 @@ def held_by_ps(publisher: ParamPublisher, ps: ParamServer, version: int, incarna
     """Publish (`version`, `incarnation`) and poll the ps until it holds it."""
     publisher.publish(BlobMeta(version, incarnation), {"policy": {"w": np.full(4, float(version), np.float32)}})
     deadline = time.monotonic() + 20
-    while (ps.version, ps.incarnation) != (version, incarnation) and time.monotonic() < deadline:
+    while (ps.core.version, ps.core.incarnation) != (version, incarnation) and time.monotonic() < deadline:
         publisher.service()
         ps.poll_once(0.01)
-    assert (ps.version, ps.incarnation) == (version, incarnation)
+    assert (ps.core.version, ps.core.incarnation) == (version, incarnation)
 
 
 def test_a_ps_sends_a_held_actor_the_version_that_wakes_it_and_says_how_far_the_learner_got(ps_server, monkeypatch):
@@ -544,7 +574,7 @@ def test_a_ps_sends_a_held_actor_the_version_that_wakes_it_and_says_how_far_the_
     held_by_ps(publisher, ps, 2)
     held_by_ps(publisher, ps, 3)
     assert replies(ps, actor, 1, timeout_s=0.3) == [], "versions below the wake version are not sent"
-    assert len(ps.parked) == 1
+    assert len(ps.core.parked) == 1
     held_by_ps(publisher, ps, 4)
     [woken] = replies(ps, actor, 1)
     assert woken.kind == PARAMS and woken.meta["version"] == 4 and woken.arrays["policy"]["w"][0] == 4.0
@@ -575,19 +605,19 @@ def test_one_peers_flood_of_held_requests_is_answered_at_once_and_never_fills_th
         hostile.send_multipart(frames_of(ParamsRequest(1, "a", hold_ms=60_000).to_message()))
     answered = replies(ps, hostile, flood - ps_role.MAX_PARKED_PER_PEER, timeout_s=20)
     assert [decode_params_reply(m) for m in answered] == [NotModified(1, "a")] * (flood - ps_role.MAX_PARKED_PER_PEER)
-    assert len(ps.parked) == ps_role.MAX_PARKED_PER_PEER
+    assert len(ps.core.parked) == ps_role.MAX_PARKED_PER_PEER
     honest = make_socket(hostile.context, zmq.DEALER)
     honest.connect(hostile.getsockopt_string(zmq.LAST_ENDPOINT))
     try:
         honest.send_multipart(frames_of(ParamsRequest(1, "a", hold_ms=60_000).to_message()))
         deadline = time.monotonic() + 20
-        while len(ps.parked) == ps_role.MAX_PARKED_PER_PEER and time.monotonic() < deadline:
+        while len(ps.core.parked) == ps_role.MAX_PARKED_PER_PEER and time.monotonic() < deadline:
             ps.poll_once(0.01)
-        assert len(ps.parked) == ps_role.MAX_PARKED_PER_PEER + 1, "the honest actor's request is parked"
+        assert len(ps.core.parked) == ps_role.MAX_PARKED_PER_PEER + 1, "the honest actor's request is parked"
         held_by_ps(publisher, ps, 2)
         [woken] = replies(ps, honest, 1)
         assert woken.kind == PARAMS and woken.meta["version"] == 2
-        assert not ps.parked and not ps.parked_by_peer, "every held request answered, and none left counted"
+        assert not ps.core.parked and not ps.core.parked_by_peer, "every held request answered, and none left counted"
     finally:
         honest.close(0)
 

@@ -37,6 +37,7 @@ EXTRA: dict[str, dict[str, Any]] = {
     "seed": {"minimum": 0},
     "total_env_steps": {"minimum": 1},
     "env.id": {"minLength": 1},
+    "run_uri": {"pattern": r"^(s3|gs|gcs|az|abfs|abfss)://[^/]+"},
 }
 _EXTRA_USED: set[str] = set()
 
@@ -116,6 +117,11 @@ def closed(properties: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return {"type": "object", "additionalProperties": False, "properties": properties, **extra}
 
 
+# values.yaml `scheduling` (templates/scheduling.yaml) and the PodGroup versions `gang` renders against.
+SCHEDULING_MODES = ("none", "kueue", "volcano", "gang")
+GANG_API_VERSIONS = ("scheduling.k8s.io/v1beta1", "scheduling.k8s.io/v1alpha2")
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
 # An all-digit git sha given with --set arrives as a number (and one with a leading 0 loses it): refuse numbers.
 TAG_NOTE = "an image tag, a string: pass git shas with --set-string image.tag=<sha>"
 
@@ -165,6 +171,16 @@ def chart_definitions() -> dict[str, Any]:
             required=["enabled", "maxUnavailable"],
         ),
         "port": {"type": "integer", "minimum": 1, "maximum": 65535},
+        # A Kubernetes object name (DNS subdomain): queues, PriorityClasses, scheduler names.
+        "objectName": {"type": "string", "minLength": 1, "maxLength": 253, "pattern": DNS_SUBDOMAIN},
+        "priorityClass": closed(
+            {
+                "name": {"anyOf": [{"const": ""}, {"$ref": "#/definitions/objectName"}]},
+                # Classes users may create: at most one billion (above is for system-node/cluster-critical).
+                "value": {"type": "integer", "minimum": -2147483648, "maximum": 1000000000},
+            },
+            required=["name", "value"],
+        ),
         "grace": {"type": "integer", "minimum": 0},
     }
 
@@ -250,8 +266,34 @@ def values_schema() -> dict[str, Any]:
                 },
             ),
             "evaluator": role(None),  # rendered only when experiment.learner.eval_interval > 0
+            "scheduling": {
+                "description": "how a shared cluster admits the release: none, kueue, volcano or gang",
+                "enum": list(SCHEDULING_MODES),
+            },
+            "priorityClasses": closed(
+                {
+                    "create": {"type": "boolean"},
+                    "core": ref("priorityClass"),
+                    "actors": ref("priorityClass"),
+                },
+                required=["create", "core", "actors"],
+            ),
+            "kueue": closed(
+                {"queueName": ref("objectName"), "clusterQueue": {"anyOf": [{"const": ""}, ref("objectName")]}},
+                required=["queueName"],
+            ),
+            "volcano": closed({"queue": ref("objectName"), "schedulerName": ref("objectName")}),
+            "gang": closed({"apiVersion": {"enum": ["", *GANG_API_VERSIONS]}}),
             "serviceAccount": closed(
                 {"create": {"type": "boolean"}, "name": {"type": "string"}, "annotations": ref("annotations")}
+            ),
+            "runStorage": closed(
+                {
+                    "env": {"type": "array", "items": ref("k8sObject")},
+                    "podLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "egress": {"type": "array", "items": ref("k8sObject")},
+                },
+                description="the pods that mirror the run folder to experiment.run_uri (learner, replay, evaluator)",
             ),
             "networkPolicy": closed(
                 {

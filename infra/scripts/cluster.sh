@@ -105,8 +105,10 @@ cluster_up() {
   echo "+ $kubeconfig_command"
   eval "$kubeconfig_command"
   "$terraform" -chdir="$dir" output -raw helm_pool_values >"$dir/pool-values.yaml"
+  "$terraform" -chdir="$dir" output -raw helm_storage_values >"$dir/storage-values.yaml"
   echo "kubeconfig: $KUBECONFIG"
   echo "pool placement values: $dir/pool-values.yaml"
+  echo "run folder storage values: $dir/storage-values.yaml"
   echo "next: make deploy CLOUD=$cloud VALUES=<experiment values.yaml>"
 }
 
@@ -120,7 +122,7 @@ cluster_down() {
   else
     "$terraform" -chdir="$dir" destroy -input=false
   fi
-  rm -f "$dir/kubeconfig" "$dir/pool-values.yaml"
+  rm -f "$dir/kubeconfig" "$dir/pool-values.yaml" "$dir/storage-values.yaml"
 }
 
 deploy() {
@@ -142,6 +144,8 @@ deploy() {
   [[ -d $chart ]] || die "chart $chart not found"
   [[ -x $helm ]] || die "$helm not found: run make tools"
   local values_args=(-f "$dir/pool-values.yaml")
+  # The run folders' bucket and its workload identity binding (a stack applied before run_storage has none).
+  [[ -f $dir/storage-values.yaml ]] && values_args+=(-f "$dir/storage-values.yaml")
   if [[ -n ${VALUES:-} ]]; then
     [[ -f $VALUES ]] || die "VALUES file $VALUES not found"
     values_args+=(-f "$VALUES")
@@ -149,7 +153,7 @@ deploy() {
   # The images `make push-images` pushed: registry and tag (a string: a sha of digits must stay a string).
   [[ -n ${IMAGE_REGISTRY:-} ]] && values_args+=(--set "image.registry=${IMAGE_REGISTRY%/}")
   [[ -n ${IMAGE_TAG:-} ]] && values_args+=(--set-string "image.tag=$IMAGE_TAG")
-  # pool-values.yaml first: the experiment's values may still override placement.
+  # pool-values.yaml and storage-values.yaml first: the experiment's values may still override them.
   "$helm" upgrade --install "${RELEASE:-surreal}" "$chart" \
     --kubeconfig "$dir/kubeconfig" --namespace "${NAMESPACE:-surreal}" --create-namespace \
     "${values_args[@]}" --wait --timeout 15m

@@ -407,6 +407,8 @@ def start(
 
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
+    if isinstance(resume, str) and "://" in resume:
+        raise ConfigError(f"resume={resume!r}: a bucket's run resumes with `surreal run --resume {resume}`")
     root = Path(runs_root).resolve() if runs_root is not None else runfolder.runs_root().resolve()
     if resume is not None:
         if name is not None:
@@ -433,6 +435,8 @@ def start(
     items = as_overrides(overrides, algo=algo, env=env, actors=actors, steps=steps, seed=seed, name=name)
     cfg = load_config(items)
     _warn(preflight(cfg))  # ConfigError: what cannot run, refused before anything starts (launch/preflight.py)
+    if cfg.run_uri is not None and mode != "processes":
+        raise ConfigError("run_uri (a run folder mirrored in a bucket) needs mode='processes': its roles mirror it")
     run_name = runfolder.run_name(cfg)
     run = Run(root / run_name)
     runfolder.refuse_existing_run(run.dir)

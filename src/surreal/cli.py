@@ -6,8 +6,11 @@
     surreal run --cfg job [overrides...]       print the composed config; start nothing
     surreal run --resume runs/<name> [steps=N] continue a stopped, crashed or killed run
     surreal run --multirun seed=1,2,3 ...      a sweep: one run per combination, and its summary
+    surreal run --serial [overrides...]        every role's core in this process, no sockets (deterministic)
+    surreal sim [SCENARIO] [--seed N]          the whole system simulated on a virtual clock, invariants checked
     surreal config [PREFIX] [--algo NAME]      every config key with its type, default and doc
     surreal plot <run folder> [<run> ...]      learning curve PNG of a run, several overlaid, or a sweep's
+                                               (a bucket's run folder too: s3://, gs://, az://)
     surreal eval <run|policy> [options]        roll a trained policy out (returns, --video MP4s, JSON)
     surreal export <run|policy> --format F     the policy as ONNX or TorchScript
     surreal helm-values [--base F] seed=1,2,3  a Helm values file per sweep member (for `helm install`)
@@ -80,11 +83,32 @@ def build_parser() -> argparse.ArgumentParser:
         "runs/<sweep>/<member>, then a summary table and curves (with --resume: the sweep's unfinished members)",
     )
     run.add_argument("--jobs", type=int, default=1, metavar="N", help="with --multirun: members run N at a time")
+    run.add_argument(
+        "--serial",
+        action="store_true",
+        help="every role's core in this process on in-process ports, no sockets: deterministic for a seed "
+        "(launch/serial.py); the same run folder, resumable with --serial --resume",
+    )
+
+    sim = commands.add_parser(
+        "sim",
+        help="simulate a whole experiment and its faults on a virtual clock, every invariant checked",
+        description="The roles' own cores on a virtual clock, a seeded network and scripted rollouts "
+        "(surreal/sim/): a scenario's faults replayed exactly from its seed. Exit 1 if an invariant broke.",
+    )
+    sim.add_argument("scenarios", nargs="*", help="scenario names (default: all; --list shows them)")
+    sim.add_argument("--list", action="store_true", help="list the scenarios and what each does")
+    sim.add_argument("--seed", type=int, default=0, help="the first seed (default 0)")
+    sim.add_argument("--seeds", type=int, default=1, metavar="N", help="run each scenario under N seeds from --seed")
 
     add_config_command(commands)
 
     plot = commands.add_parser("plot", help="write the learning curve of a run folder (or several, overlaid) as PNG")
-    plot.add_argument("run_dir", nargs="+", help="runs/<name> (several: overlaid; a sweep's folder: its settings)")
+    plot.add_argument(
+        "run_dir",
+        nargs="+",
+        help="runs/<name> or s3://BUCKET/PATH/<name> (several: overlaid; a sweep's folder: its settings)",
+    )
     plot.add_argument(
         "--out", help="output PNG (default: <run_dir>/learning_curve.png; several: overlay.png beside them)"
     )
@@ -125,15 +149,19 @@ def main(argv: list[str] | None = None) -> int:
         )
         module.add_arguments(role_parser)
         role_args = role_parser.parse_args(rest)
+        from surreal.runstore import StorageError  # fsspec-free until a bucket is used
+
         try:
             return int(module.main(role_args))
-        except (SettingsError, ConfigError) as exc:  # a SURREAL_* variable or the config file: one line
+        except (SettingsError, ConfigError, StorageError) as exc:  # a SURREAL_* variable, the config, the bucket
             print(f"surreal role {args.role}: {exc}", file=sys.stderr)
             return 2
     if args.command == "run":
         if args.cfg == "job":
             return print_job_config(args.overrides)
         if args.multirun:
+            if args.serial:
+                parser.error("--serial runs one experiment: without --multirun")
             from surreal.launch.sweep import resume_sweep, run_sweep
 
             if args.resume:
@@ -141,15 +169,28 @@ def main(argv: list[str] | None = None) -> int:
             return run_sweep(args.overrides, args.jobs)
         if args.jobs != 1:
             parser.error("--jobs needs --multirun")
+        if args.serial:
+            from surreal.launch.local import run_serial_experiment
+
+            return run_serial_experiment(args.overrides, args.resume)
         from surreal.launch.local import run_experiment
 
         return run_experiment(args.overrides, live=not args.no_progress, resume=args.resume)
     if args.command == "config":
         return config_main(args)
+    if args.command == "sim":
+        from surreal.sim.cli import main as sim_main
+
+        return sim_main(args.scenarios, args.list, args.seed, args.seeds)
     if args.command == "plot":
         from surreal.launch.plot import plot_runs
         from surreal.launch.sweep import is_sweep, plot_sweep
 
+        try:
+            args.run_dir = [cached_for_plot(where) for where in args.run_dir]
+        except ConfigError as exc:
+            print(f"surreal plot: {exc}", file=sys.stderr)
+            return 2
         if len(args.run_dir) == 1 and is_sweep(Path(args.run_dir[0])):
             print(plot_sweep(Path(args.run_dir[0]), args.out))
         else:
@@ -169,6 +210,25 @@ def main(argv: list[str] | None = None) -> int:
         return probe_main(args)
     parser.error(f"unknown command {args.command}")
     return 2
+
+
+def cached_for_plot(where: str) -> str:
+    """A run folder to plot: a local path as given; a bucket's (`s3://...`) as a checked local copy of the files a
+    plot reads (surreal/runstore.py `cached_run`)."""
+    from surreal.runstore import PLOT_FILES, StorageError, cached_run, is_uri
+
+    if not is_uri(where):
+        return where
+    try:
+        local, rest = cached_run(where, PLOT_FILES)
+    except StorageError as exc:
+        raise ConfigError(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - the backend's own (network, credentials): one line
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise ConfigError(f"{where}: cannot read the bucket ({type(exc).__name__}: {first})") from None
+    if rest:
+        raise ConfigError(f"{where}: a path inside a run folder; plot the run folder itself")
+    return str(local)
 
 
 # -- discoverability: `surreal run --help` and `--cfg job`, `surreal config` ---------------------------------

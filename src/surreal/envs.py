@@ -8,6 +8,9 @@ MuJoCo's "compiler attribute 'settotalmass' is deprecated" message (HalfCheetah'
 MuJoCo's C library (and appended to MUJOCO_LOG.TXT in the working directory), not raised as a Python
 warning, so it cannot be filtered here.
 
+`<Task>NoVel-v5` ids (`InvertedPendulumNoVel-v5`, `HalfCheetahNoVel-v5`, ...) are MuJoCo tasks with their velocities
+masked (`envs_masked.py`), registered with Gymnasium when this module is imported.
+
 Ids starting `robosuite:` (`robosuite:Lift`) are robosuite tasks, built by the adapter in `envs_robosuite.py`
 and stepped through the same vector env; robosuite itself is imported only then.
 """
@@ -22,8 +25,10 @@ from typing import Any
 
 import gymnasium as gym
 
-from surreal import envs_robosuite
+from surreal import envs_masked, envs_robosuite
 from surreal.config import ConfigError, ExperimentConfig
+
+envs_masked.register()  # InvertedPendulumNoVel-v5 and the other velocity-masked tasks, as Gymnasium ids
 
 # Wraps env i of a vector env (`surreal eval --video` records with it): (env, i) -> the env to step.
 EnvWrapper = Callable[[gym.Env, int], gym.Env]

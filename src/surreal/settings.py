@@ -18,6 +18,7 @@ hand on a laptop finds its peers on 127.0.0.1 with the default ports.
 | SURREAL_PS_ADDRS          | actor                   | comma list of ps hosts (``host`` or ``host:port``)           | 127.0.0.1 |
 | SURREAL_CONFIG            | every role              | path of the resolved experiment config (YAML)                | unset: built-in defaults |
 | SURREAL_RUN_DIR           | learner, actor, replay  | run folder: checkpoints, metrics.jsonl, eval.json, replay/   | ./runs/default |
+| SURREAL_RUN_URI           | learner, replay, evaluator | the run folder's mirror in a bucket (`s3://`, `gs://`, `az://`) | unset: local disk only |
 | SURREAL_HOLD_WHEN_DONE    | learner, actor          | 1: once training is done, stay up idle until SIGTERM         | 0 |
 | SURREAL_IPC_DIR           | replay, ps, learner, actor | set: every ZMQ address `tcp://host:port` becomes `ipc://<dir>/<port>` | unset: TCP |
 | SURREAL_CURVE_DIR         | every role              | folder of the CURVE keys `server.secret`, `client.secret`    | unset: plaintext |
@@ -29,6 +30,10 @@ leaves it unset, because there a finished learner's exit is what ends the run.
 
 A replay shard keeps its snapshots in ``<SURREAL_RUN_DIR>/replay/shard-<i>/`` (the chart mounts a volume for
 them), so a shard restarted with the same run folder comes back with what it held.
+
+With SURREAL_RUN_URI set, SURREAL_RUN_DIR is a cache of the bucket (surreal/runstore.py): the learner mirrors its
+checkpoints, policy, metrics and TensorBoard there at every checkpoint, a replay shard each snapshot it writes, the
+evaluator its rows; a role that starts on a folder lacking them pulls them first.
 
 SURREAL_IPC_DIR is for processes on one machine (`surreal run` sets it to a folder of its own): ports are then
 only names of Unix sockets in that folder, so a restarted replay or ps always gets its address back, whatever
@@ -106,6 +111,7 @@ class Settings:
     hold_when_done: bool = False
     ipc_dir: Path | None = None
     curve_dir: Path | None = None
+    run_uri: str | None = None
 
     @cached_property
     def curve_keys(self) -> CurveKeys | None:
@@ -155,6 +161,7 @@ class Settings:
             hold_when_done=_flag(env, "SURREAL_HOLD_WHEN_DONE"),
             ipc_dir=Path(env["SURREAL_IPC_DIR"]) if env.get("SURREAL_IPC_DIR") else None,
             curve_dir=Path(env["SURREAL_CURVE_DIR"]) if env.get("SURREAL_CURVE_DIR") else None,
+            run_uri=_run_uri(env.get("SURREAL_RUN_URI", "")),
         )
 
     def to_env(self) -> dict[str, str]:
@@ -179,6 +186,8 @@ class Settings:
             env["SURREAL_CONFIG"] = str(self.config_path)
         if self.ipc_dir is not None:
             env["SURREAL_IPC_DIR"] = str(self.ipc_dir)
+        if self.run_uri is not None:
+            env["SURREAL_RUN_URI"] = self.run_uri
         return env
 
 
@@ -235,6 +244,17 @@ def _bind_host(value: str) -> str:
     except OSError as exc:  # gaierror (no such name) included
         raise SettingsError(f"SURREAL_BIND_HOST={value!r} is not an address of this machine: {exc.strerror}") from None
     return value
+
+
+def _run_uri(value: str) -> str | None:
+    from surreal.runstore import uri_problem  # torch- and fsspec-free: fsspec is imported only when a bucket is used
+
+    if not value.strip():
+        return None
+    problem = uri_problem(value.strip())
+    if problem is not None:
+        raise SettingsError(f"SURREAL_RUN_URI: {problem}")
+    return value.strip().rstrip("/")
 
 
 def _host_port(entry: str, default_port: int) -> str:

@@ -175,3 +175,26 @@ resource "helm_release" "cluster_autoscaler" {
   # Node groups first: the chart's pod needs a node, and its role needs the OIDC provider.
   depends_on = [module.eks]
 }
+
+# Kueue (kueue.enabled), the job queue of the chart's `scheduling: kueue`: its default integrations include the plain
+# pods the chart's gang and actors are. It admits nothing until an admin adds a ClusterQueue (infra/kueue/).
+resource "helm_release" "kueue" {
+  count            = var.kueue.enabled ? 1 : 0
+  name             = "kueue"
+  namespace        = "kueue-system"
+  create_namespace = true
+  repository       = "oci://registry.k8s.io/kueue/charts"
+  chart            = "kueue"
+  version          = var.kueue.chart_version
+
+  values = [yamlencode({
+    # On the stable CPU pool: its webhooks are in the path of every pod a managed namespace creates, so it must not
+    # go down with a spot node or wait for a GPU one.
+    controllerManager = {
+      nodeSelector = local.pools.cpu.node_selector
+      tolerations  = local.pools.cpu.tolerations
+    }
+  })]
+
+  depends_on = [module.eks]
+}

@@ -55,3 +55,22 @@ output "workload_identity" {
   description = "How pods get cloud credentials: the IAM OIDC provider that IRSA roles trust."
   value       = module.eks.oidc_provider_arn
 }
+
+output "kueue_chart_version" {
+  description = "The Kueue chart (and release) installed into kueue-system for the chart's `scheduling: kueue`; null unless kueue.enabled."
+  value       = one(helm_release.kueue[*].version)
+}
+
+output "run_uri" {
+  description = "The bucket folder that holds the experiment's run folders: the chart's experiment.run_uri, and surreal run's run_uri= on a machine with access to it; null without run_storage."
+  value       = var.run_storage.enabled ? "s3://${aws_s3_bucket.runs[0].bucket}/runs" : null
+}
+
+output "helm_storage_values" {
+  description = "Chart values (YAML) that mirror the release's run folders to that bucket: experiment.run_uri, the ServiceAccount run_storage binds with IRSA's eks.amazonaws.com/role-arn annotation, and the bucket's region; make cluster-up writes them to storage-values.yaml and make deploy passes them before VALUES ({} without run_storage)."
+  value = var.run_storage.enabled ? yamlencode({
+    experiment     = { run_uri = "s3://${aws_s3_bucket.runs[0].bucket}/runs" }
+    serviceAccount = { name = var.run_storage.service_account, annotations = { "eks.amazonaws.com/role-arn" = module.runs_irsa.arn } }
+    runStorage     = { podLabels = {}, env = [{ name = "AWS_REGION", value = var.region }] }
+  }) : yamlencode({})
+}

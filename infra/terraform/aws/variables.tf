@@ -130,3 +130,34 @@ variable "tags" {
   description = "Tags put on every AWS resource (provider default_tags)."
   default     = {}
 }
+
+variable "kueue" {
+  type = object({
+    enabled       = optional(bool, false)
+    chart_version = optional(string, "0.19.2")
+  })
+  description = "Kueue, the job queue the chart's `scheduling: kueue` submits to: kubernetes-sigs/kueue's Helm chart from oci://registry.k8s.io/kueue/charts into kueue-system, on the CPU pool. Off unless enabled; chart_version pins the release (>= 0.15 for the kueue.x-k8s.io/v1beta2 API the chart uses; 0.19.2 is the one its labels were checked against)."
+  default     = {}
+
+  validation {
+    condition     = can(regex("^0\\.(1[5-9]|[2-9][0-9])\\.[0-9]+$|^[1-9][0-9]*\\.[0-9]+\\.[0-9]+$", var.kueue.chart_version))
+    error_message = "kueue.chart_version must be an exact Kueue chart version, 0.15.0 or later (the chart uses kueue.x-k8s.io/v1beta2), e.g. 0.19.2."
+  }
+}
+
+variable "run_storage" {
+  type = object({
+    enabled         = optional(bool, true)
+    bucket_name     = optional(string, "")
+    namespace       = optional(string, "surreal")
+    service_account = optional(string, "surreal")
+    force_destroy   = optional(bool, false)
+  })
+  description = "Object storage for the experiment's run folders (the chart's experiment.run_uri): a bucket bound through workload identity to the Kubernetes ServiceAccount namespace/service_account (make deploy's NAMESPACE, surreal by default), which the helm_storage_values output makes the release use. bucket_name \"\" derives a globally unique one; force_destroy lets make cluster-down delete a bucket that still holds runs."
+  default     = {}
+
+  validation {
+    condition     = can(regex("^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", var.run_storage.namespace)) && can(regex("^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$", var.run_storage.service_account))
+    error_message = "run_storage.namespace and run_storage.service_account must be Kubernetes names (lowercase letters, digits, '-')."
+  }
+}

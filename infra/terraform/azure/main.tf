@@ -43,6 +43,8 @@ resource "azurerm_subnet" "nodes" {
   resource_group_name  = azurerm_resource_group.this.name
   virtual_network_name = azurerm_virtual_network.this.name
   address_prefixes     = [var.nodes_cidr]
+  # Pods reach the run folders' storage account (storage.tf) through this subnet, which its network rules admit.
+  service_endpoints = ["Microsoft.Storage"]
 }
 
 # Only the defaults (VNet-internal and Azure load balancer traffic in, anything out): AKS adds the rules its load
@@ -216,6 +218,29 @@ resource "helm_release" "nvidia_device_plugin" {
     }
     # The GPU pool's taints (GPU, and spot when the pool is spot), plus the chart's own default.
     tolerations = concat([{ key = "CriticalAddonsOnly", operator = "Exists" }], local.pools.gpu.tolerations)
+  })]
+
+  depends_on = [azurerm_kubernetes_cluster_node_pool.pool, azurerm_role_assignment.deployer_cluster_admin]
+}
+
+# Kueue (kueue.enabled), the job queue of the chart's `scheduling: kueue`: its default integrations include the plain
+# pods the chart's gang and actors are. It admits nothing until an admin adds a ClusterQueue (infra/kueue/).
+resource "helm_release" "kueue" {
+  count            = var.kueue.enabled ? 1 : 0
+  name             = "kueue"
+  namespace        = "kueue-system"
+  create_namespace = true
+  repository       = "oci://registry.k8s.io/kueue/charts"
+  chart            = "kueue"
+  version          = var.kueue.chart_version
+
+  values = [yamlencode({
+    # On the stable CPU pool: its webhooks are in the path of every pod a managed namespace creates, so it must not
+    # go down with a spot node or wait for a GPU one.
+    controllerManager = {
+      nodeSelector = local.pools.cpu.node_selector
+      tolerations  = local.pools.cpu.tolerations
+    }
   })]
 
   depends_on = [azurerm_kubernetes_cluster_node_pool.pool, azurerm_role_assignment.deployer_cluster_admin]

@@ -55,3 +55,22 @@ output "workload_identity" {
   description = "How pods get cloud credentials: the cluster's OIDC issuer that federated identity credentials trust."
   value       = azurerm_kubernetes_cluster.this.oidc_issuer_url
 }
+
+output "kueue_chart_version" {
+  description = "The Kueue chart (and release) installed into kueue-system for the chart's `scheduling: kueue`; null unless kueue.enabled."
+  value       = one(helm_release.kueue[*].version)
+}
+
+output "run_uri" {
+  description = "The bucket folder that holds the experiment's run folders: the chart's experiment.run_uri, and surreal run's run_uri= on a machine with access to it; null without run_storage."
+  value       = var.run_storage.enabled ? "az://${azurerm_storage_container.runs[0].name}/runs" : null
+}
+
+output "helm_storage_values" {
+  description = "Chart values (YAML) that mirror the release's run folders to that bucket: experiment.run_uri, the ServiceAccount run_storage binds with AKS workload identity's client-id annotation and azure.workload.identity/use pod label, and the storage account's name; make cluster-up writes them to storage-values.yaml and make deploy passes them before VALUES ({} without run_storage)."
+  value = var.run_storage.enabled ? yamlencode({
+    experiment     = { run_uri = "az://${azurerm_storage_container.runs[0].name}/runs" }
+    serviceAccount = { name = var.run_storage.service_account, annotations = { "azure.workload.identity/client-id" = azurerm_user_assigned_identity.runs[0].client_id } }
+    runStorage     = { podLabels = { "azure.workload.identity/use" = "true" }, env = [{ name = "AZURE_STORAGE_ACCOUNT_NAME", value = azurerm_storage_account.runs[0].name }] }
+  }) : yamlencode({})
+}

@@ -1,11 +1,6 @@
 # GKE: a VPC with a private node subnet and Cloud NAT, and a regional private cluster with a CPU, a GPU and an
 # optional (spot) actor node pool whose labels and taints come from the shared contract module.
 
-provider "google" {
-  project = var.project_id
-  region  = var.region
-}
-
 locals {
   subnet_name         = "${var.name}-nodes"
   pods_range_name     = "${var.name}-pods"
@@ -181,4 +176,27 @@ module "gke" {
   # Every pool's labels and declared taints come from the contract (the actor pool's only when it exists).
   node_pools_labels = merge({ all = {} }, { for name, pool in local.pools : name => pool.labels })
   node_pools_taints = merge({ all = [] }, { for name, pool in local.pools : name => pool.declared_taints_enum })
+}
+
+# Kueue (kueue.enabled), the job queue of the chart's `scheduling: kueue`: its default integrations include the plain
+# pods the chart's gang and actors are. It admits nothing until an admin adds a ClusterQueue (infra/kueue/).
+resource "helm_release" "kueue" {
+  count            = var.kueue.enabled ? 1 : 0
+  name             = "kueue"
+  namespace        = "kueue-system"
+  create_namespace = true
+  repository       = "oci://registry.k8s.io/kueue/charts"
+  chart            = "kueue"
+  version          = var.kueue.chart_version
+
+  values = [yamlencode({
+    # On the stable CPU pool: its webhooks are in the path of every pod a managed namespace creates, so it must not
+    # go down with a spot node or wait for a GPU one.
+    controllerManager = {
+      nodeSelector = local.pools.cpu.node_selector
+      tolerations  = local.pools.cpu.tolerations
+    }
+  })]
+
+  depends_on = [module.gke]
 }

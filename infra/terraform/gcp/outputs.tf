@@ -55,3 +55,22 @@ output "workload_identity" {
   description = "How pods get cloud credentials: the Workload Identity pool Kubernetes service accounts are bound in."
   value       = module.gke.identity_namespace
 }
+
+output "kueue_chart_version" {
+  description = "The Kueue chart (and release) installed into kueue-system for the chart's `scheduling: kueue`; null unless kueue.enabled."
+  value       = one(helm_release.kueue[*].version)
+}
+
+output "run_uri" {
+  description = "The bucket folder that holds the experiment's run folders: the chart's experiment.run_uri, and surreal run's run_uri= on a machine with access to it; null without run_storage."
+  value       = var.run_storage.enabled ? "gs://${google_storage_bucket.runs[0].name}/runs" : null
+}
+
+output "helm_storage_values" {
+  description = "Chart values (YAML) that mirror the release's run folders to that bucket: experiment.run_uri, the ServiceAccount run_storage binds with GKE Workload Identity's iam.gke.io/gcp-service-account annotation; make cluster-up writes them to storage-values.yaml and make deploy passes them before VALUES ({} without run_storage)."
+  value = var.run_storage.enabled ? yamlencode({
+    experiment     = { run_uri = "gs://${google_storage_bucket.runs[0].name}/runs" }
+    serviceAccount = { name = var.run_storage.service_account, annotations = { "iam.gke.io/gcp-service-account" = google_service_account.runs[0].email } }
+    runStorage     = { podLabels = {}, env = [] }
+  }) : yamlencode({})
+}

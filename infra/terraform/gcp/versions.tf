@@ -9,6 +9,11 @@ terraform {
       source  = "hashicorp/google"
       version = "~> 7.17"
     }
+    # 3.x: the `kubernetes = { ... }` attribute syntax used in providers.tf.
+    helm = {
+      source  = "hashicorp/helm"
+      version = "~> 3.1"
+    }
   }
 
   # Local state by default. For shared state in a GCS bucket, copy backend.tf.example to backend.tf and run

@@ -92,6 +92,22 @@ class DeterministicPolicy(nn.Module):
         return self.postprocess(self.network(self.preprocess(obs)))
 
 
+class RecurrentDeterministicPolicy(nn.Module):
+    """(observations, state) -> `preprocess` -> `rnn` -> `network` -> `postprocess` -> (actions, the next state): a
+    recurrent policy's deterministic step, the state [B, L, H] travelling in and out (zeros at an episode's start)."""
+
+    def __init__(
+        self, preprocess: nn.Module, rnn: nn.Module, network: nn.Module, postprocess: nn.Module | None = None
+    ) -> None:
+        super().__init__()
+        self.preprocess, self.rnn, self.network = preprocess, rnn, network
+        self.postprocess = postprocess if postprocess is not None else nn.Identity()
+
+    def forward(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features, state = self.rnn(self.preprocess(obs), state)
+        return self.postprocess(self.network(features)), state
+
+
 def normalizer_description(enabled: bool, clip: float) -> dict[str, object] | None:
     """The artifact header's `normalizer` for an `obs_norm` policy whose blob holds `obs_norm/{mean,var,count}`."""
     if not enabled:

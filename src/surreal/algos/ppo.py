@@ -9,6 +9,13 @@ get CleanRL's ppo.py head instead of the Gaussian one: the actor MLP gives one l
 distribution samples, scores and measures entropy, and the deterministic action is the argmax; everything else is
 shared.
 
+With `algo.recurrent` (lstm or gru) the policy is SURREAL-PPO's recurrent one: a cell over the normalized observations
+feeds both heads (`RecurrentActorCritic`). Its state travels with the chunks: the actor records, once per env, the
+state each chunk's column starts from (`PER_ENV`), and zeroes an env's state when its episode ends. The learner
+unrolls each column from that stored state, zeroing it where the done flags say an episode starts, and backpropagates
+through the whole chunk (truncated BPTT); a minibatch is whole sequences, never shuffled steps. The stored state came
+from the parameters the actor ran, as R2D2's "stored state" strategy, without burn-in.
+
 What distribution changes: the experience comes from actors running slightly older parameters, so the
 ratio is taken against the behavior log-probability each actor recorded, chunks more than
 `max_staleness` versions old are dropped (runtime/regimes/versions.py), and the observation-normalizer
@@ -35,12 +42,13 @@ from surreal.algos.inference import (
     AsFloat32,
     DeterministicPolicy,
     NormalizeObservations,
+    RecurrentDeterministicPolicy,
     action_head,
     normalizer_description,
 )
 from surreal.algos.normalizer import RunningMeanStd
-from surreal.config.schema import PPOConfig
-from surreal.proto.wire import Chunk, Field, Fields
+from surreal.config.schema import RECURRENT_CELLS, PPOConfig
+from surreal.proto.wire import PER_ENV, Chunk, Field, Fields
 from surreal.runtime.rollout import RolloutCollector
 from surreal.spaces import check_spaces
 
@@ -126,23 +134,91 @@ class CategoricalActorCritic(nn.Module):
         return self.actor_logits(obs).argmax(-1)
 
 
-Model = ActorCritic | CategoricalActorCritic
+Head = ActorCritic | CategoricalActorCritic
+
+
+class RecurrentCell(nn.Module):
+    """One step of an LSTM or a GRU cell over a batch. Its state is one tensor [B, L, H] (L = 2 for an LSTM's h and
+    c, 1 for a GRU's h), so that it is stored, sent, reset and exported as one array. Orthogonal weights and zero
+    biases, as CleanRL's ppo_atari_lstm."""
+
+    def __init__(self, kind: str, n_in: int, hidden: int) -> None:
+        super().__init__()
+        self.cell: nn.LSTMCell | nn.GRUCell = nn.LSTMCell(n_in, hidden) if kind == "lstm" else nn.GRUCell(n_in, hidden)
+        for name, param in self.cell.named_parameters():
+            nn.init.orthogonal_(param, 1.0) if name.startswith("weight") else nn.init.zeros_(param)
+        self.state_shape = (2 if kind == "lstm" else 1, hidden)
+
+    def forward(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the cell's output h [B, H], the state after this step [B, L, H])."""
+        if isinstance(self.cell, nn.LSTMCell):
+            h, c = self.cell(x, (state[:, 0], state[:, 1]))
+            return h, torch.stack([h, c], 1)
+        h = self.cell(x, state[:, 0])
+        return h, h.unsqueeze(1)
+
+
+class RecurrentActorCritic(nn.Module):
+    """SURREAL-PPO's recurrent policy: an LSTM (or GRU) cell over the normalized observations, whose output both
+    heads take in place of the observation (the same Gaussian or categorical actor-critic, on H features). The
+    critic shares the cell, so the value loss shapes the memory too (as in SURREAL and CleanRL's ppo_atari_lstm).
+
+    The state before an env's first step, and after each episode end, is zeros."""
+
+    def __init__(self, kind: str, obs_dim: int, hidden: int, head: Head) -> None:
+        super().__init__()
+        self.rnn = RecurrentCell(kind, obs_dim, hidden)
+        self.head = head
+
+    def unroll(self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """N sequences of T steps from their start states: `obs` [N, T, obs_dim], `state` [N, L, H], `starts` [N, T]
+        (True where an episode begins: the state is zeroed before that step). Returns the features [N, T, H] and the
+        state after each step [N, T, L, H]. A plain loop over T: gradients flow through it back to the start state
+        (truncated backpropagation through time over the sequence)."""
+        features, states = [], []
+        for t in range(obs.shape[1]):
+            state = state.masked_fill(starts[:, t, None, None], 0.0)
+            h, state = self.rnn(obs[:, t], state)
+            features.append(h)
+            states.append(state)
+        return torch.stack(features, 1), torch.stack(states, 1)
+
+
+Model = ActorCritic | CategoricalActorCritic | RecurrentActorCritic
 
 
 def make_model(obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg: PPOConfig) -> Model:
-    """The actor-critic for these spaces: Gaussian for Box actions, categorical for Discrete ones."""
+    """The actor-critic for these spaces: Gaussian for Box actions, categorical for Discrete ones; with
+    `cfg.recurrent`, on the output of an LSTM or GRU cell instead of the observation."""
     check_spaces(cfg, obs_space, act_space)
     obs_dim = int(obs_space.shape[0])  # type: ignore[index]  # a flat Box, checked above
+    n_in = cfg.rnn_hidden_size if cfg.recurrent else obs_dim
+    head: Head
     if isinstance(act_space, spaces.Discrete):
-        return CategoricalActorCritic(obs_dim, int(act_space.n), list(cfg.hidden_sizes))
-    return ActorCritic(obs_dim, int(act_space.shape[0]), list(cfg.hidden_sizes), cfg.log_std_init)  # type: ignore[index]
+        head = CategoricalActorCritic(n_in, int(act_space.n), list(cfg.hidden_sizes))
+    else:
+        head = ActorCritic(n_in, int(act_space.shape[0]), list(cfg.hidden_sizes), cfg.log_std_init)  # type: ignore[index]
+    if cfg.recurrent is None:
+        return head
+    if cfg.recurrent not in RECURRENT_CELLS:
+        raise ValueError(f"algo.recurrent must be one of {', '.join(RECURRENT_CELLS)} or null (got {cfg.recurrent!r})")
+    return RecurrentActorCritic(cfg.recurrent, obs_dim, cfg.rnn_hidden_size, head)
+
+
+def rnn_state_shape(cfg: PPOConfig) -> tuple[int, int]:
+    """The per-env recurrent state's shape (L, H) a `RecurrentCell` of this config keeps."""
+    return (2 if cfg.recurrent == "lstm" else 1, cfg.rnn_hidden_size)
 
 
 # -- actor side -----------------------------------------------------------------------------------------
 
 
 class PPOPolicy:
-    """The policy an actor runs: CPU, no gradients, the learner's normalizer statistics."""
+    """The policy an actor runs: CPU, no gradients, the learner's normalizer statistics.
+
+    A recurrent policy also keeps `state`, the recurrent state of each of the B envs it acts for ([B, L, H], None
+    until its first act): every `act` or `act_deterministic` advances it, `reset` (and `episode_done`, which the
+    collector calls) zeroes the rows of the envs whose episode ended, and new parameters leave it as it is."""
 
     def __init__(
         self, obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg: PPOConfig, actor_index: int
@@ -154,6 +230,9 @@ class PPOPolicy:
         # Actors sample differently, and reproducibly: each has its own seeded generator (exploration is
         # not scaled per actor; the recorded logprob is under the very distribution sampled from).
         self.generator = torch.Generator().manual_seed(cfg.seed + 1_000 * actor_index)
+        # (L, H) of a recurrent policy's per-env state; None: the action depends on the observation alone.
+        self.state_shape = rnn_state_shape(cfg) if cfg.recurrent else None
+        self.state: torch.Tensor | None = None
 
     def load_params(self, arrays: dict[str, Any]) -> None:
         """`arrays` as `PPOLearner.params` made them (the codec restores the nesting of `policy/<key>`)."""
@@ -171,11 +250,32 @@ class PPOPolicy:
             return actions + space.start
         return np.clip(actions, space.low, space.high)  # type: ignore[attr-defined]  # a Box
 
+    def state_for(self, batch: int) -> torch.Tensor:
+        """The recurrent state of `batch` envs: zeros if none is held yet. ValueError for a batch of another size
+        (a state belongs to the envs it was built from: `reset()` first)."""
+        assert self.state_shape is not None, "a recurrent policy's"
+        if self.state is None:
+            self.state = torch.zeros((batch, *self.state_shape))
+        elif len(self.state) != batch:
+            raise ValueError(f"this recurrent policy holds the state of {len(self.state)} envs, not {batch}: reset()")
+        return self.state
+
+    def _features(self, obs: np.ndarray) -> tuple[Head, torch.Tensor]:
+        """(the head that acts, its input): the normalized observations, or a recurrent policy's cell output
+        (advancing `state`)."""
+        x = self._input(obs)
+        model = self.model
+        if isinstance(model, RecurrentActorCritic):
+            x, self.state = model.rnn(x, self.state_for(len(x)))
+            return model.head, x
+        return model, x
+
     @torch.no_grad()
     def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Sampled actions for the env, and what the learner needs recorded: the actions as sampled (a Box's before
         clipping, as float32; a Discrete's indices, as int64) and their log-probabilities."""
-        actions, logprobs = self.model.sample(self._input(obs), self.generator)
+        head, x = self._features(obs)
+        actions, logprobs = head.sample(x, self.generator)
         actions_np = actions.numpy()
         recorded = actions_np.astype(np.int64 if isinstance(self.act_space, spaces.Discrete) else np.float32)
         record = {"actions": recorded, "logprobs": logprobs.numpy().astype(np.float32)}
@@ -183,7 +283,21 @@ class PPOPolicy:
 
     @torch.no_grad()
     def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
-        return self._to_env(self.model.mode(self._input(obs)).numpy())
+        head, x = self._features(obs)
+        return self._to_env(head.mode(x).numpy())
+
+    def reset(self, done: np.ndarray | None = None) -> None:
+        """Forget the recurrent state: of the envs flagged in `done` (their next step starts an episode), or with
+        None of every env (the next act starts afresh, for a batch of any size). Nothing to forget for an MLP."""
+        if done is None or self.state is None:
+            self.state = None
+        else:
+            self.state = self.state.masked_fill(torch.from_numpy(np.asarray(done, bool))[:, None, None], 0.0)
+
+    def chunk_start(self, num_envs: int) -> dict[str, np.ndarray]:
+        """What a recurrent policy's chunk records per env at its first step (`RolloutCollector`'s `per_env`):
+        the state its K envs start the chunk from, which the learner unrolls the chunk from."""
+        return {"rnn_state": self.state_for(num_envs).numpy().copy()}
 
     def params(self) -> dict[str, Any]:
         """The blob `load_params` takes, as this policy holds it."""
@@ -191,30 +305,49 @@ class PPOPolicy:
         return {"policy": policy, "obs_norm": self.obs_rms.state()}
 
     def inference_module(self) -> nn.Module:
-        """`act_deterministic` as one torch module (algos/inference.py), over copies of the weights."""
+        """`act_deterministic` as one torch module (algos/inference.py), over copies of the weights: observations
+        in, actions out; a recurrent policy's takes and returns the state too ((obs, state) -> (actions, state))."""
         cfg = self.cfg
         preprocess = NormalizeObservations(self.obs_rms, cfg.obs_clip) if cfg.obs_norm else AsFloat32()
         model = self.model
-        actor = model.actor_logits if isinstance(model, CategoricalActorCritic) else model.actor_mean
-        return DeterministicPolicy(preprocess, copy.deepcopy(actor), action_head(self.act_space)[0]).eval()
+        head = model.head if isinstance(model, RecurrentActorCritic) else model
+        actor = head.actor_logits if isinstance(head, CategoricalActorCritic) else head.actor_mean
+        postprocess = action_head(self.act_space)[0]
+        if isinstance(model, RecurrentActorCritic):
+            rnn = copy.deepcopy(model.rnn)
+            return RecurrentDeterministicPolicy(preprocess, rnn, copy.deepcopy(actor), postprocess).eval()
+        return DeterministicPolicy(preprocess, copy.deepcopy(actor), postprocess).eval()
 
     def describe(self) -> dict[str, Any]:
         """The network, action head and normalizer, as the policy artifact's header states them."""
         cfg = self.cfg
+        network: dict[str, Any] = {"kind": "mlp", "hidden_sizes": list(cfg.hidden_sizes), "activation": "tanh"}
+        if self.state_shape is not None:
+            # The cell, then the heads' MLPs on its output (`hidden_sizes`).
+            network = {**network, "kind": cfg.recurrent, "rnn_hidden_size": cfg.rnn_hidden_size}
+            network["state_shape"] = list(self.state_shape)
         return {
-            "network": {"kind": "mlp", "hidden_sizes": list(cfg.hidden_sizes), "activation": "tanh"},
+            "network": network,
             "action_head": action_head(self.act_space)[1],
             "normalizer": normalizer_description(cfg.obs_norm, cfg.obs_clip),
         }
 
     def episode_done(self, done: np.ndarray) -> None:
-        del done  # PPO's sampling keeps no per-episode state
+        """A recurrent policy starts the next episode of these envs from a zero state; an MLP keeps nothing."""
+        if self.state_shape is not None:
+            self.reset(done)
 
     def sampling_state(self) -> dict[str, Any]:
-        return {"generator": self.generator.get_state().numpy()}
+        """The sampling generator and, for a recurrent policy acting already, the state of its envs."""
+        state: dict[str, Any] = {"generator": self.generator.get_state().numpy()}
+        if self.state is not None:
+            state["rnn_state"] = self.state.numpy().copy()
+        return state
 
     def load_sampling_state(self, state: dict[str, Any]) -> None:
         self.generator.set_state(torch.from_numpy(np.array(state["generator"], np.uint8)))
+        rnn_state = state.get("rnn_state")
+        self.state = None if rnn_state is None else torch.from_numpy(np.array(rnn_state, np.float32))
 
 
 # -- learner side ---------------------------------------------------------------------------------------
@@ -247,6 +380,7 @@ def gae(
 
 STEP_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")  # what ppo_loss reports, in order
 MINIBATCH_KEYS = ("obs", "actions", "logprobs", "advantages", "returns", "values")  # ppo_loss's arguments
+SEQUENCE_KEYS = (*MINIBATCH_KEYS, "rnn_state", "starts")  # a recurrent policy's: its sequences' start and resets
 
 
 class PPOLearner:
@@ -288,6 +422,10 @@ class PPOLearner:
     def _stack(self, chunks: Sequence[Chunk], key: str, dtype: torch.dtype | None = None) -> torch.Tensor:
         """One array of chunks of equal T, side by side along K ([T, K_total, ...]), on the device."""
         return torch.from_numpy(np.concatenate([c.arrays[key] for c in chunks], axis=1)).to(self.device, dtype)
+
+    def _stack_per_env(self, chunks: Sequence[Chunk], key: str) -> torch.Tensor:
+        """One `PER_ENV` array of chunks, side by side along K ([K_total, ...]), on the device."""
+        return torch.from_numpy(np.concatenate([c.arrays[PER_ENV][key] for c in chunks])).to(self.device)
 
     def _normalize(self, obs: torch.Tensor) -> torch.Tensor:
         """RunningMeanStd.normalize on the device, in float64 as the actors compute it, so both agree."""
@@ -343,30 +481,59 @@ class PPOLearner:
     @torch.no_grad()
     def _prepare_group(self, chunks: list[Chunk]) -> dict[str, torch.Tensor]:
         """Chunks of one length T as one [T, K_total] batch: normalization, one value pass for s_t and s'_t,
-        reward scaling and GAE each run once over the whole batch."""
+        reward scaling and GAE each run once over the whole batch. Flat ([T*K_total, ...], `MINIBATCH_KEYS`) for an
+        MLP; for a recurrent policy sequence-major ([K_total, T, ...], `SEQUENCE_KEYS`), with each sequence's start
+        state and where its episodes start."""
         cfg = self.cfg
         observations = self._normalize(torch.stack([self._stack(chunks, "obs"), self._stack(chunks, "next_obs")]))
-        values, next_values = self.model.value(observations)
-        rewards = self._scale_rewards(*chunks)
         terminated, truncated = self._stack(chunks, "terminated"), self._stack(chunks, "truncated")
+        model = self.model
+        if isinstance(model, RecurrentActorCritic):
+            # The actor zeroes an env's state after its episode ends: within a chunk, an episode starts a step
+            # after a done step (a chunk's first step starts from the stored state, zeroed already if need be).
+            starts = torch.zeros_like(terminated)
+            starts[1:] = (terminated | truncated)[:-1]
+            start_state = self._stack_per_env(chunks, "rnn_state")
+            features, states = model.unroll(observations[0].transpose(0, 1), start_state, starts.T)
+            values = model.head.value(features).T
+            # V(s'_t): the final observation (or the next one) seen from the state after step t, one batched step.
+            next_features, _ = model.rnn(observations[1].transpose(0, 1).flatten(0, 1), states.flatten(0, 1))
+            next_values = model.head.value(next_features).unflatten(0, features.shape[:2]).T
+        else:
+            values, next_values = model.value(observations)
+        rewards = self._scale_rewards(*chunks)
         advantages = gae(rewards, values, next_values, terminated, truncated, cfg.gamma, cfg.gae_lambda)
-        return {
-            "obs": observations[0].flatten(0, 1),
-            "actions": self._stack(chunks, "actions", torch.float32).flatten(0, 1),
-            "logprobs": self._stack(chunks, "logprobs", torch.float32).flatten(),
-            "advantages": advantages.flatten(),
-            "returns": (advantages + values).flatten(),
-            "values": values.flatten(),
+        batch = {
+            "obs": observations[0],
+            "actions": self._stack(chunks, "actions", torch.float32),
+            "logprobs": self._stack(chunks, "logprobs", torch.float32),
+            "advantages": advantages,
+            "returns": advantages + values,
+            "values": values,
         }
+        if isinstance(model, RecurrentActorCritic):
+            return {**{k: v.transpose(0, 1) for k, v in batch.items()}, "rnn_state": start_state, "starts": starts.T}
+        return {k: v.flatten(0, 1) for k, v in batch.items()}
 
-    def prepare(self, chunks: list[Chunk]) -> dict[str, torch.Tensor]:
-        """The flat batch on the device. Chunks are grouped by length T (every actor uses the same
-        chunk_steps, so normally there is one group); each group is prepared as one [T, K_total] batch."""
+    def _groups(self, chunks: list[Chunk]) -> list[dict[str, torch.Tensor]]:
+        """Chunks grouped by length T (every actor uses the same chunk_steps, so normally there is one group),
+        each prepared as one [T, K_total] batch."""
         groups: dict[int, list[Chunk]] = {}
         for chunk in chunks:
             groups.setdefault(len(chunk.arrays["rewards"]), []).append(chunk)
-        parts = [self._prepare_group(group) for group in groups.values()]
+        return [self._prepare_group(group) for group in groups.values()]
+
+    def prepare(self, chunks: list[Chunk]) -> dict[str, torch.Tensor]:
+        """An MLP policy's batch on the device: flat, every transition of every chunk ([T*K, ...] per group)."""
+        assert not isinstance(self.model, RecurrentActorCritic), "a recurrent policy's batch is prepare_sequences'"
+        parts = self._groups(chunks)
         return {k: torch.cat([part[k] for part in parts]) for k in MINIBATCH_KEYS}
+
+    def prepare_sequences(self, chunks: list[Chunk]) -> list[dict[str, torch.Tensor]]:
+        """A recurrent policy's batch on the device: per chunk length T, the chunks' env columns as sequences
+        ([N, T, ...], `SEQUENCE_KEYS`: each with its start state [N, L, H] and episode starts [N, T])."""
+        assert isinstance(self.model, RecurrentActorCritic), "an MLP policy's batch is prepare's"
+        return self._groups(chunks)
 
     # -- the update ---------------------------------------------------------------------------------
 
@@ -378,11 +545,28 @@ class PPOLearner:
         advantages: torch.Tensor,
         returns: torch.Tensor,
         values: torch.Tensor,
+        rnn_state: torch.Tensor | None = None,
+        starts: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """CleanRL's loss on one minibatch; also the STEP_STATS, detached, as one tensor (no host sync)."""
+        """CleanRL's loss on one minibatch; also the STEP_STATS, detached, as one tensor (no host sync).
+
+        A recurrent policy's minibatch is N whole sequences ([N, T, ...]): the cell is unrolled over each from its
+        start state `rnn_state`, zeroed where `starts` says an episode begins, and the loss is the same one over
+        its N*T steps (CleanRL's ppo_atari_lstm)."""
         cfg = self.cfg
-        newlogprob, entropy = self.model.log_prob_entropy(obs, actions)
-        newvalue = self.model.value(obs)
+        model = self.model
+        head: Head
+        if isinstance(model, RecurrentActorCritic):
+            assert rnn_state is not None and starts is not None, "a recurrent minibatch"
+            obs = model.unroll(obs, rnn_state, starts)[0].flatten(0, 1)  # the heads' input: the cell's features
+            actions, logprobs, advantages, returns, values = (
+                x.flatten(0, 1) for x in (actions, logprobs, advantages, returns, values)
+            )
+            head = model.head
+        else:
+            head = model
+        newlogprob, entropy = head.log_prob_entropy(obs, actions)
+        newvalue = head.value(obs)
         logratio = newlogprob - logprobs  # against the behavior policy the actor ran
         ratio = logratio.exp()
         with torch.no_grad():
@@ -444,8 +628,10 @@ class PPOLearner:
 
         Minibatches have a fixed shape: each epoch draws a permutation of the batch and cuts its first
         `batch // minibatch_size * minibatch_size` entries into minibatches; the remainder (fewer than
-        minibatch_size transitions, a different random few each epoch) sits that epoch out. The device is
-        waited for once, for the statistics at the end (and once per epoch when `target_kl` is set)."""
+        minibatch_size transitions, a different random few each epoch) sits that epoch out. A recurrent policy's
+        entries are whole sequences (an env's column of a chunk), `minibatch_size // T` to a minibatch, never
+        shuffled steps. The device is waited for once, for the statistics at the end (and once per epoch when
+        `target_kl` is set)."""
         cfg = self.cfg
         lr = cfg.lr * max(0.0, 1.0 - progress) if cfg.anneal_lr else cfg.lr
         group = self.optimizer.param_groups[0]
@@ -456,26 +642,36 @@ class PPOLearner:
         # What a diverged update must not leave behind: the return statistics `prepare` moves, and below
         # the parameters and optimizer state.
         ret_rms, return_carry = self.ret_rms.state(), dict(self.return_carry)
-        b = self.prepare(chunks)
+        if isinstance(self.model, RecurrentActorCritic):  # entries are sequences of T steps
+            batches = [(b, max(1, cfg.minibatch_size // b["starts"].shape[1])) for b in self.prepare_sequences(chunks)]
+        else:  # entries are transitions
+            batches = [(self.prepare(chunks), cfg.minibatch_size)]
         saved = [t.detach().clone() for t in self._updated_in_place()]
-        batch_size = len(b["obs"])
-        minibatch_size = min(cfg.minibatch_size, batch_size)
-        num_minibatches = batch_size // minibatch_size
-        orders = torch.stack([torch.randperm(batch_size, generator=self.generator) for _ in range(cfg.update_epochs)])
-        orders = orders[:, : num_minibatches * minibatch_size].to(self.device)
+        plans = []
+        for b, per_minibatch in batches:
+            entries = len(b["obs"])
+            minibatch_size = min(per_minibatch, entries)
+            num_minibatches = entries // minibatch_size
+            orders = torch.stack([torch.randperm(entries, generator=self.generator) for _ in range(cfg.update_epochs)])
+            orders = orders[:, : num_minibatches * minibatch_size].to(self.device)
+            plans.append((b, minibatch_size, num_minibatches, orders))
         clipfrac_sum = torch.zeros((), device=self.device)
         steps = 0
         for epoch in range(cfg.update_epochs):
-            shuffled = {k: v[orders[epoch]].unflatten(0, (num_minibatches, minibatch_size)) for k, v in b.items()}
-            for i in range(num_minibatches):
-                stats = self._step({k: v[i] for k, v in shuffled.items()})
-                clipfrac_sum += stats[STEP_STATS.index("clipfrac")]
-            steps += num_minibatches
+            for b, minibatch_size, num_minibatches, orders in plans:
+                shuffled = {k: v[orders[epoch]].unflatten(0, (num_minibatches, minibatch_size)) for k, v in b.items()}
+                for i in range(num_minibatches):
+                    stats = self._step({k: v[i] for k, v in shuffled.items()})
+                    clipfrac_sum += stats[STEP_STATS.index("clipfrac")]
+                steps += num_minibatches
             if cfg.target_kl is not None and stats[STEP_STATS.index("approx_kl")].item() > cfg.target_kl:
                 break
 
-        var_y = b["returns"].var(correction=0)
-        explained_variance = 1 - (b["returns"] - b["values"]).var(correction=0) / var_y
+        returns = torch.cat([b["returns"].flatten() for b, _ in batches])
+        values = torch.cat([b["values"].flatten() for b, _ in batches])
+        batch_size = len(returns)
+        var_y = returns.var(correction=0)
+        explained_variance = 1 - (returns - values).var(correction=0) / var_y
         finite = torch.stack([torch.isfinite(t).all() for t in (stats, *self.model.parameters())]).all()
         last = torch.cat(
             [stats[:-1], (clipfrac_sum / steps)[None], var_y[None], explained_variance[None], finite[None]]
@@ -570,8 +766,9 @@ def make_policy(
 def make_collector(
     envs: gym.vector.VectorEnv, policy: PPOPolicy, cfg: PPOConfig, actor_index: int, chunk_steps: int
 ) -> RolloutCollector:
-    del cfg
-    return RolloutCollector(envs, policy, chunk_steps, actor_index)
+    """A recurrent policy's chunks also hold, per env, the state its column starts from (`PER_ENV`)."""
+    per_env = policy.chunk_start if cfg.recurrent else None
+    return RolloutCollector(envs, policy, chunk_steps, actor_index, per_env=per_env)
 
 
 def make_learner(
@@ -589,8 +786,9 @@ def make_learner(
 
 def chunk_fields(obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg: PPOConfig | None = None) -> Fields:
     """One step of a `RolloutCollector` chunk as `PPOPolicy.act` records it: what every chunk the learner takes
-    must hold, field by field (proto/wire.py `ReplyLayout`); a Discrete action is an index the head has a logit for."""
-    del cfg
+    must hold, field by field (proto/wire.py `ReplyLayout`); a Discrete action is an index the head has a logit for.
+    A recurrent policy's chunks also hold each env's start state (`PER_ENV`/rnn_state, one per column, not per step:
+    where its episodes start follows from the done flags)."""
     f32, obs = np.dtype(np.float32), tuple(obs_space.shape or ())
     if isinstance(act_space, spaces.Discrete):
         actions = Field(np.dtype(np.int64), (), 0, int(act_space.n) - 1)
@@ -604,6 +802,7 @@ def chunk_fields(obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg
         "truncated": Field(np.dtype(bool)),
         "actions": actions,
         "logprobs": Field(f32),
+        **({f"{PER_ENV}/rnn_state": Field(f32, rnn_state_shape(cfg))} if cfg is not None and cfg.recurrent else {}),
     }
 
 

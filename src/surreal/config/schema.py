@@ -38,6 +38,7 @@ DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 # The kinds of Gymnasium space an algorithm may declare it takes (`AlgoConfig.observation_spaces`, `.action_spaces`),
 # as a user reads them. surreal/spaces.py says which kind a space is; the names keep this module gymnasium-free.
 SPACE_KINDS = {"box": "flat Box", "discrete": "Discrete"}
+RECURRENT_CELLS = ("lstm", "gru")  # PPO's `algo.recurrent`
 
 
 class AlgorithmRegistry(Mapping[str, "type[AlgoConfig]"]):
@@ -190,12 +191,17 @@ class PPOConfig(AlgoConfig):
     obs_clip: float = 10.0  # clip normalized observations to +-this
     reward_scale: bool = True  # divide rewards by the running std of the discounted return
     reward_clip: float = 10.0  # clip scaled rewards to +-this
+    # lstm | gru: a recurrent cell over the observations feeding both heads, trained by truncated backpropagation
+    # through time over each chunk from its stored start state; minibatches are whole chunk sequences. null: MLPs
+    recurrent: str | None = None
+    rnn_hidden_size: int = 64  # the recurrent cell's width (its state: h and c for an LSTM, h for a GRU)
 
     def problems(self, cfg: ExperimentConfig) -> list[str]:
         out = [
             f"algo.{k} must be > 0 (got {v})"
             for k, v in (
                 ("minibatch_size", self.minibatch_size),
+                ("rnn_hidden_size", self.rnn_hidden_size),
                 ("update_epochs", self.update_epochs),
                 ("lr", self.lr),
                 ("clip_coef", self.clip_coef),
@@ -220,6 +226,13 @@ class PPOConfig(AlgoConfig):
             out.append(f"algo.hidden_sizes must be a non-empty list of positive sizes (got {self.hidden_sizes})")
         if self.minibatch_size > self.batch_size:
             out.append(f"algo.minibatch_size ({self.minibatch_size}) must be <= algo.batch_size ({self.batch_size})")
+        if self.recurrent is not None and self.recurrent not in RECURRENT_CELLS:
+            out.append(f"algo.recurrent must be one of {', '.join(RECURRENT_CELLS)} or null (got {self.recurrent!r})")
+        elif self.recurrent is not None and self.minibatch_size < cfg.actor.chunk_steps:
+            out.append(
+                f"algo.minibatch_size ({self.minibatch_size}) must be >= actor.chunk_steps ({cfg.actor.chunk_steps})"
+                f" with algo.recurrent: a minibatch is minibatch_size // chunk_steps whole chunk sequences"
+            )
         return out
 
 
@@ -440,6 +453,9 @@ class ChaosConfig:
 @dataclass
 class ExperimentConfig:
     name: str | None = None  # run folder name; None: a timestamped name chosen by the launcher
+    # A bucket folder that holds run folders (s3://BUCKET/PATH, gs://..., az://CONTAINER/PATH; the cloud extra): the
+    # run is mirrored at <run_uri>/<name> and resumes from there (surreal/runstore.py). None: local disk only.
+    run_uri: str | None = None
     algo: AlgoConfig = field(default_factory=PPOConfig)  # typed by ALGORITHMS[algo.name] when loaded
     env: EnvConfig = field(default_factory=EnvConfig)
     seed: int = 1  # seeds every environment, network and random draw (deterministic=true: the same run bit for bit)
@@ -512,6 +528,11 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         cfg.name is None or RUN_NAME.fullmatch(cfg.name) is not None,
         f"name={cfg.name!r} {RUN_NAME_RULE}",
     )
+    if cfg.run_uri is not None:
+        from surreal.runstore import uri_problem  # fsspec-free: URIs are only parsed here
+
+        problem = uri_problem(cfg.run_uri)
+        need(problem is None, f"run_uri: {problem}")
     need(bool(cfg.env.id.strip()), "env.id must name a Gymnasium environment")
     if cfg.env.id.startswith("robosuite:") and importlib.util.find_spec("robosuite") is not None:
         # A robosuite task's kwargs are its constructor's parameters: a typo is caught here, in every role that

@@ -61,8 +61,8 @@ def presets() -> list[tuple[str, str, str]]:
 
 
 def env_families() -> list[tuple[str, list[str], str | None]]:
-    """(family, the newest version of each of its ids, why it cannot run here or None) for Gymnasium's own families;
-    ids from other packages (`module:Name`) are not listed."""
+    """(family, the newest version of each of its ids, why it cannot run here or None) for Gymnasium's own families
+    and surreal's velocity-masked MuJoCo tasks; ids from other packages (`module:Name`) are not listed."""
     import gymnasium as gym
 
     newest: dict[str, dict[str, tuple[int, str]]] = defaultdict(dict)
@@ -84,6 +84,10 @@ def env_families() -> list[tuple[str, list[str], str | None]]:
         if module is not None and importlib.util.find_spec(module) is None:
             missing = f"not installed: {INSTALL.get(family, f'pip install {module}')}"
         out.append((label, sorted(env_id for _, env_id in newest[family].values()), missing))
+    from surreal.envs_masked import MASKED_TASKS  # surreal's own ids: MuJoCo tasks with their velocities masked
+
+    mujoco = next((missing for label, _, missing in out if label == FAMILIES["mujoco"][0]), None)
+    out.append(("MuJoCo, no vel.", sorted(MASKED_TASKS), mujoco))
     return out
 
 

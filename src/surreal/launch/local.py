@@ -32,11 +32,19 @@ from surreal.config import ConfigError, ExperimentConfig, load_config
 from surreal.launch.chaos import Chaos
 from surreal.launch.preflight import preflight
 from surreal.launch.progress import ProgressView, format_duration
-from surreal.launch.resume import checkpoint_counters, describe_resume, find_run_dir, reopen_run_folder, resume_config
-from surreal.launch.runfolder import RunFolderLock, create_run_folder, write_summary
+from surreal.launch.resume import (
+    checkpoint_counters,
+    describe_resume,
+    fetch_run,
+    find_run_dir,
+    reopen_run_folder,
+    resume_config,
+)
+from surreal.launch.runfolder import RunFolderLock, create_run_folder, mirror_uri, write_summary
 from surreal.launch.supervisor import ProcessSpec, Restart, Supervisor
 from surreal.proto.curve import CurveKeys
 from surreal.roles.common import StopFlag
+from surreal.runstore import LAUNCHER, Mirror, is_uri, run_name_of
 from surreal.runtime.limits import raise_open_files
 from surreal.settings import ReplayEndpoint, Settings
 
@@ -72,14 +80,15 @@ def plan_processes(
     base_env: Mapping[str, str],
     ipc_dir: Path | None = None,
     resume: bool = False,
+    run_uri: str | None = None,
     curve_dir: Path | None = None,
 ) -> list[ProcessSpec]:
     """The processes of an experiment in start order, each with the environment a pod of its role gets:
     `base_env` plus every SURREAL_* variable (own ports, peers' addresses, config and run folder). With
     `ipc_dir`, the roles talk over Unix sockets there (SURREAL_IPC_DIR): a restarted replay or ps gets its
     address back even if another program took its TCP port meanwhile. `resume`: the learner's first start is
-    `--resume` too (a resumed run), not only its restarts. `curve_dir`: the CURVE keys every role reads
-    (SURREAL_CURVE_DIR); None: plaintext."""
+    `--resume` too (a resumed run), not only its restarts. `run_uri`: the run folder's mirror (SURREAL_RUN_URI).
+    `curve_dir`: the CURVE keys every role reads (SURREAL_CURVE_DIR); None: plaintext."""
     topo = cfg.topology
     evaluators = 1 if cfg.learner.eval_interval > 0 else 0
     processes = topo.replay_shards + topo.ps_replicas + 1 + topo.actors + evaluators
@@ -95,6 +104,7 @@ def plan_processes(
         config_path=run_dir / "config.yaml",
         run_dir=run_dir,
         ipc_dir=ipc_dir,
+        run_uri=run_uri,
         curve_dir=curve_dir,
     )
 
@@ -202,14 +212,58 @@ def run_experiment(overrides: list[str], live: bool = True, resume: str | os.Pat
         return 2
     for warning in warnings:
         print(f"surreal: warning: {warning}", file=sys.stderr, flush=True)
-    return launch(cfg, run_dir, lock, live)
+    return launch(cfg, run_dir, lock, live, run_uri=mirror_uri(cfg, run_dir))
+
+
+def run_serial_experiment(overrides: list[str], resume: str | os.PathLike[str] | None = None) -> int:
+    """`surreal run --serial`: every role's core in this process, no sockets (launch/serial.py: the real cores on
+    in-process ports, deterministic for a seed), into the same run folder and summary. Exit codes as
+    `run_experiment`'s; SIGTERM or Ctrl-C stops it with a checkpoint, and `--resume` continues it."""
+    from surreal import api
+
+    try:
+        run = api.start(overrides=overrides, mode="serial", resume=resume)
+    except ConfigError as exc:
+        print(f"surreal: {exc}", file=sys.stderr)
+        return 2
+    print(f"[surreal] {run.name}: every role in this process (--serial); log in {run.dir / 'logs'}", flush=True)
+    status = "completed"
+    with StopFlag() as stop:
+        while run.running:
+            if stop:
+                run.stop()
+                break
+            stop.wait(POLL_S)
+    try:
+        run.wait()
+    except api.RunFailed:
+        status = "failed"
+    except ConfigError as exc:  # a checkpoint this world cannot continue
+        print(f"surreal: {exc}", file=sys.stderr)
+        return 2
+    summary = run.summary
+    if summary is not None:
+        print_result(summary)
+        status = summary["status"]
+    return EXIT_CODES.get(status, 1)
 
 
 def resume_experiment(where: str | os.PathLike[str], overrides: list[str], live: bool = True) -> int:
-    """`surreal run --resume <run folder> [budget overrides]`: the same launch, every role resuming."""
+    """`surreal run --resume <run folder or its bucket URI> [budget overrides]`: the same launch, every role
+    resuming; a run mirrored in a bucket first gets what its local folder lacks from there."""
     try:
-        run_dir = find_run_dir(where)
-        cfg = resume_config(run_dir, overrides)
+        uri: str | None
+        if is_uri(where):
+            remote = uri = str(where).rstrip("/")
+            run_dir = fetch_run(remote)
+            cfg = resume_config(run_dir, overrides)
+            cfg = replace(cfg, name=run_name_of(remote), run_uri=remote.rpartition("/")[0])  # where it is mirrored now
+        else:
+            run_dir = find_run_dir(where)
+            cfg = resume_config(run_dir, overrides)
+            uri = mirror_uri(cfg, run_dir)
+            if uri is not None:
+                fetch_run(uri, run_dir=run_dir)  # what the folder lacks (deleted, or never here) comes from the bucket
         warnings = preflight(cfg)
         lock = reopen_run_folder(run_dir, cfg, overrides)
     except ConfigError as exc:
@@ -220,7 +274,7 @@ def resume_experiment(where: str | os.PathLike[str], overrides: list[str], live:
     counters = checkpoint_counters(run_dir)  # where the learner will resume (it says so itself, too)
     print(f"[surreal] {describe_resume(run_dir, cfg, counters)}", flush=True)
     resumed_at = None if counters is None else int(counters["env_steps"])
-    return launch(cfg, run_dir, lock, live, resume=True, resumed_at=resumed_at)
+    return launch(cfg, run_dir, lock, live, resume=True, resumed_at=resumed_at, run_uri=uri)
 
 
 def launch(
@@ -230,11 +284,13 @@ def launch(
     live: bool,
     resume: bool = False,
     resumed_at: int | None = None,
+    run_uri: str | None = None,
 ) -> int:
     """Start every role of `cfg` in `run_dir` (held by `lock`, released at the end), supervise until the run is
     over, write summary.json. `resume`: the learner starts with `--resume` (a resumed run; without a checkpoint
     to restore it starts afresh and cuts metrics.jsonl back to nothing); `resumed_at`: the env steps of the
-    checkpoint it resumes from, for the progress line and summary.json."""
+    checkpoint it resumes from, for the progress line and summary.json. `run_uri`: the run folder's mirror in a
+    bucket (the roles keep their parts there; the launcher adds the summary and logs at the end)."""
     topo = cfg.topology
     raise_open_files()  # ports for every actor are chosen at once; the roles inherit the raised limit
     print(
@@ -247,11 +303,14 @@ def launch(
     # CURVE keys live beside them, readable by this user only and gone when the launch ends (`launch_keys`).
     with lock, tempfile.TemporaryDirectory(prefix="surreal-") as private, StopFlag() as stop:
         keys = launch_keys(Path(private))
-        specs = plan_processes(cfg, run_dir, os.environ, Path(private), resume=resume, curve_dir=keys)
+        specs = plan_processes(cfg, run_dir, os.environ, Path(private), resume=resume, run_uri=run_uri, curve_dir=keys)
         outcome = supervise(cfg, run_dir, specs, stop, live, resumed_at)
         summary = write_summary(
             run_dir, cfg, outcome.wall_s, outcome.status, outcome.restarts, outcome.reason, resumed_at
         )
+        if run_uri is not None:
+            Mirror.open(run_uri, run_dir, LAUNCHER).push()  # a failure is logged: the run's own parts are there
+            summary["run_uri"] = run_uri
         print_result(summary)
     return EXIT_CODES[outcome.status]
 
@@ -289,4 +348,6 @@ def print_result(summary: dict[str, Any]) -> None:
             f"replay snapshots kept for `surreal run --resume` ({size:,.1f} MB in {Path(summary['run_dir'], 'replay')})"
         )
     lines.append(f"run folder {summary['run_dir']} (summary.json; `surreal plot {summary['run_dir']}`)")
+    if summary.get("run_uri"):
+        lines.append(f"mirrored at {summary['run_uri']} (`surreal run --resume {summary['run_uri']}` on any machine)")
     print("\n".join(f"[surreal] {line}" for line in lines), flush=True)

@@ -230,4 +230,8 @@ def export_main(args: argparse.Namespace) -> int:
     print(f"  input  {inp['name']}: {inp['dtype']}{inp['shape']}")
     folded = ", the observation normalizer folded in" if info["normalizer_folded_in"] else ""
     print(f"  output {out['name']}: {out['dtype']}{out['shape']} (deterministic actions{folded})")
+    if "state_input" in info:  # a recurrent policy
+        state_in, state_out = info["state_input"], info["state_output"]
+        print(f"  input  {state_in['name']}: {state_in['dtype']}{state_in['shape']} (zeros at an episode's start)")
+        print(f"  output {state_out['name']}: {state_out['dtype']}{state_out['shape']} (the next step's state)")
     return 0

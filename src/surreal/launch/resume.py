@@ -2,6 +2,7 @@
 
     surreal run --resume runs/pend-ddpg                 # after Ctrl-C, a crash, a kill -9, a reboot
     surreal run --resume runs/pend-ddpg steps=200000    # and give it a larger budget
+    surreal run --resume s3://bucket/runs/pend-ddpg     # a run mirrored in a bucket, on any machine
 
 Nothing here resumes anything itself: every role already comes back from what the run folder holds. The
 learner starts with `--resume` (its newest checkpoint: parameters, optimizer, normalizer, counters, what its
@@ -15,6 +16,11 @@ What comes back after a SIGKILL of everything: the learner's last checkpoint (ev
 and at least every `learner.checkpoint_interval_s`) and a transition replay's last periodic snapshot (every
 `replay.snapshot_interval_s`, 30 s by default). A run the launcher stopped (Ctrl-C, SIGTERM) loses nothing:
 the learner checkpoints and every shard writes a last snapshot on the way out, a FIFO's chunks included.
+
+A run mirrored in a bucket (`run_uri`) resumes from there too: `--resume s3://...` makes `<runs root>/<name>` its
+local cache and pulls what that lacks before any role starts (each role would pull its own part anyway: a pod has no
+launcher), so with nothing left on local disk the run comes back as it was at its last mirrored checkpoint and
+snapshots.
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ from omegaconf import OmegaConf
 
 from surreal.config import ConfigError, ExperimentConfig, algo_config, read_config, save_config
 from surreal.config.loading import apply_overrides
-from surreal.launch.runfolder import RunFolderLock, git_state, runs_root, write_json
+from surreal.launch.runfolder import RunFolderLock, bucket_error, git_state, mirror_uri, runs_root, write_json
+from surreal.runstore import RemoteRun, run_name_of
 
 # What a resumed run may change: its budget and how it is run, never what it learns. Everything else in
 # config.yaml is the experiment that the checkpoints and replay snapshots belong to.
@@ -50,6 +57,7 @@ RESUMABLE_KEYS = (
     "learner.eval_interval",
     "learner.eval_episodes",
     "replay.snapshot_interval_s",
+    "run_uri",  # where the run folder is mirrored: a local run may move to a bucket
 )
 
 
@@ -66,6 +74,38 @@ def find_run_dir(where: str | os.PathLike[str], root: Path | None = None) -> Pat
     if any(c.is_dir() for c in candidates):
         raise ConfigError(f"--resume {where}: no config.yaml there, so no run to resume")
     raise ConfigError(f"--resume {where}: no such run folder")
+
+
+def fetch_run(uri: str, root: Path | None = None, run_dir: Path | None = None) -> Path:
+    """The local cache of the run folder mirrored at `uri`: `run_dir` (a run folder resumed by its path, whose
+    config says it is mirrored there), else `<runs root>/<name>`, with every file the bucket's manifests list that
+    it lacks, each checked before it lands (surreal/runstore.py). ConfigError, one line, when the bucket cannot be
+    read, holds no run there (unless `run_dir` was given: a local run that starts mirroring), or the local folder
+    holds another run."""
+    given = run_dir is not None
+    run_dir = run_dir or ((root or runs_root()) / run_name_of(uri)).resolve()
+    if not given and (run_dir / "config.yaml").is_file():
+        local = mirror_uri(read_config(run_dir / "config.yaml"), run_dir)
+        if local != uri:
+            where = f"mirrored at {local}" if local else "not mirrored"
+            raise ConfigError(
+                f"--resume {uri}: {run_dir} holds another run ({where}); move it or set SURREAL_RUNS_ROOT"
+            )
+    try:
+        remote = RemoteRun(uri)
+        remote.check_writable()  # the resumed roles write there: a missing bucket or read-only access is one line now
+        if not remote.holds_run():
+            if given:
+                return run_dir
+            raise ConfigError(f"--resume {uri}: no run there (nothing a learner mirrored)")
+        pulled = remote.pull(run_dir)
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the bucket's error, one line
+        raise bucket_error(uri, exc) from None
+    if pulled.files:
+        print(f"[surreal] pulled {len(pulled.files)} file(s), {pulled.nbytes / 1e6:,.1f} MB, from {uri} into {run_dir}")
+    return run_dir
 
 
 def flat(cfg: ExperimentConfig) -> dict[str, Any]:

@@ -10,6 +10,8 @@
     runs/<name>/summary.json      written by the launcher when the run ends, however it ends
     runs/<name>/replay/           replay shards' snapshots (a resumed run's replay comes back from them)
 
+With `run_uri` set the folder is mirrored at `<run_uri>/<name>` in a bucket and is a cache of it (surreal/runstore.py).
+
 A run folder is continued with `surreal run --resume runs/<name>` (launch/resume.py), which adds an entry to
 reproduce.json's `resumes`.
 
@@ -35,6 +37,7 @@ from surreal.config import ConfigError, ExperimentConfig, save_config
 from surreal.config.schema import NOT_IN_RUN_NAME, RUN_NAME, RUN_NAME_RULE
 from surreal.fileio import atomic_write_text
 from surreal.metricsfile import read_metrics
+from surreal.runstore import RemoteRun, StorageError, join
 
 PACKAGES = ("surreal-rl", "numpy", "torch", "gymnasium", "mujoco", "pyzmq", "msgpack", "hydra-core", "omegaconf")
 GIT_TIMEOUT_S = 10.0
@@ -126,6 +129,31 @@ def refuse_existing_run(run_dir: Path) -> None:
         raise ConfigError(f"{run_dir} already holds a run; choose another name= (or continue it: --resume {run_dir})")
 
 
+def mirror_uri(cfg: ExperimentConfig, run_dir: Path) -> str | None:
+    """Where a run folder is mirrored: `<run_uri>/<name>` (surreal/runstore.py); None without `run_uri`."""
+    return None if cfg.run_uri is None else join(cfg.run_uri, cfg.name or run_dir.name)
+
+
+def bucket_error(uri: str, exc: Exception) -> ConfigError:
+    """A bucket that cannot be read, as the launcher's one line (the backends raise many types)."""
+    if isinstance(exc, StorageError):
+        return ConfigError(str(exc))
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return ConfigError(f"{uri}: cannot read the bucket ({type(exc).__name__}: {first})")
+
+
+def refuse_existing_remote_run(uri: str) -> None:
+    """A bucket folder that already holds a run is not started in again either: `--resume URI` continues it."""
+    try:
+        remote = RemoteRun(uri)
+        remote.check_writable()
+        holds = remote.holds_run()
+    except Exception as exc:  # noqa: BLE001 - the bucket's error, one line
+        raise bucket_error(uri, exc) from None
+    if holds:
+        raise ConfigError(f"{uri} already holds a run; choose another name= (or continue it: --resume {uri})")
+
+
 def create_run_folder(
     cfg: ExperimentConfig, overrides: Sequence[str] = (), root: Path | None = None
 ) -> tuple[Path, ExperimentConfig, RunFolderLock]:
@@ -147,6 +175,8 @@ def create_run_folder(
         raise ConfigError(f"cannot create the run folder {run_dir}: {exc.strerror or exc}") from None
     try:
         refuse_existing_run(run_dir)
+        if (uri := mirror_uri(cfg, run_dir)) is not None:
+            refuse_existing_remote_run(uri)
     except ConfigError:
         lock.release()
         raise

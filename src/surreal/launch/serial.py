@@ -1,7 +1,7 @@
 """Serial mode (after Sample Factory's): every role of an experiment in one process, no sockets.
 
-The very `ActorCore`s and `LearnerCore` the processes run, wired with in-process ports (one replay shard in
-memory, the latest parameter blob in memory) and stepped in turn on one thread: the learner takes what is
+The very cores the processes run (`Actor`s' `ActorCore`, `LearnerCore`, the replay's and the ps's cores in the
+in-process ports) on one replay shard in memory, stepped in turn on one thread: the learner takes what is
 there, and when it can do nothing the actors step, each held by its flow-control throttle as in a
 distributed run. Runs are deterministic for a seed, so algorithm behaviour is tested quickly and exactly; the
 multi-process path is tested separately.
@@ -33,9 +33,9 @@ from surreal.envs import env_steps_bound
 from surreal.envstate import EnvStateUnsupported
 from surreal.metrics import RoleMetrics
 from surreal.metricsfile import read_evals
-from surreal.proto.wire import BlobMeta, Params
+from surreal.proto.wire import BlobMeta
 from surreal.replay.shard import ReplayShard
-from surreal.roles.actor import ActorCore
+from surreal.roles.actor import Actor
 from surreal.roles.evaluation import finish
 from surreal.roles.evaluator import EvalLog, EvaluatorCore
 from surreal.roles.learner import LearnerCore
@@ -92,9 +92,7 @@ class SerialWorld:
     """Everything of a serial run besides the learner's own checkpoint: what `LearnerCheckpoints.extra_state`
     adds to each checkpoint, and what a resumed run loads back."""
 
-    def __init__(
-        self, learner: LearnerCore, actors: list[ActorCore], shard: ReplayShard, params: InProcessParams
-    ) -> None:
+    def __init__(self, learner: LearnerCore, actors: list[Actor], shard: ReplayShard, params: InProcessParams) -> None:
         self.learner, self.actors, self.shard, self.params = learner, actors, shard, params
 
     def state(self) -> dict[str, Any]:
@@ -124,7 +122,7 @@ class SerialWorld:
             )
         self.learner.incarnation = state["learner_incarnation"]
         if (blob := state["ps_blob"]) is not None:
-            self.params.latest = Params(BlobMeta(**blob["blob"]), blob["arrays"])
+            self.params.publish(BlobMeta(**blob["blob"]), blob["arrays"])
         self.shard.load_state(state["replay"])
         for actor, actor_state in zip(self.actors, state["actors"], strict=True):
             actor.load_state(actor_state)
@@ -151,7 +149,7 @@ def run_serial(
     replay = InProcessReplay(shard, ready_at=cfg.algo.batch_size)  # off-policy: learn once a minibatch is held
     params = InProcessParams()
     learner = LearnerCore(cfg, run_dir, replay, params, RoleMetrics("learner", 0), resume=resume, log=log)
-    actors = [ActorCore(cfg, i, replay, params, RoleMetrics("actor", i)) for i in range(cfg.topology.actors)]
+    actors = [Actor(cfg, i, replay, params, RoleMetrics("actor", i)) for i in range(cfg.topology.actors)]
     world = SerialWorld(learner, actors, shard, params)
     evaluator = SerialEvaluator(cfg, params, run_dir) if cfg.learner.eval_interval > 0 else None
     try:

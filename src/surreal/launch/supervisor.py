@@ -124,15 +124,51 @@ def _print_stderr(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
+@dataclass(frozen=True)
+class Exit:
+    """What follows a child's exit: a start after `delay_s` (None: none), `why` (the log's and the console's words),
+    `failed` when it exhausted its restarts (the run fails), `counted` when the restart counts against them."""
+
+    delay_s: float | None
+    why: str
+    failed: bool = False
+    counted: bool = False
+
+
+@dataclass
+class RestartPolicy:
+    """The supervisor's restart decisions for one child, without a process or a clock (the simulator's supervisor
+    asks the same): `ProcessSpec`'s rules, the failures counted in `restarts`, the backoff doubling up to
+    BACKOFF_MAX_S."""
+
+    restart: Restart
+    max_restarts: int
+    restarts: int = 0  # after failures (chaos kills and stops on a signal do not count)
+    backoff_s: float = BACKOFF_START_S
+
+    def on_exit(self, code: int, on_purpose: bool = False) -> Exit:
+        """After an exit with `code` (negative: killed by that signal); `on_purpose`: a chaos kill."""
+        if on_purpose:
+            return Exit(0.0, "chaos")
+        if code == EXIT_STOPPED and self.restart != "never":  # a signal from outside, its state saved
+            return Exit(0.0, "after a stop on a signal")
+        if code == 0 and self.restart != "always":
+            return Exit(None, "done")
+        if self.restart == "never" or self.restarts >= self.max_restarts:
+            return Exit(None, f"gave up after {self.restarts} restart(s)", failed=True)
+        self.restarts += 1
+        delay_s, self.backoff_s = self.backoff_s, min(self.backoff_s * 2, BACKOFF_MAX_S)
+        return Exit(delay_s, f"restart {self.restarts}/{self.max_restarts} in {delay_s:g} s", counted=True)
+
+
 @dataclass
 class _Child:
     spec: ProcessSpec
     log_path: Path
+    policy: RestartPolicy
     proc: subprocess.Popen[bytes] | None = None
-    restarts: int = 0  # after failures (chaos kills do not count)
     starts: int = 0  # every start, uncounted restarts included: the log's start numbers
     uncounted_why: str = ""  # why the next start is no counted restart ("chaos", "after a stop"), if it is not
-    backoff_s: float = BACKOFF_START_S
     restart_at: float | None = None  # monotonic time of a pending restart
     returncode: int | None = None  # of the last exit
     done: bool = False  # will not be started again
@@ -173,7 +209,7 @@ class Supervisor:
         if spec.name in self._children:
             raise ValueError(f"a child named {spec.name!r} is already supervised")
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        child = _Child(spec, self.log_dir / f"{spec.name}.log")
+        child = _Child(spec, self.log_dir / f"{spec.name}.log", RestartPolicy(spec.restart, spec.max_restarts))
         self._children[spec.name] = child
         self._spawn(child, spec.argv)
 
@@ -215,30 +251,24 @@ class Supervisor:
         _kill_group(child.proc.pid)  # anything the child started dies with it
         child.proc = None
         child.returncode = code
-        spec = child.spec
-        if child.killed:  # on purpose (chaos): started again at once unless held, and not counted
-            child.killed, child.uncounted_why = False, "chaos"
-            child.restart_at = None if child.held else now
-            return
-        if code == EXIT_STOPPED and spec.restart != "never":  # a signal from outside, its state saved
-            child.restart_at, child.uncounted_why = now, "after a stop on a signal"
+        exit = child.policy.on_exit(code, on_purpose=child.killed)
+        child.killed = False
+        if exit.failed:
+            self.failed = self.failed or child.spec.name
+        if exit.delay_s is None:
+            child.done = True
+        elif not exit.counted:
+            child.uncounted_why = exit.why
+            child.restart_at = None if child.held else now  # a held chaos kill waits for `release`
+        else:
+            child.restart_at = now + exit.delay_s
+        if exit.why == "after a stop on a signal":
             self.report(
-                f"[surreal] {spec.name} stopped on a signal (a preemption or drain) with its state saved; "
+                f"[surreal] {child.spec.name} stopped on a signal (a preemption or drain) with its state saved; "
                 "started again at once, not counted as a failure"
             )
-            return
-        if code == 0 and spec.restart != "always":
-            child.done = True
-            return
-        if spec.restart == "never" or child.restarts >= spec.max_restarts:
-            child.done = True
-            self.failed = self.failed or spec.name
-            self._show_exit(child, f"gave up after {child.restarts} restart(s)")
-            return
-        child.restarts += 1
-        child.restart_at = now + child.backoff_s
-        self._show_exit(child, f"restart {child.restarts}/{spec.max_restarts} in {child.backoff_s:g} s")
-        child.backoff_s = min(child.backoff_s * 2, BACKOFF_MAX_S)
+        elif exit.counted or exit.failed:
+            self._show_exit(child, exit.why)
 
     def _show_exit(self, child: _Child, action: str) -> None:
         assert child.returncode is not None
@@ -281,7 +311,7 @@ class Supervisor:
         return child.returncode if child.done else None
 
     def restarts(self) -> dict[str, int]:
-        return {name: child.restarts for name, child in self._children.items()}
+        return {name: child.policy.restarts for name, child in self._children.items()}
 
     def alive_pids(self) -> list[int]:
         return [c.proc.pid for c in self._children.values() if c.proc is not None and c.proc.poll() is None]

@@ -200,8 +200,17 @@ def run_sweep(overrides: Sequence[str], jobs: int = 1) -> int:
         f"{jobs} at a time, in {sweep_dir}",
         flush=True,
     )
-    plan = [(m, [*m.overrides, f"name={m.name}"]) for m in members]
+    plan = [(m, [*in_sweep_folder(m.overrides, sweep_dir.name), f"name={m.name}"]) for m in members]
     return drive(sweep_dir, lock, plan, jobs)
+
+
+def in_sweep_folder(overrides: Sequence[str], sweep: str) -> list[str]:
+    """A member's overrides with `run_uri=X` made `run_uri=X/<sweep>`: its run folder is mirrored at
+    X/<sweep>/<member>, as it lies in runs/<sweep>/<member>, so two sweeps' members of one name never meet."""
+    return [
+        f"run_uri={item.partition('=')[2].rstrip('/')}/{sweep}" if item.partition("=")[0].strip() == "run_uri" else item
+        for item in overrides
+    ]
 
 
 def resume_sweep(where: str | os.PathLike[str], overrides: Sequence[str], jobs: int = 1) -> int:
@@ -226,7 +235,9 @@ def resume_sweep(where: str | os.PathLike[str], overrides: Sequence[str], jobs: 
         if (run_dir / "config.yaml").is_file():
             plan.append((member, ["--resume", str(run_dir), *overrides]))
         else:
-            plan.append((member, [*member.overrides, *overrides, f"name={member.name}"]))
+            plan.append(
+                (member, [*in_sweep_folder(member.overrides, sweep_dir.name), *overrides, f"name={member.name}"])
+            )
     print(
         f"[surreal] sweep {sweep_dir.name}: resuming {len(plan)} of {len(members)} member(s), {jobs} at a time",
         flush=True,

@@ -23,7 +23,9 @@ before use. The header (format version 1) has exactly these keys:
     action_space             where infinite) or {"type": "discrete", "n", "start"}
     action_head              how actions come out: {"type": "box", "squash": "none"|"tanh", "clip": bool}; a
                              categorical head would be {"type": "discrete", "select": "argmax"}
-    network                  {"kind", "hidden_sizes", "activation", "parameters", "tensors": {name: shape}}
+    network                  {"kind", "hidden_sizes", "activation", "parameters", "tensors": {name: shape}}; a
+                             recurrent PPO policy's kind is "lstm" or "gru", with "rnn_hidden_size" and the per-env
+                             "state_shape" [L, H] its `act` keeps (hidden_sizes: the heads' MLPs on the cell's output)
     normalizer               null, or {"tensors": {"mean", "var", "count"}, "clip", "epsilon", "count"}: observations
                              enter the network as clip((obs - mean) / sqrt(var + epsilon), -clip, clip)
     parameter_version,       the blob's version, the env steps and updates behind it (updates null where the

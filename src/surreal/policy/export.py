@@ -9,7 +9,11 @@ squashing or clipping folded in: the module `Policy.module()` returns (algos/inf
                   runtime. The input and output names and shapes are also in the model's metadata_props.
     TorchScript   torch.jit.trace of the module; `torch.jit.load(path)` in Python or LibTorch in C++.
 
-Beside the file, `<file>.json` records the names, shapes and dtypes of the input and output, the algorithm, the
+A recurrent policy's file (PPO with `algo.recurrent`) takes and returns its state as well: inputs `obs` and `state`
+[batch, *state_shape], outputs `actions` and `next_state`; feed each step's `next_state` to the next step and zeros
+at an episode's start (an env's row, when its episode ends).
+
+Beside the file, `<file>.json` records the names, shapes and dtypes of the inputs and outputs, the algorithm, the
 env and the policy it came from. Needs the `export` extra for ONNX (onnx, onnxscript; onnxruntime to run it).
 """
 
@@ -28,6 +32,7 @@ from surreal.policy.load import Policy
 
 FORMATS = {"onnx": ".onnx", "torchscript": ".pt"}
 INPUT_NAME, OUTPUT_NAME = "obs", "actions"
+STATE_INPUT_NAME, STATE_OUTPUT_NAME = "state", "next_state"  # a recurrent policy's
 
 
 class ExportError(RuntimeError):
@@ -47,15 +52,37 @@ def _float32_module(policy: Policy) -> Any:
         def forward(self, obs: torch.Tensor) -> torch.Tensor:
             return self.inner(obs).float()
 
-    return Float32Actions(policy.module()).eval()
+    class Float32RecurrentActions(Float32Actions):
+        """The same for a recurrent policy: (obs, state) in, (actions, next state) out."""
+
+        def forward(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+            actions, next_state = self.inner(obs, state)
+            return actions.float(), next_state
+
+    wrapper = Float32Actions if policy.state_shape is None else Float32RecurrentActions
+    return wrapper(policy.module()).eval()
 
 
 def signature(policy: Policy) -> dict[str, Any]:
-    """The exported file's input and output: names, shapes ("batch" for the dynamic dimension), dtypes."""
-    return {
+    """The exported file's input and output (and a recurrent policy's state in and out): names, shapes ("batch" for
+    the dynamic dimension), dtypes."""
+    out = {
         "input": {"name": INPUT_NAME, "shape": ["batch", *policy.observation_space.shape], "dtype": "float32"},
         "output": {"name": OUTPUT_NAME, "shape": ["batch", *policy.action_space.shape], "dtype": "float32"},
     }
+    if policy.state_shape is not None:
+        shape = ["batch", *policy.state_shape]
+        out["state_input"] = {"name": STATE_INPUT_NAME, "shape": shape, "dtype": "float32", "initial": "zeros"}
+        out["state_output"] = {"name": STATE_OUTPUT_NAME, "shape": shape, "dtype": "float32"}
+    return out
+
+
+def _examples(policy: Policy) -> tuple[Any, ...]:
+    """What the exporters trace the module with: a batch of 2 observations (and states)."""
+    import torch
+
+    obs = torch.zeros((2, *policy.observation_space.shape), dtype=torch.float32)
+    return (obs,) if policy.state_shape is None else (obs, torch.zeros((2, *policy.state_shape)))
 
 
 def sidecar(policy: Policy, fmt: str) -> dict[str, Any]:
@@ -102,8 +129,11 @@ def _export_onnx(policy: Policy, path: Path, info: dict[str, Any]) -> None:
         import onnxscript  # noqa: F401  # torch.onnx's exporter needs it: say so here rather than mid-export
     except ImportError as exc:
         raise ExportError(f"ONNX export needs the export extra: pip install 'surreal-rl[export]' ({exc})") from None
-    example = torch.zeros((2, *policy.observation_space.shape), dtype=torch.float32)
+    examples = _examples(policy)
+    recurrent = len(examples) == 2
     batch = torch.export.Dim("batch")
+    inputs = [INPUT_NAME, STATE_INPUT_NAME] if recurrent else [INPUT_NAME]
+    outputs = [OUTPUT_NAME, STATE_OUTPUT_NAME] if recurrent else [OUTPUT_NAME]
     exporter_log = logging.getLogger("torch.onnx")  # notes on torchvision ops this policy never uses
     level = exporter_log.level
     exporter_log.setLevel(logging.ERROR)
@@ -112,10 +142,10 @@ def _export_onnx(policy: Policy, path: Path, info: dict[str, Any]) -> None:
             warnings.simplefilter("ignore")
             program = torch.onnx.export(
                 _float32_module(policy),
-                (example,),
-                input_names=[INPUT_NAME],
-                output_names=[OUTPUT_NAME],
-                dynamic_shapes={INPUT_NAME: {0: batch}},
+                examples,
+                input_names=inputs,
+                output_names=outputs,
+                dynamic_shapes={"obs": {0: batch}, **({"state": {0: batch}} if recurrent else {})},
                 dynamo=True,
                 verbose=False,
             )
@@ -137,10 +167,10 @@ def _export_onnx(policy: Policy, path: Path, info: dict[str, Any]) -> None:
 def _export_torchscript(policy: Policy, path: Path) -> None:
     import torch
 
-    example = torch.zeros((2, *policy.observation_space.shape), dtype=torch.float32)
+    examples = _examples(policy)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # torch.jit.trace's deprecation notice: TorchScript is what was asked for
-        traced = torch.jit.trace(_float32_module(policy), example, check_trace=False)
+        traced = torch.jit.trace(_float32_module(policy), examples, check_trace=False)
     tmp = path.with_name(f".{path.name}.tmp")
     torch.jit.save(traced, str(tmp))
     tmp.replace(path)

@@ -6,11 +6,14 @@ checkpoint.
     obs, reward, terminated, truncated, info = env.step(policy.act(obs))
 
 `Policy.act` takes one observation or a batch (NumPy in, NumPy out); the observation normalizer and the action
-squashing or clipping are inside. Deterministic actions come from the algorithm's own network as one torch
-module traced once at load (TorchScript runs a small MLP for about what one eager module call costs, while the
-normalizer and clip as separate eager calls would double it: bench/policy_act.py); ES's come from its NumPy
-forward. Either way they are, bit for bit on the CPU, the actions the learner's final evaluation took.
-`deterministic=False` samples as the algorithm's actors do (its own seeded generator).
+squashing or clipping are inside. A recurrent policy (PPO with `algo.recurrent`) remembers the episode so far of each
+env of the batch it acts for: call `policy.reset()` before a new batch of episodes and `policy.reset(done)` with the
+envs whose episode ended (`surreal.runtime.rollout.evaluate` does); `act` refuses a batch of another size until then.
+Deterministic actions come from the algorithm's own network as one torch module traced once at load (TorchScript
+runs a small MLP for about what one eager module call costs, while the normalizer and clip as separate eager calls
+would double it: bench/policy_act.py); ES's come from its NumPy forward. Either way they are, bit for bit on the
+CPU, the actions the learner's final evaluation took. `deterministic=False` samples as the algorithm's actors do (its
+own seeded generator).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import re
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -33,8 +36,20 @@ from surreal.policy.artifact import (
     read_policy_file,
 )
 from surreal.policy.build import ArtifactPolicy, rebuild
+from surreal.runstore import is_uri
 
 CHECKPOINT = re.compile(r"^ckpt-\d{10}\.pt$")
+
+
+class RecurrentPolicy(Protocol):
+    """What a recurrent algorithm's policy adds (algos/ppo.py `PPOPolicy` with `algo.recurrent`): the state of the
+    envs it acts for, built on demand, and its reset."""
+
+    state: Any  # torch.Tensor [B, *state_shape], or None before the first act
+
+    def state_for(self, batch: int) -> Any: ...
+
+    def reset(self, done: np.ndarray | None = None) -> None: ...
 
 
 class PolicyError(ArtifactError):
@@ -56,11 +71,13 @@ class Policy:
         self.env_kwargs: dict[str, Any] = dict(header["env"]["kwargs"])
         self._policy = policy
         self._obs_shape = tuple(self.observation_space.shape)
-        self._forward = self._deterministic_forward(policy, self._obs_shape)
+        # A recurrent policy's per-env state shape (L, H), which it keeps itself; None: actions depend on obs alone.
+        self.state_shape: tuple[int, ...] | None = getattr(policy, "state_shape", None)
+        self._forward = self._deterministic_forward(policy, self._obs_shape, self.state_shape)
 
     @staticmethod
     def _deterministic_forward(
-        policy: ArtifactPolicy, obs_shape: tuple[int, ...]
+        policy: ArtifactPolicy, obs_shape: tuple[int, ...], state_shape: tuple[int, ...] | None
     ) -> Callable[[np.ndarray], np.ndarray]:
         if getattr(policy, "numpy_forward", False):
             return policy.act_deterministic
@@ -68,16 +85,25 @@ class Policy:
 
         module = policy.inference_module().requires_grad_(False)
         example = torch.zeros((2, *obs_shape), dtype=torch.float64)
+        inputs = example if state_shape is None else (example, torch.zeros((2, *state_shape)))
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")  # torch.jit.trace's deprecation notice: the traced graph is what we want
-            traced = torch.jit.trace(module, example, check_trace=False)
+            traced = torch.jit.trace(module, inputs, check_trace=False)
 
         def forward(obs: np.ndarray) -> np.ndarray:
             # No torch.no_grad() per call (a context costs about as much as a Linear layer here): the module's
             # weights require no gradient and neither does an input made from NumPy, so no graph is recorded.
             return traced(torch.from_numpy(obs)).numpy()
 
-        return forward
+        if state_shape is None:
+            return forward
+        recurrent = cast("RecurrentPolicy", policy)
+
+        def recurrent_forward(obs: np.ndarray) -> np.ndarray:
+            actions, recurrent.state = traced(torch.from_numpy(obs), recurrent.state_for(len(obs)))
+            return actions.numpy()
+
+        return recurrent_forward
 
     def act(self, obs: Any, deterministic: bool = True) -> np.ndarray:
         """Actions for one observation (shape = the observation space's) or a batch ([B, *shape])."""
@@ -92,12 +118,20 @@ class Policy:
         """A batch's deterministic actions (what `surreal.runtime.rollout.evaluate` calls)."""
         return self.act(obs, deterministic=True)
 
+    def reset(self, done: Any = None) -> None:
+        """A recurrent policy forgets the episode so far: of the envs flagged in `done` (a bool per env of the
+        batch it acts for), or of all (None: the next `act` may take a batch of any size). Others keep nothing."""
+        if self.state_shape is not None:
+            cast("RecurrentPolicy", self._policy).reset(None if done is None else np.asarray(done, bool).reshape(-1))
+
     def stochastic(self) -> _Stochastic:
         """This policy acting by sampling, for code that calls `act_deterministic` (`surreal eval --stochastic`)."""
         return _Stochastic(self)
 
     def module(self) -> Any:
-        """The deterministic policy as an eager torch module: float observations [B, *shape] in, actions out."""
+        """The deterministic policy as an eager torch module: float observations [B, *shape] in, actions out; a
+        recurrent policy's takes and returns its state as well: (obs, state [B, *state_shape]) -> (actions, state),
+        the state zeros at an episode's start."""
         return self._policy.inference_module()
 
     def __repr__(self) -> str:
@@ -113,6 +147,9 @@ class _Stochastic:
 
     def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
         return self.policy.act(obs, deterministic=False)
+
+    def reset(self, done: np.ndarray | None = None) -> None:
+        self.policy.reset(done)
 
 
 def reason(exc: BaseException) -> str:
@@ -145,12 +182,30 @@ def resolve(path: str | Path) -> Path:
     )
 
 
+def fetch(uri: str) -> Path:
+    """The local, checked copy (surreal/runstore.py `cached_run`) of what a bucket path names in a run folder mirrored
+    there: its policy files and config, and its checkpoints only when it has no policy file or one is named."""
+    from surreal.runstore import StorageError, cached_run
+
+    try:
+        local, rest = cached_run(uri, only=["config.yaml", f"{POLICY_DIR}/"])
+        named = [rest, f"{rest}/"] if rest and not rest.startswith(f"{POLICY_DIR}/") else []  # a checkpoint
+        if named or not (local / POLICY_DIR / FILE_NAME).is_file():
+            cached_run(uri, only=named or ["checkpoints/"])
+    except StorageError as exc:
+        raise PolicyError(str(exc)) from None
+    except Exception as exc:  # the backend's own (network, credentials): one line
+        raise PolicyError(f"{uri}: {reason(exc)}") from None
+    return local / rest if rest else local
+
+
 def load_policy(path: str | Path) -> Policy:
     """The policy at `path`: a run folder (its latest policy: the final one once training ended), a policy folder
     (`runs/x/policy`, `runs/x/policy/best`), a policy file, or a learner checkpoint (`runs/x/checkpoints/ckpt-*.pt`,
-    read with its run folder's config.yaml). PolicyError (a ValueError), one line, when it is none of these or
-    the file is damaged; nothing in the file is ever executed."""
-    file = resolve(path)
+    read with its run folder's config.yaml); each also as a bucket path into a run folder mirrored there
+    (`s3://bucket/runs/x`, `gs://...`, `az://...`), read from a checked local copy. PolicyError (a ValueError), one
+    line, when it is none of these or the file is damaged; nothing in the file is ever executed."""
+    file = resolve(fetch(str(path)) if is_uri(str(path)) else path)
     if CHECKPOINT.match(file.name):
         header, tensors = artifact_from_checkpoint(file)
     else:

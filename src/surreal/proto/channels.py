@@ -116,6 +116,19 @@ def bind_socket(
     return sock
 
 
+def client_socket(
+    ctx: zmq.Context, kind: int, sndhwm: int = 16, rcvhwm: int = 16, immediate: bool = False
+) -> zmq.Socket:
+    """A client's socket, not yet connected: `make_socket`'s options, a CURVE client when `ctx` holds the keys.
+    `immediate`: ZMQ_IMMEDIATE, messages queue only on connections whose handshake completed. For a client that
+    watches its connections (a monitor made before it connects, so that no event is missed); else `connect_socket`."""
+    sock = make_socket(ctx, kind, sndhwm=sndhwm, rcvhwm=rcvhwm)
+    if immediate:
+        sock.setsockopt(zmq.IMMEDIATE, 1)
+    secure_client(ctx, sock)
+    return sock
+
+
 def connect_socket(
     ctx: zmq.Context,
     kind: int,
@@ -124,12 +137,8 @@ def connect_socket(
     rcvhwm: int = 16,
     immediate: bool = False,
 ) -> zmq.Socket:
-    """A client's socket: `make_socket`'s options, a CURVE client when `ctx` holds the keys, connected to every
-    address. `immediate`: ZMQ_IMMEDIATE, messages queue only on connections whose handshake completed."""
-    sock = make_socket(ctx, kind, sndhwm=sndhwm, rcvhwm=rcvhwm)
-    if immediate:
-        sock.setsockopt(zmq.IMMEDIATE, 1)
-    secure_client(ctx, sock)
+    """`client_socket` connected to every address."""
+    sock = client_socket(ctx, kind, sndhwm=sndhwm, rcvhwm=rcvhwm, immediate=immediate)
     for address in addresses:
         sock.connect(address)
     return sock
@@ -184,11 +193,56 @@ class ExperienceSender:
 
 
 @dataclass
-class _Shard:
-    sock: zmq.Socket
+class ShardRequests:
+    """The sample requests a learner keeps out at one shard, without the socket (the simulator keeps the same
+    books): `prefetch` deep, and all presumed lost once the shard answered nothing for `lost_after_s` while some
+    were out (it restarted with them), so they are asked again."""
+
+    prefetch: int
+    lost_after_s: float
     inflight: int = 0
     last_sent: float = 0.0
     last_reply: float = 0.0
+
+    def wanted(self, now: float) -> int:
+        """How many requests to send now."""
+        if self.inflight and now - max(self.last_reply, self.last_sent) > self.lost_after_s:
+            self.inflight = 0  # the shard went away with our requests
+        return self.prefetch - self.inflight
+
+    def sent(self, now: float) -> None:
+        self.inflight += 1
+        self.last_sent = now
+
+    def replied(self, now: float) -> None:
+        self.inflight = max(self.inflight - 1, 0)
+        self.last_reply = now
+
+    def disconnected(self) -> None:
+        """The connection to the shard broke: the requests out went with it (a restarted shard holds none)."""
+        self.inflight = 0
+
+
+def reply_with_data(
+    message: Message,
+    shard: int,
+    on_error: ErrorSink,
+    max_steps_per_unit: int | None = None,
+    layout: ReplyLayout | None = None,
+) -> SampleReply | None:
+    """A shard's reply as the learner takes it: decoded and checked (`decode_sample_reply`, the hop's one check),
+    malformed and error replies counted by reason and dropped, empty ones (progress only) and FIFO replies left
+    with no chunk skipped; None for all of those."""
+    try:
+        reply = decode_sample_reply(message, shard, max_steps_per_unit, layout)
+    except ProtocolError as exc:
+        on_error(exc.reason)
+        return None
+    if isinstance(reply, FifoReply):
+        for reason in reply.refused:  # chunks left out of a reply whose others are kept
+            on_error(reason)
+        return reply if reply.chunks else None
+    return None if isinstance(reply, EmptyReply) else reply
 
 
 class SampleClient:
@@ -197,8 +251,10 @@ class SampleClient:
 
     A replay answers every request within its defer window (with data, or empty), so a shard that has
     answered nothing for `lost_after_s` while requests were out is presumed restarted: its in-flight
-    count is reset and the requests re-issued. Replies are data whatever request they answer, so a late
-    reply is used, never dropped."""
+    count is reset and the requests re-issued (`ShardRequests`); a connection that breaks (the shard's process
+    ended, seen by a monitor socket) does that at once, so a restarted shard is asked again as soon as it is back,
+    not after `lost_after_s` in which its chunks go stale. Replies are data whatever request they answer, so a
+    late reply is used, never dropped."""
 
     def __init__(
         self,
@@ -219,69 +275,77 @@ class SampleClient:
         self.max_steps_per_unit = max_steps_per_unit
         self.layout = layout
         self.limits = accepting(limits, SAMPLE_REPLIES)
-        self.prefetch = prefetch
-        self.lost_after_s = lost_after_s
-        self._shards = []
-        for address in addresses:
-            self._shards.append(_Shard(connect_socket(ctx, zmq.DEALER, [address], immediate=True)))
+        self._shards: list[tuple[zmq.Socket, ShardRequests]] = []
+        self._monitors: dict[zmq.Socket, ShardRequests] = {}
         self.poller = zmq.Poller()
-        for shard in self._shards:
-            self.poller.register(shard.sock, zmq.POLLIN)
+        for address in addresses:
+            sock = client_socket(ctx, zmq.DEALER, immediate=True)
+            books = ShardRequests(prefetch, lost_after_s)
+            monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            self._monitors[monitor] = books
+            self.poller.register(monitor, zmq.POLLIN)
+            sock.connect(address)
+            self._shards.append((sock, books))
+            self.poller.register(sock, zmq.POLLIN)
         self.on_error = on_error
 
     @property
     def shards(self) -> int:
         return len(self._shards)
 
+    @property
+    def outstanding(self) -> int:
+        """Requests sent and not answered yet (none once presumed lost)."""
+        return sum(books.inflight for _, books in self._shards)
+
     def _top_up(self, batch_size: int) -> None:
         now = time.monotonic()
         request = frames_of(SampleRequest(int(batch_size), self.ready_at).to_message())
-        for shard in self._shards:
-            if shard.inflight and now - max(shard.last_reply, shard.last_sent) > self.lost_after_s:
-                shard.inflight = 0  # the shard went away with our requests
-            while shard.inflight < self.prefetch:
-                if not send(shard.sock, request, 0.0):
+        for sock, books in self._shards:
+            for _ in range(books.wanted(now)):
+                if not send(sock, request, 0.0):
                     break  # shard not connected right now; try again on the next call
-                shard.inflight += 1
-                shard.last_sent = now
+                books.sent(now)
 
-    def next(self, batch_size: int, timeout_s: float) -> SampleReply | None:
-        """The next reply holding data from any shard, or None after `timeout_s`. Empty replies (a shard
-        with nothing to give) are skipped; malformed ones and error replies counted and dropped."""
+    def next(self, batch_size: int, timeout_s: float, ask: bool = True) -> SampleReply | None:
+        """The next reply holding data from any shard, or None after `timeout_s` (`reply_with_data` says what is
+        skipped). `ask`: keep every shard `prefetch` requests deep first (a draining learner asks no more)."""
         deadline = time.monotonic() + timeout_s
         while True:
-            self._top_up(batch_size)
+            if ask:
+                self._top_up(batch_size)
             remaining = deadline - time.monotonic()
             ready = dict(self.poller.poll(math.ceil(remaining * 1000) if remaining > 0 else 0))
-            for index, shard in enumerate(self._shards):
-                if shard.sock not in ready:
+            for monitor, books in self._monitors.items():
+                if monitor in ready:
+                    monitor.recv_multipart()  # the one event it reports: a disconnect
+                    books.disconnected()
+            for index, (sock, books) in enumerate(self._shards):
+                if sock not in ready:
                     continue
-                frames = shard.sock.recv_multipart(copy=False)
-                shard.inflight = max(shard.inflight - 1, 0)
-                shard.last_reply = time.monotonic()
+                frames = sock.recv_multipart(copy=False)
+                books.replied(time.monotonic())
                 try:
                     message = decode(frames, self.limits)
-                    reply = decode_sample_reply(message, index, self.max_steps_per_unit, self.layout)
                 except ProtocolError as exc:
                     self.on_error(exc.reason)
                     continue
-                if isinstance(reply, FifoReply):
-                    for reason in reply.refused:  # chunks left out of a reply whose others are kept
-                        self.on_error(reason)
-                    if not reply.chunks:
-                        continue
-                if not isinstance(reply, EmptyReply):
+                reply = reply_with_data(message, index, self.on_error, self.max_steps_per_unit, self.layout)
+                if reply is not None:
                     return reply
             if time.monotonic() >= deadline:
                 return None
 
     def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None:
         """Fire-and-forget: new priorities for slots of `shard` (lost if its socket stays full for 1 s)."""
-        send(self._shards[shard].sock, frames_of(PriorityUpdate(slots, ids, priorities).to_message()), 1.0)
+        send(self._shards[shard][0], frames_of(PriorityUpdate(slots, ids, priorities).to_message()), 1.0)
 
     def close(self) -> None:
-        for shard in self._shards:
-            shard.sock.close(0)
+        for sock, _ in self._shards:
+            sock.disable_monitor()
+            sock.close(0)
+        for monitor in self._monitors:
+            monitor.close(0)
 
 
 class BackgroundBatches:
@@ -298,6 +362,8 @@ class BackgroundBatches:
         self._replies: queue.Queue[SampleReply] = queue.Queue(maxsize=depth)
         self._priorities: queue.SimpleQueue[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = queue.SimpleQueue()
         self._stop = threading.Event()
+        self._draining = threading.Event()  # ask no more; the thread sets `_drained` once nothing is out
+        self._drained = threading.Event()
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, args=(make_port,), name="batches-in", daemon=True)
         self._thread.start()
@@ -314,7 +380,10 @@ class BackgroundBatches:
             while not self._stop.is_set():
                 while not self._priorities.empty():
                     port.send_priorities(*self._priorities.get())
-                reply = port.next(self.batch_size, timeout_s=0.05)
+                draining = self._draining.is_set()
+                reply = port.next(self.batch_size, timeout_s=0.05, ask=not draining)
+                if draining and reply is None and not port.outstanding:
+                    self._drained.set()
                 while reply is not None and not self._stop.is_set():
                     try:
                         self._replies.put(reply, timeout=0.05)
@@ -335,6 +404,21 @@ class BackgroundBatches:
 
     def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None:
         self._priorities.put((shard, slots, ids, priorities))
+
+    def drain(self, timeout_s: float) -> list[SampleReply]:
+        """Ask the shards no more, wait up to `timeout_s` for the replies to the requests still out, and return
+        every reply not taken yet: a stopping learner checkpoints their data instead of losing it."""
+        self._draining.set()
+        deadline = time.monotonic() + timeout_s
+        taken: list[SampleReply] = []
+        while self._thread.is_alive() and time.monotonic() < deadline:
+            if self._drained.wait(0.01) and self._replies.empty():
+                break
+            while not self._replies.empty():
+                taken.append(self._replies.get_nowait())
+        while not self._replies.empty():
+            taken.append(self._replies.get_nowait())
+        return taken
 
     def close(self) -> None:
         self._stop.set()
@@ -419,14 +503,30 @@ class ParamClient:
     `hold_s` has passed, whichever is first (the wait grows by `hold_s`); with `wake_version` as well, only a blob
     of that version or later answers before the hold ends (proto/wire.py `ParamsRequest`). An actor held by flow
     control asks this way, so a thousand waiting actors cost the ps one request each per hold or per version
-    that frees them, not one every few milliseconds; a ps that predates holds answers at once, as before."""
+    that frees them, not one every few milliseconds; a ps that predates holds answers at once, as before. A
+    replica's connection that breaks while a request waits (a monitor socket sees it) may have taken the request
+    with it: it is sent again at once, to the replicas still up, rather than waited for until the timeout."""
 
     def __init__(
         self, ctx: zmq.Context, addresses: Sequence[str], limits: Limits, on_error: ErrorSink = ignore_error
     ) -> None:
         self.limits = accepting(limits, PARAMS_REPLIES)
-        self.sock = connect_socket(ctx, zmq.DEALER, addresses, immediate=True)
+        self.sock = client_socket(ctx, zmq.DEALER, immediate=True)
+        self.monitor = self.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        for address in addresses:
+            self.sock.connect(address)
+        self.poller = zmq.Poller()
+        self.poller.register(self.sock, zmq.POLLIN)
+        self.poller.register(self.monitor, zmq.POLLIN)
         self.on_error = on_error
+
+    def disconnects(self) -> int:
+        """How many replica connections broke since the last call (the monitor's events, taken)."""
+        events = 0
+        while self.monitor.poll(0):
+            self.monitor.recv_multipart()
+            events += 1
+        return events
 
     def fetch(
         self, version: int, incarnation: str, timeout_s: float, hold_s: float = 0.0, wake_version: int = 0
@@ -435,13 +535,16 @@ class ParamClient:
         None when no answer came in time (counted as FETCH_TIMEOUT)."""
         deadline = time.monotonic() + timeout_s + hold_s
         hold_ms = math.ceil(hold_s * 1000) if hold_s > 0 else 0
-        request = ParamsRequest(int(version), incarnation, hold_ms, wake_version)
-        if send(self.sock, frames_of(request.to_message()), timeout_s):
+        request = frames_of(ParamsRequest(int(version), incarnation, hold_ms, wake_version).to_message())
+        self.disconnects()  # those before this request took none of it
+        if send(self.sock, request, timeout_s):
             while (remaining := deadline - time.monotonic()) > 0:
-                frames = recv_frames(self.sock, remaining)
-                if frames is None:
-                    break
-                reply = self.decode(frames)
+                ready = dict(self.poller.poll(math.ceil(remaining * 1000)))
+                if self.monitor in ready and self.disconnects():
+                    send(self.sock, request, 0.0)  # perhaps lost with that replica: asked again of the others
+                if self.sock not in ready:
+                    continue
+                reply = self.decode(self.sock.recv_multipart(copy=False))
                 if reply is not None:
                     return reply
         self.on_error(FETCH_TIMEOUT)
@@ -456,4 +559,6 @@ class ParamClient:
             return None
 
     def close(self) -> None:
+        self.sock.disable_monitor()
+        self.monitor.close(0)
         self.sock.close(0)

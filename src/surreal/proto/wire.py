@@ -68,10 +68,16 @@ MAX_HOLD_MS = 60_000  # the longest a ps holds a parameter request for a newer b
 NO_VERSION = -1  # what an actor that holds no parameters yet runs (and a ps that holds none answers)
 
 
+# A chunk's arrays nested under this key hold one row per env (`[K, ...]`) instead of one per step: what the
+# chunk's K columns start from, such as a recurrent policy's state at its first step (algos/ppo.py). Sent once per
+# chunk rather than once per step, which for an LSTM's state is most of a chunk's bytes.
+PER_ENV = "per_env"
+
+
 @dataclass
 class Chunk:
     """A batch of experience from one actor, plus who made it with what. Arrays are time-major
-    `[T, K, ...]` (docs/architecture.md); ES results use `[1, pairs, ...]`."""
+    `[T, K, ...]` (docs/architecture.md), those under `PER_ENV` `[K, ...]`; ES results use `[1, pairs, ...]`."""
 
     arrays: dict[str, Any]
     version: int
@@ -93,18 +99,28 @@ class Chunk:
         return self.size if self.steps is None else self.steps
 
 
+def is_per_env(name: str) -> bool:
+    """Whether a flat array name (`a/b`) is one of a chunk's `PER_ENV` arrays."""
+    return name.startswith(PER_ENV + "/")
+
+
 def lead_dims(arrays: Arrays) -> tuple[int, int]:
-    """The `[T, K]` every array of a chunk starts with (nested dicts allowed); ValueError otherwise.
+    """The `[T, K]` every array of a chunk starts with (nested dicts allowed; the `PER_ENV` ones start with its
+    `[K]`); ValueError otherwise.
 
     Two arrays with the same T*K but different [T, K] would be paired up transition by transition in the
     wrong order, so the leading dims must agree exactly."""
     leaves = flatten(arrays)
-    if not leaves:
-        raise ValueError("chunk has no arrays")
-    lead = leaves[0][1].shape[:2]
-    for name, array in leaves:
+    steps = [(name, array) for name, array in leaves if not is_per_env(name)]
+    if not steps:
+        raise ValueError("chunk has no arrays" if not leaves else "chunk has only per-env arrays")
+    lead = steps[0][1].shape[:2]
+    for name, array in steps:
         if array.ndim < 2 or array.shape[:2] != lead:
             raise ValueError(f"{name}: shape {array.shape} does not start with the chunk's [T, K] = {lead}")
+    for name, array in leaves:
+        if is_per_env(name) and (array.ndim < 1 or array.shape[:1] != lead[1:]):
+            raise ValueError(f"{name}: shape {array.shape} does not start with the chunk's K = {lead[1]}")
     return int(lead[0]), int(lead[1])
 
 
@@ -320,8 +336,9 @@ SLOTS, IDS, WEIGHTS = SAMPLE_ARRAYS  # their names; a uniform shard leaves out W
 
 @dataclass(frozen=True)
 class Field:
-    """One array of an algorithm's experience, per unit (a chunk's [T, K] cell, one stored transition): its dtype,
-    its shape, and for an integer field the values it may take (inclusive; None: any its dtype holds)."""
+    """One array of an algorithm's experience, per unit (a chunk's [T, K] cell, one stored transition; for a chunk's
+    `PER_ENV` fields, one of its K columns): its dtype, its shape, and for an integer field the values it may take
+    (inclusive; None: any its dtype holds)."""
 
     dtype: np.dtype
     shape: tuple[int, ...] = ()
@@ -347,15 +364,16 @@ class ReplyLayout:
 
 
 def check_fields(leaves: Mapping[str, np.ndarray], fields: Fields, lead: int, reason: str) -> None:
-    """`leaves` (flat names) are exactly `fields`: each of its dtype, of its shape after `lead` leading dims, and
-    within its bounds. Raises `ProtocolError(reason)`."""
+    """`leaves` (flat names) are exactly `fields`: each of its dtype, of its shape after `lead` leading dims (a
+    chunk's `PER_ENV` arrays: one fewer, they have no T), and within its bounds. Raises `ProtocolError(reason)`."""
     if leaves.keys() != fields.keys():
         missing, extra = sorted(fields.keys() - leaves.keys()), sorted(leaves.keys() - fields.keys())
         raise ProtocolError(reason, f"fields missing {missing[:4]}, unexpected {extra[:4]}")
     for name, spec in fields.items():
         array = leaves[name]
-        if array.dtype != spec.dtype or array.shape[lead:] != spec.shape:
-            raise ProtocolError(reason, f"{name}: {array.dtype}{array.shape[lead:]}, not {spec.dtype}{spec.shape}")
+        skip = lead - 1 if is_per_env(name) else lead
+        if array.dtype != spec.dtype or array.shape[skip:] != spec.shape:
+            raise ProtocolError(reason, f"{name}: {array.dtype}{array.shape[skip:]}, not {spec.dtype}{spec.shape}")
         if array.size and (
             (spec.low is not None and array.min() < spec.low) or (spec.high is not None and array.max() > spec.high)
         ):

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from surreal.proto.codec import Limits, ProtocolError, flatten, header_cost, unflatten
-from surreal.proto.wire import IDS, SAMPLE_ARRAYS, SLOTS, WEIGHTS, lead_dims
+from surreal.proto.wire import IDS, PER_ENV, SAMPLE_ARRAYS, SLOTS, WEIGHTS, lead_dims
 from surreal.replay.sumtree import SumTree
 
 MAX_PRIORITY = 1e6  # |TD error| above this counts as this (priorities are finite: anything else is refused)
@@ -34,7 +34,10 @@ DEFAULT_REPLY = Limits()  # a receiver with the protocol's default limits
 
 def flatten_time_major(arrays: dict[str, Any]) -> dict[str, np.ndarray]:
     """A chunk's [T, K, ...] arrays (nested dicts allowed) -> [T*K, ...] transitions keyed by a/b paths
-    (the codec's names), every array sharing the chunk's leading [T, K] (`lead_dims`)."""
+    (the codec's names), every array sharing the chunk's leading [T, K] (`lead_dims`). A chunk with `PER_ENV`
+    arrays (a recurrent policy's, whose steps only make sense in sequence) is no set of transitions: ValueError."""
+    if PER_ENV in arrays:
+        raise ValueError(f"a chunk with {PER_ENV} arrays is learned from whole, not as separate transitions")
     t, k = lead_dims(arrays)
     return {name: array.reshape(t * k, *array.shape[2:]) for name, array in flatten(arrays)}
 

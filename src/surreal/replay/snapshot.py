@@ -182,10 +182,17 @@ class SnapshotStore:
     under another identity is foreign and never restored.
     """
 
-    def __init__(self, directory: Path, identity: dict[str, Any], keep: int = KEEP) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        identity: dict[str, Any],
+        keep: int = KEEP,
+        on_change: Callable[[], object] | None = None,
+    ) -> None:
+        """`on_change`: called after each save and clear, on the thread that did it (a mirror to a bucket)."""
         if keep < 1:
             raise ValueError("keep must be >= 1")
-        self.directory, self.keep = Path(directory), keep
+        self.directory, self.keep, self.on_change = Path(directory), keep, on_change
         self.identity = json.loads(json.dumps(identity, default=str))  # as a header holds it: equal compares equal
         self.directory.mkdir(parents=True, exist_ok=True)
         for partial in self.directory.glob(".replay-*.snap.tmp"):  # a write cut short by a crash
@@ -209,6 +216,8 @@ class SnapshotStore:
             raise
         for old in self.paths()[: -self.keep]:
             old.unlink(missing_ok=True)
+        if self.on_change is not None:
+            self.on_change()
         return path, size
 
     def restore(self, apply: Callable[[ShardState], object], log: logging.Logger) -> Path | None:
@@ -232,6 +241,8 @@ class SnapshotStore:
         """Remove every snapshot (a FIFO's, once restored: its chunks are served once)."""
         for path in self.paths():
             path.unlink(missing_ok=True)
+        if self.on_change is not None:
+            self.on_change()
 
 
 # -- when, and on which thread --------------------------------------------------------------------------
@@ -263,18 +274,45 @@ def lower_thread_priority(nice: int = WRITER_NICE) -> None:
             os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
 
 
+@dataclass
+class SnapshotSchedule:
+    """When a shard takes a snapshot, without a clock or a disk (the simulator's shards keep the same one): every
+    `interval_s` (0: never periodically; a FIFO never, module docstring) and when it stops, each time only if its
+    contents changed since the last (`change_token`)."""
+
+    interval_s: float
+    due: float
+    token: tuple[int, ...]  # what the newest snapshot holds (a restored shard's: what it read)
+
+    @classmethod
+    def of(cls, replay: Replay, interval_s: float, now: float) -> SnapshotSchedule:
+        interval_s = 0.0 if isinstance(replay, FifoReplay) else interval_s
+        return cls(interval_s, now + interval_s, change_token(replay))
+
+    def periodic(self, now: float) -> bool:
+        """Whether a periodic snapshot is due at `now` (the next is then one interval away)."""
+        if self.interval_s <= 0 or now < self.due:
+            return False
+        self.due = now + self.interval_s
+        return True
+
+    def changed(self, replay: Replay) -> tuple[int, ...] | None:
+        """The change token to take a snapshot under, or None when nothing changed since the last."""
+        token = change_token(replay)
+        return None if token == self.token else token
+
+
 class Snapshots:
-    """Snapshots of one shard's replay: `tick` from the shard's loop (periodic ones, when `interval_s` > 0),
+    """Snapshots of one shard's replay on disk, as `SnapshotSchedule` says: `tick` from the shard's loop,
     `final` on the way out (SIGTERM). One at a time; the write runs on a thread of its own, at a lower
     priority than the loop (`lower_thread_priority`)."""
 
     def __init__(self, store: SnapshotStore, replay: Replay, interval_s: float, log: logging.Logger) -> None:
-        self.store, self.replay, self.interval_s, self.log = store, replay, interval_s, log
+        self.store, self.replay, self.log = store, replay, log
         self.executor = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="replay-snapshot", initializer=lower_thread_priority
         )
-        self.due = time.monotonic() + interval_s
-        self.token = change_token(replay)  # what the newest snapshot holds (a restored shard's: what it read)
+        self.schedule = SnapshotSchedule.of(replay, interval_s, time.monotonic())
         self.guard = GUARD_ROWS
         self.writing: Future[tuple[Path, int]] | None = None
         self.started = 0.0
@@ -286,8 +324,7 @@ class Snapshots:
         Returns the snapshot just written, if one was."""
         if self.writing is not None:
             return self._collect() if self.writing.done() else None
-        if self.interval_s > 0 and now >= self.due:
-            self.due = now + self.interval_s
+        if self.schedule.periodic(now):
             self._begin()
         return None
 
@@ -305,15 +342,15 @@ class Snapshots:
     def _begin(self, inline: bool = False) -> bool:
         """Capture on the loop and hand the write to the thread (`inline`: write it on the caller's, at the
         loop's priority: the last one, which the shard waits for anyway); False if there is nothing new."""
-        token = change_token(self.replay)
-        if token == self.token:
+        token = self.schedule.changed(self.replay)
+        if token is None:
             return False
         self.started = time.perf_counter()
         captured = capture(self.replay, self.guard)
         if captured is None:
             return False
         self.pause_s = time.perf_counter() - self.started
-        self.token, self.transitions = token, captured.transitions
+        self.schedule.token, self.transitions = token, captured.transitions
         if inline:
             self.writing = Future()
             try:
@@ -330,11 +367,11 @@ class Snapshots:
         try:
             path, nbytes = future.result()
         except Overrun as exc:  # ingest outran the guard band: try again at once with one twice as large
-            self.token, self.due, self.guard = (), 0.0, 2 * self.guard
+            self.schedule.token, self.schedule.due, self.guard = (), 0.0, 2 * self.guard
             self.log.info("replay snapshot abandoned (%s): trying again with a guard of %d rows", exc, self.guard)
             return None
         except OSError as exc:  # a full or failing disk: the shard keeps serving, the next snapshot tries again
-            self.token = ()
+            self.schedule.token = ()
             self.log.warning("replay snapshot failed: %s", exc)
             return None
         return Written(path, self.transitions, nbytes, self.pause_s, time.perf_counter() - self.started)

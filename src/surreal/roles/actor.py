@@ -2,26 +2,28 @@
 
     ps ──params──► policy ──► K envs ──chunk (tagged with the param version)──► replay shards
 
-`ActorCore` is that loop without sockets (serial mode and the tests drive it on in-process ports); `main` is
-the process shell: settings, sockets, /metrics, signals. Stateless: everything an actor holds is rebuilt
-from the ps on start, so a killed actor is simply started again. On SIGTERM (a spot node's preemption
-notice, `kubectl delete pod`) it finishes the chunk it is stepping, gives a chunk that backpressure refused
-one more try, lets its queued chunks reach the replay for up to `FLUSH_S` and exits: a chunk's steps plus
-about 3 s, well inside the chart's grace period. Backpressure blocks it (a full or
-unreachable replay stops the stepping rather than growing a queue), and the flow-control rule of the
-algorithm's regime (runtime/regimes/) holds it to what the learner can use; while held, it asks the ps with a
-long poll for the version that frees it (the throttle's `wait`: the ps answers when that blob arrives or the
-hold ends), so a thousand waiting actors neither flood the ps nor each download every version.
+`ActorCore` is the actor's decisions without a socket, a clock, an env or a policy: what to do next (`next_action`:
+collect a chunk, send it, ask the ps, or finish) and what follows each outcome (a chunk collected, sent or refused, a
+reply or none). `Actor` drives it synchronously with K envs, the policy and the ports (the process shell `main`,
+serial mode and the tests); bench/fleet_actors.py and the simulator (surreal/sim/) drive the same core event by
+event. Stateless: everything an actor holds is rebuilt from the ps on start, so a killed actor is simply started
+again. On SIGTERM (a spot node's preemption notice, `kubectl delete pod`) it finishes the chunk it is stepping,
+gives a chunk that backpressure refused one more try (`stop`), lets its queued chunks reach the replay for up to
+`FLUSH_S` and exits: a chunk's steps plus about 3 s, well inside the chart's grace period. Backpressure blocks it (a
+full or unreachable replay stops the stepping rather than growing a queue), and the flow-control rule of the
+algorithm's regime (runtime/regimes/) holds it to what the learner can use; while held, it asks the ps with a long
+poll for the version that frees it (the throttle's `wait`: the ps answers when that blob arrives or the hold ends),
+so a thousand waiting actors neither flood the ps nor each download every version. Torch is imported by the shell
+only: the core's drivers in bench/ run without it.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import asdict, fields
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
 from typing import Any
-
-import torch
 
 from surreal.algos import get_algorithm
 from surreal.config import ExperimentConfig, algo_config
@@ -31,39 +33,153 @@ from surreal.metrics import RoleMetrics
 from surreal.proto.channels import FETCH_TIMEOUT, ExperienceSender, ParamClient
 from surreal.proto.codec import Limits
 from surreal.proto.curve import WireContext
-from surreal.proto.wire import BlobMeta, Chunk, NotModified, Params
+from surreal.proto.wire import NO_VERSION, BlobMeta, Chunk, NotModified, Params
 from surreal.roles.common import StopFlag, hold_until_stopped, load_config, setup_logging
 from surreal.roles.ports import ExperienceOut, ParamsIn
-from surreal.runtime.regimes import actor_throttle
+from surreal.runtime.regimes import ActorThrottle, actor_throttle
 from surreal.settings import Settings
 
-SEND_TIMEOUT_S = 1.0
+SEND_TIMEOUT_S = 1.0  # how long a send waits for room before it counts as refused
 FLUSH_S = 2.0  # on SIGTERM: how long queued chunks may take to reach the replay
 IDLE_S = 0.01  # pause before asking the ps again when it had nothing newer
 ENV_SEED_STRIDE = 10_007  # far enough apart that actors' env seeds never overlap
 
 
+@dataclass(frozen=True)
+class Collect:
+    """Step the envs for one chunk with the parameters of `version`; `collected` takes it."""
+
+    version: int
+
+
+@dataclass(frozen=True)
+class Send:
+    """Send `chunk`, made with learner `incarnation`'s parameters, within SEND_TIMEOUT_S; `sent` takes the outcome."""
+
+    chunk: Chunk
+    incarnation: str
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """Ask the ps for anything newer than (`version`, `incarnation`); with `hold_s`, a long poll woken by a blob of
+    `wake_version` or later (ParamsIn.fetch); `answered` takes the reply, or None when none came in time."""
+
+    version: int
+    incarnation: str
+    hold_s: float = 0.0
+    wake_version: int = 0
+
+
+@dataclass(frozen=True)
+class Finish:
+    """Nothing more to do: training is done, or the actor was stopped (`lost`: a chunk backpressure kept)."""
+
+    lost: Chunk | None = None
+
+
+Action = Collect | Send | Fetch | Finish
+
+
 class ActorCore:
-    """One actor: parameters in, policy on K envs, chunks out, held by the flow-control throttle."""
+    """One actor's decisions: the throttle (shares, overdraft, the env-step budget) asked before each chunk, the
+    fetch cadence, backpressure (a refused chunk is sent before anything else) and the SIGTERM flush."""
+
+    def __init__(self, index: int, throttle: ActorThrottle, fetch_interval: int) -> None:
+        self.index, self.throttle, self.fetch_interval = index, throttle, fetch_interval
+        self.version, self.incarnation, self.done = NO_VERSION, "", False
+        self.chunks_sent = 0
+        self.unsent: Chunk | None = None  # a chunk backpressure refused, sent before anything else
+        self.fetch_due = False  # the cadence's "newer than v?" after a chunk sent
+        self.refused = False  # the unsent chunk was refused at least once
+        self.flush_tries: int | None = None  # after `stop`: tries left for a chunk refused before
+
+    @classmethod
+    def of(cls, cfg: ExperimentConfig, index: int, clock: Callable[[], float] = time.monotonic) -> ActorCore:
+        """Actor `index` of `cfg`, its throttle timing stalls on `clock` (the driver's: the simulator's is virtual)."""
+        return cls(index, actor_throttle(cfg, clock, index), cfg.actor.param_fetch_interval)
+
+    def next_action(self) -> Action:
+        if self.flush_tries is not None:
+            return Send(self.unsent, self.incarnation) if self.unsent and self.flush_tries else Finish(self.unsent)
+        if self.done:
+            return Finish()
+        if self.fetch_due:
+            return Fetch(self.version, self.incarnation)
+        if self.unsent is not None:
+            return Send(self.unsent, self.incarnation)
+        if self.version < 0 or self.throttle.must_wait(self.version):
+            wait = self.throttle.wait(self.version)  # nothing to do until newer parameters come: a long poll
+            return Fetch(self.version, self.incarnation, wait.hold_s, wait.wake_version)
+        return Collect(self.version)
+
+    def collected(self, chunk: Chunk) -> None:
+        self.unsent, self.refused = chunk, False
+
+    def sent(self, ok: bool) -> Chunk | None:
+        """The outcome of `Send`: the chunk that went out, or None (refused: it waits)."""
+        if self.flush_tries is not None and self.refused:
+            self.flush_tries -= 1
+        if not ok or self.unsent is None:
+            self.refused = True
+            return None
+        chunk, self.unsent = self.unsent, None
+        self.chunks_sent += 1
+        self.throttle.on_sent(chunk.env_steps)
+        self.fetch_due = self.flush_tries is None and self.chunks_sent % self.fetch_interval == 0
+        return chunk
+
+    def answered(self, reply: Params | NotModified | None) -> bool:
+        """The outcome of `Fetch`; True: newer parameters to load (a "not modified" tells the throttle how far the
+        learner got)."""
+        self.fetch_due = False
+        if isinstance(reply, NotModified):
+            self.throttle.on_heard(reply.version, reply.incarnation)
+            return False
+        if reply is None:
+            return False
+        blob = reply.blob
+        self.version, self.incarnation, self.done = blob.version, blob.incarnation, blob.done
+        self.throttle.on_params(blob)
+        return True
+
+    def stop(self) -> None:
+        """SIGTERM: the chunk being stepped is finished (by the driver) and sent as usual, and a chunk backpressure
+        refused gets one more try; then `Finish`."""
+        if self.flush_tries is None:
+            self.flush_tries = 1
+
+    def state(self) -> dict[str, Any]:
+        unsent = None if self.unsent is None else {f.name: getattr(self.unsent, f.name) for f in fields(Chunk)}
+        return {"throttle": self.throttle.state(), "chunks_sent": self.chunks_sent, "unsent": unsent}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.throttle.load_state(state["throttle"])
+        self.chunks_sent = state["chunks_sent"]
+        self.unsent = None if state["unsent"] is None else Chunk(**state["unsent"])
+
+
+class Actor:
+    """`ActorCore` driven synchronously: parameters in, policy on K envs, chunks out, through the ports."""
 
     def __init__(
-        self, cfg: ExperimentConfig, index: int, experience: ExperienceOut, params: ParamsIn, metrics: RoleMetrics
+        self,
+        cfg: ExperimentConfig,
+        index: int,
+        experience: ExperienceOut,
+        params: ParamsIn,
+        metrics: RoleMetrics,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.cfg = cfg
-        self.index = index
-        self.experience = experience
-        self.params = params
+        self.cfg, self.experience, self.params = cfg, experience, params
+        self.core = ActorCore.of(cfg, index, clock)
         algo = get_algorithm(cfg.algo.name)
         env_seed = cfg.seed + ENV_SEED_STRIDE * (index + 1)
         self.envs = make_vec_env(cfg.env.id, cfg.topology.envs_per_actor, env_seed, cfg.env.kwargs)
         spaces = self.envs.single_observation_space, self.envs.single_action_space
         self.policy = algo.make_policy(*spaces, algo_config(cfg), index, cfg.topology.actors)
         self.collector = algo.make_collector(self.envs, self.policy, algo_config(cfg), index, cfg.actor.chunk_steps)
-        self.throttle = actor_throttle(cfg, actor=index)
-        self.version, self.incarnation, self.done = -1, "", False
         self.loaded: Params | None = None  # the blob the policy runs
-        self.chunks_sent = 0
-        self.unsent: Chunk | None = None  # a chunk backpressure refused, sent before anything else
         self.m_steps = metrics.counter("actor_env_steps_total", "environment steps taken")
         self.m_episodes = metrics.counter("actor_episodes_total", "episodes finished")
         self.m_return = metrics.gauge("actor_episode_return", "return of the last finished episode")
@@ -73,73 +189,68 @@ class ActorCore:
     def step(self) -> bool:
         """Ship one chunk if the throttle allows, else ask the ps for newer parameters. False: neither a chunk
         went out nor newer parameters came in (the shell pauses before the next step)."""
-        if self.unsent is None:
-            if self.version < 0 or self.throttle.must_wait(self.version):
-                wait = self.throttle.wait(self.version)  # nothing to do until newer parameters come: a long poll
-                return self.fetch(wait.hold_s, wait.wake_version)
-            self.unsent = self.collector.collect(self.version)
-        if not self.experience.send(self.unsent, self.incarnation, SEND_TIMEOUT_S):
+        action = self.core.next_action()
+        if isinstance(action, Fetch):
+            return self.fetch(action)
+        if isinstance(action, Collect):
+            self.core.collected(self.collector.collect(action.version))
+            action = self.core.next_action()
+        if not isinstance(action, Send) or not self._send(action):
+            return False
+        if self.core.fetch_due:
+            self.fetch(self.core.next_action())
+        return True
+
+    def _send(self, action: Send) -> bool:
+        chunk = self.core.sent(self.experience.send(action.chunk, action.incarnation, SEND_TIMEOUT_S))
+        if chunk is None:
             self.m_blocked.inc()
             return False
-        chunk, self.unsent = self.unsent, None
-        self.chunks_sent += 1
-        self.throttle.on_sent(chunk.env_steps)
         self.m_steps.inc(chunk.env_steps)
         self.m_episodes.inc(len(chunk.episode_returns))
         if chunk.episode_returns:
             self.m_return.set(chunk.episode_returns[-1])
-        if self.chunks_sent % self.cfg.actor.param_fetch_interval == 0:
-            self.fetch()
         return True
 
     def flush(self) -> bool:
         """On the way out: one more try for a chunk backpressure refused. True: nothing is left unsent."""
-        if self.unsent is not None and self.experience.send(self.unsent, self.incarnation, SEND_TIMEOUT_S):
-            self.unsent = None
-            self.chunks_sent += 1
-        return self.unsent is None
+        self.core.stop()
+        action = self.core.next_action()
+        if isinstance(action, Send):
+            self._send(action)
+        return self.core.unsent is None
 
-    def fetch(self, hold_s: float = 0.0, wake_version: int = 0) -> bool:
-        """Load newer parameters if the ps has them (or, with `hold_s`, gets them within that long, of
-        `wake_version` or later); a "not modified" tells the throttle how far the learner got."""
-        reply = self.params.fetch(self.version, self.incarnation, self.cfg.actor.fetch_timeout_s, hold_s, wake_version)
-        if isinstance(reply, NotModified):
-            self.throttle.on_heard(reply.version, reply.incarnation)
-            return False
-        if reply is None:
-            return False
-        self.load(reply)
-        return True
-
-    def load(self, params: Params) -> None:
-        self.policy.load_params(params.arrays)
-        self.loaded = params
-        self.version, self.incarnation, self.done = params.blob.version, params.blob.incarnation, params.blob.done
-        self.throttle.on_params(params.blob)
-        self.m_version.set(self.version)
+    def fetch(self, action: Action | None = None) -> bool:
+        """Ask the ps as `action` says (by default: anything newer?); load what it sends."""
+        fetch = action if isinstance(action, Fetch) else Fetch(self.core.version, self.core.incarnation)
+        timeout_s = self.cfg.actor.fetch_timeout_s
+        reply = self.params.fetch(fetch.version, fetch.incarnation, timeout_s, fetch.hold_s, fetch.wake_version)
+        if isinstance(reply, Params):
+            self.policy.load_params(reply.arrays)
+            self.loaded = reply
+            self.m_version.set(reply.blob.version)
+        return self.core.answered(reply)
 
     def state(self) -> dict[str, Any]:
         """Everything the next step continues from (NumPy arrays, numbers, containers), for an exact resume in
         serial mode; a process actor needs none of it (it is rebuilt from the ps)."""
-        unsent = None if self.unsent is None else {f.name: getattr(self.unsent, f.name) for f in fields(Chunk)}
         loaded = None if self.loaded is None else {"blob": asdict(self.loaded.blob), "arrays": self.loaded.arrays}
         return {
             "envs": vec_env_state(self.envs),
             "collector": self.collector.state(),
-            "throttle": self.throttle.state(),
             "loaded": loaded,
-            "chunks_sent": self.chunks_sent,
-            "unsent": unsent,
+            **self.core.state(),
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
         if state["loaded"] is not None:
-            self.load(Params(BlobMeta(**state["loaded"]["blob"]), state["loaded"]["arrays"]))
-        self.throttle.load_state(state["throttle"])  # after `load`, which tells the throttle of the blob
+            params = Params(BlobMeta(**state["loaded"]["blob"]), state["loaded"]["arrays"])
+            self.policy.load_params(params.arrays)
+            self.loaded = params
+            self.core.answered(params)
+        self.core.load_state(state)  # after the blob, which the throttle was told of
         load_vec_env_state(self.envs, state["envs"])
         self.collector.load_state(state["collector"])
-        self.chunks_sent = state["chunks_sent"]
-        self.unsent = None if state["unsent"] is None else Chunk(**state["unsent"])
 
     def close(self) -> None:
         self.envs.close()
@@ -150,6 +261,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    import torch  # the policy's; the core and its other drivers run without it
+
     del args
     settings = Settings.from_env()
     cfg = load_config()
@@ -167,7 +280,7 @@ def main(args: argparse.Namespace) -> int:
     experience = ExperienceSender(ctx, settings.experience_addrs)
     ps_addrs = [settings.connect(a) for a in settings.ps_addrs]
     params = ParamClient(ctx, ps_addrs, Limits(max_bytes=cfg.ps.max_message_bytes), on_error)
-    core = ActorCore(cfg, settings.index, experience, params, metrics)
+    actor = Actor(cfg, settings.index, experience, params, metrics)
     metrics.serve(settings.bind_host, settings.metrics_port)
     log.info(
         "running %s on %d x %s; parameters from %s",
@@ -176,11 +289,12 @@ def main(args: argparse.Namespace) -> int:
         cfg.env.id,
         ",".join(ps_addrs),
     )
+    core = actor.core
     try:
         while not stop and not core.done:
-            if not core.step():
+            if not actor.step():
                 time.sleep(IDLE_S)
-        if stop and not core.flush():
+        if stop and not actor.flush():
             log.info("stopping: the replay took no more chunks in %.0f s; one chunk lost", SEND_TIMEOUT_S)
         if core.done and settings.hold_when_done:
             hold_until_stopped(stop, log)
@@ -188,7 +302,7 @@ def main(args: argparse.Namespace) -> int:
         experience.close(FLUSH_S if stop else 0.0)
         params.close()
         ctx.term()
-        core.close()
+        actor.close()
         metrics.close()
     done = " (training done)" if core.done else ""
     log.info("stopped after %d chunks at version %d%s", core.chunks_sent, core.version, done)

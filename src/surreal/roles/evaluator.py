@@ -57,6 +57,7 @@ from surreal.proto.wire import Params
 from surreal.roles.common import StopFlag, hold_until_stopped, load_config, setup_logging
 from surreal.roles.evaluation import EVAL_SEED_OFFSET
 from surreal.roles.ports import ParamsIn
+from surreal.runstore import EVALUATOR, open_mirror
 from surreal.runtime.recorder import TENSORBOARD_DIR, write_evaluation
 from surreal.runtime.rollout import evaluate
 from surreal.settings import Settings
@@ -245,6 +246,11 @@ def main(args: argparse.Namespace) -> int:
     m_env_steps = metrics.gauge("evaluator_env_steps", "env steps of the blob evaluated last")
     m_evals = metrics.counter("evaluator_evaluations_total", "evaluations done")
     run_dir = settings.run_dir
+    # With a bucket the run folder is its cache (a pod's scratch too): rows and best policy come back from there.
+    mirror = open_mirror(settings.run_uri, run_dir, EVALUATOR, metrics)
+    if mirror is not None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        mirror.pull()
     history = read_evals(run_dir)  # a restarted evaluator continues after its last row
     ctx = WireContext(settings.curve_keys)
     ps_addrs = [settings.connect(a) for a in settings.ps_addrs]
@@ -275,6 +281,8 @@ def main(args: argparse.Namespace) -> int:
                 continue
             if rows is not None:
                 rows.write(row)
+            if mirror is not None:
+                mirror.push_soon()
             m_return.set(row.eval_return_mean)
             if row.eval_success_rate is not None:
                 m_success.set(row.eval_success_rate)
@@ -294,6 +302,8 @@ def main(args: argparse.Namespace) -> int:
     finally:
         if rows is not None:
             rows.close()
+        if mirror is not None:
+            mirror.close()
         params.close()
         ctx.term()
         metrics.close()

@@ -24,6 +24,7 @@ import random
 import signal
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ import torch
 
 from surreal.algos import get_algorithm
 from surreal.algos.interface import OffPolicyLearner, OnPolicyLearner
-from surreal.config import ExperimentConfig, algo_config
+from surreal.config import ExperimentConfig, algo_config, save_config
 from surreal.envs import env_spaces, env_steps_bound
 from surreal.metrics import RoleMetrics
 from surreal.metricsfile import METRICS_FILE
@@ -48,6 +49,7 @@ from surreal.roles.common import EXIT_STOPPED, StopFlag, hold_until_stopped, loa
 from surreal.roles.device import choose_device, update_seconds
 from surreal.roles.evaluation import finish, finished_before
 from surreal.roles.ports import BatchesIn, ParamsOut
+from surreal.runstore import LEARNER, open_mirror
 from surreal.runtime.checkpoint import LearnerCheckpoints, Restored
 from surreal.runtime.recorder import Recorder, WallTime, truncate_metrics
 from surreal.runtime.regimes import Counters, Outcome, learner_feed, reply_layout, sample_size
@@ -56,6 +58,7 @@ from surreal.settings import Settings
 RECEIVE_TIMEOUT_S = 0.05  # longest wait for a sample reply before the loop services the publisher again
 IDLE_S = 0.005  # the shell's pause when a step did nothing (an off-policy learner ahead of its replay ratio)
 DONE_LINGER_S = 1.0  # keep answering late-subscribing ps replicas with the final blob this long
+DRAIN_S = 5.0  # on a stop, the longest wait for the replies to the sample requests still out
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:
@@ -81,17 +84,24 @@ class LearnerCore:
         resume: bool,
         log: logging.Logger,
         spaces: tuple[gym.Space, gym.Space] | None = None,
+        algo_learner: OnPolicyLearner | OffPolicyLearner | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """`spaces`: the env's observation and action spaces, where the caller has them (else an env is made)."""
+        """`spaces`: the env's observation and action spaces, where the caller has them (else an env is made);
+        `algo_learner`: the algorithm's learner, where the caller made it (the simulator's scripted one); `clock`:
+        what `checkpoint_interval_s` is timed on (the simulator's is virtual)."""
         self.cfg, self.run_dir, self.batches, self.params_out, self.log = cfg, run_dir, batches, params_out, log
+        self.clock = clock
         run_dir.mkdir(parents=True, exist_ok=True)
         seed_everything(cfg.seed, cfg.deterministic)
         self.device = choose_device(cfg, lambda device: update_seconds(cfg, device), log)
         self.obs_space, self.act_space = spaces or env_spaces(cfg)
         self.algo = get_algorithm(cfg.algo.name)
+        self.given_learner = algo_learner
         self.algo_learner = self._new_algo_learner()
-        self.checkpoints = LearnerCheckpoints(run_dir / "checkpoints", cfg.learner.keep_checkpoints, log)
+        self.checkpoints = LearnerCheckpoints(run_dir / "checkpoints", cfg.learner.keep_checkpoints, log, clock)
         self.policy_recorder = PolicyRecorder(cfg, self.obs_space, self.act_space, run_git_sha(run_dir))
+        self.on_checkpoint: Callable[[], None] | None = None  # the shell's: mirror the run folder to its bucket
         self.counters = Counters()
         restored = self._restore() if resume else None
         self.restored_extra = restored.extra if restored else None  # the driver's state (serial mode's world)
@@ -143,7 +153,7 @@ class LearnerCore:
                 self.publish()
             if outcome.stats is not None:
                 self._record(outcome.stats, outcome.update_s, outcome.row_fields)
-            overdue = time.monotonic() - self.checkpoints.saved_at >= self.cfg.learner.checkpoint_interval_s
+            overdue = self.clock() - self.checkpoints.saved_at >= self.cfg.learner.checkpoint_interval_s
             if outcome.checkpoint_interval or overdue:
                 self.checkpoint()
 
@@ -188,6 +198,8 @@ class LearnerCore:
     # -- state ---------------------------------------------------------------------------------------
 
     def _new_algo_learner(self) -> OnPolicyLearner | OffPolicyLearner:
+        if self.given_learner is not None:
+            return self.given_learner
         return self.algo.make_learner(
             self.obs_space, self.act_space, algo_config(self.cfg), self.device, compile=self.cfg.learner.compile
         )
@@ -211,6 +223,8 @@ class LearnerCore:
         c = self.counters
         self.checkpoints.save(c.updates, self.algo_learner.state_dict(), asdict(c), self.feed.state())
         self.save_policy()
+        if self.on_checkpoint is not None:
+            self.on_checkpoint()
 
     def save_policy(self, evaluation: dict[str, Any] | None = None) -> Path:
         """policy/policy.safetensors: the current parameters as a policy artifact (surreal/policy/artifact.py),
@@ -224,6 +238,13 @@ class LearnerCore:
             updates=c.updates,
             evaluation=evaluation,
         )
+
+    def stop(self, drain_s: float = DRAIN_S) -> None:
+        """Stopped by a signal (a preemption, a drain): the replies the shards already sent are taken (their chunks
+        would go with the process otherwise), then a checkpoint holds everything taken."""
+        for reply in self.batches.drain(drain_s):
+            self.feed.take(reply)
+        self.checkpoint()
 
     def close(self) -> None:
         self.recorder.close()
@@ -269,7 +290,19 @@ def main(args: argparse.Namespace) -> int:
         settings.bind(settings.params_pub_port),
         on_refused=lambda socket, reason: m_refused.labels(socket=socket, reason=reason).inc(),
     )
+    # With a bucket (SURREAL_RUN_URI) the run folder is its cache: what a resumed learner lacks comes from there first.
+    mirror = open_mirror(settings.run_uri, settings.run_dir, LEARNER, metrics)
+    if mirror is not None:
+        settings.run_dir.mkdir(parents=True, exist_ok=True)
+        if args.resume:
+            mirror.pull()
+        config_file = settings.run_dir / "config.yaml"
+        if settings.config_path is None or settings.config_path.resolve() != config_file.resolve():
+            save_config(cfg, config_file)  # a pod's run folder: the experiment it runs now (the ConfigMap's)
     core = LearnerCore(cfg, settings.run_dir, batches, params_out, metrics, args.resume, log, spaces)
+    if mirror is not None:
+        core.on_checkpoint = mirror.push_soon
+        mirror.push_soon()  # the checkpoint a fresh learner starts with
     port = metrics.serve(settings.bind_host, settings.metrics_port)
     log.info(
         "learning %s on %s in %s (device %s), metrics :%s",
@@ -291,7 +324,7 @@ def main(args: argparse.Namespace) -> int:
                     time.sleep(IDLE_S)
             if stop:
                 started = time.monotonic()
-                core.checkpoint()
+                core.stop()
                 name = signal.Signals(stop.signal).name if stop.signal else "a signal"
                 log.info(
                     "stopped by %s (a preemption, drain or shutdown): checkpoint at update %d written in %.2f s",
@@ -302,6 +335,8 @@ def main(args: argparse.Namespace) -> int:
             else:
                 finish(core)
         finished = not stop
+        if mirror is not None:  # the last checkpoint, eval.json and the final policy, before anything waits
+            mirror.close()
         if finished:
             deadline = time.monotonic() + DONE_LINGER_S  # late-subscribing ps replicas still get `done`
             while time.monotonic() < deadline:

@@ -6,10 +6,10 @@
     parameters in    ps -> actor            ParamsIn        channels.ParamClient      | InProcessParams
 
 The ZMQ ports are proto/channels.py's clients, which put proto/wire.py's typed content on the sockets; the
-in-process ones here hold a replay shard and the latest blob in memory, so serial mode and the tests run the
-very cores the processes run (the learner's process reads its batches through `channels.BackgroundBatches`, a
-`SampleClient` on a thread of its own). A port never raises for what a peer sent: bad content is counted by
-reason (`on_error`) and dropped.
+in-process ones here drive the replay's and the ps's own cores (`ReplayCore`, `PsCore`) in memory, so serial
+mode and the tests run the very cores the processes run (the learner's process reads its batches through
+`channels.BackgroundBatches`, a `SampleClient` on a thread of its own). A port never raises for what a peer
+sent: bad content is counted by reason (`on_error`) and dropped.
 """
 
 from __future__ import annotations
@@ -19,17 +19,22 @@ from typing import Any, Protocol
 import numpy as np
 
 from surreal.proto.wire import (
-    NO_VERSION,
     BlobMeta,
     Chunk,
+    FifoReply,
     NotModified,
     Params,
+    ParamsRequest,
+    PriorityUpdate,
     SampleReply,
     SampleRequest,
+    TransitionReply,
     encode_chunk,
-    supersedes,
+    encode_params,
 )
 from surreal.replay.shard import ReplayShard
+from surreal.roles.ps import PsCore
+from surreal.roles.replay import ReplayCore
 
 
 class ExperienceOut(Protocol):
@@ -47,6 +52,11 @@ class BatchesIn(Protocol):
         ...
 
     def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None: ...
+
+    def drain(self, timeout_s: float) -> list[SampleReply]:
+        """A stopping learner's last call: ask no more, and return the replies the shards sent (those still on
+        their way get up to `timeout_s`)."""
+        ...
 
 
 class ParamsOut(Protocol):
@@ -69,10 +79,18 @@ class ParamsIn(Protocol):
 
 # -- in process -----------------------------------------------------------------------------------------
 
+LEARNER = "learner"  # the in-process ports' one peer at the replay's core
+ACTOR = "actor"  # ... and at the ps's core
+
+
+def _never_refused(reason: str, peer: object) -> None:
+    raise AssertionError(f"an in-process core refused its own driver's message ({reason}, {peer})")
+
 
 class InProcessReplay:
-    """Experience out and batches in over one replay shard in memory (never full: the shard evicts). A chunk
-    is validated once, by the shard (`decode_chunk`); replies are the shard's typed ones, not checked again.
+    """Experience out and batches in over the replay role's own core (roles/replay.py `ReplayCore`) on one shard in
+    memory, never full (the shard evicts). The learner keeps one request at the core, answered by the first `next`
+    at which the shard can answer it; no time passes in one thread, so it waits for data, never for its deadline.
     `ready_at`: as for `SampleClient`."""
 
     shards = 1
@@ -80,21 +98,35 @@ class InProcessReplay:
     def __init__(self, shard: ReplayShard, ready_at: int | None = None) -> None:
         self.shard = shard
         self.ready_at = ready_at
+        self.core = ReplayCore(shard, self._answered, _never_refused)
+        self.asked = False
+        self.reply: SampleReply | None = None
 
     def send(self, chunk: Chunk, incarnation: str, timeout_s: float = 0.0) -> bool:
         del timeout_s
-        self.shard.add(encode_chunk(chunk, incarnation))
+        self.core.on_experience(encode_chunk(chunk, incarnation))
         return True
 
     def next(self, batch_size: int, timeout_s: float = 0.0) -> SampleReply | None:
         del timeout_s
-        if not self.shard.ready(SampleRequest(batch_size, self.ready_at).threshold):
-            return None
-        return self.shard.sample(batch_size)
+        if not self.asked:
+            self.core.on_request(LEARNER, SampleRequest(batch_size, self.ready_at).to_message(), 0.0)
+            self.asked = True
+        self.core.serve(0.0)
+        reply, self.reply = self.reply, None
+        return reply
+
+    def _answered(self, peer: object, reply: object) -> None:
+        assert isinstance(reply, FifoReply | TransitionReply), reply  # no deadline passes, nothing is refused
+        self.asked, self.reply = False, reply
+
+    def drain(self, timeout_s: float = 0.0) -> list[SampleReply]:
+        del timeout_s
+        return []  # `next` hands a reply over the moment the core answers: none is ever on its way
 
     def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None:
         del shard
-        self.shard.update_priorities(slots, ids, priorities)
+        self.core.on_request(LEARNER, PriorityUpdate(slots, ids, priorities).to_message(), 0.0)
 
 
 def _copied(arrays: dict[str, Any]) -> dict[str, Any]:
@@ -102,18 +134,25 @@ def _copied(arrays: dict[str, Any]) -> dict[str, Any]:
 
 
 class InProcessParams:
-    """Parameters out and in: a ps in memory, holding the latest blob by the ps's rule (`supersedes`)."""
+    """Parameters out and in over the ps role's own core (roles/ps.py `PsCore`) in memory. One thread: a hold could
+    only end at the learner's next step, which cannot come while an actor waits, so a fetch asks without one and
+    the core answers at once (the held blob if it supersedes the actor's, whatever `wake_version` says; a ps whose
+    learner is quiet answers the same)."""
 
     def __init__(self) -> None:
-        self.latest: Params | None = None
+        self.core: PsCore[Params] = PsCore(self._answered, _never_refused)
+        self.reply: Params | NotModified | None = None
+
+    @property
+    def latest(self) -> Params | None:
+        return self.core.blob
 
     def publish(self, blob: BlobMeta, arrays: dict[str, Any]) -> None:
         """Holds a copy, as a ps holds the bytes it received: a learner's arrays may be views of its live
         weights (CPU tensors' `.numpy()`), which would otherwise reach actors that fetch later as they are
         then, not as published."""
-        held = self.latest
-        if held is None or supersedes((blob.version, blob.incarnation), (held.blob.version, held.blob.incarnation)):
-            self.latest = Params(blob, _copied(arrays))
+        params = Params(blob, _copied(arrays))
+        self.core.on_blob(encode_params(params), params, 0.0)
 
     def service(self) -> None:
         pass  # nobody subscribes late in one process
@@ -121,12 +160,12 @@ class InProcessParams:
     def fetch(
         self, version: int, incarnation: str, timeout_s: float = 0.0, hold_s: float = 0.0, wake_version: int = 0
     ) -> Params | NotModified:
-        """The latest blob if it supersedes the actor's, whatever `wake_version` says: one thread, so nothing newer
-        can arrive while it waits (a ps whose learner is quiet answers the same)."""
         del timeout_s, hold_s, wake_version
-        latest = self.latest
-        if latest is None:
-            return NotModified(NO_VERSION, "")
-        if not supersedes((latest.blob.version, latest.blob.incarnation), (version, incarnation)):
-            return NotModified(latest.blob.version, latest.blob.incarnation)
-        return latest
+        self.core.on_request(ACTOR, ParamsRequest(version, incarnation).to_message(), 0.0)
+        reply, self.reply = self.reply, None
+        assert reply is not None, "a request without a hold is answered at once"
+        return reply
+
+    def _answered(self, peer: object, reply: object) -> None:
+        assert isinstance(reply, Params | NotModified), reply
+        self.reply = reply

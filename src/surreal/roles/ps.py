@@ -2,9 +2,10 @@
 
     learner ──params (SUB)──► latest blob ──"newer than v?" (ROUTER)──► actors
 
-Holds the latest parameter message exactly as the learner framed it (weights and normalizer statistics
-are opaque arrays here) and answers each actor with "not modified" or the blob, forwarding the stored
-frames without copying them. Replicas are independent, so thousands of actors never touch the learner.
+`PsCore` is the replica's decisions without a socket or a clock: events in (a blob from the learner, an actor's
+request, the time), answers out (`answer(peer, reply)`), and when it next needs the time (`next_event`). The ZMQ
+shell `ParamServer` only translates: frames in, the held blob's frames forwarded as they came (no copy), replies out;
+serial mode (roles/ports.py `InProcessParams`) and the simulator (surreal/sim/) drive the same core.
 
 A blob replaces the held one when its version is higher, or when it comes from a new learner incarnation (a learner
 resumed from a checkpoint restarts at the checkpoint's version); an actor gets the held blob when, by the same rule
@@ -26,16 +27,18 @@ import heapq
 import itertools
 import time
 from collections import Counter
-from typing import Any
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
 
 import zmq
 
 from surreal.config import ExperimentConfig
 from surreal.metrics import RoleMetrics
 from surreal.proto.channels import accepting, frames_of, param_subscriber
-from surreal.proto.codec import Limits, ProtocolError, decode
+from surreal.proto.codec import Limits, Message, ProtocolError, decode
 from surreal.proto.wire import (
     ERROR,
+    NO_VERSION,
     NOT_MODIFIED,
     PARAMS,
     PARAMS_REQUEST,
@@ -48,9 +51,6 @@ from surreal.proto.wire import (
 from surreal.roles.server import Server, endpoint, serve_main
 from surreal.settings import Settings
 
-# A parked request: (deadline, arrival, identity, the request), heap-ordered by deadline.
-Parked = tuple[float, int, bytes, ParamsRequest]
-
 REQUEST_BURST = 256  # actor requests answered per poll before newer parameters are taken in
 MAX_PARKED = 65_536  # held requests; beyond this a request is answered at once
 # Held requests one peer may have parked. An actor has one in flight, two after a fetch timed out while its first
@@ -61,105 +61,104 @@ QUIET_FACTOR = 3.0  # the learner is quiet after this many of its usual interval
 QUIET_MIN_S = 0.5  # ... and never sooner
 INTERVAL_WEIGHT = 0.2  # of the newest interval in the moving average
 
+Blob = TypeVar("Blob")  # the held blob as its driver keeps it: ZMQ frames, or a `Params`
+Peer = Hashable  # a ROUTER identity, or the driver's name for an actor
+# A parked request: (deadline, arrival, peer, the request), heap-ordered by deadline.
+Parked = tuple[float, int, Peer, ParamsRequest]
 
-class ParamServer(Server):
+
+class PsCore(Generic[Blob]):
+    """One replica's decisions: the blob held, each request answered now or parked until a blob wakes it or its
+    hold ends, and the quiet-learner sweep. `answer(peer, reply)` sends the held blob, a `NotModified` or an
+    `ErrorReply`; `drop(reason, peer)` counts what was refused. Times are the driver's clock, in seconds."""
+
     def __init__(
         self,
-        ctx: zmq.Context,
-        learner_addr: str,
-        serve_bind: str,
-        replica: int = 0,
-        limits: Limits | None = None,
-        metrics: RoleMetrics | None = None,
+        answer: Callable[[Peer, Blob | NotModified | ErrorReply], None],
+        drop: Callable[[str, Peer | None], None],
     ) -> None:
-        super().__init__(metrics or RoleMetrics("ps", replica))
-        limits = limits or Limits()
-        self.limits = limits
-        self.replica, self.learner_addr = replica, learner_addr
-        self.params_limits = accepting(limits, frozenset({PARAMS}))
-        self.request_limits = accepting(limits, frozenset({PARAMS_REQUEST}))
-        self.listen(
-            param_subscriber(ctx, learner_addr), self._on_params, None
-        )  # unbounded: its queue is short (rcvhwm 4)
-        router = self.bind(ctx, zmq.ROUTER, serve_bind, "ps", limits, sndhwm=256, rcvhwm=1024)
-        self.serve_requests(router, REQUEST_BURST)
-        self.frames: list[zmq.Frame] | None = None
-        self.version = -1
-        self.incarnation = ""
-        m = self.metrics
-        self.m_version = m.gauge("ps_param_version", "version of the parameters held")
-        self.m_requests = m.counter("ps_requests_total", "actor requests answered", ["answer"])
-        self.m_updates = m.counter("ps_updates_total", "parameter blobs accepted from the learner")
-        self.m_blob_bytes = m.gauge("ps_blob_bytes", "size of the held parameter blob")
-        self.m_parked = m.gauge("ps_parked_requests", "requests held until a newer blob or their hold ends")
+        self.answer, self.drop = answer, drop
+        self.blob: Blob | None = None
+        self.version, self.incarnation = NO_VERSION, ""
         self.parked: list[Parked] = []  # a heap
-        self.parked_by_peer: Counter[bytes] = Counter()
+        self.parked_by_peer: Counter[Peer] = Counter()
         self._arrivals = itertools.count()
         self.blobs_accepted = 0
         self.last_blob_at = 0.0
         self.blob_interval_s = 0.0  # a moving average of the time between the learner's blobs
         self.quiet_swept = 0  # blobs accepted when the parked requests were last answered for a quiet learner
 
-    def poll_once(self, timeout_s: float) -> None:
-        super().poll_once(min(timeout_s, self._until_next_event()))
-        now = time.monotonic()
+    # -- events ---------------------------------------------------------------------------------------
+
+    def on_blob(self, message: Message, blob: Blob, now: float) -> bool:
+        """The learner's parameter message (`blob` is how the driver keeps it); True if it replaced the held one.
+        Checked in full (sizes, dtypes, every metadata field) though only the version is used here: actors get
+        it as it came."""
+        try:
+            meta = decode_params(message).blob
+        except ProtocolError as exc:
+            self.drop(exc.reason, None)
+            return False
+        if not supersedes((meta.version, meta.incarnation), (self.version, self.incarnation)):
+            return False
+        if self.blob is not None:
+            self.blob_interval_s += INTERVAL_WEIGHT * (now - self.last_blob_at - self.blob_interval_s)
+        self.blob, self.version, self.incarnation = blob, meta.version, meta.incarnation
+        self.last_blob_at = now
+        self.blobs_accepted += 1
+        self._wake_parked(quiet=False)  # a blob just came
+        return True
+
+    def on_request(self, peer: Peer, message: Message, now: float) -> None:
+        try:
+            request = ParamsRequest.from_message(message)
+        except ProtocolError as exc:
+            self.drop(exc.reason, peer)
+            self.answer(peer, ErrorReply(exc.reason))
+            return
+        superseded = supersedes((self.version, self.incarnation), request.held)
+        newer = self.blob if superseded else None  # what is held, if the actor should have it
+        if newer is not None and (not request.hold_ms or self._answers(request, self._quiet(now))):
+            self.answer(peer, newer)
+        elif request.hold_ms and len(self.parked) < MAX_PARKED and self.parked_by_peer[peer] < MAX_PARKED_PER_PEER:
+            heapq.heappush(self.parked, (now + request.hold_ms / 1000, next(self._arrivals), peer, request))
+            self.parked_by_peer[peer] += 1
+        elif newer is not None:
+            self.answer(peer, newer)  # no room to park it: what is held is the best answer
+        else:
+            self.answer(peer, self._not_modified())
+
+    def on_time(self, now: float) -> None:
+        """Answer for a learner that went quiet, and the requests whose hold is over."""
         if self.parked and self.quiet_swept != self.blobs_accepted and self._quiet(now):
             self.quiet_swept = self.blobs_accepted
             self._wake_parked(quiet=True)  # every actor behind the held blob gets it
         while self.parked and self.parked[0][0] <= now:
-            identity = heapq.heappop(self.parked)[2]
-            self._unpark(identity)
-            self._answer(identity, self._not_modified(), NOT_MODIFIED)
-        self.m_parked.set(len(self.parked))
+            peer = heapq.heappop(self.parked)[2]
+            self._unpark(peer)
+            self.answer(peer, self._not_modified())
+
+    def next_event(self) -> float | None:
+        """When `on_time` has work: the next hold's end or, while requests are parked, when the learner would
+        count as quiet; None while nothing is parked."""
+        if not self.parked:
+            return None
+        at = self.parked[0][0]
+        if self.blob is not None and self.quiet_swept != self.blobs_accepted:
+            at = min(at, self.last_blob_at + self._quiet_after_s())
+        return at
+
+    # -- rules ----------------------------------------------------------------------------------------
 
     def _quiet(self, now: float) -> bool:
         """No blob from the learner for QUIET_FACTOR of its usual intervals (QUIET_MIN_S at least)."""
-        return self.frames is not None and now >= self.last_blob_at + self._quiet_after_s()
+        return self.blob is not None and now >= self.last_blob_at + self._quiet_after_s()
 
     def _quiet_after_s(self) -> float:
         return max(QUIET_MIN_S, QUIET_FACTOR * self.blob_interval_s)
 
-    def _until_next_event(self) -> float:
-        """Until the next hold ends or, while requests are parked, the learner would count as quiet."""
-        if not self.parked:
-            return 3600.0
-        now = time.monotonic()
-        until = self.parked[0][0] - now
-        if self.frames is not None and self.quiet_swept != self.blobs_accepted:
-            until = min(until, self.last_blob_at + self._quiet_after_s() - now)
-        return max(0.0, until)
-
-    def _not_modified(self) -> list[Any]:
-        return frames_of(NotModified(self.version, self.incarnation).to_message())
-
-    def describe(self) -> str:
-        return f"replica {self.replica} on {endpoint(self.router)}, learner {self.learner_addr}"
-
-    def final_state(self) -> str:
-        return f"at version {self.version}; {super().final_state()}"
-
-    def _on_params(self, frames: list[zmq.Frame]) -> None:
-        try:
-            # Checked in full (sizes, dtypes, every metadata field) though only the version is used here:
-            # actors get these frames as they are.
-            blob = decode_params(decode(frames, self.params_limits)).blob
-        except ProtocolError as exc:
-            self.drop(exc.reason)
-            return
-        version, incarnation = blob.version, blob.incarnation
-        if supersedes((version, incarnation), (self.version, self.incarnation)):
-            now = time.monotonic()
-            if self.frames is not None:
-                since = now - self.last_blob_at
-                self.blob_interval_s += INTERVAL_WEIGHT * (since - self.blob_interval_s)
-            self.frames, self.version, self.incarnation = frames, version, incarnation
-            self.last_blob_at = now
-            self.blobs_accepted += 1
-            self.m_updates.inc()
-            self.m_version.set(version)
-            self.m_blob_bytes.set(sum(len(f) for f in frames))
-            self._wake_parked(quiet=False)  # a blob just came
-            self.m_parked.set(len(self.parked))
+    def _not_modified(self) -> NotModified:
+        return NotModified(self.version, self.incarnation)
 
     def _wake_parked(self, quiet: bool) -> None:
         """Answer the parked requests the held blob answers (`_answers`) with it, in the order they came."""
@@ -171,35 +170,15 @@ class ParamServer(Server):
             return
         self.parked = waiting
         heapq.heapify(self.parked)
-        assert self.frames is not None
-        for _, _, identity, _ in sorted(answered, key=lambda entry: entry[:2]):
-            self._unpark(identity)
-            self._answer(identity, self.frames, PARAMS)
+        assert self.blob is not None
+        for _, _, peer, _ in sorted(answered, key=lambda entry: entry[:2]):
+            self._unpark(peer)
+            self.answer(peer, self.blob)
 
-    def _unpark(self, identity: bytes) -> None:
-        self.parked_by_peer[identity] -= 1
-        if not self.parked_by_peer[identity]:
-            del self.parked_by_peer[identity]
-
-    def on_request(self, identity: bytes, frames: list[zmq.Frame]) -> None:
-        try:
-            request = ParamsRequest.from_message(decode(frames, self.request_limits))
-        except ProtocolError as exc:
-            self.drop(exc.reason, identity)
-            self._answer(identity, frames_of(ErrorReply(exc.reason).to_message()), ERROR)
-            return
-        now = time.monotonic()
-        superseded = supersedes((self.version, self.incarnation), request.held)
-        newer = self.frames if superseded else None  # what is held, if the actor should have it
-        if newer is not None and (not request.hold_ms or self._answers(request, self._quiet(now))):
-            self._answer(identity, newer, PARAMS)
-        elif request.hold_ms and len(self.parked) < MAX_PARKED and self.parked_by_peer[identity] < MAX_PARKED_PER_PEER:
-            heapq.heappush(self.parked, (now + request.hold_ms / 1000, next(self._arrivals), identity, request))
-            self.parked_by_peer[identity] += 1
-        elif newer is not None:
-            self._answer(identity, newer, PARAMS)  # no room to park it: what is held is the best answer
-        else:
-            self._answer(identity, self._not_modified(), NOT_MODIFIED)
+    def _unpark(self, peer: Peer) -> None:
+        self.parked_by_peer[peer] -= 1
+        if not self.parked_by_peer[peer]:
+            del self.parked_by_peer[peer]
 
     def _answers(self, request: ParamsRequest, quiet: bool) -> bool:
         """Whether the held blob answers a held request: it supersedes what the actor runs and reaches its wake
@@ -208,10 +187,80 @@ class ParamServer(Server):
         held = (self.version, self.incarnation)
         return supersedes(held, request.held) and (quiet or request.wakes(*held))
 
-    def _answer(self, identity: bytes, frames: list[Any], answer: str) -> None:
+
+class ParamServer(Server):
+    """The ZMQ shell: the learner's SUB and the actors' ROUTER into a `PsCore`, its answers out."""
+
+    def __init__(
+        self,
+        ctx: zmq.Context,
+        learner_addr: str,
+        serve_bind: str,
+        replica: int = 0,
+        limits: Limits | None = None,
+        metrics: RoleMetrics | None = None,
+    ) -> None:
+        super().__init__(metrics or RoleMetrics("ps", replica))
+        limits = limits or Limits()
+        self.replica, self.learner_addr = replica, learner_addr
+        self.params_limits = accepting(limits, frozenset({PARAMS}))
+        self.request_limits = accepting(limits, frozenset({PARAMS_REQUEST}))
+        self.listen(param_subscriber(ctx, learner_addr), self._on_params, None)  # unbounded: its queue is short
+        router = self.bind(ctx, zmq.ROUTER, serve_bind, "ps", limits, sndhwm=256, rcvhwm=1024)
+        self.serve_requests(router, REQUEST_BURST)
+        self.core: PsCore[list[zmq.Frame]] = PsCore(self._answer, self._drop)
+        m = self.metrics
+        self.m_version = m.gauge("ps_param_version", "version of the parameters held")
+        self.m_requests = m.counter("ps_requests_total", "actor requests answered", ["answer"])
+        self.m_updates = m.counter("ps_updates_total", "parameter blobs accepted from the learner")
+        self.m_blob_bytes = m.gauge("ps_blob_bytes", "size of the held parameter blob")
+        self.m_parked = m.gauge("ps_parked_requests", "requests held until a newer blob or their hold ends")
+
+    def poll_once(self, timeout_s: float) -> None:
+        at = self.core.next_event()
+        super().poll_once(timeout_s if at is None else max(0.0, min(timeout_s, at - time.monotonic())))
+        self.core.on_time(time.monotonic())
+        self.m_parked.set(len(self.core.parked))
+
+    def describe(self) -> str:
+        return f"replica {self.replica} on {endpoint(self.router)}, learner {self.learner_addr}"
+
+    def final_state(self) -> str:
+        return f"at version {self.core.version}; {super().final_state()}"
+
+    def _on_params(self, frames: list[zmq.Frame]) -> None:
+        try:
+            message = decode(frames, self.params_limits)
+        except ProtocolError as exc:
+            self.drop(exc.reason)
+            return
+        if self.core.on_blob(message, frames, time.monotonic()):
+            self.m_updates.inc()
+            self.m_version.set(self.core.version)
+            self.m_blob_bytes.set(sum(len(f) for f in frames))
+            self.m_parked.set(len(self.core.parked))
+
+    def on_request(self, identity: bytes, frames: list[zmq.Frame]) -> None:
+        try:
+            message = decode(frames, self.request_limits)
+        except ProtocolError as exc:
+            self._drop(exc.reason, identity)
+            self._answer(identity, ErrorReply(exc.reason))
+            return
+        self.core.on_request(identity, message, time.monotonic())
+
+    def _drop(self, reason: str, peer: Peer | None) -> None:
+        self.drop(reason, peer if isinstance(peer, bytes) else None)
+
+    def _answer(self, peer: Peer, reply: list[zmq.Frame] | NotModified | ErrorReply) -> None:
         """Reply, counting the answer in ps_requests_total (labelled with the reply's kind) once it was sent."""
-        if self.reply_frames(identity, frames):
-            self.m_requests.labels(answer=answer).inc()
+        assert isinstance(peer, bytes)
+        if isinstance(reply, NotModified | ErrorReply):
+            frames, kind = frames_of(reply.to_message()), NOT_MODIFIED if isinstance(reply, NotModified) else ERROR
+        else:
+            frames, kind = reply, PARAMS
+        if self.reply_frames(peer, frames):
+            self.m_requests.labels(answer=kind).inc()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

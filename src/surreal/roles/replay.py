@@ -13,7 +13,9 @@ the request's `ready_at`, by default its batch size) is parked and answered as s
 an empty reply after `DEFER_S`, so the learner never polls and always hears back. A request the shard could
 never serve (more than it holds, a reply over the learner's byte limit: `ReplayShard.refusal`) gets an error
 reply at once, and nothing is allocated for it. Malformed messages are counted by reason and dropped; the loop
-keeps serving. Torch-free.
+keeps serving. `ReplayCore` holds these decisions without a socket or a clock; the ZMQ shell `ReplayServer`
+translates frames to it and its replies to frames, and serial mode (roles/ports.py `InProcessReplay`) and the
+simulator (surreal/sim/) drive the same core. Torch-free.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import argparse
 import logging
 import time
 from collections import deque
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -30,38 +33,135 @@ import zmq
 from surreal.config import ExperimentConfig
 from surreal.metrics import RateGauge, RoleMetrics
 from surreal.proto.channels import accepting
-from surreal.proto.codec import Limits, ProtocolError, decode
+from surreal.proto.codec import Limits, Message, ProtocolError, decode
 from surreal.proto.wire import (
     EXPERIENCE,
     PRIORITY_UPDATE,
     REPLAY_REQUESTS,
+    EmptyReply,
     ErrorReply,
+    FifoReply,
     PriorityUpdate,
     SampleRequest,
+    TransitionReply,
     encode_sample_reply,
 )
 from surreal.replay.shard import ReplayShard, message_limits
 from surreal.replay.snapshot import Snapshots, SnapshotStore, Written, restore
 from surreal.roles.common import StopFlag
 from surreal.roles.server import Server, endpoint, serve_main
+from surreal.runstore import open_mirror, replay_part
 from surreal.settings import Settings
 
 DEFER_S = 1.0
 MAX_PENDING = 64
 MAX_PENDING_PER_PEER = 16  # parked requests one client may hold, so one cannot starve another (learners keep 2)
 BURST = 64  # messages taken from one socket per poll: experience floods must let sample requests in
+STOP_DRAIN_S = 0.5  # on SIGTERM, the longest it takes the chunks already at its socket before its last snapshot
 
 log = logging.getLogger("surreal.replay")
+
+Peer = Hashable  # a ROUTER identity, or the driver's name for a learner
+ShardAnswer = FifoReply | TransitionReply | EmptyReply | ErrorReply
 
 
 @dataclass
 class _Pending:
-    identity: bytes
+    peer: Peer
     request: SampleRequest
     deadline: float
 
 
+class ReplayCore:
+    """One shard's decisions without a socket or a clock: chunks stored, priority updates applied, each sample request
+    refused at once (`ReplayShard.refusal`, the per-peer and total parking caps), parked, or answered by `serve` once
+    data can answer it (an empty reply once its deadline passed). `answer(peer, reply)` sends a typed reply;
+    `drop(reason, peer)` counts what was refused. Times are the driver's clock, in seconds."""
+
+    def __init__(
+        self, shard: ReplayShard, answer: Callable[[Peer, ShardAnswer], None], drop: Callable[[str, Peer | None], None]
+    ) -> None:
+        self.shard, self.answer, self.drop = shard, answer, drop
+        self.pending: deque[_Pending] = deque()
+
+    def on_experience(self, message: Message) -> int:
+        """Store one experience message's chunk; its transitions, 0 when it was refused (and counted)."""
+        try:
+            return self.shard.add(message)
+        except ProtocolError as exc:
+            self.drop(exc.reason, None)
+        except (ValueError, TypeError):
+            self.drop("bad_chunk", None)
+        return 0
+
+    def on_request(self, peer: Peer, message: Message, now: float) -> None:
+        """A priority update (applied) or a sample request (refused, or parked for `serve`)."""
+        try:
+            if message.kind == PRIORITY_UPDATE:
+                update = PriorityUpdate.from_message(message)
+                self.shard.update_priorities(update.slots, update.ids, update.priorities)
+                return
+            request = SampleRequest.from_message(message)
+        except ProtocolError as exc:
+            self._refuse(peer, exc.reason)
+            return
+        except (ValueError, IndexError):  # slots out of range, priorities for a uniform or FIFO replay
+            self._refuse(peer, "bad_priorities")
+            return
+        # A request that could never be answered with data is refused now, not parked (shard.py says which).
+        refusal = self.shard.refusal(request)
+        if refusal is not None:
+            self._refuse(peer, refusal)
+            return
+        parked_by_peer = sum(pending.peer == peer for pending in self.pending)
+        if len(self.pending) >= MAX_PENDING or parked_by_peer >= MAX_PENDING_PER_PEER:
+            self._refuse(peer, "too_many_pending")
+            return
+        self.pending.append(_Pending(peer, request, now + DEFER_S))
+
+    def serve(self, now: float) -> None:
+        """Answer every parked request that data can answer now (in arrival order), and the overdue ones with an
+        empty reply; the rest stay parked. No request waits behind one that asks for more."""
+        waiting: deque[_Pending] = deque()
+        for pending in self.pending:
+            if self.shard.ready(pending.request.threshold):
+                self._serve(pending)
+            elif now >= pending.deadline:
+                self.answer(pending.peer, self.shard.empty_reply())
+            else:
+                waiting.append(pending)
+        self.pending = waiting
+
+    def next_event(self) -> float | None:
+        """The earliest deadline of a parked request (None: none parked)."""
+        return min((pending.deadline for pending in self.pending), default=None)
+
+    def _serve(self, pending: _Pending) -> None:
+        """Answer one parked request with data, or with an error: the shard learns its layout (and so a reply's
+        size) only once data came, so a request parked before then is held to it now. An exception raised by the
+        request's own content (a size, a value) answers its peer and is counted; the shard serves on. Any other
+        (the storage itself broken) still ends the role."""
+        refusal = self.shard.refusal(pending.request)
+        if refusal is not None:
+            self._refuse(pending.peer, refusal)
+            return
+        try:
+            reply = self.shard.sample(pending.request.batch_size)
+        except (MemoryError, ValueError, IndexError) as exc:
+            log.warning("a sample request failed (%r): answered with an error", exc)
+            self._refuse(pending.peer, "serve_failed")
+            return
+        self.answer(pending.peer, reply)
+
+    def _refuse(self, peer: Peer, reason: str) -> None:
+        self.drop(reason, peer)
+        self.answer(peer, ErrorReply(reason))
+
+
 class ReplayServer(Server):
+    """The ZMQ shell: the actors' PULL and the learner's ROUTER into a `ReplayCore`, its replies out, its metrics and
+    snapshots."""
+
     def __init__(
         self,
         ctx: zmq.Context,
@@ -75,6 +175,7 @@ class ReplayServer(Server):
         super().__init__(metrics or RoleMetrics("replay", replay.shard))
         limits = limits or Limits()
         self.replay = replay
+        self.core = ReplayCore(replay, self._answer, lambda reason, peer: self.drop(reason, _identity(peer)))
         self.snapshots = snapshots
         self.experience_limits = accepting(limits, frozenset({EXPERIENCE}))
         self.request_limits = accepting(limits, REPLAY_REQUESTS)
@@ -82,7 +183,6 @@ class ReplayServer(Server):
         self.listen(self.pull, self._on_experience, BURST)
         router = self.bind(ctx, zmq.ROUTER, sample_bind, "sample", limits, sndhwm=64, rcvhwm=256)
         self.serve_requests(router, BURST)
-        self.pending: deque[_Pending] = deque()
         m = self.metrics
         self.m_in = m.counter("replay_transitions_in_total", "transitions received")
         self.m_out = m.counter("replay_transitions_out_total", "transitions served in sample replies")
@@ -93,27 +193,40 @@ class ReplayServer(Server):
         self.rate_in = RateGauge(m.gauge("replay_transitions_in_per_second", "transitions in per second"))
         self.rate_out = RateGauge(m.gauge("replay_transitions_out_per_second", "transitions out per second"))
         self.m_capacity.set(replay.capacity)
-        self.m_size.set(replay.stats()["size"])  # a restored shard starts with what its snapshot held
+        stats = replay.stats()
+        self.m_size.set(stats["size"])  # a restored shard starts with what its snapshot held
+        self.served, self.dropped = stats["served"], stats["dropped"]
         self.m_snapshots = m.counter("replay_snapshots_total", "snapshots written")
-        self.m_snapshot_s = m.gauge("replay_snapshot_seconds", "the last snapshot: seconds from capture to rename")
+        self.m_snapshot_s = m.gauge(
+            "replay_snapshot_seconds", "the last snapshot: seconds from capture to rename (and upload, with a bucket)"
+        )
         self.m_snapshot_pause = m.gauge("replay_snapshot_pause_seconds", "the last snapshot: seconds the loop paused")
         self.m_snapshot_bytes = m.gauge("replay_snapshot_bytes", "the last snapshot's size on disk")
         self.m_snapshot_held = m.gauge("replay_snapshot_transitions", "transitions in the last snapshot")
+
+    @property
+    def pending(self) -> deque[_Pending]:
+        return self.core.pending
 
     # -- the loop -------------------------------------------------------------------------------------
 
     def poll_once(self, timeout_s: float) -> None:
         super().poll_once(timeout_s)
-        self._serve_pending()
         now = time.monotonic()
+        self.core.serve(now)
+        self.m_pending.set(len(self.core.pending))
         self.rate_in.tick(now)
         self.rate_out.tick(now)
         if self.snapshots is not None:
             self._written(self.snapshots.tick(now), "")
 
     def run(self, stop: StopFlag) -> None:
-        """Serve until stopped, then put what the shard holds on disk before the sockets close."""
+        """Serve until stopped, take the chunks already at its socket (they would go with the process), then put
+        what the shard holds on disk before the sockets close."""
         super().run(stop)
+        deadline = time.monotonic() + STOP_DRAIN_S
+        while time.monotonic() < deadline and self.pull.poll(0):
+            self._on_experience(self.pull.recv_multipart(copy=False))
         if self.snapshots is not None:
             self._written(self.snapshots.final(), "final ")
 
@@ -143,90 +256,47 @@ class ReplayServer(Server):
             written.pause_s * 1e3,
         )
 
-    # -- handlers -------------------------------------------------------------------------------------
+    # -- translation ----------------------------------------------------------------------------------
 
     def _on_experience(self, frames: list[zmq.Frame]) -> None:
-        before = self.replay.stats()["dropped"]
         try:
-            n = self.replay.add(decode(frames, self.experience_limits))
+            message = decode(frames, self.experience_limits)
         except ProtocolError as exc:
             self.drop(exc.reason)
             return
-        except (ValueError, TypeError):
-            self.drop("bad_chunk")
-            return
-        stats = self.replay.stats()
-        self.m_in.inc(n)
-        self.rate_in.add(n)
-        self.m_dropped.inc(stats["dropped"] - before)
-        self.m_size.set(stats["size"])
+        n = self.core.on_experience(message)
+        if n:
+            self.m_in.inc(n)
+            self.rate_in.add(n)
+            self._count()
 
     def on_request(self, identity: bytes, frames: list[zmq.Frame]) -> None:
         try:
             message = decode(frames, self.request_limits)
-            if message.kind == PRIORITY_UPDATE:
-                update = PriorityUpdate.from_message(message)
-                self.replay.update_priorities(update.slots, update.ids, update.priorities)
-                return
-            request = SampleRequest.from_message(message)
         except ProtocolError as exc:
-            self._refuse(identity, exc.reason)
+            self.drop(exc.reason, identity)
+            self._answer(identity, ErrorReply(exc.reason))
             return
-        except (ValueError, IndexError):  # slots out of range, priorities for a uniform or FIFO replay
-            self._refuse(identity, "bad_priorities")
-            return
-        # A request that could never be answered with data is refused now, not parked (shard.py says which).
-        refusal = self.replay.refusal(request)
-        if refusal is not None:
-            self._refuse(identity, refusal)
-            return
-        parked_by_peer = sum(pending.identity == identity for pending in self.pending)
-        if len(self.pending) >= MAX_PENDING or parked_by_peer >= MAX_PENDING_PER_PEER:
-            self._refuse(identity, "too_many_pending")
-            return
-        self.pending.append(_Pending(identity, request, time.monotonic() + DEFER_S))
+        self.core.on_request(identity, message, time.monotonic())
 
-    def _serve(self, pending: _Pending) -> None:
-        """Answer one parked request with data, or with an error: the shard learns its layout (and so a reply's
-        size) only once data came, so a request parked before then is held to it now. An exception raised by the
-        request's own content (a size, a value) answers its peer and is counted; the shard serves on. Any other
-        (the storage itself broken) still ends the role."""
-        refusal = self.replay.refusal(pending.request)
-        if refusal is not None:
-            self._refuse(pending.identity, refusal)
-            return
-        served_before = self.replay.stats()["served"]
-        try:
-            message = encode_sample_reply(self.replay.sample(pending.request.batch_size))
-        except (MemoryError, ValueError, IndexError) as exc:
-            log.warning("a sample request failed (%r): answered with an error", exc)
-            self._refuse(pending.identity, "serve_failed")
-            return
+    def _answer(self, peer: Peer, reply: ShardAnswer) -> None:
+        message = reply.to_message() if isinstance(reply, ErrorReply) else encode_sample_reply(reply)
+        self.reply(_identity(peer) or b"", message)
+        self._count()
+
+    def _count(self) -> None:
+        """The shard's books since the last message into the metrics: served, evicted, held."""
         stats = self.replay.stats()
-        served = stats["served"] - served_before
+        served, self.served = stats["served"] - self.served, stats["served"]
         self.m_out.inc(served)
         self.rate_out.add(served)
+        self.m_dropped.inc(stats["dropped"] - self.dropped)
+        self.dropped = stats["dropped"]
         self.m_size.set(stats["size"])
-        self.reply(pending.identity, message)
 
-    def _refuse(self, identity: bytes, reason: str) -> None:
-        self.drop(reason, identity)
-        self.reply(identity, ErrorReply(reason).to_message())
 
-    def _serve_pending(self) -> None:
-        """Answer every parked request that data can answer now (in arrival order), and the overdue ones
-        with an empty reply; the rest stay parked. No request waits behind one that asks for more."""
-        now = time.monotonic()
-        waiting: deque[_Pending] = deque()
-        for pending in self.pending:
-            if self.replay.ready(pending.request.threshold):
-                self._serve(pending)
-            elif now >= pending.deadline:
-                self.reply(pending.identity, encode_sample_reply(self.replay.empty_reply()))
-            else:
-                waiting.append(pending)
-        self.pending = waiting
-        self.m_pending.set(len(self.pending))
+def _identity(peer: Peer | None) -> bytes | None:
+    return peer if isinstance(peer, bytes) else None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -238,8 +308,16 @@ def snapshot_dir(run_dir: Path, shard: int) -> Path:
     return run_dir / "replay" / f"shard-{shard}"
 
 
-def open_snapshots(cfg: ExperimentConfig, run_dir: Path, shard: ReplayShard) -> Snapshots:
-    """The shard's snapshot folder, after restoring the newest good snapshot in it into `shard`.
+def open_snapshots(
+    cfg: ExperimentConfig,
+    run_dir: Path,
+    shard: ReplayShard,
+    run_uri: str | None = None,
+    metrics: RoleMetrics | None = None,
+) -> Snapshots:
+    """The shard's snapshot folder, after restoring the newest good snapshot in it into `shard`. With `run_uri`
+    (SURREAL_RUN_URI) the folder is a cache of the bucket's: snapshots it lacks are pulled first (checked whole:
+    surreal/runstore.py), and each snapshot written, or cleared, is mirrored there (its pushes on `metrics`).
 
     A snapshot belongs to one experiment (algorithm, env), one buffer (kind, capacity) and one shard index;
     anything else found there is foreign and set aside. A FIFO snapshot is removed once restored (its chunks
@@ -252,7 +330,10 @@ def open_snapshots(cfg: ExperimentConfig, run_dir: Path, shard: ReplayShard) -> 
         "capacity": shard.capacity,
         "shard": shard.shard,
     }
-    store = SnapshotStore(snapshot_dir(run_dir, shard.shard), identity)
+    mirror = open_mirror(run_uri, run_dir, replay_part(shard.shard), metrics)
+    store = SnapshotStore(snapshot_dir(run_dir, shard.shard), identity, on_change=mirror.push if mirror else None)
+    if mirror is not None:
+        mirror.pull()
     start = time.perf_counter()
     restored = store.restore(lambda state: restore(shard.replay, state), log)
     if restored is None:
@@ -262,8 +343,7 @@ def open_snapshots(cfg: ExperimentConfig, run_dir: Path, shard: ReplayShard) -> 
         log.info("restored %d transitions from %s in %.2f s", held, restored, time.perf_counter() - start)
         if shard.mode == "fifo":
             store.clear()
-    interval_s = 0.0 if shard.mode == "fifo" else cfg.replay.snapshot_interval_s
-    return Snapshots(store, shard.replay, interval_s, log)
+    return Snapshots(store, shard.replay, cfg.replay.snapshot_interval_s, log)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -273,13 +353,17 @@ def main(args: argparse.Namespace) -> int:
         limits = message_limits(config)
         # Torch- and gymnasium-free: the env's episode limit is unknown here (ES checks at the learner).
         shard = ReplayShard.of(config, cfg.seed, settings.index, cfg.algo.max_env_steps_per_unit(None))
-        snapshots = open_snapshots(cfg, settings.run_dir, shard) if cfg.replay.snapshot_interval_s > 0 else None
+        metrics = RoleMetrics("replay", shard.shard)
+        snapshots = None
+        if cfg.replay.snapshot_interval_s > 0:
+            snapshots = open_snapshots(cfg, settings.run_dir, shard, settings.run_uri, metrics)
         return ReplayServer(
             ctx,
             settings.bind(settings.experience_port),
             settings.bind(settings.sample_port),
             shard,
             limits=limits,
+            metrics=metrics,
             snapshots=snapshots,
         )
 

@@ -75,17 +75,19 @@ class LearnerCheckpoints:
     its own torch RNG), the counters, what the feed holds, and whatever the driver adds (`extra_state`:
     serial mode's actors, replay and ps), so that a resumed run continues the very same run."""
 
-    def __init__(self, directory: Path, keep: int, log: logging.Logger) -> None:
-        self.store, self.log = CheckpointStore(directory, keep), log
+    def __init__(
+        self, directory: Path, keep: int, log: logging.Logger, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.store, self.log, self.clock = CheckpointStore(directory, keep), log, clock
         self.extra_state: Callable[[], dict[str, Any]] | None = None
-        self.saved_at = time.monotonic()
+        self.saved_at = clock()
 
     def save(self, step: int, algo_state: dict[str, Any], counters: dict[str, Any], feed: dict[str, Any]) -> None:
         state = {"learner": algo_state, "counters": counters, "feed": pack(feed)}
         if self.extra_state is not None:
             state["extra"] = pack(self.extra_state())
         self.store.save(step, state)
-        self.saved_at = time.monotonic()
+        self.saved_at = self.clock()
 
     def restore(self, load_algo_state: Callable[[dict[str, Any]], None]) -> Restored | None:
         """The newest checkpoint that restores whole (damaged ones are set aside); None: none does."""

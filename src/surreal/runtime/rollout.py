@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
 
 from surreal.envs import make_vec_env
-from surreal.proto.wire import Chunk
+from surreal.proto.wire import PER_ENV, Chunk
 
 
 class Policy(Protocol):
@@ -54,13 +54,24 @@ def all_or_none(successes: list[bool | None]) -> list[bool]:
 
 class RolloutCollector:
     """Keeps the K environments' current observations and running episode return/length between chunks,
-    so an episode may span chunks and is reported, whole, in the chunk where it ends."""
+    so an episode may span chunks and is reported, whole, in the chunk where it ends.
 
-    def __init__(self, envs: gym.vector.VectorEnv, policy: Policy, chunk_steps: int, actor_index: int) -> None:
+    `per_env(K)`: what each chunk also records once per env, before its first step, under `PER_ENV` (a recurrent
+    policy's state, which the learner unrolls each env's column of the chunk from)."""
+
+    def __init__(
+        self,
+        envs: gym.vector.VectorEnv,
+        policy: Policy,
+        chunk_steps: int,
+        actor_index: int,
+        per_env: Callable[[int], dict[str, np.ndarray]] | None = None,
+    ) -> None:
         self.envs = envs
         self.policy = policy
         self.chunk_steps = chunk_steps
         self.actor_index = actor_index
+        self.per_env = per_env
         self.num_envs = envs.num_envs
         self.chunk_size = chunk_steps * envs.num_envs
         self.obs, _ = envs.reset()
@@ -72,7 +83,7 @@ class RolloutCollector:
         T, K = self.chunk_steps, self.num_envs
         obs_shape = self.envs.single_observation_space.shape
         assert obs_shape is not None, "Box observations have a shape"
-        arrays: dict[str, np.ndarray] = {
+        arrays: dict[str, Any] = {
             "obs": np.empty((T, K, *obs_shape), np.float32),
             "next_obs": np.empty((T, K, *obs_shape), np.float32),
             "rewards": np.empty((T, K), np.float32),
@@ -82,6 +93,8 @@ class RolloutCollector:
         returns: list[float] = []
         lengths: list[int] = []
         successes: list[bool | None] = []
+        if self.per_env is not None:
+            arrays[PER_ENV] = self.per_env(K)
         for t in range(T):
             env_actions, record = self.policy.act(self.obs)
             if t == 0:
@@ -150,6 +163,15 @@ class DeterministicActor(Protocol):
     def act_deterministic(self, obs: np.ndarray) -> np.ndarray: ...
 
 
+@runtime_checkable
+class StatefulActor(Protocol):
+    """A policy whose actions depend on the episode so far (a recurrent one: algos/ppo.py): `evaluate` resets it
+    before the first step and, for the envs whose episode ended, after every step."""
+
+    def reset(self, done: np.ndarray | None = None) -> None:
+        """Forget the episode so far: of the envs flagged in `done`, or of all (None: a new batch of envs)."""
+
+
 # (env, index, episodes) -> the env to step: `evaluate`'s env `index` runs `episodes` counted episodes.
 EvalEnvWrapper = Callable[[gym.Env, int, int], gym.Env]
 
@@ -170,7 +192,8 @@ def evaluate(
 ) -> Evaluation:
     """Full episodes of the deterministic policy. Each of up to 10 parallel envs runs a fixed quota of
     episodes, so short episodes are not over-represented; env i starts from `seed + i`. `wrap` wraps each env
-    (told its index and quota: `surreal eval --video` records those episodes), which changes no episode."""
+    (told its index and quota: `surreal eval --video` records those episodes), which changes no episode. A
+    `StatefulActor` starts every episode afresh."""
     quotas = np.array(eval_quotas(episodes))
     n = len(quotas)
     done_count = np.zeros(n, np.int64)
@@ -181,10 +204,15 @@ def evaluate(
         env_id, n, seed, env_kwargs, None if wrap is None else lambda env, i: wrap(env, i, int(quotas[i]))
     )
     obs, _ = envs.reset(seed=[seed + i for i in range(n)])  # type: ignore[arg-type]  # per-env seeds are documented
+    stateful = policy if isinstance(policy, StatefulActor) else None
+    if stateful is not None:
+        stateful.reset()
     try:
         while (done_count < quotas).any():
             obs, rewards, terminated, truncated, infos = envs.step(policy.act_deterministic(obs))
             running += rewards
+            if stateful is not None and (terminated | truncated).any():
+                stateful.reset(terminated | truncated)
             for i in np.flatnonzero(terminated | truncated):
                 if done_count[i] < quotas[i]:
                     returns.append(float(running[i]))

@@ -168,7 +168,7 @@ security context. {root, role (values key), block (the role's values)}.
 {{- toYaml (mergeOverwrite (deepCopy .root.Values.securityContext) (.block.securityContext | default dict)) -}}
 {{- end -}}
 
-{{/* The pod-level fields every role shares: service account, placement, security, volumes of scratch and config. */}}
+{{/* The pod-level fields every role shares: service account, placement, priority, security, volumes of scratch and config. */}}
 {{- define "surreal.podCommon" -}}
 serviceAccountName: {{ include "surreal.serviceAccountName" .root }}
 automountServiceAccountToken: false
@@ -176,6 +176,9 @@ enableServiceLinks: false
 securityContext:
   {{- include "surreal.podSecurityContext" . | nindent 2 }}
 terminationGracePeriodSeconds: {{ .block.terminationGracePeriodSeconds }}
+{{- with include "surreal.schedulingPodSpec" . }}
+{{ . }}
+{{- end }}
 {{- with .root.Values.image.pullSecrets }}
 imagePullSecrets:
   {{- range . }}
@@ -311,4 +314,135 @@ clouds' spot taints: replay, ps and the learner keep their state and must not be
 {{- $kills := gt ($chaos.kill_every_s | default 0 | float64) 0.0 -}}
 {{- $window := and (not (kindIs "invalid" $chaos.alive)) (gt ($chaos.window_s | default 0 | float64) 0.0) -}}
 {{- if or $kills $window -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+Scheduling (values.yaml `scheduling`; docs/kubernetes.md, "Scheduling"). The core (learner, replay, ps) holds the
+experiment's state and is useless in part: a learner without its shards idles on a GPU. So it is admitted as one
+gang of 1 + replay.shards + ps.replicas pods at the core priority. Actors and the evaluator hold nothing and work
+alone: each pod is admitted on its own as room allows (elastic), at the lower priority, preemptible.
+{root, role}: "core" or "actors".
+*/}}
+{{- define "surreal.schedulingTier" -}}
+{{- if has .role (list "learner" "replay" "ps") -}}core{{- else -}}actors{{- end -}}
+{{- end -}}
+
+{{/* The gang's name: Kueue's pod group (and so its Workload), Volcano's PodGroup, Kubernetes' PodGroup. */}}
+{{- define "surreal.gangName" -}}
+{{- printf "%s-core" (include "surreal.fullname" .) -}}
+{{- end -}}
+
+{{- define "surreal.gangSize" -}}
+{{- add 1 (int .Values.replay.shards) (int .Values.ps.replicas) -}}
+{{- end -}}
+
+{{/*
+The PriorityClass of a tier {root, tier} (in kueue mode also the WorkloadPriorityClass of the same name):
+priorityClasses.<tier>.name, else <fullname>-<tier> when the chart creates them.
+*/}}
+{{- define "surreal.priorityClassName" -}}
+{{- $classes := .root.Values.priorityClasses -}}
+{{- $class := get $classes .tier -}}
+{{- if $class.name -}}
+{{- $class.name -}}
+{{- else if $classes.create -}}
+{{- printf "%s-%s" (include "surreal.fullname" .root) .tier -}}
+{{- else -}}
+{{- fail (printf "priorityClasses.create is false: set priorityClasses.%s.name to a PriorityClass the cluster has" .tier) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels a role's pods get from the scheduling mode {root, role} (kueue only: Kueue reads pods' labels). */}}
+{{- define "surreal.schedulingLabels" -}}
+{{- $tier := include "surreal.schedulingTier" . -}}
+{{- if eq .root.Values.scheduling "kueue" -}}
+kueue.x-k8s.io/queue-name: {{ .root.Values.kueue.queueName }}
+kueue.x-k8s.io/priority-class: {{ include "surreal.priorityClassName" (dict "root" .root "tier" $tier) }}
+{{- if eq $tier "core" }}
+kueue.x-k8s.io/pod-group-name: {{ include "surreal.gangName" .root }}
+{{- end }}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Annotations a role's pods get from the scheduling mode {root, role}. Kueue: the group's size, and "serving" (a pod
+group that never finishes: a restarted pod rejoins its admitted group instead of ending it). Volcano: the PodGroup
+(core) or the queue of the PodGroup Volcano makes per workload (actors, minMember 1), and who may be preempted.
+*/}}
+{{- define "surreal.schedulingAnnotations" -}}
+{{- $tier := include "surreal.schedulingTier" . -}}
+{{- $mode := .root.Values.scheduling -}}
+{{- if and (eq $mode "kueue") (eq $tier "core") -}}
+kueue.x-k8s.io/pod-group-total-count: {{ include "surreal.gangSize" .root | quote }}
+kueue.x-k8s.io/pod-group-serving: "true"
+{{- else if eq $mode "volcano" -}}
+{{- if eq $tier "core" -}}
+scheduling.k8s.io/group-name: {{ include "surreal.gangName" .root }}
+{{ end -}}
+scheduling.volcano.sh/queue-name: {{ .root.Values.volcano.queue }}
+volcano.sh/preemptable: {{ ne $tier "core" | quote }}
+{{- end -}}
+{{- end -}}
+
+{{/* Pod spec fields of the scheduling mode {root, role}: priority, Volcano's scheduler, the gang's PodGroup. */}}
+{{- define "surreal.schedulingPodSpec" -}}
+{{- $mode := .root.Values.scheduling -}}
+{{- if ne $mode "none" -}}
+{{- $tier := include "surreal.schedulingTier" . -}}
+priorityClassName: {{ include "surreal.priorityClassName" (dict "root" .root "tier" $tier) }}
+{{- if eq $mode "volcano" }}
+schedulerName: {{ .root.Values.volcano.schedulerName }}
+{{- end }}
+{{- if and (eq $mode "gang") (eq $tier "core") }}
+schedulingGroup:
+  podGroupName: {{ include "surreal.gangName" .root }}
+{{- end }}
+{{- end -}}
+{{- end -}}
+
+{{/*
+scheduling.k8s.io version of Kubernetes' PodGroup (scheduling: gang): gang.apiVersion, else the newest the cluster
+serves (v1beta1 from Kubernetes 1.37, v1alpha2 on 1.36; both need the GenericWorkload feature gate and the version
+enabled in the API server's --runtime-config).
+*/}}
+{{- define "surreal.podGroupAPIVersion" -}}
+{{- if .Values.gang.apiVersion -}}
+{{- .Values.gang.apiVersion -}}
+{{- else if .Capabilities.APIVersions.Has "scheduling.k8s.io/v1beta1/PodGroup" -}}
+scheduling.k8s.io/v1beta1
+{{- else if .Capabilities.APIVersions.Has "scheduling.k8s.io/v1alpha2/PodGroup" -}}
+scheduling.k8s.io/v1alpha2
+{{- else -}}
+{{- fail "scheduling=gang: the cluster serves no PodGroup (scheduling.k8s.io/v1beta1 from Kubernetes 1.37, v1alpha2 on 1.36, behind the GenericWorkload feature gate); set gang.apiVersion, or pass helm template --api-versions scheduling.k8s.io/v1beta1/PodGroup" -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The run folder's mirror in a bucket: experiment.run_uri/<experiment.name, else the release name> (surreal/runstore.py);
+"" without experiment.run_uri. A new release of the same name resumes from what the bucket holds.
+*/}}
+{{- define "surreal.runUri" -}}
+{{- with .Values.experiment.run_uri -}}
+{{- printf "%s/%s" (trimSuffix "/" .) ($.Values.experiment.name | default $.Release.Name) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* SURREAL_RUN_URI and runStorage.env for the roles that mirror the run folder (learner, replay, evaluator). */}}
+{{- define "surreal.runStorageEnv" -}}
+{{- with include "surreal.runUri" . -}}
+- name: SURREAL_RUN_URI
+  value: {{ . | quote }}
+{{- with $.Values.runStorage.env }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+{{- end -}}
+
+{{/* runStorage.podLabels on the pods that mirror the run folder (Azure workload identity's azure.workload.identity/use). */}}
+{{- define "surreal.runStorageLabels" -}}
+{{- if include "surreal.runUri" . -}}
+{{- with .Values.runStorage.podLabels -}}
+{{ toYaml . }}
+{{- end -}}
+{{- end -}}
 {{- end -}}

@@ -1,11 +1,14 @@
 """On-policy flow control, on the clock of parameter versions: the "staleness" rule (PPO) and its strict form
 "lockstep" (ES, and every on-policy algorithm in deterministic mode). Both halves, side by side.
 
-- **Actor** (`VersionThrottle`): its share of a learner batch is `ceil(batch_size / (actors * chunk_size))`
-  chunks; it may send `rollout_ahead` shares on the first version of a learner incarnation it sees and one
-  share more for every newer version, then waits (a new incarnation restarts the count). Lockstep is
-  `rollout_ahead = 1`. When the actors outnumber the chunks in a batch, the share is that fraction of a
-  chunk: an actor sends a chunk every `1 / share` versions, its turn set by its index (a golden-ratio phase,
+- **Actor** (`VersionThrottle`): its share of a learner batch is `batch_size / (actors * chunk_size)` chunks
+  (lockstep: rounded up, so a version's own chunks always fill its batch); it may send `rollout_ahead` shares on
+  the first version of a learner incarnation it sees and one share more for every newer version, then waits (a
+  learner resumed from an older checkpoint restarts the count). Lockstep is `rollout_ahead = 1`. Shares rounded
+  up made a fleet of 17 to 31 actors send up to twice the chunks a batch of 32 takes, which a busy learner
+  dropped as stale (found by the simulator, surreal/sim/). A fractional share is sent a chunk at a time: with
+  less than one chunk a version, an actor sends a chunk every `1 / share` versions, its turn set by its index (a
+  golden-ratio phase,
   so any fleet size spreads its chunks evenly over the versions instead of every actor sending at once, the
   fleet's chunks then being 16 batches at 1,024 actors and a batch of 2,048, most of them going stale).
   While it waits, it asks the ps to wake it at the version that completes its next chunk (`wait`), so a version
@@ -71,6 +74,7 @@ class VersionThrottle:
     overdraft_after_s: float  # longest wait for a newer version before any interval is known; 0: never overdraw
     clock: Callable[[], float] = time.monotonic
     phase: float = 0.0  # where in a round of fractional shares this actor's chunk falls, in [0, 1)
+    whole: bool = False  # shares of a chunk or more rounded up (lockstep)
     allowance: float = 0.0  # chunks this actor may still send (it sends while a whole one is left)
     version: int = -1
     incarnation: str | None = None
@@ -83,9 +87,9 @@ class VersionThrottle:
 
     @property
     def share(self) -> float:
-        """Whole chunks, rounded up, or the fraction of a chunk when the actors outnumber a batch's chunks."""
+        """The chunks a version grants: the fleet's together are one batch (whole: rounded up, at least one)."""
         share = self.batch_units / (self.actors * self.chunk_units)
-        return share if share < 1 else math.ceil(share)
+        return math.ceil(share) if self.whole and share >= 1 else share
 
     def stall_s(self) -> float:
         """How long a wait for a newer version may last before it counts as a stall."""
@@ -97,9 +101,17 @@ class VersionThrottle:
     def on_params(self, blob: BlobMeta) -> None:
         if blob.actors is not None:
             self.actors = blob.actors
-        if blob.incarnation != self.incarnation:  # a resumed learner counts versions from its checkpoint
+        if blob.incarnation != self.incarnation and (self.incarnation is None or blob.version < self.version):
+            # A learner resumed from an older checkpoint counts versions from there: so does the actor.
             self.incarnation, self.version = blob.incarnation, blob.version
             self.allowance = self.rollout_ahead * self.share + self.phase
+            self.arrivals.restart(blob.version)
+        elif blob.incarnation != self.incarnation:
+            # Resumed where this actor counts (a preempted learner checkpoints as it stops): the count goes on, or
+            # the versions' shares already sent would be granted again and go stale (lockstep: every one).
+            self.incarnation = blob.incarnation
+            self.allowance += (blob.version - self.version) * self.share
+            self.version = blob.version
             self.arrivals.restart(blob.version)
         elif blob.version > self.version:
             self.allowance += (blob.version - self.version) * self.share
@@ -167,6 +179,7 @@ def version_throttle(
         overdraft_after_s,
         clock,
         actor * GOLDEN % 1.0,
+        whole=lockstep,
     )
 
 
@@ -299,12 +312,16 @@ class ChunkFeed:
         if self.live is None:
             return None
         # Actors outnumbering a batch's chunks send one every `actors * chunk / batch` versions (their turn):
-        # each counts while heard within LIVE_ROUNDS of those rounds.
-        turn = math.ceil(len(self.live.last_heard) * self.chunk_units / self.batch_size)
-        self.live.window = LIVE_ROUNDS * max(1, turn)
+        # each counts while heard within LIVE_ROUNDS of those rounds. Until the configured fleet has had a whole
+        # window, fewer heard is no smaller fleet: not every actor had its turn (or its first chunk) yet, and a
+        # blob counting only the first batch's actors would grant all the others whole chunks at once.
+        rounds = lambda actors: LIVE_ROUNDS * max(1, math.ceil(actors * self.chunk_units / self.batch_size))
+        heard_of = len(self.live.last_heard)
+        starting = self.counters.version - (self.first_heard or 0) < rounds(max(heard_of, self.actors))
+        self.live.window = rounds(max(heard_of, self.actors) if starting else heard_of)
         heard = self.live.count(self.counters.version)
-        if turn > 1 and heard is not None and self.counters.version - (self.first_heard or 0) < self.live.window:
-            return max(heard, self.actors)  # not every actor had its turn yet: fewer heard is no smaller fleet
+        if starting and heard is not None:
+            return max(heard, self.actors)
         return heard
 
     def state(self) -> dict[str, Any]:

@@ -1,0 +1,225 @@
+"""What the simulator checks: every honest chunk's fate, every counter, every rule of flow control.
+
+The honest actors tag each chunk (its first observation cell holds the actor's index, the next its serial number:
+`tag`), so the ledger follows each one from the actor that sent it to the update that learned from it. At the end
+of a run every honest chunk sent must be in exactly one place: learned once, still held (a shard, the learner's
+feed or port, a pipe), or inside a process the scenario killed (counted when it died); a chunk dropped as stale or
+evicted from a full FIFO is a loss, allowed only where the scenario says its faults make some unavoidable.
+
+The invariants (`Ledger.check` reports each broken one with what broke it):
+
+- **chunks**: no honest chunk lost or duplicated (as above; off-policy, the env steps each shard reported are
+  counted by the learner exactly once, whatever restarts);
+- **counters**: no counter goes backwards: within a learner incarnation versions only grow, and env steps and
+  updates never fall, across incarnations too; a ps never goes back to an older blob;
+- **staleness**: no update learns from a chunk more than `max_staleness` versions old (lockstep: any older);
+- **replay ratio**: no update goes past `(env_steps - learning_starts) * replay_ratio`, and the honest fleet's env
+  steps stay within the budget the learner published plus one chunk per actor;
+- **live actors**: in the scenario's steady windows every blob counts exactly the honest actors alive;
+- **completes**: the learner reaches `total_env_steps` and announces `done`, and every honest actor still alive
+  has finished by the scenario's deadline.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from surreal.proto.codec import Message
+from surreal.proto.wire import EXPERIENCE, FIFO_REPLY, BlobMeta, Chunk, FifoReply, decode_chunk, decode_sample_reply
+
+ChunkId = tuple[int, int]  # (actor, serial)
+HOSTILE = -1.0  # what a hostile peer's chunks hold where an honest chunk holds its actor's index
+MAX_REPORTED = 5  # violations kept per invariant
+
+
+TAGGED = ("obs", "returns")  # the field a chunk's tag is written in: the first of these it has (ES: its returns)
+
+
+def tagged_field(arrays: Mapping[str, Any]) -> str:
+    return next((name for name in TAGGED if name in arrays), "")
+
+
+def tag(arrays: dict[str, Any], actor: int, serial: int) -> None:
+    """Mark a chunk's arrays (its tagged field, copied by the caller) as honest chunk (`actor`, `serial`)."""
+    cells = arrays[tagged_field(arrays)]
+    cells[0, 0, 0], cells[0, 0, 1] = actor, serial
+
+
+def chunk_id(arrays: Mapping[str, Any]) -> ChunkId | None:
+    """The honest chunk these arrays are, or None (a hostile peer's)."""
+    if not tagged_field(arrays):
+        return None
+    cells = np.asarray(arrays[tagged_field(arrays)])
+    return None if cells[0, 0, 0] < 0 else (int(cells[0, 0, 0]), int(cells[0, 0, 1]))
+
+
+def chunks_in(message: Message) -> Iterator[ChunkId]:
+    """The honest chunks an experience message or a FIFO reply carries."""
+    try:
+        if message.kind == EXPERIENCE:
+            chunks = [decode_chunk(message)[0]]
+        elif message.kind == FIFO_REPLY:
+            reply = decode_sample_reply(message, 0)
+            chunks = reply.chunks if isinstance(reply, FifoReply) else []
+        else:
+            return
+    except ValueError:
+        return  # what no honest role sent
+    for chunk in chunks:
+        found = chunk_id(chunk.arrays)
+        if found is not None:
+            yield found
+
+
+@dataclass
+class Window:
+    """From `start` to `end` (virtual seconds) the fleet is steady: every blob must count the honest actors alive."""
+
+    start: float
+    end: float
+
+
+@dataclass
+class Ledger:
+    """The books a run keeps, and the invariants read from them at the end (module docstring)."""
+
+    max_staleness: int | None  # None: lockstep (only the current version); off-policy runs pass their own rules
+    chunk_env_steps: int
+    replay_ratio: tuple[int, float] | None = None  # (learning_starts, replay_ratio) off-policy
+    tolerated_losses: int = 0  # stale or evicted honest chunks the scenario's faults make unavoidable
+    sent: dict[ChunkId, int] = field(default_factory=dict)  # -> the version it was made with
+    learned: Counter[ChunkId] = field(default_factory=Counter)
+    lost_with_kill: dict[ChunkId, str] = field(default_factory=dict)
+    lost_on_stop: int = 0
+    env_steps_sent: int = 0
+    budget: int | None = None  # the largest env-step budget a blob carried
+    violations: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    blobs: list[tuple[float, BlobMeta]] = field(default_factory=list)
+    ps_held: dict[str, tuple[int, str]] = field(default_factory=dict)
+    shard_reports: dict[tuple[int, int], int] = field(default_factory=dict)  # (shard, its incarnation) -> env steps
+    reports_sent: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # id(reply message) -> its report
+    learner_counted: int = 0  # env steps the learner's replies added (ShardEnvSteps)
+    done_at: float | None = None
+    transitions_learned: int = 0
+
+    def violate(self, rule: str, detail: str) -> None:
+        if len(self.violations[rule]) < MAX_REPORTED:
+            self.violations[rule].append(detail)
+        elif len(self.violations[rule]) == MAX_REPORTED:
+            self.violations[rule].append("...")
+
+    # -- what the nodes report --------------------------------------------------------------------------
+
+    def chunk_sent(self, chunk: Chunk, alive: int, now: float) -> None:
+        found = chunk_id(chunk.arrays)
+        assert found is not None
+        if found in self.sent:
+            self.violate("chunks", f"chunk {found} sent twice")
+        self.sent[found] = chunk.version
+        self.env_steps_sent += chunk.env_steps
+        if self.budget is not None and self.env_steps_sent > self.budget + alive * self.chunk_env_steps:
+            self.violate(
+                "replay_ratio",
+                f"t={now:.1f}: the fleet sent {self.env_steps_sent} env steps, past the budget {self.budget} "
+                f"plus a chunk for each of {alive} actors",
+            )
+
+    def chunks_learned(self, chunks: Iterable[Chunk], version: int, now: float) -> None:
+        bound = 0 if self.max_staleness is None else self.max_staleness  # lockstep: only the current version
+        for chunk in chunks:
+            if version - chunk.version > bound:
+                self.violate("staleness", f"t={now:.1f}: learned a chunk of version {chunk.version} at {version}")
+            found = chunk_id(chunk.arrays)
+            if found is None:
+                self.violate("chunks", f"t={now:.1f}: learned a hostile peer's chunk")
+                continue
+            self.learned[found] += 1
+            if self.learned[found] == 2:
+                self.violate("chunks", f"t={now:.1f}: chunk {found} learned twice")
+
+    def updates_learned(self, updates: int, env_steps: int, now: float) -> None:
+        """Off-policy: `updates` gradient steps done at `env_steps` counted."""
+        assert self.replay_ratio is not None
+        starts, ratio = self.replay_ratio
+        allowed = int((env_steps - starts) * ratio) if env_steps >= starts else 0
+        if updates > allowed:
+            self.violate("replay_ratio", f"t={now:.1f}: {updates} updates at {env_steps} env steps ({allowed} allowed)")
+
+    def blob(self, meta: BlobMeta, now: float) -> None:
+        if self.blobs:
+            last = self.blobs[-1][1]
+            same = meta.incarnation == last.incarnation
+            if (same and meta.version <= last.version and not meta.done) or meta.env_steps < last.env_steps:
+                self.violate(
+                    "counters",
+                    f"t={now:.1f}: blob ({meta.version}, {meta.env_steps} steps) after "
+                    f"({last.version}, {last.env_steps} steps) of {last.incarnation}",
+                )
+        self.blobs.append((now, meta))
+        if meta.env_step_budget is not None:
+            self.budget = max(self.budget or 0, meta.env_step_budget)
+        if meta.done and self.done_at is None:
+            self.done_at = now
+
+    def ps_accepted(self, ps: str, version: int, incarnation: str, restarted: bool, now: float) -> None:
+        held = self.ps_held.get(ps)
+        if held is not None and not restarted and held[1] == incarnation and version <= held[0]:
+            self.violate("counters", f"t={now:.1f}: {ps} went from version {held[0]} back to {version}")
+        self.ps_held[ps] = (version, incarnation)
+
+    def updates_written(self, before: int, after: int, now: float) -> None:
+        if after < before:
+            self.violate("counters", f"t={now:.1f}: updates went from {before} back to {after}")
+
+    def shard_reported(self, shard: int, incarnation: int, env_steps: int) -> None:
+        self.shard_reports[(shard, incarnation)] = max(env_steps, self.shard_reports.get((shard, incarnation), 0))
+
+    def lost(self, chunks: Iterable[ChunkId], why: str) -> None:
+        for found in chunks:
+            self.lost_with_kill.setdefault(found, why)
+
+    # -- the end --------------------------------------------------------------------------------------
+
+    def check_chunks(self, held: Counter[ChunkId], on_policy: bool) -> None:
+        """Every honest chunk sent is learned once, held once, or went with a killed process."""
+        if not on_policy:
+            return
+        unknown = [c for c in [*self.learned, *held] if c not in self.sent]
+        if unknown:
+            self.violate("chunks", f"{len(unknown)} chunks learned or held that no honest actor sent: {unknown[:3]}")
+        for found, count in held.items():
+            if count > 1 or (found in self.learned and count):
+                self.violate("chunks", f"chunk {found} held {count} times, learned {self.learned[found]} times")
+        missing = [c for c in self.sent if c not in self.learned and c not in held and c not in self.lost_with_kill]
+        if len(missing) > self.tolerated_losses:
+            self.violate(
+                "chunks",
+                f"{len(missing)} honest chunks neither learned, held nor lost with a killed process "
+                f"(stale, evicted or silently lost; {self.tolerated_losses} tolerated): {missing[:5]}",
+            )
+
+    def check_env_steps(self) -> None:
+        """Off-policy: the learner counted exactly what every shard incarnation last reported."""
+        reported = sum(self.shard_reports.values())
+        if self.learner_counted != reported:
+            self.violate(
+                "chunks", f"the learner counted {self.learner_counted} env steps, its shards reported {reported}"
+            )
+
+    def check_live(self, windows: list[Window], alive_at: Iterable[tuple[float, int]]) -> None:
+        alive_steps = sorted(alive_at)
+        for window in windows:
+            for at, meta in self.blobs:
+                if not window.start <= at <= window.end or meta.done:
+                    continue
+                alive = next((n for t, n in reversed(alive_steps) if t <= at), 0)
+                if meta.actors != alive:
+                    self.violate("live_actors", f"t={at:.1f}: a blob counts {meta.actors} actors, {alive} are alive")
+
+    def report(self) -> dict[str, list[str]]:
+        return {rule: list(found) for rule, found in self.violations.items() if found}

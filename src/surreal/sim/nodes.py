@@ -1,0 +1,783 @@
+"""The roles in the simulator: each node drives a role's own core, as its ZMQ shell does, on the simulated network.
+
+    ActorNode    roles/actor.py   ActorCore       a scripted rollout in place of the envs and the policy
+    ReplayNode   roles/replay.py  ReplayCore      + replay/shard.py ReplayShard, replay/snapshot.py SnapshotSchedule
+    PsNode       roles/ps.py      PsCore
+    LearnerNode  roles/learner.py LearnerCore     + its feed (runtime/regimes/); a scripted learner in place of the
+                                                  algorithm's update, which costs virtual time
+
+Messages are proto/wire.py's, built by its encoders and read by its validating decoders on each side, as over ZMQ
+(only the codec's bytes are skipped). A node's process is started, stopped by SIGTERM and killed by SIGKILL as the
+scenario says; what follows an exit is the supervisor's `RestartPolicy` (launch/supervisor.py), as `surreal run`
+supervises its roles.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from surreal.config import ExperimentConfig
+from surreal.launch.supervisor import RestartPolicy
+from surreal.metrics import RoleMetrics
+from surreal.proto.channels import ShardRequests, reply_with_data
+from surreal.proto.codec import Message, ProtocolError, flatten
+from surreal.proto.wire import (
+    EXPERIENCE,
+    FIFO_REPLY,
+    PARAMS,
+    TRANSITION_REPLY,
+    BlobMeta,
+    Chunk,
+    ErrorReply,
+    Fields,
+    FifoReply,
+    NotModified,
+    Params,
+    ParamsRequest,
+    PriorityUpdate,
+    ReplyLayout,
+    SampleReply,
+    SampleRequest,
+    decode_params_reply,
+    encode_chunk,
+    encode_params,
+    encode_sample_reply,
+)
+from surreal.replay.shard import ReplayShard
+from surreal.replay.snapfile import ShardState
+from surreal.replay.snapshot import SnapshotSchedule, capture, restore
+from surreal.roles.actor import FLUSH_S, IDLE_S, SEND_TIMEOUT_S, ActorCore, Collect, Fetch, Finish, Send
+from surreal.roles.common import EXIT_STOPPED
+from surreal.roles.learner import DRAIN_S, LearnerCore
+from surreal.roles.ps import PsCore
+from surreal.roles.replay import ReplayCore
+from surreal.runtime.regimes import reply_layout, sample_size
+from surreal.sim.ledger import ChunkId, Ledger, chunk_id, chunks_in, tag, tagged_field
+from surreal.sim.world import Network, Node, World
+
+if TYPE_CHECKING:
+    import gymnasium as gym
+
+PUB_HWM = 8  # the learner's PUB (SNDHWM 4) and a ps's SUB (RCVHWM 4): blobs a slow ps may have queued
+PUSH_HWM = 4 + 64  # an actor's PUSH (SNDHWM 4) and a shard's PULL (RCVHWM 64), per actor and shard
+REPUBLISH_S = 1.0  # channels.ParamPublisher's: the latest blob again, for a ps that lost one
+LOST_AFTER_S = 5.0  # channels.SampleClient's: a shard silent this long while asked has lost the requests
+LEARNER_IDLE_S = 0.5  # how often an idle learner looks again (it also wakes at each reply)
+STOP_DRAIN_WINDOW_S = 0.005  # a stopping shard takes what reaches its socket this long (then it is empty)
+SIGKILL = -9
+
+log = logging.getLogger("surreal.sim")
+
+
+EPISODE_STEPS = 200  # Pendulum-v1's time limit: the episodes of the scripted rollouts
+
+
+def steps_bound(cfg: ExperimentConfig) -> int | None:
+    """`envs.env_steps_bound` without making an env: the env steps one unit may claim."""
+    return cfg.algo.max_env_steps_per_unit(EPISODE_STEPS)
+
+
+def message_bytes(message: Message) -> int:
+    """What a message weighs on a link: its arrays and a header's worth."""
+    return 256 + sum(array.nbytes for _, array in flatten(message.arrays))
+
+
+class Process(Node):
+    """A node that is a supervised process: `sigterm`, `sigkill`, and the supervisor's `RestartPolicy` after each
+    exit (`surreal run`'s policies: replay and ps always, learner and actors on failure)."""
+
+    restart = "on-failure"
+
+    def __init__(self, world: World, net: Network, name: str, ledger: Ledger) -> None:
+        super().__init__(world, net, name)
+        self.ledger = ledger
+        self.policy = RestartPolicy(self.restart, max_restarts=5)  # type: ignore[arg-type]
+        self.exits: list[int] = []
+
+    def boot(self, resumed: bool) -> None:
+        """What the process does when it starts (a role's `main`)."""
+        raise NotImplementedError
+
+    def sigterm(self) -> None:
+        self.exit(EXIT_STOPPED)
+
+    def sigkill(self) -> None:
+        self.held_lost("killed")
+        self.kill()
+        self.exit(SIGKILL, killed=True)
+
+    def held_lost(self, why: str) -> None:
+        """Tell the ledger which honest chunks die with this process (its memory and its pipes, both ways)."""
+        found = []
+        for pipe in self.net.pipes.values():
+            if self in (pipe.src, pipe.dst):
+                found += [c for message, _ in pipe.held for c in chunks_in(message)]
+        for _, message, _ in self.inbox:
+            found += list(chunks_in(message))
+        for pipe, message in self.net.in_flight():
+            if self in (pipe.src, pipe.dst):
+                found += list(chunks_in(message))
+        self.ledger.lost(found, f"{self.name} {why}")
+
+    def exit(self, code: int, killed: bool = False) -> None:
+        if not killed:
+            self.held_lost("exited")  # what its pipes still carried (a linger or a drain that ended)
+            self.kill()
+        self.exits.append(code)
+        exit = self.policy.on_exit(code)
+        if exit.delay_s is not None:
+            self.world.after(exit.delay_s, self.restart_process)
+
+    def restart_process(self) -> None:
+        self.start()
+        self.boot(resumed=True)
+
+
+# -- replay ----------------------------------------------------------------------------------------------
+
+
+class ReplayNode(Process):
+    restart = "always"
+
+    def __init__(
+        self, world: World, net: Network, index: int, cfg: ExperimentConfig, ledger: Ledger, snapshot_interval_s: float
+    ) -> None:
+        super().__init__(world, net, f"replay-{index}", ledger)
+        self.index, self.cfg, self.snapshot_interval_s = index, cfg, snapshot_interval_s
+        self.snapshot: ShardState | None = None  # what its disk holds
+        self.timer_at: float | None = None
+        self.boot(resumed=False)
+
+    def boot(self, resumed: bool) -> None:
+        cfg = self.cfg
+        self.shard = ReplayShard.of(cfg.replay, cfg.seed + self.incarnation, self.index, steps_bound(cfg))
+        if self.snapshot is not None:
+            restore(self.shard.replay, self.snapshot)
+            if self.shard.mode == "fifo":
+                self.snapshot = None  # a FIFO's snapshot is removed once restored
+        self.core = ReplayCore(self.shard, self._answer, lambda reason, peer: None)
+        self.schedule = SnapshotSchedule.of(self.shard.replay, self.snapshot_interval_s, self.world.now)
+        self.timer_at = None
+        self.stopping = False
+        self._arm()
+
+    def receive(self, src: Node, message: Message) -> None:
+        if message.kind == EXPERIENCE:
+            self.core.on_experience(message)
+        elif not self.stopping:  # a stopping shard serves no more (the requests go with it)
+            self.core.on_request(src.name, message, self.world.now)
+        self.core.serve(self.world.now)
+        self._arm()
+
+    def _answer(self, peer: Any, reply: Any) -> None:
+        message = reply.to_message() if isinstance(reply, ErrorReply) else encode_sample_reply(reply)
+        if message.kind in (FIFO_REPLY, TRANSITION_REPLY):  # the learner counts a data reply's report
+            self.ledger.reports_sent[id(message)] = (self.index, self.incarnation, reply.report.env_steps)
+        dst = self.net.nodes[peer]
+        self.send(dst, message, message_bytes(message) if dst.bandwidth or self.bandwidth else 0)
+
+    def _arm(self) -> None:
+        """A timer for the next parked request's deadline or the next periodic snapshot."""
+        at = self.core.next_event()
+        if self.schedule.interval_s > 0:
+            at = self.schedule.due if at is None else min(at, self.schedule.due)
+        if at is not None and (self.timer_at is None or at < self.timer_at):
+            self.timer_at = at
+            self.world.at(at, self._tick, self.incarnation, at)
+
+    def _tick(self, incarnation: int, at: float) -> None:
+        if incarnation != self.incarnation or not self.alive or at != self.timer_at:
+            return
+        self.timer_at = None
+        now = self.world.now
+        self.core.serve(now)
+        if self.schedule.periodic(now):
+            self._take_snapshot()
+        self._arm()
+
+    def _take_snapshot(self) -> None:
+        token = self.schedule.changed(self.shard.replay)
+        captured = None if token is None else capture(self.shard.replay, guard=self.shard.capacity)
+        if captured is not None:
+            assert token is not None
+            self.schedule.token = token
+            arrays = {name: np.concatenate(pieces) for name, pieces in captured.arrays.items()}
+            self.snapshot = ShardState(captured.books, arrays)
+
+    def held_lost(self, why: str) -> None:
+        super().held_lost(why)
+        self.ledger.lost(fifo_chunks(self.shard), f"{self.name} {why}")
+
+    def sigterm(self) -> None:
+        """It stops serving, takes what reaches its socket for STOP_DRAIN_WINDOW_S (roles/replay.py drains what is
+        queued there), writes its last snapshot (a FIFO's only one) and exits."""
+        if self.alive and not self.stopping:
+            self.stopping = True
+            self.world.after(STOP_DRAIN_WINDOW_S, self._stopped, self.incarnation)
+
+    def _stopped(self, incarnation: int) -> None:
+        if incarnation == self.incarnation and self.alive:
+            self._take_snapshot()
+            super().sigterm()
+
+
+def fifo_chunks(shard: ReplayShard) -> list[ChunkId]:
+    """The honest chunks a FIFO shard holds (none for a transition replay)."""
+    fifo = getattr(shard.replay, "fifo", None)
+    return [] if fifo is None else [c for item in fifo.items if (c := chunk_id(item.arrays)) is not None]
+
+
+# -- ps -------------------------------------------------------------------------------------------------
+
+
+class PsNode(Process):
+    restart = "always"
+
+    def __init__(self, world: World, net: Network, index: int, ledger: Ledger) -> None:
+        super().__init__(world, net, f"ps-{index}", ledger)
+        self.learners: list[LearnerNode] = []
+        self.timer_at: float | None = None
+        self.boot(resumed=False)
+
+    def boot(self, resumed: bool) -> None:
+        self.core: PsCore[Message] = PsCore(self._answer, lambda reason, peer: None)
+        self.timer_at = None
+        self.restarted = True
+        for learner in self.learners:  # a (re)subscribing ps gets the latest blob at once (XPUB_VERBOSE)
+            learner.params_out.joined(self)
+
+    def receive(self, src: Node, message: Message) -> None:
+        now = self.world.now
+        if message.kind == PARAMS:
+            if self.core.on_blob(message, message, now):
+                self.ledger.ps_accepted(self.name, self.core.version, self.core.incarnation, self.restarted, now)
+                self.restarted = False
+        else:
+            self.core.on_request(src.name, message, now)
+        at = self.core.next_event()
+        if at is not None and (self.timer_at is None or at < self.timer_at):
+            self.timer_at = at
+            self.world.at(at, self._tick, self.incarnation, at)
+
+    def _tick(self, incarnation: int, at: float) -> None:
+        if incarnation != self.incarnation or not self.alive or at != self.timer_at:
+            return
+        self.timer_at = None
+        self.core.on_time(self.world.now)
+        next_at = self.core.next_event()
+        if next_at is not None:
+            self.timer_at = max(next_at, self.world.now)
+            self.world.at(self.timer_at, self._tick, self.incarnation, self.timer_at)
+
+    def _answer(self, peer: Any, reply: Message | NotModified | ErrorReply) -> None:
+        message = reply if isinstance(reply, Message) else reply.to_message()
+        dst = self.net.nodes[peer]
+        self.send(dst, message, message_bytes(message) if dst.bandwidth or self.bandwidth else 0)
+
+
+# -- learner --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Costs:
+    """Virtual seconds a learner's work takes: an on-policy update per unit of its batch, an off-policy gradient
+    step, plus a fixed part; `slow` multiplies them (a slow learner)."""
+
+    update_s: float = 0.2
+    per_unit_s: float = 0.0
+    gradient_step_s: float = 0.004
+    slow: float = 1.0
+
+
+class ScriptedLearner:
+    """The algorithm's learner as the simulator runs it: what the feeds and `LearnerCore` call (`update`, `params`,
+    `state_dict`), the update learning nothing but costing virtual time, and telling the ledger what it learned."""
+
+    def __init__(self, node: LearnerNode, params: dict[str, Any], on_policy: bool) -> None:
+        self.node, self._params, self.on_policy = node, params, on_policy
+        self.updates = 0
+
+    def update(self, batch: Any, arg: Any) -> Any:
+        node, ledger, now = self.node, self.node.ledger, self.node.world.now
+        counters = node.core.counters
+        costs = node.costs
+        self.updates += 1
+        if self.on_policy:
+            ledger.chunks_learned(batch, counters.version, now)
+            units = sum(chunk.size for chunk in batch)
+            node.busy_for(costs.slow * (costs.update_s + costs.per_unit_s * units))
+            return {"loss": 0.0}
+        steps = int(arg)
+        ledger.updates_learned(counters.updates + steps, counters.env_steps, now)
+        ledger.transitions_learned += len(batch["slots"])
+        node.busy_for(costs.slow * (costs.update_s + costs.gradient_step_s * steps))
+        priorities = 0.5 + 0.5 * np.asarray(batch["rewards"], np.float64).reshape(-1) ** 2
+        return [{"loss": 0.0}] * steps, priorities
+
+    def params(self) -> dict[str, Any]:
+        return self._params
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"updates": self.updates}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.updates = int(state["updates"])
+
+
+class SimBatches:
+    """The learner's batches-in port on the simulated network: channels.SampleClient's books (`ShardRequests`,
+    `reply_with_data`) and BackgroundBatches' queue of `depth` replies, filled as replies arrive."""
+
+    def __init__(self, node: LearnerNode, shards: list[Node], layout: ReplyLayout, ready_at: int | None) -> None:
+        cfg = node.cfg
+        self.node, self.shard_nodes, self.layout, self.ready_at = node, shards, layout, ready_at
+        self.books = [ShardRequests(cfg.learner.prefetch, LOST_AFTER_S) for _ in shards]
+        self.index = {shard.name: i for i, shard in enumerate(shards)}
+        self.depth = cfg.learner.prefetch * len(shards)
+        self.batch_size = sample_size(cfg)
+        self.replies: deque[SampleReply] = deque()
+        self.reports: dict[int, tuple[int, int, int]] = {}  # id(reply) -> (shard, its incarnation, env steps)
+        self.asking = True
+        self.errors: dict[str, int] = {}
+
+    @property
+    def shards(self) -> int:
+        return len(self.shard_nodes)
+
+    @property
+    def outstanding(self) -> int:
+        return sum(books.inflight for books in self.books)
+
+    def top_up(self) -> None:
+        if not self.asking or len(self.replies) >= self.depth:
+            return
+        node, now = self.node, self.node.world.now
+        request = SampleRequest(self.batch_size, self.ready_at).to_message()
+        for shard, books in zip(self.shard_nodes, self.books, strict=True):
+            for _ in range(books.wanted(now)):
+                if not node.net.connected(node, shard):
+                    break  # not connected now: asked again at the next call
+                node.send(shard, request)
+                books.sent(now)
+
+    def take(self, src: Node, message: Message) -> None:
+        i = self.index[src.name]
+        self.books[i].replied(self.node.world.now)
+        reply = reply_with_data(message, i, self._error, steps_bound(self.node.cfg), self.layout)
+        report = self.node.ledger.reports_sent.pop(id(message), None)
+        if reply is not None:
+            if report is not None:
+                self.reports[id(reply)] = report
+            self.replies.append(reply)
+        self.top_up()
+
+    def _error(self, reason: str) -> None:
+        self.errors[reason] = self.errors.get(reason, 0) + 1
+
+    def next(self, batch_size: int, timeout_s: float) -> SampleReply | None:
+        del batch_size, timeout_s
+        self.top_up()
+        return self._taken(self.replies.popleft()) if self.replies else None
+
+    def _taken(self, reply: SampleReply) -> SampleReply:
+        """The feed takes `reply`: the ledger hears what its shard reported (what the feed counts)."""
+        report = self.reports.pop(id(reply), None)
+        if report is not None:
+            self.node.ledger.shard_reported(*report)
+        return reply
+
+    def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None:
+        self.node.send(self.shard_nodes[shard], PriorityUpdate(slots, ids, priorities).to_message())
+
+    def drain(self, timeout_s: float) -> list[SampleReply]:
+        del timeout_s  # the node waited (virtual time) for what was on its way before it stopped
+        taken, self.replies = [self._taken(reply) for reply in self.replies], deque()
+        return taken
+
+
+class SimParamsOut:
+    """The learner's parameters-out port: channels.ParamPublisher's PUB to every ps (a full pipe drops a blob),
+    its latest blob again every REPUBLISH_S and to every ps that (re)subscribes. A blob leaves when the update that
+    made it ends."""
+
+    def __init__(self, node: LearnerNode, ps: list[PsNode]) -> None:
+        self.node, self.ps = node, ps
+        self.latest: Message | None = None
+        self.sent_at = -math.inf
+
+    def publish(self, blob: BlobMeta, arrays: dict[str, Any]) -> None:
+        self.latest = encode_params(Params(blob, arrays))
+        self.node.ledger.blob(blob, self.node.world.now)
+        self.node.world.at(self.node.busy_until, self._send_all, self.latest, self.node.incarnation)
+
+    def _send_all(self, message: Message, incarnation: int) -> None:
+        if incarnation != self.node.incarnation or not self.node.alive:
+            return
+        self.sent_at = self.node.world.now
+        for ps in self.ps:
+            self.node.send(ps, message)
+
+    def service(self) -> None:
+        if self.latest is not None and self.node.world.now - self.sent_at >= REPUBLISH_S:
+            self._send_all(self.latest, self.node.incarnation)
+
+    def joined(self, ps: PsNode) -> None:
+        if self.latest is not None and self.node.alive:
+            self.node.send(ps, self.latest)
+
+
+class LearnerNode(Process):
+    """`LearnerCore` on the simulated ports with a scripted learner; SIGTERM waits for the update it is in and the
+    replies on their way, then `LearnerCore.stop` checkpoints, and the supervisor restarts it with `--resume`."""
+
+    def __init__(
+        self,
+        world: World,
+        net: Network,
+        cfg: ExperimentConfig,
+        run_dir: Path,
+        spaces: tuple[gym.Space, gym.Space],
+        fields: Fields,
+        params: dict[str, Any],
+        shards: list[Node],
+        ps: list[PsNode],
+        ledger: Ledger,
+        costs: Costs,
+    ) -> None:
+        super().__init__(world, net, "learner", ledger)
+        self.cfg, self.run_dir, self.spaces, self.params, self.costs = cfg, run_dir, spaces, params, costs
+        self.shard_nodes, self.ps = shards, ps
+        self.layout = reply_layout(cfg, fields)
+        for p in ps:
+            p.learners.append(self)
+            net.pipe(self, p, cap=PUB_HWM, lossy=True)
+        self.stopping = False
+        self.finished = False
+        self.next_tick: float | None = None
+        self.updates_seen = 0
+        self.boot(resumed=False)
+
+    def boot(self, resumed: bool) -> None:
+        cfg = self.cfg
+        self.stopping, self.next_tick = False, None
+        self.batches = SimBatches(self, self.shard_nodes, self.layout, cfg.algo.batch_size)
+        self.params_out = SimParamsOut(self, self.ps)
+        self.scripted = ScriptedLearner(self, self.params, cfg.algo.on_policy)
+        metrics = RoleMetrics("learner", 0)
+        self.core = LearnerCore(
+            cfg, self.run_dir, self.batches, self.params_out, metrics, resumed, log, self.spaces,
+            algo_learner=self.scripted, clock=self.world.clock,
+        )  # fmt: skip
+        self.core.incarnation = f"learner-{self.incarnation}"  # a seed replays exactly: no random names
+        self.ledger.updates_written(self.updates_seen, self.core.counters.updates, self.world.now)
+        self.core.publish()
+        self.wake()
+
+    def busy_for(self, seconds: float) -> None:
+        self.busy_until = max(self.world.now, self.busy_until) + seconds
+
+    def wake(self, at: float | None = None) -> None:
+        at = max(self.world.now, self.busy_until, self.paused_until, self.world.now if at is None else at)
+        if self.next_tick is not None and self.next_tick <= at:
+            return
+        self.next_tick = at
+        self.world.at(at, self._tick, self.incarnation, at)
+
+    def _tick(self, incarnation: int, at: float) -> None:
+        if incarnation != self.incarnation or not self.alive or at != self.next_tick:
+            return
+        self.next_tick = None
+        now = self.world.now
+        if now < max(self.busy_until, self.paused_until):
+            self.wake()
+            return
+        if self.stopping:
+            self._stop_when_drained()
+            return
+        core = self.core
+        if self.finished:
+            self.params_out.service()  # a finished learner holds and re-sends its `done` blob
+            self.wake(now + REPUBLISH_S)
+            return
+        if core.reached_total:
+            core.checkpoint()
+            core.announce_done()
+            self.finished = True
+            self.wake(now + REPUBLISH_S)
+            return
+        if core.step(0.0):
+            self._note_counters()
+            self.wake()
+        else:
+            self.wake(now + LEARNER_IDLE_S)
+
+    def _note_counters(self) -> None:
+        c = self.core.counters
+        self.ledger.updates_written(self.updates_seen, c.updates, self.world.now)
+        self.updates_seen = c.updates
+        self.ledger.learner_counted = c.env_steps
+
+    def disconnected(self, peer: Node) -> None:
+        i = self.batches.index.get(peer.name)
+        if i is not None:
+            self.batches.books[i].disconnected()  # SampleClient's monitor socket
+
+    def receive(self, src: Node, message: Message) -> None:
+        self.batches.take(src, message)
+        if self.stopping:
+            self._stop_when_drained()
+        elif self.next_tick is None or self.next_tick > max(self.world.now, self.busy_until):
+            self.wake()
+
+    def sigterm(self) -> None:
+        """A preemption: finish the update in progress, take what is on its way (up to DRAIN_S), checkpoint, exit."""
+        if self.stopping or not self.alive:
+            return
+        self.stopping = True
+        self.batches.asking = False
+        self.drain_deadline = max(self.world.now, self.busy_until) + DRAIN_S
+        self.wake()
+        self.wake(self.drain_deadline)
+
+    def _stop_when_drained(self) -> None:
+        now = self.world.now
+        if now < self.busy_until or not self.alive:
+            self.wake()
+            return
+        if self.batches.outstanding and now < self.drain_deadline:
+            return  # a reply or the deadline wakes it
+        self.core.stop(0.0)
+        self._note_counters()
+        self.core.close()
+        self.exit(EXIT_STOPPED)
+
+    def held_chunks(self) -> list[ChunkId]:
+        """The honest chunks taken from the shards and not learned from yet: in the port's queue and the feed's."""
+        chunks = [chunk for reply in self.batches.replies if isinstance(reply, FifoReply) for chunk in reply.chunks]
+        chunks += list(getattr(self.core.feed, "chunks", ()))  # an on-policy feed's queue (none off-policy)
+        return [c for chunk in chunks if (c := chunk_id(chunk.arrays)) is not None]
+
+    def held_lost(self, why: str) -> None:
+        super().held_lost(why)
+        self.ledger.lost(self.held_chunks(), f"learner {why}")
+
+
+# -- actors ---------------------------------------------------------------------------------------------
+
+
+class ScriptedChunks:
+    """Chunks as the algorithm's collector makes them (its `chunk_fields`: names, dtypes, shapes), `T` steps of `K`
+    envs (ES: one row of `K` pairs, each two whole episodes), episodes of EPISODE_STEPS ending inside them; each
+    tagged (ledger.py `tag`) so its fate can be followed. `env_steps`: a chunk's steps."""
+
+    def __init__(self, fields: Fields, steps: int, envs: int, pairs: bool) -> None:
+        self.T, self.K, self.pairs = (1, envs, True) if pairs else (steps, envs, False)
+        self.env_steps = 2 * EPISODE_STEPS * envs if pairs else steps * envs
+        self.template = {name: np.full((self.T, envs, *f.shape), f.low or 0, f.dtype) for name, f in fields.items()}
+        self.tagged = tagged_field(self.template)
+
+    def chunk(self, actor: int, serial: int, version: int) -> Chunk:
+        arrays = dict(self.template)
+        arrays[self.tagged] = self.template[self.tagged].copy()
+        tag(arrays, actor, serial)
+        if self.pairs:
+            return Chunk(arrays, version, actor, steps=self.env_steps)
+        first, last = serial * self.T, (serial + 1) * self.T
+        episodes = (last // EPISODE_STEPS - first // EPISODE_STEPS) * self.K
+        return Chunk(arrays, version, actor, [-1.0] * episodes, [EPISODE_STEPS] * episodes)
+
+
+class ActorNode(Process):
+    """`ActorCore` driven event by event: a chunk takes `T * K / rate` virtual seconds to collect; a send goes
+    to the next shard whose pipe has room (ZMQ's PUSH round-robin; none: backpressure, tried again after
+    SEND_TIMEOUT_S), a fetch to the next ps replica up (DEALER round-robin) and times out after `fetch_timeout_s`
+    plus its hold; a reply that comes after its fetch timed out is taken by the next fetch (ParamClient's)."""
+
+    def __init__(
+        self,
+        world: World,
+        net: Network,
+        index: int,
+        cfg: ExperimentConfig,
+        chunks: ScriptedChunks,
+        shards: Sequence[Node],
+        ps: Sequence[Node],
+        ledger: Ledger,
+        rate: float,
+        fleet: Fleet,
+        start_at: float = 0.0,
+    ) -> None:
+        super().__init__(world, net, f"actor-{index}", ledger)
+        self.index, self.cfg, self.chunks, self.shards, self.ps = index, cfg, chunks, shards, ps
+        self.rate, self.fleet = rate, fleet
+        self.serial = 0  # the ledger's: a restarted actor's chunks get new serials
+        for shard in shards:
+            net.pipe(self, shard, cap=PUSH_HWM)
+        self.finished = False
+        self.alive = False
+        world.at(start_at, self._first_start)
+
+    def _first_start(self) -> None:
+        self.start()
+        self.boot(resumed=False)
+
+    def boot(self, resumed: bool) -> None:
+        self.core = ActorCore.of(self.cfg, self.index, self.world.clock)
+        self.fleet.changed(+1)
+        self.finished = False
+        self.collecting = False
+        self.fetching: tuple[int, bool] | None = None  # (token, held)
+        self.token = 0
+        self.fetch_deadline = 0.0
+        self.timer_pending = False
+        self.mailbox: deque[Params | NotModified] = deque()
+        self.next_shard = self.world.rng.randrange(len(self.shards))
+        self.next_ps = self.world.rng.randrange(len(self.ps))
+        self.act()
+
+    def act(self, incarnation: int | None = None) -> None:
+        if (incarnation is not None and incarnation != self.incarnation) or not self.alive or self.finished:
+            return
+        if self.collecting or self.fetching is not None:
+            return
+        core = self.core
+        while True:
+            action = core.next_action()
+            if isinstance(action, Collect):
+                self.collecting = True
+                self.world.after(self.chunks.env_steps / self.rate, self._collected, self.incarnation)
+                return
+            if isinstance(action, Send):
+                shard = self._pick_shard()
+                if shard is None:
+                    core.sent(False)
+                    self.world.after(SEND_TIMEOUT_S, self.act, self.incarnation)
+                    return
+                message = encode_chunk(action.chunk, action.incarnation)
+                self.send(shard, message, message_bytes(message) if self.bandwidth or shard.bandwidth else 0)
+                chunk = core.sent(True)
+                assert chunk is not None
+                self.ledger.chunk_sent(chunk, self.fleet.alive, self.world.now)
+                continue
+            if isinstance(action, Fetch):
+                self._fetch(action)
+                return
+            assert isinstance(action, Finish)
+            self.finished = True
+            if action.lost is not None:
+                self.ledger.lost_on_stop += 1
+            if core.flush_tries is not None:
+                self.world.after(FLUSH_S, self.exit, 0)  # its PUSH lingers, then the process ends
+            return
+
+    def _pick_shard(self) -> Node | None:
+        for i in range(len(self.shards)):
+            shard = self.shards[(self.next_shard + i) % len(self.shards)]
+            if self.net.connected(self, shard) and not self.net.pipe(self, shard).full:
+                self.next_shard = (self.next_shard + i + 1) % len(self.shards)
+                return shard
+        return None
+
+    def _collected(self, incarnation: int) -> None:
+        if incarnation != self.incarnation or not self.alive:
+            return
+        self.collecting = False
+        self.core.collected(self.chunks.chunk(self.index, self.serial, self.core.version))
+        self.serial += 1
+        self.act()
+
+    def _fetch(self, action: Fetch) -> None:
+        hold_ms = math.ceil(action.hold_s * 1000) if action.hold_s > 0 else 0
+        request = ParamsRequest(action.version, action.incarnation, hold_ms, action.wake_version).to_message()
+        self.token += 1
+        self.fetching = (self.token, action.hold_s > 0)
+        self.request = request
+        self._ask(request)
+        self.fetch_deadline = self.world.now + self.cfg.actor.fetch_timeout_s + hold_ms / 1000
+        if not self.timer_pending:  # one timer per actor, moved on lazily: most fetches are answered
+            self.timer_pending = True
+            self.world.at(self.fetch_deadline, self._fetch_timeout, self.incarnation)
+        if self.mailbox:  # a late answer waiting in the socket is what this fetch reads first
+            self._answered(self.mailbox.popleft())
+
+    def _ask(self, request: Message) -> None:
+        replicas = len(self.ps)
+        for i in range(replicas):
+            ps = self.ps[(self.next_ps + i) % replicas]
+            if ps.alive:  # DEALER: the next connected replica
+                self.next_ps = (self.next_ps + i + 1) % replicas
+                self.net.send(self, ps, request)
+                return
+
+    def disconnected(self, peer: Node) -> None:
+        if peer in self.ps and self.fetching is not None:
+            self._ask(self.request)  # ParamClient: the request may have gone with that replica
+
+    def receive(self, src: Node, message: Message) -> None:
+        try:
+            reply = decode_params_reply(message)
+        except ProtocolError:
+            return
+        if self.fetching is None:
+            self.mailbox.append(reply)
+        else:
+            self._answered(reply)
+
+    def _answered(self, reply: Params | NotModified | None) -> None:
+        assert self.fetching is not None
+        held = self.fetching[1]
+        self.fetching = None
+        got = self.core.answered(reply)
+        if held and not got:
+            self.world.after(IDLE_S, self.act, self.incarnation)  # Actor.step returned False: the shell pauses
+        else:
+            self.act()
+
+    def _fetch_timeout(self, incarnation: int) -> None:
+        if incarnation != self.incarnation:
+            return
+        self.timer_pending = False
+        if self.fetching is None:
+            return
+        if self.world.now < self.fetch_deadline:  # a later fetch's
+            self.timer_pending = True
+            self.world.at(self.fetch_deadline, self._fetch_timeout, self.incarnation)
+            return
+        self._answered(None)
+
+    def sigterm(self) -> None:
+        """Finish the chunk being collected, send it (a refused one gets one more try), linger, exit 0."""
+        if not self.alive or self.finished:
+            return
+        self.core.stop()
+        if self.fetching is not None:
+            self.fetching = None
+        if not self.collecting:
+            self.act()
+
+    def exit(self, code: int, killed: bool = False) -> None:
+        if not killed and not self.alive:
+            return
+        self.fleet.changed(-1)
+        super().exit(code, killed)
+
+
+class Fleet:
+    """How many honest actors are up, kept as they start and exit, and its history (the live-actor check's)."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.alive = 0
+        self.history: list[tuple[float, int]] = [(0.0, 0)]
+
+    def changed(self, delta: int) -> None:
+        self.alive += delta
+        self.history.append((self.world.now, self.alive))

@@ -1,0 +1,623 @@
+"""Scenarios: a topology, its workload and its faults, run from a seed with every invariant checked (ledger.py).
+
+    surreal sim --list                      the scenarios and what each does
+    surreal sim ppo-1024-churn --seed 7     one run: its report, and exit 1 if an invariant broke
+    surreal sim --all --seeds 3             every scenario under seeds 0, 1, 2
+
+A scenario is data (`Scenario`): the experiment's overrides, the fleet, the learner's costs, the network and the
+faults at their times; `run` builds the world (sim/nodes.py), runs it to the scenario's deadline or until the run
+completes, and returns a `Report` whose `violations` name each broken invariant with its first instances. The same
+scenario and seed give the same run, event for event (`Report.fingerprint`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from surreal.algos import get_algorithm
+from surreal.config import ExperimentConfig, algo_config, load_config
+from surreal.runtime.regimes.versions import STALL_MIN_S
+from surreal.sim.hostile import HostileActor, HostileLearnerPeer, HostileShard
+from surreal.sim.ledger import ChunkId, Ledger, Window, chunks_in
+from surreal.sim.nodes import (
+    ActorNode,
+    Costs,
+    Fleet,
+    LearnerNode,
+    Process,
+    PsNode,
+    ReplayNode,
+    ScriptedChunks,
+    fifo_chunks,
+)
+from surreal.sim.world import Network, Node, World
+
+OBS_SPACE = spaces.Box(-np.inf, np.inf, (3,), np.float32)  # Pendulum-v1's: no env is ever made
+ACT_SPACE = spaces.Box(-2.0, 2.0, (1,), np.float32)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """At `at` (virtual seconds): `kind` on `targets` (node names). kill: SIGKILL, the supervisor restarts it;
+    term: SIGTERM (a preemption or drain; an actor leaves for good, a service comes back); pause: the process
+    takes nothing in for `seconds`; partition: `targets` cut off from `others` for `seconds`; join: actors
+    `targets` (indices as names: actor-<i>) start."""
+
+    at: float
+    kind: str
+    targets: tuple[str, ...]
+    seconds: float = 0.0
+    others: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Churn:
+    """Between `start` and `end`, every `every_s` on average one event: a random live actor killed (restarted by
+    the supervisor), one leaving (SIGTERM, gone), or a new one joining, in these proportions."""
+
+    start: float
+    end: float
+    every_s: float
+    kill: float = 0.5
+    leave: float = 0.25
+    join: float = 0.25
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    doc: str
+    algo: str = "ppo"
+    actors: int = 16
+    shards: int = 1
+    ps: int = 1
+    overrides: tuple[str, ...] = ()
+    total_env_steps: int = 200_000
+    deadline_s: float = 600.0  # virtual seconds by which the run must complete
+    min_duration_s: float = 0.0  # and it must last at least this long
+    rate: float = 500.0  # env steps per second of one actor
+    chunk_steps: int = 64
+    costs: Costs | None = None  # default: PPO's update 0.2 s a batch; DDPG's 4 ms a gradient step
+    faults: tuple[Fault, ...] = ()
+    churn: Churn | None = None
+    steady: tuple[tuple[float, float], ...] = ()  # windows where every blob must count the actors alive
+    slow_half: tuple[float, float | None] | None = None  # (latency_s, bandwidth bytes/s) of half the fleet's links
+    jitter_s: float = 0.0002
+    drop_p: float = 0.0
+    hostile: tuple[str, ...] = ()  # "actor", "shard", "learner": hostile peers beside the honest ones
+    snapshot_interval_s: float = 30.0
+    tolerated_losses: int = 0
+
+    def config(self) -> ExperimentConfig:
+        overrides = [
+            f"algo={self.algo}",
+            "env=Pendulum-v1",
+            f"actors={self.actors}",
+            f"topology.replay_shards={self.shards + ('shard' in self.hostile)}",
+            f"topology.ps_replicas={self.ps}",
+            "topology.envs_per_actor=1",
+            f"actor.chunk_steps={self.chunk_steps}",
+            f"steps={self.total_env_steps}",
+            "device=cpu",
+            "algo.hidden_sizes=[16]",
+            "learner.keep_checkpoints=1",
+        ]
+        if self.algo == "ppo":
+            overrides += ["algo.batch_size=2048", "algo.minibatch_size=256", "replay.capacity=16384"]
+        elif self.algo == "es":
+            overrides += ["algo.batch_size=32", "algo.noise_table_size=100000", "replay.capacity=1024"]
+        else:
+            overrides += ["algo.learning_starts=5000", "algo.replay_ratio=0.25", "replay.capacity=200000"]
+        return load_config([*overrides, *self.overrides])
+
+
+@dataclass
+class Report:
+    scenario: str
+    seed: int
+    violations: dict[str, list[str]]
+    sim_s: float
+    wall_s: float
+    events: int
+    stats: dict[str, Any]
+    fingerprint: str
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def summary(self) -> str:
+        verdict = "ok" if self.ok else "FAILED " + ", ".join(sorted(self.violations))
+        s = self.stats
+        learned = (
+            f"{s['chunks_learned']:,}/{s['chunks_sent']:,} chunks learned"
+            if s["chunks_learned"]
+            else f"{s['transitions_learned']:,} transitions sampled"
+        )
+        return (
+            f"{self.scenario} seed {self.seed}: {verdict}; {self.sim_s:.0f} s simulated in {self.wall_s:.1f} s "
+            f"({self.events:,} events); {s['env_steps']:,} env steps, {s['updates']:,} updates, {learned}, "
+            f"live {s['live_actors']}"
+        )
+
+
+class Sim:
+    """One scenario's world: the roles as nodes, the fleet, the faults, the ledger."""
+
+    def __init__(self, scenario: Scenario, seed: int, run_dir: Path) -> None:
+        self.scenario, self.seed = scenario, seed
+        cfg = scenario.config()
+        cfg = replace(cfg, seed=seed)
+        self.cfg = cfg
+        self.world = world = World(seed)
+        self.net = net = Network(world, scenario.jitter_s, scenario.drop_p)
+        on_policy = cfg.algo.on_policy
+        algo = get_algorithm(cfg.algo.name)
+        fields = algo.chunk_fields(OBS_SPACE, ACT_SPACE, algo_config(cfg))
+        pairs = cfg.algo.name == "es"  # a chunk of whole-episode pairs
+        envs = cfg.algo.chunk_size(cfg) if pairs else cfg.topology.envs_per_actor
+        self.chunks = ScriptedChunks(fields, scenario.chunk_steps, envs, pairs)
+        chunk_env_steps = self.chunks.env_steps
+        max_staleness = None if cfg.deterministic or cfg.algo.flow_control == "lockstep" else cfg.learner.max_staleness
+        ratio = None if on_policy else (cfg.algo.learning_starts, cfg.algo.replay_ratio)  # type: ignore[attr-defined]
+        self.ledger = ledger = Ledger(max_staleness, chunk_env_steps, ratio, scenario.tolerated_losses)
+        self.shards: list[Node] = [
+            ReplayNode(world, net, i, cfg, ledger, scenario.snapshot_interval_s) for i in range(scenario.shards)
+        ]
+        self.honest_shards = list(self.shards)
+        if "shard" in scenario.hostile:  # among the learner's shards only: actors push to the honest ones
+            self.shards.append(HostileShard(world, net, len(self.shards), cfg, fields))
+        self.ps = [PsNode(world, net, i, ledger) for i in range(scenario.ps)]
+        params = _blob_params(cfg)
+        self.learner = LearnerNode(
+            world, net, cfg, run_dir, (OBS_SPACE, ACT_SPACE), fields, params, self.shards, self.ps, ledger,
+            scenario.costs or (Costs() if on_policy else Costs(update_s=0.001)),
+        )  # fmt: skip
+        self.actors: dict[int, ActorNode] = {}
+        self.fleet = Fleet(world)
+        for i in range(scenario.actors):
+            self.add_actor(i, start_at=world.rng.random())  # processes start over the first second
+        self.next_index = scenario.actors
+        self.hostile: list[Node] = []
+        if "actor" in scenario.hostile:
+            self.hostile.append(HostileActor(world, net, self.honest_shards, self.ps, fields, scenario.chunk_steps))
+        if "learner" in scenario.hostile:
+            self.hostile.append(HostileLearnerPeer(world, net, self.honest_shards))
+        if scenario.slow_half is not None:
+            latency_s, bandwidth = scenario.slow_half
+            for i, actor in self.actors.items():
+                if i % 2:
+                    actor.latency_s, actor.bandwidth = latency_s, bandwidth
+        for fault in scenario.faults:
+            world.at(fault.at, self.apply, fault)
+        if scenario.churn is not None:
+            world.at(scenario.churn.start, self.churn_event)
+
+    # -- the fleet -----------------------------------------------------------------------------------------
+
+    def add_actor(self, index: int, start_at: float) -> None:
+        s = self.scenario
+        self.actors[index] = ActorNode(
+            self.world, self.net, index, self.cfg, self.chunks, self.honest_shards, self.ps, self.ledger, s.rate,
+            self.fleet, start_at,
+        )  # fmt: skip
+
+    def apply(self, fault: Fault) -> None:
+        nodes = self.net.nodes
+        if fault.kind == "join":
+            for name in fault.targets:
+                self.add_actor(int(name.rsplit("-", 1)[1]), self.world.now)
+            return
+        if fault.kind == "partition":
+            self.net.partition(set(fault.targets), set(fault.others))
+            self.world.after(fault.seconds, self.net.heal)
+            return
+        for name in fault.targets:
+            node = nodes[name]
+            assert isinstance(node, Process)
+            if fault.kind == "kill":
+                node.sigkill()
+            elif fault.kind == "term":
+                node.sigterm()
+            elif fault.kind == "pause":
+                node.paused_until = self.world.now + fault.seconds
+            else:
+                raise ValueError(f"unknown fault {fault.kind!r}")
+
+    def churn_event(self) -> None:
+        churn, rng = self.scenario.churn, self.world.rng
+        assert churn is not None
+        if self.world.now > churn.end:
+            return
+        live = [a for a in self.actors.values() if a.alive and not a.finished]
+        pick = rng.random() * (churn.kill + churn.leave + churn.join)
+        if pick < churn.kill and live:
+            rng.choice(live).sigkill()
+        elif pick < churn.kill + churn.leave and live:
+            rng.choice(live).sigterm()
+        else:
+            self.add_actor(self.next_index, self.world.now)
+            self.next_index += 1
+        self.world.after(rng.expovariate(1 / churn.every_s), self.churn_event)
+
+    # -- running and checking ------------------------------------------------------------------------------
+
+    def complete(self) -> bool:
+        return self.learner.finished and all(a.finished or not a.alive for a in self.actors.values())
+
+    def last_event_s(self) -> float:
+        """When the scenario's last fault, churn or steady window ends: the run must outlast it (`completes`)."""
+        s = self.scenario
+        ends = [f.at + f.seconds for f in s.faults] + [end for _, end in s.steady] + [s.min_duration_s]
+        if s.churn is not None and s.churn.end < s.deadline_s:
+            ends.append(s.churn.end)
+        return max(ends)
+
+    def run(self) -> None:
+        s, last = self.scenario, self.last_event_s()
+        self.world.run(s.deadline_s, lambda: self.world.now >= last and self.complete())
+
+    def held(self) -> Counter[ChunkId]:
+        """Every honest chunk still held at the end: shards, the learner, pipes (held or on the wire)."""
+        held: Counter[ChunkId] = Counter()
+        for shard in self.shards:
+            if isinstance(shard, ReplayNode) and shard.alive:
+                held.update(fifo_chunks(shard.shard))
+        if self.learner.alive:
+            held.update(self.learner.held_chunks())
+        for node in self.net.nodes.values():
+            for _, message, _ in node.inbox:
+                held.update(chunks_in(message))
+        for pipe in self.net.pipes.values():
+            for message, _ in pipe.held:
+                held.update(chunks_in(message))
+        for _, message in self.net.in_flight():
+            held.update(chunks_in(message))
+        return held
+
+    def check(self) -> dict[str, list[str]]:
+        ledger, s, c = self.ledger, self.scenario, self.learner.core.counters
+        if not self.learner.finished or ledger.done_at is None:
+            ledger.violate("completes", f"the learner reached {c.env_steps} of {self.cfg.total_env_steps} env steps")
+        unfinished = [a.name for a in self.actors.values() if a.alive and not a.finished]
+        if unfinished:
+            ledger.violate("completes", f"{len(unfinished)} live actors never finished: {unfinished[:5]}")
+        if self.world.now < self.last_event_s():
+            ledger.violate("completes", f"ended at {self.world.now:.0f} s, before {self.last_event_s():.0f} s")
+        if ledger.lost_on_stop:
+            ledger.violate("chunks", f"{ledger.lost_on_stop} chunks refused on their actors' way out")
+        on_policy = self.cfg.algo.on_policy
+        ledger.check_chunks(self.held(), on_policy)
+        if not on_policy:
+            ledger.check_env_steps()
+        ledger.check_live([Window(a, b) for a, b in s.steady], self.fleet.history)
+        return ledger.report()
+
+    def stats(self) -> dict[str, Any]:
+        c, ledger = self.learner.core.counters, self.ledger
+        blobs = [meta.actors for _, meta in ledger.blobs if meta.actors is not None]
+        return {
+            "env_steps": c.env_steps,
+            "updates": c.updates,
+            "version": c.version,
+            "stale_dropped": c.stale_dropped,
+            "chunks_sent": len(ledger.sent),
+            "chunks_learned": len(ledger.learned),
+            "transitions_learned": ledger.transitions_learned,
+            "chunks_lost_with_kills": len(ledger.lost_with_kill),
+            "live_actors": blobs[-1] if blobs else None,
+            "actors_alive": self.fleet.alive,
+            "messages_dropped": self.net.dropped,
+            "learner_refused": dict(self.learner.batches.errors),
+            "restarts": {
+                name: n.policy.restarts
+                for name, n in self.net.nodes.items()
+                if isinstance(n, Process) and n.policy.restarts
+            },
+            "done_at": ledger.done_at,
+        }
+
+
+def _blob_params(cfg: ExperimentConfig) -> dict[str, Any]:
+    """A real learner's parameters for the algorithm (built once per run): what blobs carry and checkpoints save."""
+    import torch
+
+    learner = get_algorithm(cfg.algo.name).make_learner(OBS_SPACE, ACT_SPACE, algo_config(cfg), torch.device("cpu"))
+    return learner.params()
+
+
+def run(scenario: Scenario, seed: int = 0) -> Report:
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="surreal-sim-") as run_dir:
+        sim = Sim(scenario, seed, Path(run_dir))
+        sim.run()
+        violations = sim.check()
+        stats = sim.stats()
+    wall_s = time.perf_counter() - started
+    digest = hashlib.sha256(repr((sim.world.events, sim.world.now, sorted(stats.items()), violations)).encode())
+    return Report(
+        scenario.name, seed, violations, sim.world.now, wall_s, sim.world.events, stats, digest.hexdigest()[:16]
+    )
+
+
+def _ps(*indices: int) -> tuple[str, ...]:
+    return tuple(f"ps-{i}" for i in indices)
+
+
+def _actors(*indices: int) -> tuple[str, ...]:
+    return tuple(f"actor-{i}" for i in indices)
+
+
+LEARNER = ("learner",)
+
+
+def overdrafts(actors: int, seconds: float, share: float) -> int:
+    """The most chunks a fleet overdraws while the learner cannot move on for `seconds`: each actor one share per
+    stall, a stall lasting STALL_MIN_S at least. Where a fault stops the learner's versions (a pause, a partition
+    between it and the ps), those overdrafts are its surplus, and what the staleness bound drops of it is the
+    loss the scenario tolerates."""
+    return math.ceil(actors * seconds / STALL_MIN_S * share)
+
+
+SLOW_LINK = (0.15, 100_000.0)  # 150 ms each way and 100 kB/s: a congested cross-zone link
+# Every hostile peer, beside the honest roles.
+HOSTILE = ("actor", "learner", "shard")
+
+ON_POLICY = [
+    Scenario(
+        "ppo-16-steady",
+        "PPO, 16 actors, no fault: the baseline the others depart from.",
+        total_env_steps=300_000,
+        steady=((10.0, 30.0),),
+    ),
+    Scenario(
+        "ppo-1024-churn",
+        "PPO, 1,024 actors for 10 minutes, fractional shares (a chunk every 32 versions "
+        "each); for 7 minutes actors are killed and restarted, leave and join, then the fleet settles.",
+        actors=1024,
+        shards=2,
+        ps=4,
+        total_env_steps=650_000,
+        deadline_s=900.0,
+        min_duration_s=600.0,
+        costs=Costs(update_s=2.0),
+        churn=Churn(30.0, 420.0, 2.0),
+        steady=((560.0, 600.0),),
+    ),
+    Scenario(
+        "ppo-256-fractional",
+        "PPO, 256 actors sharing each batch a quarter chunk each, no fault.",
+        actors=256,
+        shards=2,
+        ps=2,
+        total_env_steps=300_000,
+        costs=Costs(update_s=0.5),
+        steady=((40.0, 80.0),),
+    ),
+    Scenario(
+        "ppo-replay-shard-killed",
+        "PPO, 32 actors on 2 shards; shard 1 is cut off from the learner at 15 s (its FIFO fills) and killed "
+        "(SIGKILL) at 20 s, restarted empty: exactly the chunks it held and those on their way to it are lost.",
+        actors=32,
+        shards=2,
+        total_env_steps=400_000,
+        faults=(
+            Fault(15.0, "partition", ("replay-1",), 10.0, LEARNER),
+            Fault(20.0, "kill", ("replay-1",)),
+        ),
+        steady=((35.0, 45.0),),
+    ),
+    Scenario(
+        "ppo-replay-shard-drained",
+        "PPO, 32 actors on 2 shards; shard 0 is stopped (SIGTERM) and restarted "
+        "with its final snapshot: nothing is lost.",
+        actors=32,
+        shards=2,
+        total_env_steps=400_000,
+        faults=(Fault(20.0, "term", ("replay-0",)),),
+    ),
+    Scenario(
+        "ppo-ps-partitioned",
+        "PPO, 64 actors, 3 ps replicas; two are cut off from the learner for 30 s: actors asking them hear of no "
+        "new version and overdraw, and what of that goes stale is the one loss tolerated.",
+        actors=64,
+        ps=3,
+        total_env_steps=500_000,
+        costs=Costs(update_s=0.4),
+        faults=(Fault(15.0, "partition", _ps(1, 2), 30.0, LEARNER),),
+        steady=((80.0, 100.0),),
+        tolerated_losses=overdrafts(64, 30.0, share=0.5),
+    ),
+    Scenario(
+        "ppo-learner-preempted",
+        "PPO, 32 actors; the learner is stopped (SIGTERM) twice in the middle of an "
+        "update, checkpoints what it took and resumes: no chunk lost, no counter back.",
+        actors=32,
+        total_env_steps=400_000,
+        costs=Costs(update_s=0.6),
+        faults=(Fault(12.3, "term", LEARNER), Fault(31.7, "term", LEARNER)),
+    ),
+    Scenario(
+        "ppo-half-fleet-slow-link",
+        "PPO, 64 actors, half of them behind a slow link (150 ms, 100 kB/s).",
+        actors=64,
+        ps=2,
+        total_env_steps=400_000,
+        slow_half=SLOW_LINK,
+        costs=Costs(update_s=0.3),
+        steady=((40.0, 60.0),),
+    ),
+    Scenario(
+        "ppo-learner-paused",
+        "PPO, 64 actors; the learner stalls for 25 s (a paused VM): the ps wakes the held actors when it goes "
+        "quiet, they overdraw once a stall, and what of that goes stale is the one loss tolerated.",
+        actors=64,
+        total_env_steps=400_000,
+        costs=Costs(update_s=0.3),
+        faults=(Fault(15.0, "pause", LEARNER, 25.0),),
+        steady=((70.0, 90.0),),
+        tolerated_losses=overdrafts(64, 25.0, share=0.5),
+    ),
+    Scenario(
+        "ppo-slow-learner",
+        "PPO, 64 actors against a learner 5 times slower than they: the actors wait.",
+        actors=64,
+        total_env_steps=300_000,
+        costs=Costs(update_s=0.3, slow=5.0),
+        steady=((100.0, 150.0),),
+    ),
+    Scenario(
+        "ppo-drops-and-jitter",
+        "PPO, 64 actors, 2 shards, 2 ps; 5 % of control messages lost and 30 ms of jitter (reordering across links).",
+        actors=64,
+        shards=2,
+        ps=2,
+        total_env_steps=400_000,
+        jitter_s=0.03,
+        drop_p=0.05,
+        steady=((30.0, 45.0),),
+    ),
+    Scenario(
+        "ppo-hostile-peers",
+        "PPO, 32 actors with a hostile actor, a hostile learner-peer and a hostile shard "
+        "among the learner's: every hostile message is refused and the run goes on.",
+        actors=32,
+        shards=2,
+        ps=2,
+        total_env_steps=400_000,
+        hostile=HOSTILE,
+        steady=((30.0, 45.0),),
+    ),
+    Scenario(
+        "ppo-actors-killed-often",
+        "PPO, 64 actors, one killed (and restarted) every second on average.",
+        actors=64,
+        total_env_steps=400_000,
+        churn=Churn(5.0, 1e9, 1.0, kill=1.0, leave=0.0, join=0.0),
+    ),
+    Scenario(
+        "es-lockstep",
+        "ES in lockstep (one share a version, only the current version learned), 8 actors evaluating 4 pairs a "
+        "chunk; a shard drained and the learner preempted on the way.",
+        algo="es",
+        actors=8,
+        total_env_steps=400_000,
+        costs=Costs(update_s=0.05),
+        faults=(Fault(8.0, "term", ("replay-0",)), Fault(16.4, "term", LEARNER)),
+    ),
+    Scenario(
+        "ppo-ps-killed",
+        "PPO, 64 actors, 2 ps; ps 0 is killed and restarted, ps 1 later stopped: actors "
+        "ask the other replica meanwhile.",
+        actors=64,
+        ps=2,
+        total_env_steps=400_000,
+        faults=(Fault(10.0, "kill", _ps(0)), Fault(25.0, "term", _ps(1))),
+        steady=((35.0, 50.0),),
+    ),
+    Scenario(
+        "ppo-fleet-grows-and-shrinks",
+        "PPO, 16 actors; 48 more join from 15 s, 4 every 2.5 s (as an autoscaler adds them), and 32 of them leave "
+        "from 60 s the same way.",
+        actors=16,
+        total_env_steps=1_600_000,
+        costs=Costs(update_s=0.05),
+        faults=(
+            *(Fault(15.0 + 2.5 * k, "join", _actors(*range(16 + 4 * k, 20 + 4 * k))) for k in range(12)),
+            *(Fault(60.0 + 2.5 * k, "term", _actors(*range(32 + 4 * k, 36 + 4 * k))) for k in range(8)),
+        ),
+        steady=((55.0, 60.0), (95.0, 110.0)),
+    ),
+]
+
+OFF_POLICY = [
+    Scenario(
+        "ddpg-16-steady",
+        "DDPG, 16 actors, the replay ratio held by the learner and the actors' budget.",
+        algo="ddpg",
+        total_env_steps=60_000,
+        steady=((40.0, 60.0),),
+    ),
+    Scenario(
+        "ddpg-256-churn",
+        "DDPG, 256 actors, 2 shards, 2 ps, churn for 2 minutes, then the fleet settles.",
+        algo="ddpg",
+        actors=256,
+        shards=2,
+        ps=2,
+        total_env_steps=260_000,
+        churn=Churn(10.0, 120.0, 1.0),
+        steady=((195.0, 225.0),),  # a departed actor counts for two slacks more: 65,536 env steps, about 60 s
+    ),
+    Scenario(
+        "ddpg-replay-shard-killed",
+        "DDPG, 32 actors on 2 shards with periodic snapshots; shard 1 is killed "
+        "and comes back with its last snapshot: the learner counts every shard's env steps once.",
+        algo="ddpg",
+        actors=32,
+        shards=2,
+        total_env_steps=60_000,
+        snapshot_interval_s=5.0,
+        faults=(Fault(30.0, "kill", ("replay-1",)),),
+    ),
+    Scenario(
+        "ddpg-learner-preempted",
+        "DDPG, 32 actors; the learner is stopped (SIGTERM) twice and resumes.",
+        algo="ddpg",
+        actors=32,
+        total_env_steps=60_000,
+        faults=(Fault(25.1, "term", LEARNER), Fault(45.9, "term", LEARNER)),
+    ),
+    Scenario(
+        "ddpg-hostile-peers",
+        "DDPG with a prioritized replay and every hostile peer: priorities for slots "
+        "they never saw, batches no shard could serve, replies with fields missing.",
+        algo="ddpg",
+        actors=32,
+        shards=2,
+        ps=2,
+        total_env_steps=60_000,
+        hostile=HOSTILE,
+        overrides=("replay.mode=prioritized",),
+        steady=((40.0, 60.0),),
+    ),
+    Scenario(
+        "ddpg-half-fleet-slow-link",
+        "DDPG, 64 actors, half of them behind a slow link.",
+        algo="ddpg",
+        actors=64,
+        ps=2,
+        total_env_steps=60_000,
+        slow_half=SLOW_LINK,
+        steady=((40.0, 60.0),),
+    ),
+    Scenario(
+        "ddpg-ps-partitioned",
+        "DDPG, 64 actors, 3 ps; two cut off from the learner for 20 s.",
+        algo="ddpg",
+        actors=64,
+        ps=3,
+        total_env_steps=60_000,
+        faults=(Fault(20.0, "partition", _ps(1, 2), 20.0, LEARNER),),
+    ),
+    Scenario(
+        "ddpg-learner-paused",
+        "DDPG, 64 actors; the learner stalls for 20 s.",
+        algo="ddpg",
+        actors=64,
+        total_env_steps=60_000,
+        faults=(Fault(20.0, "pause", LEARNER, 20.0),),
+    ),
+]
+
+SCENARIOS: dict[str, Scenario] = {scenario.name: scenario for scenario in [*ON_POLICY, *OFF_POLICY]}

@@ -1,0 +1,171 @@
+"""The simulation suite: every scenario of surreal/sim/scenarios.py run from its seed, every invariant checked
+(surreal/sim/ledger.py), plus the properties the suite rests on: a seed replays exactly, the network keeps TCP's
+and ZMQ's promises and no more, and the invariants catch what they are there to catch.
+
+A scenario's verdict is the simulation's, on a virtual clock: it cannot depend on how fast this machine is."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from surreal.cli import main as cli_main
+from surreal.proto.wire import Chunk, NotModified
+from surreal.runtime.regimes import versions
+from surreal.sim.ledger import Ledger, chunk_id, tag
+from surreal.sim.scenarios import SCENARIOS, Fault, Scenario, run
+from surreal.sim.world import Network, Node, World
+
+SLOW = {"ppo-1024-churn"}  # 10 simulated minutes of 1,024 actors: tens of seconds
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(name, marks=pytest.mark.slow) if name in SLOW else name for name in SCENARIOS]
+)
+def test_every_invariant_holds_in_the_scenario(name):
+    report = run(SCENARIOS[name], seed=1)
+    details = "\n".join(f"  {rule}: {line}" for rule, lines in report.violations.items() for line in lines)
+    assert report.ok, f"{report.summary()}\n{details}"
+    assert report.stats["env_steps"] >= SCENARIOS[name].config().total_env_steps
+
+
+def test_the_suite_holds_at_least_twenty_scenarios_including_a_thousand_actors_for_ten_minutes():
+    assert len(SCENARIOS) >= 20
+    big = SCENARIOS["ppo-1024-churn"]
+    assert big.actors == 1024 and big.min_duration_s >= 600 and big.churn is not None
+
+
+def test_a_seed_replays_exactly_and_another_seed_runs_differently():
+    scenario = SCENARIOS["ppo-ps-killed"]
+    first, again, other = run(scenario, seed=5), run(scenario, seed=5), run(scenario, seed=6)
+    assert first.fingerprint == again.fingerprint and first.events == again.events
+    assert first.stats == again.stats
+    assert other.fingerprint != first.fingerprint
+
+
+# -- the invariants have teeth ----------------------------------------------------------------------------------
+
+
+def test_a_learner_that_keeps_stale_chunks_breaks_the_staleness_invariant(monkeypatch):
+    monkeypatch.setattr(versions.StalenessBound, "split", lambda self, chunks, version: (chunks, 0))
+    report = run(SCENARIOS["ppo-learner-paused"], seed=1)
+    assert "staleness" in report.violations, report.summary()
+
+
+def test_a_fleet_that_ignores_the_live_count_breaks_the_live_actor_invariant(monkeypatch):
+    monkeypatch.setattr(versions.ChunkFeed, "live_actors", lambda self: self.actors)
+    report = run(SCENARIOS["ppo-fleet-grows-and-shrinks"], seed=1)
+    assert "live_actors" in report.violations, report.summary()
+
+
+def test_a_run_that_never_ends_breaks_the_completion_invariant():
+    stalled = dataclasses.replace(
+        SCENARIOS["ppo-16-steady"], name="stalled", deadline_s=60.0, faults=(Fault(5.0, "pause", ("learner",), 1e6),)
+    )
+    report = run(stalled, seed=1)
+    assert "completes" in report.violations and report.sim_s == pytest.approx(60.0)
+
+
+def test_the_ledger_finds_a_chunk_learned_twice_or_never_learned_nor_held():
+    ledger = Ledger(max_staleness=4, chunk_env_steps=64)
+    arrays = {"obs": np.zeros((64, 1, 3), np.float32)}
+    tag(arrays, actor=7, serial=3)
+    assert chunk_id(arrays) == (7, 3)
+    chunk = Chunk(arrays, version=2, actor=7)
+    ledger.chunk_sent(chunk, alive=1, now=0.0)
+    ledger.chunks_learned([chunk, chunk], version=9, now=1.0)
+    assert set(ledger.report()) == {"staleness", "chunks"}, "learned twice, seven versions old"
+    lost = Ledger(max_staleness=4, chunk_env_steps=64)
+    lost.chunk_sent(chunk, alive=1, now=0.0)
+    lost.check_chunks(held=Counter(), on_policy=True)
+    assert "chunks" in lost.report(), "sent, never learned, not held, no process died with it"
+
+
+# -- the network ----------------------------------------------------------------------------------------------
+
+
+class Inbox(Node):
+    def __init__(self, world: World, net: Network, name: str) -> None:
+        super().__init__(world, net, name)
+        self.got: list[tuple[float, int]] = []
+
+    def receive(self, src: Node, message) -> None:
+        self.got.append((self.world.now, message.version))
+
+
+def pair(seed: int = 0, jitter_s: float = 0.01, drop_p: float = 0.0) -> tuple[World, Network, Inbox, Inbox]:
+    world = World(seed)
+    net = Network(world, jitter_s=jitter_s, drop_p=drop_p)
+    return world, net, Inbox(world, net, "a"), Inbox(world, net, "b")
+
+
+def note(version: int):
+    return NotModified(version, "x").to_message()
+
+
+def test_a_pipe_keeps_its_order_through_jitter_and_a_partition_holds_then_delivers_in_order():
+    world, net, a, b = pair()
+    for version in range(50):
+        a.send(b, note(version))
+    world.run(10.0)
+    assert [v for _, v in b.got] == list(range(50)), "TCP: one connection never reorders"
+    net.partition({"a"}, {"b"})
+    a.send(b, note(50))
+    a.send(b, note(51))
+    world.run(20.0)
+    assert len(b.got) == 50, "held while the partition lasts"
+    world.at(30.0, net.heal)
+    world.run(40.0)
+    assert [v for _, v in b.got[50:]] == [50, 51] and b.got[50][0] >= 30.0
+
+
+def test_only_a_pub_pipe_drops_and_a_full_push_pipe_refuses():
+    world, net, a, b = pair(drop_p=0.5)
+    net.pipe(a, b, cap=3)
+    sent = [a.send(b, note(v)) for v in range(5)]
+    assert sent == [True, True, True, False, False], "PUSH: room for three, then backpressure"
+    world.run(1.0)
+    assert len(b.got) == 3, "a live TCP connection loses nothing, whatever drop_p"
+    c = Inbox(world, net, "c")
+    net.pipe(a, c, cap=100, lossy=True)
+    for v in range(200):
+        a.send(c, note(v))
+    world.run(2.0)
+    assert 40 < len(c.got) < 100, "PUB drops: half of what fits"
+
+
+def test_a_killed_node_loses_what_its_pipes_carry_and_its_peers_hear_of_it():
+    world, net, a, b = pair()
+    heard: list[str] = []
+    a.disconnected = lambda peer: heard.append(peer.name)  # type: ignore[method-assign]
+    a.send(b, note(1))
+    b.kill()
+    world.run(1.0)
+    assert b.got == [] and heard == ["b"]
+    b.start()
+    a.send(b, note(2))
+    world.run(2.0)
+    assert [v for _, v in b.got] == [2]
+
+
+# -- the command -----------------------------------------------------------------------------------------------
+
+
+def test_surreal_sim_lists_runs_and_refuses_an_unknown_scenario(capsys):
+    assert cli_main(["sim", "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert all(name in listed for name in SCENARIOS)
+    assert cli_main(["sim", "es-lockstep", "--seed", "3"]) == 0
+    assert "es-lockstep seed 3: ok" in capsys.readouterr().out
+    assert cli_main(["sim", "ppo-16-stedy"]) == 2
+    assert "did you mean ppo-16-steady" in capsys.readouterr().err
+
+
+def test_a_scenario_whose_faults_outlast_its_run_fails_rather_than_passing_untested():
+    short = dataclasses.replace(SCENARIOS["es-lockstep"], name="short", faults=(Fault(5000.0, "kill", ("ps-0",)),))
+    assert isinstance(short, Scenario)
+    report = run(short, seed=1)
+    assert "completes" in report.violations
