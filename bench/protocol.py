@@ -27,6 +27,7 @@ import os
 import platform
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import zmq
@@ -265,18 +266,36 @@ def param_fetch_numbers(quick: bool, keys: CurveKeys | None, actors: int = 8) ->
     }
 
 
+ACTOR_CHUNK_STEPS, ACTOR_CHUNK_ENVS = 64, 8  # an actor's chunk with the defaults (actor.chunk_steps, 8 envs)
+
+
+def _actor_chunk_pusher(address: str, count: int, keys: CurveKeys | None) -> None:
+    chunk = experience_chunk(ACTOR_CHUNK_STEPS * ACTOR_CHUNK_ENVS, ACTOR_CHUNK_ENVS)
+    _send_chunks(address, chunk, count, hwm=64, keys=keys)
+
+
 def push_numbers(quick: bool, keys: CurveKeys | None) -> dict[str, float]:
-    """(a) and (b)."""
-    messages = 300 if quick else 3000
+    """(a) and (b): 1 MiB messages, and (b) again in an actor's own chunks (64 steps x 8 envs of HalfCheetah,
+    85 KB), where a message's fixed costs weigh more than its bytes."""
+    messages = 300 if quick else 1000
     raw = push_throughput(_raw_pusher, messages, False, keys)
     experience = push_throughput(_experience_pusher, messages, True, keys)
-    return {"raw_zmq_gbytes_per_s": raw, "experience_gbytes_per_s": experience, "ratio_to_raw": experience / raw}
+    actor_chunks = push_throughput(_actor_chunk_pusher, 10 * messages, True, keys)
+    return {
+        "raw_zmq_gbytes_per_s": raw,
+        "experience_gbytes_per_s": experience,
+        "ratio_to_raw": experience / raw,
+        "experience_actor_chunk_gbytes_per_s": actor_chunks,
+    }
 
 
 def report(wire: str, result: dict[str, float], section: str) -> None:
     if section == "push":
         raw, experience = result["raw_zmq_gbytes_per_s"], result["experience_gbytes_per_s"]
-        line = f"(a) raw {raw:.2f} GB/s  (b) experience {experience:.2f} GB/s  ratio {experience / raw:.2f}"
+        line = (
+            f"(a) raw {raw:.2f} GB/s  (b) experience {experience:.2f} GB/s  ratio {experience / raw:.2f}, in an "
+            f"actor's chunks {result['experience_actor_chunk_gbytes_per_s']:.2f} GB/s"
+        )
     elif section == "replay":
         line = (
             f"(c) {result['transitions_per_s']:,.0f} transitions/s into one shard  (d) "
@@ -291,17 +310,25 @@ def report(wire: str, result: dict[str, float], section: str) -> None:
     print(f"[{wire}] {line}", flush=True)
 
 
-def measure(quick: bool, keys: CurveKeys) -> tuple[dict[str, float], dict[str, float]]:
-    """Every section plaintext, then at once over CURVE with `keys` (back to back, so that a shared box's load drifts
-    as little as possible between the two); a progress line each."""
+def measure(quick: bool, keys: CurveKeys, rounds: int) -> tuple[dict[str, float], dict[str, float], dict[str, Any]]:
+    """Every section `rounds` times, each round plaintext and at once over CURVE with `keys` (interleaved, so that a
+    shared box's load drifts alike over both); a progress line each. Each number is its median over the rounds;
+    the third dict holds every round's numbers."""
     plain: dict[str, float] = {}
     curve: dict[str, float] = {}
+    every: dict[str, Any] = {"plaintext": [], "curve": []}
     sections = {"push": push_numbers, "replay": replay_numbers, "fetch": param_fetch_numbers}
     for section, numbers in sections.items():
-        for wire, wire_keys, result in (("plaintext", None, plain), ("CURVE", keys, curve)):
-            result.update(numbers(quick, wire_keys))
-            report(wire, result, section)
-    return plain, curve
+        taken: dict[str, list[dict[str, float]]] = {"plaintext": [], "curve": []}
+        for r in range(rounds):
+            for wire, wire_keys in (("plaintext", None), ("curve", keys)):
+                got = numbers(quick, wire_keys)
+                taken[wire].append(got)
+                report(f"{wire} {r + 1}/{rounds}", got, section)
+        for wire, result in (("plaintext", plain), ("curve", curve)):
+            result.update({key: float(np.median([got[key] for got in taken[wire]])) for key in taken[wire][0]})
+            every[wire].extend(taken[wire])
+    return plain, curve, every
 
 
 def curve_ratios(plain: dict[str, float], curve: dict[str, float]) -> dict[str, float]:
@@ -319,20 +346,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer messages (a smoke run, about 40 s)")
     parser.add_argument("--out", type=Path, help="also write the JSON here")
+    parser.add_argument("--rounds", type=int, help="rounds of plaintext then CURVE per section (default 3; quick 1)")
     args = parser.parse_args()
+    rounds = args.rounds or (1 if args.quick else 3)
     result: dict[str, object] = {
         "benchmark": "protocol",
         "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus",
         "quick": args.quick,
         "zmq": f"pyzmq {zmq.__version__}, libzmq {zmq.zmq_version()}, CURVE {zmq.has('curve')}",
     }
-    plain, curve = measure(args.quick, CurveKeys.generate())
+    plain, curve, every = measure(args.quick, CurveKeys.generate(), rounds)
+    result["rounds"] = rounds
     result.update(plain)
     result["curve"] = curve
     result["curve_ratio"] = ratios = curve_ratios(plain, curve)
     result["curve_ratio_to_raw_curve"] = curve["experience_gbytes_per_s"] / curve["raw_zmq_gbytes_per_s"]
+    result["every_round"] = every
     print(
-        f"CURVE / plaintext: (b) experience {ratios['experience_gbytes_per_s']:.2f}, "
+        f"CURVE / plaintext: (b) experience {ratios['experience_gbytes_per_s']:.2f} "
+        f"(in an actor's chunks {ratios['experience_actor_chunk_gbytes_per_s']:.2f}), "
         f"(c) transitions into a shard {ratios['transitions_per_s']:.2f}, "
         f"(d) batches of 4096 {ratios['sample_batches_per_s_4096']:.2f}, "
         f"(e) fetch p50 {ratios['param_fetch_ms_p50']:.2f}",
