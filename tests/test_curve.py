@@ -23,6 +23,7 @@ from surreal.proto.channels import (
     ExperienceSender,
     ParamClient,
     ParamPublisher,
+    SampleClient,
     bind_socket,
     frames_of,
     make_socket,
@@ -158,6 +159,30 @@ def test_channels_carry_messages_between_peers_holding_the_keys(keys: CurveKeys)
             sock.close(0)
         sender.close()
         publisher.close()
+    finally:
+        server.destroy(0)
+        client.destroy(0)
+
+
+def test_clients_over_curve_still_hear_a_server_go_away(keys: CurveKeys) -> None:
+    """The learner's sample client and an actor's parameter client watch their connections with socket monitors
+    (a request out to a server that went away is not waited for): over CURVE, the monitors hear the break too."""
+    server, client = WireContext(keys), WireContext(keys)
+    try:
+        shard = bind_socket(server, zmq.ROUTER, "tcp://127.0.0.1:0")
+        ps = bind_socket(server, zmq.ROUTER, "tcp://127.0.0.1:0")
+        sampler = SampleClient(client, [shard.getsockopt_string(zmq.LAST_ENDPOINT)], Limits(), lost_after_s=3600.0)
+        params = ParamClient(client, [ps.getsockopt_string(zmq.LAST_ENDPOINT)], Limits())
+        # Both connected through the handshake: each server has a request of its client's.
+        wait_until(lambda: sampler.next(8, 0.05) is None and shard.poll(0, zmq.POLLIN) != 0, WAIT_S)
+        assert params.fetch(-1, "", 0.05) is None and recv_frames(ps, WAIT_S) is not None
+        assert sampler.outstanding == 2 and params.disconnects() == 0
+        shard.close(0)
+        ps.close(0)
+        wait_until(lambda: sampler.next(8, 0.05, ask=False) is None and sampler.outstanding == 0, WAIT_S)
+        wait_until(lambda: params.disconnects() > 0, WAIT_S)
+        sampler.close()
+        params.close()
     finally:
         server.destroy(0)
         client.destroy(0)
