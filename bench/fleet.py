@@ -1,7 +1,7 @@
 """Fleet scale: N simulated actors (1 ... 1,024 and beyond) against the real replay shards, ps replicas and learner.
 
     python -m bench.fleet --algo ppo|ddpg --actors N [N ...] --seconds S [--network none|datacenter|degraded]
-                          [--rate STEPS_PER_S] [--processes P] [--chunk-steps T] [--set KEY=VALUE ...]
+                          [--rate STEPS_PER_S] [--processes P] [--chunk-steps T] [--curve on|off] [--set KEY=VALUE ...]
 
 For each N: the replay shards, ps replicas and the learner are started exactly as `surreal run` starts them
 (`plan_processes`, the same `python -m surreal role X` with SURREAL_* variables, Unix sockets in a folder of
@@ -14,6 +14,10 @@ measured for S seconds, then stopped as `surreal run` stops: actors first (SIGTE
 learner, ps and replay. PPO learns from batches of 2,048 steps at every N (from 64 actors on the actors
 outnumber a batch's 32 chunks: each sends a chunk on its turn, every N / 32 versions) and DDPG runs at replay
 ratio 0.1 from 5,000 env steps; `--set` overrides any config key.
+
+Every connection is over CURVE with keys made for the run (`--curve on`, the default: as `surreal run` and the chart
+run), or plaintext (`--curve off`); each point reports the handshakes the services refused (`handshakes_refused`, 0
+expected: every simulated actor holds the keys).
 
 `--network datacenter|degraded` runs the fleet in a network namespace of its own, over TCP to the services on
 the box's end of a veth pair shaped by tc (bench/netem.py: 0.1 ms each way and 10 Gbit/s; 1 ms, 1 Gbit/s and
@@ -76,7 +80,7 @@ from bench.fleet_trace import Timeline, explain, pressure_totals, run_queue_wait
 from bench.netem import PROFILES, Link, emulated_network
 from bench.rollouts import load as load_rollout
 from surreal.config import ExperimentConfig, load_config, save_config
-from surreal.launch.local import LOOPBACK, plan_processes
+from surreal.launch.local import LOOPBACK, launch_keys, plan_processes
 from surreal.launch.supervisor import ProcessSpec, Supervisor
 from surreal.metricsfile import METRICS_FILE, MetricsTail
 from surreal.roles.common import EXIT_STOPPED
@@ -209,9 +213,11 @@ def run_point(
     link: Link | None,
     extra: list[str],
     workdir: Path,
+    curve: bool = True,
 ) -> dict[str, Any]:
     """One N. With `link`, over TCP: the services bind the box's end of the emulated network and the fleet runs
-    in its namespace; without, as `surreal run` runs (Unix sockets in a folder of their own)."""
+    in its namespace; without, as `surreal run` runs (Unix sockets in a folder of their own). `curve`: every
+    connection over CURVE, with keys made for this point in that private folder (as `surreal run` makes them)."""
     cfg = load_config([*config_overrides(algo, actors, chunk_steps), *extra])
     cfg = replace(cfg, name=f"fleet-{algo}-{actors}")
     run_dir = workdir / f"{algo}-{actors}"
@@ -224,13 +230,15 @@ def run_point(
     with tempfile.TemporaryDirectory(prefix="surreal-") as sockets:
         # One actor's spec is enough: its environment is what every simulated actor gets (no port per actor).
         one_actor = replace(cfg, topology=replace(cfg.topology, actors=1))
-        specs = plan_processes(one_actor, run_dir, env, None if link else Path(sockets))
+        keys = launch_keys(Path(sockets)) if curve else None
+        specs = plan_processes(one_actor, run_dir, env, None if link else Path(sockets), curve_dir=keys)
         if link is not None:
             specs = [replace(s, env=on_host(s.env, link, s.role == "actor")) for s in specs]
         services = [s for s in specs if s.role != "actor"]
         actor_env = next(s for s in specs if s.role == "actor").env
         fleet = fleet_specs(actors, processes, rate, link, actor_env, fleet_dir)
         point = measure(cfg, run_dir, fleet_dir, services, fleet, seconds, started, link.host if link else LOOPBACK)
+    point["curve"] = curve
     point["left_behind"] = [p.pid for p in psutil.Process().children(recursive=True)]
     point["sockets_folder_removed"] = not Path(sockets).exists()
     point["clean"] = point["clean"] and not point["left_behind"] and point["sockets_folder_removed"]
@@ -380,6 +388,7 @@ def measure(
             fleet_drops[reason] += n
     if fleet_drops:
         drops["fleet"] = dict(fleet_drops)
+    refused = {name: total(ended[name], "surreal_handshakes_refused_total") for name in ports}
     lost_on_stop = summed(tick_after, "lost_on_stop")
     traces = {f"fleet-pid-{s['pid']}": s["trace"] for s in tick_after if "trace" in s}
     (run_dir / "trace.json").write_text(json.dumps({"fleet": traces, "timeline": timeline.samples}))
@@ -443,6 +452,7 @@ def measure(
             "drops": drops,
             "lost_on_stop": lost_on_stop,
             "honest_dropped": sum(sum(r.values()) for r in drops.values()) + lost_on_stop,
+            "handshakes_refused": {name: n for name, n in refused.items() if n},
             "restarts": restarts,
             "exit_codes": exit_codes,
             # Asked to stop, the services save their state and exit EXIT_STOPPED; the fleet's processes exit 0.
@@ -563,6 +573,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, help="env steps/s per actor; default: the recording's rate")
     parser.add_argument("--processes", type=int, help="simulated-actor processes; default min(N, 4)")
     parser.add_argument("--chunk-steps", type=int, default=64)
+    parser.add_argument("--curve", choices=["on", "off"], default="on", help="CURVE on every connection (default on)")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides")
     parser.add_argument("--out", type=Path, help="results JSON (merged by algorithm); a PNG goes beside it")
     parser.add_argument("--workdir", type=Path, help="where run folders go (default: a temporary folder)")
@@ -582,7 +593,18 @@ def main() -> None:
             return
         for n in args.actors:
             processes = args.processes or min(n, 4)
-            point = run_point(args.algo, n, args.seconds, rate, processes, args.chunk_steps, link, args.set, workdir)
+            point = run_point(
+                args.algo,
+                n,
+                args.seconds,
+                rate,
+                processes,
+                args.chunk_steps,
+                link,
+                args.set,
+                workdir,
+                args.curve == "on",
+            )
             points.append(point)
             print(json.dumps(point), flush=True)
     result = {
@@ -593,6 +615,7 @@ def main() -> None:
         "shaping": link.shaping if link else None,
         "rate_per_actor": round(rate, 1),
         "chunk_steps": args.chunk_steps,
+        "curve": args.curve == "on",
         "overrides": args.set,
         "command": " ".join(["python -m bench.fleet", *sys.argv[1:]]),
         "points": points,

@@ -56,6 +56,7 @@ from surreal.config import ExperimentConfig, config_from_env
 from surreal.config.schema import OffPolicyConfig
 from surreal.proto.channels import ExperienceSender, ParamClient, frames_of, send
 from surreal.proto.codec import Limits
+from surreal.proto.curve import WireContext
 from surreal.proto.wire import Chunk, NotModified, Params, ParamsRequest
 from surreal.roles.actor import FLUSH_S, IDLE_S, SEND_TIMEOUT_S, ActorCore, Collect, Fetch, Finish, Send
 from surreal.runtime.limits import raise_open_files
@@ -212,8 +213,8 @@ class Fleet:
         self.measure_flag = stats_path.with_suffix(".measure")
         self.delay_s = delay_s
         self.recording = Recording(cfg, load_rollout(cfg.env.id))
-        self.ctx = zmq.Context()
-        self.ctx.setsockopt(zmq.MAX_SOCKETS, max(1024, 4 * count + 64))
+        self.ctx = WireContext(settings.curve_keys)  # CURVE when the services speak it (SURREAL_CURVE_DIR)
+        self.ctx.set(zmq.MAX_SOCKETS, max(1024, 4 * count + 64))  # a context option (setsockopt is a socket default)
         self.limits = Limits(max_bytes=cfg.ps.max_message_bytes)
         self.drops: Counter[str] = Counter()
         ps_addrs = [settings.connect(a) for a in settings.ps_addrs]

@@ -1,4 +1,4 @@
-"""Protocol benchmark: our channels and servers against raw ZMQ, over loopback, in one run.
+"""Protocol benchmark: our channels and servers against raw ZMQ, over loopback, in one run, plaintext and with CURVE.
 
     python -m bench.protocol [--quick] [--out bench/results/protocol.json]
 
@@ -8,6 +8,12 @@
     (timed by the shard from its counter surreal_replay_transitions_in_total, first to last transition)
 (d) sample batches out of a shard (uniform, batch 256 and 4096) -> sample_batches_per_s_{256,4096}
 (e) 8 actors fetching a 1 MB parameter blob from one ps       -> param_fetch_ms_p50 / _p99
+
+Every section runs twice in the same run, plaintext and at once over CURVE with a fresh pair of keys (proto/curve.py, as
+every role runs under `surreal run` and the chart): the top-level numbers are plaintext, `curve` holds the same numbers
+with CURVE, and `curve_ratio` each CURVE number over its plaintext one (for latencies, plaintext over CURVE, so that
+below 1 is a cost everywhere). (a) with CURVE is raw ZMQ's own ceiling with encryption: (b)'s ratio to it says what
+our channel adds on top.
 
 Senders and receivers are separate processes (the machine's cores are shared as they would be by roles).
 The last line printed is one JSON object.
@@ -21,14 +27,23 @@ import os
 import platform
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import zmq
 
 from bench._runs import emit
 from surreal.launch.local import free_ports
-from surreal.proto.channels import ExperienceSender, ParamClient, ParamPublisher, SampleClient, make_socket
+from surreal.proto.channels import (
+    ExperienceSender,
+    ParamClient,
+    ParamPublisher,
+    SampleClient,
+    bind_socket,
+    connect_socket,
+)
 from surreal.proto.codec import Limits, decode
+from surreal.proto.curve import CurveKeys, WireContext
 from surreal.proto.wire import BlobMeta, Chunk, Params
 
 MIB = 1 << 20
@@ -62,10 +77,9 @@ def chunk_of_bytes(nbytes: int) -> dict[str, np.ndarray]:
 # -- (a) and (b): push throughput ------------------------------------------------------------------------
 
 
-def _raw_pusher(address: str, count: int) -> None:
-    ctx = zmq.Context()
-    sock = make_socket(ctx, zmq.PUSH, sndhwm=8)
-    sock.connect(address)
+def _raw_pusher(address: str, count: int, keys: CurveKeys | None) -> None:
+    ctx = WireContext(keys)
+    sock = connect_socket(ctx, zmq.PUSH, [address], sndhwm=8)
     payload = np.random.default_rng(0).integers(0, 255, MIB, dtype=np.uint8).tobytes()
     for _ in range(count):
         sock.send(payload, copy=False)
@@ -73,9 +87,9 @@ def _raw_pusher(address: str, count: int) -> None:
     ctx.term()
 
 
-def _send_chunks(address: str, arrays: dict[str, np.ndarray], count: int, hwm: int) -> None:
+def _send_chunks(address: str, arrays: dict[str, np.ndarray], count: int, hwm: int, keys: CurveKeys | None) -> None:
     """`count` chunks of `arrays` through the actor's own sender, each retried until the receiver takes it."""
-    ctx = zmq.Context()
+    ctx = WireContext(keys)
     sender = ExperienceSender(ctx, [address], hwm=hwm)
     for i in range(count):
         while not sender.send(Chunk(arrays, version=i, actor=0), "bench", timeout_s=5.0):
@@ -84,16 +98,16 @@ def _send_chunks(address: str, arrays: dict[str, np.ndarray], count: int, hwm: i
     ctx.term()
 
 
-def _experience_pusher(address: str, count: int) -> None:
-    _send_chunks(address, chunk_of_bytes(MIB), count, hwm=8)
+def _experience_pusher(address: str, count: int, keys: CurveKeys | None) -> None:
+    _send_chunks(address, chunk_of_bytes(MIB), count, hwm=8, keys=keys)
 
 
-def push_throughput(pusher, count: int, decode_messages: bool) -> float:
-    """GB/s received by a PULL socket fed by `pusher` in another process."""
-    ctx = zmq.Context()
-    pull = make_socket(ctx, zmq.PULL, rcvhwm=8)
-    port = pull.bind_to_random_port("tcp://127.0.0.1")
-    proc = mp.get_context("fork").Process(target=pusher, args=(f"tcp://127.0.0.1:{port}", count))
+def push_throughput(pusher, count: int, decode_messages: bool, keys: CurveKeys | None) -> float:
+    """GB/s received by a PULL socket fed by `pusher` in another process (over CURVE with `keys`)."""
+    ctx = WireContext(keys)
+    pull = bind_socket(ctx, zmq.PULL, "tcp://127.0.0.1:0", rcvhwm=8)
+    address = pull.getsockopt_string(zmq.LAST_ENDPOINT)
+    proc = mp.get_context("fork").Process(target=pusher, args=(address, count, keys))
     proc.start()
     received = 0
     frames = pull.recv_multipart(copy=False)  # start the clock at the first message
@@ -115,13 +129,15 @@ def push_throughput(pusher, count: int, decode_messages: bool) -> float:
 # -- (c) and (d): a replay shard ------------------------------------------------------------------------
 
 
-def _replay_server(exp: str, sample: str, capacity: int, target: int, ready, stop_event, ingest) -> None:
+def _replay_server(
+    exp: str, sample: str, capacity: int, target: int, ready, stop_event, ingest, keys: CurveKeys | None
+) -> None:
     """A replay shard that also times its own ingest: from its first transition in to its `target`-th, read
     from its counter `surreal_replay_transitions_in_total` (where ingest happens, not in a reply)."""
     from surreal.replay.shard import ReplayShard
     from surreal.roles.replay import ReplayServer
 
-    ctx = zmq.Context()
+    ctx = WireContext(keys)
     server = ReplayServer(ctx, exp, sample, ReplayShard("uniform", capacity))
     labels = dict(server.metrics.labels)
     ready.set()
@@ -140,27 +156,27 @@ def _replay_server(exp: str, sample: str, capacity: int, target: int, ready, sto
     ctx.term()
 
 
-def _chunk_pusher(address: str, chunks: int, chunk_size: int) -> None:
-    _send_chunks(address, experience_chunk(chunk_size), chunks, hwm=16)
+def _chunk_pusher(address: str, chunks: int, chunk_size: int, keys: CurveKeys | None) -> None:
+    _send_chunks(address, experience_chunk(chunk_size), chunks, hwm=16, keys=keys)
 
 
-def replay_numbers(quick: bool) -> dict[str, float]:
+def replay_numbers(quick: bool, keys: CurveKeys | None) -> dict[str, float]:
     fork = mp.get_context("fork")
     exp, sample = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
     ready, stop_event, ingest = fork.Event(), fork.Event(), fork.Queue()
     capacity = 1_000_000
     chunk_size, chunks = 1000, 300 if quick else 1000
     target = chunks * chunk_size
-    server = fork.Process(target=_replay_server, args=(exp, sample, capacity, target, ready, stop_event, ingest))
+    server = fork.Process(target=_replay_server, args=(exp, sample, capacity, target, ready, stop_event, ingest, keys))
     server.start()
     ready.wait(30)
-    ctx = zmq.Context()
+    ctx = WireContext(keys)
     sampler = SampleClient(ctx, [sample], Limits(), prefetch=4)
     try:
         # (c): transitions in, timed by the shard itself from its own counter (decode, validation and storage
         # writes included). Sample replies only report progress about once a second: timing them measured
         # their cadence, not the ingest.
-        pusher = fork.Process(target=_chunk_pusher, args=(exp, chunks, chunk_size))
+        pusher = fork.Process(target=_chunk_pusher, args=(exp, chunks, chunk_size, keys))
         pusher.start()
         transitions_per_s = float(ingest.get(timeout=120))
         pusher.join(timeout=30)
@@ -186,10 +202,10 @@ def replay_numbers(quick: bool) -> dict[str, float]:
 # -- (e): parameter fetch latency -----------------------------------------------------------------------
 
 
-def _ps_server(learner: str, bind: str, ready, stop_event) -> None:
+def _ps_server(learner: str, bind: str, ready, stop_event, keys: CurveKeys | None) -> None:
     from surreal.roles.ps import ParamServer
 
-    ctx = zmq.Context()
+    ctx = WireContext(keys)
     server = ParamServer(ctx, learner, bind)
     ready.set()
     while not stop_event.is_set():
@@ -198,8 +214,8 @@ def _ps_server(learner: str, bind: str, ready, stop_event) -> None:
     ctx.term()
 
 
-def _fetching_actor(address: str, fetches: int, out) -> None:
-    ctx = zmq.Context()
+def _fetching_actor(address: str, fetches: int, out, keys: CurveKeys | None) -> None:
+    ctx = WireContext(keys)
     client = ParamClient(ctx, [address], Limits())
     latencies = []
     for _ in range(fetches):
@@ -212,14 +228,14 @@ def _fetching_actor(address: str, fetches: int, out) -> None:
     ctx.term()
 
 
-def param_fetch_numbers(quick: bool, actors: int = 8) -> dict[str, float]:
+def param_fetch_numbers(quick: bool, keys: CurveKeys | None, actors: int = 8) -> dict[str, float]:
     fork = mp.get_context("fork")
     learner, bind = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
     ready, stop_event, out = fork.Event(), fork.Event(), fork.Queue()
-    ctx = zmq.Context()
+    ctx = WireContext(keys)
     publisher = ParamPublisher(ctx, learner)
     publisher.publish(BlobMeta(1, "bench"), {"policy": {"w": np.ones(MIB // 4, np.float32)}})
-    server = fork.Process(target=_ps_server, args=(learner, bind, ready, stop_event))
+    server = fork.Process(target=_ps_server, args=(learner, bind, ready, stop_event, keys))
     server.start()
     ready.wait(30)
     probe = ParamClient(ctx, [bind], Limits())
@@ -230,7 +246,7 @@ def param_fetch_numbers(quick: bool, actors: int = 8) -> dict[str, float]:
         if isinstance(reply, Params):
             break
     fetches = 50 if quick else 300
-    procs = [fork.Process(target=_fetching_actor, args=(bind, fetches, out)) for _ in range(actors)]
+    procs = [fork.Process(target=_fetching_actor, args=(bind, fetches, out, keys)) for _ in range(actors)]
     for p in procs:
         p.start()
     latencies = np.concatenate([out.get(timeout=300) for _ in procs])
@@ -250,36 +266,108 @@ def param_fetch_numbers(quick: bool, actors: int = 8) -> dict[str, float]:
     }
 
 
+ACTOR_CHUNK_STEPS, ACTOR_CHUNK_ENVS = 64, 8  # an actor's chunk with the defaults (actor.chunk_steps, 8 envs)
+
+
+def _actor_chunk_pusher(address: str, count: int, keys: CurveKeys | None) -> None:
+    chunk = experience_chunk(ACTOR_CHUNK_STEPS * ACTOR_CHUNK_ENVS, ACTOR_CHUNK_ENVS)
+    _send_chunks(address, chunk, count, hwm=64, keys=keys)
+
+
+def push_numbers(quick: bool, keys: CurveKeys | None) -> dict[str, float]:
+    """(a) and (b): 1 MiB messages, and (b) again in an actor's own chunks (64 steps x 8 envs of HalfCheetah,
+    85 KB), where a message's fixed costs weigh more than its bytes."""
+    messages = 300 if quick else 1000
+    raw = push_throughput(_raw_pusher, messages, False, keys)
+    experience = push_throughput(_experience_pusher, messages, True, keys)
+    actor_chunks = push_throughput(_actor_chunk_pusher, 10 * messages, True, keys)
+    return {
+        "raw_zmq_gbytes_per_s": raw,
+        "experience_gbytes_per_s": experience,
+        "ratio_to_raw": experience / raw,
+        "experience_actor_chunk_gbytes_per_s": actor_chunks,
+    }
+
+
+def report(wire: str, result: dict[str, float], section: str) -> None:
+    if section == "push":
+        raw, experience = result["raw_zmq_gbytes_per_s"], result["experience_gbytes_per_s"]
+        line = (
+            f"(a) raw {raw:.2f} GB/s  (b) experience {experience:.2f} GB/s  ratio {experience / raw:.2f}, in an "
+            f"actor's chunks {result['experience_actor_chunk_gbytes_per_s']:.2f} GB/s"
+        )
+    elif section == "replay":
+        line = (
+            f"(c) {result['transitions_per_s']:,.0f} transitions/s into one shard  (d) "
+            f"{result['sample_batches_per_s_256']:.0f} batches/s of 256, "
+            f"{result['sample_batches_per_s_4096']:.0f} of 4096"
+        )
+    else:
+        line = (
+            f"(e) 1 MB param fetch with 8 actors: p50 {result['param_fetch_ms_p50']:.2f} ms, "
+            f"p99 {result['param_fetch_ms_p99']:.2f} ms"
+        )
+    print(f"[{wire}] {line}", flush=True)
+
+
+def measure(quick: bool, keys: CurveKeys, rounds: int) -> tuple[dict[str, float], dict[str, float], dict[str, Any]]:
+    """Every section `rounds` times, each round plaintext and at once over CURVE with `keys` (interleaved, so that a
+    shared box's load drifts alike over both); a progress line each. Each number is its median over the rounds;
+    the third dict holds every round's numbers."""
+    plain: dict[str, float] = {}
+    curve: dict[str, float] = {}
+    every: dict[str, Any] = {"plaintext": [], "curve": []}
+    sections = {"push": push_numbers, "replay": replay_numbers, "fetch": param_fetch_numbers}
+    for section, numbers in sections.items():
+        taken: dict[str, list[dict[str, float]]] = {"plaintext": [], "curve": []}
+        for r in range(rounds):
+            for wire, wire_keys in (("plaintext", None), ("curve", keys)):
+                got = numbers(quick, wire_keys)
+                taken[wire].append(got)
+                report(f"{wire} {r + 1}/{rounds}", got, section)
+        for wire, result in (("plaintext", plain), ("curve", curve)):
+            result.update({key: float(np.median([got[key] for got in taken[wire]])) for key in taken[wire][0]})
+            every[wire].extend(taken[wire])
+    return plain, curve, every
+
+
+def curve_ratios(plain: dict[str, float], curve: dict[str, float]) -> dict[str, float]:
+    """CURVE's cost per number as a ratio where below 1 is a cost: rates CURVE / plaintext, latencies inverted."""
+    ratios = {}
+    for key, value in plain.items():
+        if "_per_s" in key:  # a rate
+            ratios[key] = curve[key] / value
+        elif key.startswith("param_fetch_ms"):  # a latency
+            ratios[key] = value / curve[key]
+    return ratios
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="fewer messages (a smoke run, about 20 s)")
+    parser.add_argument("--quick", action="store_true", help="fewer messages (a smoke run, about 40 s)")
     parser.add_argument("--out", type=Path, help="also write the JSON here")
+    parser.add_argument("--rounds", type=int, help="rounds of plaintext then CURVE per section (default 3; quick 1)")
     args = parser.parse_args()
-    messages = 300 if args.quick else 3000
+    rounds = args.rounds or (1 if args.quick else 3)
     result: dict[str, object] = {
         "benchmark": "protocol",
         "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus",
         "quick": args.quick,
+        "zmq": f"pyzmq {zmq.__version__}, libzmq {zmq.zmq_version()}, CURVE {zmq.has('curve')}",
     }
-    raw = result["raw_zmq_gbytes_per_s"] = push_throughput(_raw_pusher, messages, decode_messages=False)
-    experience = result["experience_gbytes_per_s"] = push_throughput(_experience_pusher, messages, decode_messages=True)
-    result["ratio_to_raw"] = experience / raw
+    plain, curve, every = measure(args.quick, CurveKeys.generate(), rounds)
+    result["rounds"] = rounds
+    result.update(plain)
+    result["curve"] = curve
+    result["curve_ratio"] = ratios = curve_ratios(plain, curve)
+    result["curve_ratio_to_raw_curve"] = curve["experience_gbytes_per_s"] / curve["raw_zmq_gbytes_per_s"]
+    result["every_round"] = every
     print(
-        f"(a) raw {result['raw_zmq_gbytes_per_s']:.2f} GB/s  (b) experience "
-        f"{result['experience_gbytes_per_s']:.2f} GB/s  ratio {result['ratio_to_raw']:.2f}",
-        flush=True,
-    )
-    result.update(replay_numbers(args.quick))
-    print(
-        f"(c) {result['transitions_per_s']:,.0f} transitions/s into one shard  (d) "
-        f"{result['sample_batches_per_s_256']:.0f} batches/s of 256, "
-        f"{result['sample_batches_per_s_4096']:.0f} of 4096",
-        flush=True,
-    )
-    result.update(param_fetch_numbers(args.quick))
-    print(
-        f"(e) 1 MB param fetch with 8 actors: p50 {result['param_fetch_ms_p50']:.2f} ms, "
-        f"p99 {result['param_fetch_ms_p99']:.2f} ms",
+        f"CURVE / plaintext: (b) experience {ratios['experience_gbytes_per_s']:.2f} "
+        f"(in an actor's chunks {ratios['experience_actor_chunk_gbytes_per_s']:.2f}), "
+        f"(c) transitions into a shard {ratios['transitions_per_s']:.2f}, "
+        f"(d) batches of 4096 {ratios['sample_batches_per_s_4096']:.2f}, "
+        f"(e) fetch p50 {ratios['param_fetch_ms_p50']:.2f}",
         flush=True,
     )
     emit(result, args.out)

@@ -136,6 +136,7 @@ def run_release(root: Path, values: Path, until) -> dict[str, Path]:
     uninstall` sends it. Returns each pod's log."""
     docs = render(VALUES_DIR / "smoke.yaml", values)
     configmaps = {d["metadata"]["name"]: d["data"] for d in by_kind(docs, "ConfigMap")}
+    secrets = {d["metadata"]["name"]: d["data"] for d in by_kind(docs, "Secret")}  # the CURVE keys (a new release's)
     pods = expand_pods(docs, free_ports)
     dns = ClusterDNS(docs, pods, NAMESPACE)
     workloads = [p for p in pods if p.spec.get("restartPolicy") != "Never"]
@@ -143,7 +144,7 @@ def run_release(root: Path, values: Path, until) -> dict[str, Path]:
     logs: dict[str, Path] = {}
     try:
         for pod in workloads:
-            argv, env, cwd = local_command(pod, dns, configmaps, root)
+            argv, env, cwd = local_command(pod, dns, configmaps, root, secrets)
             logs[pod.name] = root / f"{pod.name}.log"
             with logs[pod.name].open("wb") as log:
                 procs.append(

@@ -386,7 +386,20 @@ def test_none_adds_no_scheduling_key_anywhere(values: Path | None) -> None:
     assert not [key for key in SCHEDULING_KEYS if key in text]
     for _, template in created_pods(docs):
         assert not {"priorityClassName", "schedulerName", "schedulingGroup"} & set(template["spec"])
-    assert render(*([values] if values else []), sets=("scheduling=none", *WITH_EVALUATOR)) == docs
+    again = render(*([values] if values else []), sets=("scheduling=none", *WITH_EVALUATOR))
+    assert without_curve_keys(again) == without_curve_keys(docs)
+
+
+def without_curve_keys(node: Any) -> Any:
+    """`node` less what two renders of one release draw at random: the CURVE keys a new release gets (its Secret's
+    data) and the workloads' checksum of them."""
+    if isinstance(node, list):
+        return [without_curve_keys(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if node.get("kind") == "Secret":
+        node = {**node, "data": dict.fromkeys(node.get("data", {}), "")}
+    return {key: without_curve_keys(value) for key, value in node.items() if key != "checksum/curve"}
 
 
 def test_notes_say_how_the_gang_is_admitted() -> None:

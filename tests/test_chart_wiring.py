@@ -2,11 +2,14 @@
 as a pod gets them, rewrite only what a laptop cannot have (Service and pod DNS names -> 127.0.0.1 with a port per
 pod, 0.0.0.0 -> 127.0.0.1, volume mount paths -> temp folders holding the ConfigMap's files), start one local
 process per pod, and run the `helm test` pod's own command against them: it passes only once the learner makes
-progress. This proves the chart's addresses, ports, config mount and commands agree with the runtime.
+progress. This proves the chart's addresses, ports, config mount and commands agree with the runtime, and that the
+CURVE keys the chart makes and mounts (on by default) are ones every role reads and agrees on: a role that refused its
+peers would never let the learner progress.
 """
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
 import subprocess
@@ -25,9 +28,14 @@ PROBE_TIMEOUT_S = 300.0  # catches a hang only: four roles start and learn on a 
 
 
 def local_command(
-    pod: Pod, dns: ClusterDNS, configmaps: dict[str, dict[str, str]], root: Path
+    pod: Pod,
+    dns: ClusterDNS,
+    configmaps: dict[str, dict[str, str]],
+    root: Path,
+    secrets: dict[str, dict[str, str]] | None = None,
 ) -> tuple[list[str], dict[str, str], Path]:
-    """argv, environment and working directory of `pod` as a local process."""
+    """argv, environment and working directory of `pod` as a local process (`secrets`: the rendered Secrets' data,
+    written into a Secret volume's folder as the kubelet writes it: decoded, one file per item)."""
     container = pod.container
     pod_root = root / pod.name
     volumes = {v["name"]: v for v in pod.spec.get("volumes", [])}
@@ -39,6 +47,11 @@ def local_command(
         if volume is not None and "configMap" in volume:
             for key, text in configmaps[volume["configMap"]["name"]].items():
                 (local / key).write_text(text)
+        elif volume is not None and "secret" in volume:
+            data = (secrets or {})[volume["secret"]["secretName"]]
+            for item in volume["secret"]["items"]:
+                (local / item["path"]).write_bytes(base64.b64decode(data[item["key"]]))
+                (local / item["path"]).chmod(volume["secret"]["defaultMode"])
         else:
             assert (volume is not None and "emptyDir" in volume) or mount["name"] in pod.claims, mount
         mounts[mount["mountPath"]] = local
@@ -78,6 +91,8 @@ def run_chart(tmp_path: Path, sets: tuple[str, ...], roles: list[str]) -> tuple[
     probe until the probe passes; every process is stopped after. The pods and their logs."""
     docs = render(VALUES_DIR / "smoke.yaml", sets=sets)
     configmaps = {d["metadata"]["name"]: d["data"] for d in by_kind(docs, "ConfigMap")}
+    secrets = {d["metadata"]["name"]: d["data"] for d in by_kind(docs, "Secret")}
+    assert secrets, "the chart makes the CURVE keys' Secret by default"
     pods = expand_pods(docs, free_ports)
     dns = ClusterDNS(docs, pods, NAMESPACE)
     workloads = [p for p in pods if p.spec.get("restartPolicy") != "Never"]
@@ -88,7 +103,8 @@ def run_chart(tmp_path: Path, sets: tuple[str, ...], roles: list[str]) -> tuple[
     logs: dict[str, Path] = {}
     try:
         for pod in workloads:
-            argv, env, cwd = local_command(pod, dns, configmaps, tmp_path)
+            argv, env, cwd = local_command(pod, dns, configmaps, tmp_path, secrets)
+            assert "SURREAL_CURVE_DIR" in env, pod.name
             logs[pod.name] = tmp_path / f"{pod.name}.log"
             with logs[pod.name].open("wb") as log:
                 procs.append(
@@ -135,6 +151,10 @@ def test_the_rendered_chart_runs_and_the_helm_test_sees_the_learner_progress(tmp
     (learner,) = [p for p in workloads if p.labels["app.kubernetes.io/component"] == "learner"]
     metrics = tmp_path / learner.name / "volumes" / "checkpoints" / "run" / "metrics.jsonl"
     assert metrics.exists() and metrics.read_text().count("\n") >= 2
+    # The replay shards and ps served over CURVE, with the keys of the chart's Secret.
+    for pod in workloads:
+        if pod.labels["app.kubernetes.io/component"] in ("replay", "ps"):
+            assert " over CURVE," in logs[pod.name].read_text(), pod.name
     # Each actor ran under its own index, taken from its pod name's ordinal.
     for i in range(2):
         assert f"actor-{i} " in logs[f"{RELEASE}-surreal-actor-{i}"].read_text()

@@ -163,6 +163,10 @@ def test_deterministic_runs_write_identical_metrics(runs):
     eval_a = json.loads((first.run_dir / "eval.json").read_text())
     eval_b = json.loads((second.run_dir / "eval.json").read_text())
     assert eval_a["eval_returns"] == eval_b["eval_returns"]
+    # Each launch made keys of its own (surreal run's default): every server served over CURVE.
+    for run in (first, second):
+        for log in ("replay-0.log", "ps-0.log"):
+            assert " over CURVE," in (run.run_dir / "logs" / log).read_text(), log
     first.assert_nothing_left()
     second.assert_nothing_left()
 

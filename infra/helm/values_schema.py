@@ -304,6 +304,19 @@ def values_schema() -> dict[str, Any]:
                     "extraEgress": {"type": "array", "items": ref("k8sObject")},
                 }
             ),
+            "curve": closed(
+                {
+                    "enabled": {"type": "boolean"},
+                    "existingSecret": {
+                        "type": "string",
+                        "maxLength": 253,
+                        "pattern": r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$",
+                        "description": "a Secret's name (a DNS subdomain), or \"\" for the chart's own",
+                    },
+                },
+                required=["enabled", "existingSecret"],
+                description="ZeroMQ CURVE on every connection between roles, with keys from a Secret",
+            ),
             "chaos": closed(
                 {
                     "image": {"type": "string", "minLength": 1},

@@ -21,6 +21,7 @@ hand on a laptop finds its peers on 127.0.0.1 with the default ports.
 | SURREAL_RUN_URI           | learner, replay, evaluator | the run folder's mirror in a bucket (`s3://`, `gs://`, `az://`) | unset: local disk only |
 | SURREAL_HOLD_WHEN_DONE    | learner, actor          | 1: once training is done, stay up idle until SIGTERM         | 0 |
 | SURREAL_IPC_DIR           | replay, ps, learner, actor | set: every ZMQ address `tcp://host:port` becomes `ipc://<dir>/<port>` | unset: TCP |
+| SURREAL_CURVE_DIR         | every role              | folder of the CURVE keys `server.secret`, `client.secret`    | unset: plaintext |
 
 SURREAL_HOLD_WHEN_DONE is for orchestrators that restart a container whenever it exits (the chart's
 StatefulSets): a finished learner or actor that exited would be started again, forever. With it set, the role
@@ -38,6 +39,12 @@ SURREAL_IPC_DIR is for processes on one machine (`surreal run` sets it to a fold
 only names of Unix sockets in that folder, so a restarted replay or ps always gets its address back, whatever
 else took the TCP port meanwhile. /metrics stays on TCP.
 
+SURREAL_CURVE_DIR turns on CURVE (proto/curve.py): a role reads both keys when it starts (a missing or malformed
+key is one line naming the file), and a peer without them is refused at the handshake and counted in
+`surreal_handshakes_refused_total`. The chart mounts its Secret there; `surreal run` makes a pair for each launch
+in a private folder of its own (never in the run folder, which is copied, shared and synced to buckets). Every
+role of an experiment must agree: a role without the variable speaks plaintext, which the others refuse.
+
 A replay shard's address list entry may carry its own ports (``replay-1.replay:7001:7002``); otherwise the
 default ports above apply, which is what the chart's headless Service gives every shard.
 """
@@ -49,7 +56,10 @@ import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+
+from surreal.proto.curve import CurveKeyError, CurveKeys
 
 DEFAULT_EXPERIENCE_PORT = 7001
 DEFAULT_SAMPLE_PORT = 7002
@@ -100,7 +110,19 @@ class Settings:
     run_dir: Path = field(default_factory=lambda: Path("runs") / "default")
     hold_when_done: bool = False
     ipc_dir: Path | None = None
+    curve_dir: Path | None = None
     run_uri: str | None = None
+
+    @cached_property
+    def curve_keys(self) -> CurveKeys | None:
+        """The experiment's CURVE keys from `curve_dir`, read once when a role opens its sockets; None: plaintext.
+        SettingsError names a missing or malformed key file."""
+        if self.curve_dir is None:
+            return None
+        try:
+            return CurveKeys.load(self.curve_dir)
+        except CurveKeyError as exc:
+            raise SettingsError(f"SURREAL_CURVE_DIR: {exc}") from None
 
     def bind(self, port: int) -> str:
         """ZMQ endpoint a server of this process binds to."""
@@ -138,6 +160,7 @@ class Settings:
             run_dir=Path(env.get("SURREAL_RUN_DIR", str(Path("runs") / "default"))),
             hold_when_done=_flag(env, "SURREAL_HOLD_WHEN_DONE"),
             ipc_dir=Path(env["SURREAL_IPC_DIR"]) if env.get("SURREAL_IPC_DIR") else None,
+            curve_dir=Path(env["SURREAL_CURVE_DIR"]) if env.get("SURREAL_CURVE_DIR") else None,
             run_uri=_run_uri(env.get("SURREAL_RUN_URI", "")),
         )
 
@@ -156,6 +179,8 @@ class Settings:
             "SURREAL_PS_ADDRS": ",".join(a.removeprefix("tcp://") for a in self.ps_addrs),
             "SURREAL_RUN_DIR": str(self.run_dir),
             "SURREAL_HOLD_WHEN_DONE": "1" if self.hold_when_done else "0",
+            # Always written, "" when off: a child never inherits a stale folder from the launcher's environment.
+            "SURREAL_CURVE_DIR": str(self.curve_dir) if self.curve_dir is not None else "",
         }
         if self.config_path is not None:
             env["SURREAL_CONFIG"] = str(self.config_path)

@@ -42,6 +42,7 @@ from surreal.launch.resume import (
 )
 from surreal.launch.runfolder import RunFolderLock, create_run_folder, mirror_uri, write_summary
 from surreal.launch.supervisor import ProcessSpec, Restart, Supervisor
+from surreal.proto.curve import CurveKeys
 from surreal.roles.common import StopFlag
 from surreal.runstore import LAUNCHER, Mirror, is_uri, run_name_of
 from surreal.runtime.limits import raise_open_files
@@ -80,12 +81,14 @@ def plan_processes(
     ipc_dir: Path | None = None,
     resume: bool = False,
     run_uri: str | None = None,
+    curve_dir: Path | None = None,
 ) -> list[ProcessSpec]:
     """The processes of an experiment in start order, each with the environment a pod of its role gets:
     `base_env` plus every SURREAL_* variable (own ports, peers' addresses, config and run folder). With
     `ipc_dir`, the roles talk over Unix sockets there (SURREAL_IPC_DIR): a restarted replay or ps gets its
     address back even if another program took its TCP port meanwhile. `resume`: the learner's first start is
-    `--resume` too (a resumed run), not only its restarts. `run_uri`: the run folder's mirror (SURREAL_RUN_URI)."""
+    `--resume` too (a resumed run), not only its restarts. `run_uri`: the run folder's mirror (SURREAL_RUN_URI).
+    `curve_dir`: the CURVE keys every role reads (SURREAL_CURVE_DIR); None: plaintext."""
     topo = cfg.topology
     evaluators = 1 if cfg.learner.eval_interval > 0 else 0
     replicas = cfg.learner.replicas
@@ -103,6 +106,7 @@ def plan_processes(
         run_dir=run_dir,
         ipc_dir=ipc_dir,
         run_uri=run_uri,
+        curve_dir=curve_dir,
     )
 
     master_port = next(ports)  # the learner group's rendezvous (rank 0's), used when learner.replicas > 1
@@ -322,9 +326,11 @@ def launch(
         f"logs in {run_dir / 'logs'}",
         flush=True,
     )
-    # Unix sockets live in a short folder of their own: a socket path must stay under ~100 characters.
-    with lock, tempfile.TemporaryDirectory(prefix="surreal-") as sockets, StopFlag() as stop:
-        specs = plan_processes(cfg, run_dir, os.environ, Path(sockets), resume=resume, run_uri=run_uri)
+    # Unix sockets live in a short folder of their own: a socket path must stay under ~100 characters. The launch's
+    # CURVE keys live beside them, readable by this user only and gone when the launch ends (`launch_keys`).
+    with lock, tempfile.TemporaryDirectory(prefix="surreal-") as private, StopFlag() as stop:
+        keys = launch_keys(Path(private))
+        specs = plan_processes(cfg, run_dir, os.environ, Path(private), resume=resume, run_uri=run_uri, curve_dir=keys)
         outcome = supervise(cfg, run_dir, specs, stop, live, resumed_at)
         summary = write_summary(
             run_dir, cfg, outcome.wall_s, outcome.status, outcome.restarts, outcome.reason, resumed_at
@@ -334,6 +340,16 @@ def launch(
             summary["run_uri"] = run_uri
         print_result(summary)
     return EXIT_CODES[outcome.status]
+
+
+def launch_keys(private: Path) -> Path:
+    """A fresh pair of CURVE keys for one launch (proto/curve.py), in `private` (a folder only this user can open,
+    removed when the launch ends); the folder to hand the roles as SURREAL_CURVE_DIR.
+
+    Not in the run folder: that one outlives the run and is copied, shared, and synced to buckets, and a key there
+    would travel with it. Not in the roles' environment: a file is what the chart's Secret gives a pod, so a role reads
+    its keys one way everywhere. A resumed run gets new keys with its new roles; nothing stored needs the old ones."""
+    return CurveKeys.generate().write(private / "curve")
 
 
 def print_result(summary: dict[str, Any]) -> None:

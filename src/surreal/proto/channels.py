@@ -12,6 +12,10 @@ proto/wire.py's encoders and decoders, owns its sockets and states its failure b
 timeout, every queue a high-water mark, peers that go away are reconnected to by ZMQ, and requests lost with a
 dead peer are re-issued. A client never raises for what a peer sent: bad content is counted by reason
 (`on_error`) and dropped. Servers (the roles) own the bind side, with the socket helpers here.
+
+Every socket between roles is made by `bind_socket` (servers) or `connect_socket` (clients): with a `WireContext`
+that holds the experiment's keys (proto/curve.py) they speak CURVE, and a peer without the keys is refused at the
+handshake; with a plain `zmq.Context` (or no keys), plaintext.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import numpy as np
 import zmq
 
 from surreal.proto.codec import Limits, Message, ProtocolError, decode, encode
+from surreal.proto.curve import HandshakeWatch, secure_client, secure_server
 from surreal.proto.wire import (
     PARAMS_REPLIES,
     SAMPLE_REPLIES,
@@ -54,6 +59,14 @@ FETCH_TIMEOUT = "fetch_timeout"  # what ParamClient tells its error sink when no
 
 def ignore_error(reason: str) -> None:
     del reason
+
+
+RefusalSink = Callable[[str, str], None]  # a server's count of handshakes it refused, by socket name and reason
+PARAMS_SOCKET = "params"  # the learner's parameter socket, as its refusals name it
+
+
+def ignore_refusal(socket: str, reason: str) -> None:
+    del socket, reason
 
 
 RECONNECT_IVL_MS = 100
@@ -92,6 +105,45 @@ def make_socket(
     return sock
 
 
+def bind_socket(
+    ctx: zmq.Context, kind: int, address: str, limits: Limits | None = None, sndhwm: int = 16, rcvhwm: int = 16
+) -> zmq.Socket:
+    """A server's socket: `make_socket`'s options (`limits` included), a CURVE server when `ctx` holds the keys
+    (proto/curve.py), bound to `address`."""
+    sock = make_socket(ctx, kind, limits, sndhwm=sndhwm, rcvhwm=rcvhwm)
+    secure_server(ctx, sock)
+    sock.bind(address)
+    return sock
+
+
+def client_socket(
+    ctx: zmq.Context, kind: int, sndhwm: int = 16, rcvhwm: int = 16, immediate: bool = False
+) -> zmq.Socket:
+    """A client's socket, not yet connected: `make_socket`'s options, a CURVE client when `ctx` holds the keys.
+    `immediate`: ZMQ_IMMEDIATE, messages queue only on connections whose handshake completed. For a client that
+    watches its connections (a monitor made before it connects, so that no event is missed); else `connect_socket`."""
+    sock = make_socket(ctx, kind, sndhwm=sndhwm, rcvhwm=rcvhwm)
+    if immediate:
+        sock.setsockopt(zmq.IMMEDIATE, 1)
+    secure_client(ctx, sock)
+    return sock
+
+
+def connect_socket(
+    ctx: zmq.Context,
+    kind: int,
+    addresses: Sequence[str],
+    sndhwm: int = 16,
+    rcvhwm: int = 16,
+    immediate: bool = False,
+) -> zmq.Socket:
+    """`client_socket` connected to every address."""
+    sock = client_socket(ctx, kind, sndhwm=sndhwm, rcvhwm=rcvhwm, immediate=immediate)
+    for address in addresses:
+        sock.connect(address)
+    return sock
+
+
 def send(sock: zmq.Socket, frames: Sequence[Any], timeout_s: float) -> bool:
     """Send one multipart message without copying array frames; False if the socket stayed full
     (high-water mark reached or no connected peer) for `timeout_s`."""
@@ -124,10 +176,7 @@ class ExperienceSender:
     down). `send` returning False is backpressure: every shard is full or unreachable."""
 
     def __init__(self, ctx: zmq.Context, addresses: Sequence[str], hwm: int = 4) -> None:
-        self.sock = make_socket(ctx, zmq.PUSH, sndhwm=hwm)
-        self.sock.setsockopt(zmq.IMMEDIATE, 1)
-        for address in addresses:
-            self.sock.connect(address)
+        self.sock = connect_socket(ctx, zmq.PUSH, addresses, sndhwm=hwm, immediate=True)
 
     def send(self, chunk: Chunk, incarnation: str, timeout_s: float) -> bool:
         """Ship one chunk made with learner `incarnation`'s parameters; False: backpressure for `timeout_s`."""
@@ -230,8 +279,7 @@ class SampleClient:
         self._monitors: dict[zmq.Socket, ShardRequests] = {}
         self.poller = zmq.Poller()
         for address in addresses:
-            sock = make_socket(ctx, zmq.DEALER)
-            sock.setsockopt(zmq.IMMEDIATE, 1)
+            sock = client_socket(ctx, zmq.DEALER, immediate=True)
             books = ShardRequests(prefetch, lost_after_s)
             monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
             self._monitors[monitor] = books
@@ -386,12 +434,21 @@ class ParamPublisher:
     publisher answers by re-sending the latest blob, so a ps that joins late (or restarts) is current at
     once instead of waiting for the next update. PUB drops a message for a subscriber whose queue is full,
     so the latest blob is also re-sent every `republish_s` (the ps ignores a version it already holds):
-    the last blob of a run, marked done, must not be lost. `service()` is called from the learner's loop."""
+    the last blob of a run, marked done, must not be lost. `service()` is called from the learner's loop; it also
+    tells `on_refused` of the handshakes the socket refused (peers without the keys: proto/curve.py)."""
 
-    def __init__(self, ctx: zmq.Context, bind: str, hwm: int = 4, republish_s: float = 1.0) -> None:
-        self.sock = make_socket(ctx, zmq.XPUB, sndhwm=hwm)
+    def __init__(
+        self,
+        ctx: zmq.Context,
+        bind: str,
+        hwm: int = 4,
+        republish_s: float = 1.0,
+        on_refused: RefusalSink = ignore_refusal,
+    ) -> None:
+        self.sock = bind_socket(ctx, zmq.XPUB, bind, sndhwm=hwm)
         self.sock.setsockopt(zmq.XPUB_VERBOSE, 1)
-        self.sock.bind(bind)
+        self.watch = HandshakeWatch.of(self.sock, PARAMS_SOCKET)
+        self.on_refused = on_refused
         self.republish_s = republish_s
         self.latest: list[Any] | None = None
         self._sent_at = 0.0
@@ -415,17 +472,21 @@ class ParamPublisher:
                 joined += 1
         if joined or time.monotonic() - self._sent_at >= self.republish_s:
             self._send_latest()
+        if self.watch is not None:
+            for reason in self.watch.reasons():
+                self.on_refused(self.watch.name, reason)
         return joined
 
     def close(self) -> None:
         self.sock.close(0)
+        if self.watch is not None:
+            self.watch.close()
 
 
 def param_subscriber(ctx: zmq.Context, address: str) -> zmq.Socket:
     """ps side: SUB to the learner, keeping only a few blobs queued (a newer one supersedes them)."""
-    sock = make_socket(ctx, zmq.SUB, rcvhwm=4)
+    sock = connect_socket(ctx, zmq.SUB, [address], rcvhwm=4)
     sock.setsockopt(zmq.SUBSCRIBE, b"")
-    sock.connect(address)
     return sock
 
 
@@ -450,8 +511,7 @@ class ParamClient:
         self, ctx: zmq.Context, addresses: Sequence[str], limits: Limits, on_error: ErrorSink = ignore_error
     ) -> None:
         self.limits = accepting(limits, PARAMS_REPLIES)
-        self.sock = make_socket(ctx, zmq.DEALER)
-        self.sock.setsockopt(zmq.IMMEDIATE, 1)
+        self.sock = client_socket(ctx, zmq.DEALER, immediate=True)
         self.monitor = self.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         for address in addresses:
             self.sock.connect(address)

@@ -25,8 +25,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-import zmq
-
 from surreal.algos import get_algorithm
 from surreal.config import ExperimentConfig, algo_config
 from surreal.envs import make_vec_env
@@ -34,6 +32,7 @@ from surreal.envstate import load_vec_env_state, vec_env_state
 from surreal.metrics import RoleMetrics
 from surreal.proto.channels import FETCH_TIMEOUT, ExperienceSender, ParamClient
 from surreal.proto.codec import Limits
+from surreal.proto.curve import WireContext
 from surreal.proto.wire import NO_VERSION, BlobMeta, Chunk, NotModified, Params
 from surreal.roles.common import StopFlag, hold_until_stopped, load_config, setup_logging
 from surreal.roles.ports import ExperienceOut, ParamsIn
@@ -277,7 +276,7 @@ def main(args: argparse.Namespace) -> int:
     def on_error(reason: str) -> None:
         (m_fetch_fail if reason == FETCH_TIMEOUT else m_bad.labels(reason=reason)).inc()
 
-    ctx = zmq.Context()
+    ctx = WireContext(settings.curve_keys)
     experience = ExperienceSender(ctx, settings.experience_addrs)
     ps_addrs = [settings.connect(a) for a in settings.ps_addrs]
     params = ParamClient(ctx, ps_addrs, Limits(max_bytes=cfg.ps.max_message_bytes), on_error)

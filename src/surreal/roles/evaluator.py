@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import zmq
 
 from surreal.algos import get_algorithm
 from surreal.config import ExperimentConfig, algo_config
@@ -53,6 +52,7 @@ from surreal.policy.artifact import BEST_DIR, FILE_NAME, POLICY_DIR, ArtifactErr
 from surreal.policy.build import PolicyRecorder, evaluation_section, run_git_sha
 from surreal.proto.channels import ParamClient
 from surreal.proto.codec import Limits
+from surreal.proto.curve import WireContext
 from surreal.proto.wire import Params
 from surreal.roles.common import StopFlag, hold_until_stopped, load_config, setup_logging
 from surreal.roles.evaluation import EVAL_SEED_OFFSET
@@ -252,7 +252,7 @@ def main(args: argparse.Namespace) -> int:
         run_dir.mkdir(parents=True, exist_ok=True)
         mirror.pull()
     history = read_evals(run_dir)  # a restarted evaluator continues after its last row
-    ctx = zmq.Context()
+    ctx = WireContext(settings.curve_keys)
     ps_addrs = [settings.connect(a) for a in settings.ps_addrs]
     params = ParamClient(
         ctx, ps_addrs, Limits(max_bytes=cfg.ps.max_message_bytes), lambda r: m_bad.labels(reason=r).inc()

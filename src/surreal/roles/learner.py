@@ -32,7 +32,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-import zmq
 
 from surreal.algos import get_algorithm
 from surreal.algos.interface import OffPolicyLearner, OnPolicyLearner
@@ -43,6 +42,7 @@ from surreal.metricsfile import METRICS_FILE
 from surreal.policy.artifact import FILE_NAME, POLICY_DIR
 from surreal.policy.build import PolicyRecorder, run_git_sha
 from surreal.proto.channels import BackgroundBatches, ParamPublisher, SampleClient
+from surreal.proto.curve import REFUSED_HELP, REFUSED_METRIC, WireContext
 from surreal.proto.wire import BlobMeta, GroupOrder
 from surreal.replay.shard import message_limits
 from surreal.roles.common import EXIT_STOPPED, StopFlag, hold_until_stopped, load_config, setup_logging
@@ -283,7 +283,8 @@ def main(args: argparse.Namespace) -> int:
             follower_metrics.close()
     metrics = RoleMetrics("learner", 0)
     m_bad = metrics.counter("messages_dropped_total", "malformed replies counted and dropped", ["reason"])
-    ctx = zmq.Context()
+    m_refused = metrics.counter(REFUSED_METRIC, REFUSED_HELP, ["socket", "reason"])
+    ctx = WireContext(settings.curve_keys)
     limits = message_limits(cfg.replay)
     on_error = lambda reason: m_bad.labels(reason=reason).inc()
     addresses = settings.sample_addrs
@@ -305,7 +306,11 @@ def main(args: argparse.Namespace) -> int:
         batch_size=sample_size(cfg),
         depth=cfg.learner.prefetch * len(addresses),
     )
-    params_out = ParamPublisher(ctx, settings.bind(settings.params_pub_port))
+    params_out = ParamPublisher(
+        ctx,
+        settings.bind(settings.params_pub_port),
+        on_refused=lambda socket, reason: m_refused.labels(socket=socket, reason=reason).inc(),
+    )
     # With a bucket (SURREAL_RUN_URI) the run folder is its cache: what a resumed learner lacks comes from there first.
     mirror = open_mirror(settings.run_uri, settings.run_dir, LEARNER, metrics)
     if mirror is not None:

@@ -34,7 +34,7 @@ import zmq
 
 from surreal.config import ExperimentConfig
 from surreal.metrics import RoleMetrics
-from surreal.proto.channels import accepting, frames_of, make_socket, param_subscriber
+from surreal.proto.channels import accepting, frames_of, param_subscriber
 from surreal.proto.codec import Limits, Message, ProtocolError, decode
 from surreal.proto.wire import (
     ERROR,
@@ -206,8 +206,7 @@ class ParamServer(Server):
         self.params_limits = accepting(limits, frozenset({PARAMS}))
         self.request_limits = accepting(limits, frozenset({PARAMS_REQUEST}))
         self.listen(param_subscriber(ctx, learner_addr), self._on_params, None)  # unbounded: its queue is short
-        router = make_socket(ctx, zmq.ROUTER, limits, sndhwm=256, rcvhwm=1024)
-        router.bind(serve_bind)
+        router = self.bind(ctx, zmq.ROUTER, serve_bind, "ps", limits, sndhwm=256, rcvhwm=1024)
         self.serve_requests(router, REQUEST_BURST)
         self.core: PsCore[list[zmq.Frame]] = PsCore(self._answer, self._drop)
         m = self.metrics

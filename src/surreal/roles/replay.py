@@ -32,7 +32,7 @@ import zmq
 
 from surreal.config import ExperimentConfig
 from surreal.metrics import RateGauge, RoleMetrics
-from surreal.proto.channels import accepting, make_socket
+from surreal.proto.channels import accepting
 from surreal.proto.codec import Limits, Message, ProtocolError, decode
 from surreal.proto.wire import (
     EXPERIENCE,
@@ -179,11 +179,9 @@ class ReplayServer(Server):
         self.snapshots = snapshots
         self.experience_limits = accepting(limits, frozenset({EXPERIENCE}))
         self.request_limits = accepting(limits, REPLAY_REQUESTS)
-        self.pull = make_socket(ctx, zmq.PULL, limits, rcvhwm=64)
-        self.pull.bind(experience_bind)
+        self.pull = self.bind(ctx, zmq.PULL, experience_bind, "experience", limits, rcvhwm=64)
         self.listen(self.pull, self._on_experience, BURST)
-        router = make_socket(ctx, zmq.ROUTER, limits, sndhwm=64, rcvhwm=256)
-        router.bind(sample_bind)
+        router = self.bind(ctx, zmq.ROUTER, sample_bind, "sample", limits, sndhwm=64, rcvhwm=256)
         self.serve_requests(router, BURST)
         m = self.metrics
         self.m_in = m.counter("replay_transitions_in_total", "transitions received")

@@ -4,7 +4,10 @@ and the shell that runs one as a role.
 A server registers each socket it reads with a handler and a burst bound: one poll drains up to that
 many messages from a socket before the next socket gets its turn, so a flood on one (experience) cannot
 starve another (sample requests). A malformed message is counted by reason in `messages_dropped_total`
-and dropped; the loop keeps serving. Torch-free, like the servers built on it.
+and dropped; the loop keeps serving. A server binds its sockets with `bind`: with the experiment's keys they
+speak CURVE (proto/curve.py), and each handshake one refuses (a peer without the keys) is counted by socket and
+reason in `handshakes_refused_total`, read from the socket's monitor by this same loop. Torch-free, like the
+servers built on it.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ import zmq
 
 from surreal.config import ExperimentConfig
 from surreal.metrics import RoleMetrics
-from surreal.proto.channels import frames_of, send
-from surreal.proto.codec import Message
+from surreal.proto.channels import bind_socket, frames_of, send
+from surreal.proto.codec import Limits, Message
+from surreal.proto.curve import REFUSED_HELP, REFUSED_METRIC, HandshakeWatch, WireContext
 from surreal.roles.common import EXIT_STOPPED, StopFlag, load_config, setup_logging
 from surreal.runtime.limits import raise_open_files
 from surreal.settings import Settings
@@ -45,6 +49,9 @@ class Server:
         self.m_bad = metrics.counter("messages_dropped_total", "malformed messages counted and dropped", ["reason"])
         self.bad_messages = 0
         self.logged_reasons: set[str] = set()
+        self.m_refused = metrics.counter(REFUSED_METRIC, REFUSED_HELP, ["socket", "reason"])
+        self.refused = 0
+        self.logged_refusals: set[str] = set()
         self.poller = zmq.Poller()
         self._handlers: list[tuple[zmq.Socket, Handler, int | None]] = []
 
@@ -55,6 +62,24 @@ class Server:
         socket is empty). Sockets are served in the order they were registered."""
         self.poller.register(sock, zmq.POLLIN)
         self._handlers.append((sock, handler, burst))
+
+    def bind(
+        self,
+        ctx: zmq.Context,
+        kind: int,
+        address: str,
+        name: str,
+        limits: Limits | None = None,
+        sndhwm: int = 16,
+        rcvhwm: int = 16,
+    ) -> zmq.Socket:
+        """A socket of this server bound to `address` (proto/channels.py `bind_socket`), whose refused handshakes
+        are counted under `name`. Register it with `listen` or `serve_requests` as any other."""
+        sock = bind_socket(ctx, kind, address, limits, sndhwm=sndhwm, rcvhwm=rcvhwm)
+        watch = HandshakeWatch.of(sock, name)
+        if watch is not None:
+            self.listen(watch.monitor, lambda frames: self._on_handshake_event(watch, frames), None)
+        return sock
 
     def serve_requests(self, router: zmq.Socket, burst: int) -> None:
         """Take requests on `router` (each reaches `on_request` without its envelope) and reply there."""
@@ -92,6 +117,22 @@ class Server:
                 "dropped a message from %s: %s (further ones are counted in messages_dropped_total)", who, reason
             )
 
+    def _on_handshake_event(self, watch: HandshakeWatch, frames: list[zmq.Frame]) -> None:
+        reason = watch.reason_of(frames)
+        if reason is None:
+            return
+        self.refused += 1
+        self.m_refused.labels(socket=watch.name, reason=reason).inc()
+        if reason not in self.logged_refusals:
+            self.logged_refusals.add(reason)
+            log.warning(
+                "refused a connection to %s (%s) at the handshake: %s (further ones are counted in "
+                "handshakes_refused_total)",
+                watch.name,
+                watch.endpoint,
+                reason,
+            )
+
     def reply(self, identity: bytes, message: Message) -> bool:
         """Frame and send one typed reply (proto/wire.py) to `identity`; False if it could not be sent within
         REPLY_TIMEOUT_S."""
@@ -113,7 +154,8 @@ class Server:
 
     def final_state(self) -> str:
         """What the shut-down log line reports; a server adds its own state in front."""
-        return f"{self.bad_messages} malformed messages dropped"
+        refused = f", {self.refused} connections refused at the handshake" if self.refused else ""
+        return f"{self.bad_messages} malformed messages dropped{refused}"
 
     def _unwrap(self, frames: list[zmq.Frame]) -> None:
         if len(frames) < 2:
@@ -146,10 +188,11 @@ def serve_main(role: str, build: Callable[[zmq.Context, Settings, ExperimentConf
     log = setup_logging(role, settings.index)
     raise_open_files(log)  # one descriptor per connected actor
     stop = StopFlag().install()
-    ctx = zmq.Context()
+    ctx = WireContext(settings.curve_keys)
     server = build(ctx, settings, cfg)
     port = server.metrics.serve(settings.bind_host, settings.metrics_port)
-    log.info("serving %s, metrics :%s", server.describe(), port)
+    wire = "CURVE" if ctx.keys is not None else "plaintext (no SURREAL_CURVE_DIR)"
+    log.info("serving %s over %s, metrics :%s", server.describe(), wire, port)
     try:
         server.run(stop)
     finally:

@@ -112,6 +112,44 @@ ranks after it neither publish nor count updates), which is also the group's MAS
 {{- end -}}
 
 {{- define "surreal.configMountPath" -}}/etc/surreal{{- end -}}
+{{- define "surreal.curveMountPath" -}}/etc/surreal-curve{{- end -}}
+
+{{/*
+CURVE keys (values.yaml `curve`; docs/security.md): the Secret every role mounts at surreal.curveMountPath and reads
+through SURREAL_CURVE_DIR. Its name: curve.existingSecret, else the one the chart makes (templates/curve-secret.yaml).
+*/}}
+{{- define "surreal.curveSecretName" -}}
+{{- .Values.curve.existingSecret | default (include "surreal.roleName" (dict "root" . "role" "curve")) -}}
+{{- end -}}
+
+{{/*
+The keys' data as the cluster has it (base64 values, as a Secret's `data`): the Secret already there (an upgrade keeps
+its keys; `helm template` and client-side dry runs see none), else, for the chart's own Secret, two fresh 32-byte keys
+(Sprig's randBytes, a CSPRNG). Worked out once per rendering and remembered, so the Secret and every pod's checksum
+see the same keys. Empty: a Secret of the user's that is not there yet (the pods wait for it).
+*/}}
+{{- define "surreal.curveData" -}}
+{{- if not (hasKey .Values.curve "renderedData") -}}
+{{- $found := lookup "v1" "Secret" .Release.Namespace (include "surreal.curveSecretName" .) -}}
+{{- $data := dict -}}
+{{- if and $found $found.data -}}
+{{- $data = pick $found.data "server.secret" "client.secret" -}}
+{{- else if not .Values.curve.existingSecret -}}
+{{- $data = dict "server.secret" (randBytes 32) "client.secret" (randBytes 32) -}}
+{{- end -}}
+{{- $_ := set .Values.curve "renderedData" $data -}}
+{{- end -}}
+{{- with .Values.curve.renderedData }}{{ toYaml . }}{{ end -}}
+{{- end -}}
+
+{{/* The pod annotation that restarts every role when the keys change (a rotation); nothing for keys not known yet. */}}
+{{- define "surreal.curveChecksum" -}}
+{{- if .Values.curve.enabled -}}
+{{- with include "surreal.curveData" . }}
+checksum/curve: {{ . | sha256sum }}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- define "surreal.configPath" -}}/etc/surreal/experiment.yaml{{- end -}}
 
 {{/*
@@ -131,6 +169,10 @@ security context. {root, role (values key), block (the role's values)}.
   value: /tmp/matplotlib
 - name: PYTHONUNBUFFERED
   value: "1"
+{{- if .root.Values.curve.enabled }}
+- name: SURREAL_CURVE_DIR
+  value: {{ include "surreal.curveMountPath" .root | quote }}
+{{- end }}
 {{- end -}}
 
 {{- define "surreal.podSecurityContext" -}}
@@ -179,6 +221,17 @@ affinity:
 - name: tmp
   emptyDir:
     sizeLimit: {{ .root.Values.tmpSizeLimit }}
+{{- if .root.Values.curve.enabled }}
+- name: curve
+  secret:
+    secretName: {{ include "surreal.curveSecretName" .root }}
+    defaultMode: 288  # 0440: the pods' fsGroup reads them, nobody else
+    items:
+      - key: server.secret
+        path: server.secret
+      - key: client.secret
+        path: client.secret
+{{- end }}
 {{- end -}}
 
 {{- define "surreal.volumeMounts" -}}
@@ -187,6 +240,11 @@ affinity:
   readOnly: true
 - name: tmp
   mountPath: /tmp
+{{- if .root.Values.curve.enabled }}
+- name: curve
+  mountPath: {{ include "surreal.curveMountPath" .root }}
+  readOnly: true
+{{- end }}
 {{- end -}}
 
 {{/* Probes on the metrics endpoint, which every role serves from a thread of its own. */}}
