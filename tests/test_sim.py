@@ -93,7 +93,7 @@ class Inbox(Node):
         self.got: list[tuple[float, int]] = []
 
     def receive(self, src: Node, message) -> None:
-        self.got.append((self.world.now, message.version))
+        self.got.append((self.world.now, message.meta["version"]))
 
 
 def pair(seed: int = 0, jitter_s: float = 0.01, drop_p: float = 0.0) -> tuple[World, Network, Inbox, Inbox]:
@@ -131,10 +131,10 @@ def test_only_a_pub_pipe_drops_and_a_full_push_pipe_refuses():
     assert len(b.got) == 3, "a live TCP connection loses nothing, whatever drop_p"
     c = Inbox(world, net, "c")
     net.pipe(a, c, cap=100, lossy=True)
-    for v in range(200):
+    for v in range(100):
         a.send(c, note(v))
     world.run(2.0)
-    assert 40 < len(c.got) < 100, "PUB drops: half of what fits"
+    assert 30 < len(c.got) < 70, "PUB drops: about half, though all of it fits"
 
 
 def test_a_killed_node_loses_what_its_pipes_carry_and_its_peers_hear_of_it():
