@@ -251,6 +251,8 @@ class PsNode(Process):
         self.core: PsCore[Message] = PsCore(self._answer, lambda reason, peer: None)
         self.timer_at = None
         self.restarted = True
+        self.blob_at = 0.0  # when the held blob came
+        self.asked: dict[str, list[tuple[float, ParamsRequest]]] = {}  # honest actors' requests unanswered: hold ends
         for learner in self.learners:  # a (re)subscribing ps gets the latest blob at once (XPUB_VERBOSE)
             learner.params_out.joined(self)
 
@@ -259,8 +261,11 @@ class PsNode(Process):
         if message.kind == PARAMS:
             if self.core.on_blob(message, message, now):
                 self.ledger.ps_accepted(self.name, self.core.version, self.core.incarnation, self.restarted, now)
-                self.restarted = False
+                self.restarted, self.blob_at = False, now
         else:
+            if isinstance(src, ActorNode):
+                request = ParamsRequest.from_message(message)
+                self.asked.setdefault(src.name, []).append((now + request.hold_ms / 1000, request))
             self.core.on_request(src.name, message, now)
         at = self.core.next_event()
         if at is not None and (self.timer_at is None or at < self.timer_at):
@@ -278,6 +283,13 @@ class PsNode(Process):
             self.world.at(self.timer_at, self._tick, self.incarnation, self.timer_at)
 
     def _answer(self, peer: Any, reply: Message | NotModified | ErrorReply) -> None:
+        asked = self.asked.get(peer)
+        if asked:  # an actor's fetch that timed out left its request here: which one this answers is not said
+            if isinstance(reply, Message):
+                held, quiet_s = (self.core.version, self.core.incarnation), self.world.now - self.blob_at
+                asked.remove(self.ledger.woke(peer, asked, *held, quiet_s))
+            else:
+                asked.remove(min(asked, key=lambda entry: entry[0]))  # "not modified": the hold that ended first
         message = reply if isinstance(reply, Message) else reply.to_message()
         dst = self.net.nodes[peer]
         self.send(dst, message, message_bytes(message) if dst.bandwidth or self.bandwidth else 0)
