@@ -475,9 +475,11 @@ class LearnerNode(Process):
         self.finished = False
         self.next_tick: float | None = None
         self.updates_seen = 0
+        self.released = True  # no core yet
         self.boot(resumed=False)
 
     def boot(self, resumed: bool) -> None:
+        self.release()  # a killed incarnation's writers, which its process would have taken with it
         cfg = self.cfg
         self.stopping, self.next_tick = False, None
         self.batches = SimBatches(self, self.shard_nodes, self.layout, cfg.algo.batch_size)
@@ -489,6 +491,7 @@ class LearnerNode(Process):
             algo_learner=self.scripted, clock=self.world.clock,
         )  # fmt: skip
         self.core.incarnation = f"learner-{self.incarnation}"  # a seed replays exactly: no random names
+        self.released = False
         self.ledger.updates_written(self.updates_seen, self.core.counters.updates, self.world.now)
         self.core.publish()
         self.wake()
@@ -568,8 +571,15 @@ class LearnerNode(Process):
             return  # a reply or the deadline wakes it
         self.core.stop(0.0)
         self._note_counters()
-        self.core.close()
+        self.release()
         self.exit(EXIT_STOPPED)
+
+    def release(self) -> None:
+        """Close the core's run-folder writers (the metrics file, TensorBoard's thread) once: on a stop, when the
+        next incarnation starts, and at the end of a run that never stopped it."""
+        if not self.released:
+            self.released = True
+            self.core.close()
 
     def held_chunks(self) -> list[ChunkId]:
         """The honest chunks taken from the shards and not learned from yet: in the port's queue and the feed's."""
