@@ -54,7 +54,7 @@ from bench.fleet_trace import LoopTrace
 from bench.rollouts import load as load_rollout
 from surreal.config import ExperimentConfig, config_from_env
 from surreal.config.schema import OffPolicyConfig
-from surreal.proto.channels import ExperienceSender, ParamClient, frames_of, send
+from surreal.proto.channels import SEND_POLL_S, ExperienceSender, ParamClient, frames_of, send
 from surreal.proto.codec import Limits
 from surreal.proto.curve import WireContext
 from surreal.proto.wire import Chunk, NotModified, Params, ParamsRequest
@@ -66,7 +66,6 @@ from surreal.settings import Settings
 HIST_LO_MS, HIST_HI_MS, HIST_BINS = 0.01, 100_000.0, 700
 _HIST_SCALE = HIST_BINS / math.log(HIST_HI_MS / HIST_LO_MS)
 STATS_EVERY_S = 1.0
-SEND_RETRY_S = 0.05  # channels.send's poll step while a socket refuses
 
 
 def hist_bin(ms: float) -> int:
@@ -333,7 +332,7 @@ class Fleet:
             self.answered(a, a.late.pop(0), now)
 
     def send_request(self, a: SimActor, token: int, now: float) -> None:
-        """Send a fetch's request; a socket with no ps connected yet is tried again every SEND_RETRY_S until the
+        """Send a fetch's request; a socket with no ps connected yet is tried again every SEND_POLL_S until the
         fetch times out, as `channels.send` retries within ParamClient's timeout."""
         for item in [x for x in a.outbox if x[1] == token]:
             a.outbox.remove(item)
@@ -342,7 +341,7 @@ class Fleet:
             if not send(a.client.sock, item[2], 0.0):
                 self.c["fetch_send_retries"] += 1
                 a.outbox.append(item)
-                self.at(now + SEND_RETRY_S, "send_request", a, token)
+                self.at(now + SEND_POLL_S, "send_request", a, token)
             else:
                 a.fetch_sent_at = time.monotonic()  # when it left, not when this loop got to it
 

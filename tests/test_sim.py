@@ -14,7 +14,8 @@ import pytest
 
 from surreal.cli import main as cli_main
 from surreal.proto.wire import Chunk, NotModified
-from surreal.runtime.regimes import versions
+from surreal.roles.ps import PsCore
+from surreal.runtime.regimes import replay_ratio, versions
 from surreal.sim.ledger import Ledger, chunk_id, tag
 from surreal.sim.scenarios import SCENARIOS, Fault, Scenario, run
 from surreal.sim.world import Network, Node, World
@@ -46,6 +47,14 @@ def test_a_seed_replays_exactly_and_another_seed_runs_differently():
     assert other.fingerprint != first.fingerprint
 
 
+def test_a_failing_seed_replays_its_failure_exactly(monkeypatch):
+    monkeypatch.setattr(versions.StalenessBound, "split", lambda self, chunks, version: (chunks, 0))
+    scenario = SCENARIOS["ppo-ps-partitioned"]
+    first, again = run(scenario, seed=4), run(scenario, seed=4)
+    assert "staleness" in first.violations, first.summary()
+    assert first.violations == again.violations and first.fingerprint == again.fingerprint
+
+
 # -- the invariants have teeth ----------------------------------------------------------------------------------
 
 
@@ -59,6 +68,18 @@ def test_a_fleet_that_ignores_the_live_count_breaks_the_live_actor_invariant(mon
     monkeypatch.setattr(versions.ChunkFeed, "live_actors", lambda self: self.actors)
     report = run(SCENARIOS["ppo-fleet-grows-and-shrinks"], seed=1)
     assert "live_actors" in report.violations, report.summary()
+
+
+def test_a_ps_that_ignores_wake_versions_breaks_the_fan_out_invariant(monkeypatch):
+    monkeypatch.setattr(PsCore, "_answers", lambda self, request, quiet: True)  # every parked actor, every version
+    report = run(SCENARIOS["ppo-256-fractional"], seed=1)
+    assert "fan_out" in report.violations, report.summary()
+
+
+def test_a_fleet_that_ignores_its_env_step_budget_breaks_the_replay_ratio_invariant(monkeypatch):
+    monkeypatch.setattr(replay_ratio.EnvStepAllowance, "on_sent", lambda self, env_steps: None)
+    report = run(SCENARIOS["ddpg-16-steady"], seed=1)
+    assert "replay_ratio" in report.violations, report.summary()
 
 
 def test_a_run_that_never_ends_breaks_the_completion_invariant():
@@ -93,7 +114,7 @@ class Inbox(Node):
         self.got: list[tuple[float, int]] = []
 
     def receive(self, src: Node, message) -> None:
-        self.got.append((self.world.now, message.version))
+        self.got.append((self.world.now, message.meta["version"]))
 
 
 def pair(seed: int = 0, jitter_s: float = 0.01, drop_p: float = 0.0) -> tuple[World, Network, Inbox, Inbox]:
@@ -131,10 +152,10 @@ def test_only_a_pub_pipe_drops_and_a_full_push_pipe_refuses():
     assert len(b.got) == 3, "a live TCP connection loses nothing, whatever drop_p"
     c = Inbox(world, net, "c")
     net.pipe(a, c, cap=100, lossy=True)
-    for v in range(200):
+    for v in range(100):
         a.send(c, note(v))
     world.run(2.0)
-    assert 40 < len(c.got) < 100, "PUB drops: half of what fits"
+    assert 30 < len(c.got) < 70, "PUB drops: about half, though all of it fits"
 
 
 def test_a_killed_node_loses_what_its_pipes_carry_and_its_peers_hear_of_it():

@@ -70,6 +70,7 @@ def ignore_refusal(socket: str, reason: str) -> None:
 
 
 RECONNECT_IVL_MS = 100
+SEND_POLL_S = 0.05  # `send`'s wait for room between tries
 RECONNECT_IVL_MAX_MS = 2000
 
 
@@ -156,7 +157,7 @@ def send(sock: zmq.Socket, frames: Sequence[Any], timeout_s: float) -> bool:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
-            sock.poll(math.ceil(min(remaining, 0.05) * 1000), zmq.POLLOUT)
+            sock.poll(math.ceil(min(remaining, SEND_POLL_S) * 1000), zmq.POLLOUT)
 
 
 def recv_frames(sock: zmq.Socket, timeout_s: float) -> list[zmq.Frame] | None:

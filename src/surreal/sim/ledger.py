@@ -16,6 +16,9 @@ The invariants (`Ledger.check` reports each broken one with what broke it):
 - **replay ratio**: no update goes past `(env_steps - learning_starts) * replay_ratio`, and the honest fleet's env
   steps stay within the budget the learner published plus one chunk per actor;
 - **live actors**: in the scenario's steady windows every blob counts exactly the honest actors alive;
+- **fan-out**: a version goes to the held actors it frees: a blob below a held request's wake version (of the same
+  learner) answers it only once the ps has heard nothing newer for `QUIET_MIN_S` (the quiet-learner rule), never as
+  a blob arrives;
 - **completes**: the learner reaches `total_env_steps` and announces `done`, and every honest actor still alive
   has finished by the scenario's deadline.
 """
@@ -30,7 +33,17 @@ from typing import Any
 import numpy as np
 
 from surreal.proto.codec import Message
-from surreal.proto.wire import EXPERIENCE, FIFO_REPLY, BlobMeta, Chunk, FifoReply, decode_chunk, decode_sample_reply
+from surreal.proto.wire import (
+    EXPERIENCE,
+    FIFO_REPLY,
+    BlobMeta,
+    Chunk,
+    FifoReply,
+    ParamsRequest,
+    decode_chunk,
+    decode_sample_reply,
+)
+from surreal.roles.ps import QUIET_MIN_S
 
 ChunkId = tuple[int, int]  # (actor, serial)
 HOSTILE = -1.0  # what a hostile peer's chunks hold where an honest chunk holds its actor's index
@@ -172,6 +185,16 @@ class Ledger:
             self.violate("counters", f"t={now:.1f}: {ps} went from version {held[0]} back to {version}")
         self.ps_held[ps] = (version, incarnation)
 
+    def woke(self, actor: str, asked: list[Any], version: int, incarnation: str, quiet_s: float) -> Any:
+        """A ps answered one of `actor`'s requests `asked` ((hold's end, request), oldest first) with its blob
+        (`version`, `incarnation`), held for `quiet_s`: the one it may answer so, or a fan-out violation."""
+        for entry in asked:
+            request: ParamsRequest = entry[1]
+            if not request.hold_ms or request.wakes(version, incarnation) or quiet_s >= QUIET_MIN_S:
+                return entry
+        self.violate("fan_out", f"{actor} held for version {asked[0][1].wake_version} got {version} as it came")
+        return asked[0]
+
     def updates_written(self, before: int, after: int, now: float) -> None:
         if after < before:
             self.violate("counters", f"t={now:.1f}: updates went from {before} back to {after}")
@@ -220,6 +243,12 @@ class Ledger:
                 alive = next((n for t, n in reversed(alive_steps) if t <= at), 0)
                 if meta.actors != alive:
                     self.violate("live_actors", f"t={at:.1f}: a blob counts {meta.actors} actors, {alive} are alive")
+
+    def digest(self) -> tuple[Any, ...]:
+        """The books themselves, for a run's fingerprint: each honest chunk's version and how often it was learned,
+        what was lost with which kill, every blob and when it came."""
+        books = self.sent, self.learned, self.lost_with_kill
+        return (*(sorted(book.items()) for book in books), self.blobs)
 
     def report(self) -> dict[str, list[str]]:
         return {rule: list(found) for rule, found in self.violations.items() if found}

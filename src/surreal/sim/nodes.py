@@ -251,6 +251,8 @@ class PsNode(Process):
         self.core: PsCore[Message] = PsCore(self._answer, lambda reason, peer: None)
         self.timer_at = None
         self.restarted = True
+        self.blob_at = 0.0  # when the held blob came
+        self.asked: dict[str, list[tuple[float, ParamsRequest]]] = {}  # honest actors' requests unanswered: hold ends
         for learner in self.learners:  # a (re)subscribing ps gets the latest blob at once (XPUB_VERBOSE)
             learner.params_out.joined(self)
 
@@ -259,8 +261,11 @@ class PsNode(Process):
         if message.kind == PARAMS:
             if self.core.on_blob(message, message, now):
                 self.ledger.ps_accepted(self.name, self.core.version, self.core.incarnation, self.restarted, now)
-                self.restarted = False
+                self.restarted, self.blob_at = False, now
         else:
+            if isinstance(src, ActorNode):
+                request = ParamsRequest.from_message(message)
+                self.asked.setdefault(src.name, []).append((now + request.hold_ms / 1000, request))
             self.core.on_request(src.name, message, now)
         at = self.core.next_event()
         if at is not None and (self.timer_at is None or at < self.timer_at):
@@ -278,6 +283,13 @@ class PsNode(Process):
             self.world.at(self.timer_at, self._tick, self.incarnation, self.timer_at)
 
     def _answer(self, peer: Any, reply: Message | NotModified | ErrorReply) -> None:
+        asked = self.asked.get(peer)
+        if asked:  # an actor's fetch that timed out left its request here: which one this answers is not said
+            if isinstance(reply, Message):
+                held, quiet_s = (self.core.version, self.core.incarnation), self.world.now - self.blob_at
+                asked.remove(self.ledger.woke(peer, asked, *held, quiet_s))
+            else:
+                asked.remove(min(asked, key=lambda entry: entry[0]))  # "not modified": the hold that ended first
         message = reply if isinstance(reply, Message) else reply.to_message()
         dst = self.net.nodes[peer]
         self.send(dst, message, message_bytes(message) if dst.bandwidth or self.bandwidth else 0)
@@ -463,9 +475,11 @@ class LearnerNode(Process):
         self.finished = False
         self.next_tick: float | None = None
         self.updates_seen = 0
+        self.released = True  # no core yet
         self.boot(resumed=False)
 
     def boot(self, resumed: bool) -> None:
+        self.release()  # a killed incarnation's writers, which its process would have taken with it
         cfg = self.cfg
         self.stopping, self.next_tick = False, None
         self.batches = SimBatches(self, self.shard_nodes, self.layout, cfg.algo.batch_size)
@@ -477,6 +491,7 @@ class LearnerNode(Process):
             algo_learner=self.scripted, clock=self.world.clock,
         )  # fmt: skip
         self.core.incarnation = f"learner-{self.incarnation}"  # a seed replays exactly: no random names
+        self.released = False
         self.ledger.updates_written(self.updates_seen, self.core.counters.updates, self.world.now)
         self.core.publish()
         self.wake()
@@ -556,8 +571,15 @@ class LearnerNode(Process):
             return  # a reply or the deadline wakes it
         self.core.stop(0.0)
         self._note_counters()
-        self.core.close()
+        self.release()
         self.exit(EXIT_STOPPED)
+
+    def release(self) -> None:
+        """Close the core's run-folder writers (the metrics file, TensorBoard's thread) once: on a stop, when the
+        next incarnation starts, and at the end of a run that never stopped it."""
+        if not self.released:
+            self.released = True
+            self.core.close()
 
     def held_chunks(self) -> list[ChunkId]:
         """The honest chunks taken from the shards and not learned from yet: in the port's queue and the feed's."""

@@ -343,8 +343,10 @@ def run(scenario: Scenario, seed: int = 0) -> Report:
         sim.run()
         violations = sim.check()
         stats = sim.stats()
+        sim.learner.release()  # before its run folder goes
     wall_s = time.perf_counter() - started
-    digest = hashlib.sha256(repr((sim.world.events, sim.world.now, sorted(stats.items()), violations)).encode())
+    digest = hashlib.sha256(repr((sim.world.trace, sim.world.events, sorted(stats.items()), violations)).encode())
+    digest.update(repr(sim.ledger.digest()).encode())
     return Report(
         scenario.name, seed, violations, sim.world.now, wall_s, sim.world.events, stats, digest.hexdigest()[:16]
     )
