@@ -34,6 +34,7 @@ import zmq
 from surreal.proto.codec import Limits, Message, ProtocolError, decode, encode
 from surreal.proto.curve import HandshakeWatch, secure_client, secure_server
 from surreal.proto.wire import (
+    PARAMS,
     PARAMS_REPLIES,
     SAMPLE_REPLIES,
     BlobMeta,
@@ -62,7 +63,7 @@ def ignore_error(reason: str) -> None:
 
 
 RefusalSink = Callable[[str, str], None]  # a server's count of handshakes it refused, by socket name and reason
-PARAMS_SOCKET = "params"  # the learner's parameter socket, as its refusals name it
+PARAMS_SOCKET = PARAMS  # the learner's parameter socket, as its refusals name it: by the kind it carries
 
 
 def ignore_refusal(socket: str, reason: str) -> None:

@@ -179,7 +179,7 @@ class ReplayServer(Server):
         self.snapshots = snapshots
         self.experience_limits = accepting(limits, frozenset({EXPERIENCE}))
         self.request_limits = accepting(limits, REPLAY_REQUESTS)
-        self.pull = self.bind(ctx, zmq.PULL, experience_bind, "experience", limits, rcvhwm=64)
+        self.pull = self.bind(ctx, zmq.PULL, experience_bind, EXPERIENCE, limits, rcvhwm=64)
         self.listen(self.pull, self._on_experience, BURST)
         router = self.bind(ctx, zmq.ROUTER, sample_bind, "sample", limits, sndhwm=64, rcvhwm=256)
         self.serve_requests(router, BURST)
