@@ -1,7 +1,7 @@
 """On-policy flow control, on the clock of parameter versions: the "staleness" rule (PPO) and its strict form
 "lockstep" (ES, and every on-policy algorithm in deterministic mode). Both halves, side by side.
 
-- **Actor** (`VersionThrottle`): its share of a learner batch is `batch_size / (actors * chunk_size)` chunks
+- **Actor** (`VersionThrottle`): its share of a learner batch is `ceil(batch_size / chunk_size) / actors` chunks
   (lockstep: rounded up, so a version's own chunks always fill its batch); it may send `rollout_ahead` shares on
   the first version of a learner incarnation it sees and one share more for every newer version, then waits (a
   learner resumed from an older checkpoint restarts the count). Lockstep is `rollout_ahead = 1`. Shares rounded
@@ -87,8 +87,9 @@ class VersionThrottle:
 
     @property
     def share(self) -> float:
-        """The chunks a version grants: the fleet's together are one batch (whole: rounded up, at least one)."""
-        share = self.batch_units / (self.actors * self.chunk_units)
+        """The chunks a version grants: the fleet's together are the whole chunks one batch takes (a batch is whole
+        chunks until `batch_units`: 80 units of 32-unit chunks take 3), split over the actors (whole: rounded up)."""
+        share = math.ceil(self.batch_units / self.chunk_units) / self.actors
         return math.ceil(share) if self.whole and share >= 1 else share
 
     def stall_s(self) -> float:
