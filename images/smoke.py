@@ -18,6 +18,7 @@ is saved under the run folder and every container this run started is removed, p
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import re
@@ -99,11 +100,32 @@ class ContainerSpec:
     memory: int | None = None
 
 
+def write_secret(folder: Path, volume: dict[str, Any], data: dict[str, str], uid: int, gid: int) -> None:
+    """A Secret volume's items into `folder` as the kubelet writes them: decoded, at the volume's `defaultMode`, owned
+    by the pod's user and fsGroup (so a 0440 key is readable by the pod and nobody else). Rootless, the pod's ids are
+    mapped to subordinate ones: the files are then world-readable in the run's own folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for item in volume["items"]:
+        path = folder / item["path"]
+        path.write_bytes(base64.b64decode(data[item["key"]]))
+        if os.geteuid() == 0:
+            shutil.chown(path, uid, gid)
+            path.chmod(volume.get("defaultMode", 0o644))
+        else:
+            path.chmod(0o444)
+
+
 def container_spec(
-    pod: Pod, dns: ClusterDNS, configmaps: dict[str, dict[str, str]], root: Path, prefix: str
+    pod: Pod,
+    dns: ClusterDNS,
+    configmaps: dict[str, dict[str, str]],
+    root: Path,
+    prefix: str,
+    secrets: dict[str, dict[str, str]] | None = None,
 ) -> ContainerSpec:
     """`pod` as a container on the host network: its rendered command, args, env (made local by `dns`), security
-    context and limits; ConfigMap files and claim folders are written under `root/<pod>`."""
+    context and limits; ConfigMap and Secret files and claim folders are written under `root/<pod>`."""
+    secrets = secrets or {}
     container = pod.container
     pod_security = pod.spec.get("securityContext", {})
     security = {**pod_security, **container.get("securityContext", {})}
@@ -125,10 +147,14 @@ def container_spec(
             mounts.append(Mount(host, mount["mountPath"], read_only=True))
         elif volume is not None and "emptyDir" in volume:
             tmpfs[mount["mountPath"]] = memory_bytes(volume["emptyDir"].get("sizeLimit", "64Mi"))
+        elif volume is not None and "secret" in volume:
+            fs_group = int(pod_security.get("fsGroup", gid))
+            write_secret(host, volume["secret"], secrets[volume["secret"]["secretName"]], uid, fs_group)
+            mounts.append(Mount(host, mount["mountPath"], read_only=True))
         elif mount["name"] in pod.claims:
             mounts.append(Mount(host, mount["mountPath"], read_only=bool(mount.get("readOnly"))))
         else:
-            raise ValueError(f"{pod.name}: volume {mount['name']} is neither a ConfigMap, an emptyDir nor a claim")
+            raise ValueError(f"{pod.name}: volume {mount['name']} is no ConfigMap, Secret, emptyDir or claim")
     env = {"HOSTNAME": pod.name, **dns.pod_env(pod)}
     argv = [dns.rewrite(a) for a in [*container["command"], *container.get("args", [])]]
     leftover = [v for v in [*env.values(), *argv] if ".svc" in v]
@@ -338,10 +364,11 @@ def terminated_as_exceptions() -> Iterator[None]:
 def plan(docs: list[dict[str, Any]], root: Path, prefix: str) -> tuple[list[ContainerSpec], ContainerSpec, str]:
     """The workloads' container specs, the probe's, and the learner's metrics URL on loopback."""
     configmaps = {d["metadata"]["name"]: d["data"] for d in docs if d["kind"] == "ConfigMap"}
+    secrets = {d["metadata"]["name"]: d["data"] for d in docs if d["kind"] == "Secret"}  # the CURVE keys
     pods = expand_pods(docs, free_ports)
     dns = ClusterDNS(docs, pods, NAMESPACE)
-    specs = [container_spec(p, dns, configmaps, root, prefix) for p in pods if not p.is_test]
-    (probe,) = [container_spec(p, dns, configmaps, root, prefix) for p in pods if p.is_test]
+    specs = [container_spec(p, dns, configmaps, root, prefix, secrets) for p in pods if not p.is_test]
+    (probe,) = [container_spec(p, dns, configmaps, root, prefix, secrets) for p in pods if p.is_test]
     (learner,) = [p for p in pods if p.component == "learner"]
     metrics = learner.ports[ClusterDNS.container_port(learner, "metrics")]
     return specs, probe, f"http://127.0.0.1:{metrics}/metrics"

@@ -56,9 +56,15 @@ def test_every_pod_becomes_a_locked_down_container_on_loopback(
         if spec is not probe:
             assert spec.env["SURREAL_BIND_HOST"] == "127.0.0.1"
             assert spec.command[:2] == ["surreal", "role"] and spec.cpus and spec.memory
-            config = [m for m in spec.mounts if m.read_only]
+            config = [m for m in spec.mounts if m.read_only and m.target != spec.env["SURREAL_CURVE_DIR"]]
             assert len(config) == 1 and Path(spec.env["SURREAL_CONFIG"]).parent == Path(config[0].target)
             assert (config[0].source / Path(spec.env["SURREAL_CONFIG"]).name).is_file()
+            # The CURVE keys of the chart's Secret, decoded, read-only, readable by the pod's user alone.
+            (keys,) = [m for m in spec.mounts if m.target == spec.env["SURREAL_CURVE_DIR"]]
+            assert keys.read_only
+            for name in ("server.secret", "client.secret"):
+                key = keys.source / name
+                assert len(key.read_bytes()) == 32 and key.stat().st_mode & 0o077 in (0o040, 0o044), name
             own_ports += [v for k, v in spec.env.items() if k.endswith("_PORT")]
     assert len(own_ports) == len(set(own_ports)), "every container port has a loopback port of its own"
     (learner,) = [s for s in specs if "learner" in s.pod]
