@@ -24,9 +24,7 @@ import psutil
 from bench._runs import RESULTS, WatchedRun, emit
 
 NETWORKS = {"64-64": "[64,64]", "3x1024": "[1024,1024,1024]"}
-STEPS_METRIC = re.compile(
-    r"^surreal_actor_env_steps_total\{[^}]*\} ([0-9.e+]+)$|^actor_env_steps_total\{[^}]*\} ([0-9.e+]+)$", re.M
-)
+STEPS_METRIC = re.compile(r"^surreal_actor_env_steps_total\{[^}]*\} ([0-9.e+]+)$", re.M)  # an actor's /metrics
 
 
 def actor_ports(launcher_pid: int) -> list[int]:
@@ -46,8 +44,7 @@ def actor_steps(ports: list[int]) -> float:
     for port in ports:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
             text = reply.read().decode()
-        values = [float(a or b) for a, b in STEPS_METRIC.findall(text)]
-        total += sum(values)
+        total += sum(float(v) for v in STEPS_METRIC.findall(text))
     return total
 
 

@@ -113,3 +113,23 @@ def test_no_params_then_acting_and_failover_from_a_silent_worker(worker) -> None
     client.close()
     silent.close(0)
     ctx.destroy(0)
+
+
+def test_surreal_run_plans_workers_only_for_central_inference_and_tells_the_actors(tmp_path) -> None:
+    from surreal.launch import local
+    from surreal.settings import Settings
+
+    per_actor = local.plan_processes(load_config(["actors=2"]), tmp_path, {})
+    assert not [s for s in per_actor if s.role == "inference"]
+    assert all(Settings.from_env(s.env).inference_addrs == () for s in per_actor)
+
+    cfg = load_config(["actors=2", "topology.inference=central", "topology.inference_workers=2"])
+    specs = local.plan_processes(cfg, tmp_path, {})
+    workers = [s for s in specs if s.role == "inference"]
+    assert [s.name for s in workers] == ["inference-0", "inference-1"]
+    assert all(s.restart == "always" for s in workers)
+    served = [f"tcp://127.0.0.1:{Settings.from_env(s.env).inference_port}" for s in workers]
+    for actor in (s for s in specs if s.role == "actor"):
+        assert list(Settings.from_env(actor.env).inference_addrs) == served
+    roles = [s.role for s in specs]
+    assert roles.index("inference") < roles.index("actor"), "workers start before the actors that need them"
