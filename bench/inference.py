@@ -2,6 +2,7 @@
 seed, for a small and a large PPO policy.
 
     PYTHONPATH=src .venv/bin/python -m bench.inference [--env Pendulum-v1] [--actors 2] [--envs 4] [--seconds 30]
+                                                       [--out PATH] [--runs-root DIR]
 
 Each configuration is one `surreal run` that never ends by itself (steps=1e9) with the actors unthrottled
 (`actor.rollout_ahead=0`, one epoch per update), so what is measured is collection: the rise of the actors' own
@@ -87,8 +88,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--machine", default="2core")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--runs-root", type=Path, default=RESULTS / "runs", help="where the run folders go")
     args = parser.parse_args()
-    runs_root = RESULTS / "runs"
+    runs_root = args.runs_root
     common = [
         f"env={args.env}",
         f"actors={args.actors}",
