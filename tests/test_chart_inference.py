@@ -2,7 +2,8 @@
 Service, so each worker has a DNS name the actors list in SURREAL_INFERENCE_ADDRS; the workers follow the ps and mount
 the CURVE keys like every role; they are elastic like the actors (never in the core's gang); the experiment the pods
 read says central with that many workers; the NetworkPolicy opens their port. With inference.replicas=0 (the default)
-nothing of it is rendered and the experiment says nothing of inference."""
+nothing of it is rendered and the experiment says nothing of inference. tests/test_chart_wiring.py runs a central
+rendering's pods for real."""
 
 from __future__ import annotations
 
