@@ -210,7 +210,7 @@ TD3=(algo.twin_critics=true algo.target_policy_noise=0.2)
 
 part1() {
 	step pytest-cuda 200 "$PY" -m pytest -q -p no:cacheprovider -o addopts= "${PYTEST_SELECT[@]}" \
-		--junitxml "$WORK/junit.xml" tests/test_ppo.py tests/test_ppo_recurrent.py tests/test_ddpg.py tests/test_sac.py tests/test_flow.py \
+		--junitxml "$WORK/junit.xml" tests/test_ppo.py tests/test_ppo_recurrent.py tests/test_ddpg.py tests/test_sac.py tests/test_flow.py tests/test_inference.py \
 		-k "cuda or compile or device_auto or minibatches_have_one_shape"
 	pytest_json "$WORK/junit.xml" "$OUT_DIR/pytest-cuda.$T.json" 2>&1 | tee -a "$LOG" || FAILED+=(pytest-json)
 	step learner-gpu 330 "$PY" -m bench.learner --device "$GPU" "${COMPILE[@]}" "${LEARNER_SIZE[@]}" \

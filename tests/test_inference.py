@@ -133,3 +133,60 @@ def test_surreal_run_plans_workers_only_for_central_inference_and_tells_the_acto
         assert list(Settings.from_env(actor.env).inference_addrs) == served
     roles = [s.role for s in specs]
     assert roles.index("inference") < roles.index("actor"), "workers start before the actors that need them"
+
+
+def pendulum_policies(device: str):
+    """Two PPO policies of one seed and weights: one left on the CPU, one moved to `device`."""
+    import torch
+
+    from surreal.algos.ppo import PPOPolicy
+
+    cfg = load_config(["env=Pendulum-v1", "topology.inference=central"])
+    spaces = env_spaces(cfg)
+    cpu, moved = (PPOPolicy(*spaces, algo_config(cfg), 0) for _ in range(2))
+    moved.load_params(cpu.params())
+    moved.to(torch.device(device))
+    return cpu, moved
+
+
+def test_a_policy_moved_to_its_device_acts_as_before_and_reports_its_weights():
+    """`PPOPolicy.to`, as a worker places its policy: on the CPU the very same actions, log-probabilities and
+    weights as the policy that never moved (the generator is reseeded as it was)."""
+    cpu, moved = pendulum_policies("cpu")
+    obs = np.random.default_rng(0).normal(size=(16, 3)).astype(np.float32)
+    (a, ra), (b, rb) = cpu.act(obs), moved.act(obs)
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(ra["logprobs"], rb["logprobs"])
+    np.testing.assert_array_equal(cpu.act_deterministic(obs), moved.act_deterministic(obs))
+    for key, value in cpu.params()["policy"].items():
+        np.testing.assert_array_equal(value, moved.params()["policy"][key])
+
+
+def test_the_workers_device_setting():
+    import torch
+
+    from surreal.config import ConfigError
+    from surreal.roles.inference import worker_device
+
+    assert worker_device("cpu") == torch.device("cpu")
+    assert worker_device("cuda:1") == torch.device("cuda", 1)
+    assert worker_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(ConfigError, match="inference.device"):
+        load_config(["env=Pendulum-v1", "inference.device=gpu"])
+
+
+def test_cuda_worker_records_what_its_policy_sampled():
+    """On a GPU the sampled actions differ from the CPU's (another generator), but what the chunk records is
+    consistent: each log-probability is the CPU policy's own of the recorded action, and the mean action agrees."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("a GPU worker needs a GPU (bench/gpu.sh part1 runs this)")
+    cpu, moved = pendulum_policies("cuda")
+    obs = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32)
+    _, record = moved.act(obs)
+    with torch.no_grad():
+        dist = cpu.model.distribution(cpu._input(obs))
+        expected = dist.log_prob(torch.from_numpy(record["actions"])).sum(-1).numpy()
+    np.testing.assert_allclose(record["logprobs"], expected, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(cpu.act_deterministic(obs), moved.act_deterministic(obs), rtol=0, atol=1e-5)

@@ -425,6 +425,9 @@ class InferenceConfig:
     request_timeout_s: float = 2.0  # an actor's wait for a worker's reply before it asks the next worker
     param_poll_ms: float = 50.0  # how often a worker asks the ps for newer parameters while serving
     torch_threads: int = 1  # threads of a worker's forward pass
+    # Where a worker runs its forward pass: auto (the GPU where torch sees one, else the CPU) | cpu | cuda | cuda:N.
+    # Sampling draws from a generator on that device, so a worker's actions depend on its device.
+    device: str = "auto"
 
 
 @dataclass
@@ -616,6 +619,10 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         f"topology.inference must be one of {', '.join(INFERENCE_MODES)} (got {topo.inference!r})",
     )
     need(cfg.inference.max_wait_ms >= 0, f"inference.max_wait_ms must be >= 0 (got {cfg.inference.max_wait_ms})")
+    need(
+        re.fullmatch(r"auto|cpu|cuda(:\d+)?", cfg.inference.device) is not None,
+        f"inference.device must be auto, cpu, cuda or cuda:N (got {cfg.inference.device!r})",
+    )
     if topo.inference == "central":
         # A worker holds one policy for every actor: a policy with per-env state of its own (a recurrent cell,
         # DDPG's OU noise) or per-actor sampling (ES's perturbations) would need it per actor.

@@ -22,6 +22,7 @@ import argparse
 import logging
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import zmq
@@ -46,6 +47,9 @@ from surreal.roles.common import StopFlag
 from surreal.roles.server import POLL_S, Server, serve_main
 from surreal.settings import Settings
 
+if TYPE_CHECKING:
+    import torch
+
 log = logging.getLogger("surreal.inference")
 
 CATCH_UP_TIMEOUT_S = 0.5  # a fetch made because an actor runs newer parameters: short, the batch is waiting
@@ -55,6 +59,16 @@ CATCH_UP_TIMEOUT_S = 0.5  # a fetch made because an actor runs newer parameters:
 class Pending:
     identity: bytes
     request: InferRequest
+
+
+def worker_device(setting: str) -> torch.device:
+    """`inference.device`: auto is the GPU where torch sees one (one batched pass for many actors is what a GPU
+    is for), else the CPU."""
+    import torch
+
+    if setting == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(setting)
 
 
 class InferenceServer(Server):
@@ -77,6 +91,12 @@ class InferenceServer(Server):
         self.obs_dim = int(np.prod(obs_space.shape or (1,)))
         # Its own sampling stream, apart from every actor's (actor indices are 0..actors-1).
         self.policy = algo.make_policy(obs_space, act_space, algo_config(cfg), cfg.topology.actors + index)
+        from surreal.algos.ppo import PPOPolicy
+
+        if not isinstance(self.policy, PPOPolicy):  # config/schema.py lets central mode serve PPO's policy alone
+            raise ValueError(f"central inference serves PPO's policy, not {type(self.policy).__name__}")
+        self.device = worker_device(cfg.inference.device)
+        self.policy.to(self.device)
         self.version, self.incarnation = NO_VERSION, ""
         self.limits = accepting(Limits(), INFERENCE_REQUESTS)
         self.max_envs = cfg.inference.max_batch_envs
@@ -97,7 +117,7 @@ class InferenceServer(Server):
         self.serve_requests(router, burst=1024)
 
     def describe(self) -> str:
-        return f"{self.cfg.algo.name} inference for {self.cfg.env.id} on {endpoint_of(self.router)}"
+        return f"{self.cfg.algo.name} inference for {self.cfg.env.id} on {endpoint_of(self.router)} ({self.device})"
 
     def final_state(self) -> str:
         return f"{self.batches} batches at version {self.version}; " + super().final_state()
