@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU figure of the docs' results tables (docs/benchmarks.md and the algorithm pages), in parts that each fit one device call (10 minutes).
 #
-#   bench/gpu.sh PART... OUT_DIR          on the GPU machine, from the repository root (PART: part1 ... part10)
+#   bench/gpu.sh PART... OUT_DIR          on the GPU machine, from the repository root (PART: part1 ... part11)
 #   bench/gpu.sh --dry [PART...] OUT_DIR  every part (or those named) at toy sizes on this machine's CPU
 #
 # Through the device tool, after `make gpu-kit` here (the wheels the GPU machine's Python lacks, in .gpu-kit/):
@@ -30,6 +30,8 @@
 #          -> throughput-robosuite-Lift.T.json, learning-ddpg-robosuite-Lift.T.json
 #   part9  SAC HalfCheetah-v5, 300k steps, seeds 1 2 side by side -> learning-sac-HalfCheetah-v5.T.json
 #   part10 CrossQ (preset=crossq) the same -> learning-crossq-HalfCheetah-v5.T.json
+#   part11 bench.inference, 14 actors x 4 envs on Pendulum-v1: per-actor against central inference (one worker; it
+#          runs the policy on its CPU), a 64-64 and a 3x1024 MLP -> inference.T.json
 #
 # T is the machine (TAG, default from the GPU: h100-16core, h200-16core; `dry` with --dry). A step that fails is
 # logged and the part goes on with the next; the exit status says whether any failed.
@@ -47,7 +49,7 @@ cd "$REPO"
 PY=${PYTHON:-python3}
 KIT=${KIT:-.gpu-kit}
 SITE=${SITE:-/tmp/surreal-kit}
-ALL_PARTS=(part1 part2 part3 part4 part5 part6 part7 part8 part9 part10)
+ALL_PARTS=(part1 part2 part3 part4 part5 part6 part7 part8 part9 part10 part11)
 
 DRY=0
 PARTS=()
@@ -66,8 +68,8 @@ unset 'POSITIONAL[-1]'
 for part in "${POSITIONAL[@]}"; do
 	case "$part" in
 	all) PARTS+=("${ALL_PARTS[@]}") ;;
-	part[1-9] | part10) PARTS+=("$part") ;;
-	*) echo "unknown part $part (part1 ... part10, or all)" >&2 && usage ;;
+	part[1-9] | part1[01]) PARTS+=("$part") ;;
+	*) echo "unknown part $part (part1 ... part11, or all)" >&2 && usage ;;
 	esac
 done
 if [ ${#PARTS[@]} -eq 0 ]; then
@@ -179,6 +181,7 @@ if [ "$DRY" = 1 ]; then
 	LIFT_LEARNING_SIZE=(--steps 100 --actors 1 --timeout 600 algo.learning_starts=40 algo.batch_size=16
 		learner.eval_episodes=1 env.kwargs.horizon=20)
 	PYTEST_SELECT=(-m "not slow")
+	INFERENCE_SIZE=(--actors 2 --envs 2 --seconds 2 --warmup 1)
 else
 	GPU=cuda
 	LEARNER_SIZE=(--seconds 20)
@@ -200,12 +203,14 @@ else
 	LIFT_THROUGHPUT_SIZE=(--seconds 90 --raw-seconds 30 --chunk-steps 32 --min-batch 256)
 	LIFT_LEARNING_SIZE=(--steps 200000 --actors 14 --timeout 210)
 	PYTEST_SELECT=()
+	# 14 actors + the worker + the learner (device=cpu in every configuration alike) on the 16 cores.
+	INFERENCE_SIZE=(--actors 14 --envs 4 --seconds 40 --warmup 15)
 fi
 TD3=(algo.twin_critics=true algo.target_policy_noise=0.2)
 
 part1() {
 	step pytest-cuda 200 "$PY" -m pytest -q -p no:cacheprovider -o addopts= "${PYTEST_SELECT[@]}" \
-		--junitxml "$WORK/junit.xml" tests/test_ppo.py tests/test_ppo_recurrent.py tests/test_ddpg.py tests/test_sac.py tests/test_flow.py \
+		--junitxml "$WORK/junit.xml" tests/test_ppo.py tests/test_ppo_recurrent.py tests/test_ddpg.py tests/test_sac.py tests/test_flow.py tests/test_inference.py \
 		-k "cuda or compile or device_auto or minibatches_have_one_shape"
 	pytest_json "$WORK/junit.xml" "$OUT_DIR/pytest-cuda.$T.json" 2>&1 | tee -a "$LOG" || FAILED+=(pytest-json)
 	step learner-gpu 330 "$PY" -m bench.learner --device "$GPU" "${COMPILE[@]}" "${LEARNER_SIZE[@]}" \
@@ -260,6 +265,13 @@ part9() { learning sac-halfcheetah 530 "learning-sac-HalfCheetah-v5.$T.json" sac
 part10() {
 	learning crossq-halfcheetah 530 "learning-crossq-HalfCheetah-v5.$T.json" sac HalfCheetah-v5 "${SAC_SIZE[@]}" \
 		preset=crossq "${CROSSQ_TOY[@]}"
+}
+
+# Central against per-actor inference (docs/scaling.md, "Central inference"): four `surreal run`s, each a warm-up and
+# a window of the actors' own env step counters; the 2-core row's env and envs per actor, at 14 actors.
+part11() {
+	step inference 530 "$PY" -m bench.inference --env Pendulum-v1 "${INFERENCE_SIZE[@]}" --workers 1 \
+		--machine "$T" --runs-root "$WORK/runs" --out "$OUT_DIR/inference.$T.json"
 }
 
 # -- run ----------------------------------------------------------------------------------------------------------

@@ -953,6 +953,8 @@ def test_checkov_finds_no_failed_check_in_any_rendering(tmp_path: Path) -> None:
     # The chaos Job, its RBAC and NetworkPolicy (off in every values file).
     chaos = chaos_objects(render(sets=("experiment.chaos.alive=1", "experiment.chaos.window_s=60", *CHAOS_ON)))
     (tmp_path / "chaos.yaml").write_text(yaml.safe_dump_all(chaos))
+    # Central inference's workers (tests/test_chart_inference.py; off in every values file).
+    (tmp_path / "inference.yaml").write_text(yaml.safe_dump_all(render(sets=("inference.replicas=2",))))
     # The scheduling modes (tests/test_chart_scheduling.py), each with the API it needs.
     for mode, api in SCHEDULING_APIS.items():
         docs = render(sets=(f"scheduling={mode}", "kueue.clusterQueue=surreal"), api_versions=(api,))

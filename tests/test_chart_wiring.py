@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,11 +20,15 @@ from pathlib import Path
 
 import pytest
 
+import surreal
 from chart_pods import ClusterDNS, Pod, expand_pods  # infra/helm/chart_pods.py (pytest's pythonpath)
 from surreal.launch.local import free_ports
 from test_chart import NAMESPACE, RELEASE, VALUES_DIR, by_kind, render
 
 BIN = Path(sys.executable).parent  # `surreal` of this virtualenv: what the image's PATH gives
+# The package the test itself imports, first on the roles' path too: a virtualenv's editable install may point at
+# another checkout of the repository than the one under test.
+SOURCE = str(Path(surreal.__file__).resolve().parents[1])
 PROBE_TIMEOUT_S = 300.0  # catches a hang only: four roles start and learn on a 2-core box that may be busy
 
 
@@ -62,7 +67,7 @@ def local_command(
                 return str(local) + value[len(mount_path) :]
         return value
 
-    env = {"PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "HOSTNAME": pod.name}
+    env = {"PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "HOSTNAME": pod.name, "PYTHONPATH": SOURCE}
     env.update({name: paths(value) for name, value in dns.pod_env(pod).items()})  # loopback only, local ports
     argv = [paths(dns.rewrite(arg)) for arg in [*container["command"], *container.get("args", [])]]
     assert (BIN / argv[0]).exists(), f"{argv[0]} is not installed in {BIN}"
@@ -174,3 +179,21 @@ def test_a_learner_group_from_the_chart_trains_as_one_and_the_helm_test_sees_ran
     assert not (
         tmp_path / f"{RELEASE}-surreal-learner-1" / "volumes" / "checkpoints" / "run" / "metrics.jsonl"
     ).exists()
+
+
+@pytest.mark.slow
+def test_central_inference_from_the_chart_acts_for_the_actors_and_the_helm_test_sees_the_learner_progress(
+    tmp_path: Path,
+) -> None:
+    """inference.replicas=2: two worker pods follow the ps, the actors (topology.inference=central, so they have no
+    policy of their own) reach them through the pod DNS names in SURREAL_INFERENCE_ADDRS, and the learner makes
+    progress on what the actors collected with the workers' actions."""
+    roles = ["actor", "actor", "inference", "inference", "learner", "ps", "ps", "replay", "replay"]
+    workloads, logs = run_chart(tmp_path, ("inference.replicas=2",), roles)
+    batches = 0
+    for i in range(2):
+        log = logs[f"{RELEASE}-surreal-inference-{i}"].read_text()
+        assert "ppo inference for InvertedPendulum-v5" in log and " over CURVE," in log, log
+        (served,) = re.findall(r"stopped by SIGTERM .*: (\d+) batches at version", log)
+        batches += int(served)  # each actor starts at its own worker, but may fail over while one starts
+    assert batches > 0, "the workers never acted for the actors"

@@ -38,6 +38,7 @@ EXPECTED = {
     "learning-crossq-HalfCheetah-v5": LEARNING_KEYS,
     "throughput-robosuite-Lift": THROUGHPUT_KEYS,
     "learning-ddpg-robosuite-Lift": LEARNING_KEYS,
+    "inference": {"bench", "machine", "env", "actors", "envs_per_actor", "inference_workers", "networks"},
 }
 
 
@@ -48,14 +49,14 @@ def gpu_sh(*args: str, tmp_path: Path, timeout: float) -> subprocess.CompletedPr
     )
 
 
-@pytest.mark.slow  # about 2 minutes of CPU: fourteen toy steps, nine of them whole `surreal run`s
+@pytest.mark.slow  # about 3 minutes of CPU: fifteen toy steps, ten of them whole `surreal run`s (four in part11)
 def test_the_dry_run_writes_every_result_file_of_every_part(tmp_path: Path) -> None:
     out = tmp_path / "out"
     done = gpu_sh("--dry", str(out), tmp_path=tmp_path, timeout=1800)  # the limit only catches a hang
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     written = {p.name for p in out.glob("*.json")}
     assert written == {f"{name}.dry.json" for name in EXPECTED}
-    assert {p.name for p in out.glob("*.log")} == {f"gpu-part{n}.dry.log" for n in range(1, 11)}
+    assert {p.name for p in out.glob("*.log")} == {f"gpu-part{n}.dry.log" for n in range(1, 12)}
     results = {name: json.loads((out / f"{name}.dry.json").read_text()) for name in EXPECTED}
     for name, keys in EXPECTED.items():
         assert keys <= results[name].keys(), f"{name}: missing {keys - results[name].keys()}"
@@ -85,14 +86,20 @@ def test_the_dry_run_writes_every_result_file_of_every_part(tmp_path: Path) -> N
     assert "algo.twin_critics=true" in results["learning-td3-HalfCheetah-v5"]["overrides"]
     assert "preset=crossq" in results["learning-crossq-HalfCheetah-v5"]["overrides"]
     assert results["learning-sac-HalfCheetah-v5"]["algo"] == "sac"
+    # part11: both networks, each mode measured on its own run, and the ratio of the two.
+    networks = results["inference"]["networks"]
+    assert networks.keys() == {"64-64", "3x1024"} and results["inference"]["inference_workers"] == 1
+    for row in networks.values():
+        assert row["per_actor"]["env_steps_per_s"] > 0 and row["central"]["env_steps_per_s"] > 0, row
+        assert row["central_over_per_actor"] == row["central"]["env_steps_per_s"] / row["per_actor"]["env_steps_per_s"]
 
 
 def test_a_real_run_names_its_parts_and_needs_the_kit(tmp_path: Path) -> None:
     """Without --dry a part must be named (each fills one device call), and the kit must be there."""
     no_part = gpu_sh(str(tmp_path / "out"), tmp_path=tmp_path, timeout=60)
     assert no_part.returncode == 2 and "name the part" in no_part.stderr
-    bad = gpu_sh("part11", str(tmp_path / "out"), tmp_path=tmp_path, timeout=60)
-    assert bad.returncode == 2 and "unknown part part11" in bad.stderr
+    bad = gpu_sh("part12", str(tmp_path / "out"), tmp_path=tmp_path, timeout=60)
+    assert bad.returncode == 2 and "unknown part part12" in bad.stderr
     env = {**os.environ, "KIT": str(tmp_path / "no-kit"), "PYTHON": sys.executable, "TMPDIR": str(tmp_path)}
     no_kit = subprocess.run(
         ["bash", str(SCRIPT), "part1", str(tmp_path / "out")], cwd=REPO, env=env, capture_output=True, text=True

@@ -27,7 +27,7 @@ from surreal.config.schema import ALGORITHMS, REPLAY_MODES, RUN_NAME, Experiment
 
 SCHEMA_PATH = Path(__file__).resolve().parent / "surreal-chart" / "values.schema.json"
 
-# Keys of ExperimentConfig the chart owns: `topology` comes from actors/replay/ps (see values.yaml).
+# Keys of ExperimentConfig the chart owns: `topology` comes from actors/replay/ps/inference (see values.yaml).
 CHART_OWNED = frozenset({"topology"})
 # Value rules that are plain JSON Schema (validate() in surreal.config.schema has the full set).
 EXTRA: dict[str, dict[str, Any]] = {
@@ -108,7 +108,8 @@ def experiment_schema() -> dict[str, Any]:
     assert not unused, f"EXTRA names keys the config does not have: {sorted(unused)}"
     schema["description"] = (
         "the experiment config as `surreal run` takes it (partial: missing keys get the algorithm's defaults); "
-        "topology is not set here but from actors.replicas, actors.envsPerActor, replay.shards and ps.replicas"
+        "topology is not set here but from actors.replicas, actors.envsPerActor, replay.shards, ps.replicas and "
+        "inference.replicas"
     )
     return schema
 
@@ -227,7 +228,10 @@ def values_schema() -> dict[str, Any]:
                 }
             ),
             "ports": closed(
-                {k: ref("port") for k in ("experience", "sample", "paramsPub", "ps", "metrics", "rendezvous")}
+                {
+                    k: ref("port")
+                    for k in ("experience", "sample", "paramsPub", "ps", "inference", "metrics", "rendezvous")
+                }
             ),
             "podSecurityContext": ref("k8sObject"),
             "securityContext": ref("k8sObject"),
@@ -267,6 +271,8 @@ def values_schema() -> dict[str, Any]:
                     },
                 },
             ),
+            # 0: per-actor inference (no workers); N: topology.inference=central with N workers.
+            "inference": role(None, {"replicas": {"type": "integer", "minimum": 0, "maximum": 10000}}),
             "evaluator": role(None),  # rendered only when experiment.learner.eval_interval > 0
             "scheduling": {
                 "description": "how a shared cluster admits the release: none, kueue, volcano or gang",

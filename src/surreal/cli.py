@@ -1,6 +1,6 @@
 """The `surreal` command.
 
-    surreal role <replay|ps|learner|actor|evaluator> [options]   start one role (what a pod runs)
+    surreal role <replay|ps|learner|actor|inference|evaluator> [options]   start one role (what a pod runs)
     surreal run [overrides...]                 run a whole experiment as local processes
     surreal run --help                         ... and the algorithms, presets and env families there are
     surreal run --cfg job [overrides...]       print the composed config; start nothing
@@ -39,6 +39,7 @@ ROLES = {
     "ps": ("surreal.roles.ps", "parameter server replica: serves the latest parameters to actors"),
     "learner": ("surreal.roles.learner", "the centralized learner: samples, updates, publishes, checkpoints"),
     "actor": ("surreal.roles.actor", "steps environments with the latest policy and pushes experience"),
+    "inference": ("surreal.roles.inference", "batches the actors' observations and acts (topology.inference=central)"),
     "evaluator": ("surreal.roles.evaluator", "evaluates the published policy every learner.eval_interval env steps"),
 }
 

@@ -15,7 +15,9 @@ hand on a laptop finds its peers on 127.0.0.1 with the default ports.
 | SURREAL_METRICS_PORT      | every role              | Prometheus /metrics port; 0 disables the endpoint            | 9100 |
 | SURREAL_REPLAY_ADDRS      | actor, learner          | comma list of replay hosts (``host`` or ``host:exp:sample``) | 127.0.0.1 |
 | SURREAL_LEARNER_ADDR      | ps                      | ``host`` or ``host:port`` of the learner's PUB socket        | 127.0.0.1 |
-| SURREAL_PS_ADDRS          | actor                   | comma list of ps hosts (``host`` or ``host:port``)           | 127.0.0.1 |
+| SURREAL_PS_ADDRS          | actor, inference        | comma list of ps hosts (``host`` or ``host:port``)           | 127.0.0.1 |
+| SURREAL_INFERENCE_PORT    | inference               | port of its observation-serving ROUTER socket                | 7005 |
+| SURREAL_INFERENCE_ADDRS   | actor                   | comma list of inference workers (``host`` or ``host:port``); read with topology.inference=central | unset: none |
 | SURREAL_CONFIG            | every role              | path of the resolved experiment config (YAML)                | unset: built-in defaults |
 | SURREAL_RUN_DIR           | learner, actor, replay  | run folder: checkpoints, metrics.jsonl, eval.json, replay/   | ./runs/default |
 | SURREAL_RUN_URI           | learner, replay, evaluator | the run folder's mirror in a bucket (`s3://`, `gs://`, `az://`) | unset: local disk only |
@@ -65,6 +67,7 @@ DEFAULT_EXPERIENCE_PORT = 7001
 DEFAULT_SAMPLE_PORT = 7002
 DEFAULT_PARAMS_PUB_PORT = 7003
 DEFAULT_PS_PORT = 7004
+DEFAULT_INFERENCE_PORT = 7005
 DEFAULT_METRICS_PORT = 9100
 
 
@@ -102,10 +105,12 @@ class Settings:
     sample_port: int = DEFAULT_SAMPLE_PORT
     params_pub_port: int = DEFAULT_PARAMS_PUB_PORT
     ps_port: int = DEFAULT_PS_PORT
+    inference_port: int = DEFAULT_INFERENCE_PORT
     metrics_port: int = DEFAULT_METRICS_PORT
     replay: tuple[ReplayEndpoint, ...] = (ReplayEndpoint("127.0.0.1"),)
     learner_addr: str = f"tcp://127.0.0.1:{DEFAULT_PARAMS_PUB_PORT}"
     ps_addrs: tuple[str, ...] = (f"tcp://127.0.0.1:{DEFAULT_PS_PORT}",)
+    inference_addrs: tuple[str, ...] = ()
     config_path: Path | None = None
     run_dir: Path = field(default_factory=lambda: Path("runs") / "default")
     hold_when_done: bool = False
@@ -152,10 +157,16 @@ class Settings:
             sample_port=_port(env, "SURREAL_SAMPLE_PORT", DEFAULT_SAMPLE_PORT),
             params_pub_port=_port(env, "SURREAL_PARAMS_PUB_PORT", DEFAULT_PARAMS_PUB_PORT),
             ps_port=_port(env, "SURREAL_PS_PORT", DEFAULT_PS_PORT),
+            inference_port=_port(env, "SURREAL_INFERENCE_PORT", DEFAULT_INFERENCE_PORT),
             metrics_port=_port(env, "SURREAL_METRICS_PORT", DEFAULT_METRICS_PORT, allow_zero=True),
             replay=tuple(_replay_entry(e) for e in _split(env, "SURREAL_REPLAY_ADDRS")),
             learner_addr=_host_port(env.get("SURREAL_LEARNER_ADDR", "127.0.0.1"), DEFAULT_PARAMS_PUB_PORT),
             ps_addrs=tuple(_host_port(e, DEFAULT_PS_PORT) for e in _split(env, "SURREAL_PS_ADDRS")),
+            inference_addrs=tuple(
+                _host_port(e.strip(), DEFAULT_INFERENCE_PORT)
+                for e in env.get("SURREAL_INFERENCE_ADDRS", "").split(",")
+                if e.strip()
+            ),
             config_path=Path(env["SURREAL_CONFIG"]) if env.get("SURREAL_CONFIG") else None,
             run_dir=Path(env.get("SURREAL_RUN_DIR", str(Path("runs") / "default"))),
             hold_when_done=_flag(env, "SURREAL_HOLD_WHEN_DONE"),
@@ -177,6 +188,8 @@ class Settings:
             "SURREAL_REPLAY_ADDRS": ",".join(r.to_entry() for r in self.replay),
             "SURREAL_LEARNER_ADDR": self.learner_addr.removeprefix("tcp://"),
             "SURREAL_PS_ADDRS": ",".join(a.removeprefix("tcp://") for a in self.ps_addrs),
+            "SURREAL_INFERENCE_PORT": str(self.inference_port),
+            "SURREAL_INFERENCE_ADDRS": ",".join(a.removeprefix("tcp://") for a in self.inference_addrs),
             "SURREAL_RUN_DIR": str(self.run_dir),
             "SURREAL_HOLD_WHEN_DONE": "1" if self.hold_when_done else "0",
             # Always written, "" when off: a child never inherits a stale folder from the launcher's environment.

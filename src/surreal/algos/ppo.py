@@ -97,7 +97,8 @@ class ActorCritic(nn.Module):
     def sample(self, obs: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """(actions before clipping, their log-probabilities), drawn from `generator`."""
         dist = self.distribution(obs)
-        actions = dist.mean + dist.stddev * torch.randn(dist.mean.shape, generator=generator)
+        noise = torch.randn(dist.mean.shape, generator=generator, device=dist.mean.device)
+        actions = dist.mean + dist.stddev * noise
         return actions, dist.log_prob(actions).sum(-1)
 
     def mode(self, obs: torch.Tensor) -> torch.Tensor:
@@ -234,6 +235,15 @@ class PPOPolicy:
         # (L, H) of a recurrent policy's per-env state; None: the action depends on the observation alone.
         self.state_shape = rnn_state_shape(cfg) if cfg.recurrent else None
         self.state: torch.Tensor | None = None
+        self.device = torch.device("cpu")
+
+    def to(self, device: torch.device) -> PPOPolicy:
+        """Act on `device` (a central inference worker's GPU): the network moves, and sampling draws from a
+        generator there, seeded as the CPU one was. Observations come in and actions go out as numpy arrays."""
+        self.model.to(device)
+        self.generator = torch.Generator(device=device).manual_seed(self.generator.initial_seed())
+        self.device = device
+        return self
 
     def load_params(self, arrays: dict[str, Any]) -> None:
         """`arrays` as `PPOLearner.params` made them (the codec restores the nesting of `policy/<key>`)."""
@@ -242,7 +252,7 @@ class PPOPolicy:
 
     def _input(self, obs: np.ndarray) -> torch.Tensor:
         x = self.obs_rms.normalize(obs, self.cfg.obs_clip) if self.cfg.obs_norm else obs.astype(np.float32)
-        return torch.from_numpy(x)
+        return torch.from_numpy(x).to(self.device)
 
     def _to_env(self, actions: np.ndarray) -> np.ndarray:
         """What the env is given: a Box action clipped to its bounds, a Discrete index shifted by the space's start."""
@@ -256,7 +266,7 @@ class PPOPolicy:
         (a state belongs to the envs it was built from: `reset()` first)."""
         assert self.state_shape is not None, "a recurrent policy's"
         if self.state is None:
-            self.state = torch.zeros((batch, *self.state_shape))
+            self.state = torch.zeros((batch, *self.state_shape), device=self.device)
         elif len(self.state) != batch:
             raise ValueError(f"this recurrent policy holds the state of {len(self.state)} envs, not {batch}: reset()")
         return self.state
@@ -277,15 +287,15 @@ class PPOPolicy:
         clipping, as float32; a Discrete's indices, as int64) and their log-probabilities."""
         head, x = self._features(obs)
         actions, logprobs = head.sample(x, self.generator)
-        actions_np = actions.numpy()
+        actions_np = actions.cpu().numpy()
         recorded = actions_np.astype(np.int64 if isinstance(self.act_space, spaces.Discrete) else np.float32)
-        record = {"actions": recorded, "logprobs": logprobs.numpy().astype(np.float32)}
+        record = {"actions": recorded, "logprobs": logprobs.cpu().numpy().astype(np.float32)}
         return self._to_env(actions_np), record
 
     @torch.no_grad()
     def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
         head, x = self._features(obs)
-        return self._to_env(head.mode(x).numpy())
+        return self._to_env(head.mode(x).cpu().numpy())
 
     def reset(self, done: np.ndarray | None = None) -> None:
         """Forget the recurrent state: of the envs flagged in `done` (their next step starts an episode), or with
@@ -293,16 +303,17 @@ class PPOPolicy:
         if done is None or self.state is None:
             self.state = None
         else:
-            self.state = self.state.masked_fill(torch.from_numpy(np.asarray(done, bool))[:, None, None], 0.0)
+            done_mask = torch.from_numpy(np.asarray(done, bool)).to(self.device)
+            self.state = self.state.masked_fill(done_mask[:, None, None], 0.0)
 
     def chunk_start(self, num_envs: int) -> dict[str, np.ndarray]:
         """What a recurrent policy's chunk records per env at its first step (`RolloutCollector`'s `per_env`):
         the state its K envs start the chunk from, which the learner unrolls the chunk from."""
-        return {"rnn_state": self.state_for(num_envs).numpy().copy()}
+        return {"rnn_state": self.state_for(num_envs).cpu().numpy().copy()}
 
     def params(self) -> dict[str, Any]:
         """The blob `load_params` takes, as this policy holds it."""
-        policy = {k: v.numpy() for k, v in self.model.state_dict().items()}
+        policy = {k: v.cpu().numpy() for k, v in self.model.state_dict().items()}
         return {"policy": policy, "obs_norm": self.obs_rms.state()}
 
     def inference_module(self) -> nn.Module:

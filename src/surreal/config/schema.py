@@ -38,6 +38,7 @@ DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 # The kinds of Gymnasium space an algorithm may declare it takes (`AlgoConfig.observation_spaces`, `.action_spaces`),
 # as a user reads them. surreal/spaces.py says which kind a space is; the names keep this module gymnasium-free.
 SPACE_KINDS = {"box": "flat Box", "discrete": "Discrete"}
+INFERENCE_MODES = ("per_actor", "central")  # `topology.inference`
 RECURRENT_CELLS = ("lstm", "gru")  # PPO's `algo.recurrent`
 
 
@@ -393,6 +394,10 @@ class TopologyConfig:
     envs_per_actor: int = 1  # environments each actor steps in one batch
     replay_shards: int = 1  # replay processes, each owning a slice of the experience
     ps_replicas: int = 1  # parameter-server replicas actors fetch parameters from
+    # Where the actors' policy runs: per_actor (each actor's own forward pass) | central (actors send observations
+    # to `inference_workers` inference processes, which batch them across actors: roles/inference.py).
+    inference: str = "per_actor"
+    inference_workers: int = 1  # inference processes with inference=central
 
 
 @dataclass
@@ -409,6 +414,20 @@ class ActorConfig:
     # interval between versions takes one more share, so a batch short of a lost actor's share still fills;
     # before it has seen two versions (the first update may include torch.compile) it waits this long. 0: never.
     overdraft_after_s: float = 30.0
+
+
+@dataclass
+class InferenceConfig:
+    """The inference workers of `topology.inference=central` (roles/inference.py)."""
+
+    max_batch_envs: int = 256  # a worker serves a batch once its requests hold this many observations...
+    max_wait_ms: float = 2.0  # ...or this long after the batch's first request came, whichever is first
+    request_timeout_s: float = 2.0  # an actor's wait for a worker's reply before it asks the next worker
+    param_poll_ms: float = 50.0  # how often a worker asks the ps for newer parameters while serving
+    torch_threads: int = 1  # threads of a worker's forward pass
+    # Where a worker runs its forward pass: auto (the GPU where torch sees one, else the CPU) | cpu | cuda | cuda:N.
+    # Sampling draws from a generator on that device, so a worker's actions depend on its device.
+    device: str = "auto"
 
 
 @dataclass
@@ -493,6 +512,7 @@ class ExperimentConfig:
     deterministic: bool = False  # 1 actor, 1 shard, lock-step versions, torch deterministic algorithms
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
+    inference: InferenceConfig = field(default_factory=InferenceConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     ps: PSConfig = field(default_factory=PSConfig)
@@ -518,6 +538,11 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         "topology.envs_per_actor": cfg.topology.envs_per_actor,
         "topology.replay_shards": cfg.topology.replay_shards,
         "topology.ps_replicas": cfg.topology.ps_replicas,
+        "topology.inference_workers": cfg.topology.inference_workers,
+        "inference.max_batch_envs": cfg.inference.max_batch_envs,
+        "inference.request_timeout_s": cfg.inference.request_timeout_s,
+        "inference.param_poll_ms": cfg.inference.param_poll_ms,
+        "inference.torch_threads": cfg.inference.torch_threads,
         "actor.chunk_steps": cfg.actor.chunk_steps,
         "actor.param_fetch_interval": cfg.actor.param_fetch_interval,
         "actor.fetch_timeout_s": cfg.actor.fetch_timeout_s,
@@ -587,6 +612,30 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     need(0 <= cfg.replay.beta <= 1, f"replay.beta must be in [0, 1] (got {cfg.replay.beta})")
     interval = cfg.replay.snapshot_interval_s
     need(interval >= 0, f"replay.snapshot_interval_s must be >= 0 (got {interval})")
+
+    topo = cfg.topology
+    need(
+        topo.inference in INFERENCE_MODES,
+        f"topology.inference must be one of {', '.join(INFERENCE_MODES)} (got {topo.inference!r})",
+    )
+    need(cfg.inference.max_wait_ms >= 0, f"inference.max_wait_ms must be >= 0 (got {cfg.inference.max_wait_ms})")
+    need(
+        re.fullmatch(r"auto|cpu|cuda(:\d+)?", cfg.inference.device) is not None,
+        f"inference.device must be auto, cpu, cuda or cuda:N (got {cfg.inference.device!r})",
+    )
+    if topo.inference == "central":
+        # A worker holds one policy for every actor: a policy with per-env state of its own (a recurrent cell,
+        # DDPG's OU noise) or per-actor sampling (ES's perturbations) would need it per actor.
+        need(
+            cfg.algo.name == "ppo" and getattr(cfg.algo, "recurrent", None) is None,
+            f"topology.inference=central runs PPO's MLP policy only (got algo {cfg.algo.name})",
+        )
+        need(not cfg.deterministic, "topology.inference=central needs deterministic=false (serial mode has no workers)")
+        need(
+            topo.envs_per_actor <= cfg.inference.max_batch_envs,
+            f"topology.envs_per_actor ({topo.envs_per_actor}) must fit inference.max_batch_envs "
+            f"({cfg.inference.max_batch_envs})",
+        )
 
     algo = cfg.algo
     need(algo.name in ALGORITHMS, f"algo.name {algo.name!r} is not one of {', '.join(ALGORITHMS)}")

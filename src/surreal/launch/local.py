@@ -1,4 +1,5 @@
-"""`surreal run`: replay shards, ps replicas, the learner and N actors as local supervised processes.
+"""`surreal run`: replay shards, ps replicas, the learner and N actors as local supervised processes (and, with
+`topology.inference=central`, the inference workers the actors send their observations to).
 
 Every role is started exactly as a pod starts it (`python -m surreal role <name>` plus `SURREAL_*`
 variables), on loopback ports the OS hands out. Actors that crash are restarted with backoff; a crashed
@@ -92,16 +93,19 @@ def plan_processes(
     topo = cfg.topology
     evaluators = 1 if cfg.learner.eval_interval > 0 else 0
     replicas = cfg.learner.replicas
-    processes = topo.replay_shards + topo.ps_replicas + replicas + topo.actors + evaluators
-    ports = iter(free_ports(2 * topo.replay_shards + topo.ps_replicas + 2 + processes))
+    workers = topo.inference_workers if topo.inference == "central" else 0  # inference workers
+    processes = topo.replay_shards + topo.ps_replicas + workers + replicas + topo.actors + evaluators
+    ports = iter(free_ports(2 * topo.replay_shards + topo.ps_replicas + workers + 2 + processes))
     shards = tuple(ReplayEndpoint(LOOPBACK, next(ports), next(ports)) for _ in range(topo.replay_shards))
     ps_ports = [next(ports) for _ in range(topo.ps_replicas)]
+    inference_ports = [next(ports) for _ in range(workers)]
     pub_port = next(ports)
     common = Settings(
         bind_host=LOOPBACK,
         replay=shards,
         learner_addr=f"tcp://{LOOPBACK}:{pub_port}",
         ps_addrs=tuple(f"tcp://{LOOPBACK}:{port}" for port in ps_ports),
+        inference_addrs=tuple(f"tcp://{LOOPBACK}:{port}" for port in inference_ports),
         config_path=run_dir / "config.yaml",
         run_dir=run_dir,
         ipc_dir=ipc_dir,
@@ -166,6 +170,8 @@ def plan_processes(
             for i, s in enumerate(shards)
         ),
         *(spec("ps", i, "always", ps_port=port) for i, port in enumerate(ps_ports)),
+        # Central inference (topology.inference=central): stateless like the ps, restarted on the same port.
+        *(spec("inference", i, "always", inference_port=port) for i, port in enumerate(inference_ports)),
         *(learner(rank) for rank in range(replicas)),
         *(spec("actor", i, "on-failure") for i in range(topo.actors)),
         *(spec("evaluator", 0, "on-failure") for _ in range(evaluators)),

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from surreal.config import ExperimentConfig
+from surreal.config import ConfigError, ExperimentConfig
 from surreal.envs import env_steps_bound
 from surreal.envstate import EnvStateUnsupported
 from surreal.metrics import RoleMetrics
@@ -143,6 +143,8 @@ def run_serial(
     stopped learner does, and return None; `stop`: the same once it returns True (asked between steps, from
     another thread: `surreal.Run.stop`). `resume`: continue from the run folder's newest checkpoint."""
     log = log or logging.getLogger("surreal.serial")
+    if cfg.topology.inference != "per_actor":
+        raise ConfigError("topology.inference=central needs inference workers: run it without --serial")
     # No actor can be lost here, and wall-clock time must not change a run: actors never overdraw.
     cfg = replace(cfg, actor=replace(cfg.actor, overdraft_after_s=0.0))
     shard = ReplayShard.of(cfg.replay, cfg.seed, max_steps_per_unit=env_steps_bound(cfg))

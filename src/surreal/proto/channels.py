@@ -4,6 +4,7 @@
     learner <-sample / priorities (DEALER <-> ROUTER, pipelined)--> replay
     learner --params (XPUB -> SUB, late joiners get the latest)-->  ps
     actor  <-"newer than v?" (DEALER <-> ROUTER, optionally held)--> ps
+    actor  <-observations / actions (DEALER <-> ROUTER, failover)--> inference worker (topology.inference=central)
 
 The client classes here are the ZMQ implementations of the ports a role core talks to (roles/ports.py):
 `ExperienceSender` (experience out), `SampleClient` (batches in; `BackgroundBatches` runs one on a thread of its
@@ -34,6 +35,7 @@ import zmq
 from surreal.proto.codec import Limits, Message, ProtocolError, decode, encode
 from surreal.proto.curve import HandshakeWatch, secure_client, secure_server
 from surreal.proto.wire import (
+    INFERENCE_REPLIES,
     PARAMS,
     PARAMS_REPLIES,
     SAMPLE_REPLIES,
@@ -41,6 +43,8 @@ from surreal.proto.wire import (
     Chunk,
     EmptyReply,
     FifoReply,
+    InferReply,
+    InferRequest,
     NotModified,
     Params,
     ParamsRequest,
@@ -56,6 +60,9 @@ from surreal.proto.wire import (
 
 ErrorSink = Callable[[str], None]  # a client's count of replies it dropped, by reason (the role exports it)
 FETCH_TIMEOUT = "fetch_timeout"  # what ParamClient tells its error sink when no ps answered in time
+INFERENCE_TIMEOUT = "inference_timeout"  # what InferenceClient tells its error sink when a worker did not answer
+NOT_READY = "inference_not_ready"  # ... when a worker answered that it holds no parameters yet
+NOT_READY_PAUSE_S = 0.05  # before asking a worker that holds no parameters again
 
 
 def ignore_error(reason: str) -> None:
@@ -564,3 +571,75 @@ class ParamClient:
         self.sock.disable_monitor()
         self.monitor.close(0)
         self.sock.close(0)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Central inference: actor DEALER <-> inference worker ROUTER
+
+
+class InferenceClient:
+    """Actor side of `topology.inference=central`. One DEALER per inference worker (ZMQ_IMMEDIATE: nothing queues
+    for a worker that is down), so the actor chooses where each request goes: actor i starts at worker i mod N and
+    stays there while it answers; a worker that gives no reply within `timeout_s` is left for the next one (round
+    robin), and the request is asked again there under a new id (a late reply to the old id is dropped). A worker
+    without parameters yet answers `NO_PARAMS`: asked again after a pause. `act` returns only a reply of the request's
+    shape, or None once `stopped()` says the actor is stopping and a try failed: no step is taken without actions."""
+
+    def __init__(
+        self,
+        ctx: zmq.Context,
+        addresses: Sequence[str],
+        actor: int,
+        timeout_s: float,
+        limits: Limits | None = None,
+        on_error: ErrorSink = ignore_error,
+    ) -> None:
+        if not addresses:
+            raise ValueError("central inference needs at least one inference worker address")
+        self.limits = accepting(limits or Limits(), INFERENCE_REPLIES)
+        self.socks = [connect_socket(ctx, zmq.DEALER, [a], sndhwm=4, rcvhwm=4, immediate=True) for a in addresses]
+        self.actor, self.timeout_s, self.on_error = actor, timeout_s, on_error
+        self.turn = actor % len(addresses)
+        self.request_id = 0
+        self.failovers = 0
+
+    def act(
+        self, obs: np.ndarray, version: int, incarnation: str, stopped: Callable[[], bool] = lambda: False
+    ) -> InferReply | None:
+        while True:
+            reply = self._try(obs, version, incarnation)
+            if reply is not None:
+                return reply
+            if stopped():
+                return None
+
+    def _try(self, obs: np.ndarray, version: int, incarnation: str) -> InferReply | None:
+        """One request to the current worker; None (and the next worker's turn, unless it was only not ready)."""
+        self.request_id += 1
+        request = InferRequest(self.actor, self.request_id, version, incarnation, obs)
+        sock = self.socks[self.turn]
+        deadline = time.monotonic() + self.timeout_s
+        if send(sock, frames_of(request.to_message()), self.timeout_s):
+            while (remaining := deadline - time.monotonic()) > 0:
+                frames = recv_frames(sock, remaining)
+                if frames is None:
+                    break
+                try:
+                    reply = InferReply.from_message(decode(frames, self.limits), len(obs))
+                except ProtocolError as exc:
+                    if exc.reason == "error_reply":  # the worker holds no parameters yet
+                        self.on_error(NOT_READY)
+                        time.sleep(NOT_READY_PAUSE_S)
+                        return None
+                    self.on_error(exc.reason)
+                    continue
+                if reply.request == self.request_id:
+                    return reply
+        self.on_error(INFERENCE_TIMEOUT)
+        self.turn = (self.turn + 1) % len(self.socks)
+        self.failovers += 1
+        return None
+
+    def close(self) -> None:
+        for sock in self.socks:
+            sock.close(0)

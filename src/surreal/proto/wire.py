@@ -17,6 +17,8 @@ is one file to read (tests/test_layering.py holds it):
     not_modified       ps -> actor              `NotModified`
     error              a server -> its client   `ErrorReply`
     group_order        learner rank 0 -> ranks  `GroupOrder`                 encode_group_order / decode_group_order
+    infer_request      actor -> inference       `InferRequest` (observations)
+    infer_reply        inference -> actor       `InferReply` (actions + what the chunk records)
 
 The typed requests and replies encode with `to_message` and decode with `from_message`; every sample reply
 carries its shard's progress (`ShardReport`). Decoders validate types and ranges (integers bounded so sums stay
@@ -48,11 +50,15 @@ PARAMS = "params"
 PARAMS_REQUEST = "params_request"
 NOT_MODIFIED = "not_modified"
 ERROR = "error"
+INFER_REQUEST = "infer_request"
+INFER_REPLY = "infer_reply"
 GROUP_ORDER = "group_order"  # over torch.distributed, not ZMQ (roles/learner_group.py): its buffers are packed
 
 REPLAY_REQUESTS = frozenset({SAMPLE_REQUEST, PRIORITY_UPDATE})  # what a replay's ROUTER takes
 SAMPLE_REPLIES = frozenset({FIFO_REPLY, TRANSITION_REPLY, EMPTY_REPLY, ERROR})  # what a learner's DEALER takes
 PARAMS_REPLIES = frozenset({PARAMS, NOT_MODIFIED, ERROR})  # what an actor's DEALER takes
+INFERENCE_REQUESTS = frozenset({INFER_REQUEST})  # what an inference worker's ROUTER takes
+INFERENCE_REPLIES = frozenset({INFER_REPLY, ERROR})  # what an actor's inference DEALER takes
 
 # Bounds on metadata values. Counters are summed over chunks, shards and a whole run, so each value is kept
 # far below 2**63 (msgpack's and numpy's int64) even after a very long run of maximal values.
@@ -67,6 +73,8 @@ MAX_REPORTED_ACTORS = 4096  # distinct actors one sample reply may name
 MAX_TEXT = 64  # incarnation ids, error reasons
 MAX_BATCH = 2**31  # transitions one sample request may ask for
 MAX_HOLD_MS = 60_000  # the longest a ps holds a parameter request for a newer blob
+MAX_INFER_ENVS = 4096  # observations in one inference request (one actor's envs)
+MAX_REQUEST_ID = 2**53
 NO_VERSION = -1  # what an actor that holds no parameters yet runs (and a ps that holds none answers)
 
 
@@ -751,3 +759,93 @@ def decode_group_order(message: Message, layout: ReplyLayout | None = None) -> G
         if layout is not None:
             check_fields(dict(flatten(chunk_arrays)), layout.fields, 2, "bad_chunk_fields")
     return GroupOrder(op, float(progress), steps, chunks)
+
+
+# -- central inference: actor <-> inference worker --------------------------------------------------------
+
+NO_PARAMS = "no_params"  # an inference worker's error reply before it holds any parameters
+
+
+def _rows(array: Any, name: str, reason: str, rows: int | None = None) -> np.ndarray:
+    """A numpy array of at least one dimension whose float values are finite (and with `rows`, that many rows)."""
+    if not isinstance(array, np.ndarray) or array.ndim < 1:
+        raise ProtocolError(reason, f"{name} is not an array of rows")
+    if rows is not None and len(array) != rows:
+        raise ProtocolError(reason, f"{name} has {len(array)} rows, not {rows}")
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        raise ProtocolError("non_finite", f"{name} holds NaN or infinity")
+    return array
+
+
+@dataclass
+class InferRequest:
+    """An actor in central mode asks an inference worker to act for its envs: `obs` float32 [n_envs, obs_dim]
+    (1 <= n_envs <= MAX_INFER_ENVS), `request` its id (a reply names it; a late reply to an earlier id is dropped),
+    and the (`version`, `incarnation`) of the parameters the actor's flow control runs: a worker holding older ones
+    asks the ps before it acts, so the chunk's steps are made with what the actor was allowed to use."""
+
+    actor: int
+    request: int
+    version: int
+    incarnation: str
+    obs: np.ndarray
+
+    def to_message(self) -> Message:
+        meta = {"actor": self.actor, "request": self.request, "version": self.version, "incarnation": self.incarnation}
+        return Message(INFER_REQUEST, meta, {"observations": self.obs})
+
+    @classmethod
+    def from_message(cls, message: Message, obs_dim: int | None = None) -> InferRequest:
+        """With `obs_dim`, the observations must have exactly that width (the worker's policy's)."""
+        meta, reason = message.meta, "bad_infer_request"
+        obs = _rows(message.arrays.get("observations"), "observations", reason)
+        if set(message.arrays) != {"observations"} or obs.ndim != 2 or obs.dtype != np.float32:
+            raise ProtocolError(reason, "observations must be the only array, float32 [n_envs, obs_dim]")
+        if not 1 <= len(obs) <= MAX_INFER_ENVS or (obs_dim is not None and obs.shape[1] != obs_dim):
+            raise ProtocolError(reason, f"observations of shape {obs.shape}: want [1..{MAX_INFER_ENVS}, {obs_dim}]")
+        return cls(
+            _int(meta, "actor", 0, MAX_ACTORS, reason),
+            _int(meta, "request", 0, MAX_REQUEST_ID, reason),
+            _int(meta, "version", NO_VERSION, MAX_VERSION, reason),
+            _text(meta, "incarnation", reason),
+            obs,
+        )
+
+
+@dataclass
+class InferReply:
+    """A worker's answer to `request`: the actions to give the envs (`env_actions`, one row per env) and what the
+    actor's chunk records per step (`record`: for PPO the sampled actions and their log-probabilities, exactly what
+    the policy's `act` returns), made with the parameters (`version`, `incarnation`)."""
+
+    request: int
+    version: int
+    incarnation: str
+    env_actions: np.ndarray
+    record: dict[str, np.ndarray]
+
+    def to_message(self) -> Message:
+        meta = {"request": self.request, "version": self.version, "incarnation": self.incarnation}
+        return Message(INFER_REPLY, meta, {"env_actions": self.env_actions, "record": self.record})
+
+    @classmethod
+    def from_message(cls, message: Message, n_envs: int) -> InferReply:
+        """Checked against the `n_envs` the request asked for: every array one row per env, every float finite, the
+        record a flat mapping of arrays. An error reply raises `ProtocolError("error_reply")` with its reason."""
+        if message.kind == ERROR:
+            raise ProtocolError("error_reply", ErrorReply.from_message(message).reason)
+        if message.kind != INFER_REPLY:
+            raise ProtocolError("unknown_kind", message.kind[:32])
+        meta, arrays, reason = message.meta, message.arrays, "bad_infer_reply"
+        record = arrays.get("record", {})
+        if set(arrays) - {"env_actions", "record"} or not isinstance(record, dict) or not record:
+            raise ProtocolError(reason, "env_actions and a non-empty record are the only arrays")
+        env_actions = _rows(arrays.get("env_actions"), "env_actions", reason, n_envs)
+        checked = {str(k): _rows(v, f"record/{k}", reason, n_envs) for k, v in record.items()}
+        return cls(
+            _int(meta, "request", 0, MAX_REQUEST_ID, reason),
+            _int(meta, "version", 0, MAX_VERSION, reason),
+            _text(meta, "incarnation", reason),
+            env_actions,
+            checked,
+        )

@@ -25,18 +25,22 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+import numpy as np
+
 from surreal.algos import get_algorithm
+from surreal.algos.interface import Collector
 from surreal.config import ExperimentConfig, algo_config
 from surreal.envs import make_vec_env
 from surreal.envstate import load_vec_env_state, vec_env_state
 from surreal.metrics import RoleMetrics
-from surreal.proto.channels import FETCH_TIMEOUT, ExperienceSender, ParamClient
+from surreal.proto.channels import FETCH_TIMEOUT, ExperienceSender, InferenceClient, ParamClient
 from surreal.proto.codec import Limits
 from surreal.proto.curve import WireContext
 from surreal.proto.wire import NO_VERSION, BlobMeta, Chunk, NotModified, Params
 from surreal.roles.common import StopFlag, hold_until_stopped, load_config, setup_logging
 from surreal.roles.ports import ExperienceOut, ParamsIn
 from surreal.runtime.regimes import ActorThrottle, actor_throttle
+from surreal.runtime.rollout import RolloutCollector
 from surreal.settings import Settings
 
 SEND_TIMEOUT_S = 1.0  # how long a send waits for room before it counts as refused
@@ -159,8 +163,52 @@ class ActorCore:
         self.unsent = None if state["unsent"] is None else Chunk(**state["unsent"])
 
 
+class InferenceStopped(Exception):
+    """The actor is stopping and no inference worker answered: the chunk being stepped is abandoned, unsent."""
+
+
+class RemotePolicy:
+    """The policy of an actor in central mode (`topology.inference=central`): each `act` asks an inference worker
+    (`InferenceClient`, with failover) and returns its actions and record, exactly what a per-actor policy's `act`
+    returns; the oldest parameter version that made a step of the chunk is kept (`take_version`) so the chunk is
+    labelled with it. The weights live in the workers: `load_params` has nothing to load."""
+
+    def __init__(self, client: InferenceClient, held: Callable[[], tuple[int, str]], stopped: Callable[[], bool]):
+        self.client, self.held, self.stopped = client, held, stopped
+        self.oldest: int | None = None
+
+    def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        version, incarnation = self.held()
+        reply = self.client.act(np.ascontiguousarray(obs, np.float32), version, incarnation, self.stopped)
+        if reply is None:
+            raise InferenceStopped
+        self.oldest = reply.version if self.oldest is None else min(self.oldest, reply.version)
+        return reply.env_actions, reply.record
+
+    def take_version(self) -> int | None:
+        """The oldest version that acted since the last call."""
+        oldest, self.oldest = self.oldest, None
+        return oldest
+
+    def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
+        raise NotImplementedError("a central-mode actor samples only; evaluation runs the policy itself")
+
+    def load_params(self, arrays: dict[str, Any]) -> None:
+        del arrays  # the inference workers hold the weights
+
+    def episode_done(self, done: np.ndarray) -> None:
+        del done  # central mode runs stateless policies only (config/schema.py)
+
+    def sampling_state(self) -> dict[str, Any]:
+        return {}  # the workers draw the samples
+
+    def load_sampling_state(self, state: dict[str, Any]) -> None:
+        del state
+
+
 class Actor:
-    """`ActorCore` driven synchronously: parameters in, policy on K envs, chunks out, through the ports."""
+    """`ActorCore` driven synchronously: parameters in, policy on K envs, chunks out, through the ports. With
+    `inference` (central mode) the policy is a `RemotePolicy` over the inference workers; the actor keeps its envs."""
 
     def __init__(
         self,
@@ -170,6 +218,8 @@ class Actor:
         params: ParamsIn,
         metrics: RoleMetrics,
         clock: Callable[[], float] = time.monotonic,
+        inference: InferenceClient | None = None,
+        stopped: Callable[[], bool] = lambda: False,
     ) -> None:
         self.cfg, self.experience, self.params = cfg, experience, params
         self.core = ActorCore.of(cfg, index, clock)
@@ -177,8 +227,15 @@ class Actor:
         env_seed = cfg.seed + ENV_SEED_STRIDE * (index + 1)
         self.envs = make_vec_env(cfg.env.id, cfg.topology.envs_per_actor, env_seed, cfg.env.kwargs)
         spaces = self.envs.single_observation_space, self.envs.single_action_space
-        self.policy = algo.make_policy(*spaces, algo_config(cfg), index, cfg.topology.actors)
-        self.collector = algo.make_collector(self.envs, self.policy, algo_config(cfg), index, cfg.actor.chunk_steps)
+        self.remote: RemotePolicy | None = None
+        self.collector: Collector
+        if inference is not None:  # central mode: a stateless policy's collector (config/schema.py allows no other)
+            self.remote = RemotePolicy(inference, lambda: (self.core.version, self.core.incarnation), stopped)
+            self.policy: Any = self.remote
+            self.collector = RolloutCollector(self.envs, self.remote, cfg.actor.chunk_steps, index)
+        else:
+            self.policy = algo.make_policy(*spaces, algo_config(cfg), index, cfg.topology.actors)
+            self.collector = algo.make_collector(self.envs, self.policy, algo_config(cfg), index, cfg.actor.chunk_steps)
         self.loaded: Params | None = None  # the blob the policy runs
         self.m_steps = metrics.counter("actor_env_steps_total", "environment steps taken")
         self.m_episodes = metrics.counter("actor_episodes_total", "episodes finished")
@@ -193,7 +250,10 @@ class Actor:
         if isinstance(action, Fetch):
             return self.fetch(action)
         if isinstance(action, Collect):
-            self.core.collected(self.collector.collect(action.version))
+            chunk = self.collector.collect(action.version)
+            if self.remote is not None:  # labelled with the oldest parameters that made one of its steps
+                chunk.version = min(chunk.version, self.remote.take_version() or chunk.version)
+            self.core.collected(chunk)
             action = self.core.next_action()
         if not isinstance(action, Send) or not self._send(action):
             return False
@@ -280,7 +340,18 @@ def main(args: argparse.Namespace) -> int:
     experience = ExperienceSender(ctx, settings.experience_addrs)
     ps_addrs = [settings.connect(a) for a in settings.ps_addrs]
     params = ParamClient(ctx, ps_addrs, Limits(max_bytes=cfg.ps.max_message_bytes), on_error)
-    actor = Actor(cfg, settings.index, experience, params, metrics)
+    inference = None
+    if cfg.topology.inference == "central":
+        if not settings.inference_addrs:
+            log.error("topology.inference=central but SURREAL_INFERENCE_ADDRS names no inference worker")
+            return 2
+        m_infer = metrics.counter("actor_inference_errors_total", "inference requests not answered", ["reason"])
+        workers = [settings.connect(a) for a in settings.inference_addrs]
+        timeout_s = cfg.inference.request_timeout_s
+        inference = InferenceClient(
+            ctx, workers, settings.index, timeout_s, on_error=lambda r: m_infer.labels(reason=r).inc()
+        )
+    actor = Actor(cfg, settings.index, experience, params, metrics, inference=inference, stopped=lambda: bool(stop))
     metrics.serve(settings.bind_host, settings.metrics_port)
     log.info(
         "running %s on %d x %s; parameters from %s",
@@ -292,7 +363,12 @@ def main(args: argparse.Namespace) -> int:
     core = actor.core
     try:
         while not stop and not core.done:
-            if not actor.step():
+            try:
+                stepped = actor.step()
+            except InferenceStopped:
+                log.info("stopping: no inference worker answered; the chunk being stepped is not sent")
+                break
+            if not stepped:
                 time.sleep(IDLE_S)
         if stop and not actor.flush():
             log.info("stopping: the replay took no more chunks in %.0f s; one chunk lost", SEND_TIMEOUT_S)
@@ -301,6 +377,8 @@ def main(args: argparse.Namespace) -> int:
     finally:
         experience.close(FLUSH_S if stop else 0.0)
         params.close()
+        if inference is not None:
+            inference.close()
         ctx.term()
         actor.close()
         metrics.close()

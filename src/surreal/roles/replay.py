@@ -185,6 +185,7 @@ class ReplayServer(Server):
         self.serve_requests(router, BURST)
         m = self.metrics
         self.m_in = m.counter("replay_transitions_in_total", "transitions received")
+        self.chunks_in = 0  # experience messages taken (the shut-down line reports them beside the actors' sent)
         self.m_out = m.counter("replay_transitions_out_total", "transitions served in sample replies")
         self.m_dropped = m.counter("replay_transitions_dropped_total", "transitions evicted or refused")
         self.m_size = m.gauge("replay_size", "transitions held")
@@ -235,6 +236,9 @@ class ReplayServer(Server):
             self.snapshots.close()
         super().close()
 
+    def final_state(self) -> str:
+        return f"{self.chunks_in} chunks received; " + super().final_state()
+
     def describe(self) -> str:
         where = f", snapshots in {self.snapshots.store.directory}" if self.snapshots is not None else ""
         return (
@@ -266,6 +270,7 @@ class ReplayServer(Server):
             return
         n = self.core.on_experience(message)
         if n:
+            self.chunks_in += 1
             self.m_in.inc(n)
             self.rate_in.add(n)
             self._count()

@@ -96,10 +96,39 @@ ranks after it neither publish nor count updates), which is also the group's MAS
 {{- join "," $addrs -}}
 {{- end -}}
 
-{{/* The experiment as the ConfigMap holds it: the values' `experiment` plus the topology of the workloads. */}}
+{{/*
+Every inference worker (inference.replicas > 0: topology.inference=central) by its stable pod DNS name under the
+headless Service, with its port: SURREAL_INFERENCE_ADDRS of the actors, which ask them in turn.
+*/}}
+{{- define "surreal.inferenceAddrs" -}}
+{{- $name := include "surreal.roleName" (dict "root" . "role" "inference") -}}
+{{- $addrs := list -}}
+{{- range $i := until (int .Values.inference.replicas) -}}
+{{- $addrs = append $addrs (printf "%s-%d.%s.%s.svc:%d" $name $i $name $.Release.Namespace (int $.Values.ports.inference)) -}}
+{{- end -}}
+{{- join "," $addrs -}}
+{{- end -}}
+
+{{/*
+The experiment as the ConfigMap holds it: the values' `experiment` plus the topology of the workloads. With
+inference.replicas > 0 the topology is central inference with that many workers; with 0 it says nothing of inference
+(the config's default, per_actor), so a rendering without workers is what it was before they existed.
+*/}}
 {{- define "surreal.experiment" -}}
 {{- $experiment := deepCopy .Values.experiment -}}
-{{- $_ := set $experiment "topology" (dict "actors" (int .Values.actors.replicas) "envs_per_actor" (int .Values.actors.envsPerActor) "replay_shards" (int .Values.replay.shards) "ps_replicas" (int .Values.ps.replicas)) -}}
+{{- $topology := dict "actors" (int .Values.actors.replicas) "envs_per_actor" (int .Values.actors.envsPerActor) "replay_shards" (int .Values.replay.shards) "ps_replicas" (int .Values.ps.replicas) -}}
+{{- if gt (int .Values.inference.replicas) 0 -}}
+{{- $algo := .Values.experiment.algo | default dict -}}
+{{- if or (ne (include "surreal.algoName" .) "ppo") (and (kindIs "map" $algo) $algo.recurrent) -}}
+{{- fail (printf "inference.replicas > 0 (topology.inference=central) runs PPO's MLP policy only (got algo %s%s): set inference.replicas=0" (include "surreal.algoName" .) (ternary " with algo.recurrent" "" (ne (include "surreal.algoName" .) "ppo" | not))) -}}
+{{- end -}}
+{{- if .Values.experiment.deterministic -}}
+{{- fail "inference.replicas > 0 (topology.inference=central) needs experiment.deterministic false (serial mode has no workers)" -}}
+{{- end -}}
+{{- $_ := set $topology "inference" "central" -}}
+{{- $_ := set $topology "inference_workers" (int .Values.inference.replicas) -}}
+{{- end -}}
+{{- $_ := set $experiment "topology" $topology -}}
 {{- $learner := deepCopy (default (dict) $experiment.learner) -}}
 {{- if and (hasKey $learner "replicas") (ne (int $learner.replicas) (int .Values.learner.replicas)) -}}
 {{- fail "experiment.learner.replicas comes from learner.replicas (the learner StatefulSet's pods): set learner.replicas" -}}
