@@ -99,6 +99,7 @@ class Process(Node):
     def __init__(self, world: World, net: Network, name: str, ledger: Ledger) -> None:
         super().__init__(world, net, name)
         self.ledger = ledger
+        self.timer_at: float | None = None  # when `arm`'s pending timer fires
         self.policy = RestartPolicy(self.restart, max_restarts=5)  # type: ignore[arg-type]
         self.exits: list[int] = []
 
@@ -140,6 +141,22 @@ class Process(Node):
         self.start()
         self.boot(resumed=True)
 
+    def arm(self, at: float | None) -> None:
+        """Wake this incarnation at `at` (`on_timer`), unless a timer already wakes it sooner: one pending at most."""
+        if at is not None and (self.timer_at is None or at < self.timer_at):
+            self.timer_at = at
+            self.world.at(at, self._fire, self.incarnation, at)
+
+    def _fire(self, incarnation: int, at: float) -> None:
+        if incarnation != self.incarnation or not self.alive or at != self.timer_at:
+            return  # a timer of a dead incarnation, or one a sooner timer replaced
+        self.timer_at = None
+        self.on_timer()
+
+    def on_timer(self) -> None:
+        """What a role's core does when its timer fires."""
+        raise NotImplementedError
+
 
 # -- replay ----------------------------------------------------------------------------------------------
 
@@ -153,7 +170,6 @@ class ReplayNode(Process):
         super().__init__(world, net, f"replay-{index}", ledger)
         self.index, self.cfg, self.snapshot_interval_s = index, cfg, snapshot_interval_s
         self.snapshot: ShardState | None = None  # what its disk holds
-        self.timer_at: float | None = None
         self.boot(resumed=False)
 
     def boot(self, resumed: bool) -> None:
@@ -189,14 +205,9 @@ class ReplayNode(Process):
         at = self.core.next_event()
         if self.schedule.interval_s > 0:
             at = self.schedule.due if at is None else min(at, self.schedule.due)
-        if at is not None and (self.timer_at is None or at < self.timer_at):
-            self.timer_at = at
-            self.world.at(at, self._tick, self.incarnation, at)
+        self.arm(at)
 
-    def _tick(self, incarnation: int, at: float) -> None:
-        if incarnation != self.incarnation or not self.alive or at != self.timer_at:
-            return
-        self.timer_at = None
+    def on_timer(self) -> None:
         now = self.world.now
         self.core.serve(now)
         if self.schedule.periodic(now):
@@ -244,7 +255,6 @@ class PsNode(Process):
     def __init__(self, world: World, net: Network, index: int, ledger: Ledger) -> None:
         super().__init__(world, net, f"ps-{index}", ledger)
         self.learners: list[LearnerNode] = []
-        self.timer_at: float | None = None
         self.boot(resumed=False)
 
     def boot(self, resumed: bool) -> None:
@@ -267,20 +277,12 @@ class PsNode(Process):
                 request = ParamsRequest.from_message(message)
                 self.asked.setdefault(src.name, []).append((now + request.hold_ms / 1000, request))
             self.core.on_request(src.name, message, now)
-        at = self.core.next_event()
-        if at is not None and (self.timer_at is None or at < self.timer_at):
-            self.timer_at = at
-            self.world.at(at, self._tick, self.incarnation, at)
+        self.arm(self.core.next_event())
 
-    def _tick(self, incarnation: int, at: float) -> None:
-        if incarnation != self.incarnation or not self.alive or at != self.timer_at:
-            return
-        self.timer_at = None
+    def on_timer(self) -> None:
         self.core.on_time(self.world.now)
         next_at = self.core.next_event()
-        if next_at is not None:
-            self.timer_at = max(next_at, self.world.now)
-            self.world.at(self.timer_at, self._tick, self.incarnation, self.timer_at)
+        self.arm(None if next_at is None else max(next_at, self.world.now))
 
     def _answer(self, peer: Any, reply: Message | NotModified | ErrorReply) -> None:
         asked = self.asked.get(peer)
