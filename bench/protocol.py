@@ -8,12 +8,17 @@
     (timed by the shard from its counter surreal_replay_transitions_in_total, first to last transition)
 (d) sample batches out of a shard (uniform, batch 256 and 4096) -> sample_batches_per_s_{256,4096}
 (e) 8 actors fetching a 1 MB parameter blob from one ps       -> param_fetch_ms_p50 / _p99
+(f) libsodium's crypto_box_afternm (CURVE's cipher, XSalsa20-Poly1305) over 1 MiB on one core, in this process,
+    and memmove for scale                                     -> cipher_gbytes_per_s, memmove_gbytes_per_s
 
 Every section runs twice in the same run, plaintext and at once over CURVE with a fresh pair of keys (proto/curve.py, as
 every role runs under `surreal run` and the chart): the top-level numbers are plaintext, `curve` holds the same numbers
 with CURVE, and `curve_ratio` each CURVE number over its plaintext one (for latencies, plaintext over CURVE, so that
 below 1 is a cost everywhere). (a) with CURVE is raw ZMQ's own ceiling with encryption: (b)'s ratio to it says what
-our channel adds on top.
+our channel adds on top. (f) is what no channel over CURVE can beat: every byte is encrypted once by the sender's
+I/O thread and decrypted once by the receiver's: where a plaintext channel at P GB/s already keeps the box's cores
+busy, CURVE keeps at most C / (C + P) of it on 2 cores with the cipher at C (`curve_ratio_bound`, per channel;
+`curve_bounds` says the general case).
 
 Senders and receivers are separate processes (the machine's cores are shared as they would be by roles).
 The last line printed is one JSON object.
@@ -22,6 +27,8 @@ The last line printed is one JSON object.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import multiprocessing as mp
 import os
 import platform
@@ -310,6 +317,67 @@ def report(wire: str, result: dict[str, float], section: str) -> None:
     print(f"[{wire}] {line}", flush=True)
 
 
+# -- (f): the cipher itself -----------------------------------------------------------------------------
+
+
+def libsodium() -> ctypes.CDLL | None:
+    """The libsodium libzmq's CURVE runs on: the copy bundled with pyzmq's wheel, else the system's; None if
+    neither loads (a pyzmq built on another CURVE backend)."""
+    bundled = Path(zmq.__file__).parent.parent / "pyzmq.libs"
+    for path in [*sorted(bundled.glob("libsodium*")), ctypes.util.find_library("sodium")]:
+        if path:
+            try:
+                lib = ctypes.CDLL(str(path))
+            except OSError:
+                continue
+            if lib.sodium_init() >= 0:
+                return lib
+    return None
+
+
+def cipher_numbers(quick: bool) -> dict[str, float]:
+    """GB/s of crypto_box_afternm (what libzmq calls on every CURVE frame) and of memmove, 1 MiB at a time on one
+    core, best of three; empty without libsodium."""
+    lib = libsodium()
+    if lib is None:
+        return {}
+    zero = 32  # crypto_box_ZEROBYTES: the cipher works on the message behind 32 zero bytes, as libzmq lays it out
+    plain, boxed = ctypes.create_string_buffer(MIB + zero), ctypes.create_string_buffer(MIB + zero)
+    key, nonce = ctypes.create_string_buffer(32), ctypes.create_string_buffer(24)
+    reps = 50 if quick else 300
+    best = {"cipher_gbytes_per_s": 0.0, "memmove_gbytes_per_s": 0.0}
+    for _ in range(3):
+        started = time.perf_counter()
+        for _ in range(reps):
+            lib.crypto_box_afternm(boxed, plain, ctypes.c_ulonglong(MIB + zero), nonce, key)
+        cipher = reps * MIB / (time.perf_counter() - started) / 1e9
+        started = time.perf_counter()
+        for _ in range(reps):
+            ctypes.memmove(boxed, plain, MIB)
+        copy = reps * MIB / (time.perf_counter() - started) / 1e9
+        best = {
+            "cipher_gbytes_per_s": max(best["cipher_gbytes_per_s"], cipher),
+            "memmove_gbytes_per_s": max(best["memmove_gbytes_per_s"], copy),
+        }
+    return best
+
+
+PIPELINE_THREADS = 4  # a channel's threads that touch every byte: sender's and receiver's Python and ZMQ I/O
+
+
+def curve_bounds(plain: dict[str, float], cipher_gbytes_per_s: float, cores: int) -> dict[str, float]:
+    """For each byte channel, the most of its plaintext throughput P that any channel over CURVE can keep, with the
+    cipher at C GB/s a core and the channel's threads on `cores` (at most its 4 threads' worth) kept busy by
+    plaintext already: its CPU time per byte is then cores / P, and CURVE adds one encryption and one decryption
+    per byte, 2 / C, so the bound is cores * C / (cores * C + 2 * P). On this 2-core box: C / (C + P)."""
+    n = min(cores, PIPELINE_THREADS)
+    return {
+        key: n * cipher_gbytes_per_s / (n * cipher_gbytes_per_s + 2 * value)
+        for key, value in plain.items()
+        if key.endswith("gbytes_per_s")
+    }
+
+
 def measure(quick: bool, keys: CurveKeys, rounds: int) -> tuple[dict[str, float], dict[str, float], dict[str, Any]]:
     """Every section `rounds` times, each round plaintext and at once over CURVE with `keys` (interleaved, so that a
     shared box's load drifts alike over both); a progress line each. Each number is its median over the rounds;
@@ -362,6 +430,10 @@ def main() -> None:
     result["curve_ratio"] = ratios = curve_ratios(plain, curve)
     result["curve_ratio_to_raw_curve"] = curve["experience_gbytes_per_s"] / curve["raw_zmq_gbytes_per_s"]
     result["every_round"] = every
+    result.update(cipher := cipher_numbers(args.quick))
+    bounds = curve_bounds(plain, cipher["cipher_gbytes_per_s"], os.cpu_count() or 1) if cipher else {}
+    if bounds:
+        result["curve_ratio_bound"] = bounds
     print(
         f"CURVE / plaintext: (b) experience {ratios['experience_gbytes_per_s']:.2f} "
         f"(in an actor's chunks {ratios['experience_actor_chunk_gbytes_per_s']:.2f}), "
@@ -370,6 +442,14 @@ def main() -> None:
         f"(e) fetch p50 {ratios['param_fetch_ms_p50']:.2f}",
         flush=True,
     )
+    if bounds:
+        print(
+            f"(f) CURVE's cipher {cipher['cipher_gbytes_per_s']:.2f} GB/s a core (memmove "
+            f"{cipher['memmove_gbytes_per_s']:.1f}): no channel over CURVE keeps more than "
+            f"{bounds['experience_gbytes_per_s']:.2f} of (b)'s plaintext throughput "
+            f"({bounds['experience_actor_chunk_gbytes_per_s']:.2f} in an actor's chunks)",
+            flush=True,
+        )
     emit(result, args.out)
 
 
