@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -22,6 +23,8 @@ from surreal.proto.wire import Chunk, GroupOrder, decode_group_order, encode_gro
 from surreal.roles.learner_group import GroupPlace
 from surreal.settings import group_env
 from test_local_run import LocalRun
+
+OFFPOLICY_WORKER = Path(__file__).resolve().parent / "offpolicy_group_worker.py"
 
 
 def order_round_trip(order: GroupOrder) -> GroupOrder:
@@ -75,7 +78,8 @@ def test_a_place_comes_from_torchruns_variables_and_bad_ones_are_one_clear_error
 @pytest.mark.parametrize(
     ("overrides", "says"),
     [
-        (["algo=ddpg", "learner.replicas=2"], "on-policy algorithms"),
+        (["algo=ddpg", "algo.batch_size=255", "learner.replicas=2"], r"algo.batch_size \(255\) must be a multiple"),
+        (["algo=sac", "algo.batch_size=100", "learner.replicas=3"], r"algo.batch_size \(100\) must be a multiple"),
         (["algo.minibatch_size=63", "learner.replicas=2"], "multiple of learner.replicas"),
         (["algo=es", "learner.replicas=2"], "no gradient update"),
         (["device=cuda:1", "learner.replicas=2"], "LOCAL_RANK"),
@@ -85,6 +89,78 @@ def test_a_place_comes_from_torchruns_variables_and_bad_ones_are_one_clear_error
 def test_config_refuses_what_a_group_cannot_run(overrides, says):
     with pytest.raises(ConfigError, match=says):
         load_config(overrides)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["algo=ddpg", "algo.twin_critics=true", "algo.target_policy_noise=0.2"],  # TD3
+        ["algo=sac"],
+    ],
+)
+def test_off_policy_groups_validate(overrides):
+    cfg = load_config([*overrides, "learner.replicas=2"])
+    assert cfg.learner.replicas == 2 and not cfg.algo.on_policy
+
+
+def test_an_off_policy_group_whose_ranks_sample_their_own_minibatches_makes_the_single_learners_update(tmp_path):
+    """Two gloo ranks through the role's code (rank 0: `LearnerCore` and its replay-ratio feed ordering every update;
+    rank 1: following as the regime's `SampleFollower`), each stepping on minibatches only it sampled: identical
+    parameters on both, those of one learner stepping on the two ranks' minibatches side by side, and each rank's
+    priorities sent home for its own transitions (tests/offpolicy_group_worker.py)."""
+    import torch
+
+    from offpolicy_group_worker import OVERRIDES, SAMPLES
+    from replica_worker import transitions
+    from surreal.algos import get_algorithm
+    from surreal.config import algo_config
+    from surreal.envs import env_spaces
+    from test_data_parallel import run_ranks_of
+
+    ranks = run_ranks_of(OFFPOLICY_WORKER, 2, tmp_path, lambda rank: [str(tmp_path / f"run{rank}")])
+    cfg = load_config(OVERRIDES)
+    torch.set_num_threads(1)
+    alone = get_algorithm("ddpg").make_learner(*env_spaces(cfg), algo_config(cfg), torch.device("cpu"))
+    steps = cfg.learner.minibatches_per_sample
+    whole = [alone.update(transitions(u, True), steps)[1] for u in range(SAMPLES)]
+    state = alone.state_dict()
+    expected = {f"param/{k}": v.numpy() for k, v in state["critics"].items()}
+    expected.update({f"param/actor.{k}": v.numpy() for k, v in state["actor"].items()})
+    assert [int(r["updates"]) for r in ranks] == [SAMPLES * steps] * 2
+    for key, value in expected.items():
+        np.testing.assert_array_equal(ranks[0][key], ranks[1][key], err_msg=key)
+        np.testing.assert_allclose(ranks[0][key], value, rtol=1e-4, atol=2e-5, err_msg=key)
+    for rank, result in enumerate(ranks):  # rank r's rows are the r-th half of every minibatch of 64
+        rows = np.arange(steps * 64).reshape(steps, 2, 32)[:, rank].reshape(-1)
+        np.testing.assert_array_equal(result["priority_slots"], np.concatenate([rows] * SAMPLES))
+        np.testing.assert_allclose(result["priorities"], np.concatenate([w[rows] for w in whole]), rtol=1e-4, atol=1e-5)
+
+
+def test_rank_samples_step_across_samples_and_send_each_its_priorities():
+    from surreal.proto.wire import IDS, SLOTS, ShardReport, TransitionReply
+    from surreal.runtime.regimes.replay_ratio import RankSamples
+
+    sent = []
+    samples = RankSamples(4, 2, lambda shard, slots, ids, p: sent.append((shard, slots.tolist(), p.tolist())))
+
+    def reply(shard: int, first: int) -> TransitionReply:
+        slots = np.arange(first, first + 12)
+        return TransitionReply(ShardReport(shard, 0), {SLOTS: slots, IDS: slots.astype(np.uint64), "x": slots * 1.0})
+
+    assert samples.take(reply(0, 0)) and samples.minibatches == 3
+    batch, parts = samples.next(2)
+    samples.learned(parts, np.arange(8.0))
+    assert samples.take(reply(1, 100)) and samples.minibatches == 4
+    batch, parts = samples.next(2)  # the first sample's last minibatch, then the second's first
+    assert batch["x"].tolist() == [8, 9, 10, 11, 100, 101, 102, 103]
+    samples.learned(parts, np.array([8.0, 9, 10, 11, np.nan, 1, 2, 3]))
+    assert sent == [(0, list(range(12)), [float(p) for p in range(12)])], "the used-up sample went home, once"
+    samples.take(reply(0, 200))
+    samples.take(reply(0, 300))  # a third sample held: the oldest (the second, half used) retires
+    assert sent[1] == (1, [101, 102, 103], [1.0, 2.0, 3.0]), "its used minibatch's finite priorities"
+    assert samples.minibatches == 6 and samples.transitions == 48
+    with pytest.raises(ValueError, match="7 minibatches asked for"):
+        samples.next(7)
 
 
 def test_surreal_run_plans_k_ranks_with_torchruns_variables_and_one_rendezvous(tmp_path):
