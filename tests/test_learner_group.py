@@ -4,6 +4,7 @@ SIGKILLed mid-run (the group resumes from rank 0's checkpoint, nothing hangs).""
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 import textwrap
@@ -22,7 +23,7 @@ from surreal.proto.codec import ProtocolError, decode, encode, pack_frames, unpa
 from surreal.proto.wire import Chunk, GroupOrder, decode_group_order, encode_group_order
 from surreal.roles.learner_group import GroupPlace
 from surreal.settings import group_env
-from test_local_run import LocalRun
+from test_local_run import DDPG_PENDULUM, LocalRun
 
 OFFPOLICY_WORKER = Path(__file__).resolve().parent / "offpolicy_group_worker.py"
 
@@ -211,20 +212,28 @@ def test_a_failed_rank_restarts_its_whole_group_and_only_its_failure_counts(tmp_
         assert supervisor.restarts() == {"learner": 0, "learner-1": 1}
 
 
+# Each kind of group's run: its overrides, its env steps, and the updates (metrics rows') to reach before the kill.
+GROUP_RUNS = {
+    # On-policy: rank 0 orders every PPO update's batch to rank 1.
+    "ppo": (("env=InvertedPendulum-v5", "actors=2", "steps=36864", "learner.checkpoint_interval=2"), 36864, 4),
+    # Off-policy: DDPG on Pendulum (tests/test_local_run.py's settings), each rank sampling its own prioritized
+    # minibatches; a checkpoint every 500 gradient steps (rows of 250).
+    "ddpg": ((*DDPG_PENDULUM, "actors=2", "steps=12000", "replay.mode=prioritized", "learner.checkpoint_interval=2"),
+             12000, 3000),
+}  # fmt: skip
+
+
 @pytest.mark.slow
-def test_a_rank_sigkilled_mid_run_restarts_the_group_from_rank_0s_checkpoint_without_a_hang(tmp_path):
-    run = LocalRun(
-        tmp_path,
-        "group",
-        "env=InvertedPendulum-v5",
-        "actors=2",
-        "steps=36864",
-        "learner.replicas=2",
-        "learner.checkpoint_interval=2",
-        "learner.group_timeout_s=30",
-    )
+@pytest.mark.parametrize("kind", sorted(GROUP_RUNS))
+def test_a_rank_sigkilled_mid_run_restarts_the_group_from_rank_0s_checkpoint_without_a_hang(tmp_path, kind):
+    """Rank 1 SIGKILLed mid-run: the group starts again from rank 0's checkpoint and the run completes (no hang, no
+    metrics row twice). Off-policy, the run also learns (DDPG's eval return on Pendulum well above a random policy's
+    -1,200 to -1,600), rank 1 sampled its own minibatches from the replay before and after the kill, and the
+    episodes reached rank 0, which counts them (its requests alone ask for them)."""
+    overrides, steps, kill_at = GROUP_RUNS[kind]
+    run = LocalRun(tmp_path, f"group-{kind}", *overrides, "learner.replicas=2", "learner.group_timeout_s=30")
     try:
-        wait_until(lambda: run.updates() >= 4, 240)
+        wait_until(lambda: run.updates() >= kill_at, 240)
         run.role("learner-1").send_signal(signal.SIGKILL)
         summary = run.wait(400)
         assert summary["status"] == "completed", summary
@@ -232,8 +241,19 @@ def test_a_rank_sigkilled_mid_run_restarts_the_group_from_rank_0s_checkpoint_wit
         log = (run.run_dir / "logs" / "learner.log").read_text()
         assert "resumed at update" in log, "rank 0 started again from its checkpoint"
         rows = read_metrics(run.run_dir / "metrics.jsonl")
-        assert [r["updates"] for r in rows] == list(range(1, len(rows) + 1)), "one row per update, none twice"
-        assert summary["env_steps"] >= 36864
+        updates = [r["updates"] for r in rows]
+        if kind == "ppo":
+            assert updates == list(range(1, len(rows) + 1)), "one row per update, none twice"
+        else:
+            assert updates == sorted(set(updates)), "no row twice"
+            assert summary["eval_return_mean"] > -400, summary
+            assert summary["train_return_mean"] is not None, "rank 0 counted the episodes"
+            rank_1 = (run.run_dir / "logs" / "learner-1.log").read_text()  # every incarnation's, one after another
+            before_kill = rank_1[: rank_1.rindex("joined the learner group")]
+            assert re.search(r"rank 1: \d+ updates, [1-9]\d* transitions sampled", before_kill), "rank 1's own samples"
+            finished = re.findall(r"rank 1: finish after \d+ updates, (\d+) transitions sampled", rank_1)
+            assert finished and int(finished[-1]) > 0, "and after the group started again"
+        assert summary["env_steps"] >= steps
         run.assert_nothing_left()
     finally:
         run.close()
