@@ -249,6 +249,7 @@ def test_a_rank_sigkilled_mid_run_restarts_the_group_from_rank_0s_checkpoint_wit
             assert summary["eval_return_mean"] > -400, summary
             assert summary["train_return_mean"] is not None, "rank 0 counted the episodes"
             rank_1 = (run.run_dir / "logs" / "learner-1.log").read_text()  # every incarnation's, one after another
+            assert "rank 1 samples its own minibatches from 1 replay shard(s) over CURVE" in rank_1
             before_kill = rank_1[: rank_1.rindex("joined the learner group")]
             assert re.search(r"rank 1: \d+ updates, [1-9]\d* transitions sampled", before_kill), "rank 1's own samples"
             finished = re.findall(r"rank 1: finish after \d+ updates, (\d+) transitions sampled", rank_1)

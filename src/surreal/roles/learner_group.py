@@ -291,10 +291,13 @@ def run_follower(
 
     def open_source() -> BackgroundBatches:
         contexts.append(WireContext(settings.curve_keys))
+        wire = "CURVE" if contexts[-1].keys is not None else "plaintext (no SURREAL_CURVE_DIR)"
+        log.info("rank %d samples its own minibatches from %d replay shard(s) over %s", place.rank, shards, wire)
         on_error = lambda reason: m_bad.labels(reason=reason).inc()
         return replay_batches(cfg, contexts[-1], settings.sample_addrs, layout, on_error, episodes=False)
 
-    work = follower(cfg, learner, open_source, len(settings.replay))
+    shards = len(settings.replay)
+    work = follower(cfg, learner, open_source, shards)
     try:
         group.share_state(learner)
         op = follow(group, work, log, metrics)
