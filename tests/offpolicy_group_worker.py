@@ -1,13 +1,13 @@
 """One rank of an off-policy learner group through the learner role's code, for tests/test_learner_group.py (run as a
 script, one process per rank, torch.distributed over gloo on 127.0.0.1):
 
-    RANK=r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=p python tests/offpolicy_group_worker.py RUN_DIR OUT.npz
+    RANK=r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=p python tests/offpolicy_group_worker.py ALGO RUN_DIR OUT.npz
 
-Rank 0 is roles/learner.py's `LearnerCore` with the group's `LeaderLearner` (its replay-ratio feed decides every
-update and orders it); rank 1 follows (roles/learner_group.py's `follow`) as the regime's `SampleFollower`. Each
-rank's replay is scripted: it hands that rank its own samples, the rank's share of every minibatch of
-`replica_worker.transitions` (what a single learner would sample), and records the priorities the rank sends home.
-Each rank writes its parameters and those priorities to OUT.npz.
+ALGO is td3 or sac. Rank 0 is roles/learner.py's `LearnerCore` with the group's `LeaderLearner` (its replay-ratio
+feed decides every update and orders it); rank 1 follows (roles/learner_group.py's `follow`) as the regime's
+`SampleFollower`. Each rank's replay is scripted: it hands that rank its own samples, the rank's share of every
+minibatch of `replica_worker.transitions` (what a single learner would sample), and records the priorities the rank
+sends home. Each rank writes its parameters and those priorities to OUT.npz.
 """
 
 from __future__ import annotations
@@ -40,15 +40,16 @@ from surreal.roles.ports import InProcessParams
 from surreal.runtime.regimes.replay_ratio import sample_follower
 
 SAMPLES = 2  # samples of replica_worker.STEPS minibatches each rank steps through
-# TD3 (DDPG's twin critics, delayed actor, target smoothing) on Pendulum's spaces, prioritized replay; minibatches of
-# replica_worker.BATCH; a replay ratio that allows every step at once; no checkpoint but the first.
+# Pendulum's spaces, prioritized replay; minibatches of replica_worker.BATCH; a replay ratio that allows every step at
+# once; no checkpoint but the first. TD3: DDPG's twin critics, delayed actor and target smoothing; SAC: its defaults
+# (twin critics, a target network, the actor and the temperature every step).
+ALGOS = {
+    "td3": ["algo=ddpg", "algo.twin_critics=true", "algo.target_policy_noise=0.2", "algo.max_grad_norm=1.0"],
+    "sac": ["algo=sac", "algo.hidden_sizes=[32,32]", "algo.critic_hidden_sizes=[32,32]"],
+}
 OVERRIDES = [
-    "algo=ddpg",
     "env=Pendulum-v1",
     "seed=4",
-    "algo.twin_critics=true",
-    "algo.target_policy_noise=0.2",
-    "algo.max_grad_norm=1.0",
     "algo.batch_size=64",
     "algo.learning_starts=0",
     "learner.minibatches_per_sample=4",
@@ -87,9 +88,9 @@ class ScriptedReplay:
         pass
 
 
-def main(run_dir: Path, out: Path) -> None:
+def main(algo: str, run_dir: Path, out: Path) -> None:
     torch.set_num_threads(1)
-    cfg = load_config(OVERRIDES)
+    cfg = load_config([*ALGOS[algo], *OVERRIDES])
     place = place_from_env(cfg)
     assert isinstance(place, GroupPlace)
     cpu = torch.device("cpu")
@@ -135,4 +136,4 @@ def main(run_dir: Path, out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), Path(sys.argv[2]))
+    main(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]))

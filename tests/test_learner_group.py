@@ -104,24 +104,25 @@ def test_off_policy_groups_validate(overrides):
     assert cfg.learner.replicas == 2 and not cfg.algo.on_policy
 
 
-def test_an_off_policy_group_whose_ranks_sample_their_own_minibatches_makes_the_single_learners_update(tmp_path):
+@pytest.mark.parametrize("algo", ["td3", "sac"])
+def test_an_off_policy_group_whose_ranks_sample_their_own_minibatches_makes_the_single_learners_update(tmp_path, algo):
     """Two gloo ranks through the role's code (rank 0: `LearnerCore` and its replay-ratio feed ordering every update;
     rank 1: following as the regime's `SampleFollower`), each stepping on minibatches only it sampled: identical
     parameters on both, those of one learner stepping on the two ranks' minibatches side by side, and each rank's
     priorities sent home for its own transitions (tests/offpolicy_group_worker.py)."""
     import torch
 
-    from offpolicy_group_worker import OVERRIDES, SAMPLES
+    from offpolicy_group_worker import ALGOS, OVERRIDES, SAMPLES
     from replica_worker import transitions
     from surreal.algos import get_algorithm
     from surreal.config import algo_config
     from surreal.envs import env_spaces
     from test_data_parallel import run_ranks_of
 
-    ranks = run_ranks_of(OFFPOLICY_WORKER, 2, tmp_path, lambda rank: [str(tmp_path / f"run{rank}")])
-    cfg = load_config(OVERRIDES)
+    ranks = run_ranks_of(OFFPOLICY_WORKER, 2, tmp_path, lambda rank: [algo, str(tmp_path / f"run{rank}")], algo)
+    cfg = load_config([*ALGOS[algo], *OVERRIDES])
     torch.set_num_threads(1)
-    alone = get_algorithm("ddpg").make_learner(*env_spaces(cfg), algo_config(cfg), torch.device("cpu"))
+    alone = get_algorithm(cfg.algo.name).make_learner(*env_spaces(cfg), algo_config(cfg), torch.device("cpu"))
     steps = cfg.learner.minibatches_per_sample
     whole = [alone.update(transitions(u, True), steps)[1] for u in range(SAMPLES)]
     state = alone.state_dict()
