@@ -1,22 +1,29 @@
-"""Data-parallel learner speed (`learner.replicas=K`): PPO updates per second of K ranks against one learner alone.
+"""Data-parallel learner speed (`learner.replicas=K`): updates per second of K ranks against one learner alone.
 
-    python -m bench.learner --replicas 1 2 [--device cpu|cuda] [--updates N] [--rounds R] [--threads T] [--large]
-                            [--out PATH]
+    python -m bench.learner --replicas 1 2 [--algo ppo|ddpg|td3|sac] [--device cpu|cuda] [--updates N] [--rounds R]
+                            [--threads T] [--large] [--out PATH]
     python -m bench.learner_group ...   (the same)
 
 Each rank is a process of its own with torchrun's variables, in a process group on 127.0.0.1 (gloo on the CPU,
-NCCL on CUDA, each rank on cuda:<rank>), running the learner role's PPO learner as that rank (algos/replica.py):
-every rank takes the whole batch and computes 1/K of every minibatch, the gradients all-reduced each minibatch
-step. The batch is real experience, collected on HalfCheetah-v5 by every rank alike (same seeds, same chunks:
-bench/learner.py's `collect_chunks`; the PPO defaults: 2,048 transitions, minibatches of 64, 10 epochs; with
-`--large` 4,096 transitions, minibatches of 1,024, 2 epochs).
+NCCL on CUDA, each rank on cuda:<rank>), running the learner role's learner as that rank (algos/replica.py), the
+gradients all-reduced every minibatch step:
+
+- ppo (the default): every rank takes the whole batch and computes 1/K of every minibatch. The batch is real
+  experience, collected on HalfCheetah-v5 by every rank alike (same seeds, same chunks: bench/learner.py's
+  `collect_chunks`; the PPO defaults: 2,048 transitions, minibatches of 64, 10 epochs; with `--large` 4,096
+  transitions, minibatches of 1,024, 2 epochs). A row's rate is whole-batch updates per second.
+- ddpg, td3, sac (off-policy): every rank steps on samples of its own, as a rank of the role does (each samples its
+  1/K of every minibatch from the replay): samples of `learner.minibatches_per_sample` minibatches of its share of
+  the algorithm's default batch (256), drawn from real HalfCheetah-v5 transitions with the rank's own seed
+  (bench/learner.py's `transition_batches`), one call of the update per sample. A row's rate is gradient steps of
+  the whole minibatch per second.
 
 Rows: `alone` (the learner as `learner.replicas=1` runs it, no process group), then each K of `--replicas` as a
 group of K (K=1: a group of one, what being a rank costs: the all-reduce, and no CUDA graph). A round starts
 every row's processes once, one row after another, so the rows share the machine's load; the rate is the median
-round's (updates of the whole batch per second, timed on rank 0 between barriers, after one untimed update).
-`ratio` is a row's rate over `alone`'s, `speedup_2_over_1` K=2's over K=1's. A group needs a core (or a GPU) per
-rank to gain: on a 2-core box shared with other work it loses, which is what it then reports.
+round's (timed on rank 0 between barriers, after one untimed update). `ratio` is a row's rate over `alone`'s,
+`speedup_2_over_1` K=2's over K=1's. A group needs a core (or a GPU) per rank to gain: on a 2-core box shared with
+other work it loses, which is what it then reports.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
@@ -38,14 +46,19 @@ import torch.distributed as dist
 
 from bench._runs import emit
 from surreal.algos import get_algorithm
-from surreal.algos.interface import OnPolicyLearner
+from surreal.algos.interface import OffPolicyLearner, OnPolicyLearner
 from surreal.algos.replica import Replica
-from surreal.config.schema import PPOConfig
+from surreal.config.schema import LearnerConfig, PPOConfig
 from surreal.launch.local import free_ports
 from surreal.settings import group_env
 
 RANK_TIMEOUT_S = 900.0  # a rank process's whole life: only catches a hang
 GROUP_TIMEOUT_S = 300.0  # every collective's
+
+
+def module_of(algo: str) -> str:
+    """The algorithm module a benchmark name runs (TD3 is DDPG with its switches)."""
+    return "ddpg" if algo == "td3" else algo
 
 
 def ppo_config(large: bool) -> PPOConfig:
@@ -59,12 +72,17 @@ def ppo_config(large: bool) -> PPOConfig:
 
 def rank_main(args: argparse.Namespace) -> None:
     """One rank (or the learner alone, `--size 0`): collect, build, one untimed update, then `--updates` timed;
-    rank 0 writes {"updates_per_s": ...} to `--result`."""
-    from bench.learner import CHUNK_STEPS, collect_chunks  # the benchmark's own experience
+    rank 0 writes {"updates_per_s": ...} to `--result` (off-policy: gradient steps per second)."""
+    from bench.learner import CHUNK_STEPS, collect_chunks, offpolicy_config, transition_batches
 
     torch.set_num_threads(args.threads)
-    cfg = ppo_config(args.large)
-    obs_space, act_space, chunks = collect_chunks("ppo", cfg, cfg.batch_size // CHUNK_STEPS)
+    cfg: Any
+    if args.algo == "ppo":
+        cfg = ppo_config(args.large)
+        obs_space, act_space, chunks = collect_chunks("ppo", cfg, cfg.batch_size // CHUNK_STEPS)
+    else:
+        cfg = offpolicy_config(args.algo)[0]
+        obs_space, act_space, chunks = collect_chunks(module_of(args.algo), cfg, 8)
     replica = None
     if args.size > 0:
         rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -76,8 +94,19 @@ def rank_main(args: argparse.Namespace) -> None:
         replica = Replica(rank, size)
     else:
         rank, device = 0, torch.device(args.device)
-    algo = get_algorithm("ppo")
-    learner = cast(OnPolicyLearner, algo.make_learner(obs_space, act_space, cfg, device, replica=replica))
+    algo = get_algorithm(module_of(args.algo))
+    learner = algo.make_learner(obs_space, act_space, cfg, device, replica=replica)
+    update: Callable[[int], object]
+    per_call = 1
+    if args.algo == "ppo":
+        on_policy = cast(OnPolicyLearner, learner)
+        update = lambda turn: on_policy.update(chunks, 0.5)  # noqa: E731
+    else:  # this rank's own samples: its share of every minibatch, its own draws
+        off_policy = cast(OffPolicyLearner, learner)
+        per_call = LearnerConfig().minibatches_per_sample
+        size = max(args.size, 1)
+        samples = transition_batches(chunks, per_call * cfg.batch_size // size, 8, cfg.seed + 1000 * rank)
+        update = lambda turn: off_policy.update(samples[turn % len(samples)], per_call)  # noqa: E731
 
     def barrier() -> None:
         if device.type == "cuda":
@@ -85,15 +114,16 @@ def rank_main(args: argparse.Namespace) -> None:
         if replica is not None:
             dist.barrier()
 
-    learner.update(chunks, 0.5)
+    update(0)
     barrier()
     started = time.perf_counter()
-    for _ in range(args.updates):
-        learner.update(chunks, 0.5)  # ends in a host sync (its statistics), on every rank
+    for turn in range(args.updates):
+        update(turn + 1)  # ends in a host sync (its statistics), on every rank
     barrier()
     elapsed = time.perf_counter() - started
     if rank == 0:
-        Path(args.result).write_text(json.dumps({"updates_per_s": args.updates / elapsed, "seconds": elapsed}))
+        rate = args.updates * per_call / elapsed
+        Path(args.result).write_text(json.dumps({"updates_per_s": rate, "seconds": elapsed}))
     if replica is not None:
         dist.destroy_process_group()
 
@@ -104,6 +134,7 @@ def run_row(size: int, args: argparse.Namespace, folder: Path) -> float:
     result.unlink(missing_ok=True)
     common = [sys.executable, "-m", "bench.learner_group", "--rank-of", str(size), "--result", str(result)]
     common += ["--updates", str(args.updates), "--threads", str(args.threads), "--device", args.device]
+    common += ["--algo", args.algo]
     common += ["--large"] if args.large else []
     port = free_ports(1)[0]
     procs = []
@@ -131,27 +162,33 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             for size in sizes:
                 rates[size].append(run_row(size, args, Path(folder)))
     median = {size: statistics.median(values) for size, values in rates.items()}
-    cfg = ppo_config(args.large)
+    from bench.learner import ENV_ID, machine, offpolicy_config
+
+    shape: dict[str, Any]
+    if args.algo == "ppo":
+        ppo = ppo_config(args.large)
+        batch_size = ppo.batch_size
+        shape = {"minibatch_size": ppo.minibatch_size, "update_epochs": ppo.update_epochs}
+    else:  # a rate of gradient steps, each on a minibatch of batch_size (1/K of it sampled by each rank)
+        batch_size = offpolicy_config(args.algo)[0].batch_size
+        shape = {"unit": "gradient steps", "minibatches_per_sample": LearnerConfig().minibatches_per_sample}
     rows = [
         {
             "row": "alone" if size == 0 else f"replicas={size}",
             "replicas": size,
             "updates_per_s": round(median[size], 4),
-            "samples_per_s": round(median[size] * cfg.batch_size, 1),
+            "samples_per_s": round(median[size] * batch_size, 1),
             "ratio": round(median[size] / median[0], 3),
             "rounds": [round(r, 4) for r in rates[size]],
         }
         for size in sizes
     ]
-    from bench.learner import ENV_ID, machine
-
     result: dict[str, Any] = {
         "benchmark": "learner_group",
-        "algo": "ppo",
+        "algo": args.algo,
         "env": ENV_ID,
-        "batch_size": cfg.batch_size,
-        "minibatch_size": cfg.minibatch_size,
-        "update_epochs": cfg.update_epochs,
+        "batch_size": batch_size,
+        **shape,
         "updates_per_round": args.updates,
         "backend": "nccl" if args.device == "cuda" else "gloo",
         "machine": machine(torch.device(args.device)),
@@ -165,7 +202,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--updates", type=int, default=5, help="timed updates per row and round")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (each starts every row once)")
-    parser.add_argument("--large", action="store_true", help="batch 4,096, minibatches of 1,024, 2 epochs")
+    parser.add_argument("--large", action="store_true", help="ppo: batch 4,096, minibatches of 1,024, 2 epochs")
+    parser.add_argument("--algo", default="ppo", choices=["ppo", "ddpg", "td3", "sac"], help="whose update to time")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -100,3 +100,29 @@ def test_experiment_learner_replicas_set_apart_from_learner_replicas_fails_the_r
         "experiment.learner.replicas=2",
     )
     assert done.returncode != 0 and "set learner.replicas" in done.stderr
+
+
+def test_an_off_policy_groups_every_rank_can_sample_the_replay_with_rank_0s_keys():
+    """Off-policy, every rank samples the replay itself: every pod of the StatefulSet gets the shards' addresses and
+    the CURVE keys as rank 0 does (one pod template), and the release's NetworkPolicy lets every learner pod, not only
+    pod 0, reach the replay's sample port."""
+    docs = render(VALUES_DIR / "ddpg.yaml", sets=("learner.replicas=2", "networkPolicy.enabled=true"))
+    experiment = experiment_of(docs)
+    assert experiment["algo"] == "ddpg" and experiment["learner"]["replicas"] == 2
+    learner = find(docs, "StatefulSet", "learner")
+    env = container_env(learner)
+    assert (
+        env["SURREAL_REPLAY_ADDRS"]["value"]
+        == container_env(find(docs, "StatefulSet", "actor"))["SURREAL_REPLAY_ADDRS"]["value"]
+    )
+    replay = find(docs, "StatefulSet", "replay")
+    (replay_container,) = replay["spec"]["template"]["spec"]["containers"]
+    sample_port = {p["name"]: p["containerPort"] for p in replay_container["ports"]}["sample"]
+    assert all(f":{sample_port}" in addr for addr in env["SURREAL_REPLAY_ADDRS"]["value"].split(","))
+    assert "SURREAL_CURVE_DIR" in env, "the experiment's CURVE keys (the chart's default), for every rank"
+    (policy,) = [d for d in docs if d["kind"] == "NetworkPolicy" and not d["metadata"]["name"].endswith("-group")]
+    selected = policy["spec"]["podSelector"]["matchLabels"]
+    pod_labels = learner["spec"]["template"]["metadata"]["labels"]
+    assert selected.items() <= pod_labels.items(), "the policy covers every learner pod"
+    egress_ports = {p["port"] for rule in policy["spec"]["egress"] for p in rule.get("ports", []) if "to" in rule}
+    assert sample_port in egress_ports

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,14 @@ RANKS_TIMEOUT_S = 300  # only catches a hang: two processes importing torch on a
 
 def run_ranks(algo: str, size: int, tmp_path: Path) -> list[dict[str, np.ndarray]]:
     """Every rank's result of `run_case(algo, Replica(rank, size))`, each rank a process in one gloo group."""
+    return run_ranks_of(WORKER, size, tmp_path, lambda rank: [algo], algo)
+
+
+def run_ranks_of(
+    worker: Path, size: int, tmp_path: Path, args: Callable[[int], list[str]], name: str = "group"
+) -> list[dict[str, np.ndarray]]:
+    """`worker` run as each rank of a gloo group of `size` on 127.0.0.1 (torchrun's variables), with `args(rank)`
+    and the path of the .npz it writes; every rank's arrays."""
     port = free_ports(1)[0]
     procs = []
     for rank in range(size):
@@ -38,8 +47,8 @@ def run_ranks(algo: str, size: int, tmp_path: Path) -> list[dict[str, np.ndarray
             "MASTER_PORT": str(port),
             "OMP_NUM_THREADS": "1",
         }
-        out = tmp_path / f"{algo}-rank{rank}.npz"
-        procs.append((out, subprocess.Popen([sys.executable, str(WORKER), algo, str(out)], env=env)))
+        out = tmp_path / f"{name}-rank{rank}.npz"
+        procs.append((out, subprocess.Popen([sys.executable, str(worker), *args(rank), str(out)], env=env)))
     try:
         for _, proc in procs:
             assert proc.wait(timeout=RANKS_TIMEOUT_S) == 0

@@ -4,9 +4,11 @@ SIGKILLed mid-run (the group resumes from rank 0's checkpoint, nothing hangs).""
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -21,7 +23,9 @@ from surreal.proto.codec import ProtocolError, decode, encode, pack_frames, unpa
 from surreal.proto.wire import Chunk, GroupOrder, decode_group_order, encode_group_order
 from surreal.roles.learner_group import GroupPlace
 from surreal.settings import group_env
-from test_local_run import LocalRun
+from test_local_run import DDPG_PENDULUM, LocalRun
+
+OFFPOLICY_WORKER = Path(__file__).resolve().parent / "offpolicy_group_worker.py"
 
 
 def order_round_trip(order: GroupOrder) -> GroupOrder:
@@ -75,7 +79,8 @@ def test_a_place_comes_from_torchruns_variables_and_bad_ones_are_one_clear_error
 @pytest.mark.parametrize(
     ("overrides", "says"),
     [
-        (["algo=ddpg", "learner.replicas=2"], "on-policy algorithms"),
+        (["algo=ddpg", "algo.batch_size=255", "learner.replicas=2"], r"algo.batch_size \(255\) must be a multiple"),
+        (["algo=sac", "algo.batch_size=100", "learner.replicas=3"], r"algo.batch_size \(100\) must be a multiple"),
         (["algo.minibatch_size=63", "learner.replicas=2"], "multiple of learner.replicas"),
         (["algo=es", "learner.replicas=2"], "no gradient update"),
         (["device=cuda:1", "learner.replicas=2"], "LOCAL_RANK"),
@@ -85,6 +90,79 @@ def test_a_place_comes_from_torchruns_variables_and_bad_ones_are_one_clear_error
 def test_config_refuses_what_a_group_cannot_run(overrides, says):
     with pytest.raises(ConfigError, match=says):
         load_config(overrides)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["algo=ddpg", "algo.twin_critics=true", "algo.target_policy_noise=0.2"],  # TD3
+        ["algo=sac"],
+    ],
+)
+def test_off_policy_groups_validate(overrides):
+    cfg = load_config([*overrides, "learner.replicas=2"])
+    assert cfg.learner.replicas == 2 and not cfg.algo.on_policy
+
+
+@pytest.mark.parametrize("algo", ["td3", "sac"])
+def test_an_off_policy_group_whose_ranks_sample_their_own_minibatches_makes_the_single_learners_update(tmp_path, algo):
+    """Two gloo ranks through the role's code (rank 0: `LearnerCore` and its replay-ratio feed ordering every update;
+    rank 1: following as the regime's `SampleFollower`), each stepping on minibatches only it sampled: identical
+    parameters on both, those of one learner stepping on the two ranks' minibatches side by side, and each rank's
+    priorities sent home for its own transitions (tests/offpolicy_group_worker.py)."""
+    import torch
+
+    from offpolicy_group_worker import ALGOS, OVERRIDES, SAMPLES
+    from replica_worker import transitions
+    from surreal.algos import get_algorithm
+    from surreal.config import algo_config
+    from surreal.envs import env_spaces
+    from test_data_parallel import run_ranks_of
+
+    ranks = run_ranks_of(OFFPOLICY_WORKER, 2, tmp_path, lambda rank: [algo, str(tmp_path / f"run{rank}")], algo)
+    cfg = load_config([*ALGOS[algo], *OVERRIDES])
+    torch.set_num_threads(1)
+    alone = get_algorithm(cfg.algo.name).make_learner(*env_spaces(cfg), algo_config(cfg), torch.device("cpu"))
+    steps = cfg.learner.minibatches_per_sample
+    whole = [alone.update(transitions(u, True), steps)[1] for u in range(SAMPLES)]
+    state = alone.state_dict()
+    expected = {f"param/{k}": v.numpy() for k, v in state["critics"].items()}
+    expected.update({f"param/actor.{k}": v.numpy() for k, v in state["actor"].items()})
+    assert [int(r["updates"]) for r in ranks] == [SAMPLES * steps] * 2
+    for key, value in expected.items():
+        np.testing.assert_array_equal(ranks[0][key], ranks[1][key], err_msg=key)
+        np.testing.assert_allclose(ranks[0][key], value, rtol=1e-4, atol=2e-5, err_msg=key)
+    for rank, result in enumerate(ranks):  # rank r's rows are the r-th half of every minibatch of 64
+        rows = np.arange(steps * 64).reshape(steps, 2, 32)[:, rank].reshape(-1)
+        np.testing.assert_array_equal(result["priority_slots"], np.concatenate([rows] * SAMPLES))
+        np.testing.assert_allclose(result["priorities"], np.concatenate([w[rows] for w in whole]), rtol=1e-4, atol=1e-5)
+
+
+def test_rank_samples_step_across_samples_and_send_each_its_priorities():
+    from surreal.proto.wire import IDS, SLOTS, ShardReport, TransitionReply
+    from surreal.runtime.regimes.replay_ratio import RankSamples
+
+    sent = []
+    samples = RankSamples(4, 2, lambda shard, slots, ids, p: sent.append((shard, slots.tolist(), p.tolist())))
+
+    def reply(shard: int, first: int) -> TransitionReply:
+        slots = np.arange(first, first + 12)
+        return TransitionReply(ShardReport(shard, 0), {SLOTS: slots, IDS: slots.astype(np.uint64), "x": slots * 1.0})
+
+    assert samples.take(reply(0, 0)) and samples.minibatches == 3
+    batch, parts = samples.next(2)
+    samples.learned(parts, np.arange(8.0))
+    assert samples.take(reply(1, 100)) and samples.minibatches == 4
+    batch, parts = samples.next(2)  # the first sample's last minibatch, then the second's first
+    assert batch["x"].tolist() == [8, 9, 10, 11, 100, 101, 102, 103]
+    samples.learned(parts, np.array([8.0, 9, 10, 11, np.nan, 1, 2, 3]))
+    assert sent == [(0, list(range(12)), [float(p) for p in range(12)])], "the used-up sample went home, once"
+    samples.take(reply(0, 200))
+    samples.take(reply(0, 300))  # a third sample held: the oldest (the second, half used) retires
+    assert sent[1] == (1, [101, 102, 103], [1.0, 2.0, 3.0]), "its used minibatch's finite priorities"
+    assert samples.minibatches == 6 and samples.transitions == 48
+    with pytest.raises(ValueError, match="7 minibatches asked for"):
+        samples.next(7)
 
 
 def test_surreal_run_plans_k_ranks_with_torchruns_variables_and_one_rendezvous(tmp_path):
@@ -135,20 +213,28 @@ def test_a_failed_rank_restarts_its_whole_group_and_only_its_failure_counts(tmp_
         assert supervisor.restarts() == {"learner": 0, "learner-1": 1}
 
 
+# Each kind of group's run: its overrides, its env steps, and the updates (metrics rows') to reach before the kill.
+GROUP_RUNS = {
+    # On-policy: rank 0 orders every PPO update's batch to rank 1.
+    "ppo": (("env=InvertedPendulum-v5", "actors=2", "steps=36864", "learner.checkpoint_interval=2"), 36864, 4),
+    # Off-policy: DDPG on Pendulum (tests/test_local_run.py's settings), each rank sampling its own prioritized
+    # minibatches; a checkpoint every 500 gradient steps (rows of 250).
+    "ddpg": ((*DDPG_PENDULUM, "actors=2", "steps=12000", "replay.mode=prioritized", "learner.checkpoint_interval=2"),
+             12000, 3000),
+}  # fmt: skip
+
+
 @pytest.mark.slow
-def test_a_rank_sigkilled_mid_run_restarts_the_group_from_rank_0s_checkpoint_without_a_hang(tmp_path):
-    run = LocalRun(
-        tmp_path,
-        "group",
-        "env=InvertedPendulum-v5",
-        "actors=2",
-        "steps=36864",
-        "learner.replicas=2",
-        "learner.checkpoint_interval=2",
-        "learner.group_timeout_s=30",
-    )
+@pytest.mark.parametrize("kind", sorted(GROUP_RUNS))
+def test_a_rank_sigkilled_mid_run_restarts_the_group_from_rank_0s_checkpoint_without_a_hang(tmp_path, kind):
+    """Rank 1 SIGKILLed mid-run: the group starts again from rank 0's checkpoint and the run completes (no hang, no
+    metrics row twice). Off-policy, the run also learns (DDPG's eval return on Pendulum well above a random policy's
+    -1,200 to -1,600), rank 1 sampled its own minibatches from the replay before and after the kill, and the
+    episodes reached rank 0, which counts them (its requests alone ask for them)."""
+    overrides, steps, kill_at = GROUP_RUNS[kind]
+    run = LocalRun(tmp_path, f"group-{kind}", *overrides, "learner.replicas=2", "learner.group_timeout_s=30")
     try:
-        wait_until(lambda: run.updates() >= 4, 240)
+        wait_until(lambda: run.updates() >= kill_at, 240)
         run.role("learner-1").send_signal(signal.SIGKILL)
         summary = run.wait(400)
         assert summary["status"] == "completed", summary
@@ -156,8 +242,20 @@ def test_a_rank_sigkilled_mid_run_restarts_the_group_from_rank_0s_checkpoint_wit
         log = (run.run_dir / "logs" / "learner.log").read_text()
         assert "resumed at update" in log, "rank 0 started again from its checkpoint"
         rows = read_metrics(run.run_dir / "metrics.jsonl")
-        assert [r["updates"] for r in rows] == list(range(1, len(rows) + 1)), "one row per update, none twice"
-        assert summary["env_steps"] >= 36864
+        updates = [r["updates"] for r in rows]
+        if kind == "ppo":
+            assert updates == list(range(1, len(rows) + 1)), "one row per update, none twice"
+        else:
+            assert updates == sorted(set(updates)), "no row twice"
+            assert summary["eval_return_mean"] > -400, summary
+            assert summary["train_return_mean"] is not None, "rank 0 counted the episodes"
+            rank_1 = (run.run_dir / "logs" / "learner-1.log").read_text()  # every incarnation's, one after another
+            assert "rank 1 samples its own minibatches from 1 replay shard(s) over CURVE" in rank_1
+            before_kill = rank_1[: rank_1.rindex("joined the learner group")]
+            assert re.search(r"rank 1: \d+ updates, [1-9]\d* transitions sampled", before_kill), "rank 1's own samples"
+            finished = re.findall(r"rank 1: finish after \d+ updates, (\d+) transitions sampled", rank_1)
+            assert finished and int(finished[-1]) > 0, "and after the group started again"
+        assert summary["env_steps"] >= steps
         run.assert_nothing_left()
     finally:
         run.close()

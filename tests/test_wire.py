@@ -266,6 +266,31 @@ def test_a_transition_shard_reports_each_actor_heard_once():
     assert shard.report().actors == [], "handed over once"
 
 
+def test_a_group_ranks_requests_leave_the_episodes_and_actors_to_rank_0s():
+    """A learner group's ranks after the first sample with `episodes=False`: their replies carry the shard's env-step
+    count, and the finished episodes and actors heard wait for rank 0's next request (which counts them)."""
+    from surreal.roles.replay import ReplayCore
+
+    shard = ReplayShard("uniform", 100)
+    for actor in (3, 1):
+        shard.add(encode_chunk(chunk(actor=actor), incarnation="a"))
+    answers: list = []
+    core = ReplayCore(shard, lambda peer, reply: answers.append((peer, reply)), lambda reason, peer: None)
+    follower = SampleRequest(4, episodes=False)
+    assert SampleRequest.from_message(follower.to_message()) == follower
+    assert SampleRequest.from_message(SampleRequest(4).to_message()).episodes, "absent: episodes handed over"
+    core.on_request("rank1", follower.to_message(), 0.0)
+    core.serve(0.0)
+    report = answers[-1][1].report
+    assert (report.env_steps, report.episode_returns, report.actors) == (16, [], [])
+    core.on_request("rank0", SampleRequest(4).to_message(), 0.0)
+    core.serve(0.0)
+    report = answers[-1][1].report
+    assert (report.env_steps, report.episode_returns, report.actors) == (16, [2.5, 2.5], [1, 3])
+    with pytest.raises(ProtocolError, match="bad_request"):
+        SampleRequest.from_message(Message(SAMPLE_REQUEST, {"batch_size": 4, "with_episodes": "no"}))
+
+
 def test_a_replay_shard_refuses_bad_content_and_keeps_its_books_right():
     shard = ReplayShard("uniform", 100)
     meta, arrays = parts(encode_chunk(chunk(), incarnation=""))

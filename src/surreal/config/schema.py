@@ -168,16 +168,11 @@ class OffPolicyConfig(AlgoConfig):
         return out
 
     def replica_problems(self, replicas: int) -> list[str]:
-        """The learner's update splits (algos/replica.py: each rank steps on its share of every minibatch), but the
-        learner role runs a group for on-policy algorithms only: its ranks 1..K-1 take rank 0's batches, and
-        off-policy ranks would each sample the replay on their own, which the role does not do yet."""
-        out = [
-            f"learner.replicas={replicas}: the learner group runs on-policy algorithms (ppo) for now; "
-            f"{self.name} needs learner.replicas=1"
-        ]
+        """Each rank samples its own share of every minibatch from the replay (roles/learner_group.py), so a
+        minibatch must split into `replicas` equal shares (algos/replica.py)."""
         if self.batch_size % replicas:
-            out.append(f"algo.batch_size ({self.batch_size}) must be a multiple of learner.replicas ({replicas})")
-        return out
+            return [f"algo.batch_size ({self.batch_size}) must be a multiple of learner.replicas ({replicas})"]
+        return []
 
 
 @dataclass
@@ -468,7 +463,8 @@ class LearnerConfig:
     # first update pays the compilation (about 17 s on one CPU core with a cold inductor cache).
     compile: bool = False
     # Learner processes training one model data-parallel (torch.distributed: gloo on CPUs, NCCL on GPUs): each
-    # computes 1/replicas of every minibatch and the gradients are all-reduced; rank 0 publishes and checkpoints.
+    # computes 1/replicas of every minibatch (on-policy: its share of rank 0's batch; off-policy: a share it samples
+    # from the replay itself) and the gradients are all-reduced; rank 0 publishes and checkpoints.
     replicas: int = 1
     # The longest any collective of the learner group may wait (the rendezvous included): a rank lost or stuck
     # stops the others within this, and the group starts again from its last checkpoint.

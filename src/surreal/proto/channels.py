@@ -276,11 +276,14 @@ class SampleClient:
         ready_at: int | None = None,
         max_steps_per_unit: int | None = None,
         layout: ReplyLayout | None = None,
+        episodes: bool = True,
     ) -> None:
         """`ready_at`: ask the shards to answer once they hold this many transitions (`SampleRequest`);
         `max_steps_per_unit`: the algorithm's bound on a chunk's env steps (`decode_chunk`); `layout`: what a
-        transition reply must hold (`decode_sample_reply`)."""
+        transition reply must hold (`decode_sample_reply`); `episodes`: whether replies hand over the finished
+        episodes (False: a learner group's rank after the first, `SampleRequest`)."""
         self.ready_at = ready_at
+        self.episodes = episodes
         self.max_steps_per_unit = max_steps_per_unit
         self.layout = layout
         self.limits = accepting(limits, SAMPLE_REPLIES)
@@ -309,7 +312,7 @@ class SampleClient:
 
     def _top_up(self, batch_size: int) -> None:
         now = time.monotonic()
-        request = frames_of(SampleRequest(int(batch_size), self.ready_at).to_message())
+        request = frames_of(SampleRequest(int(batch_size), self.ready_at, self.episodes).to_message())
         for sock, books in self._shards:
             for _ in range(books.wanted(now)):
                 if not send(sock, request, 0.0):

@@ -488,10 +488,13 @@ def _decode_transitions(arrays: dict[str, Any], layout: ReplyLayout | None) -> d
 class SampleRequest:
     """A learner asks a shard for `batch_size` transitions (a FIFO: at most that many, whole chunks), to be
     answered once the shard holds `ready_at` (default: the batch size; an off-policy learner asks for several
-    minibatches but can learn once one is held)."""
+    minibatches but can learn once one is held). `episodes`: the reply's report hands over the episodes finished
+    and the actors heard since the last one that did; False for a learner group's ranks 1..K-1, which sample
+    their own minibatches but leave that count to rank 0 (its env-step count they get all the same)."""
 
     batch_size: int
     ready_at: int | None = None
+    episodes: bool = True
 
     @property
     def threshold(self) -> int:
@@ -502,14 +505,21 @@ class SampleRequest:
         meta: dict[str, Any] = {"batch_size": self.batch_size}
         if self.ready_at is not None:
             meta["ready_at"] = min(self.ready_at, self.batch_size)
+        if not self.episodes:
+            meta["with_episodes"] = False
         return Message(SAMPLE_REQUEST, meta)
 
     @classmethod
     def from_message(cls, message: Message) -> SampleRequest:
         batch_size = _int(message.meta, "batch_size", 1, MAX_BATCH, "bad_request")
         ready_at = message.meta.get("ready_at")
+        episodes = message.meta.get("with_episodes", True)
+        if not isinstance(episodes, bool):
+            raise ProtocolError("bad_request", f"episodes {episodes!r:.32} is not a boolean")
         return cls(
-            batch_size, None if ready_at is None else _int(message.meta, "ready_at", 1, batch_size, "bad_request")
+            batch_size,
+            None if ready_at is None else _int(message.meta, "ready_at", 1, batch_size, "bad_request"),
+            episodes,
         )
 
 

@@ -114,23 +114,27 @@ class ReplayShard:
             return "reply_too_large"
         return None
 
-    def sample(self, batch_size: int) -> FifoReply | TransitionReply:
+    def sample(self, batch_size: int, episodes: bool = True) -> FifoReply | TransitionReply:
         """A reply holding data (call `ready` first) and the shard's progress: whole chunks (a FIFO, at most
-        `batch_size` transitions but at least one chunk) or a batch of `batch_size` sampled transitions."""
+        `batch_size` transitions but at least one chunk) or a batch of `batch_size` sampled transitions.
+        `episodes`: the report hands over the finished episodes (`report`)."""
         if isinstance(self.replay, FifoReplay):
             items = self.replay.fifo.take(batch_size)
             # The metadata is what `add` accepted: rebuilt into chunks, not checked against arrays again.
             chunks = [ChunkMeta.from_meta(item.meta, item.n_transitions).chunk(item.arrays) for item in items]
-            return FifoReply(self.report(), chunks)
-        return TransitionReply(self.report(), self.replay.sample(batch_size))
+            return FifoReply(self.report(episodes), chunks)
+        return TransitionReply(self.report(episodes), self.replay.sample(batch_size))
 
-    def empty_reply(self) -> EmptyReply:
+    def empty_reply(self, episodes: bool = True) -> EmptyReply:
         """What a request the shard could not answer with data in time gets: its progress only."""
-        return EmptyReply(self.report())
+        return EmptyReply(self.report(episodes))
 
-    def report(self) -> ShardReport:
+    def report(self, episodes: bool = True) -> ShardReport:
         """This shard's progress for the next reply (data or empty); hands over the finished episodes and the
-        actors heard from once."""
+        actors heard from once. Without `episodes` (a learner group's rank after the first, `SampleRequest`), the
+        env-step count only: the episodes wait for the learner that counts them."""
+        if not episodes:
+            return ShardReport(self.shard, self.env_steps_in, [], [], [], [])
         returns, lengths = list(self.finished_returns), list(self.finished_lengths)
         successes = list(self.finished_successes) if len(self.finished_successes) == len(returns) else []
         report = ShardReport(self.shard, self.env_steps_in, returns, lengths, sorted(self.actors_heard), successes)

@@ -36,12 +36,12 @@ import torch
 from surreal.algos import get_algorithm
 from surreal.algos.interface import OffPolicyLearner, OnPolicyLearner
 from surreal.config import ExperimentConfig, algo_config, save_config
-from surreal.envs import env_spaces, env_steps_bound
+from surreal.envs import env_spaces
 from surreal.metrics import RoleMetrics
 from surreal.metricsfile import METRICS_FILE
 from surreal.policy.artifact import FILE_NAME, POLICY_DIR
 from surreal.policy.build import PolicyRecorder, run_git_sha
-from surreal.proto.channels import BackgroundBatches, ParamPublisher, SampleClient
+from surreal.proto.channels import ParamPublisher
 from surreal.proto.curve import REFUSED_HELP, REFUSED_METRIC, WireContext
 from surreal.proto.wire import BlobMeta, GroupOrder
 from surreal.replay.shard import message_limits
@@ -54,13 +54,14 @@ from surreal.roles.learner_group import (
     group_device,
     make_rank_learner,
     place_from_env,
+    replay_batches,
     run_follower,
 )
 from surreal.roles.ports import BatchesIn, ParamsOut
 from surreal.runstore import LEARNER, open_mirror
 from surreal.runtime.checkpoint import LearnerCheckpoints, Restored
 from surreal.runtime.recorder import Recorder, WallTime, truncate_metrics
-from surreal.runtime.regimes import Counters, Outcome, learner_feed, reply_layout, sample_size
+from surreal.runtime.regimes import Counters, Outcome, learner_feed, reply_layout
 from surreal.settings import Settings
 
 RECEIVE_TIMEOUT_S = 0.05  # longest wait for a sample reply before the loop services the publisher again
@@ -275,7 +276,7 @@ def main(args: argparse.Namespace) -> int:
         follower_metrics = RoleMetrics("learner", place.rank)
         follower_metrics.serve(settings.bind_host, settings.metrics_port)
         try:
-            code = run_follower(cfg, place, log, follower_metrics)
+            code = run_follower(cfg, place, settings, log, follower_metrics)
             if code == 0 and settings.hold_when_done:  # a pod: restarted, it would wait for a group that is over
                 hold_until_stopped(stop, log)
             return code
@@ -287,25 +288,9 @@ def main(args: argparse.Namespace) -> int:
     ctx = WireContext(settings.curve_keys)
     limits = message_limits(cfg.replay)
     on_error = lambda reason: m_bad.labels(reason=reason).inc()
-    addresses = settings.sample_addrs
-    max_steps_per_unit = env_steps_bound(cfg)
     spaces = env_spaces(cfg)
     layout = reply_layout(cfg, get_algorithm(cfg.algo.name).chunk_fields(*spaces, algo_config(cfg)))
-    batches = BackgroundBatches(
-        lambda: SampleClient(
-            ctx,
-            addresses,
-            limits,
-            cfg.learner.prefetch,
-            on_error=on_error,
-            ready_at=cfg.algo.batch_size,
-            max_steps_per_unit=max_steps_per_unit,
-            layout=layout,
-        ),
-        shards=len(addresses),
-        batch_size=sample_size(cfg),
-        depth=cfg.learner.prefetch * len(addresses),
-    )
+    batches = replay_batches(cfg, ctx, settings.sample_addrs, layout, on_error)
     params_out = ParamPublisher(
         ctx,
         settings.bind(settings.params_pub_port),
@@ -325,7 +310,7 @@ def main(args: argparse.Namespace) -> int:
         device = group_device(cfg, place)
         group = LearnerGroup(place, device, cfg.learner.group_timeout_s, limits)
         log.info("rank 0 of a learner group of %d at %s:%d", place.size, place.master_addr, place.master_port)
-        leader = LeaderLearner(make_rank_learner(cfg, spaces, device, group), group)
+        leader = LeaderLearner(make_rank_learner(cfg, spaces, device, group), group, cfg)
     core = LearnerCore(
         cfg, settings.run_dir, batches, params_out, metrics, args.resume, log, spaces, leader, device=device
     )

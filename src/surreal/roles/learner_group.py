@@ -1,16 +1,26 @@
 """A data-parallel learner group (`learner.replicas=K`): K learner processes training one model.
 
-    rank 0 (roles/learner.py's LearnerCore) ──order: the batch + progress──► ranks 1..K-1
+    rank 0 (roles/learner.py's LearnerCore) ──order: the update (on-policy its batch, off-policy its step count)──►
+       │                                                                                       ranks 1..K-1
        │  update on its share ◄──── gradients all-reduced every minibatch step ────► update on their share
        └──► params to the ps, checkpoints, metrics.jsonl, evaluation (rank 0 only)
 
 Each rank is started with torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK), by
 `surreal run` (launch/local.py), by the chart's indexed pods, or by torchrun itself. Rank 0 is the learner as it
-is alone: it takes the replay's batches, and before every update it sends the other ranks an order (the batch's
-chunks and the schedule's progress, `GroupOrder` in proto/wire.py) over torch.distributed, so every rank runs the
-same `update` and each computes its 1/K of every minibatch (algos/replica.py). The ranks never talk to the replay,
-the ps or the run folder: at the group's start rank 0 sends them its learner's whole state (restored from its
-checkpoint or fresh), so a group that restarts is one again from rank 0's last checkpoint.
+is alone, and before every update it sends the other ranks an order over torch.distributed (`GroupOrder` in
+proto/wire.py), so every rank runs the same `update` and each computes its 1/K of every minibatch
+(algos/replica.py):
+
+- on-policy, the order carries the batch's chunks and the schedule's progress: only rank 0 talks to the replay;
+- off-policy, each rank samples its own minibatches. Rank 0's feed keeps the replay-ratio accounting and orders
+  `steps` gradient steps; every rank holds its own sample requests at the replay shards (the same client as rank 0,
+  for minibatches of its 1/K of `algo.batch_size`: the shards draw each request's transitions afresh, so the ranks'
+  minibatches differ), waits for the samples an order needs (bounded by the group's timeout), steps on them, and
+  sends their priorities home to their shards. The shards hand the finished episodes only to rank 0's requests
+  (`SampleRequest.episodes`), which count them.
+
+No rank but 0 talks to the ps or the run folder: at the group's start rank 0 sends them its learner's whole state
+(restored from its checkpoint or fresh), so a group that restarts is one again from rank 0's last checkpoint.
 
 Every collective has the group's timeout (`learner.group_timeout_s`, given to `init_process_group`): a rank lost
 makes the others' next collective fail within it, they exit non-zero, and the supervisor restarts the whole group
@@ -34,16 +44,19 @@ import torch
 import torch.distributed as dist
 
 from surreal.algos import get_algorithm
-from surreal.algos.interface import OnPolicyLearner
+from surreal.algos.interface import OffPolicyLearner, OnPolicyLearner
 from surreal.algos.replica import Replica, bytes_from_rank_0
 from surreal.config import ExperimentConfig, algo_config
-from surreal.envs import env_spaces
+from surreal.envs import env_spaces, env_steps_bound
 from surreal.metrics import RoleMetrics
+from surreal.proto.channels import BackgroundBatches, ErrorSink, SampleClient
 from surreal.proto.codec import Limits, decode, encode, pack_frames, unpack_frames
-from surreal.proto.wire import Chunk, GroupOrder, ReplyLayout, decode_group_order, encode_group_order
+from surreal.proto.curve import WireContext
+from surreal.proto.wire import GroupOrder, ReplyLayout, decode_group_order, encode_group_order
 from surreal.replay.shard import message_limits
 from surreal.roles.common import EXIT_STOPPED
-from surreal.runtime.regimes import reply_layout
+from surreal.runtime.regimes import Follower, follower, reply_layout, sample_size, update_order
+from surreal.settings import Settings
 
 GROUP_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")
 STATE_LIMIT_BYTES = 1 << 34  # a learner's state (weights, optimizer moments): far above any MLP's
@@ -89,8 +102,16 @@ class LearnerGroup:
     """This process's membership: the process group (gradients: NCCL on CUDA, gloo on the CPU) and a gloo group
     for rank 0's orders, every collective bounded by `timeout_s`."""
 
-    def __init__(self, place: GroupPlace, device: torch.device, timeout_s: float, limits: Limits) -> None:
-        self.place, self.device, self.limits = place, device, limits
+    def __init__(
+        self,
+        place: GroupPlace,
+        device: torch.device,
+        timeout_s: float,
+        limits: Limits,
+        layout: ReplyLayout | None = None,
+    ) -> None:
+        """`layout`: what the chunks of an on-policy order must hold (the algorithm's fields; ranks 1..K-1)."""
+        self.place, self.device, self.limits, self.layout = place, device, limits, layout
         timeout = timedelta(seconds=timeout_s)
         backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda":
@@ -124,11 +145,11 @@ class LearnerGroup:
         message = encode_group_order(order)
         self._from_rank_0(pack_frames(encode(message.kind, message.meta, message.arrays)), self._order_limit())
 
-    def receive(self, layout: ReplyLayout | None) -> GroupOrder:
-        """Ranks 1..K-1: rank 0's next order, checked as any message is (the algorithm's fields with `layout`).
-        Raises (a timeout, a peer gone, a bad order) rather than guess."""
+    def receive_order(self) -> GroupOrder:
+        """Ranks 1..K-1: rank 0's next order, checked as any message is (with the group's `layout`, an on-policy
+        order's chunks hold the algorithm's fields). Raises (a timeout, a peer gone, a bad order) rather than guess."""
         payload = self._from_rank_0(None, self._order_limit())
-        return decode_group_order(decode(unpack_frames(payload, self.limits), self.limits), layout)
+        return decode_group_order(decode(unpack_frames(payload, self.limits), self.limits), self.layout)
 
     def heartbeat(self) -> None:
         """Rank 0, waiting for data: an empty order when the last one is `heartbeat_s` old, so the other ranks'
@@ -156,16 +177,45 @@ class LearnerGroup:
             dist.destroy_process_group()
 
 
+def replay_batches(
+    cfg: ExperimentConfig,
+    ctx: WireContext,
+    addresses: list[str],
+    layout: ReplyLayout,
+    on_error: ErrorSink,
+    episodes: bool = True,
+) -> BackgroundBatches:
+    """A learner's sample requests to the replay shards at `addresses`, on a thread of their own (rank 0's, a learner
+    alone's, and off-policy every other rank's, which leaves the episodes to rank 0: `episodes=False`)."""
+    return BackgroundBatches(
+        lambda: SampleClient(
+            ctx,
+            addresses,
+            message_limits(cfg.replay),
+            cfg.learner.prefetch,
+            on_error=on_error,
+            ready_at=cfg.algo.batch_size,
+            max_steps_per_unit=env_steps_bound(cfg),
+            layout=layout,
+            episodes=episodes,
+        ),
+        shards=len(addresses),
+        batch_size=sample_size(cfg),
+        depth=cfg.learner.prefetch * len(addresses),
+    )
+
+
 class LeaderLearner:
-    """Rank 0's learner: before each update, the same update ordered to the other ranks. Everything else is the
-    algorithm's learner's (parameters, checkpoints, statistics)."""
+    """Rank 0's learner: before each update, the same update ordered to the other ranks (the regime says what the
+    order carries: `update_order`). Everything else is the algorithm's learner's (parameters, checkpoints,
+    statistics)."""
 
-    def __init__(self, learner: OnPolicyLearner, group: LearnerGroup) -> None:
-        self.learner, self.group = learner, group
+    def __init__(self, learner: OnPolicyLearner | OffPolicyLearner, group: LearnerGroup, cfg: ExperimentConfig) -> None:
+        self.learner, self.group, self.cfg = learner, group, cfg
 
-    def update(self, chunks: list[Chunk], progress: float) -> dict[str, float]:
-        self.group.send(GroupOrder("update", progress=progress, chunks=chunks))
-        return self.learner.update(chunks, progress)
+    def update(self, data: Any, arg: Any) -> Any:
+        self.group.send(update_order(self.cfg, data, arg))
+        return self.learner.update(data, arg)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.learner, name)
@@ -177,31 +227,36 @@ def make_rank_learner(cfg: ExperimentConfig, spaces: tuple[Any, Any], device: to
     return algo.make_learner(*spaces, algo_config(cfg), device, compile=cfg.learner.compile, replica=group.replica)
 
 
-def follow(
-    group: LearnerGroup,
-    learner: OnPolicyLearner,
-    layout: ReplyLayout | None,
-    log: logging.Logger,
-    metrics: RoleMetrics | None = None,
-) -> str:
-    """Ranks 1..K-1: run rank 0's orders until it says `stop` or `finish` (returned). A timeout or a lost peer
-    raises out of here: the process exits non-zero and the group starts again."""
-    m_updates = (
-        metrics.counter("learner_group_updates_total", "updates made as a rank of the group") if metrics else None
-    )
-    updates = 0
+def follow(group: LearnerGroup, work: Follower, log: logging.Logger, metrics: RoleMetrics | None = None) -> str:
+    """Ranks 1..K-1: carry out rank 0's orders (`work`, the regime's follower) until it says `stop` or `finish`
+    (returned). A timeout or a lost peer raises out of here: the process exits non-zero and the group starts again."""
+    m_updates = m_sampled = None
+    if metrics is not None:
+        m_updates = metrics.counter("learner_group_updates_total", "updates made as a rank of the group")
+        if work.sampled is not None:
+            m_sampled = metrics.counter(
+                "learner_group_sampled_transitions_total", "transitions this rank sampled from the replay itself"
+            )
+    updates, counted = 0, 0
     while True:
-        order = group.receive(layout)
+        order = group.receive_order()
         if order.op == "update":
-            learner.update(order.chunks, order.progress)
+            work.update(order)
             updates += 1
             if m_updates is not None:
                 m_updates.inc()
+            if m_sampled is not None and work.sampled is not None:
+                m_sampled.inc(work.sampled - counted)
+                counted = work.sampled
             if updates == 1 or updates % 100 == 0:
-                log.info("rank %d: %d updates", group.place.rank, updates)
+                log.info("rank %d: %d updates%s", group.place.rank, updates, _sampled_note(work))
         elif order.op in ("stop", "finish"):
-            log.info("rank %d: %s after %d updates", group.place.rank, order.op, updates)
+            log.info("rank %d: %s after %d updates%s", group.place.rank, order.op, updates, _sampled_note(work))
             return order.op
+
+
+def _sampled_note(work: Follower) -> str:
+    return "" if work.sampled is None else f", {work.sampled} transitions sampled from the replay"
 
 
 def place_from_env(cfg: ExperimentConfig) -> GroupPlace | None:
@@ -211,14 +266,17 @@ def place_from_env(cfg: ExperimentConfig) -> GroupPlace | None:
     return GroupPlace.from_env(os.environ, cfg.learner.replicas)
 
 
-def run_follower(cfg: ExperimentConfig, place: GroupPlace, log: logging.Logger, metrics: RoleMetrics) -> int:
+def run_follower(
+    cfg: ExperimentConfig, place: GroupPlace, settings: Settings, log: logging.Logger, metrics: RoleMetrics
+) -> int:
     """The process of rank 1..K-1: join, take rank 0's state, follow its orders (counted on `metrics`, which also
-    answer a pod's probes). Exit code: 0 after `finish`, EXIT_STOPPED after `stop` (started again with the group);
-    a failure raises (the group restarts)."""
+    answer a pod's probes); off-policy, sampling its own minibatches from the replay shards of `settings` (with the
+    experiment's CURVE keys, as rank 0). Exit code: 0 after `finish`, EXIT_STOPPED after `stop` (started again with
+    the group); a failure raises (the group restarts)."""
     spaces = env_spaces(cfg)
     layout = reply_layout(cfg, get_algorithm(cfg.algo.name).chunk_fields(*spaces, algo_config(cfg)))
     device = group_device(cfg, place)
-    group = LearnerGroup(place, device, cfg.learner.group_timeout_s, message_limits(cfg.replay))
+    group = LearnerGroup(place, device, cfg.learner.group_timeout_s, message_limits(cfg.replay), layout)
     log.info(
         "rank %d of %d joined the learner group at %s:%d on %s",
         place.rank,
@@ -228,7 +286,24 @@ def run_follower(cfg: ExperimentConfig, place: GroupPlace, log: logging.Logger, 
         device,
     )
     learner = make_rank_learner(cfg, spaces, device, group)
-    group.share_state(learner)
-    op = follow(group, learner, layout, log, metrics)
+    contexts: list[WireContext] = []
+    m_bad = metrics.counter("messages_dropped_total", "malformed replies counted and dropped", ["reason"])
+
+    def open_source() -> BackgroundBatches:
+        contexts.append(WireContext(settings.curve_keys))
+        wire = "CURVE" if contexts[-1].keys is not None else "plaintext (no SURREAL_CURVE_DIR)"
+        log.info("rank %d samples its own minibatches from %d replay shard(s) over %s", place.rank, shards, wire)
+        on_error = lambda reason: m_bad.labels(reason=reason).inc()
+        return replay_batches(cfg, contexts[-1], settings.sample_addrs, layout, on_error, episodes=False)
+
+    shards = len(settings.replay)
+    work = follower(cfg, learner, open_source, shards)
+    try:
+        group.share_state(learner)
+        op = follow(group, work, log, metrics)
+    finally:
+        work.close()
+        for ctx in contexts:
+            ctx.term()
     group.close()
     return 0 if op == "finish" else EXIT_STOPPED

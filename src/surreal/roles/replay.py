@@ -127,7 +127,7 @@ class ReplayCore:
             if self.shard.ready(pending.request.threshold):
                 self._serve(pending)
             elif now >= pending.deadline:
-                self.answer(pending.peer, self.shard.empty_reply())
+                self.answer(pending.peer, self.shard.empty_reply(pending.request.episodes))
             else:
                 waiting.append(pending)
         self.pending = waiting
@@ -146,7 +146,7 @@ class ReplayCore:
             self._refuse(pending.peer, refusal)
             return
         try:
-            reply = self.shard.sample(pending.request.batch_size)
+            reply = self.shard.sample(pending.request.batch_size, pending.request.episodes)
         except (MemoryError, ValueError, IndexError) as exc:
             log.warning("a sample request failed (%r): answered with an error", exc)
             self._refuse(pending.peer, "serve_failed")

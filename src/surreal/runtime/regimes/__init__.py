@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import cast
+from typing import Any, Protocol, cast
 
 from surreal.config.schema import ExperimentConfig
-from surreal.proto.wire import Chunk, Fields, ReplyLayout
+from surreal.proto.wire import Chunk, Fields, GroupOrder, ReplyLayout
 from surreal.runtime.regimes import replay_ratio, versions
 from surreal.runtime.regimes.common import ActorThrottle, Counters, Feed, Outcome, PrioritiesHome
 
@@ -47,11 +47,46 @@ def learner_feed(
     return versions.chunk_feed(cfg, cast(versions.ChunkLearner, learner), counters)
 
 
+# -- a data-parallel learner group (`learner.replicas` > 1; roles/learner_group.py) --------------------------
+
+
+def update_order(cfg: ExperimentConfig, data: Any, arg: Any) -> GroupOrder:
+    """What rank 0 orders the other ranks before its update `learner.update(data, arg)`: on-policy the batch's
+    chunks and the schedule's progress (every rank learns from rank 0's batch); off-policy only the gradient steps
+    (every rank steps on minibatches it sampled itself)."""
+    if not cfg.algo.on_policy:
+        return GroupOrder("update", steps=int(arg))
+    return GroupOrder("update", progress=float(arg), chunks=list(data))
+
+
+class Follower(Protocol):
+    """A rank after the first: rank 0's update orders carried out; `sampled`: the transitions it sampled itself
+    (None: it samples nothing)."""
+
+    @property
+    def sampled(self) -> int | None: ...
+
+    def update(self, order: GroupOrder) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def follower(
+    cfg: ExperimentConfig, learner: object, open_source: Callable[[], replay_ratio.SampleSource], shards: int
+) -> Follower:
+    """The experiment's regime as a follower rank: on-policy rank 0's batches; off-policy its own samples, from the
+    source `open_source` opens (only then: an on-policy rank talks to no replay)."""
+    if not cfg.algo.on_policy:
+        return replay_ratio.sample_follower(cfg, cast(replay_ratio.TransitionLearner, learner), open_source(), shards)
+    return versions.ChunkFollower(cast(versions.ChunkLearner, learner))
+
+
 def sample_size(cfg: ExperimentConfig) -> int:
     """What the learner asks a replay shard for per request: on-policy, a batch's worth of units (the FIFO
-    packs whole chunks); off-policy, `learner.minibatches_per_sample` minibatches of `algo.batch_size`."""
+    packs whole chunks); off-policy, `learner.minibatches_per_sample` minibatches of `algo.batch_size` (in a
+    learner group, of each rank's share of it: every rank samples its own, `replay_ratio.share_size`)."""
     if not cfg.algo.on_policy:
-        return cfg.algo.batch_size * cfg.learner.minibatches_per_sample
+        return replay_ratio.share_size(cfg) * cfg.learner.minibatches_per_sample
     return cfg.algo.batch_size
 
 
@@ -74,10 +109,13 @@ __all__ = [
     "ActorThrottle",
     "Counters",
     "Feed",
+    "Follower",
     "Outcome",
     "actor_throttle",
+    "follower",
     "learner_feed",
     "sample_size",
     "reply_layout",
     "trial_update",
+    "update_order",
 ]

@@ -49,7 +49,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from surreal.config.schema import ExperimentConfig, OffPolicyConfig
-from surreal.proto.wire import IDS, SLOTS, BlobMeta, Chunk, SampleReply, TransitionReply
+from surreal.proto.wire import IDS, SLOTS, BlobMeta, Chunk, GroupOrder, SampleReply, TransitionReply
 from surreal.replay.buffers import flatten_time_major
 from surreal.runtime.regimes.common import (
     GOLDEN,
@@ -245,6 +245,18 @@ class Sample:
         return {k: np.asarray(v)[start : self.used * self.size] for k, v in self.arrays.items()}
 
 
+def retire(sample: Sample, priorities_home: PrioritiesHome | None) -> None:
+    """A sample the learner is done with: the priorities of the minibatches it stepped on go home to their shard in
+    one message (none for skipped steps, whose priorities are NaN)."""
+    if priorities_home is None or not sample.priorities:
+        return
+    priorities = np.concatenate(sample.priorities)
+    slots, ids = (np.asarray(sample.arrays[k])[: len(priorities)] for k in (SLOTS, IDS))
+    keep = np.isfinite(priorities)
+    if keep.any():
+        priorities_home(sample.shard, slots[keep], ids[keep], priorities[keep])
+
+
 class TransitionLearner(Protocol):
     """What this regime asks of the algorithm's learner (`surreal.algos.OffPolicyLearner` adds the rest)."""
 
@@ -333,15 +345,7 @@ class TransitionFeed:
         return Outcome(update_s, publish, means, checkpoint_interval=checkpoint, skipped=len(step_stats) - len(kept))
 
     def _retire(self, sample: Sample) -> None:
-        """A sample the learner is done with: the priorities of the minibatches it stepped on go home to their
-        shard in one message (none for skipped steps, whose priorities are NaN)."""
-        if self.priorities_home is None or not sample.priorities:
-            return
-        priorities = np.concatenate(sample.priorities)
-        slots, ids = (np.asarray(sample.arrays[k])[: len(priorities)] for k in (SLOTS, IDS))
-        keep = np.isfinite(priorities)
-        if keep.any():
-            self.priorities_home(sample.shard, slots[keep], ids[keep], priorities[keep])
+        retire(sample, self.priorities_home)
 
     def env_step_budget(self) -> int | None:
         return self.limiter.budget(self.counters.updates)
@@ -361,17 +365,154 @@ class TransitionFeed:
         load_live_state(self.live, state["live"])
 
 
+class RankSamples:
+    """A learner group's rank after the first (`learner.replicas` > 1): the samples it draws from the replay itself,
+    each of minibatches of its share of `algo.batch_size`, stepped through as rank 0's orders say (rank 0's
+    `TransitionFeed` decides how many gradient steps an update makes; roles/learner_group.py). As rank 0 does, it
+    keeps the newest `samples_held` and retires older ones, and sends each retired sample's priorities to its shard.
+    An order's steps may run across two samples: one call of the algorithm, as on rank 0."""
+
+    def __init__(self, share_size: int, samples_held: int, priorities_home: PrioritiesHome | None) -> None:
+        self.share_size, self.samples_held, self.priorities_home = share_size, samples_held, priorities_home
+        self.samples: deque[Sample] = deque()
+        self.transitions = 0  # sampled transitions taken (a rank's `learner_group_sampled_transitions_total`)
+
+    @property
+    def minibatches(self) -> int:
+        """Minibatches held and not stepped on yet."""
+        return sum(s.minibatches - s.used for s in self.samples)
+
+    def take(self, reply: SampleReply) -> bool:
+        """Hold a reply's transitions (the newest `samples_held` samples kept); False: it held none."""
+        if not isinstance(reply, TransitionReply):
+            return False
+        sample = Sample.of(reply.report.shard, reply.transitions, self.share_size)
+        self.transitions += sample.size * sample.minibatches
+        self.samples.append(sample)
+        while len(self.samples) > self.samples_held:
+            retire(self.samples.popleft(), self.priorities_home)
+        return True
+
+    def next(self, steps: int) -> tuple[dict[str, Any], list[tuple[Sample, int]]]:
+        """The next `steps` minibatches (call when `minibatches` >= `steps`), oldest first, as one batch; and which
+        samples gave how many (for `learned`)."""
+        if not 0 < steps <= self.minibatches:
+            raise ValueError(f"{steps} minibatches asked for, {self.minibatches} held")
+        parts: list[tuple[Sample, int]] = []
+        pieces: list[dict[str, Any]] = []
+        wanted = steps
+        for sample in self.samples:
+            n = min(wanted, sample.minibatches - sample.used)
+            if n:
+                pieces.append(sample.next(n))
+                parts.append((sample, n))
+                wanted -= n
+            if not wanted:
+                break
+        batch = pieces[0] if len(pieces) == 1 else {k: np.concatenate([p[k] for p in pieces]) for k in pieces[0]}
+        return batch, parts
+
+    def learned(self, parts: list[tuple[Sample, int]], priorities: np.ndarray) -> None:
+        """The new priorities of `next`'s batch, back to the samples they came from; the used-up ones retired."""
+        start = 0
+        for sample, n in parts:
+            rows = n * sample.size
+            sample.priorities.append(np.asarray(priorities)[start : start + rows])
+            start += rows
+        while self.samples and self.samples[0].used == self.samples[0].minibatches:
+            retire(self.samples.popleft(), self.priorities_home)
+
+    def retire_all(self) -> None:
+        """The group stops: the priorities earned so far go home."""
+        while self.samples:
+            retire(self.samples.popleft(), self.priorities_home)
+
+
+class SampleSource(Protocol):
+    """Where a follower rank's samples come from: its own requests to the replay shards (roles/learner_group.py's
+    `replay_batches`, whose requests leave the episodes to rank 0)."""
+
+    def next(self, batch_size: int, timeout_s: float) -> SampleReply | None: ...
+
+    def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class SampleFollower:
+    """A learner group's rank after the first: each order's `steps` gradient steps on minibatches this rank sampled
+    itself (`RankSamples`). Before each order it takes the replies already here (the newest samples kept, as rank
+    0's feed keeps them), then waits for the rest, at most `wait_s` (the group's timeout: rank 0 is in the first
+    step's all-reduce meanwhile, bounded by the same timeout)."""
+
+    def __init__(
+        self,
+        learner: TransitionLearner,
+        source: SampleSource,
+        samples: RankSamples,
+        minibatches_per_sample: int,
+        wait_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.learner, self.source, self.samples, self.clock = learner, source, samples, clock
+        self.minibatches_per_sample, self.wait_s = minibatches_per_sample, wait_s
+
+    @property
+    def sampled(self) -> int:
+        """Transitions sampled so far (the rank's `learner_group_sampled_transitions_total`)."""
+        return self.samples.transitions
+
+    def update(self, order: GroupOrder) -> None:
+        """Raises for an order no sample can serve, or when the samples do not come within `wait_s`."""
+        if not 0 < order.steps <= self.minibatches_per_sample:
+            raise ValueError(f"an order of {order.steps} steps (a sample holds {self.minibatches_per_sample})")
+        while (reply := self.source.next(0, 0.0)) is not None:
+            self.samples.take(reply)
+        deadline = self.clock() + self.wait_s
+        while self.samples.minibatches < order.steps:
+            remaining = deadline - self.clock()
+            if remaining <= 0:
+                raise TimeoutError(f"no sample from the replay in {self.wait_s:.0f} s (learner.group_timeout_s)")
+            reply = self.source.next(0, min(remaining, 0.5))
+            if reply is not None:
+                self.samples.take(reply)
+        batch, parts = self.samples.next(order.steps)
+        _, priorities = self.learner.update(batch, order.steps)
+        self.samples.learned(parts, priorities)
+
+    def close(self) -> None:
+        """The group stops: the priorities earned so far go home, then the requests end."""
+        self.samples.retire_all()
+        self.source.close()
+
+
+def sample_follower(
+    cfg: ExperimentConfig, learner: TransitionLearner, source: SampleSource, shards: int
+) -> SampleFollower:
+    """A follower rank's half of this regime, its samples held as rank 0's feed holds its own (`transition_feed`)."""
+    home = source.send_priorities if cfg.replay.mode == "prioritized" else None
+    samples = RankSamples(share_size(cfg), cfg.learner.prefetch * shards, home)
+    return SampleFollower(learner, source, samples, cfg.learner.minibatches_per_sample, cfg.learner.group_timeout_s)
+
+
+def share_size(cfg: ExperimentConfig) -> int:
+    """The transitions of a minibatch one rank of the learner group steps on: its 1/`learner.replicas` of
+    `algo.batch_size` (all of it for a learner alone). Each rank samples its own share (`RankSamples`)."""
+    return cfg.algo.batch_size // cfg.learner.replicas
+
+
 def transition_feed(
     cfg: ExperimentConfig, learner: TransitionLearner, counters: Counters, shards: int, priorities_home: PrioritiesHome
 ) -> TransitionFeed:
-    """Live actors are counted where a budget holds them (not with `rollout_ahead = 0`)."""
+    """Live actors are counted where a budget holds them (not with `rollout_ahead = 0`). In a learner group rank 0's
+    feed steps on its share of every minibatch (`share_size`), and orders its steps to the other ranks."""
     limiter = replay_ratio_limiter(cfg)
     live = None if cfg.deterministic or limiter.slack is None else LiveActors(LIVE_ROUNDS * limiter.slack)
     return TransitionFeed(
         learner,
         counters,
         limiter,
-        cfg.algo.batch_size,
+        share_size(cfg),
         cfg.learner.minibatches_per_sample,
         cfg.learner.prefetch * shards,
         cfg.learner.checkpoint_interval,

@@ -42,7 +42,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from surreal.config.schema import ExperimentConfig
-from surreal.proto.wire import BlobMeta, Chunk, FifoReply, SampleReply
+from surreal.proto.wire import BlobMeta, Chunk, FifoReply, GroupOrder, SampleReply
 from surreal.runtime.regimes.common import (
     GOLDEN,
     HOLD_S,
@@ -212,6 +212,22 @@ class ChunkLearner(Protocol):
     def update(self, chunks: list[Chunk], progress: float) -> dict[str, float]:
         """One update on whole chunks; `progress` in [0, 1] drives schedules (learning-rate annealing)."""
         ...
+
+
+class ChunkFollower:
+    """A learner group's rank after the first (`learner.replicas` > 1; roles/learner_group.py): rank 0's batch, which
+    its order carries, learned from as rank 0 learns from it (each rank computes its share of every minibatch)."""
+
+    sampled = None  # it samples nothing itself
+
+    def __init__(self, learner: ChunkLearner) -> None:
+        self.learner = learner
+
+    def update(self, order: GroupOrder) -> None:
+        self.learner.update(order.chunks, order.progress)
+
+    def close(self) -> None:
+        pass
 
 
 class ChunkFeed:
