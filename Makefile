@@ -164,7 +164,7 @@ bench-replay-snapshot: $(STAMP)
 bench-replay-restart: $(STAMP)
 	$(PY) -m bench.replay_restart
 
-## The capacity model (the simulator, costs measured per event): micro-benchmarks (~1 min), then its check (~2 min).
+## The capacity model (the simulator, costs measured per event): micro-benchmarks (~1 min), then its check (~1 min).
 bench-capacity: $(STAMP)
 	$(PY) -m bench.capacity --measure
 	$(PY) -m bench.capacity --check
