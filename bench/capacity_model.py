@@ -149,11 +149,7 @@ def scenario(c: Cluster, costs: Costs, learner: LearnerTimes | None = None) -> S
             f"replay.capacity={4 * c.batch}",
         ]
     else:
-        overrides += [
-            f"algo.batch_size={c.ddpg_batch}",
-            f"algo.replay_ratio={c.replay_ratio}",
-            "replay.capacity=1000000",
-        ]
+        overrides += [f"algo.batch_size={c.ddpg_batch}", f"algo.replay_ratio={c.replay_ratio}"]  # replay: the default
     link = None if c.network_gbit is None else c.network_gbit * 1e9 / 8  # bytes/s, each way
     return Scenario(
         f"capacity-{c.actors}",
