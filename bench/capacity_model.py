@@ -189,14 +189,15 @@ def size_services(c: Cluster, costs: Costs, headroom: float = 1.5) -> Cluster:
     """The rule for a values file: replay shards and ps replicas that stay busy at most 1 / `headroom` of the
     time under what can reach them, so neither binds however the fleet runs. What comes in (chunks, "newer than
     v?" checks and blobs) is sized for the most the actors could send: a probe of SLICE of the cluster's actors
-    (a batch of as many chunks per actor) against a learner that never binds gives each service's work and bytes
-    per env step at the actors' full pace, scaled to the whole fleet. What goes out of replay (samples) only
+    (a batch of as many chunks per actor) against a learner and services that never bind (a shard and a ps replica
+    per actor) gives each service's work and bytes per env step at the actors' full pace, scaled to the whole
+    fleet. What goes out of replay (samples) only
     flows at the learner's pace: min(actors, learner), the learner's capacity from the cluster's own prediction.
     A shard does both on the same cores, so its two loads add. Counts are rounded up to a power of two, so a rerun
     of the micro-benchmarks on a loaded box (their figures move by 10-20 %) rarely moves them."""
     k = min(c.actors, SLICE)
     batch = max(c.chunk, c.batch * k // c.actors) if c.algo == "ppo" else None
-    probe_cluster = replace(c, actors=k, batch_size=batch)
+    probe_cluster = replace(c, actors=k, batch_size=batch, shards=k, ps_replicas=k)  # services that never bind
     probe = measure(scenario(probe_cluster, costs, LearnerTimes(0.0, 0.0, 0.0)), warmup_s=2.0, window_s=5.0)
     actors = probe.env_steps_per_s * c.actors / k  # env steps/s the whole fleet could send
     learner = predict(c, costs).capacities["learner"]

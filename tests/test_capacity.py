@@ -88,6 +88,22 @@ def test_the_first_service_to_saturate_is_named() -> None:
     assert thin.bottleneck == "ps network"
 
 
+def test_sizing_keeps_the_services_above_what_the_actors_could_send_in_powers_of_two() -> None:
+    """64 actors could send about 61,000 env steps/s (the probe's actors step 96 % of the time); with headroom
+    91,000. A shard takes 20,000 a core: 4.6 shards, 8 as a power of two (2.3 of two cores: 4). The ps answers
+    about 1.45 times a chunk in the simulation (a held fetch, and a "not modified" where a hold ends first):
+    1,420 chunks/s x 1.45 / 4,000 answers a second is half a replica."""
+    costs = replace(
+        FAST_LEARNER, shard_ingest_per_core=20_000.0, ps_checks_per_core=4_000.0, ps_fetches_per_core=4_000.0
+    )
+    c = Cluster(actors=64, chunk_steps=64, batch_size=4096)
+    sized = size_services(c, costs)
+    assert (sized.shards, sized.ps_replicas) == (8, 1)
+    assert size_services(replace(c, cores_per_shard=2.0), costs).shards == 4
+    slow_ps = replace(costs, ps_checks_per_core=400.0, ps_fetches_per_core=400.0)  # 5.2 replicas: 8
+    assert size_services(c, slow_ps).ps_replicas == 8
+
+
 def test_unknown_env_or_device_is_refused_by_name() -> None:
     with pytest.raises(KeyError, match="Lift"):
         predict(Cluster(actors=1, env="robosuite:Lift"), COSTS)
