@@ -164,7 +164,7 @@ bench-replay-snapshot: $(STAMP)
 bench-replay-restart: $(STAMP)
 	$(PY) -m bench.replay_restart
 
-## The capacity model: its micro-benchmarks (~1 min), then its predictions against bench.fleet and the 16-core file.
+## The capacity model (the simulator, costs measured per event): micro-benchmarks (~1 min), then its check (~1 min).
 bench-capacity: $(STAMP)
 	$(PY) -m bench.capacity --measure
 	$(PY) -m bench.capacity --check

@@ -8,22 +8,23 @@
     python -m bench.capacity --measure-learner cuda         # on a GPU machine (bench/gpu.sh part3)
     python -m bench.capacity --check                        # against bench.fleet and the GPU machines' files
 
-The model (bench/capacity_model.py) is a minimum over component capacities in env steps/s: the actors, the
-learner (PPO: batches of env steps per update; DDPG: its replay ratio ties updates to env steps), the replay
-shards' ingest and egress, the ps replicas' answers, and, with a network, the links. Costs come from
+The model (bench/capacity_model.py) is the simulator (src/surreal/sim/) running the cluster on the roles' own
+cores, every event costing what it was measured to cost: an actor's chunk, a transition into and out of a shard, a
+ps answer, a learner update, a message's bytes on a link. Costs come from
 `--measure` (bench/capacity_costs.py says how each is taken), for a GPU learner from `--measure-learner cuda` on
 that machine (`capacity-learner.h200-16core.json`, ...) and, for the H100 learner of the old code, from
 bench/results/throughput.h100-16core.json; `sources` in every output names the file of each figure.
 
 `--size` prints the shards and ps replicas the rule gives a values file (replay and ps keep 1.5x the most the
-actors could send, on the cores the values file requests), and says whether the file holds them.
+actors could send, on the cores the values file requests), and says whether the file holds them. A prediction of
+1,024 actors takes 5-15 s of wall time on a 2-core box, sizing one about 30 s more, 15,000 actors about 3 minutes.
 
 `--check` predicts every point of bench/results/fleet.2core.json (bench.fleet's simulated actors at the rate it
 set, against the real services on this box: learner on the CPU, one shard, one ps, Unix sockets) and of every
 GPU machine's bench/results/throughput.<gpu>-16core.json (real actors, 4 envs each; GPU learner), prints the
-error of each against its target (20 % and 25 %), adds the prediction for 15,000 cores (SRL's scale) and writes
-everything to bench/results/capacity.2core.json. A point is predicted from its cluster description only (actors,
-rate, batch rule, topology); nothing is read from its measured outcome. On a GPU machine the 1-actor point is a
+error of each against its target (20 % and 25 %) and writes everything to bench/results/capacity.2core.json (under a
+minute). A point is predicted from its cluster description only (actors, rate, batch rule, topology); nothing
+is read from its measured outcome. On a GPU machine the 1-actor point is a
 calibration, not a check: with the learner measured there (`--measure-learner`), it gives an actor's rate in the
 system, which that machine's shared cores hold below the raw rate; without (the H100 file, from before the learner
 work), it gives the learner's cost (`gpu_box_check` says which, and why).
@@ -61,7 +62,6 @@ class Network(TypedDict):
 
 # The chart's sizing network (the issue's datacenter profile).
 DATACENTER: Network = {"network_gbit": 10.0, "rtt_ms": 0.2}
-SRL_CORES = 15_000
 
 
 # -- cluster descriptions -----------------------------------------------------------------------------------
@@ -224,12 +224,6 @@ def values_cluster(path: Path, network: Network = DATACENTER) -> Cluster:
     )
 
 
-def srl_cluster(algo: str, device: str, costs: Costs) -> Cluster:
-    """15,000 actor cores: one single-env actor per core, chunks of 64, PPO's batch one chunk per actor, a
-    datacenter network, shards and ps replicas (one core each) sized by the rule."""
-    return size_services(Cluster(actors=SRL_CORES, algo=algo, learner_device=device, **DATACENTER), costs)
-
-
 # -- the check --------------------------------------------------------------------------------------------
 
 
@@ -283,18 +277,6 @@ def check(costs: Costs, fleet_file: Path = FLEET_FILE, results: Path = RESULTS) 
         }
     for file in gpu_box_files(results):
         out[file.name.split(".")[1].replace("-", "_")] = gpu_box_check(file, costs, results)
-    # Every learner the costs hold, PPO on each and DDPG where its step was measured (not on a calibrated one).
-    srl = [
-        (algo, device)
-        for algo in ("ppo", "ddpg")
-        for device, cost in costs.learner.items()
-        if algo == "ppo" or cost.ddpg_step_s is not None
-    ]
-    out["srl_15000_cores"] = {
-        f"{algo} {device}": {"cluster": dataclasses.asdict(c), **predict(c, costs).to_json()}
-        for algo, device in srl
-        for c in [srl_cluster(algo, device, costs)]
-    }
     out["costs"] = costs.to_json()
     return out
 
@@ -312,14 +294,9 @@ def print_check(result: dict[str, Any]) -> None:
             load = "-" if r["others_busy_cores"] is None else f"{r['others_busy_cores']:.2f} cores"
             print(
                 f"  {r['actors']:>7} {r['measured_env_steps_per_s']:>10,.0f} {r['predicted_env_steps_per_s']:>10,.0f}"
-                f" {e:>7}  {verdict:<8}  {load:>12}  {r['predicted_bottleneck']} / {r['measured_bottleneck'] or '-'}"
+                f" {e:>7}  {verdict:<8}  {load:>12}  {r['predicted_bottleneck']} / {r['measured_bottleneck'] or '-'}",
+                flush=True,
             )
-    for name, p in result["srl_15000_cores"].items():
-        c = p["cluster"]
-        print(
-            f"15,000 cores, {name}: {p['env_steps_per_s']:,.0f} env steps/s, {p['updates_per_s']:.3g} updates/s, "
-            f"bottleneck {p['bottleneck']} ({c['shards']} shards, {c['ps_replicas']} ps replicas)"
-        )
 
 
 # -- the command line -----------------------------------------------------------------------------------------

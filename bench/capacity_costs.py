@@ -15,8 +15,7 @@ next to any figure):
   sample replies drawn and framed (egress), per CPU second;
 - ps: a `ParamServer` replica on inproc sockets in a thread of its own, saturated (64 DEALERs keep 8 requests
   each in flight), answering with the PPO policy's real blob ("params") or "not modified", per CPU second of its
-  thread;
-- bytes: the blob's frames and one transition's share of an experience message.
+  thread.
 
 On a GPU machine (`--measure-learner cuda`, bench/gpu.sh part3): the same two PPO updates and the DDPG step on
 the GPU, compiled and replayed as CUDA graphs as that part's system runs are, timed by the wall clock with the
@@ -232,11 +231,11 @@ def ddpg_step_s(seconds: float, run_dir: Path, device: str = "cpu") -> float:
     return 1.0 / device_rate(lambda: one_update(core), k, seconds, device)
 
 
-def shard_rates(seconds: float) -> tuple[float, float, int]:
+def shard_rates(seconds: float) -> tuple[float, float]:
     """Transitions per CPU second into a shard (chunks framed as an actor sends them, decoded, stored: the
     fleet's PPO chunks into a FIFO) and out of one (a uniform shard of 65,536 HalfCheetah transitions
     answering samples of 4 x 256 with their frames: DDPG's egress, the one that gathers; a FIFO hands its
-    chunks over whole, cheaper), and one transition's bytes on the wire."""
+    chunks over whole, cheaper)."""
     from surreal.proto.channels import accepting, frames_of
     from surreal.proto.codec import Limits, decode
     from surreal.proto.wire import EXPERIENCE, encode_chunk, encode_sample_reply
@@ -262,16 +261,11 @@ def shard_rates(seconds: float) -> tuple[float, float, int]:
         uniform.add(decode(ddpg_frames[i % len(ddpg_frames)], limits))
     sample = DDPG_MINIBATCHES_PER_SAMPLE * 256
     egress_rate = cpu_rate(lambda: frames_of(encode_sample_reply(uniform.sample(sample))), sample, seconds)
-    transition_bytes = round(frame_bytes(frames[0]) / FLEET_CHUNK)
-    return ingest_rate, egress_rate, transition_bytes
+    return ingest_rate, egress_rate
 
 
-def frame_bytes(frames: list) -> int:
-    return sum(memoryview(f).nbytes for f in frames)
-
-
-def ps_rates(core: Any, seconds: float, clients: int = 64, depth: int = 8) -> tuple[float, float, int]:
-    """Blob answers and "not modified" answers per CPU second of a ps replica's thread, and the blob's bytes.
+def ps_rates(core: Any, seconds: float, clients: int = 64, depth: int = 8) -> tuple[float, float]:
+    """Blob answers and "not modified" answers per CPU second of a ps replica's thread.
 
     A capacity is what a saturated replica answers, so the ps should never wait for the next request: each of the
     `clients` DEALERs keeps `depth` requests in flight and sends one more per answer. That does not take the box
@@ -283,7 +277,7 @@ def ps_rates(core: Any, seconds: float, clients: int = 64, depth: int = 8) -> tu
     import zmq
 
     from surreal.proto.channels import ParamPublisher, frames_of, make_socket
-    from surreal.proto.wire import ParamsRequest, encode_params
+    from surreal.proto.wire import ParamsRequest
     from surreal.roles.ps import ParamServer
 
     latest = core.params_out.latest
@@ -310,7 +304,6 @@ def ps_rates(core: Any, seconds: float, clients: int = 64, depth: int = 8) -> tu
             time.sleep(0.05)
         if ps.core.version != latest.blob.version:
             raise RuntimeError("the ps replica never took the blob in")
-        blob_bytes = frame_bytes(frames_of(encode_params(latest)))
         rates = []
         for have in (ParamsRequest(-1, ""), ParamsRequest(latest.blob.version, latest.blob.incarnation)):
             request = frames_of(have.to_message())
@@ -333,7 +326,7 @@ def ps_rates(core: Any, seconds: float, clients: int = 64, depth: int = 8) -> tu
                     if not d.poll(5000):
                         raise RuntimeError("the ps replica stopped answering")
                     d.recv_multipart(copy=False)
-        return rates[0], rates[1], blob_bytes
+        return rates[0], rates[1]
     finally:
         stop.set()
         thread.join(timeout=5)
@@ -418,9 +411,9 @@ def measure(seconds: float = 3.0) -> dict[str, Any]:
             "batch/32, 10 epochs, chunks of 64 from the HalfCheetah-v5 recording); DDPG gradient step of 256, "
             "samples of 4"
         )
-        ingest, egress, transition_bytes = shard_rates(seconds)
+        ingest, egress = shard_rates(seconds)
         sources["replay shard"] = "--measure: ReplayShard in-process, decode + store / sample + frame, CPU time"
-        checks_blob, checks_nm, blob_bytes = ps_rates(core, seconds)
+        checks_blob, checks_nm = ps_rates(core, seconds)
         sources["ps"] = "--measure: ParamServer on inproc sockets, 64 DEALERs x 8 requests in flight, its thread's CPU"
     costs = Costs(
         actor_steps_per_core={k: round(v, 1) for k, v in actors.items()},
@@ -429,8 +422,6 @@ def measure(seconds: float = 3.0) -> dict[str, Any]:
         shard_egress_per_core=round(egress, 1),
         ps_checks_per_core=round(checks_nm, 1),
         ps_fetches_per_core=round(checks_blob, 1),
-        blob_bytes=blob_bytes,
-        transition_bytes=transition_bytes,
         sources=sources,
     )
     raw["seconds"] = round(time.perf_counter() - started, 1)

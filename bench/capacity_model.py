@@ -1,35 +1,26 @@
-"""The capacity model: per-component costs and a cluster description in, env steps/s and the bottleneck out.
+"""The capacity model: per-event costs and a cluster description in, env steps/s, learner updates/s and the
+bottleneck out, by running the simulator (src/surreal/sim/capacity.py) on the roles' own cores.
 
-Every component is a capacity in env steps per second, the most it could accept if nothing else bound:
-
-- actors: `actors x chunk / t_chunk`, where one chunk (`chunk_steps x envs_per_actor` steps) takes
-  `chunk / rate + rtt / param_fetch_interval` (an actor steps on `cores_per_actor` cores at the env's rate per
-  core, or at a set `actor_rate`, and waits one round trip for its "newer than v?" check every
-  `param_fetch_interval` chunks);
-- learner: PPO consumes whole batches, so it accepts `batch / t_update` env steps/s with
-  `t_update = update_epochs x minibatches x (step_s + sample_s x minibatch)`; the actors collect the next batch
-  while it updates (a version behind, within `learner.max_staleness`), which is why the learner and the actors
-  are a min and not a sum.
-  DDPG's replay ratio (gradient steps per env step) ties the two: `1 / (ddpg_step_s x replay_ratio)`;
-- replay ingest: `shards x cores_per_shard x ingest_per_core` (every env step is one transition in);
-- replay egress: `shards x cores_per_shard x egress_per_core`, over the transitions out per env step
-  (PPO: 1, each transition once; DDPG: `replay_ratio x batch`);
-- ps: `ps_replicas x cores_per_ps` cores over the CPU one env step costs there: its share of "newer than v?"
-  checks answered "not modified" and of blob answers (PPO: every actor fetches each version once, i.e.
-  `actors / batch` blobs per env step; DDPG: at most one blob per check);
-- network (only with `network_gbit`): the ps replicas' links over the blob bytes per env step, the shards'
-  links over the transition bytes in and, separately, out; the learner's one link over the bytes it samples.
-
-Throughput is the minimum; the bottleneck is the component that sets it. Learner updates/s follow from it
-(PPO: steps / batch; DDPG: steps x replay ratio). No sockets, no timing: `predict` is pure arithmetic, so the
-unit tests construct costs and check the choice.
+A cluster becomes a scenario (`scenario`): its actors collect chunks at the measured (or set) rate of the env
+and policy on their cores, its shards spend the measured time per transition in and out, its ps replicas per blob
+and per "not modified" answer, its learner per PPO minibatch step and sample (or DDPG gradient step), and its links,
+given a network, carry each message's real bytes at its bandwidth and a quarter of the round trip on each side. The
+cores decide everything else as they do in a run: the batch rule, shares and holds, staleness, the replay ratio,
+backpressure. The simulated run's learner counters give the throughput and each part's busy share names the
+bottleneck (sim/capacity.py); no formula per component.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
+from functools import cache
 from typing import Any
+
+from surreal.sim.capacity import Load, measure
+from surreal.sim.nodes import Costs as LearnerTimes
+from surreal.sim.nodes import ServiceCosts
+from surreal.sim.scenarios import Scenario
 
 
 @dataclass(frozen=True)
@@ -40,10 +31,6 @@ class LearnerCost:
     step_s: float
     sample_s: float
     ddpg_step_s: float | None  # None: not measured on this device
-
-    def ppo_update_s(self, batch: int, minibatches: int, epochs: int) -> float:
-        minibatch = max(1, batch // minibatches)
-        return epochs * minibatches * (self.step_s + self.sample_s * minibatch)
 
 
 @dataclass(frozen=True)
@@ -56,31 +43,20 @@ class Costs:
     shard_egress_per_core: float  # transitions/s one shard samples and frames per core
     ps_checks_per_core: float  # "newer than v?" requests answered "not modified" per second per core
     ps_fetches_per_core: float  # requests answered with the blob per second per core
-    blob_bytes: int  # one parameter blob on the wire (HalfCheetah-v5's PPO 64-64 policy)
-    transition_bytes: int  # one HalfCheetah-v5 transition on the wire
     sources: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "actor_steps_per_core": self.actor_steps_per_core,
-            "learner": {k: vars(v) for k, v in self.learner.items()},
-            **{
-                k: getattr(self, k)
-                for k in (
-                    "shard_ingest_per_core",
-                    "shard_egress_per_core",
-                    "ps_checks_per_core",
-                    "ps_fetches_per_core",
-                    "blob_bytes",
-                    "transition_bytes",
-                )
-            },
-            "sources": self.sources,
-        }
+        return asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Costs:
-        return cls(**{**data, "learner": {k: LearnerCost(**v) for k, v in data["learner"].items()}})
+        """The file's costs; what a message weighs (`blob_bytes`, `transition_bytes` in older files) the simulator
+        takes from the messages themselves."""
+        known = {f.name for f in fields(cls)}
+        return cls(
+            **{k: v for k, v in data.items() if k in known and k != "learner"},
+            learner={k: LearnerCost(**v) for k, v in data["learner"].items()},
+        )
 
 
 @dataclass(frozen=True)
@@ -118,22 +94,6 @@ class Cluster:
         return self.batch_size or max(2048, self.actors * self.chunk)
 
 
-@dataclass(frozen=True)
-class Prediction:
-    env_steps_per_s: float
-    updates_per_s: float
-    bottleneck: str
-    capacities: dict[str, float]  # env steps/s each component could accept
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "env_steps_per_s": round(self.env_steps_per_s, 1),
-            "updates_per_s": round(self.updates_per_s, 3),
-            "bottleneck": self.bottleneck,
-            "capacities": {k: round(v, 1) for k, v in self.capacities.items()},
-        }
-
-
 def actor_rate(c: Cluster, costs: Costs) -> float:
     """One actor's env steps/s while it steps."""
     if c.actor_rate is not None:
@@ -143,72 +103,115 @@ def actor_rate(c: Cluster, costs: Costs) -> float:
     return c.cores_per_actor * costs.actor_steps_per_core[c.env]
 
 
-def learner_cost(c: Cluster, costs: Costs) -> LearnerCost:
+def learner_times(c: Cluster, costs: Costs) -> LearnerTimes:
+    """The simulated learner's time per update: PPO's epochs x minibatch steps and its samples, or DDPG's step."""
     if c.learner_device not in costs.learner:
         raise KeyError(f"no learner cost for device {c.learner_device!r} (have: {', '.join(sorted(costs.learner))})")
-    return costs.learner[c.learner_device]
-
-
-def capacities(c: Cluster, costs: Costs) -> dict[str, float]:
-    """Env steps/s each component could accept on its own (see the module's docstring)."""
-    t_chunk = c.chunk / actor_rate(c, costs) + c.rtt_ms / 1e3 / c.param_fetch_interval
-    cost = learner_cost(c, costs)
+    cost = costs.learner[c.learner_device]
     if c.algo == "ppo":
-        learner = c.batch / cost.ppo_update_s(c.batch, c.minibatches, c.update_epochs)
-        out_per_step = 1.0
-        blobs_per_step = min(c.actors / c.batch, 1.0 / (c.chunk * c.param_fetch_interval))
-    elif c.algo == "ddpg":
+        return LearnerTimes(
+            update_s=c.update_epochs * c.minibatches * cost.step_s, per_unit_s=c.update_epochs * cost.sample_s
+        )
+    if c.algo == "ddpg":
         if cost.ddpg_step_s is None:
             raise KeyError(f"no DDPG learner cost for device {c.learner_device!r}")
-        learner = 1.0 / (cost.ddpg_step_s * c.replay_ratio)
-        out_per_step = c.replay_ratio * c.ddpg_batch
-        blobs_per_step = 1.0 / (c.chunk * c.param_fetch_interval)  # at most: one per check
+        return LearnerTimes(update_s=0.0, gradient_step_s=cost.ddpg_step_s)
+    raise ValueError(f"the model knows ppo and ddpg, not {c.algo!r}")
+
+
+@cache
+def env_dims(env_id: str) -> tuple[int, int]:
+    """The env's flat observation and action sizes (what a chunk and a blob weigh), from the env itself."""
+    from gymnasium.spaces import flatdim
+
+    from surreal.envs import make_vec_env
+
+    envs = make_vec_env(env_id, 1, 0)
+    try:
+        return flatdim(envs.single_observation_space), flatdim(envs.single_action_space)
+    finally:
+        envs.close()
+
+
+def scenario(c: Cluster, costs: Costs, learner: LearnerTimes | None = None) -> Scenario:
+    """The cluster as a simulated run (the module's docstring); `learner` replaces the measured learner's times."""
+    overrides = [
+        f"topology.envs_per_actor={c.envs_per_actor}",
+        f"actor.param_fetch_interval={c.param_fetch_interval}",
+        "learner.checkpoint_interval=1000000000",
+        "learner.checkpoint_interval_s=1000000000",
+    ]
+    if c.algo == "ppo":
+        overrides += [
+            f"algo.batch_size={c.batch}",
+            f"algo.minibatch_size={max(1, c.batch // c.minibatches)}",
+            f"algo.update_epochs={c.update_epochs}",
+            f"replay.capacity={4 * c.batch}",
+        ]
     else:
-        raise ValueError(f"the model knows ppo and ddpg, not {c.algo!r}")
-    checks_per_step = 1.0 / (c.chunk * c.param_fetch_interval)
-    ps_cpu_per_step = max(0.0, checks_per_step - blobs_per_step) / costs.ps_checks_per_core
-    ps_cpu_per_step += blobs_per_step / costs.ps_fetches_per_core
-    caps = {
-        "actors": c.actors * c.chunk / t_chunk,
-        "learner": learner,
-        "replay ingest": c.shards * c.cores_per_shard * costs.shard_ingest_per_core,
-        "replay egress": c.shards * c.cores_per_shard * costs.shard_egress_per_core / out_per_step,
-        "ps": c.ps_replicas * c.cores_per_ps / ps_cpu_per_step,
-    }
-    if c.network_gbit is not None:
-        link = c.network_gbit * 1e9 / 8  # bytes/s, each way
-        caps["ps network"] = c.ps_replicas * link / (blobs_per_step * costs.blob_bytes)
-        caps["replay network in"] = c.shards * link / costs.transition_bytes
-        caps["replay network out"] = c.shards * link / (out_per_step * costs.transition_bytes)
-        caps["learner network"] = link / (out_per_step * costs.transition_bytes)
-    return caps
+        overrides += [f"algo.batch_size={c.ddpg_batch}", f"algo.replay_ratio={c.replay_ratio}"]  # replay: the default
+    link = None if c.network_gbit is None else c.network_gbit * 1e9 / 8  # bytes/s, each way
+    return Scenario(
+        f"capacity-{c.actors}",
+        "a cluster's capacity",
+        algo=c.algo,
+        actors=c.actors,
+        shards=c.shards,
+        ps=c.ps_replicas,
+        overrides=tuple(overrides),
+        total_env_steps=1 << 62,
+        rate=actor_rate(c, costs),
+        chunk_steps=c.chunk_steps,
+        costs=learner or learner_times(c, costs),
+        jitter_s=0.0,
+        snapshot_interval_s=0.0,
+        links=(c.rtt_ms / 1e3 / 4, link),  # a message crosses two links; a round trip, four
+        service_costs=ServiceCosts(
+            ingest_s=1 / (costs.shard_ingest_per_core * c.cores_per_shard),
+            egress_s=1 / (costs.shard_egress_per_core * c.cores_per_shard),
+            blob_s=1 / (costs.ps_fetches_per_core * c.cores_per_ps),
+            not_modified_s=1 / (costs.ps_checks_per_core * c.cores_per_ps),
+        ),
+        env_dims=env_dims(c.env),
+        hidden_sizes=None,
+    )
 
 
-def predict(c: Cluster, costs: Costs) -> Prediction:
-    """Env steps/s accepted, learner updates/s and the component that binds first."""
-    caps = capacities(c, costs)
-    bottleneck = min(caps, key=caps.__getitem__)
-    steps = caps[bottleneck]
-    updates = steps / c.batch if c.algo == "ppo" else steps * c.replay_ratio
-    return Prediction(steps, updates, bottleneck, caps)
+def predict(c: Cluster, costs: Costs) -> Load:
+    """Env steps/s accepted, learner updates/s and the part that binds first, from a simulated run."""
+    return measure(scenario(c, costs))
+
+
+SLICE = 16  # actors in the sizing rule's probe
 
 
 def size_services(c: Cluster, costs: Costs, headroom: float = 1.5) -> Cluster:
-    """The rule for a values file: replay shards and ps replicas whose capacities stay at least `headroom` x
-    what can reach them, so neither binds however the fleet runs. What comes in (chunks, "newer than v?" checks
-    and blobs) is sized for the most the actors could send; what goes out of replay (samples) only ever flows at
-    the learner's pace, so it is sized for min(actors, learner). Links are sized the same way when a network is
-    given. Counts are rounded up to a power of two, so a rerun of the micro-benchmarks on a loaded box (their
-    figures move by 10-20 %) rarely moves them."""
-    caps = capacities(replace(c, shards=1, ps_replicas=1), costs)
-    inflow = headroom * caps["actors"]
-    outflow = headroom * min(caps["actors"], caps["learner"])
+    """The rule for a values file: replay shards and ps replicas that stay busy at most 1 / `headroom` of the
+    time under what can reach them, so neither binds however the fleet runs. What comes in (chunks, "newer than
+    v?" checks and blobs) is sized for the most the actors could send: a probe of SLICE of the cluster's actors
+    (a batch of as many chunks per actor) against a learner and services that never bind (a shard and a ps replica
+    per actor) gives each service's work and bytes per env step at the actors' full pace, scaled to the whole
+    fleet. What goes out of replay (samples) only
+    flows at the learner's pace: min(actors, learner), the learner's capacity from the cluster's own prediction.
+    A shard does both on the same cores, so its two loads add. Counts are rounded up to a power of two, so a rerun
+    of the micro-benchmarks on a loaded box (their figures move by 10-20 %) rarely moves them."""
+    k = min(c.actors, SLICE)
+    batch = max(c.chunk, c.batch * k // c.actors) if c.algo == "ppo" else None
+    probe_cluster = replace(c, actors=k, batch_size=batch, shards=k, ps_replicas=k)  # services that never bind
+    probe = measure(scenario(probe_cluster, costs, LearnerTimes(0.0, 0.0, 0.0)), warmup_s=2.0, window_s=5.0)
+    actors = probe.env_steps_per_s * c.actors / k  # env steps/s the whole fleet could send
+    learner = predict(c, costs).capacities["learner"]
+    inflow, outflow = headroom * actors, headroom * min(actors, learner)
+    w = probe.per_step
+    link = math.inf if c.network_gbit is None else c.network_gbit * 1e9 / 8
 
-    def count(needs: dict[str, float]) -> int:
-        need = max(math.ceil(target / caps[k]) for k, target in needs.items() if k in caps)
-        return 1 << (need - 1).bit_length()
+    def count(*need: float) -> int:
+        return 1 << (max(1, math.ceil(max(need))) - 1).bit_length()
 
     shards = count(
-        {"replay ingest": inflow, "replay network in": inflow, "replay egress": outflow, "replay network out": outflow}
+        inflow * w["replay ingest"] + outflow * w["replay egress"],
+        inflow * w.get("replay network in", 0.0) / link,
+        outflow * w.get("replay network out", 0.0) / link,
     )
-    return replace(c, shards=shards, ps_replicas=count({"ps": inflow, "ps network": inflow}))
+    ps = count(inflow * w["ps"], inflow * w.get("ps network out", 0.0) / link)
+    return replace(c, shards=shards, ps_replicas=ps)

@@ -1,6 +1,7 @@
-"""The capacity model's arithmetic (bench/capacity_model.py) on constructed costs, the fleet-point reading of
-`--check`, the chart's ppo-1024.yaml against the sizing rule, and the shard micro-benchmark against the
-product's shard and wire. No sockets, and no verdict on a timing."""
+"""The capacity model (bench/capacity_model.py: the simulator with measured costs per event) on constructed costs,
+the fleet-point reading of `--check` and its verdict on bench.fleet's points, the chart's ppo-1024.yaml against the
+sizing rule, and the shard micro-benchmark against the product's shard and wire. No sockets, and no verdict on a
+timing of this box: every figure here is virtual time."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from bench.capacity import check, fleet_cluster, values_cluster
+from bench.capacity import FLEET_FILE, FLEET_TARGET, check, fleet_cluster, values_cluster
 from bench.capacity_costs import load_costs
-from bench.capacity_model import Cluster, Costs, LearnerCost, capacities, predict, size_services
+from bench.capacity_model import Cluster, Costs, LearnerCost, predict, size_services
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,8 +23,6 @@ COSTS = Costs(
     shard_egress_per_core=1e7,
     ps_checks_per_core=5e4,
     ps_fetches_per_core=2.5e4,
-    blob_bytes=50_000,
-    transition_bytes=200,
 )
 FAST_LEARNER = replace(COSTS, learner={"cpu": LearnerCost(1e-9, 1e-12, 1e-9)})
 
@@ -33,66 +32,76 @@ def test_a_slow_ppo_learner_binds_and_sets_updates_per_batch() -> None:
     update_s = 10 * 32 * (1e-3 + 1e-5 * 128)
     p = predict(c, COSTS)
     assert p.bottleneck == "learner"
-    assert p.env_steps_per_s == pytest.approx(4096 / update_s)
-    assert p.updates_per_s == pytest.approx(1 / update_s)
-    assert p.capacities["actors"] == pytest.approx(64 * 1000.0)
+    assert p.env_steps_per_s == pytest.approx(4096 / update_s, rel=0.05)
+    assert p.updates_per_s == pytest.approx(p.env_steps_per_s / 4096, rel=0.01)
+    assert p.capacities["actors"] == pytest.approx(64 * 1000.0, rel=0.05)
+    slower = predict(c, replace(COSTS, learner={"cpu": LearnerCost(4e-3, 4e-5, None)}))
+    assert slower.bottleneck == "learner"
+    assert slower.env_steps_per_s == pytest.approx(p.env_steps_per_s / 4, rel=0.05)
 
 
-def test_few_actors_bind_and_a_round_trip_per_check_slows_them() -> None:
+def test_few_actors_bind_and_a_round_trip_per_fetch_slows_them() -> None:
     c = Cluster(actors=2, chunk_steps=64, batch_size=128, minibatches=1, update_epochs=1)
-    p = predict(c, COSTS)
+    p = predict(c, FAST_LEARNER)
     assert p.bottleneck == "actors"
-    assert p.env_steps_per_s == pytest.approx(2000.0)
-    far = predict(replace(c, rtt_ms=64.0), COSTS)  # 64 ms per 64-step chunk at 1,000 steps/s: half the rate
-    assert far.env_steps_per_s == pytest.approx(1000.0)
-    assert predict(replace(c, rtt_ms=64.0, param_fetch_interval=4), COSTS).env_steps_per_s == pytest.approx(1600.0)
+    assert p.env_steps_per_s == pytest.approx(2000.0, rel=0.05)
+    far = predict(replace(c, rtt_ms=64.0), FAST_LEARNER)  # 64 ms per 64-step chunk at 1,000 steps/s, 64 ms asking
+    assert far.bottleneck == "actors"
+    assert far.env_steps_per_s == pytest.approx(1000.0, rel=0.1)
+
+
+def test_more_actors_never_predict_fewer_steps_until_the_learner_binds() -> None:
+    """While every actor's share is a whole chunk a version (actors <= batch / chunk), adding actors only adds
+    env steps until the learner binds. (Past that, with fractional shares, the cores make the next batch wait for
+    the new version: at 64 actors here the simulator predicts about 13,600, and bench.fleet saw PPO fall 11 %
+    from 16 to 1,024 actors; so the rule is not asserted there.)"""
+    costs = replace(COSTS, learner={"cpu": LearnerCost(2e-4, 1e-6, None)})  # 24,200 env steps/s at batch 2,048
+    steps = []
+    for actors in (2, 4, 8, 16, 32):
+        p = predict(Cluster(actors=actors, batch_size=2048), costs)
+        steps.append(p.env_steps_per_s)
+        assert p.bottleneck == ("actors" if actors <= 16 else "learner"), (actors, p)
+    assert all(b >= a for a, b in zip(steps, steps[1:], strict=False)), steps
+    assert steps[-1] == pytest.approx(2048 / (10 * 32 * (2e-4 + 1e-6 * 64)), rel=0.05)
 
 
 def test_ddpg_replay_ratio_ties_env_steps_to_gradient_steps() -> None:
     c = Cluster(actors=16, algo="ddpg", replay_ratio=0.1)
     p = predict(c, COSTS)
     assert p.bottleneck == "learner"
-    assert p.env_steps_per_s == pytest.approx(1 / (5e-3 * 0.1))
-    assert p.updates_per_s == pytest.approx(200.0)
-    # egress carries replay_ratio x batch transitions per env step
-    assert p.capacities["replay egress"] == pytest.approx(1e7 / (0.1 * 256))
-    assert predict(replace(c, replay_ratio=0.05), COSTS).env_steps_per_s == pytest.approx(4000.0)
+    assert p.env_steps_per_s == pytest.approx(1 / (5e-3 * 0.1), rel=0.05)
+    assert p.updates_per_s == pytest.approx(200.0, rel=0.05)
+    assert predict(replace(c, replay_ratio=0.05), COSTS).env_steps_per_s == pytest.approx(4000.0, rel=0.05)
 
 
-def test_the_first_component_to_saturate_is_named() -> None:
-    fast = FAST_LEARNER
-    big = Cluster(actors=4096, chunk_steps=64)  # 4.1 M env steps/s of actors
-    assert predict(big, fast).bottleneck == "replay ingest"
-    assert predict(replace(big, shards=8), fast).bottleneck == "ps"
-    sized = replace(big, shards=8, ps_replicas=4)
-    assert predict(sized, fast).bottleneck == "actors"
-    big_blob = replace(fast, blob_bytes=500_000)
-    slow_link = predict(replace(sized, network_gbit=1.0), big_blob)
-    assert slow_link.bottleneck == "ps network"  # 4 links of 1 Gbit/s, a 500 kB blob to every actor per chunk
-    assert slow_link.env_steps_per_s == pytest.approx(4 * 1e9 / 8 / (4096 / 262_144 * 500_000))
+def test_the_first_service_to_saturate_is_named() -> None:
+    c = Cluster(actors=64, chunk_steps=64, batch_size=4096)  # 64,000 env steps/s of actors
+    slow_shard = replace(FAST_LEARNER, shard_ingest_per_core=20_000.0)
+    p = predict(c, slow_shard)
+    assert p.bottleneck == "replay"
+    assert p.capacities["replay"] == pytest.approx(20_000.0, rel=0.02)  # its work per transition, whatever the flow
+    assert p.env_steps_per_s <= 20_000.0  # less: the actors wait for versions the slow shard holds up
+    assert predict(replace(c, shards=8), slow_shard).bottleneck == "actors"  # 160,000 of ingest
+    slow_ps = replace(FAST_LEARNER, ps_checks_per_core=200.0, ps_fetches_per_core=200.0)
+    assert predict(c, slow_ps).bottleneck == "ps"  # 1,000 chunks/s, each a fetch
+    thin = predict(replace(c, network_gbit=0.05), FAST_LEARNER)  # 6 MB/s: a 45 kB blob for every chunk is too much
+    assert thin.bottleneck == "ps network"
 
 
-def test_sizing_keeps_services_above_the_actors_with_headroom_in_powers_of_two() -> None:
-    c = Cluster(actors=4096, chunk_steps=64, network_gbit=10.0, rtt_ms=0.2)
-    sized = size_services(c, FAST_LEARNER)
-    caps = capacities(sized, FAST_LEARNER)
-    for name in ("replay ingest", "replay egress", "replay network in", "replay network out", "ps", "ps network"):
-        assert caps[name] >= 1.5 * caps["actors"], name
-    for count in (sized.shards, sized.ps_replicas):
-        assert count & (count - 1) == 0
-    # and not more than needed: half as many falls short (the power of two above the need)
-    half = capacities(replace(sized, shards=sized.shards // 2, ps_replicas=sized.ps_replicas // 2), FAST_LEARNER)
-    assert min(half["replay ingest"], half["replay egress"], half["replay network in"]) < 1.5 * caps["actors"]
-    assert min(half["ps"], half["ps network"]) < 1.5 * caps["actors"]
-
-
-def test_replay_egress_is_sized_for_the_learner_not_the_actors() -> None:
-    c = Cluster(actors=4096, algo="ddpg")  # actors 4.1 M env steps/s, the learner 2,000
-    sized = size_services(c, COSTS)
-    caps = capacities(sized, COSTS)
-    assert caps["replay egress"] >= 1.5 * caps["learner"]
-    assert caps["replay egress"] < 1.5 * caps["actors"]  # a DDPG env step is 25.6 transitions out
-    assert sized.shards == 8  # set by ingest: 4.1 M x 1.5 / 1 M per shard = 7, up to a power of two
+def test_sizing_keeps_the_services_above_what_the_actors_could_send_in_powers_of_two() -> None:
+    """64 actors could send about 61,000 env steps/s (the probe's actors step 96 % of the time); with headroom
+    91,000. A shard takes 20,000 a core: 4.6 shards, 8 as a power of two (2.3 of two cores: 4). The ps answers
+    about 1.45 times a chunk in the simulation (a held fetch, and a "not modified" where a hold ends first):
+    1,420 chunks/s x 1.45 / 4,000 answers a second is half a replica."""
+    costs = replace(
+        FAST_LEARNER, shard_ingest_per_core=20_000.0, ps_checks_per_core=4_000.0, ps_fetches_per_core=4_000.0
+    )
+    c = Cluster(actors=64, chunk_steps=64, batch_size=4096)
+    sized = size_services(c, costs)
+    assert (sized.shards, sized.ps_replicas) == (8, 1)
+    assert size_services(replace(c, cores_per_shard=2.0), costs).shards == 4
+    slow_ps = replace(costs, ps_checks_per_core=400.0, ps_fetches_per_core=400.0)  # 5.2 replicas: 8
+    assert size_services(c, slow_ps).ps_replicas == 8
 
 
 def test_unknown_env_or_device_is_refused_by_name() -> None:
@@ -142,16 +151,16 @@ def test_check_reads_every_algorithm_key_and_reports_misses(tmp_path: Path) -> N
     fleet.write_text(json.dumps({"benchmark": "fleet", "ppo": fleet_run("ppo", points), "x": fleet_run("ddpg", [])}))
     gpu_box_files(tmp_path, learner=None)
     result = check(COSTS, fleet, tmp_path)
-    assert set(result["srl_15000_cores"]) == {"ppo cpu", "ddpg cpu"}  # a prediction per learner the costs hold
     rows = result["fleet_ppo"]["points"]
     assert [r["within_target"] for r in rows] == [False, True]  # 0 measured is a miss, never a pass
-    assert rows[1]["predicted_env_steps_per_s"] == pytest.approx(16 * 100.0)  # the actors at 100 steps/s bind
-    assert rows[1]["error"] == pytest.approx(1600 / 1500 - 1, abs=1e-3)
+    assert rows[1]["predicted_bottleneck"] == "actors"
+    assert rows[1]["predicted_env_steps_per_s"] == pytest.approx(16 * 100.0, rel=0.02)  # the actors at 100 steps/s
+    assert rows[1]["error"] == pytest.approx(rows[1]["predicted_env_steps_per_s"] / 1500 - 1, abs=1e-3)
     assert result["fleet_x"]["points"] == []
     # No learner measured on that machine: its 1-actor point calibrates the learner and is no check.
     calibrated = result["h200_16core"]["points"]
     assert [r["within_target"] for r in calibrated] == [None, True]
-    assert calibrated[0]["predicted_env_steps_per_s"] == pytest.approx(900.0)  # its own outcome, by construction
+    assert calibrated[0]["predicted_env_steps_per_s"] == pytest.approx(900.0, rel=0.02)  # its own outcome, by design
 
 
 def test_a_gpu_machine_that_measured_its_learner_calibrates_the_actor_in_the_system(tmp_path: Path) -> None:
@@ -166,7 +175,10 @@ def test_a_gpu_machine_that_measured_its_learner_calibrates_the_actor_in_the_sys
     # The actor-bound 1-actor point gives an actor's rate in the system (900, not the raw 1,000) and is no check.
     assert [r["within_target"] for r in rows] == [None, True]
     assert [r["predicted_bottleneck"] for r in rows] == ["actors", "actors"]
-    assert [r["predicted_env_steps_per_s"] for r in rows] == [pytest.approx(900.0), pytest.approx(1800.0)]
+    assert [r["predicted_env_steps_per_s"] for r in rows] == [
+        pytest.approx(900.0, rel=0.02),
+        pytest.approx(1800.0, rel=0.02),
+    ]
     assert "0.90 x its raw rate" in result["calibration"]
 
 
@@ -178,9 +190,24 @@ def test_a_measured_learner_that_binds_at_one_actor_leaves_every_point_a_check(t
     rows = check(load_costs(results=tmp_path), fleet, tmp_path)["h200_16core"]["points"]
     assert [r["within_target"] for r in rows] == [False, False]  # 640 per actor predicted, 900 measured: -29 %
     assert [r["predicted_bottleneck"] for r in rows] == ["learner", "learner"]
-    assert rows[0]["error"] == pytest.approx(640 / 900 - 1, abs=1e-3)
+    assert rows[0]["error"] == pytest.approx(640 / 900 - 1, abs=0.02)
 
 
+@pytest.mark.slow  # six simulated runs, two of 1,024 actors: 20-60 s on a 2-core box
+def test_the_fleet_points_at_16_256_and_1024_actors_are_predicted_within_the_target() -> None:
+    """The stretch target of issue 40, from each point's cluster description alone (bench/results/fleet.2core.json)."""
+    fleet = json.loads(FLEET_FILE.read_text())
+    costs = load_costs()
+    for algo in ("ppo", "ddpg"):
+        run = fleet[algo]
+        for point in (p for p in run["points"] if p["actors"] in (16, 256, 1024)):
+            p = predict(fleet_cluster(run, point), costs)
+            error = p.env_steps_per_s / point["env_steps_per_s"] - 1
+            assert abs(error) <= FLEET_TARGET, (algo, point["actors"], p.env_steps_per_s, point["env_steps_per_s"])
+            assert p.bottleneck == point["bottleneck"], (algo, point["actors"])
+
+
+@pytest.mark.slow  # two simulated runs of the chart's 1,024 actors: about a minute on a 2-core box
 def test_the_checked_in_ppo_1024_values_hold_the_sizing_rule() -> None:
     values = REPO / "infra" / "helm" / "values" / "ppo-1024.yaml"
     cluster = values_cluster(values)
@@ -194,6 +221,5 @@ def test_the_shard_micro_benchmark_drives_todays_replay_shard_and_wire() -> None
     judged: they are the box's)."""
     from bench.capacity_costs import shard_rates
 
-    ingest, egress, transition_bytes = shard_rates(0.05)
+    ingest, egress = shard_rates(0.05)
     assert ingest > 0 and egress > 0
-    assert 100 < transition_bytes < 1000, "one HalfCheetah transition: obs, action, reward, flags, logp, value"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -158,6 +158,17 @@ class Process(Node):
         raise NotImplementedError
 
 
+@dataclass(frozen=True)
+class ServiceCosts:
+    """Seconds of a service's own time per event (sim/capacity.py sets them from measured rates; none by default):
+    a transition into a shard and one out of it, a ps answer with the blob and one "not modified"."""
+
+    ingest_s: float = 0.0
+    egress_s: float = 0.0
+    blob_s: float = 0.0
+    not_modified_s: float = 0.0
+
+
 # -- replay ----------------------------------------------------------------------------------------------
 
 
@@ -165,10 +176,18 @@ class ReplayNode(Process):
     restart = "always"
 
     def __init__(
-        self, world: World, net: Network, index: int, cfg: ExperimentConfig, ledger: Ledger, snapshot_interval_s: float
+        self,
+        world: World,
+        net: Network,
+        index: int,
+        cfg: ExperimentConfig,
+        ledger: Ledger,
+        snapshot_interval_s: float,
+        costs: ServiceCosts = ServiceCosts(),
     ) -> None:
         super().__init__(world, net, f"replay-{index}", ledger)
-        self.index, self.cfg, self.snapshot_interval_s = index, cfg, snapshot_interval_s
+        self.index, self.cfg, self.snapshot_interval_s, self.costs = index, cfg, snapshot_interval_s, costs
+        self.egress_work_s = 0.0  # the part of `work_s` spent on samples out
         self.snapshot: ShardState | None = None  # what its disk holds
         self.boot(resumed=False)
 
@@ -187,7 +206,7 @@ class ReplayNode(Process):
 
     def receive(self, src: Node, message: Message) -> None:
         if message.kind == EXPERIENCE:
-            self.core.on_experience(message)
+            self.spend(self.core.on_experience(message) * self.costs.ingest_s)
         elif not self.stopping:  # a stopping shard serves no more (the requests go with it)
             self.core.on_request(src.name, message, self.world.now)
         self.core.serve(self.world.now)
@@ -197,6 +216,9 @@ class ReplayNode(Process):
         message = reply.to_message() if isinstance(reply, ErrorReply) else encode_sample_reply(reply)
         if message.kind in (FIFO_REPLY, TRANSITION_REPLY):  # the learner counts a data reply's report
             self.ledger.reports_sent[id(message)] = (self.index, self.incarnation, reply.report.env_steps)
+            out = sum(c.size for c in reply.chunks) if message.kind == FIFO_REPLY else len(reply.transitions["slots"])
+            self.spend(out * self.costs.egress_s)
+            self.egress_work_s += out * self.costs.egress_s
         dst = self.net.nodes[peer]
         self.send(dst, message, message_bytes(message) if dst.bandwidth or self.bandwidth else 0)
 
@@ -252,9 +274,12 @@ def fifo_chunks(shard: ReplayShard) -> list[ChunkId]:
 class PsNode(Process):
     restart = "always"
 
-    def __init__(self, world: World, net: Network, index: int, ledger: Ledger) -> None:
+    def __init__(
+        self, world: World, net: Network, index: int, ledger: Ledger, costs: ServiceCosts = ServiceCosts()
+    ) -> None:
         super().__init__(world, net, f"ps-{index}", ledger)
         self.learners: list[LearnerNode] = []
+        self.costs = costs
         self.boot(resumed=False)
 
     def boot(self, resumed: bool) -> None:
@@ -293,6 +318,7 @@ class PsNode(Process):
             else:
                 asked.remove(min(asked, key=lambda entry: entry[0]))  # "not modified": the hold that ended first
         message = reply if isinstance(reply, Message) else reply.to_message()
+        self.spend(self.costs.blob_s if isinstance(reply, Message) else self.costs.not_modified_s)
         dst = self.net.nodes[peer]
         self.send(dst, message, message_bytes(message) if dst.bandwidth or self.bandwidth else 0)
 
@@ -327,12 +353,12 @@ class ScriptedLearner:
         if self.on_policy:
             ledger.chunks_learned(batch, counters.version, now)
             units = sum(chunk.size for chunk in batch)
-            node.busy_for(costs.slow * (costs.update_s + costs.per_unit_s * units))
+            node.spend(costs.slow * (costs.update_s + costs.per_unit_s * units))
             return {"loss": 0.0}
         steps = int(arg)
         ledger.updates_learned(counters.updates + steps, counters.env_steps, now)
         ledger.transitions_learned += len(batch["slots"])
-        node.busy_for(costs.slow * (costs.update_s + costs.gradient_step_s * steps))
+        node.spend(costs.slow * (costs.update_s + costs.gradient_step_s * steps))
         priorities = 0.5 + 0.5 * np.asarray(batch["rewards"], np.float64).reshape(-1) ** 2
         return [{"loss": 0.0}] * steps, priorities
 
@@ -478,6 +504,7 @@ class LearnerNode(Process):
         self.next_tick: float | None = None
         self.updates_seen = 0
         self.released = True  # no core yet
+        self.progressed: Callable[[], None] | None = None  # told after each step that moved the counters on
         self.boot(resumed=False)
 
     def boot(self, resumed: bool) -> None:
@@ -497,9 +524,6 @@ class LearnerNode(Process):
         self.ledger.updates_written(self.updates_seen, self.core.counters.updates, self.world.now)
         self.core.publish()
         self.wake()
-
-    def busy_for(self, seconds: float) -> None:
-        self.busy_until = max(self.world.now, self.busy_until) + seconds
 
     def wake(self, at: float | None = None) -> None:
         at = max(self.world.now, self.busy_until, self.paused_until, self.world.now if at is None else at)
@@ -541,6 +565,8 @@ class LearnerNode(Process):
         self.ledger.updates_written(self.updates_seen, c.updates, self.world.now)
         self.updates_seen = c.updates
         self.ledger.learner_counted = c.env_steps
+        if self.progressed is not None:
+            self.progressed()
 
     def disconnected(self, peer: Node) -> None:
         i = self.batches.index.get(peer.name)
@@ -677,6 +703,7 @@ class ActorNode(Process):
             action = core.next_action()
             if isinstance(action, Collect):
                 self.collecting = True
+                self.work_s += self.chunks.env_steps / self.rate  # stepping its envs: the actor's work
                 self.world.after(self.chunks.env_steps / self.rate, self._collected, self.incarnation)
                 return
             if isinstance(action, Send):

@@ -38,12 +38,17 @@ from surreal.sim.nodes import (
     PsNode,
     ReplayNode,
     ScriptedChunks,
+    ServiceCosts,
     fifo_chunks,
 )
 from surreal.sim.world import Network, Node, World
 
-OBS_SPACE = spaces.Box(-np.inf, np.inf, (3,), np.float32)  # Pendulum-v1's: no env is ever made
-ACT_SPACE = spaces.Box(-2.0, 2.0, (1,), np.float32)
+PENDULUM = (3, 1)  # Pendulum-v1's observation and action sizes: no env is ever made
+
+
+def env_spaces(dims: tuple[int, int]) -> tuple[spaces.Box, spaces.Box]:
+    """An env's observation and action spaces of these sizes, as the actors' chunks and the blobs shape them."""
+    return spaces.Box(-np.inf, np.inf, (dims[0],), np.float32), spaces.Box(-2.0, 2.0, (dims[1],), np.float32)
 
 
 @dataclass(frozen=True)
@@ -92,11 +97,15 @@ class Scenario:
     churn: Churn | None = None
     steady: tuple[tuple[float, float], ...] = ()  # windows where every blob must count the actors alive
     slow_half: tuple[float, float | None] | None = None  # (latency_s, bandwidth bytes/s) of half the fleet's links
+    links: tuple[float, float | None] | None = None  # (latency_s, bandwidth bytes/s) of every node's link
     jitter_s: float = 0.0002
     drop_p: float = 0.0
     hostile: tuple[str, ...] = ()  # "actor", "shard", "learner": hostile peers beside the honest ones
     snapshot_interval_s: float = 30.0
     tolerated_losses: int = 0
+    service_costs: ServiceCosts = ServiceCosts()  # the shards' and ps replicas' time per event (none: instant)
+    env_dims: tuple[int, int] = PENDULUM  # observation and action sizes: what chunks, samples and blobs weigh
+    hidden_sizes: str | None = "[16]"  # the policy's widths (None: the algorithm's default)
 
     def config(self) -> ExperimentConfig:
         overrides = [
@@ -109,8 +118,8 @@ class Scenario:
             f"actor.chunk_steps={self.chunk_steps}",
             f"steps={self.total_env_steps}",
             "device=cpu",
-            "algo.hidden_sizes=[16]",
             "learner.keep_checkpoints=1",
+            *([f"algo.hidden_sizes={self.hidden_sizes}"] if self.hidden_sizes else []),
         ]
         if self.algo == "ppo":
             overrides += ["algo.batch_size=2048", "algo.minibatch_size=256", "replay.capacity=16384"]
@@ -163,7 +172,8 @@ class Sim:
         self.net = net = Network(world, scenario.jitter_s, scenario.drop_p)
         on_policy = cfg.algo.on_policy
         algo = get_algorithm(cfg.algo.name)
-        fields = algo.chunk_fields(OBS_SPACE, ACT_SPACE, algo_config(cfg))
+        self.spaces = obs_space, act_space = env_spaces(scenario.env_dims)
+        fields = algo.chunk_fields(obs_space, act_space, algo_config(cfg))
         pairs = cfg.algo.name == "es"  # a chunk of whole-episode pairs
         envs = cfg.algo.chunk_size(cfg) if pairs else cfg.topology.envs_per_actor
         self.chunks = ScriptedChunks(fields, scenario.chunk_steps, envs, pairs)
@@ -172,15 +182,16 @@ class Sim:
         ratio = None if on_policy else (cfg.algo.learning_starts, cfg.algo.replay_ratio)  # type: ignore[attr-defined]
         self.ledger = ledger = Ledger(max_staleness, chunk_env_steps, ratio, scenario.tolerated_losses)
         self.shards: list[Node] = [
-            ReplayNode(world, net, i, cfg, ledger, scenario.snapshot_interval_s) for i in range(scenario.shards)
+            ReplayNode(world, net, i, cfg, ledger, scenario.snapshot_interval_s, scenario.service_costs)
+            for i in range(scenario.shards)
         ]
         self.honest_shards = list(self.shards)
         if "shard" in scenario.hostile:  # among the learner's shards only: actors push to the honest ones
             self.shards.append(HostileShard(world, net, len(self.shards), cfg, fields))
-        self.ps = [PsNode(world, net, i, ledger) for i in range(scenario.ps)]
-        params = _blob_params(cfg)
+        self.ps = [PsNode(world, net, i, ledger, scenario.service_costs) for i in range(scenario.ps)]
+        params = _blob_params(cfg, self.spaces)
         self.learner = LearnerNode(
-            world, net, cfg, run_dir, (OBS_SPACE, ACT_SPACE), fields, params, self.shards, self.ps, ledger,
+            world, net, cfg, run_dir, self.spaces, fields, params, self.shards, self.ps, ledger,
             scenario.costs or (Costs() if on_policy else Costs(update_s=0.001)),
         )  # fmt: skip
         self.actors: dict[int, ActorNode] = {}
@@ -193,6 +204,9 @@ class Sim:
             self.hostile.append(HostileActor(world, net, self.honest_shards, self.ps, fields, scenario.chunk_steps))
         if "learner" in scenario.hostile:
             self.hostile.append(HostileLearnerPeer(world, net, self.honest_shards))
+        if scenario.links is not None:
+            for node in net.nodes.values():
+                node.latency_s, node.bandwidth = scenario.links
         if scenario.slow_half is not None:
             latency_s, bandwidth = scenario.slow_half
             for i, actor in self.actors.items():
@@ -328,11 +342,11 @@ class Sim:
         }
 
 
-def _blob_params(cfg: ExperimentConfig) -> dict[str, Any]:
+def _blob_params(cfg: ExperimentConfig, env: tuple[spaces.Box, spaces.Box]) -> dict[str, Any]:
     """A real learner's parameters for the algorithm (built once per run): what blobs carry and checkpoints save."""
     import torch
 
-    learner = get_algorithm(cfg.algo.name).make_learner(OBS_SPACE, ACT_SPACE, algo_config(cfg), torch.device("cpu"))
+    learner = get_algorithm(cfg.algo.name).make_learner(*env, algo_config(cfg), torch.device("cpu"))
     return learner.params()
 
 

@@ -20,8 +20,9 @@ The network is what ZMQ over TCP does, reduced to what the roles can observe:
 - A killed node loses everything in its pipes, both ways; a message that arrives at a node restarted since it was
   sent is lost (the connection it came on is gone).
 
-A node processes one message at a time: with a cost per message (seconds, `Node.cost`) messages wait their turn
-(the capacity model's queueing); without, at once.
+A node processes one message at a time: what it `spend`s on one (seconds of its own time: the measured cost of an
+event, sim/capacity.py) the next waits for; what costs nothing is taken at once. `work_s` adds up what it spent, and
+a node with a `bandwidth` counts the bytes through its link, so a run says how busy each part was.
 """
 
 from __future__ import annotations
@@ -94,12 +95,15 @@ class Node:
         self.inbox: deque[tuple[Node, Message, Pipe]] = deque()
         self.pipes: dict[str, Pipe] = {}  # the pipes from this node, by destination
         self.busy_until = 0.0
+        self.work_s = 0.0  # seconds spent so far (`spend`)
+        self.bytes_out = self.bytes_in = 0  # through its link, counted where it has a `bandwidth`
         self.running = False
         net.nodes[name] = self
 
-    def cost(self, message: Message) -> float:
-        del message
-        return 0.0
+    def spend(self, seconds: float) -> None:
+        """Work of `seconds` from now (or from the end of the work before): messages wait until it is done."""
+        self.busy_until = max(self.world.now, self.busy_until) + seconds
+        self.work_s += seconds
 
     def disconnected(self, peer: Node) -> None:
         """The connection to `peer` broke (its process ended): what a ZMQ socket monitor reports."""
@@ -111,9 +115,6 @@ class Node:
         if not self.running and self.world.now >= self.busy_until and self.world.now >= self.paused_until:
             pipe.taken()  # idle: taken at once
             self.receive(src, message)
-            cost = self.cost(message)
-            if cost > 0:
-                self.busy_until = self.world.now + cost
             return
         self.inbox.append((src, message, pipe))
         if not self.running:
@@ -121,7 +122,7 @@ class Node:
             self.world.at(max(self.busy_until, self.paused_until), self._run)
 
     def _run(self) -> None:
-        """Take the next message, then come back once its cost is spent (or at once, costing nothing)."""
+        """Take the next message, then come back once what it spent is done (or at once, costing nothing)."""
         world = self.world
         while self.inbox:
             if not self.alive:
@@ -133,12 +134,9 @@ class Node:
             src, message, pipe = self.inbox.popleft()
             pipe.taken()
             self.receive(src, message)
-            cost = self.cost(message)
-            if cost > 0:
-                self.busy_until = world.now + cost
-                if self.inbox:
-                    world.at(self.busy_until, self._run)
-                    return
+            if self.busy_until > world.now and self.inbox:
+                world.at(self.busy_until, self._run)
+                return
         self.running = False
 
     def send(self, dst: Node, message: Message, nbytes: int = 0) -> bool:
@@ -230,11 +228,13 @@ class Network:
         if src.bandwidth is not None and nbytes:
             leaves = max(leaves, src.link_free_at) + nbytes / src.bandwidth
             src.link_free_at = leaves
+            src.bytes_out += nbytes
         arrives = leaves + src.latency_s + dst.latency_s
         if self.jitter_s:
             arrives += world.rng.random() * self.jitter_s
         if dst.bandwidth is not None and nbytes:
             arrives += nbytes / dst.bandwidth
+            dst.bytes_in += nbytes
         if arrives < pipe.last_arrival:
             arrives = pipe.last_arrival
         pipe.last_arrival = arrives
