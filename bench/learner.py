@@ -504,12 +504,16 @@ def ppo_row(cfg: PPOConfig, device: torch.device, args: argparse.Namespace, sync
     }
 
 
+def algo_module(algo: str) -> str:
+    """The algorithm a row's name runs: TD3 is DDPG with its switches, CrossQ is SAC with its."""
+    return {"td3": "ddpg", "crossq": "sac"}.get(algo, algo)
+
+
 def offpolicy_config(algo: str) -> tuple[DDPGConfig | SACConfig, list[str]]:
     """The config of a row and the overrides that make it (DDPG's and SAC's defaults, TD3's and CrossQ's switches)."""
     switches = {"ddpg": [], "td3": ["algo.twin_critics=true", "algo.target_policy_noise=0.2"], "sac": []}
     switches["crossq"] = ["preset=crossq"]  # conf/preset/crossq.yaml: the paper's 2048-wide critics and the rest
-    module_name = "sac" if algo in ("sac", "crossq") else "ddpg"
-    cfg = algo_config(load_config([f"algo={module_name}", "seed=1", *switches[algo]]))
+    cfg = algo_config(load_config([f"algo={algo_module(algo)}", "seed=1", *switches[algo]]))
     return cast(DDPGConfig | SACConfig, cfg), switches[algo]
 
 
@@ -518,7 +522,7 @@ def offpolicy_row(algo: str, device: torch.device, args: argparse.Namespace, syn
     CleanRL's update on the same samples (for CrossQ, CleanRL's SAC update with critics as wide: what the switches
     cost or save at that width)."""
     cfg, switches = offpolicy_config(algo)
-    module_name = "sac" if isinstance(cfg, SACConfig) else "ddpg"
+    module_name = algo_module(algo)
     k = LearnerConfig().minibatches_per_sample  # what the learner asks a shard for: k minibatches per sample
     module = get_algorithm(module_name)
     obs_space, act_space, chunks = collect_chunks(module_name, cfg, 8)

@@ -56,11 +56,6 @@ RANK_TIMEOUT_S = 900.0  # a rank process's whole life: only catches a hang
 GROUP_TIMEOUT_S = 300.0  # every collective's
 
 
-def module_of(algo: str) -> str:
-    """The algorithm module a benchmark name runs (TD3 is DDPG with its switches)."""
-    return "ddpg" if algo == "td3" else algo
-
-
 def ppo_config(large: bool) -> PPOConfig:
     """PPO's defaults (CleanRL's: 2,048 transitions, minibatches of 64, 10 epochs), or with `large` bench.learner's
     second row (4,096, minibatches of 1,024, 2 epochs: Sample Factory's MuJoCo setting), where a step's work grows
@@ -73,7 +68,7 @@ def ppo_config(large: bool) -> PPOConfig:
 def rank_main(args: argparse.Namespace) -> None:
     """One rank (or the learner alone, `--size 0`): collect, build, one untimed update, then `--updates` timed;
     rank 0 writes {"updates_per_s": ...} to `--result` (off-policy: gradient steps per second)."""
-    from bench.learner import CHUNK_STEPS, collect_chunks, offpolicy_config, transition_batches
+    from bench.learner import CHUNK_STEPS, algo_module, collect_chunks, offpolicy_config, transition_batches
 
     torch.set_num_threads(args.threads)
     cfg: Any
@@ -82,7 +77,7 @@ def rank_main(args: argparse.Namespace) -> None:
         obs_space, act_space, chunks = collect_chunks("ppo", cfg, cfg.batch_size // CHUNK_STEPS)
     else:
         cfg = offpolicy_config(args.algo)[0]
-        obs_space, act_space, chunks = collect_chunks(module_of(args.algo), cfg, 8)
+        obs_space, act_space, chunks = collect_chunks(algo_module(args.algo), cfg, 8)
     replica = None
     if args.size > 0:
         rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -94,7 +89,7 @@ def rank_main(args: argparse.Namespace) -> None:
         replica = Replica(rank, size)
     else:
         rank, device = 0, torch.device(args.device)
-    algo = get_algorithm(module_of(args.algo))
+    algo = get_algorithm(algo_module(args.algo))
     learner = algo.make_learner(obs_space, act_space, cfg, device, replica=replica)
     update: Callable[[int], object]
     per_call = 1
