@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         role_parser = argparse.ArgumentParser(
             prog=f"surreal role {args.role}", description=ROLES[args.role][1], epilog=ENVIRONMENT_HELP
         )
-        module.add_arguments(role_parser)
+        if hasattr(module, "add_arguments"):  # a role without one takes no options
+            module.add_arguments(role_parser)
         role_args = role_parser.parse_args(rest)
         from surreal.runstore import StorageError  # fsspec-free until a bucket is used
 

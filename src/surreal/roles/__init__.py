@@ -1,1 +1,2 @@
-"""One module per role of the dataflow; each exposes `add_arguments(parser)` and `main(args) -> int`."""
+"""One module per role of the dataflow; each exposes `main(args) -> int`, and `add_arguments(parser)` when it takes
+options (the others take everything from SURREAL_* variables and the experiment config)."""

@@ -316,10 +316,6 @@ class Actor:
         self.envs.close()
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    del parser  # everything comes from SURREAL_* variables and the experiment config
-
-
 def main(args: argparse.Namespace) -> int:
     import torch  # the policy's; the core and its other drivers run without it
 

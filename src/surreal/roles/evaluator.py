@@ -229,10 +229,6 @@ class EvaluatorCore:
         return row
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    del parser  # everything comes from SURREAL_* variables and the experiment config
-
-
 def main(args: argparse.Namespace) -> int:
     del args
     settings = Settings.from_env()

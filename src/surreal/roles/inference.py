@@ -198,10 +198,6 @@ def endpoint_of(sock: zmq.Socket) -> str:
     return sock.getsockopt_string(zmq.LAST_ENDPOINT)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    del parser  # everything comes from SURREAL_* variables and the experiment config
-
-
 def main(args: argparse.Namespace) -> int:
     import torch
 

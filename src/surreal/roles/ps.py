@@ -263,10 +263,6 @@ class ParamServer(Server):
             self.m_requests.labels(answer=kind).inc()
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    del parser  # everything comes from SURREAL_* variables and the experiment config
-
-
 def main(args: argparse.Namespace) -> int:
     del args
 
