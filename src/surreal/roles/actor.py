@@ -33,11 +33,10 @@ from surreal.config import ExperimentConfig, algo_config
 from surreal.envs import make_vec_env
 from surreal.envstate import load_vec_env_state, vec_env_state
 from surreal.metrics import RoleMetrics
-from surreal.proto.channels import FETCH_TIMEOUT, ExperienceSender, InferenceClient, ParamClient
-from surreal.proto.codec import Limits
+from surreal.proto.channels import ExperienceSender, InferenceClient
 from surreal.proto.curve import WireContext
 from surreal.proto.wire import NO_VERSION, BlobMeta, Chunk, NotModified, Params
-from surreal.roles.common import StopFlag, hold_until_stopped, load_config, setup_logging
+from surreal.roles.common import StopFlag, count_errors, hold_until_stopped, load_config, param_client, setup_logging
 from surreal.roles.ports import ExperienceOut, ParamsIn
 from surreal.runtime.regimes import ActorThrottle, actor_throttle
 from surreal.runtime.rollout import RolloutCollector
@@ -326,27 +325,19 @@ def main(args: argparse.Namespace) -> int:
     stop = StopFlag().install()
     torch.set_num_threads(cfg.actor.torch_threads)
     metrics = RoleMetrics("actor", settings.index)
-    m_fetch_fail = metrics.counter("actor_param_fetch_timeouts_total", "parameter fetches that timed out")
-    m_bad = metrics.counter("messages_dropped_total", "malformed replies counted and dropped", ["reason"])
-
-    def on_error(reason: str) -> None:
-        (m_fetch_fail if reason == FETCH_TIMEOUT else m_bad.labels(reason=reason)).inc()
-
+    on_error = count_errors(metrics, timeouts="actor_param_fetch_timeouts_total")
     ctx = WireContext(settings.curve_keys)
     experience = ExperienceSender(ctx, settings.experience_addrs)
-    ps_addrs = [settings.connect(a) for a in settings.ps_addrs]
-    params = ParamClient(ctx, ps_addrs, Limits(max_bytes=cfg.ps.max_message_bytes), on_error)
+    params = param_client(ctx, settings, cfg, on_error)
     inference = None
     if cfg.topology.inference == "central":
         if not settings.inference_addrs:
             log.error("topology.inference=central but SURREAL_INFERENCE_ADDRS names no inference worker")
             return 2
-        m_infer = metrics.counter("actor_inference_errors_total", "inference requests not answered", ["reason"])
+        on_infer_error = count_errors(metrics, "actor_inference_errors_total", "inference requests not answered")
         workers = [settings.connect(a) for a in settings.inference_addrs]
         timeout_s = cfg.inference.request_timeout_s
-        inference = InferenceClient(
-            ctx, workers, settings.index, timeout_s, on_error=lambda r: m_infer.labels(reason=r).inc()
-        )
+        inference = InferenceClient(ctx, workers, settings.index, timeout_s, on_error=on_infer_error)
     actor = Actor(cfg, settings.index, experience, params, metrics, inference=inference, stopped=lambda: bool(stop))
     metrics.serve(settings.bind_host, settings.metrics_port)
     log.info(
@@ -354,7 +345,7 @@ def main(args: argparse.Namespace) -> int:
         cfg.algo.name,
         cfg.topology.envs_per_actor,
         cfg.env.id,
-        ",".join(ps_addrs),
+        ",".join(settings.connect(a) for a in settings.ps_addrs),
     )
     core = actor.core
     try:

@@ -13,7 +13,13 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
 
+import zmq
+
 from surreal.config import ExperimentConfig, config_from_env
+from surreal.metrics import RoleMetrics
+from surreal.proto.channels import FETCH_TIMEOUT, ErrorSink, ParamClient
+from surreal.proto.codec import Limits
+from surreal.settings import Settings
 
 # The exit code of a learner, replay shard or ps that a signal stopped (a preemption notice, a drain, a scale-down)
 # after it saved what it holds: 128 + SIGTERM, what a container runtime reports for a SIGTERM'd process. A
@@ -89,3 +95,26 @@ def setup_logging(role: str, index: int) -> logging.Logger:
 def load_config() -> ExperimentConfig:
     """The experiment config named by SURREAL_CONFIG (built-in defaults when unset)."""
     return config_from_env()
+
+
+def count_errors(
+    metrics: RoleMetrics,
+    name: str = "messages_dropped_total",
+    description: str = "malformed replies counted and dropped",
+    timeouts: str | None = None,
+) -> ErrorSink:
+    """A client's `on_error`: each reply it dropped counted by reason in `name`, and with `timeouts` (the name of a
+    counter of its own) each parameter fetch no ps answered in time."""
+    by_reason = metrics.counter(name, description, ["reason"])
+    timed_out = metrics.counter(timeouts, "parameter fetches that timed out") if timeouts else None
+
+    def on_error(reason: str) -> None:
+        (timed_out if timed_out is not None and reason == FETCH_TIMEOUT else by_reason.labels(reason=reason)).inc()
+
+    return on_error
+
+
+def param_client(ctx: zmq.Context, settings: Settings, cfg: ExperimentConfig, on_error: ErrorSink) -> ParamClient:
+    """A client of the experiment's ps replicas, taking blobs up to `ps.max_message_bytes`."""
+    ps_addrs = [settings.connect(a) for a in settings.ps_addrs]
+    return ParamClient(ctx, ps_addrs, Limits(max_bytes=cfg.ps.max_message_bytes), on_error)

@@ -50,11 +50,9 @@ from surreal.metrics import RoleMetrics
 from surreal.metricsfile import EVALS_FILE, read_evals, read_metrics
 from surreal.policy.artifact import BEST_DIR, FILE_NAME, POLICY_DIR, ArtifactError, read_policy_file
 from surreal.policy.build import PolicyRecorder, evaluation_section, run_git_sha
-from surreal.proto.channels import ParamClient
-from surreal.proto.codec import Limits
 from surreal.proto.curve import WireContext
 from surreal.proto.wire import Params
-from surreal.roles.common import StopFlag, hold_until_stopped, load_config, setup_logging
+from surreal.roles.common import StopFlag, count_errors, hold_until_stopped, load_config, param_client, setup_logging
 from surreal.roles.evaluation import EVAL_SEED_OFFSET
 from surreal.roles.ports import ParamsIn
 from surreal.runstore import EVALUATOR, open_mirror
@@ -236,7 +234,6 @@ def main(args: argparse.Namespace) -> int:
     log = setup_logging("evaluator", settings.index)
     torch.set_num_threads(1)
     metrics = RoleMetrics("evaluator", settings.index)
-    m_bad = metrics.counter("messages_dropped_total", "malformed replies counted and dropped", ["reason"])
     m_return = metrics.gauge("evaluator_return_mean", "mean return of the last evaluation")
     m_success = metrics.gauge("evaluator_success_rate", "success rate of the last evaluation (success envs only)")
     m_env_steps = metrics.gauge("evaluator_env_steps", "env steps of the blob evaluated last")
@@ -249,10 +246,7 @@ def main(args: argparse.Namespace) -> int:
         mirror.pull()
     history = read_evals(run_dir)  # a restarted evaluator continues after its last row
     ctx = WireContext(settings.curve_keys)
-    ps_addrs = [settings.connect(a) for a in settings.ps_addrs]
-    params = ParamClient(
-        ctx, ps_addrs, Limits(max_bytes=cfg.ps.max_message_bytes), lambda r: m_bad.labels(reason=r).inc()
-    )
+    params = param_client(ctx, settings, cfg, count_errors(metrics))
     core = EvaluatorCore(cfg, params, [int(r["env_steps"]) for r in history], run_dir if run_dir.is_dir() else None)
     # A pod has no run folder: its rows go to the log and /metrics.
     rows = EvalLog(run_dir) if run_dir.is_dir() else None

@@ -31,7 +31,7 @@ from surreal.algos import get_algorithm
 from surreal.config import ExperimentConfig, algo_config
 from surreal.envs import env_spaces
 from surreal.metrics import RoleMetrics
-from surreal.proto.channels import FETCH_TIMEOUT, ParamClient, accepting
+from surreal.proto.channels import ParamClient, accepting
 from surreal.proto.codec import Limits, ProtocolError, decode
 from surreal.proto.wire import (
     INFERENCE_REQUESTS,
@@ -43,8 +43,8 @@ from surreal.proto.wire import (
     Params,
     supersedes,
 )
-from surreal.roles.common import StopFlag
-from surreal.roles.server import POLL_S, Server, serve_main
+from surreal.roles.common import StopFlag, count_errors, param_client
+from surreal.roles.server import POLL_S, Server, endpoint, serve_main
 from surreal.settings import Settings
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ class InferenceServer(Server):
         self.serve_requests(router, burst=1024)
 
     def describe(self) -> str:
-        return f"{self.cfg.algo.name} inference for {self.cfg.env.id} on {endpoint_of(self.router)} ({self.device})"
+        return f"{self.cfg.algo.name} inference for {self.cfg.env.id} on {endpoint(self.router)} ({self.device})"
 
     def final_state(self) -> str:
         return f"{self.batches} batches at version {self.version}; " + super().final_state()
@@ -194,10 +194,6 @@ class InferenceServer(Server):
         super().close()
 
 
-def endpoint_of(sock: zmq.Socket) -> str:
-    return sock.getsockopt_string(zmq.LAST_ENDPOINT)
-
-
 def main(args: argparse.Namespace) -> int:
     import torch
 
@@ -206,14 +202,9 @@ def main(args: argparse.Namespace) -> int:
     def build(ctx: zmq.Context, settings: Settings, cfg: ExperimentConfig) -> InferenceServer:
         torch.set_num_threads(cfg.inference.torch_threads)
         metrics = RoleMetrics("inference", settings.index)
-        m_fetch_fail = metrics.counter("inference_param_fetch_timeouts_total", "parameter fetches that timed out")
-        m_bad = metrics.counter("param_replies_dropped_total", "malformed ps replies counted and dropped", ["reason"])
-
-        def on_error(reason: str) -> None:
-            (m_fetch_fail if reason == FETCH_TIMEOUT else m_bad.labels(reason=reason)).inc()
-
-        ps_addrs = [settings.connect(a) for a in settings.ps_addrs]
-        params = ParamClient(ctx, ps_addrs, Limits(max_bytes=cfg.ps.max_message_bytes), on_error)
+        dropped = ("param_replies_dropped_total", "malformed ps replies counted and dropped")
+        on_error = count_errors(metrics, *dropped, timeouts="inference_param_fetch_timeouts_total")
+        params = param_client(ctx, settings, cfg, on_error)
         address = settings.bind(settings.inference_port)
         return InferenceServer(ctx, cfg, address, params, settings.index, metrics)
 

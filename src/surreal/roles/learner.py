@@ -45,7 +45,7 @@ from surreal.proto.channels import ParamPublisher
 from surreal.proto.curve import REFUSED_HELP, REFUSED_METRIC, WireContext
 from surreal.proto.wire import BlobMeta, GroupOrder
 from surreal.replay.shard import message_limits
-from surreal.roles.common import EXIT_STOPPED, StopFlag, hold_until_stopped, load_config, setup_logging
+from surreal.roles.common import EXIT_STOPPED, StopFlag, count_errors, hold_until_stopped, load_config, setup_logging
 from surreal.roles.device import choose_device, update_seconds
 from surreal.roles.evaluation import finish, finished_before
 from surreal.roles.learner_group import (
@@ -283,14 +283,12 @@ def main(args: argparse.Namespace) -> int:
         finally:
             follower_metrics.close()
     metrics = RoleMetrics("learner", 0)
-    m_bad = metrics.counter("messages_dropped_total", "malformed replies counted and dropped", ["reason"])
     m_refused = metrics.counter(REFUSED_METRIC, REFUSED_HELP, ["socket", "reason"])
     ctx = WireContext(settings.curve_keys)
     limits = message_limits(cfg.replay)
-    on_error = lambda reason: m_bad.labels(reason=reason).inc()
     spaces = env_spaces(cfg)
     layout = reply_layout(cfg, get_algorithm(cfg.algo.name).chunk_fields(*spaces, algo_config(cfg)))
-    batches = replay_batches(cfg, ctx, settings.sample_addrs, layout, on_error)
+    batches = replay_batches(cfg, ctx, settings.sample_addrs, layout, count_errors(metrics))
     params_out = ParamPublisher(
         ctx,
         settings.bind(settings.params_pub_port),

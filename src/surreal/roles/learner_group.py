@@ -54,7 +54,7 @@ from surreal.proto.codec import Limits, decode, encode, pack_frames, unpack_fram
 from surreal.proto.curve import WireContext
 from surreal.proto.wire import GroupOrder, ReplyLayout, decode_group_order, encode_group_order
 from surreal.replay.shard import message_limits
-from surreal.roles.common import EXIT_STOPPED
+from surreal.roles.common import EXIT_STOPPED, count_errors
 from surreal.runtime.regimes import Follower, follower, reply_layout, sample_size, update_order
 from surreal.settings import Settings
 
@@ -287,13 +287,12 @@ def run_follower(
     )
     learner = make_rank_learner(cfg, spaces, device, group)
     contexts: list[WireContext] = []
-    m_bad = metrics.counter("messages_dropped_total", "malformed replies counted and dropped", ["reason"])
+    on_error = count_errors(metrics)
 
     def open_source() -> BackgroundBatches:
         contexts.append(WireContext(settings.curve_keys))
         wire = "CURVE" if contexts[-1].keys is not None else "plaintext (no SURREAL_CURVE_DIR)"
         log.info("rank %d samples its own minibatches from %d replay shard(s) over %s", place.rank, shards, wire)
-        on_error = lambda reason: m_bad.labels(reason=reason).inc()
         return replay_batches(cfg, contexts[-1], settings.sample_addrs, layout, on_error, episodes=False)
 
     shards = len(settings.replay)
