@@ -334,11 +334,11 @@ def test_an_off_policy_feed_holds_a_sample_per_request_counts_actors_over_two_sl
     cfg = experiment(DDPGConfig(batch_size=32), replay=ReplayConfig(mode="prioritized"))
     cfg.topology.actors, cfg.actor.chunk_steps = 3, 32
     feed = learner_feed(cfg, FakeTransitionLearner(), Counters(), 2, PrioritiesSent())
-    assert isinstance(feed, TransitionFeed) and feed.sample_size == 4 * 32 and feed.samples_held == 2 * 2
+    assert isinstance(feed, TransitionFeed) and feed.sample_size == 4 * 32 and feed.held.samples_held == 2 * 2
     assert feed.live is not None and feed.live.window == 2 * 2 * 3 * 32, "two slacks of env steps"
-    assert feed.priorities_home is not None
+    assert feed.held.priorities_home is not None
     uniform = learner_feed(experiment(DDPGConfig()), FakeTransitionLearner(), Counters(), 1, PrioritiesSent())
-    assert isinstance(uniform, TransitionFeed) and uniform.priorities_home is None
+    assert isinstance(uniform, TransitionFeed) and uniform.held.priorities_home is None
     cfg.actor.rollout_ahead = 0
     free = learner_feed(cfg, FakeTransitionLearner(), Counters(), 1, PrioritiesSent())
     assert isinstance(free, TransitionFeed) and free.live is None and free.env_step_budget() is None

@@ -140,10 +140,10 @@ def test_an_off_policy_group_whose_ranks_sample_their_own_minibatches_makes_the_
 
 def test_rank_samples_step_across_samples_and_send_each_its_priorities():
     from surreal.proto.wire import IDS, SLOTS, ShardReport, TransitionReply
-    from surreal.runtime.regimes.replay_ratio import RankSamples
+    from surreal.runtime.regimes.replay_ratio import HeldSamples
 
     sent = []
-    samples = RankSamples(4, 2, lambda shard, slots, ids, p: sent.append((shard, slots.tolist(), p.tolist())))
+    samples = HeldSamples(4, 2, lambda shard, slots, ids, p: sent.append((shard, slots.tolist(), p.tolist())))
 
     def reply(shard: int, first: int) -> TransitionReply:
         slots = np.arange(first, first + 12)

@@ -286,16 +286,14 @@ class TransitionFeed:
         """`samples_held`: samples kept before the oldest is retired (one per request in flight);
         `priorities_home`: where retired samples' priorities go, None for a replay without priorities."""
         self.learner, self.counters, self.limiter, self.live, self.clock = learner, counters, limiter, live, clock
-        self.batch_size, self.sample_size = batch_size, batch_size * minibatches_per_sample
-        self.samples_held, self.checkpoint_interval = samples_held, checkpoint_interval
-        self.priorities_home = priorities_home
+        self.sample_size, self.checkpoint_interval = batch_size * minibatches_per_sample, checkpoint_interval
+        self.held = HeldSamples(batch_size, samples_held, priorities_home)
         self.shard_steps = ShardEnvSteps(counters.shard_env_steps)  # the checkpointed list, updated in place
-        self.samples: deque[Sample] = deque()
         self.interval: list[dict[str, float]] = []  # statistics of the steps since the last row
 
     @property
     def queued(self) -> int:
-        return sum((s.minibatches - s.used) * s.size for s in self.samples)
+        return sum((s.minibatches - s.used) * s.size for s in self.held.samples)
 
     def take(self, reply: SampleReply) -> bool:
         """Off-policy learners see no chunks: a reply's report brings the env steps, episodes and actors."""
@@ -307,32 +305,29 @@ class TransitionFeed:
         if self.live is not None:
             for actor in report.actors:
                 self.live.heard(actor, c.env_steps)
-        self.samples.append(Sample.of(report.shard, reply.transitions, self.batch_size))
-        while len(self.samples) > self.samples_held:
-            self._retire(self.samples.popleft())  # a newer sample of the same buffer replaces it
+        self.held.take(reply)
         return False  # a step takes a sample or learns, never both: learning waits for the next step
 
     def _allowed(self) -> int:
         return self.limiter.updates_allowed(self.counters.env_steps) - self.counters.updates
 
     def ready(self) -> bool:
-        return bool(self.samples) and self._allowed() > 0
+        return bool(self.held.samples) and self._allowed() > 0
 
     def update(self) -> Outcome:
         """Up to the allowed gradient steps on the oldest sample's next minibatches, in one call of the
         algorithm."""
-        c, sample = self.counters, self.samples[0]
+        c, sample = self.counters, self.held.samples[0]
         steps = min(self._allowed(), sample.minibatches - sample.used)
+        batch, parts = self.held.next(steps)  # the oldest sample's next minibatches only
         started = self.clock()
-        step_stats, priorities = self.learner.update(sample.next(steps), steps)
+        step_stats, priorities = self.learner.update(batch, steps)
         update_s = (self.clock() - started) / steps
         before = c.updates
         c.updates += steps
         kept = [stats for stats in step_stats if not stats.get("nonfinite_skipped")]
         self.interval += kept
-        sample.priorities.append(priorities)
-        if sample.used == sample.minibatches:
-            self._retire(self.samples.popleft())
+        self.held.learned(parts, priorities)
         crossed = lambda every: c.updates // every > before // every
         publish = crossed(self.limiter.publish_interval)
         if publish:
@@ -344,9 +339,6 @@ class TransitionFeed:
         checkpoint = crossed(ROW_UPDATES * self.checkpoint_interval)
         return Outcome(update_s, publish, means, checkpoint_interval=checkpoint, skipped=len(step_stats) - len(kept))
 
-    def _retire(self, sample: Sample) -> None:
-        retire(sample, self.priorities_home)
-
     def env_step_budget(self) -> int | None:
         return self.limiter.budget(self.counters.updates)
 
@@ -356,21 +348,21 @@ class TransitionFeed:
     def state(self) -> dict[str, Any]:
         """The samples held (with how far each was stepped through and the priorities it earned so far), the
         statistics of the steps since the last metrics row, and the actors heard."""
-        samples = [{f.name: getattr(sample, f.name) for f in fields(Sample)} for sample in self.samples]
+        samples = [{f.name: getattr(sample, f.name) for f in fields(Sample)} for sample in self.held.samples]
         return {"samples": samples, "interval": list(self.interval), "live": live_state(self.live)}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        self.samples = deque(Sample(**sample) for sample in state["samples"])
+        self.held.samples = deque(Sample(**sample) for sample in state["samples"])
         self.interval = list(state["interval"])
         load_live_state(self.live, state["live"])
 
 
-class RankSamples:
-    """A learner group's rank after the first (`learner.replicas` > 1): the samples it draws from the replay itself,
-    each of minibatches of its share of `algo.batch_size`, stepped through as rank 0's orders say (rank 0's
-    `TransitionFeed` decides how many gradient steps an update makes; roles/learner_group.py). As rank 0 does, it
-    keeps the newest `samples_held` and retires older ones, and sends each retired sample's priorities to its shard.
-    An order's steps may run across two samples: one call of the algorithm, as on rank 0."""
+class HeldSamples:
+    """The samples a learner steps through, each of minibatches of `share_size` transitions (its share of
+    `algo.batch_size`): rank 0's `TransitionFeed`, and in a learner group (`learner.replicas` > 1) every other rank's,
+    drawn from the replay itself and stepped through as rank 0's orders say (roles/learner_group.py). It keeps the
+    newest `samples_held` and retires older ones, and sends each retired sample's priorities to its shard. A
+    follower's order may run across two samples: one call of the algorithm, as on rank 0."""
 
     def __init__(self, share_size: int, samples_held: int, priorities_home: PrioritiesHome | None) -> None:
         self.share_size, self.samples_held, self.priorities_home = share_size, samples_held, priorities_home
@@ -390,7 +382,7 @@ class RankSamples:
         self.transitions += sample.size * sample.minibatches
         self.samples.append(sample)
         while len(self.samples) > self.samples_held:
-            retire(self.samples.popleft(), self.priorities_home)
+            retire(self.samples.popleft(), self.priorities_home)  # a newer sample of the same buffer replaces it
         return True
 
     def next(self, steps: int) -> tuple[dict[str, Any], list[tuple[Sample, int]]]:
@@ -441,7 +433,7 @@ class SampleSource(Protocol):
 
 class SampleFollower:
     """A learner group's rank after the first: each order's `steps` gradient steps on minibatches this rank sampled
-    itself (`RankSamples`). Before each order it takes the replies already here (the newest samples kept, as rank
+    itself (`HeldSamples`). Before each order it takes the replies already here (the newest samples kept, as rank
     0's feed keeps them), then waits for the rest, at most `wait_s` (the group's timeout: rank 0 is in the first
     step's all-reduce meanwhile, bounded by the same timeout)."""
 
@@ -449,7 +441,7 @@ class SampleFollower:
         self,
         learner: TransitionLearner,
         source: SampleSource,
-        samples: RankSamples,
+        samples: HeldSamples,
         minibatches_per_sample: int,
         wait_s: float,
         clock: Callable[[], float] = time.monotonic,
@@ -491,13 +483,13 @@ def sample_follower(
 ) -> SampleFollower:
     """A follower rank's half of this regime, its samples held as rank 0's feed holds its own (`transition_feed`)."""
     home = source.send_priorities if cfg.replay.mode == "prioritized" else None
-    samples = RankSamples(share_size(cfg), cfg.learner.prefetch * shards, home)
+    samples = HeldSamples(share_size(cfg), cfg.learner.prefetch * shards, home)
     return SampleFollower(learner, source, samples, cfg.learner.minibatches_per_sample, cfg.learner.group_timeout_s)
 
 
 def share_size(cfg: ExperimentConfig) -> int:
     """The transitions of a minibatch one rank of the learner group steps on: its 1/`learner.replicas` of
-    `algo.batch_size` (all of it for a learner alone). Each rank samples its own share (`RankSamples`)."""
+    `algo.batch_size` (all of it for a learner alone). Each rank samples its own share (`HeldSamples`)."""
     return cfg.algo.batch_size // cfg.learner.replicas
 
 
