@@ -365,7 +365,7 @@ def test_one_peers_absurd_requests_never_starve_another(server, monkeypatch):
     assert answer.kind == TRANSITION_REPLY and len(answer.arrays["obs"]) == 32
     # Served while the hostile peer's requests are still parked: not behind them (they wait for data that never
     # comes, until their deadline).
-    assert len(replay.pending) == MAX_PENDING_PER_PEER and not hostile.poll(0), "the hostile's still wait"
+    assert len(replay.core.pending) == MAX_PENDING_PER_PEER and not hostile.poll(0), "the hostile's still wait"
 
 
 def test_a_request_parked_before_the_shard_knew_its_layout_is_refused_when_data_shows_it_too_large(monkeypatch):
@@ -386,13 +386,13 @@ def test_a_request_parked_before_the_shard_knew_its_layout_is_refused_when_data_
         # 40,000 transitions: under 1 MiB at the 16 bytes of a slot and an id, over it at 32 with this layout.
         learner.send_multipart(frames_of(SampleRequest(40_000, ready_at=1).to_message()))
         deadline = time.monotonic() + 20
-        while not replay.pending and time.monotonic() < deadline:
+        while not replay.core.pending and time.monotonic() < deadline:
             replay.poll_once(0.01)
-        assert len(replay.pending) == 1, "parked: nothing told the shard yet that it is too large"
+        assert len(replay.core.pending) == 1, "parked: nothing told the shard yet that it is too large"
         meta, arrays = parts(encode_chunk(chunk(T=50, K=2), incarnation=""))
         pusher.send_multipart(encode(EXPERIENCE, meta, arrays))
         [refused] = replies(replay, learner, 1)
-        assert (refused.kind, refused.meta["reason"]) == (ERROR, "reply_too_large") and not replay.pending
+        assert (refused.kind, refused.meta["reason"]) == (ERROR, "reply_too_large") and not replay.core.pending
         learner.send_multipart(frames_of(SampleRequest(1000, ready_at=1).to_message()))
         [served] = replies(replay, learner, 1)
         assert served.kind == TRANSITION_REPLY and len(served.arrays["obs"]) == 1000

@@ -208,7 +208,7 @@ class ParamServer(Server):
         self.listen(param_subscriber(ctx, learner_addr), self._on_params, None)  # unbounded: its queue is short
         router = self.bind(ctx, zmq.ROUTER, serve_bind, "ps", limits, sndhwm=256, rcvhwm=1024)
         self.serve_requests(router, REQUEST_BURST)
-        self.core: PsCore[list[zmq.Frame]] = PsCore(self._answer, self._drop)
+        self.core: PsCore[list[zmq.Frame]] = PsCore(self._answer, self.drop)
         m = self.metrics
         self.m_version = m.gauge("ps_param_version", "version of the parameters held")
         self.m_requests = m.counter("ps_requests_total", "actor requests answered", ["answer"])
@@ -244,13 +244,10 @@ class ParamServer(Server):
         try:
             message = decode(frames, self.request_limits)
         except ProtocolError as exc:
-            self._drop(exc.reason, identity)
+            self.drop(exc.reason, identity)
             self._answer(identity, ErrorReply(exc.reason))
             return
         self.core.on_request(identity, message, time.monotonic())
-
-    def _drop(self, reason: str, peer: Peer | None) -> None:
-        self.drop(reason, peer if isinstance(peer, bytes) else None)
 
     def _answer(self, peer: Peer, reply: list[zmq.Frame] | NotModified | ErrorReply) -> None:
         """Reply, counting the answer in ps_requests_total (labelled with the reply's kind) once it was sent."""

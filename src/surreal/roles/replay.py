@@ -175,7 +175,7 @@ class ReplayServer(Server):
         super().__init__(metrics or RoleMetrics("replay", replay.shard))
         limits = limits or Limits()
         self.replay = replay
-        self.core = ReplayCore(replay, self._answer, lambda reason, peer: self.drop(reason, _identity(peer)))
+        self.core = ReplayCore(replay, self._answer, self.drop)
         self.snapshots = snapshots
         self.experience_limits = accepting(limits, frozenset({EXPERIENCE}))
         self.request_limits = accepting(limits, REPLAY_REQUESTS)
@@ -204,10 +204,6 @@ class ReplayServer(Server):
         self.m_snapshot_pause = m.gauge("replay_snapshot_pause_seconds", "the last snapshot: seconds the loop paused")
         self.m_snapshot_bytes = m.gauge("replay_snapshot_bytes", "the last snapshot's size on disk")
         self.m_snapshot_held = m.gauge("replay_snapshot_transitions", "transitions in the last snapshot")
-
-    @property
-    def pending(self) -> deque[_Pending]:
-        return self.core.pending
 
     # -- the loop -------------------------------------------------------------------------------------
 
@@ -286,7 +282,8 @@ class ReplayServer(Server):
 
     def _answer(self, peer: Peer, reply: ShardAnswer) -> None:
         message = reply.to_message() if isinstance(reply, ErrorReply) else encode_sample_reply(reply)
-        self.reply(_identity(peer) or b"", message)
+        assert isinstance(peer, bytes)  # the core answers the identities this shell gave it
+        self.reply(peer, message)
         self._count()
 
     def _count(self) -> None:
@@ -298,10 +295,6 @@ class ReplayServer(Server):
         self.m_dropped.inc(stats["dropped"] - self.dropped)
         self.dropped = stats["dropped"]
         self.m_size.set(stats["size"])
-
-
-def _identity(peer: Peer | None) -> bytes | None:
-    return peer if isinstance(peer, bytes) else None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import zmq
@@ -105,14 +105,14 @@ class Server:
 
     # -- what handlers use ----------------------------------------------------------------------------
 
-    def drop(self, reason: str, peer: bytes | None = None) -> None:
+    def drop(self, reason: str, peer: Hashable | None = None) -> None:
         """Count a message refused for `reason`; the caller then forgets it. The first of each reason is
         logged with its peer (a ROUTER identity; a PUSH peer is anonymous), the rest only counted."""
         self.bad_messages += 1
         self.m_bad.labels(reason=reason).inc()
         if reason not in self.logged_reasons:
             self.logged_reasons.add(reason)
-            who = f"peer {peer.hex()}" if peer else "an anonymous peer"
+            who = f"peer {peer.hex()}" if isinstance(peer, bytes) and peer else "an anonymous peer"
             log.warning(
                 "dropped a message from %s: %s (further ones are counted in messages_dropped_total)", who, reason
             )
