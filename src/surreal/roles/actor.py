@@ -29,14 +29,14 @@ import numpy as np
 
 from surreal.algos import get_algorithm
 from surreal.algos.interface import Collector
-from surreal.config import ExperimentConfig, algo_config
+from surreal.config import ExperimentConfig, algo_config, config_from_env
 from surreal.envs import make_vec_env
 from surreal.envstate import load_vec_env_state, vec_env_state
 from surreal.metrics import RoleMetrics
 from surreal.proto.channels import ExperienceSender, InferenceClient
 from surreal.proto.curve import WireContext
 from surreal.proto.wire import NO_VERSION, BlobMeta, Chunk, NotModified, Params
-from surreal.roles.common import StopFlag, count_errors, hold_until_stopped, load_config, param_client, setup_logging
+from surreal.roles.common import StopFlag, count_errors, hold_until_stopped, param_client, setup_logging
 from surreal.roles.ports import ExperienceOut, ParamsIn
 from surreal.runtime.regimes import ActorThrottle, actor_throttle
 from surreal.runtime.rollout import RolloutCollector
@@ -320,7 +320,7 @@ def main(args: argparse.Namespace) -> int:
 
     del args
     settings = Settings.from_env()
-    cfg = load_config()
+    cfg = config_from_env()
     log = setup_logging("actor", settings.index)
     stop = StopFlag().install()
     torch.set_num_threads(cfg.actor.torch_threads)

@@ -1,4 +1,4 @@
-"""What every role does the same way: stop on SIGTERM/SIGINT, hold when done, log, read its config.
+"""What every role does the same way: stop on SIGTERM/SIGINT, hold when done, log, count what its clients drop.
 
 `StopFlag` also serves the launcher (`surreal run`), which stops on the same signals.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 import zmq
 
-from surreal.config import ExperimentConfig, config_from_env
+from surreal.config import ExperimentConfig
 from surreal.metrics import RoleMetrics
 from surreal.proto.channels import FETCH_TIMEOUT, ErrorSink, ParamClient
 from surreal.proto.codec import Limits
@@ -90,11 +90,6 @@ def setup_logging(role: str, index: int) -> logging.Logger:
         format=f"%(asctime)s {role}-{index} %(levelname)s %(message)s",
     )
     return logging.getLogger(f"surreal.{role}")
-
-
-def load_config() -> ExperimentConfig:
-    """The experiment config named by SURREAL_CONFIG (built-in defaults when unset)."""
-    return config_from_env()
 
 
 def count_errors(

@@ -43,7 +43,7 @@ from typing import Any
 import torch
 
 from surreal.algos import get_algorithm
-from surreal.config import ExperimentConfig, algo_config
+from surreal.config import ExperimentConfig, algo_config, config_from_env
 from surreal.envs import env_spaces
 from surreal.fileio import atomic_write_text
 from surreal.metrics import RoleMetrics
@@ -52,7 +52,7 @@ from surreal.policy.artifact import BEST_DIR, FILE_NAME, POLICY_DIR, ArtifactErr
 from surreal.policy.build import PolicyRecorder, evaluation_section, run_git_sha
 from surreal.proto.curve import WireContext
 from surreal.proto.wire import Params
-from surreal.roles.common import StopFlag, count_errors, hold_until_stopped, load_config, param_client, setup_logging
+from surreal.roles.common import StopFlag, count_errors, hold_until_stopped, param_client, setup_logging
 from surreal.roles.evaluation import EVAL_SEED_OFFSET
 from surreal.roles.ports import ParamsIn
 from surreal.runstore import EVALUATOR, open_mirror
@@ -230,7 +230,7 @@ class EvaluatorCore:
 def main(args: argparse.Namespace) -> int:
     del args
     settings = Settings.from_env()
-    cfg = load_config()
+    cfg = config_from_env()
     log = setup_logging("evaluator", settings.index)
     torch.set_num_threads(1)
     metrics = RoleMetrics("evaluator", settings.index)

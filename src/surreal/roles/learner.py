@@ -35,7 +35,7 @@ import torch
 
 from surreal.algos import get_algorithm
 from surreal.algos.interface import OffPolicyLearner, OnPolicyLearner
-from surreal.config import ExperimentConfig, algo_config, save_config
+from surreal.config import ExperimentConfig, algo_config, config_from_env, save_config
 from surreal.envs import env_spaces
 from surreal.metrics import RoleMetrics
 from surreal.metricsfile import METRICS_FILE
@@ -45,7 +45,7 @@ from surreal.proto.channels import ParamPublisher
 from surreal.proto.curve import REFUSED_HELP, REFUSED_METRIC, WireContext
 from surreal.proto.wire import BlobMeta, GroupOrder
 from surreal.replay.shard import message_limits
-from surreal.roles.common import EXIT_STOPPED, StopFlag, count_errors, hold_until_stopped, load_config, setup_logging
+from surreal.roles.common import EXIT_STOPPED, StopFlag, count_errors, hold_until_stopped, setup_logging
 from surreal.roles.device import choose_device, update_seconds
 from surreal.roles.evaluation import finish, finished_before
 from surreal.roles.learner_group import (
@@ -267,7 +267,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
-    cfg = load_config()
+    cfg = config_from_env()
     place = place_from_env(cfg)  # learner.replicas > 1: this process's rank (roles/learner_group.py)
     log = setup_logging("learner", place.rank if place else 0)
     stop = StopFlag().install()  # ranks 1..K-1 ignore it: rank 0 checkpoints and orders them to stop

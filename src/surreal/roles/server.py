@@ -20,12 +20,12 @@ from typing import Any
 
 import zmq
 
-from surreal.config import ExperimentConfig
+from surreal.config import ExperimentConfig, config_from_env
 from surreal.metrics import RoleMetrics
 from surreal.proto.channels import bind_socket, frames_of, send
 from surreal.proto.codec import Limits, Message
 from surreal.proto.curve import REFUSED_HELP, REFUSED_METRIC, HandshakeWatch, WireContext
-from surreal.roles.common import EXIT_STOPPED, StopFlag, load_config, setup_logging
+from surreal.roles.common import EXIT_STOPPED, StopFlag, setup_logging
 from surreal.runtime.limits import raise_open_files
 from surreal.settings import Settings
 
@@ -184,7 +184,7 @@ def serve_main(role: str, build: Callable[[zmq.Context, Settings, ExperimentConf
     """The shell of a server role: settings and config from the environment, logging, SIGTERM/SIGINT,
     /metrics, then `build(ctx, settings, cfg).run` until stopped, closing the sockets however it ends."""
     settings = Settings.from_env()
-    cfg = load_config()
+    cfg = config_from_env()
     log = setup_logging(role, settings.index)
     raise_open_files(log)  # one descriptor per connected actor
     stop = StopFlag().install()
