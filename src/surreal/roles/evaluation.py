@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from surreal.config import algo_config
+from surreal.config import ExperimentConfig, algo_config
 from surreal.fileio import atomic_write_text
 from surreal.policy.build import evaluation_section
-from surreal.runtime.rollout import evaluate
+from surreal.runtime.rollout import Evaluation, evaluate
 
 if TYPE_CHECKING:  # the learner's shell imports this module: the core's type only, never at run time
     from surreal.roles.learner import LearnerCore
@@ -24,6 +24,13 @@ EVAL_FILE = "eval.json"
 # Evaluation episodes start from seeds no training env used: env k of the evaluation's (up to 10) starts from
 # seed + EVAL_SEED_OFFSET + k, and its later episodes continue that env's generator (runtime/rollout.py evaluate).
 EVAL_SEED_OFFSET = 1_000_003
+
+
+def evaluate_params(cfg: ExperimentConfig, policy: Any, arrays: dict[str, Any]) -> Evaluation:
+    """`policy` with the parameters `arrays`, its deterministic episodes run on the evaluation seeds: the final
+    evaluation's and every point of the evaluator's curve (roles/evaluator.py) are the same episodes."""
+    policy.load_params(arrays)
+    return evaluate(cfg.env.id, policy, cfg.learner.eval_episodes, cfg.seed + EVAL_SEED_OFFSET, cfg.env.kwargs)
 
 
 def finished_before(core: LearnerCore) -> bool:
@@ -37,8 +44,7 @@ def finish(core: LearnerCore) -> dict[str, Any]:
     core.checkpoint()
     cfg, counters = core.cfg, core.counters
     policy = core.algo.make_policy(core.obs_space, core.act_space, algo_config(cfg), 0, 1)
-    policy.load_params(core.algo_learner.params())
-    evaluation = evaluate(cfg.env.id, policy, cfg.learner.eval_episodes, cfg.seed + EVAL_SEED_OFFSET, cfg.env.kwargs)
+    evaluation = evaluate_params(cfg, policy, core.algo_learner.params())
     summary = {k: v for k, v in evaluation.summary().items() if v is not None}  # no success rate: no key
     result: dict[str, Any] = {
         **summary,

@@ -53,11 +53,10 @@ from surreal.policy.build import PolicyRecorder, evaluation_section, run_git_sha
 from surreal.proto.curve import WireContext
 from surreal.proto.wire import Params
 from surreal.roles.common import StopFlag, count_errors, hold_until_stopped, param_client, setup_logging
-from surreal.roles.evaluation import EVAL_SEED_OFFSET
+from surreal.roles.evaluation import evaluate_params
 from surreal.roles.ports import ParamsIn
 from surreal.runstore import EVALUATOR, open_mirror
 from surreal.runtime.recorder import TENSORBOARD_DIR, write_evaluation
-from surreal.runtime.rollout import evaluate
 from surreal.settings import Settings
 
 EVALUATOR_BOARD = "evaluator"  # <run>/tensorboard/<this>: the evaluator's TensorBoard run
@@ -209,12 +208,8 @@ class EvaluatorCore:
         return row
 
     def evaluate(self, params: Params) -> EvalRow:
-        cfg = self.cfg
         started = time.monotonic()
-        self.policy.load_params(params.arrays)
-        result = evaluate(
-            cfg.env.id, self.policy, cfg.learner.eval_episodes, cfg.seed + EVAL_SEED_OFFSET, cfg.env.kwargs
-        )
+        result = evaluate_params(self.cfg, self.policy, params.arrays)
         row = EvalRow(
             env_steps=params.blob.env_steps,
             version=params.blob.version,
