@@ -16,8 +16,9 @@ from surreal.metricsfile import EVALS_FILE, read_evals
 from surreal.policy.artifact import BEST_DIR, FILE_NAME, POLICY_DIR, read_policy_file
 from surreal.proto.wire import BlobMeta
 from surreal.roles.evaluation import EVAL_SEED_OFFSET
-from surreal.roles.evaluator import EvalRow, EvaluatorCore, append_row, next_threshold, truncate_rows
+from surreal.roles.evaluator import EvalRow, EvaluatorCore, append_row, next_threshold
 from surreal.roles.ports import InProcessParams
+from surreal.runtime.recorder import truncate_metrics
 from surreal.runtime.rollout import evaluate
 
 OVERRIDES = ["env=InvertedPendulum-v5", "algo=ddpg", "learner.eval_interval=1000", "learner.eval_episodes=3"]
@@ -137,7 +138,7 @@ def test_a_learner_resumed_before_the_last_row_rewinds_the_rows_and_they_are_eva
     row = core.step()
     assert core.rewound_to == 2400 and core.rows == [1200, 2400]
     assert row is not None and row.env_steps == 2400, "past 2,000 again: the resumed run's policy is scored there"
-    truncate_rows(path, core.rewound_to)
+    truncate_metrics(path, "env_steps", core.rewound_to)
     append_row(path, row)
     assert [r["env_steps"] for r in read_evals(tmp_path)] == [1200, 2400]
     core.rewound_to = None

@@ -45,9 +45,8 @@ import torch
 from surreal.algos import get_algorithm
 from surreal.config import ExperimentConfig, algo_config, config_from_env
 from surreal.envs import env_spaces
-from surreal.fileio import atomic_write_text
 from surreal.metrics import RoleMetrics
-from surreal.metricsfile import EVALS_FILE, read_evals, read_metrics
+from surreal.metricsfile import EVALS_FILE, read_evals
 from surreal.policy.artifact import BEST_DIR, FILE_NAME, POLICY_DIR, ArtifactError, read_policy_file
 from surreal.policy.build import PolicyRecorder, evaluation_section, run_git_sha
 from surreal.proto.curve import WireContext
@@ -56,7 +55,7 @@ from surreal.roles.common import StopFlag, count_errors, hold_until_stopped, par
 from surreal.roles.evaluation import evaluate_params
 from surreal.roles.ports import ParamsIn
 from surreal.runstore import EVALUATOR, open_mirror
-from surreal.runtime.recorder import TENSORBOARD_DIR, write_evaluation
+from surreal.runtime.recorder import TENSORBOARD_DIR, truncate_metrics, write_evaluation
 from surreal.settings import Settings
 
 EVALUATOR_BOARD = "evaluator"  # <run>/tensorboard/<this>: the evaluator's TensorBoard run
@@ -113,19 +112,12 @@ class EvalLog:
     def rewind(self, env_steps: int) -> None:
         """Drop the rows past `env_steps` (a learner resumed there): from evals.jsonl, and in TensorBoard by a new
         event file that hides the older ones' later points."""
-        truncate_rows(self.path, env_steps)
+        truncate_metrics(self.path, "env_steps", env_steps)
         self.tensorboard.close()
         self.tensorboard = self._writer(env_steps + 1)
 
     def close(self) -> None:
         self.tensorboard.close()
-
-
-def truncate_rows(path: Path, env_steps: int) -> None:
-    """Keep the rows of evals.jsonl up to `env_steps` (a learner resumed there); written at once, as the learner
-    cuts metrics.jsonl back (runtime/recorder.py)."""
-    kept = [row for row in read_metrics(path) if int(row.get("env_steps", 0)) <= env_steps]
-    atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in kept))
 
 
 def next_threshold(env_steps: int, interval: int) -> int:

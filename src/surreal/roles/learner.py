@@ -222,11 +222,11 @@ class LearnerCore:
             self.log.info("--resume: no checkpoint restores, starting fresh")
             # A checkpoint that failed half-way may have loaded part of its state: start from a new learner.
             self.algo_learner = self._new_algo_learner()
-            truncate_metrics(self.run_dir / METRICS_FILE, 0)
+            truncate_metrics(self.run_dir / METRICS_FILE, "updates", 0)
             return None
         c = self.counters = Counters(**restored.counters)
         self.log.info("resumed at update %d, %d env steps, version %d", c.updates, c.env_steps, c.version)
-        truncate_metrics(self.run_dir / METRICS_FILE, c.updates)  # the run continues from this checkpoint
+        truncate_metrics(self.run_dir / METRICS_FILE, "updates", c.updates)  # the run continues from this checkpoint
         return restored
 
     def checkpoint(self) -> None:

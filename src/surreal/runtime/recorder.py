@@ -21,9 +21,10 @@ from surreal.metrics import RoleMetrics
 from surreal.metricsfile import METRICS_FILE, read_metrics
 
 
-def truncate_metrics(path: Path, updates: int) -> None:
-    """Keep the rows written up to `updates` (a learner resumed from that checkpoint continues from there)."""
-    kept = [row for row in read_metrics(path) if isinstance(row.get("updates"), int) and row["updates"] <= updates]
+def truncate_metrics(path: Path, field: str, up_to: int) -> None:
+    """Keep the rows whose `field` is at most `up_to`, written at once: a learner resumed from a checkpoint at
+    `up_to` updates continues metrics.jsonl from there, and the evaluator its evals.jsonl from `up_to` env steps."""
+    kept = [row for row in read_metrics(path) if isinstance(row.get(field), int) and row[field] <= up_to]
     atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in kept))
 
 
