@@ -10,26 +10,23 @@ Both halves, side by side.
   `publish_interval` gradient steps, a metrics row (the steps' mean statistics) every `ROW_UPDATES`.
 - **Actor** (`EnvStepAllowance`): every blob carries `env_step_budget = learning_starts + updates /
   replay_ratio + slack`, `slack = rollout_ahead * actors * chunk_size`; an actor's share of it is
-  `(budget - blob.env_steps) / actors`. Its first blob grants that share; later ones grant only its share of
-  the budget's growth, capped by the fresh share (a blob counts the fleet's steps as the learner knew them,
-  not the chunks in flight since: an actor fetches right after sending, so a fresh share on every blob hands
-  each actor back the chunk it just sent, N chunks a blob at a budget that grows by a few hundred steps, and
-  at 256 actors the fleet ran 60,000 env steps past the budget). An actor starts a chunk while its
-  allowance is positive (a chunk past it is repaid from the next growth: the fleet is at most a chunk an
-  actor ahead), and while its fresh share is its whole part of the slack (the learner has learned from all
-  it counted) it may start one on its turn: the floor this sets lags by the actor's turn as its first grant does
-  (an equal floor freed every held actor at once and left them all the same allowance, so at 1,024 actors the
-  fleet then sent in bursts of hundreds of chunks every 28 s), and an actor whose turn within the round has
-  come while the learner still waits is freed by time, so allowances lost with actors that left never stall the
-  learner for more than a round (the time the budget's growth takes to grant each actor a chunk).
-  More actors than the learner can serve therefore slow down instead of lowering the replay ratio;
-  `rollout_ahead = 0` removes the budget. Each actor's first grant lags by its turn (a golden-ratio phase of a
-  chunk, as on-policy), and growth keeps the lag: equal grants would free every actor at the same version, so at
-  1,024 actors every actor sent its whole first grant at once and then nothing for the minutes the learner took
-  to learn from them. (The cap stays the whole fresh share: lagging the cap as well starved the actors of the latest
-  turns, whose lagged cap the fleet's sends kept below zero: 250 of 256 counted live.) While it waits,
-  an actor asks the ps to wake it at the version whose budget growth frees it (`wait`, at the growth per
-  version it saw), so a version goes to the few actors it frees, not to the whole fleet.
+  `(budget - blob.env_steps) / actors`. Its first blob grants that share, lagging by its turn (a golden-ratio
+  phase of a chunk, as on-policy: equal grants would free every actor at the same version, and the fleet would
+  send all its first grants at once, then nothing while the learner learns from them). Later blobs grant only its
+  share of the budget's growth, which keeps the lag, capped by the whole fresh share (a blob counts the fleet's
+  steps as the learner knew them, not the chunks in flight since: an actor fetches right after sending, so a fresh
+  share on every blob would hand each actor back the chunk it just sent, and the fleet would run far past the
+  budget; a lagged cap would starve the actors of the latest turns). An actor starts a chunk while its allowance
+  is positive (a chunk past it is repaid from the next growth: the fleet is at most a chunk an actor ahead), and
+  while its fresh share is its whole part of the slack (the learner has learned from all it counted) it may start
+  one on its turn: the floor this sets lags by the actor's turn as its first grant does (an equal floor would free
+  every held actor at once and leave them all the same allowance: bursts of hundreds of chunks at 1,024 actors),
+  and an actor whose turn within the round has come while the learner still waits is freed by time, so
+  allowances lost with actors that left never stall the learner for more than a round (the time the budget's
+  growth takes to grant each actor a chunk). More actors than the learner can serve therefore slow down instead
+  of lowering the replay ratio; `rollout_ahead = 0` removes the budget. While it waits, an actor asks the ps to
+  wake it at the version whose budget growth frees it (`wait`, at the growth per version it saw), so a version
+  goes to the few actors it frees, not to the whole fleet.
 
 **Elastic fleet.** `actors` is the number the learner hears from (`LiveActors`: an actor counts while a replay
 shard reported it within the last two slacks of env steps), published in every blob. No overdraft is needed:

@@ -4,13 +4,12 @@
 - **Actor** (`VersionThrottle`): its share of a learner batch is `ceil(batch_size / chunk_size) / actors` chunks
   (lockstep: rounded up, so a version's own chunks always fill its batch); it may send `rollout_ahead` shares on
   the first version of a learner incarnation it sees and one share more for every newer version, then waits (a
-  learner resumed from an older checkpoint restarts the count). Lockstep is `rollout_ahead = 1`. Shares rounded
-  up made a fleet of 17 to 31 actors send up to twice the chunks a batch of 32 takes, which a busy learner
-  dropped as stale (found by the simulator, surreal/sim/). A fractional share is sent a chunk at a time: with
-  less than one chunk a version, an actor sends a chunk every `1 / share` versions, its turn set by its index (a
-  golden-ratio phase,
-  so any fleet size spreads its chunks evenly over the versions instead of every actor sending at once, the
-  fleet's chunks then being 16 batches at 1,024 actors and a batch of 2,048, most of them going stale).
+  learner resumed from an older checkpoint restarts the count). Lockstep is `rollout_ahead = 1`. Other shares are
+  not rounded up: a fleet of 17 to 31 actors would send up to twice the chunks a batch of 32 takes, the surplus
+  dropped as stale. A fractional share is sent a chunk at a time: with less than one chunk a version, an actor
+  sends a chunk every `1 / share` versions, its turn set by its index (a golden-ratio phase, so any fleet size
+  spreads its chunks evenly over the versions; were every actor to send at once, most of the fleet's chunks would
+  go stale).
   While it waits, it asks the ps to wake it at the version that completes its next chunk (`wait`), so a version
   goes to the actors whose turn it is, not to the whole fleet.
 - **Learner** (`ChunkFeed`): a reply's chunks are queued (their env steps and episodes counted, their actors
