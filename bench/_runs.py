@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -13,6 +14,17 @@ from pathlib import Path
 from surreal.metricsfile import MetricsTail
 
 RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def machine() -> str:
+    """The `machine` a result names: host, architecture and core count."""
+    return f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus"
+
+
+def machine_at_end() -> str:
+    """The `machine` of a microbenchmark's result: architecture, core count and the load it ran under (its figures
+    move with what else the box runs)."""
+    return f"{platform.machine()} {os.cpu_count()} cpus, load average {os.getloadavg()[0]:.1f} at the end"
 
 
 def emit(result: dict, out: Path | None) -> None:

@@ -59,7 +59,6 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import signal
 import sys
 import tempfile
@@ -74,7 +73,7 @@ import numpy as np
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench._runs import RESULTS
+from bench._runs import RESULTS, machine
 from bench.fleet_actors import HIST_BINS, hist_percentile
 from bench.fleet_trace import Timeline, explain, pressure_totals, run_queue_wait_s
 from bench.netem import PROFILES, Link, emulated_network
@@ -610,7 +609,7 @@ def main() -> None:
     result = {
         "benchmark": "fleet",
         "algo": args.algo,
-        "machine": f"{platform.node()} {platform.machine()} {cores} cpus",
+        "machine": machine(),
         "network": args.network,
         "shaping": link.shaping if link else None,
         "rate_per_actor": round(rate, 1),

@@ -31,7 +31,6 @@ import ctypes
 import ctypes.util
 import multiprocessing as mp
 import os
-import platform
 import time
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,7 @@ from typing import Any
 import numpy as np
 import zmq
 
-from bench._runs import emit
+from bench._runs import emit, machine
 from surreal.launch.local import free_ports
 from surreal.proto.channels import (
     ExperienceSender,
@@ -419,7 +418,7 @@ def main() -> None:
     rounds = args.rounds or (1 if args.quick else 3)
     result: dict[str, object] = {
         "benchmark": "protocol",
-        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus",
+        "machine": machine(),
         "quick": args.quick,
         "zmq": f"pyzmq {zmq.__version__}, libzmq {zmq.zmq_version()}, CURVE {zmq.has('curve')}",
     }

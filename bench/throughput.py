@@ -26,13 +26,12 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import platform
 import time
 from pathlib import Path
 
 import numpy as np
 
-from bench._runs import RESULTS, WatchedRun, emit
+from bench._runs import RESULTS, WatchedRun, emit, machine
 from surreal.config.schema import NOT_IN_RUN_NAME
 
 DEFAULT_ENV = "HalfCheetah-v5"
@@ -176,7 +175,7 @@ def main() -> None:
         **sizes,
         "device": args.device,
         "overrides": args.overrides,
-        "machine": f"{platform.node()} {platform.machine()} {cores} cpus",
+        "machine": machine(),
         "points": points,
         "actors": [p["actors"] for p in points],
         "system_env_steps_per_s": [p["system_env_steps_per_s"] for p in points],
