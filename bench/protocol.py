@@ -56,10 +56,6 @@ MIB = 1 << 20
 OBS, ACT = 17, 6
 
 
-def free_port() -> int:
-    return free_ports(1)[0]
-
-
 def experience_chunk(transitions: int, envs: int = 1) -> dict[str, np.ndarray]:
     """A time-major chunk shaped like an actor's (T, K) of HalfCheetah transitions."""
     T = transitions // envs
@@ -168,7 +164,7 @@ def _chunk_pusher(address: str, chunks: int, chunk_size: int, keys: CurveKeys | 
 
 def replay_numbers(quick: bool, keys: CurveKeys | None) -> dict[str, float]:
     fork = mp.get_context("fork")
-    exp, sample = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    exp, sample = (f"tcp://127.0.0.1:{port}" for port in free_ports(2))
     ready, stop_event, ingest = fork.Event(), fork.Event(), fork.Queue()
     capacity = 1_000_000
     chunk_size, chunks = 1000, 300 if quick else 1000
@@ -236,7 +232,7 @@ def _fetching_actor(address: str, fetches: int, out, keys: CurveKeys | None) -> 
 
 def param_fetch_numbers(quick: bool, keys: CurveKeys | None, actors: int = 8) -> dict[str, float]:
     fork = mp.get_context("fork")
-    learner, bind = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    learner, bind = (f"tcp://127.0.0.1:{port}" for port in free_ports(2))
     ready, stop_event, out = fork.Event(), fork.Event(), fork.Queue()
     ctx = WireContext(keys)
     publisher = ParamPublisher(ctx, learner)
