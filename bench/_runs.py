@@ -27,11 +27,11 @@ def machine_at_end() -> str:
     return f"{platform.machine()} {os.cpu_count()} cpus, load average {os.getloadavg()[0]:.1f} at the end"
 
 
-def emit(result: dict, out: Path | None) -> None:
-    """A benchmark's ending: its result as one JSON line, printed last (what scripts read) and written to `out`
-    where one is given (bench/gpu.sh collects them there)."""
+def emit(result: dict, *outs: Path | None) -> None:
+    """A benchmark's ending: its result as one JSON line, printed last (what scripts read) and written to each of
+    `outs` that is given (bench/gpu.sh collects them there)."""
     line = json.dumps(result)
-    if out:
+    for out in filter(None, outs):
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(line + "\n")
     print(line)
