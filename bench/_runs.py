@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -15,11 +16,22 @@ from surreal.metricsfile import MetricsTail
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def emit(result: dict, out: Path | None) -> None:
-    """A benchmark's ending: its result as one JSON line, printed last (what scripts read) and written to `out`
-    where one is given (bench/gpu.sh collects them there)."""
+def machine() -> str:
+    """The `machine` a result names: host, architecture and core count."""
+    return f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus"
+
+
+def machine_at_end() -> str:
+    """The `machine` of a microbenchmark's result: architecture, core count and the load it ran under (its figures
+    move with what else the box runs)."""
+    return f"{platform.machine()} {os.cpu_count()} cpus, load average {os.getloadavg()[0]:.1f} at the end"
+
+
+def emit(result: dict, *outs: Path | None) -> None:
+    """A benchmark's ending: its result as one JSON line, printed last (what scripts read) and written to each of
+    `outs` that is given (bench/gpu.sh collects them there)."""
     line = json.dumps(result)
-    if out:
+    for out in filter(None, outs):
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(line + "\n")
     print(line)

@@ -102,20 +102,27 @@ def load_costs(path: Path = MEASURED_FILE, results: Path = RESULTS) -> Costs:
 # -- micro-benchmarks -----------------------------------------------------------------------------------
 
 
-def cpu_rate(work: Callable[[], object], units_per_call: int, seconds: float, rounds: int = 4) -> float:
-    """Units per CPU second of this thread: `work()` once untimed, then `rounds` rounds of `seconds / rounds` of
-    wall time each (at least 2 calls a round); the fastest round's rate. The model gives every component cores
-    of its own; on a shared box other programs slow even the CPU time (a busy sibling hyperthread, a cold
-    cache), and the fastest round is the one they slowed least."""
+def round_rates(
+    work: Callable[[], object], units_per_call: int, seconds: float, rounds: int, clock: Callable[[], float]
+) -> list[float]:
+    """`work()` once untimed, then `rounds` rounds of `seconds / rounds` of wall time each (at least 2 calls a
+    round): each round's units per second of `clock`."""
     work()
     rates = []
     for _ in range(rounds):
-        calls, wall0, cpu0 = 0, time.perf_counter(), time.thread_time()
+        calls, wall0, clock0 = 0, time.perf_counter(), clock()
         while calls < 2 or time.perf_counter() - wall0 < seconds / rounds:
             work()
             calls += 1
-        rates.append(calls * units_per_call / max(time.thread_time() - cpu0, 1e-9))
-    return max(rates)
+        rates.append(calls * units_per_call / max(clock() - clock0, 1e-9))
+    return rates
+
+
+def cpu_rate(work: Callable[[], object], units_per_call: int, seconds: float, rounds: int = 4) -> float:
+    """Units per CPU second of this thread (`round_rates`): the fastest round's rate. The model gives every
+    component cores of its own; on a shared box other programs slow even the CPU time (a busy sibling
+    hyperthread, a cold cache), and the fastest round is the one they slowed least."""
+    return max(round_rates(work, units_per_call, seconds, rounds, time.thread_time))
 
 
 def device_rate(work: Callable[[], object], units_per_call: int, seconds: float, device: str, rounds: int = 4) -> float:
@@ -130,30 +137,15 @@ def device_rate(work: Callable[[], object], units_per_call: int, seconds: float,
         work()
         torch.cuda.synchronize()
 
-    synced()
-    rates = []
-    for _ in range(rounds):
-        calls, wall0 = 0, time.perf_counter()
-        while calls < 2 or time.perf_counter() - wall0 < seconds / rounds:
-            synced()
-            calls += 1
-        rates.append(calls * units_per_call / (time.perf_counter() - wall0))
-    return statistics.median(rates)
+    return statistics.median(round_rates(synced, units_per_call, seconds, rounds, time.perf_counter))
 
 
 def actor_rate(env_id: str, seconds: float) -> float:
     """One actor's env steps per CPU second: one env and the PPO policy as an actor starts it (bench.throughput's
     raw actor, timed by CPU time here so the box's other load does not count)."""
-    import torch
+    from bench.rollouts import ppo_actor
 
-    from surreal.algos import get_algorithm
-    from surreal.config.schema import PPOConfig
-    from surreal.envs import make_vec_env
-
-    torch.set_num_threads(1)
-    envs = make_vec_env(env_id, 1, 0)
-    spaces = envs.single_observation_space, envs.single_action_space
-    policy = get_algorithm("ppo").make_policy(*spaces, PPOConfig(seed=0), 0)
+    envs, policy = ppo_actor(env_id, 1, 0)
     obs = [envs.reset()[0]]
 
     def step() -> None:

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import time
 
-from bench._runs import RESULTS, WatchedRun
+from bench._runs import RESULTS, WatchedRun, emit, machine
 from bench.throughput import system_overrides
 from surreal.launch.chaos import read_chaos
 
@@ -64,22 +62,18 @@ def main() -> None:
         }
         points.append(point)
         print(json.dumps(point), flush=True)
-    cores = os.cpu_count() or 1
     result = {
         "benchmark": "chaos",
         "env": args.env,
         "actors": args.actors,
         "envs_per_actor": args.envs_per_actor,
         "seconds": args.seconds,
-        "machine": f"{platform.node()} {platform.machine()} {cores} cpus",
+        "machine": machine(),
         "no_chaos_env_steps_per_s": round(calm["rate"], 1),
         "no_chaos_longest_gap_s": round(calm["longest_gap_s"], 2),
         "points": points,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(result)
-    (RESULTS / (f"chaos.{args.tag}.json" if args.tag else "chaos.json")).write_text(line + "\n")
-    print(line)
+    emit(result, RESULTS / (f"chaos.{args.tag}.json" if args.tag else "chaos.json"))
 
 
 if __name__ == "__main__":

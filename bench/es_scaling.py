@@ -16,10 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
 
-from bench._runs import RESULTS, WatchedRun
+from bench._runs import RESULTS, WatchedRun, emit, machine
 
 
 def generation_seconds(run: WatchedRun, skip: int) -> tuple[float, int]:
@@ -76,13 +75,10 @@ def main() -> None:
         "env": args.env,
         "pairs": args.pairs,
         "envs_per_actor": args.envs_per_actor,
-        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus",
+        "machine": machine(),
         "runs": results,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(result)
-    (RESULTS / "es_scaling.json").write_text(line + "\n")
-    print(line)
+    emit(result, RESULTS / "es_scaling.json")
 
 
 if __name__ == "__main__":

@@ -59,7 +59,6 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import signal
 import sys
 import tempfile
@@ -74,7 +73,7 @@ import numpy as np
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench._runs import RESULTS
+from bench._runs import RESULTS, machine
 from bench.fleet_actors import HIST_BINS, hist_percentile
 from bench.fleet_trace import Timeline, explain, pressure_totals, run_queue_wait_s
 from bench.netem import PROFILES, Link, emulated_network
@@ -369,11 +368,14 @@ def measure(
     def delta(name: str, metric: str, **labels: str) -> float:
         return total(last[name], metric, **labels) - total(first[name], metric, **labels)
 
+    def fleet_delta(key: str) -> float:
+        return summed(f1, key) - summed(f0, key)
+
     replays = [s.name for s in services if s.role == "replay"]
     pss = [s.name for s in services if s.role == "ps"]
     phases = {p: delta("learner", "surreal_learner_seconds_total", phase=p) for p in ("update", "wait", "io")}
     wait_share = max(0.0, 1.0 - (phases["update"] + phases["io"]) / wall)
-    updates = total(last["learner"], "surreal_learner_updates") - total(first["learner"], "surreal_learner_updates")
+    updates = delta("learner", "surreal_learner_updates")
     cores = {name: round((cpu1[name] - cpu0[name]) / wall, 3) for name in cpu1 if name in cpu0}
     hist = np.sum([s["fetch_hist"] for s in f1] or [np.zeros(HIST_BINS)], axis=0)
     fanout = np.sum([s["fanout_hist"] for s in f1] or [np.zeros(HIST_BINS)], axis=0)
@@ -399,22 +401,14 @@ def measure(
     point.update(
         {
             "seconds": round(wall, 1),
-            "env_steps_per_s": round(
-                (
-                    total(last["learner"], "surreal_learner_env_steps")
-                    - total(first["learner"], "surreal_learner_env_steps")
-                )
-                / wall,
-                1,
-            ),
-            "env_steps_sent_per_s": round((summed(f1, "env_steps_sent") - summed(f0, "env_steps_sent")) / wall, 1),
+            "env_steps_per_s": round(delta("learner", "surreal_learner_env_steps") / wall, 1),
+            "env_steps_sent_per_s": round(fleet_delta("env_steps_sent") / wall, 1),
             "env_steps_total": total(ended["learner"], "surreal_learner_env_steps"),
             "learner_updates_per_s": round(updates / wall, 3),
             "learner_wait_share": round(wait_share, 3),
             "learner_phase_s": {k: round(v, 2) for k, v in phases.items()},
             "version_lag_mean": round(float(np.mean(lags)), 3) if lags else None,
-            "stale_dropped": total(last["learner"], "surreal_learner_stale_dropped")
-            - total(first["learner"], "surreal_learner_stale_dropped"),
+            "stale_dropped": delta("learner", "surreal_learner_stale_dropped"),
             "live_actors_min": min(live) if live else None,
             "live_actors_max": max(live) if live else None,
             "learner_update_s": round(phases["update"] / updates, 3) if updates else None,
@@ -425,13 +419,13 @@ def measure(
             "ps_fetch_at_once_p99_ms": _round(hist_percentile(hist, 99)),
             "ps_fanout_p50_ms": _round(hist_percentile(fanout, 50)),
             "ps_fanout_p99_ms": _round(hist_percentile(fanout, 99)),
-            "ps_fetches_per_s": round((summed(f1, "fetches") - summed(f0, "fetches")) / wall, 1),
-            "ps_held_fetches_per_s": round((summed(f1, "held_fetches") - summed(f0, "held_fetches")) / wall, 1),
+            "ps_fetches_per_s": round(fleet_delta("fetches") / wall, 1),
+            "ps_held_fetches_per_s": round(fleet_delta("held_fetches") / wall, 1),
             "ps_requests_per_s": {
                 answer: round(sum(delta(ps, "surreal_ps_requests_total", answer=answer) for ps in pss) / wall, 1)
                 for answer in ("params", "not_modified", "error")
             },
-            "fetch_timeouts": summed(f1, "fetch_timeouts") - summed(f0, "fetch_timeouts"),
+            "fetch_timeouts": fleet_delta("fetch_timeouts"),
             "fetch_timeouts_whole_run": summed(tick_after, "fetch_timeouts"),
             "fetch_send_retries_whole_run": summed(tick_after, "fetch_send_retries"),
             "replay_ingest_per_s": round(
@@ -441,7 +435,7 @@ def measure(
                 sum(delta(r, "surreal_replay_transitions_out_total") for r in replays) / wall, 1
             ),
             "replay_evicted": sum(delta(r, "surreal_replay_transitions_dropped_total") for r in replays),
-            "send_blocked": summed(f1, "send_blocked") - summed(f0, "send_blocked"),
+            "send_blocked": fleet_delta("send_blocked"),
             "cpu_cores": cores,
             "machine_busy_cores": round(machine_busy, 2),
             "others_busy_cores": round(machine_busy - sum(cores.values()), 2),
@@ -610,7 +604,7 @@ def main() -> None:
     result = {
         "benchmark": "fleet",
         "algo": args.algo,
-        "machine": f"{platform.node()} {platform.machine()} {cores} cpus",
+        "machine": machine(),
         "network": args.network,
         "shaping": link.shaping if link else None,
         "rate_per_actor": round(rate, 1),

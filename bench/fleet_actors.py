@@ -54,6 +54,7 @@ from bench.fleet_trace import LoopTrace
 from bench.rollouts import load as load_rollout
 from surreal.config import ExperimentConfig, config_from_env
 from surreal.config.schema import OffPolicyConfig
+from surreal.fileio import atomic_write_text
 from surreal.proto.channels import SEND_POLL_S, ExperienceSender, ParamClient, frames_of, send
 from surreal.proto.codec import Limits
 from surreal.proto.curve import WireContext
@@ -184,15 +185,10 @@ class StatsFile:
             if not (final or self.pending.done()):
                 return
             self.pending.result()  # a failed write raises here, on the loop
-        self.pending = self.executor.submit(self._replace, json.dumps(stats))
+        self.pending = self.executor.submit(atomic_write_text, self.path, json.dumps(stats))
         if final:
             self.pending.result()
             self.executor.shutdown()
-
-    def _replace(self, text: str) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.replace(self.path)
 
 
 class Fleet:

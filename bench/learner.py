@@ -665,11 +665,7 @@ def main() -> None:
     result = {"benchmark": "learner", "env": ENV_ID, "quick": args.quick, "machine": machine(device), "rows": rows}
     if args.device_auto:
         result["device_auto"] = device_auto(args.compile)
-    line = json.dumps(result)
-    if args.save:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / f"learner.{machine_tag(device)}.json").write_text(line + "\n")
-    emit(result, args.out)
+    emit(result, args.out, RESULTS / f"learner.{machine_tag(device)}.json" if args.save else None)
 
 
 if __name__ == "__main__":

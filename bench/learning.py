@@ -22,15 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from bench._runs import RESULTS, WatchedRun, emit
+from bench._runs import RESULTS, WatchedRun, emit, machine
 from surreal.config.schema import ALGORITHMS, NOT_IN_RUN_NAME
 from surreal.launch.plot import NoMetricsError, plot_run
 from surreal.metricsfile import read_evals
@@ -144,7 +142,7 @@ def learning_result(algo: str, env: str, steps: int, actors: int, overrides: lis
         "steps": steps,
         "actors": actors,
         "overrides": overrides,
-        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus",
+        "machine": machine(),
         "runs": rows,
         "eval_return_mean": float(np.mean(returns)) if returns else None,
         "wall_s_mean": float(np.mean([r["wall_s"] for r in rows])),

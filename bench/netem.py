@@ -189,17 +189,3 @@ def emulated_network(name: str, pid: int | None = None) -> Iterator[Link | None]
         for cmd in undo:  # every step tried, whatever the one before did
             with contextlib.suppress(OSError, subprocess.TimeoutExpired):
                 subprocess.run(cmd, capture_output=True, timeout=30, check=False)
-
-
-def leftovers(pid: int) -> list[str]:
-    """What of run `pid`'s network still exists (for tests: nothing after the run)."""
-    plan = Plan.for_pid(pid)
-    found = []
-    if plan.namespace in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split():
-        found.append(plan.namespace)
-    if subprocess.run(["ip", "link", "show", plan.host_dev], capture_output=True).returncode == 0:
-        found.append(plan.host_dev)
-    if shutil.which("iptables") is not None:
-        rules = subprocess.run(["iptables", "-S", "OUTPUT"], capture_output=True, text=True).stdout
-        found += [line for line in rules.splitlines() if plan.host_dev in line]
-    return found

@@ -23,8 +23,6 @@ round's is reported too, the least disturbed by other processes on a shared box)
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import tempfile
 import time
@@ -36,7 +34,7 @@ import numpy as np
 import torch
 from gymnasium.spaces import Box
 
-from bench._runs import emit
+from bench._runs import emit, machine_at_end
 from surreal.algos import ppo
 from surreal.config import algo_config, load_config
 from surreal.config.schema import PPOConfig
@@ -117,11 +115,10 @@ def main() -> None:
     fastest = {name: round(min(times), 2) for name, times in rounds.items()}
     overhead = us["policy_act"] / us["module"] - 1
     overhead_us = us["policy_act"] - us["module"]
-    load = os.getloadavg()[0]
     emit(
         {
             "bench": "policy_act",
-            "machine": f"{platform.machine()} {os.cpu_count()} cpus, load average {load:.1f} at the end",
+            "machine": machine_at_end(),
             "torch": torch.__version__,
             "torch_threads": 1,
             "policy": "ppo 64-64 tanh MLP, HalfCheetah-v5 (obs 17, act 6), observation normalizer on",

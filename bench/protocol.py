@@ -31,7 +31,6 @@ import ctypes
 import ctypes.util
 import multiprocessing as mp
 import os
-import platform
 import time
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,7 @@ from typing import Any
 import numpy as np
 import zmq
 
-from bench._runs import emit
+from bench._runs import emit, machine
 from surreal.launch.local import free_ports
 from surreal.proto.channels import (
     ExperienceSender,
@@ -55,10 +54,6 @@ from surreal.proto.wire import BlobMeta, Chunk, Params
 
 MIB = 1 << 20
 OBS, ACT = 17, 6
-
-
-def free_port() -> int:
-    return free_ports(1)[0]
 
 
 def experience_chunk(transitions: int, envs: int = 1) -> dict[str, np.ndarray]:
@@ -169,7 +164,7 @@ def _chunk_pusher(address: str, chunks: int, chunk_size: int, keys: CurveKeys | 
 
 def replay_numbers(quick: bool, keys: CurveKeys | None) -> dict[str, float]:
     fork = mp.get_context("fork")
-    exp, sample = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    exp, sample = (f"tcp://127.0.0.1:{port}" for port in free_ports(2))
     ready, stop_event, ingest = fork.Event(), fork.Event(), fork.Queue()
     capacity = 1_000_000
     chunk_size, chunks = 1000, 300 if quick else 1000
@@ -237,7 +232,7 @@ def _fetching_actor(address: str, fetches: int, out, keys: CurveKeys | None) -> 
 
 def param_fetch_numbers(quick: bool, keys: CurveKeys | None, actors: int = 8) -> dict[str, float]:
     fork = mp.get_context("fork")
-    learner, bind = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    learner, bind = (f"tcp://127.0.0.1:{port}" for port in free_ports(2))
     ready, stop_event, out = fork.Event(), fork.Event(), fork.Queue()
     ctx = WireContext(keys)
     publisher = ParamPublisher(ctx, learner)
@@ -419,7 +414,7 @@ def main() -> None:
     rounds = args.rounds or (1 if args.quick else 3)
     result: dict[str, object] = {
         "benchmark": "protocol",
-        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus",
+        "machine": machine(),
         "quick": args.quick,
         "zmq": f"pyzmq {zmq.__version__}, libzmq {zmq.zmq_version()}, CURVE {zmq.has('curve')}",
     }

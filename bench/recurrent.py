@@ -16,14 +16,12 @@ evaluations during training), and per seed whether the recurrent policy's final 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import time
 from pathlib import Path
 
 import numpy as np
 
-from bench._runs import RESULTS, WatchedRun, emit
+from bench._runs import RESULTS, WatchedRun, emit, machine
 from bench.learning import collect_row
 from surreal.config.schema import NOT_IN_RUN_NAME
 from surreal.launch.plot import overlay_figure, sweep_figure
@@ -96,7 +94,7 @@ def main() -> None:
         "cell": args.cell,
         "steps": args.steps,
         "shared_overrides": [*SHARED, *args.overrides],
-        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus",
+        "machine": machine(),
         "per_seed": per_seed,
         f"{args.cell}_beats_mlp_on_every_seed": all(s[f"{args.cell}_beats_mlp"] for s in per_seed),
         "eval_return_mean": {name: mean(final(name)) for name in policies},

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import re
 import signal
 import time
@@ -33,7 +32,7 @@ from typing import Any
 
 import psutil
 
-from bench._runs import RESULTS, WatchedRun, emit
+from bench._runs import RESULTS, WatchedRun, emit, machine
 
 DDPG_PENDULUM = [
     "algo=ddpg",
@@ -140,7 +139,7 @@ def main() -> None:
     args = parser.parse_args()
     result = {
         "benchmark": "replay_restart",
-        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus",
+        "machine": machine(),
         "load_avg_1m_before": os.getloadavg()[0],  # the box is shared: a busy one slows the run and its restart
         **measure(args.interval),
         "load_avg_1m_after": os.getloadavg()[0],

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import platform
 import tempfile
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from bench._runs import emit
+from bench._runs import emit, machine
 from surreal.replay import make_replay
 from surreal.replay.buffers import TransitionReplay
 from surreal.replay.snapshot import Snapshots, SnapshotStore, restore
@@ -140,7 +139,7 @@ def main() -> None:
     args = parser.parse_args()
     result: dict[str, Any] = {
         "benchmark": "replay_snapshot",
-        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus",
+        "machine": machine(),
         "obs": OBS,
         "act": ACT,
         "load_avg_1m_before": os.getloadavg()[0],  # the box is shared: a busy one makes every figure slower

@@ -24,13 +24,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import random
 import time
 from pathlib import Path
 
-from bench._runs import RESULTS, WatchedRun, emit, kill_whole_run
+from bench._runs import RESULTS, WatchedRun, emit, kill_whole_run, machine
 from surreal.config import read_config
 from surreal.config.schema import NOT_IN_RUN_NAME
 from surreal.launch.resume import checkpoint_counters
@@ -150,7 +148,7 @@ def main() -> None:
             "env": first["env"],
             "steps": read_config(args.collect[0] / "config.yaml").total_env_steps,
             "actors": first["actors"],
-            "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus",
+            "machine": machine(),
             "collected_from": [str(d) for d in [*args.collect, args.resumed_run]],
             "seeds": seeds,
             "resumed": resumed,
@@ -183,7 +181,7 @@ def main() -> None:
         "steps": args.steps,
         "actors": args.actors,
         "overrides": extra,
-        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus",
+        "machine": machine(),
         "seeds": seeds,
         "resumed": resumed,
         **verdict(seeds, resumed, args.episodes),

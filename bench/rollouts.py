@@ -26,7 +26,9 @@ def rollout_path(env_id: str) -> Path:
     return DATA / f"{env_id.replace(':', '-')}-rollout.npz"
 
 
-def record(env_id: str, steps: int, seed: int = 0) -> Path:
+def ppo_actor(env_id: str, num_envs: int, seed: int) -> tuple[Any, Any]:
+    """`num_envs` envs of `env_id` and the PPO policy as an actor starts it (its initial parameters, one torch
+    thread): what this module records and bench.throughput and bench.capacity_costs step raw."""
     import torch
 
     from surreal.algos import get_algorithm
@@ -34,9 +36,13 @@ def record(env_id: str, steps: int, seed: int = 0) -> Path:
     from surreal.envs import make_vec_env
 
     torch.set_num_threads(1)
-    envs = make_vec_env(env_id, 1, seed)
+    envs = make_vec_env(env_id, num_envs, seed)
     spaces = envs.single_observation_space, envs.single_action_space
-    policy = get_algorithm("ppo").make_policy(*spaces, PPOConfig(seed=seed), 0)
+    return envs, get_algorithm("ppo").make_policy(*spaces, PPOConfig(seed=seed), 0)
+
+
+def record(env_id: str, steps: int, seed: int = 0) -> Path:
+    envs, policy = ppo_actor(env_id, 1, seed)
     out: dict[str, list[Any]] = {
         k: [] for k in ("obs", "next_obs", "actions", "logprobs", "rewards", "terminated", "truncated")
     }

@@ -15,8 +15,6 @@ The last line printed is one JSON object.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import tempfile
 import time
 from pathlib import Path
@@ -24,7 +22,7 @@ from typing import Any
 
 import torch
 
-from bench._runs import emit
+from bench._runs import emit, machine_at_end
 from surreal.algos import get_algorithm
 from surreal.config import algo_config, load_config
 from surreal.envs import env_spaces
@@ -60,9 +58,7 @@ def main() -> None:
     results = {name: measure(overrides, args.repeats) for name, overrides in CONFIGS.items()}
     for name, result in results.items():
         print(f"{name}: one update {result['update_s']:.2f} s, checkpoint {result['checkpoint_s']:.3f} s", flush=True)
-    load = os.getloadavg()[0]
-    machine = f"{platform.machine()} {os.cpu_count()} cpus, load average {load:.1f} at the end"
-    emit({"bench": "stop_grace", "machine": machine, "torch_threads": 1, **results}, args.out)
+    emit({"bench": "stop_grace", "machine": machine_at_end(), "torch_threads": 1, **results}, args.out)
 
 
 if __name__ == "__main__":

@@ -26,13 +26,13 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import platform
 import time
 from pathlib import Path
 
 import numpy as np
 
-from bench._runs import RESULTS, WatchedRun, emit
+from bench._runs import RESULTS, WatchedRun, emit, machine
+from bench.rollouts import ppo_actor
 from surreal.config.schema import NOT_IN_RUN_NAME
 
 DEFAULT_ENV = "HalfCheetah-v5"
@@ -40,16 +40,7 @@ MINIBATCHES = 32
 
 
 def _raw_actor(env_id: str, num_envs: int, seconds: float, seed: int, out) -> None:
-    import torch
-
-    from surreal.algos import get_algorithm
-    from surreal.config.schema import PPOConfig
-    from surreal.envs import make_vec_env
-
-    torch.set_num_threads(1)
-    envs = make_vec_env(env_id, num_envs, seed)
-    spaces = envs.single_observation_space, envs.single_action_space
-    policy = get_algorithm("ppo").make_policy(*spaces, PPOConfig(seed=seed), 0)
+    envs, policy = ppo_actor(env_id, num_envs, seed)
     obs, _ = envs.reset()
     for _ in range(200):  # warm-up
         obs, *_ = envs.step(policy.act(obs)[0])
@@ -176,7 +167,7 @@ def main() -> None:
         **sizes,
         "device": args.device,
         "overrides": args.overrides,
-        "machine": f"{platform.node()} {platform.machine()} {cores} cpus",
+        "machine": machine(),
         "points": points,
         "actors": [p["actors"] for p in points],
         "system_env_steps_per_s": [p["system_env_steps_per_s"] for p in points],

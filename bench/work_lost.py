@@ -29,8 +29,6 @@ The last line printed is one JSON object.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import random
 import re
 import signal
@@ -38,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench._runs import RESULTS, WatchedRun, emit
+from bench._runs import RESULTS, WatchedRun, emit, machine_at_end
 from bench.replay_restart import DDPG_PENDULUM, gauge, role_process
 
 SCENARIOS: dict[str, tuple[str, ...]] = {
@@ -146,14 +144,13 @@ def main() -> None:
         if got["events"]:
             got["env_steps_lost_per_event"] = round((base["env_steps"] - got["env_steps"]) / got["events"])
             got["updates_lost_per_event"] = round((base["updates"] - got["updates"]) / got["events"])
-    load = os.getloadavg()[0]
     emit(
         {
             "bench": "work_lost",
             "config": "DDPG Pendulum-v1, 2 actors, 64-64 networks; checkpoints every 60 s, snapshots every 30 s",
             "seconds": args.seconds,
             "seed": args.seed,
-            "machine": f"{platform.machine()} {os.cpu_count()} cpus, load average {load:.1f} at the end",
+            "machine": machine_at_end(),
             **noise,
             **results,
         },

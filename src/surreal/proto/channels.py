@@ -80,6 +80,8 @@ def ignore_refusal(socket: str, reason: str) -> None:
 RECONNECT_IVL_MS = 100
 SEND_POLL_S = 0.05  # `send`'s wait for room between tries
 RECONNECT_IVL_MAX_MS = 2000
+PUBLISH_HWM = 4  # blobs the learner's PUB queues per ps (a newer one supersedes them)
+REPUBLISH_S = 1.0  # how often the learner sends its latest blob again (`ParamPublisher`)
 
 
 def frames_of(message: Message) -> list[Any]:
@@ -445,23 +447,15 @@ class ParamPublisher:
     """Learner side. XPUB with verbose subscriptions: every (re)subscribing ps announces itself, and the
     publisher answers by re-sending the latest blob, so a ps that joins late (or restarts) is current at
     once instead of waiting for the next update. PUB drops a message for a subscriber whose queue is full,
-    so the latest blob is also re-sent every `republish_s` (the ps ignores a version it already holds):
+    so the latest blob is also re-sent every REPUBLISH_S (the ps ignores a version it already holds):
     the last blob of a run, marked done, must not be lost. `service()` is called from the learner's loop; it also
     tells `on_refused` of the handshakes the socket refused (peers without the keys: proto/curve.py)."""
 
-    def __init__(
-        self,
-        ctx: zmq.Context,
-        bind: str,
-        hwm: int = 4,
-        republish_s: float = 1.0,
-        on_refused: RefusalSink = ignore_refusal,
-    ) -> None:
-        self.sock = bind_socket(ctx, zmq.XPUB, bind, sndhwm=hwm)
+    def __init__(self, ctx: zmq.Context, bind: str, on_refused: RefusalSink = ignore_refusal) -> None:
+        self.sock = bind_socket(ctx, zmq.XPUB, bind, sndhwm=PUBLISH_HWM)
         self.sock.setsockopt(zmq.XPUB_VERBOSE, 1)
         self.watch = HandshakeWatch.of(self.sock, PARAMS_SOCKET)
         self.on_refused = on_refused
-        self.republish_s = republish_s
         self.latest: list[Any] | None = None
         self._sent_at = 0.0
 
@@ -482,7 +476,7 @@ class ParamPublisher:
             event = self.sock.recv()
             if event[:1] == b"\x01":
                 joined += 1
-        if joined or time.monotonic() - self._sent_at >= self.republish_s:
+        if joined or time.monotonic() - self._sent_at >= REPUBLISH_S:
             self._send_latest()
         if self.watch is not None:
             for reason in self.watch.reasons():

@@ -28,8 +28,9 @@ count and drop. Numpy only: the replay and ps images import this without torch.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -171,6 +172,11 @@ def _episodes(meta: Mapping[str, Any], reason: str) -> tuple[list[float], list[i
     return [float(r) for r in returns], list(lengths), [bool(x) for x in successes]
 
 
+def _fields_meta(value: Any) -> dict[str, Any]:
+    """A dataclass's fields by name, in their declared order: the metadata of a kind whose every field is sent."""
+    return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+
+
 # -- experience chunks ----------------------------------------------------------------------------------
 
 
@@ -188,15 +194,7 @@ class ChunkMeta:
     episode_successes: list[bool] = field(default_factory=list)
 
     def to_meta(self) -> dict[str, Any]:
-        return {
-            "version": self.version,
-            "incarnation": self.incarnation,
-            "actor": self.actor,
-            "env_steps": self.env_steps,
-            "episode_returns": self.episode_returns,
-            "episode_lengths": self.episode_lengths,
-            "episode_successes": self.episode_successes,
-        }
+        return _fields_meta(self)
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any], transitions: int) -> ChunkMeta:
@@ -287,14 +285,7 @@ class ShardReport:
     episode_successes: list[bool] = field(default_factory=list)
 
     def to_meta(self) -> dict[str, Any]:
-        return {
-            "shard": self.shard,
-            "env_steps": self.env_steps,
-            "episode_returns": self.episode_returns,
-            "episode_lengths": self.episode_lengths,
-            "actors": self.actors,
-            "episode_successes": self.episode_successes,
-        }
+        return _fields_meta(self)
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any]) -> ShardReport:
@@ -405,11 +396,30 @@ def encode_sample_reply(reply: FifoReply | TransitionReply | EmptyReply) -> Mess
     metadata is the list `chunks` (replay/buffers.py packs them to fit the learner's limits)."""
     meta = reply.report.to_meta()
     if isinstance(reply, FifoReply):
-        meta["chunks"] = [_chunk_meta(chunk, chunk.incarnation).to_meta() for chunk in reply.chunks]
-        return Message(FIFO_REPLY, meta, {str(i): chunk.arrays for i, chunk in enumerate(reply.chunks)})
+        return _with_chunks(FIFO_REPLY, meta, reply.chunks)
     if isinstance(reply, TransitionReply):
         return Message(TRANSITION_REPLY, meta, reply.transitions)
     return Message(EMPTY_REPLY, meta)
+
+
+def _with_chunks(kind: str, meta: dict[str, Any], chunks: list[Chunk]) -> Message:
+    """A message of whole chunks (a FIFO reply, a group order): their arrays nest under "0", "1", ... and their
+    metadata is the list `chunks` beside `meta`."""
+    meta["chunks"] = [_chunk_meta(chunk, chunk.incarnation).to_meta() for chunk in chunks]
+    return Message(kind, meta, {str(i): chunk.arrays for i, chunk in enumerate(chunks)})
+
+
+def _chunk_list(message: Message, reason: str) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """The (arrays, metadata) of each chunk `_with_chunks` packed, in order and still to be validated;
+    `ProtocolError(reason)` where the list and the arrays do not pair up."""
+    metas, arrays = message.meta.get("chunks", []), message.arrays
+    if not isinstance(metas, list) or len(metas) != len(arrays):
+        raise ProtocolError(reason, "chunks list does not match the message's arrays")
+    for i, chunk_meta in enumerate(metas):
+        chunk_arrays = arrays.get(str(i))
+        if not isinstance(chunk_meta, dict) or not isinstance(chunk_arrays, dict):
+            raise ProtocolError(reason, f"chunk {i} malformed")
+        yield chunk_arrays, chunk_meta
 
 
 def decode_sample_reply(
@@ -428,14 +438,8 @@ def decode_sample_reply(
         return TransitionReply(report, _decode_transitions(message.arrays, layout))
     if message.kind != FIFO_REPLY:
         raise ProtocolError("unknown_kind", message.kind[:32])
-    metas, arrays = message.meta.get("chunks", []), message.arrays
-    if not isinstance(metas, list) or len(metas) != len(arrays):
-        raise ProtocolError("bad_reply_meta", "chunks list does not match the reply's arrays")
     reply = FifoReply(report, [])
-    for i, chunk_meta in enumerate(metas):
-        chunk_arrays = arrays.get(str(i))
-        if not isinstance(chunk_meta, dict) or not isinstance(chunk_arrays, dict):
-            raise ProtocolError("bad_reply_meta", f"chunk {i} malformed")
+    for chunk_arrays, chunk_meta in _chunk_list(message, "bad_reply_meta"):
         chunk = _decode_chunk(chunk_arrays, chunk_meta, max_steps_per_unit)[0]
         try:
             if layout is not None:
@@ -740,8 +744,7 @@ class GroupOrder:
 def encode_group_order(order: GroupOrder) -> Message:
     """The chunks nest under "0", "1", ... with their metadata as the list `chunks`, as in a FIFO reply."""
     meta: dict[str, Any] = {"op": order.op, "progress": order.progress, "gradient_steps": order.steps}
-    meta["chunks"] = [_chunk_meta(chunk, chunk.incarnation).to_meta() for chunk in order.chunks]
-    return Message(GROUP_ORDER, meta, {str(i): chunk.arrays for i, chunk in enumerate(order.chunks)})
+    return _with_chunks(GROUP_ORDER, meta, order.chunks)
 
 
 def decode_group_order(message: Message, layout: ReplyLayout | None = None) -> GroupOrder:
@@ -750,21 +753,15 @@ def decode_group_order(message: Message, layout: ReplyLayout | None = None) -> G
     a chunk that fails refuses the whole order: rank 0 learned from it, so another rank must not learn without it."""
     if message.kind != GROUP_ORDER:
         raise ProtocolError("unknown_kind", message.kind[:32])
-    meta, arrays = message.meta, message.arrays
+    meta = message.meta
     op, progress = meta.get("op"), meta.get("progress")
     if op not in GROUP_OPS:
         raise ProtocolError("bad_group_order", f"op {op!r:.32}")
     if not isinstance(progress, int | float) or isinstance(progress, bool) or not 0.0 <= progress <= 1.0:
         raise ProtocolError("bad_group_order", f"progress {progress!r:.32} not in [0, 1]")
     steps = _int(meta, "gradient_steps", 0, MAX_BATCH, "bad_group_order")
-    metas = meta.get("chunks", [])
-    if not isinstance(metas, list) or len(metas) != len(arrays):
-        raise ProtocolError("bad_group_order", "chunks list does not match the order's arrays")
     chunks = []
-    for i, chunk_meta in enumerate(metas):
-        chunk_arrays = arrays.get(str(i))
-        if not isinstance(chunk_meta, dict) or not isinstance(chunk_arrays, dict):
-            raise ProtocolError("bad_group_order", f"chunk {i} malformed")
+    for chunk_arrays, chunk_meta in _chunk_list(message, "bad_group_order"):
         chunks.append(_decode_chunk(chunk_arrays, chunk_meta, None)[0])
         if layout is not None:
             check_fields(dict(flatten(chunk_arrays)), layout.fields, 2, "bad_chunk_fields")

@@ -176,23 +176,17 @@ def restore(replay: Replay, state: ShardState) -> int:
 
 
 class SnapshotStore:
-    """One shard's snapshot folder: `replay-<n>.snap`, numbered upwards, the newest `keep` kept.
+    """One shard's snapshot folder: `replay-<n>.snap`, numbered upwards, the newest `KEEP` kept.
 
     `identity` says what the shard is (experiment, buffer kind, capacity, shard index); a snapshot written
     under another identity is foreign and never restored.
     """
 
     def __init__(
-        self,
-        directory: Path,
-        identity: dict[str, Any],
-        keep: int = KEEP,
-        on_change: Callable[[], object] | None = None,
+        self, directory: Path, identity: dict[str, Any], on_change: Callable[[], object] | None = None
     ) -> None:
         """`on_change`: called after each save and clear, on the thread that did it (a mirror to a bucket)."""
-        if keep < 1:
-            raise ValueError("keep must be >= 1")
-        self.directory, self.keep, self.on_change = Path(directory), keep, on_change
+        self.directory, self.on_change = Path(directory), on_change
         self.identity = json.loads(json.dumps(identity, default=str))  # as a header holds it: equal compares equal
         self.directory.mkdir(parents=True, exist_ok=True)
         for partial in self.directory.glob(".replay-*.snap.tmp"):  # a write cut short by a crash
@@ -204,7 +198,7 @@ class SnapshotStore:
         return [p for _, p in sorted(found)]
 
     def save(self, captured: Capture) -> tuple[Path, int]:
-        """Write `captured` as the newest snapshot and drop the oldest beyond `keep`; returns (path, bytes).
+        """Write `captured` as the newest snapshot and drop the oldest beyond `KEEP`; returns (path, bytes).
         A write that fails (a full disk, an `Overrun`) leaves no file behind."""
         existing = self.paths()
         number = int(PATTERN.match(existing[-1].name).group(1)) + 1 if existing else 1  # type: ignore[union-attr]
@@ -214,7 +208,7 @@ class SnapshotStore:
         except BaseException:
             path.with_name(f".{path.name}.tmp").unlink(missing_ok=True)  # the atomic writer's temporary
             raise
-        for old in self.paths()[: -self.keep]:
+        for old in self.paths()[:-KEEP]:
             old.unlink(missing_ok=True)
         if self.on_change is not None:
             self.on_change()
