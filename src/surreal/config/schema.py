@@ -175,17 +175,8 @@ class OffPolicyConfig(AlgoConfig):
     publish_interval: int = 16  # updates between parameter publications
 
     def problems(self, cfg: ExperimentConfig) -> list[str]:
-        """The rules of the replay-ratio regime's own keys and of sampling a replay (DDPG's and SAC's `problems`
-        extend these)."""
-        out = self.breaking("> 0", "replay_ratio", "publish_interval")
-        out += self.breaking(">= 0", "learning_starts")
-        if cfg.replay.capacity < self.batch_size:
-            out.append(
-                f"replay.capacity ({cfg.replay.capacity}) must hold one batch (algo.batch_size={self.batch_size})"
-            )
-        if cfg.deterministic:
-            out.append(f"deterministic=true is for on-policy algorithms: {self.name} samples its replay at random")
-        return out
+        """The rules of the replay-ratio regime's own keys (DDPG's and SAC's `problems` extend these)."""
+        return self.breaking("> 0", "replay_ratio", "publish_interval") + self.breaking(">= 0", "learning_starts")
 
     def replica_problems(self, replicas: int) -> list[str]:
         """Each rank samples its own share of every minibatch from the replay (roles/learner_group.py), so a
@@ -602,14 +593,18 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
 
     algo = cfg.algo
     need(algo.name in ALGORITHMS, f"algo.name {algo.name!r} is not one of {', '.join(ALGORITHMS)}")
+    need(
+        cfg.replay.capacity >= algo.batch_size,
+        f"replay.capacity ({cfg.replay.capacity}) must hold one batch (algo.batch_size={algo.batch_size})",
+    )
     if algo.on_policy:
         need(cfg.replay.mode == "fifo", f"{algo.name} is on-policy: replay.mode must be fifo (got {cfg.replay.mode!r})")
-        need(
-            cfg.replay.capacity >= algo.batch_size,
-            f"replay.capacity ({cfg.replay.capacity}) must hold one batch (algo.batch_size={algo.batch_size})",
-        )
     else:
         need(cfg.replay.mode != "fifo", f"{algo.name} is off-policy: replay.mode must be uniform or prioritized")
+        need(
+            not cfg.deterministic,
+            f"deterministic=true is for on-policy algorithms: {algo.name} samples its replay at random",
+        )
     problems += algo.problems(cfg)
     if cfg.learner.replicas > 1:
         problems += algo.replica_problems(cfg.learner.replicas)
