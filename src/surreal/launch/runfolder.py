@@ -37,7 +37,7 @@ from surreal.config import ConfigError, ExperimentConfig, save_config
 from surreal.config.schema import NOT_IN_RUN_NAME, RUN_NAME, RUN_NAME_RULE
 from surreal.fileio import atomic_write_text
 from surreal.metricsfile import read_metrics
-from surreal.runstore import RemoteRun, StorageError, join
+from surreal.runstore import RemoteRun, StorageError, describe, join
 
 PACKAGES = ("surreal-rl", "numpy", "torch", "gymnasium", "mujoco", "pyzmq", "msgpack", "hydra-core", "omegaconf")
 GIT_TIMEOUT_S = 10.0
@@ -138,8 +138,7 @@ def bucket_error(uri: str, exc: Exception) -> ConfigError:
     """A bucket that cannot be read, as the launcher's one line (the backends raise many types)."""
     if isinstance(exc, StorageError):
         return ConfigError(str(exc))
-    first = str(exc).splitlines()[0] if str(exc) else ""
-    return ConfigError(f"{uri}: cannot read the bucket ({type(exc).__name__}: {first})")
+    return ConfigError(f"{uri}: cannot read the bucket ({describe(exc)})")
 
 
 def refuse_existing_remote_run(uri: str) -> None:
