@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import os
 import re
@@ -158,7 +157,9 @@ class Run:
     def summary(self) -> dict[str, Any] | None:
         """summary.json (status, env steps, wall time, final eval, restarts), written when a launch ends; None
         before. After `--resume`, the resumed session's."""
-        return _read_json(self.dir / "summary.json")
+        from surreal.launch.runfolder import read_json
+
+        return read_json(self.dir / "summary.json")
 
     @property
     def metrics(self) -> list[dict[str, Any]]:
@@ -177,7 +178,9 @@ class Run:
     @property
     def final_eval(self) -> dict[str, Any] | None:
         """eval.json: the final deterministic evaluation (returns, mean, std, env steps); None before."""
-        return _read_json(self.dir / "eval.json")
+        from surreal.launch.runfolder import read_json
+
+        return read_json(self.dir / "eval.json")
 
     @property
     def running(self) -> bool:
@@ -373,14 +376,6 @@ def _older(path: Path, than: Path) -> bool:
         return path.stat().st_mtime < than.stat().st_mtime
     except FileNotFoundError:
         return False
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 # -- the functions ----------------------------------------------------------------------------------------

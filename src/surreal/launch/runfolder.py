@@ -199,13 +199,18 @@ def create_run_folder(
     return run_dir, cfg, lock
 
 
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object file (eval.json, summary.json); None when it is missing, unreadable or not an object."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def read_eval(run_dir: Path) -> dict[str, Any]:
     """eval.json, or {} when the learner did not get that far."""
-    try:
-        data = json.loads((run_dir / "eval.json").read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return read_json(run_dir / "eval.json") or {}
 
 
 def write_summary(
