@@ -144,16 +144,15 @@ def plan_processes(
     def learner(rank: int) -> ProcessSpec:
         """Rank `rank` of the learner group (alone: the learner), named `learner` for rank 0, `learner-<rank>`
         after; a group's ranks restart together (launch/supervisor.py)."""
-        if replicas == 1:
-            return spec("learner", 0, "on-failure", resumes=True, grace_s=LEARNER_GRACE_S, params_pub_port=pub_port)
+        group = replicas > 1
         return spec(
             "learner",
             rank,
             "on-failure",
             resumes=True,
             grace_s=LEARNER_GRACE_S,
-            group="learner",
-            extra_env=group_env(rank, replicas, LOOPBACK, master_port),
+            group="learner" if group else None,
+            extra_env=group_env(rank, replicas, LOOPBACK, master_port) if group else None,
             params_pub_port=pub_port,
         )
 
