@@ -429,9 +429,9 @@ class Mirror:
     def open(cls, uri: str, run_dir: Path, part: Part, metrics: RoleMetrics | None = None) -> Mirror:
         return cls(RemoteRun(uri), run_dir, part, metrics)
 
-    def pull(self, refresh: bool = False) -> Pulled:
+    def pull(self) -> Pulled:
         """This writer's files from the bucket that the local folder lacks (a role starting on a new disk)."""
-        pulled = self.remote.pull(self.run_dir, [self.part.name], refresh=refresh)
+        pulled = self.remote.pull(self.run_dir, [self.part.name])
         if pulled.files:
             log.info(
                 "pulled %d file(s), %.1f MB, of %s from %s",

@@ -84,14 +84,14 @@ def find_run_dir(where: str | os.PathLike[str], root: Path | None = None) -> Pat
     raise ConfigError(f"--resume {where}: no such run folder")
 
 
-def fetch_run(uri: str, root: Path | None = None, run_dir: Path | None = None) -> Path:
+def fetch_run(uri: str, run_dir: Path | None = None) -> Path:
     """The local cache of the run folder mirrored at `uri`: `run_dir` (a run folder resumed by its path, whose
     config says it is mirrored there), else `<runs root>/<name>`, with every file the bucket's manifests list that
     it lacks, each checked before it lands (surreal/runstore.py). ConfigError, one line, when the bucket cannot be
     read, holds no run there (unless `run_dir` was given: a local run that starts mirroring), or the local folder
     holds another run."""
     given = run_dir is not None
-    run_dir = run_dir or ((root or runs_root()) / run_name_of(uri)).resolve()
+    run_dir = run_dir or (runs_root() / run_name_of(uri)).resolve()
     if not given and (run_dir / "config.yaml").is_file():
         local = mirror_uri(read_config(run_dir / "config.yaml"), run_dir)
         if local != uri:

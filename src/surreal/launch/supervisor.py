@@ -110,8 +110,8 @@ def describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
-def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
-    """The last `lines` lines of a log, reading only its end."""
+def log_tail(path: Path) -> list[str]:
+    """The last LOG_TAIL_LINES lines of a log, reading only its end."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -119,7 +119,7 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
             data = f.read()
     except OSError:
         return []
-    return data.decode("utf-8", errors="replace").splitlines()[-lines:]
+    return data.decode("utf-8", errors="replace").splitlines()[-LOG_TAIL_LINES:]
 
 
 def _print_stderr(text: str) -> None:
