@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import os
 import re
@@ -33,7 +32,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -158,7 +157,9 @@ class Run:
     def summary(self) -> dict[str, Any] | None:
         """summary.json (status, env steps, wall time, final eval, restarts), written when a launch ends; None
         before. After `--resume`, the resumed session's."""
-        return _read_json(self.dir / "summary.json")
+        from surreal.launch.runfolder import read_json
+
+        return read_json(self.dir / "summary.json")
 
     @property
     def metrics(self) -> list[dict[str, Any]]:
@@ -177,7 +178,9 @@ class Run:
     @property
     def final_eval(self) -> dict[str, Any] | None:
         """eval.json: the final deterministic evaluation (returns, mean, std, env steps); None before."""
-        return _read_json(self.dir / "eval.json")
+        from surreal.launch.runfolder import read_json
+
+        return read_json(self.dir / "eval.json")
 
     @property
     def running(self) -> bool:
@@ -309,7 +312,16 @@ class Run:
                 preexec_fn=die_with(os.getpid()),
             )
 
-    def _start_serial(self, cfg: ExperimentConfig, lock: RunFolderLock, resume: bool) -> None:
+    def _start_serial(self, open_folder: Callable[[], tuple[ExperimentConfig, RunFolderLock]], resume: bool) -> None:
+        """Claim this process's one serial run, open the run folder (`open_folder`: the config and the folder's
+        lock) and run it in a thread; the claim goes with the thread, or at once if the folder cannot be opened."""
+        if not _SERIAL.acquire(blocking=False):
+            raise ConfigError("a serial run is already running in this process: wait for it (or use mode='processes')")
+        try:
+            cfg, lock = open_folder()
+        except BaseException:
+            _SERIAL.release()
+            raise
         self._thread = threading.Thread(target=self._run_serial, args=(cfg, lock, resume), name=f"surreal-{self.name}")
         self._thread.start()
 
@@ -375,14 +387,6 @@ def _older(path: Path, than: Path) -> bool:
         return False
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 # -- the functions ----------------------------------------------------------------------------------------
 
 
@@ -424,13 +428,7 @@ def start(
         if mode == "processes":
             run._launch(["--resume", str(run.dir), *items], root)
         else:
-            _claim_serial()
-            try:
-                lock = reopen_run_folder(run.dir, cfg, items)
-            except BaseException:
-                _SERIAL.release()
-                raise
-            run._start_serial(cfg, lock, resume=True)
+            run._start_serial(lambda: (cfg, reopen_run_folder(run.dir, cfg, items)), resume=True)
         return run
     items = as_overrides(overrides, algo=algo, env=env, actors=actors, steps=steps, seed=seed, name=name)
     cfg = load_config(items)
@@ -445,13 +443,7 @@ def start(
     if mode == "processes":
         run._launch([*items, f"name={run_name}"], root)
     else:
-        _claim_serial()
-        try:
-            _, cfg, lock = runfolder.create_run_folder(cfg, items, root)
-        except BaseException:
-            _SERIAL.release()
-            raise
-        run._start_serial(cfg, lock, resume=False)
+        run._start_serial(lambda: runfolder.create_run_folder(cfg, items, root)[1:], resume=False)
     return run
 
 
@@ -459,11 +451,6 @@ def _warn(lines: list[str]) -> None:
     """A budget a default eats (launch/preflight.py), as the CLI prints it: a UserWarning each, at the caller."""
     for line in lines:
         warnings.warn(line, UserWarning, stacklevel=4)
-
-
-def _claim_serial() -> None:
-    if not _SERIAL.acquire(blocking=False):
-        raise ConfigError("a serial run is already running in this process: wait for it (or use mode='processes')")
 
 
 def train(

@@ -217,17 +217,15 @@ def main(argv: list[str] | None = None) -> int:
 def cached_for_plot(where: str) -> str:
     """A run folder to plot: a local path as given; a bucket's (`s3://...`) as a checked local copy of the files a
     plot reads (surreal/runstore.py `cached_run`)."""
-    from surreal.runstore import PLOT_FILES, StorageError, cached_run, is_uri
+    from surreal.launch.runfolder import bucket_error
+    from surreal.runstore import PLOT_FILES, cached_run, is_uri
 
     if not is_uri(where):
         return where
     try:
         local, rest = cached_run(where, PLOT_FILES)
-    except StorageError as exc:
-        raise ConfigError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - the backend's own (network, credentials): one line
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        raise ConfigError(f"{where}: cannot read the bucket ({type(exc).__name__}: {first})") from None
+        raise bucket_error(where, exc) from None
     if rest:
         raise ConfigError(f"{where}: a path inside a run folder; plot the run folder itself")
     return str(local)

@@ -63,6 +63,12 @@ class StorageError(Exception):
     """A bucket that cannot be used (unknown scheme, backend not installed, unreachable, denied): one line."""
 
 
+def describe(exc: BaseException) -> str:
+    """`Type: the first line of its message`: a backend's error (they raise many types) as one line."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+
+
 # -- URIs ---------------------------------------------------------------------------------------------------------
 
 
@@ -232,8 +238,7 @@ class RemoteRun:
             self.fs.pipe_file(probe, b"")
             self.fs.rm_file(probe)
         except Exception as exc:  # the backends raise many types (botocore, aiohttp, google, azure)
-            first = str(exc).splitlines()[0] if str(exc) else ""
-            raise StorageError(f"{self.uri}: cannot write there ({type(exc).__name__}: {first})") from None
+            raise StorageError(f"{self.uri}: cannot write there ({describe(exc)})") from None
 
     def holds_run(self) -> bool:
         """Whether a run's learner has mirrored anything here."""
@@ -412,7 +417,6 @@ class Mirror:
         self.pushes = 0
         self.failures = 0
         self.pushed_bytes = 0
-        self.last_push_s = 0.0
         self._lock = threading.Lock()  # one push at a time: the thread's, or a caller's
         self._wake = threading.Condition()
         self._asked = 0  # pushes asked for, and the last one of them served: a waiter knows when it is done
@@ -425,9 +429,9 @@ class Mirror:
     def open(cls, uri: str, run_dir: Path, part: Part, metrics: RoleMetrics | None = None) -> Mirror:
         return cls(RemoteRun(uri), run_dir, part, metrics)
 
-    def pull(self, refresh: bool = False) -> Pulled:
+    def pull(self) -> Pulled:
         """This writer's files from the bucket that the local folder lacks (a role starting on a new disk)."""
-        pulled = self.remote.pull(self.run_dir, [self.part.name], refresh=refresh)
+        pulled = self.remote.pull(self.run_dir, [self.part.name])
         if pulled.files:
             log.info(
                 "pulled %d file(s), %.1f MB, of %s from %s",
@@ -441,23 +445,23 @@ class Mirror:
     def push(self) -> bool:
         """Mirror the part's files now; False (logged, counted) if the bucket could not be written."""
         with self._lock:
-            started = time.perf_counter()
             try:
                 self._push()
             except Exception as exc:  # the backends raise many types (botocore, aiohttp, google, azure)
                 self.failures += 1
                 if self.m_pushes is not None:
                     self.m_pushes.labels(result="failed").inc()
-                log.warning("mirroring %s to %s failed (%s: %s); the next push tries again", *self._what(exc))
+                log.warning(
+                    "mirroring %s to %s failed (%s); the next push tries again",
+                    self.part.name,
+                    self.remote.uri,
+                    describe(exc),
+                )
                 return False
             self.pushes += 1
-            self.last_push_s = time.perf_counter() - started
             if self.m_pushes is not None:
                 self.m_pushes.labels(result="ok").inc()
             return True
-
-    def _what(self, exc: Exception) -> tuple[str, str, str, str]:
-        return self.part.name, self.remote.uri, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else ""
 
     def _push(self) -> None:
         if not self.run_dir.is_dir():  # nothing written yet: an empty manifest would delete what the bucket holds

@@ -18,7 +18,7 @@ import importlib
 import importlib.util
 import pkgutil
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -40,6 +40,19 @@ DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 SPACE_KINDS = {"box": "flat Box", "discrete": "Discrete"}
 INFERENCE_MODES = ("per_actor", "central")  # `topology.inference`
 RECURRENT_CELLS = ("lstm", "gru")  # PPO's `algo.recurrent`
+# The value rules of `validate` and of the algorithms' `problems`, as their messages state them.
+RULES: dict[str, Callable[[Any], bool]] = {
+    "> 0": lambda v: v > 0,
+    ">= 0": lambda v: v >= 0,
+    "> 0 or null": lambda v: v is None or v > 0,
+    "in (0, 1]": lambda v: 0 < v <= 1,
+    "in [0, 1]": lambda v: 0 <= v <= 1,
+}
+
+
+def rule_problems(rule: str, values: Mapping[str, Any], prefix: str = "algo.") -> list[str]:
+    """`<prefix><key> must be <rule> (got <value>)` for each of `values` that breaks `rule` (a key of RULES)."""
+    return [f"{prefix}{key} must be {rule} (got {value})" for key, value in values.items() if not RULES[rule](value)]
 
 
 class AlgorithmRegistry(Mapping[str, "type[AlgoConfig]"]):
@@ -123,6 +136,18 @@ class AlgoConfig:
         """The algorithm's own value rules (`validate` adds them to its list); none by default."""
         return []
 
+    def breaking(self, rule: str, *keys: str) -> list[str]:
+        """`algo.<key> must be <rule> (got <value>)` for each of these fields whose value breaks `rule` (RULES)."""
+        return rule_problems(rule, {key: getattr(self, key) for key in keys})
+
+    def bad_sizes(self, *keys: str) -> list[str]:
+        """`algo.<key>` for each of these fields (MLP widths) that is not a non-empty list of positive sizes."""
+        return [
+            f"algo.{key} must be a non-empty list of positive sizes (got {sizes})"
+            for key in keys
+            if not (sizes := getattr(self, key)) or any(h <= 0 for h in sizes)
+        ]
+
     def replica_problems(self, replicas: int) -> list[str]:
         """Why `learner.replicas` > 1 cannot split this algorithm's update among ranks (each computes its share of
         every minibatch, the gradients all-reduced); by default it has no gradients to all-reduce (ES)."""
@@ -150,22 +175,8 @@ class OffPolicyConfig(AlgoConfig):
     publish_interval: int = 16  # updates between parameter publications
 
     def problems(self, cfg: ExperimentConfig) -> list[str]:
-        """The rules of the replay-ratio regime's own keys and of sampling a replay (SAC's `problems` extends
-        these; DDPG's still spells them out itself)."""
-        out = [
-            f"algo.{k} must be > 0 (got {v})"
-            for k, v in (("replay_ratio", self.replay_ratio), ("publish_interval", self.publish_interval))
-            if not v > 0
-        ]
-        if self.learning_starts < 0:
-            out.append(f"algo.learning_starts must be >= 0 (got {self.learning_starts})")
-        if cfg.replay.capacity < self.batch_size:
-            out.append(
-                f"replay.capacity ({cfg.replay.capacity}) must hold one batch (algo.batch_size={self.batch_size})"
-            )
-        if cfg.deterministic:
-            out.append(f"deterministic=true is for on-policy algorithms: {self.name} samples its replay at random")
-        return out
+        """The rules of the replay-ratio regime's own keys (DDPG's and SAC's `problems` extend these)."""
+        return self.breaking("> 0", "replay_ratio", "publish_interval") + self.breaking(">= 0", "learning_starts")
 
     def replica_problems(self, replicas: int) -> list[str]:
         """Each rank samples its own share of every minibatch from the replay (roles/learner_group.py), so a
@@ -210,33 +221,22 @@ class PPOConfig(AlgoConfig):
     rnn_hidden_size: int = 64  # the recurrent cell's width (its state: h and c for an LSTM, h for a GRU)
 
     def problems(self, cfg: ExperimentConfig) -> list[str]:
-        out = [
-            f"algo.{k} must be > 0 (got {v})"
-            for k, v in (
-                ("minibatch_size", self.minibatch_size),
-                ("rnn_hidden_size", self.rnn_hidden_size),
-                ("update_epochs", self.update_epochs),
-                ("lr", self.lr),
-                ("clip_coef", self.clip_coef),
-                ("max_grad_norm", self.max_grad_norm),
-                ("obs_clip", self.obs_clip),
-                ("reward_clip", self.reward_clip),
-            )
-            if not v > 0
-        ]
-        out += [
-            f"algo.{k} must be >= 0 (got {v})"
-            for k, v in (("ent_coef", self.ent_coef), ("vf_coef", self.vf_coef))
-            if not v >= 0
-        ]
-        if not 0 < self.gamma <= 1:
-            out.append(f"algo.gamma must be in (0, 1] (got {self.gamma})")
-        if not 0 <= self.gae_lambda <= 1:
-            out.append(f"algo.gae_lambda must be in [0, 1] (got {self.gae_lambda})")
-        if self.target_kl is not None and not self.target_kl > 0:
-            out.append(f"algo.target_kl must be > 0 or null (got {self.target_kl})")
-        if not self.hidden_sizes or any(h <= 0 for h in self.hidden_sizes):
-            out.append(f"algo.hidden_sizes must be a non-empty list of positive sizes (got {self.hidden_sizes})")
+        out = self.breaking(
+            "> 0",
+            "minibatch_size",
+            "rnn_hidden_size",
+            "update_epochs",
+            "lr",
+            "clip_coef",
+            "max_grad_norm",
+            "obs_clip",
+            "reward_clip",
+        )
+        out += self.breaking(">= 0", "ent_coef", "vf_coef")
+        out += self.breaking("in (0, 1]", "gamma")
+        out += self.breaking("in [0, 1]", "gae_lambda")
+        out += self.breaking("> 0 or null", "target_kl")
+        out += self.bad_sizes("hidden_sizes")
         if self.minibatch_size > self.batch_size:
             out.append(f"algo.minibatch_size ({self.minibatch_size}) must be <= algo.batch_size ({self.batch_size})")
         if self.recurrent is not None and self.recurrent not in RECURRENT_CELLS:
@@ -286,49 +286,18 @@ class DDPGConfig(OffPolicyConfig):
         return self.n_step  # an actor's first chunk: T steps make T - n + 1 n-step transitions
 
     def problems(self, cfg: ExperimentConfig) -> list[str]:
-        out = [
-            f"algo.{k} must be > 0 (got {v})"
-            for k, v in (
-                ("actor_lr", self.actor_lr),
-                ("critic_lr", self.critic_lr),
-                ("n_step", self.n_step),
-                ("replay_ratio", self.replay_ratio),
-                ("publish_interval", self.publish_interval),
-                ("policy_delay", self.policy_delay),
-                ("noise_spread", self.noise_spread),
-            )
-            if not v > 0
-        ]
-        out += [
-            f"algo.{k} must be >= 0 (got {v})"
-            for k, v in (
-                ("learning_starts", self.learning_starts),
-                ("exploration_noise", self.exploration_noise),
-                ("target_update_period", self.target_update_period),
-                ("ou_theta", self.ou_theta),
-                ("target_policy_noise", self.target_policy_noise),
-                ("target_noise_clip", self.target_noise_clip),
-            )
-            if not v >= 0
-        ]
-        if not 0 < self.gamma <= 1:
-            out.append(f"algo.gamma must be in (0, 1] (got {self.gamma})")
-        if not 0 < self.tau <= 1:
-            out.append(f"algo.tau must be in (0, 1] (got {self.tau})")
+        out = super().problems(cfg)
+        out += self.breaking("> 0", "actor_lr", "critic_lr", "n_step", "policy_delay", "noise_spread")
+        out += self.breaking(
+            ">= 0", "exploration_noise", "target_update_period", "ou_theta", "target_policy_noise", "target_noise_clip"
+        )
+        out += self.breaking("in (0, 1]", "gamma", "tau")
         if self.noise_type not in ("gaussian", "ou"):
             out.append(f"algo.noise_type must be gaussian or ou (got {self.noise_type!r})")
-        if not self.hidden_sizes or any(h <= 0 for h in self.hidden_sizes):
-            out.append(f"algo.hidden_sizes must be a non-empty list of positive sizes (got {self.hidden_sizes})")
-        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
-            out.append(f"algo.max_grad_norm must be > 0 or null (got {self.max_grad_norm})")
+        out += self.bad_sizes("hidden_sizes")
+        out += self.breaking("> 0 or null", "max_grad_norm")
         if cfg.actor.chunk_steps < self.n_step:
             out.append(f"actor.chunk_steps ({cfg.actor.chunk_steps}) must be >= algo.n_step ({self.n_step})")
-        if cfg.replay.capacity < self.batch_size:
-            out.append(
-                f"replay.capacity ({cfg.replay.capacity}) must hold one batch (algo.batch_size={self.batch_size})"
-            )
-        if cfg.deterministic:
-            out.append("deterministic=true is for on-policy algorithms (ppo, es): ddpg samples its replay at random")
         return out
 
 
@@ -353,22 +322,9 @@ class ESConfig(AlgoConfig):
     obs_clip: float = 5.0  # clip normalized observations to +-this
 
     def problems(self, cfg: ExperimentConfig) -> list[str]:
-        out = [
-            f"algo.{k} must be > 0 (got {v})"
-            for k, v in (
-                ("pairs_per_chunk", self.pairs_per_chunk),
-                ("sigma", self.sigma),
-                ("lr", self.lr),
-                ("noise_table_size", self.noise_table_size),
-                ("obs_clip", self.obs_clip),
-            )
-            if not v > 0
-        ]
-        if self.weight_decay < 0:
-            out.append(f"algo.weight_decay must be >= 0 (got {self.weight_decay})")
-        if not self.hidden_sizes or any(h <= 0 for h in self.hidden_sizes):
-            out.append(f"algo.hidden_sizes must be a non-empty list of positive sizes (got {self.hidden_sizes})")
-        return out
+        out = self.breaking("> 0", "pairs_per_chunk", "sigma", "lr", "noise_table_size", "obs_clip")
+        out += self.breaking(">= 0", "weight_decay")
+        return out + self.bad_sizes("hidden_sizes")
 
     def chunk_size(self, cfg: ExperimentConfig) -> int:
         return self.pairs_per_chunk
@@ -560,22 +516,29 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         "ps.max_message_bytes": cfg.ps.max_message_bytes,
         "algo.batch_size": cfg.algo.batch_size,
     }
-    for key, value in positive.items():
-        need(value > 0, f"{key} must be > 0 (got {value})")
-    need(cfg.seed >= 0, f"seed must be >= 0 (got {cfg.seed})")
-    need(cfg.actor.overdraft_after_s >= 0, f"actor.overdraft_after_s must be >= 0 (got {cfg.actor.overdraft_after_s})")
-    need(cfg.actor.rollout_ahead >= 0, f"actor.rollout_ahead must be >= 0 (got {cfg.actor.rollout_ahead})")
+    problems += rule_problems("> 0", positive, prefix="")
+    non_negative = {
+        "seed": cfg.seed,
+        "actor.overdraft_after_s": cfg.actor.overdraft_after_s,
+        "actor.rollout_ahead": cfg.actor.rollout_ahead,
+        "chaos.kill_every_s": cfg.chaos.kill_every_s,
+        "chaos.window_start_s": cfg.chaos.window_start_s,
+        "chaos.window_s": cfg.chaos.window_s,
+        "learner.eval_interval": cfg.learner.eval_interval,
+        "learner.max_staleness": cfg.learner.max_staleness,
+        "replay.snapshot_interval_s": cfg.replay.snapshot_interval_s,
+        "inference.max_wait_ms": cfg.inference.max_wait_ms,
+    }
+    problems += rule_problems(">= 0", non_negative, prefix="")
+    problems += rule_problems(
+        "in [0, 1]", {"replay.alpha": cfg.replay.alpha, "replay.beta": cfg.replay.beta}, prefix=""
+    )
     chaos = cfg.chaos
-    need(chaos.kill_every_s >= 0, f"chaos.kill_every_s must be >= 0 (got {chaos.kill_every_s})")
-    need(chaos.window_start_s >= 0, f"chaos.window_start_s must be >= 0 (got {chaos.window_start_s})")
-    need(chaos.window_s >= 0, f"chaos.window_s must be >= 0 (got {chaos.window_s})")
     need(
         chaos.alive is None or 0 <= chaos.alive <= cfg.topology.actors,
         f"chaos.alive must be between 0 and topology.actors={cfg.topology.actors} (got {chaos.alive})",
     )
     need(not (chaos.active and cfg.deterministic), "chaos needs deterministic=false: killed actors are not replayable")
-    need(cfg.learner.eval_interval >= 0, f"learner.eval_interval must be >= 0 (got {cfg.learner.eval_interval})")
-    need(cfg.learner.max_staleness >= 0, f"learner.max_staleness must be >= 0 (got {cfg.learner.max_staleness})")
     need(
         cfg.name is None or RUN_NAME.fullmatch(cfg.name) is not None,
         f"name={cfg.name!r} {RUN_NAME_RULE}",
@@ -604,19 +567,14 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         cfg.replay.mode in REPLAY_MODES,
         f"replay.mode must be one of {', '.join(REPLAY_MODES)} (got {cfg.replay.mode!r})",
     )
-    need(0 <= cfg.replay.alpha <= 1, f"replay.alpha must be in [0, 1] (got {cfg.replay.alpha})")
-    need(0 <= cfg.replay.beta <= 1, f"replay.beta must be in [0, 1] (got {cfg.replay.beta})")
-    interval = cfg.replay.snapshot_interval_s
-    need(interval >= 0, f"replay.snapshot_interval_s must be >= 0 (got {interval})")
 
     topo = cfg.topology
     need(
         topo.inference in INFERENCE_MODES,
         f"topology.inference must be one of {', '.join(INFERENCE_MODES)} (got {topo.inference!r})",
     )
-    need(cfg.inference.max_wait_ms >= 0, f"inference.max_wait_ms must be >= 0 (got {cfg.inference.max_wait_ms})")
     need(
-        re.fullmatch(r"auto|cpu|cuda(:\d+)?", cfg.inference.device) is not None,
+        DEVICE.fullmatch(cfg.inference.device) is not None,
         f"inference.device must be auto, cpu, cuda or cuda:N (got {cfg.inference.device!r})",
     )
     if topo.inference == "central":
@@ -635,14 +593,18 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
 
     algo = cfg.algo
     need(algo.name in ALGORITHMS, f"algo.name {algo.name!r} is not one of {', '.join(ALGORITHMS)}")
+    need(
+        cfg.replay.capacity >= algo.batch_size,
+        f"replay.capacity ({cfg.replay.capacity}) must hold one batch (algo.batch_size={algo.batch_size})",
+    )
     if algo.on_policy:
         need(cfg.replay.mode == "fifo", f"{algo.name} is on-policy: replay.mode must be fifo (got {cfg.replay.mode!r})")
-        need(
-            cfg.replay.capacity >= algo.batch_size,
-            f"replay.capacity ({cfg.replay.capacity}) must hold one batch (algo.batch_size={algo.batch_size})",
-        )
     else:
         need(cfg.replay.mode != "fifo", f"{algo.name} is off-policy: replay.mode must be uniform or prioritized")
+        need(
+            not cfg.deterministic,
+            f"deterministic=true is for on-policy algorithms: {algo.name} samples its replay at random",
+        )
     problems += algo.problems(cfg)
     if cfg.learner.replicas > 1:
         problems += algo.replica_problems(cfg.learner.replicas)

@@ -17,7 +17,7 @@ from importlib import resources
 from typing import Any
 
 from surreal.config.loading import CONFIG_MODULE, preset_algorithm
-from surreal.config.reference import ConfigKey, experiment_keys
+from surreal.config.reference import ConfigKey, algorithm_keys, experiment_keys
 from surreal.config.schema import ALGORITHMS, SPACE_KINDS
 
 # Gymnasium's own env packages (gymnasium.envs.<family>), as users know them, and the module each one needs.
@@ -120,18 +120,15 @@ def config_listing(prefix: str = "", algo: str | None = None) -> str:
     algorithm (all, or the one named), each block under a `# algo=NAME` line. Empty when no key matches."""
     names = [algo] if algo is not None else list(ALGORITHMS)
     blocks = []
-    shared = [k for k in experiment_keys(names[0]) if not k.key.startswith("algo.") and _matches(k.key, prefix)]
+    # A plain prefix: `learner` and `learner.eval` both match learner.eval_interval.
+    shared = [k for k in experiment_keys(names[0]) if not k.key.startswith("algo.") and k.key.startswith(prefix)]
     if shared:
         blocks.append(_entries(shared))
     for name in names:
-        own = [k for k in experiment_keys(name) if k.key.startswith("algo.") and _matches(k.key, prefix)]
+        own = [k for k in algorithm_keys(name) if k.key.startswith(prefix)]
         if own:
             blocks.append(f"# algo={name}\n" + _entries(own))
     return "\n\n".join(blocks)
-
-
-def _matches(key: str, prefix: str) -> bool:
-    return key.startswith(prefix)  # `learner` and `learner.eval` both match learner.eval_interval
 
 
 def _entries(keys: list[ConfigKey]) -> str:
@@ -186,7 +183,7 @@ def config_reference_markdown() -> str:
     shared = [k for k in experiment_keys(names[0]) if not k.key.startswith("algo.")]
     parts = [REFERENCE_HEADER, "## Every experiment\n", _table(shared)]
     for name in names:
-        parts += [f"## `algo={name}`\n", _table([k for k in experiment_keys(name) if k.key.startswith("algo.")])]
+        parts += [f"## `algo={name}`\n", _table(algorithm_keys(name))]
     return "\n".join(parts)
 
 

@@ -44,7 +44,6 @@ class Chaos:
         self.window = cfg.alive is not None and cfg.window_s > 0
         self.held_by_window: list[str] = []
         self.log_path = run_dir / CHAOS_FILE
-        self.events = 0
 
     def tick(self, fleet: Fleet, elapsed_s: float) -> None:
         """Carry out whatever is due `elapsed_s` seconds into the run."""
@@ -76,7 +75,6 @@ class Chaos:
         event = {"time": round(time.time(), 3), "elapsed_s": round(elapsed_s, 3), "action": action, "actor": actor}
         with open(self.log_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(event) + "\n")
-        self.events += 1
 
 
 def read_chaos(run_dir: Path) -> list[dict[str, object]]:

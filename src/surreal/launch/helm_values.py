@@ -86,10 +86,9 @@ def check_experiment(values: dict[str, Any], release: str) -> None:
     if "topology" in experiment:
         raise ConfigError(f"{release}: experiment.topology is the chart's: set actors.replicas, replay.shards, ...")
     experiment["topology"] = {
-        "actors": values.get("actors", {}).get("replicas", 1),
-        "envs_per_actor": values.get("actors", {}).get("envsPerActor", 1),
-        "replay_shards": values.get("replay", {}).get("shards", 1),
-        "ps_replicas": values.get("ps", {}).get("replicas", 1),
+        key.removeprefix("topology."): values.get(section, {}).get(field, 1)
+        for key, (section, field) in CHART_KEYS.items()
+        if key.startswith("topology.")
     }
     with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
         yaml.safe_dump(experiment, f)

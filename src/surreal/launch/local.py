@@ -7,12 +7,11 @@ learner is restarted with `--resume` from its last checkpoint; replay and ps are
 ports (actors and the learner reconnect by themselves), a replay shard with what its last snapshot in
 `<run dir>/replay/` held. A run folder can be resumed (`surreal run --resume`, launch/resume.py), also once
 completed and with a larger budget, so its snapshots stay when the run ends (the result says how much disk
-they take). A learner, shard
-or ps stopped by a signal from outside (a drain, a preemption notice) saves its state and is started again
-at once, which counts as no failure; the launcher's own stop gives the learner and the shards the grace
-periods below to do so. `chaos.*` kills
-actors on a schedule (launch/chaos.py) to rehearse preemption. The run ends when the learner exits after
-training, on Ctrl-C / SIGTERM, or when a role exhausts its restarts.
+they take). A learner, shard or ps stopped by a signal from outside (a drain, a preemption notice) saves its
+state and is started again at once, which counts as no failure; the launcher's own stop gives the learner and
+the shards the grace periods below to do so. `chaos.*` kills actors on a schedule (launch/chaos.py) to
+rehearse preemption. The run ends when the learner exits after training, on Ctrl-C / SIGTERM, or when a role
+exhausts its restarts.
 """
 
 from __future__ import annotations
@@ -144,16 +143,15 @@ def plan_processes(
     def learner(rank: int) -> ProcessSpec:
         """Rank `rank` of the learner group (alone: the learner), named `learner` for rank 0, `learner-<rank>`
         after; a group's ranks restart together (launch/supervisor.py)."""
-        if replicas == 1:
-            return spec("learner", 0, "on-failure", resumes=True, grace_s=LEARNER_GRACE_S, params_pub_port=pub_port)
+        group = replicas > 1
         return spec(
             "learner",
             rank,
             "on-failure",
             resumes=True,
             grace_s=LEARNER_GRACE_S,
-            group="learner",
-            extra_env=group_env(rank, replicas, LOOPBACK, master_port),
+            group="learner" if group else None,
+            extra_env=group_env(rank, replicas, LOOPBACK, master_port) if group else None,
             params_pub_port=pub_port,
         )
 

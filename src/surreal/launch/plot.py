@@ -123,14 +123,8 @@ def sweep_figure(groups: Sequence[tuple[str, Sequence[Path]]], title: str = "swe
         ax.plot(grid, mean, "-", color=color, label=f"{label} (n={len(series)})")
         if len(series) > 1:
             ax.fill_between(grid, low, high, color=color, alpha=0.2, linewidth=0)
-    ax.set_xlabel("environment steps")
     what = "eval return (deterministic policy)" if kind == "eval" else "train return (last 20 episodes)"
-    ax.set_ylabel(what)
-    ax.set_title(f"{title}: mean and min-max across seeds")
-    ax.grid(alpha=0.3)
-    ax.legend(loc="best", fontsize="small")
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, what, f"{title}: mean and min-max across seeds", fontsize="small")
 
 
 def overlay_figure(run_dirs: Sequence[Path]) -> Figure:
@@ -157,13 +151,7 @@ def overlay_figure(run_dirs: Sequence[Path]) -> Figure:
     ax.plot([], [], "k-", label="train return (last 20 episodes)")
     ax.plot([], [], "ko--", markersize=3, label="eval during training")
     ax.plot([], [], "k*", markersize=8, label="final eval")
-    ax.set_xlabel("environment steps")
-    ax.set_ylabel("episode return")
-    ax.set_title(f"{drawn} runs")
-    ax.grid(alpha=0.3)
-    ax.legend(loc="best", fontsize="small")
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, "episode return", f"{drawn} runs", fontsize="small")
 
 
 def curve_figure(run_dir: Path) -> Figure:
@@ -216,11 +204,17 @@ def curve_figure(run_dir: Path) -> Figure:
         rate.set_ylabel("success rate")
         more_handles, more_labels = rate.get_legend_handles_labels()
         handles, labels = handles + more_handles, labels + more_labels
+    return _finish(fig, ax, "episode return", _title(run_dir), handles, labels)
+
+
+def _finish(fig: Figure, ax: Axes, ylabel: str, title: str, *legend: Any, **legend_style: Any) -> Figure:
+    """Every plot's frame: env steps against `ylabel`, the title, a light grid, the legend (`ax.legend`'s
+    arguments); laid out."""
     ax.set_xlabel("environment steps")
-    ax.set_ylabel("episode return")
-    ax.set_title(_title(run_dir))
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(handles, labels, loc="best")
+    ax.legend(*legend, loc="best", **legend_style)
     fig.tight_layout()
     return fig
 

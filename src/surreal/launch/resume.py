@@ -25,20 +25,28 @@ snapshots.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import OmegaConf
 
+from surreal.api import flatten
 from surreal.config import ConfigError, ExperimentConfig, algo_config, read_config, save_config
 from surreal.config.loading import apply_overrides
-from surreal.launch.runfolder import RunFolderLock, bucket_error, git_state, mirror_uri, runs_root, write_json
+from surreal.launch.runfolder import (
+    RunFolderLock,
+    bucket_error,
+    git_state,
+    mirror_uri,
+    read_json,
+    runs_root,
+    write_json,
+)
 from surreal.runstore import RemoteRun, run_name_of
 
 # What a resumed run may change: its budget and how it is run, never what it learns. Everything else in
@@ -76,14 +84,14 @@ def find_run_dir(where: str | os.PathLike[str], root: Path | None = None) -> Pat
     raise ConfigError(f"--resume {where}: no such run folder")
 
 
-def fetch_run(uri: str, root: Path | None = None, run_dir: Path | None = None) -> Path:
+def fetch_run(uri: str, run_dir: Path | None = None) -> Path:
     """The local cache of the run folder mirrored at `uri`: `run_dir` (a run folder resumed by its path, whose
     config says it is mirrored there), else `<runs root>/<name>`, with every file the bucket's manifests list that
     it lacks, each checked before it lands (surreal/runstore.py). ConfigError, one line, when the bucket cannot be
     read, holds no run there (unless `run_dir` was given: a local run that starts mirroring), or the local folder
     holds another run."""
     given = run_dir is not None
-    run_dir = run_dir or ((root or runs_root()) / run_name_of(uri)).resolve()
+    run_dir = run_dir or (runs_root() / run_name_of(uri)).resolve()
     if not given and (run_dir / "config.yaml").is_file():
         local = mirror_uri(read_config(run_dir / "config.yaml"), run_dir)
         if local != uri:
@@ -111,17 +119,7 @@ def fetch_run(uri: str, root: Path | None = None, run_dir: Path | None = None) -
 def flat(cfg: ExperimentConfig) -> dict[str, Any]:
     """Every key of `cfg` as a dotted name (`algo.lr`, `env.kwargs.ctrl_cost_weight`) and its value."""
     tree = OmegaConf.to_container(OmegaConf.structured(replace(cfg, algo=algo_config(cfg))))
-    out: dict[str, Any] = {}
-
-    def walk(node: Any, prefix: str) -> None:
-        if isinstance(node, Mapping) and (node or not prefix):
-            for key, value in node.items():
-                walk(value, f"{prefix}{key}.")
-        else:
-            out[prefix.rstrip(".")] = node
-
-    walk(tree, "")
-    return out
+    return dict(flatten(cast("dict[str, Any]", tree)))
 
 
 def changed_keys(before: ExperimentConfig, after: ExperimentConfig) -> dict[str, tuple[Any, Any]]:
@@ -180,10 +178,7 @@ def reopen_run_folder(run_dir: Path, cfg: ExperimentConfig, overrides: Sequence[
         raise ConfigError(f"cannot open the run folder {run_dir}: {exc.strerror or exc}") from None
     save_config(cfg, run_dir / "config.yaml")
     reproduce_path = run_dir / "reproduce.json"
-    try:
-        reproduce: dict[str, Any] = json.loads(reproduce_path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        reproduce = {}
+    reproduce = read_json(reproduce_path) or {}
     sha, dirty = git_state()
     if reproduce.get("git_sha") not in (None, "unknown", sha):
         print(

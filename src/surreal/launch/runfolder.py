@@ -37,7 +37,7 @@ from surreal.config import ConfigError, ExperimentConfig, save_config
 from surreal.config.schema import NOT_IN_RUN_NAME, RUN_NAME, RUN_NAME_RULE
 from surreal.fileio import atomic_write_text
 from surreal.metricsfile import read_metrics
-from surreal.runstore import RemoteRun, StorageError, join
+from surreal.runstore import RemoteRun, StorageError, describe, join
 
 PACKAGES = ("surreal-rl", "numpy", "torch", "gymnasium", "mujoco", "pyzmq", "msgpack", "hydra-core", "omegaconf")
 GIT_TIMEOUT_S = 10.0
@@ -138,8 +138,7 @@ def bucket_error(uri: str, exc: Exception) -> ConfigError:
     """A bucket that cannot be read, as the launcher's one line (the backends raise many types)."""
     if isinstance(exc, StorageError):
         return ConfigError(str(exc))
-    first = str(exc).splitlines()[0] if str(exc) else ""
-    return ConfigError(f"{uri}: cannot read the bucket ({type(exc).__name__}: {first})")
+    return ConfigError(f"{uri}: cannot read the bucket ({describe(exc)})")
 
 
 def refuse_existing_remote_run(uri: str) -> None:
@@ -200,13 +199,18 @@ def create_run_folder(
     return run_dir, cfg, lock
 
 
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object file (eval.json, summary.json); None when it is missing, unreadable or not an object."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def read_eval(run_dir: Path) -> dict[str, Any]:
     """eval.json, or {} when the learner did not get that far."""
-    try:
-        data = json.loads((run_dir / "eval.json").read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return read_json(run_dir / "eval.json") or {}
 
 
 def write_summary(

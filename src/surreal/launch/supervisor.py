@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -110,8 +110,8 @@ def describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
-def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
-    """The last `lines` lines of a log, reading only its end."""
+def log_tail(path: Path) -> list[str]:
+    """The last LOG_TAIL_LINES lines of a log, reading only its end."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -119,7 +119,7 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
             data = f.read()
     except OSError:
         return []
-    return data.decode("utf-8", errors="replace").splitlines()[-lines:]
+    return data.decode("utf-8", errors="replace").splitlines()[-LOG_TAIL_LINES:]
 
 
 def _print_stderr(text: str) -> None:
@@ -191,12 +191,10 @@ class Supervisor:
         self,
         log_dir: Path,
         grace_s: float = GRACE_S,
-        stop_order: Sequence[str] = STOP_ORDER,
         report: Callable[[str], None] = _print_stderr,
     ) -> None:
         self.log_dir = log_dir
         self.grace_s = grace_s
-        self.stop_order = tuple(stop_order)
         self.report = report
         self.failed: str | None = None  # the first child that exhausted its restarts
         self._children: dict[str, _Child] = {}
@@ -335,7 +333,7 @@ class Supervisor:
         return [c.proc.pid for c in self._children.values() if c.proc is not None and c.proc.poll() is None]
 
     def stop(self) -> None:
-        """Stop every child, one role at a time in `stop_order` (unlisted roles last); idempotent.
+        """Stop every child, one role at a time in STOP_ORDER (unlisted roles last); idempotent.
 
         Each wave gets SIGTERM, up to its longest grace (a child's own `grace_s`, else the supervisor's) to
         exit, then SIGKILL for its whole process group.
@@ -347,7 +345,7 @@ class Supervisor:
             self._stop_wave(wave)
 
     def _waves(self) -> list[list[_Child]]:
-        rank = {role: i for i, role in enumerate(self.stop_order)}
+        rank = {role: i for i, role in enumerate(STOP_ORDER)}
         waves: dict[int, list[_Child]] = {}
         for child in self._children.values():
             if child.proc is not None:

@@ -40,9 +40,9 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 
 from surreal.config import ConfigError, load_config
-from surreal.config.schema import NOT_IN_RUN_NAME, RUN_NAME
+from surreal.config.schema import NOT_IN_RUN_NAME, RUN_NAME, RUN_NAME_RULE
 from surreal.envs import check_env_id
-from surreal.launch.runfolder import RunFolderLock, read_eval, runs_root, write_json
+from surreal.launch.runfolder import RunFolderLock, read_eval, read_json, runs_root, write_json
 from surreal.launch.supervisor import ProcessSpec, Supervisor
 from surreal.roles.common import StopFlag
 
@@ -142,9 +142,7 @@ def create_sweep_folder(name: str | None, members: list[Member], overrides: Sequ
     """`<runs root>/<name>/` with sweep.json; an existing sweep there is refused (resume it instead)."""
     name = name or default_sweep_name(members)
     if not RUN_NAME.fullmatch(name):
-        raise ConfigError(
-            f"name={name!r} must be a folder name of at most 100 characters: letters, digits, '.', '_', '-'"
-        )
+        raise ConfigError(f"name={name!r} {RUN_NAME_RULE}")
     sweep_dir = (runs_root() / name).resolve()
     if (sweep_dir / SWEEP_FILE).exists() or (sweep_dir / "metrics.jsonl").exists():
         raise ConfigError(f"{sweep_dir} already holds a sweep or a run; choose another name= (or --resume it)")
@@ -246,10 +244,7 @@ def resume_sweep(where: str | os.PathLike[str], overrides: Sequence[str], jobs: 
 
 
 def _summary_status(run_dir: Path) -> str | None:
-    try:
-        return json.loads((run_dir / "summary.json").read_text(encoding="utf-8")).get("status")
-    except (OSError, json.JSONDecodeError, AttributeError):
-        return None
+    return (read_json(run_dir / "summary.json") or {}).get("status")
 
 
 def drive(sweep_dir: Path, lock: RunFolderLock, plan: list[tuple[Member, list[str]]], jobs: int) -> int:
