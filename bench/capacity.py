@@ -26,8 +26,8 @@ error of each against its target (20 % and 25 %) and writes everything to bench/
 minute). A point is predicted from its cluster description only (actors, rate, batch rule, topology); nothing
 is read from its measured outcome. On a GPU machine the 1-actor point is a
 calibration, not a check: with the learner measured there (`--measure-learner`), it gives an actor's rate in the
-system, which that machine's shared cores hold below the raw rate; without (the H100 file, from before the learner
-work), it gives the learner's cost (`gpu_box_check` says which, and why).
+system, which that machine's shared cores hold below the raw rate; without (the H100 file), it gives the learner's
+cost (`gpu_box_check` says which, and why).
 """
 
 from __future__ import annotations
@@ -142,8 +142,8 @@ def gpu_box_check(file: Path, costs: Costs, results: Path = RESULTS) -> dict[str
     actor stepped 5,221-5,867 env steps/s alone and 4,078 beside four busy processes, the learner, replay, ps and
     launcher of a run among them), and the raw phase runs its actors alone. The other points then check what the
     model claims as actors are added: that nothing else binds. Where the measured learner binds at 1 actor, the
-    raw rate stays the actor's and every point is a check. A machine that measured no learner (the H100 file,
-    from before the learner work) has its learner calibrated from the 1-actor point instead."""
+    raw rate stays the actor's and every point is a check. A machine that measured no learner (the H100 file) has
+    its learner calibrated from the 1-actor point instead."""
     tag = file.name.split(".")[1]
     device = tag.split("-")[0]
     data = json.loads(file.read_text())

@@ -509,7 +509,7 @@ class ParamClient:
     `hold_s` has passed, whichever is first (the wait grows by `hold_s`); with `wake_version` as well, only a blob
     of that version or later answers before the hold ends (proto/wire.py `ParamsRequest`). An actor held by flow
     control asks this way, so a thousand waiting actors cost the ps one request each per hold or per version
-    that frees them, not one every few milliseconds; a ps that predates holds answers at once, as before. A
+    that frees them, not one every few milliseconds; a ps that predates holds answers at once. A
     replica's connection that breaks while a request waits (a monitor socket sees it) may have taken the request
     with it: it is sent again at once, to the replicas still up, rather than waited for until the timeout."""
 

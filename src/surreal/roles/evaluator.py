@@ -26,8 +26,8 @@ evals.jsonl, and hidden in TensorBoard) and the evaluations are done again as th
 (`EvaluatorCore.rewound_to`), and no row's env steps ever go backwards. It stops on the `done` blob; the learner's
 eval.json is the curve's last point. SIGTERM ends it at once (no handler until training is done): it holds nothing
 that a written row does not. It costs CPU that the actors and the learner would otherwise get (10 HalfCheetah
-episodes took 0.9-1.5 s of a 2-core box's core, the rows' `eval_s`; 20 Lift episodes about a minute), which is why
-it only runs when `learner.eval_interval` is set.
+episodes took 0.9-1.5 s of a 2-core box's core, the rows' `eval_s`), which is why it only runs when
+`learner.eval_interval` is set.
 """
 
 from __future__ import annotations

@@ -108,7 +108,6 @@ class ReplayCore:
         except (ValueError, IndexError):  # slots out of range, priorities for a uniform or FIFO replay
             self._refuse(peer, "bad_priorities")
             return
-        # A request that could never be answered with data is refused now, not parked (shard.py says which).
         refusal = self.shard.refusal(request)
         if refusal is not None:
             self._refuse(peer, refusal)
