@@ -32,7 +32,6 @@ class SACConfig(OffPolicyConfig):
     target_update_period: int = 1  # critic steps between soft target updates
     target_network: bool = True  # CrossQ: false, Q(s', a') comes from the critic itself (no gradient)
     joint_forward: bool = False  # CrossQ: (s, a) and (s', a') through the critic as one batch
-    n_step: int = 1  # n-step returns, computed by the actors (truncation bootstraps, termination does not)
     hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # the actor's
     critic_hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # CrossQ: [2048, 2048]
     actor_norm: str = "none"  # none | layer | batch_renorm
@@ -49,52 +48,24 @@ class SACConfig(OffPolicyConfig):
     log_std_max: float = 2.0  # the upper clamp of the actor's log-std
     max_grad_norm: float | None = None  # gradient-norm clip of each network; null: none
 
-    def max_env_steps_per_unit(self, max_episode_steps: int | None) -> int | None:
-        del max_episode_steps
-        return self.n_step  # an actor's first chunk: T steps make T - n + 1 n-step transitions
-
     def problems(self, cfg: ExperimentConfig) -> list[str]:
         out = super().problems(cfg)
-        out += [
-            f"algo.{k} must be > 0 (got {v})"
-            for k, v in (
-                ("actor_lr", self.actor_lr),
-                ("critic_lr", self.critic_lr),
-                ("alpha_lr", self.alpha_lr),
-                ("alpha_init", self.alpha_init),
-                ("n_step", self.n_step),
-                ("policy_delay", self.policy_delay),
-                ("target_update_period", self.target_update_period),
-            )
-            if not v > 0
-        ]
-        out += [
-            f"algo.{k} must be >= 0 (got {v})"
-            for k, v in (("renorm_warmup", self.renorm_warmup), ("renorm_d_max", self.renorm_d_max))
-            if not v >= 0
-        ]
-        for key, value in (("gamma", self.gamma), ("tau", self.tau)):
-            if not 0 < value <= 1:
-                out.append(f"algo.{key} must be in (0, 1] (got {value})")
-        for key, value in (("adam_beta1", self.adam_beta1), ("renorm_momentum", self.renorm_momentum)):
-            if not 0 <= value < 1:
-                out.append(f"algo.{key} must be in [0, 1) (got {value})")
-        if not self.renorm_r_max >= 1:
-            out.append(f"algo.renorm_r_max must be >= 1 (got {self.renorm_r_max})")
-        for key, sizes in (("hidden_sizes", self.hidden_sizes), ("critic_hidden_sizes", self.critic_hidden_sizes)):
-            if not sizes or any(h <= 0 for h in sizes):
-                out.append(f"algo.{key} must be a non-empty list of positive sizes (got {sizes})")
+        out += self.breaking(
+            "> 0", "actor_lr", "critic_lr", "alpha_lr", "alpha_init", "policy_delay", "target_update_period"
+        )
+        out += self.breaking(">= 0", "renorm_warmup", "renorm_d_max")
+        out += self.breaking("in (0, 1]", "gamma", "tau")
+        out += self.breaking("in [0, 1)", "adam_beta1", "renorm_momentum")
+        out += self.breaking(">= 1", "renorm_r_max")
+        out += self.bad_sizes("hidden_sizes", "critic_hidden_sizes")
         for key, norm in (("actor_norm", self.actor_norm), ("critic_norm", self.critic_norm)):
             if norm not in NORMS:
                 out.append(f"algo.{key} must be one of {', '.join(NORMS)} (got {norm!r})")
         if not self.log_std_min < self.log_std_max:
             out.append(f"algo.log_std_min ({self.log_std_min}) must be < algo.log_std_max ({self.log_std_max})")
-        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
-            out.append(f"algo.max_grad_norm must be > 0 or null (got {self.max_grad_norm})")
+        out += self.breaking("> 0 or null", "max_grad_norm")
         if self.joint_forward and self.target_network:
             out.append("algo.joint_forward=true takes Q(s', a') from the critic itself: set algo.target_network=false")
-        if cfg.actor.chunk_steps < self.n_step:
-            out.append(f"actor.chunk_steps ({cfg.actor.chunk_steps}) must be >= algo.n_step ({self.n_step})")
         return out
 
     def replica_problems(self, replicas: int) -> list[str]:

@@ -47,6 +47,8 @@ RULES: dict[str, Callable[[Any], bool]] = {
     "> 0 or null": lambda v: v is None or v > 0,
     "in (0, 1]": lambda v: 0 < v <= 1,
     "in [0, 1]": lambda v: 0 <= v <= 1,
+    "in [0, 1)": lambda v: 0 <= v < 1,
+    ">= 1": lambda v: v >= 1,
 }
 
 
@@ -173,10 +175,20 @@ class OffPolicyConfig(AlgoConfig):
     learning_starts: int = 25_000  # env steps of uniform random actions before the first update
     replay_ratio: float = 1.0  # gradient updates per env step
     publish_interval: int = 16  # updates between parameter publications
+    n_step: int = 1  # n-step returns, computed by the actors (truncation bootstraps, termination does not)
+
+    def max_env_steps_per_unit(self, max_episode_steps: int | None) -> int | None:
+        del max_episode_steps
+        return self.n_step  # an actor's first chunk: T steps make T - n + 1 n-step transitions
 
     def problems(self, cfg: ExperimentConfig) -> list[str]:
-        """The rules of the replay-ratio regime's own keys (DDPG's and SAC's `problems` extend these)."""
-        return self.breaking("> 0", "replay_ratio", "publish_interval") + self.breaking(">= 0", "learning_starts")
+        """The rules of the replay-ratio regime's own keys and n-step returns (DDPG's and SAC's `problems` extend
+        these)."""
+        out = self.breaking("> 0", "replay_ratio", "publish_interval", "n_step")
+        out += self.breaking(">= 0", "learning_starts")
+        if cfg.actor.chunk_steps < self.n_step:
+            out.append(f"actor.chunk_steps ({cfg.actor.chunk_steps}) must be >= algo.n_step ({self.n_step})")
+        return out
 
     def replica_problems(self, replicas: int) -> list[str]:
         """Each rank samples its own share of every minibatch from the replay (roles/learner_group.py), so a
@@ -269,7 +281,6 @@ class DDPGConfig(OffPolicyConfig):
     gamma: float = 0.99  # discount factor
     tau: float = 0.005  # soft target update; used when target_update_period is 0
     target_update_period: int = 0  # > 0: hard copy of the targets every this many critic updates
-    n_step: int = 1  # n-step returns, computed by the actors (truncation bootstraps, termination does not)
     hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # ReLU MLP widths of actor and critic each
     exploration_noise: float = 0.1  # Gaussian (or OU sigma), in units of the action range's half-width
     noise_spread: float = 1.0  # actor i's scale: exploration_noise * spread**(2i/(N-1) - 1); 1 = all equal
@@ -281,13 +292,9 @@ class DDPGConfig(OffPolicyConfig):
     target_noise_clip: float = 0.5  # TD3: clip of the target smoothing noise, relative to the action half-range
     max_grad_norm: float | None = None  # gradient-norm clip of each network; null: none
 
-    def max_env_steps_per_unit(self, max_episode_steps: int | None) -> int | None:
-        del max_episode_steps
-        return self.n_step  # an actor's first chunk: T steps make T - n + 1 n-step transitions
-
     def problems(self, cfg: ExperimentConfig) -> list[str]:
         out = super().problems(cfg)
-        out += self.breaking("> 0", "actor_lr", "critic_lr", "n_step", "policy_delay", "noise_spread")
+        out += self.breaking("> 0", "actor_lr", "critic_lr", "policy_delay", "noise_spread")
         out += self.breaking(
             ">= 0", "exploration_noise", "target_update_period", "ou_theta", "target_policy_noise", "target_noise_clip"
         )
@@ -296,8 +303,6 @@ class DDPGConfig(OffPolicyConfig):
             out.append(f"algo.noise_type must be gaussian or ou (got {self.noise_type!r})")
         out += self.bad_sizes("hidden_sizes")
         out += self.breaking("> 0 or null", "max_grad_norm")
-        if cfg.actor.chunk_steps < self.n_step:
-            out.append(f"actor.chunk_steps ({cfg.actor.chunk_steps}) must be >= algo.n_step ({self.n_step})")
         return out
 
 
