@@ -26,10 +26,11 @@ from torch import nn
 
 from surreal.algos.inference import AsFloat32, DeterministicPolicy
 from surreal.algos.replica import Replica
+from surreal.algos.sac_config import SACConfig
 from surreal.algos.sample_steps import SampleStepper, load_optimizer_state, replay_tensors
 from surreal.config.schema import DDPGConfig
 from surreal.proto.wire import Chunk, Field, Fields
-from surreal.runtime.rollout import RolloutCollector
+from surreal.runtime.rollout import Policy, RolloutCollector
 from surreal.spaces import check_spaces
 
 log = logging.getLogger(__name__)
@@ -86,7 +87,7 @@ class DDPGPolicy:
     action half-range; uniform random actions while the learner has not updated yet (the warm-up)."""
 
     def __init__(
-        self, obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig, actor_index: int, num_actors: int
+        self, obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig, actor_index: int, num_actors: int = 1
     ) -> None:
         obs_dim, act_dim = _dims(obs_space, act_space)
         self.cfg = cfg
@@ -290,9 +291,13 @@ class DDPGLearner(SampleStepper):
         act_space: spaces.Box,
         cfg: DDPGConfig,
         device: torch.device,
+        *,
         compile: bool = False,
         replica: Replica | None = None,
     ) -> None:
+        """`compile`: compile the critic and actor losses and, on CUDA, replay each step as a CUDA graph (the first
+        update then pays the compilation); off, the same step runs eagerly. `replica`: this learner's rank in a
+        data-parallel group."""
         obs_dim, act_dim = _dims(obs_space, act_space)
         self.cfg = cfg
         self.device = device
@@ -436,31 +441,17 @@ class DDPGLearner(SampleStepper):
         self.reset_steps()
 
 
-def make_policy(
-    obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig, actor_index: int, num_actors: int = 1
-) -> DDPGPolicy:
-    return DDPGPolicy(obs_space, act_space, cfg, actor_index, num_actors)
+make_policy = DDPGPolicy
 
 
 def make_collector(
-    envs: gym.vector.VectorEnv, policy: DDPGPolicy, cfg: DDPGConfig, actor_index: int, chunk_steps: int
+    envs: gym.vector.VectorEnv, policy: Policy, cfg: DDPGConfig | SACConfig, actor_index: int, chunk_steps: int
 ) -> NStepCollector:
+    """DDPG's and SAC's: the actors compute n-step transitions."""
     return NStepCollector(RolloutCollector(envs, policy, chunk_steps, actor_index), cfg.n_step, cfg.gamma)
 
 
-def make_learner(
-    obs_space: spaces.Box,
-    act_space: spaces.Box,
-    cfg: DDPGConfig,
-    device: torch.device,
-    *,
-    compile: bool = False,
-    replica: Replica | None = None,
-) -> DDPGLearner:
-    """`compile`: compile the critic and actor losses and, on CUDA, replay each step as a CUDA graph (the first
-    update then pays the compilation); off, the same step runs eagerly. `replica`: this learner's rank in a
-    data-parallel group."""
-    return DDPGLearner(obs_space, act_space, cfg, device, compile=compile, replica=replica)
+make_learner = DDPGLearner
 
 
 if TYPE_CHECKING:  # mypy checks this module against the interface the roles call

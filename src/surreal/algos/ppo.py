@@ -413,9 +413,13 @@ class PPOLearner:
         act_space: spaces.Space[Any],
         cfg: PPOConfig,
         device: torch.device,
+        *,
         compile: bool = False,
         replica: Replica | None = None,
     ) -> None:
+        """`compile`: compile the minibatch loss and, on CUDA, replay the step as a CUDA graph (the first update
+        then pays the compilation); off, the same step runs eagerly. `replica`: this learner's rank in a
+        data-parallel group."""
         self.cfg = cfg
         self.device = device
         self.replica = replica
@@ -820,19 +824,7 @@ def make_collector(
     return RolloutCollector(envs, policy, chunk_steps, actor_index, per_env=per_env)
 
 
-def make_learner(
-    obs_space: spaces.Space[Any],
-    act_space: spaces.Space[Any],
-    cfg: PPOConfig,
-    device: torch.device,
-    *,
-    compile: bool = False,
-    replica: Replica | None = None,
-) -> PPOLearner:
-    """`compile`: compile the minibatch loss and, on CUDA, replay the step as a CUDA graph (the first update
-    then pays the compilation); off, the same step runs eagerly. `replica`: this learner's rank in a
-    data-parallel group."""
-    return PPOLearner(obs_space, act_space, cfg, device, compile=compile, replica=replica)
+make_learner = PPOLearner
 
 
 def chunk_fields(obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg: PPOConfig | None = None) -> Fields:

@@ -26,20 +26,18 @@ import logging
 import math
 from typing import TYPE_CHECKING, Any
 
-import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
 from gymnasium import spaces
 from torch import nn
 
-from surreal.algos.ddpg import NStepCollector
 from surreal.algos.ddpg import chunk_fields as chunk_fields  # SAC collects DDPG's n-step transitions
+from surreal.algos.ddpg import make_collector as make_collector
 from surreal.algos.inference import AsFloat32, DeterministicPolicy
 from surreal.algos.replica import Replica
 from surreal.algos.sac_config import SACConfig
 from surreal.algos.sample_steps import SampleStepper, load_optimizer_state, replay_tensors
-from surreal.runtime.rollout import RolloutCollector
 from surreal.spaces import check_spaces
 
 log = logging.getLogger(__name__)
@@ -223,7 +221,10 @@ class SACPolicy:
     """What an actor runs: a sample of pi(.|s), its own noise stream per actor; uniform random actions while
     the learner has not updated yet (the warm-up). Evaluation takes the mean action."""
 
-    def __init__(self, obs_space: spaces.Box, act_space: spaces.Box, cfg: SACConfig, actor_index: int) -> None:
+    def __init__(
+        self, obs_space: spaces.Box, act_space: spaces.Box, cfg: SACConfig, actor_index: int, num_actors: int = 1
+    ) -> None:
+        del num_actors  # every actor samples from pi with its own noise stream
         obs_dim, _ = _dims(obs_space, act_space)
         self.cfg = cfg
         self.actor = SquashedGaussianActor(obs_dim, act_space, cfg).requires_grad_(False)
@@ -309,9 +310,12 @@ class SACLearner(SampleStepper):
         act_space: spaces.Box,
         cfg: SACConfig,
         device: torch.device,
+        *,
         compile: bool = False,
         replica: Replica | None = None,
     ) -> None:
+        """`compile`: compile the critic and actor losses and, on CUDA, replay each step as a CUDA graph. `replica`:
+        this learner's rank in a data-parallel group."""
         obs_dim, act_dim = _dims(obs_space, act_space)
         self.cfg, self.device, self.act_dim, self.replica = cfg, device, act_dim, replica
         torch.manual_seed(cfg.seed)
@@ -489,31 +493,8 @@ class SACLearner(SampleStepper):
         self.reset_steps()
 
 
-def make_policy(
-    obs_space: spaces.Box, act_space: spaces.Box, cfg: SACConfig, actor_index: int, num_actors: int = 1
-) -> SACPolicy:
-    del num_actors  # every actor samples from pi with its own noise stream
-    return SACPolicy(obs_space, act_space, cfg, actor_index)
-
-
-def make_collector(
-    envs: gym.vector.VectorEnv, policy: SACPolicy, cfg: SACConfig, actor_index: int, chunk_steps: int
-) -> NStepCollector:
-    return NStepCollector(RolloutCollector(envs, policy, chunk_steps, actor_index), cfg.n_step, cfg.gamma)
-
-
-def make_learner(
-    obs_space: spaces.Box,
-    act_space: spaces.Box,
-    cfg: SACConfig,
-    device: torch.device,
-    *,
-    compile: bool = False,
-    replica: Replica | None = None,
-) -> SACLearner:
-    """`compile`: compile the critic and actor losses and, on CUDA, replay each step as a CUDA graph. `replica`:
-    this learner's rank in a data-parallel group."""
-    return SACLearner(obs_space, act_space, cfg, device, compile=compile, replica=replica)
+make_policy = SACPolicy
+make_learner = SACLearner
 
 
 if TYPE_CHECKING:  # mypy checks this module against the interface the roles call
