@@ -270,9 +270,7 @@ class DDPGLearner(SampleStepper):
         update then pays the compilation); off, the same step runs eagerly. `replica`: this learner's rank in a
         data-parallel group."""
         obs_dim, act_dim = _dims(obs_space, act_space)
-        self.cfg = cfg
-        self.device = device
-        self.replica = replica
+        self.cfg, self.device, self.compile, self.replica = cfg, device, compile, replica
         torch.manual_seed(cfg.seed)
         hidden = list(cfg.hidden_sizes)
         self.actor = DeterministicActor(obs_dim, act_space, hidden).to(device)
@@ -282,22 +280,11 @@ class DDPGLearner(SampleStepper):
         self.critics_target = copy.deepcopy(self.critics).requires_grad_(False)
         self.targets: list[torch.Tensor] = [*self.actor_target.parameters(), *self.critics_target.parameters()]
         self.sources: list[torch.Tensor] = [*self.actor.parameters(), *self.critics.parameters()]
-        # fused: one kernel per step for all parameters, and safe to capture in a CUDA graph.
-        capture = compile and device.type == "cuda" and replica is None
-        self.actor_optimizer = torch.optim.Adam(
-            self.actor.parameters(), lr=cfg.actor_lr, fused=True, capturable=capture
-        )
-        self.critic_optimizer = torch.optim.Adam(
-            self.critics.parameters(), lr=cfg.critic_lr, fused=True, capturable=capture
-        )
-        # What fused Adam reads as AMP's `found_inf`: when set, its step leaves parameters and moments as they
-        # were. A step sets it from its own losses, so a diverged step is skipped without the host looking.
-        for optimizer in (self.actor_optimizer, self.critic_optimizer):
-            optimizer.found_inf = torch.zeros((), device=device)  # type: ignore[attr-defined]
+        self.actor_optimizer = self.fused_adam(self.actor.parameters(), cfg.actor_lr)
+        self.critic_optimizer = self.fused_adam(self.critics.parameters(), cfg.critic_lr)
         self.generator = torch.Generator(device=device).manual_seed(cfg.seed)  # target policy smoothing
         self.updates = 0
         self.last_actor_stats = {"actor_loss": float("nan")}
-        self.compile = compile
         self.reset_steps()
 
     def sample_tensors(self, arrays: dict[str, Any], steps: int) -> dict[str, torch.Tensor]:

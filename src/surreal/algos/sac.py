@@ -195,7 +195,7 @@ class SACLearner(SampleStepper):
         """`compile`: compile the critic and actor losses and, on CUDA, replay each step as a CUDA graph. `replica`:
         this learner's rank in a data-parallel group."""
         obs_dim, act_dim = _dims(obs_space, act_space)
-        self.cfg, self.device, self.act_dim, self.replica = cfg, device, act_dim, replica
+        self.cfg, self.device, self.compile, self.replica, self.act_dim = cfg, device, compile, replica, act_dim
         torch.manual_seed(cfg.seed)
         self.actor = SquashedGaussianActor(obs_dim, act_space, cfg).to(device)
         self.critics = StackedMLP([obs_dim + act_dim, *cfg.critic_hidden_sizes, 1], 2, cfg.critic_norm, cfg).to(device)
@@ -208,24 +208,13 @@ class SACLearner(SampleStepper):
         if self.critics_target is not None:
             self.targets = [*self.critics_target.parameters(), *self.critics_target.statistics()]
             self.sources = [*self.critics.parameters(), *self.critics.statistics()]
-        # fused: one kernel per step for all parameters, and safe to capture in a CUDA graph.
-        adam = functools.partial(
-            torch.optim.Adam,
-            betas=(cfg.adam_beta1, 0.999),
-            fused=True,
-            capturable=compile and device.type == "cuda" and replica is None,
-        )
-        self.actor_optimizer = adam(self.actor.parameters(), lr=cfg.actor_lr)
-        self.critic_optimizer = adam(self.critics.parameters(), lr=cfg.critic_lr)
-        self.alpha_optimizer = adam([self.log_alpha], lr=cfg.alpha_lr) if cfg.autotune_alpha else None
-        # What fused Adam reads as AMP's `found_inf`: when set, its step leaves parameters and moments as they
-        # were. A step sets it from its own losses, so a diverged step is skipped without the host looking.
-        for optimizer in self.optimizers().values():
-            optimizer.found_inf = torch.zeros((), device=device)  # type: ignore[attr-defined]
+        adam = functools.partial(self.fused_adam, beta1=cfg.adam_beta1)
+        self.actor_optimizer = adam(self.actor.parameters(), cfg.actor_lr)
+        self.critic_optimizer = adam(self.critics.parameters(), cfg.critic_lr)
+        self.alpha_optimizer = adam([self.log_alpha], cfg.alpha_lr) if cfg.autotune_alpha else None
         self.generator = torch.Generator(device=device).manual_seed(cfg.seed)  # the policy's samples
         self.updates = 0
         self.last_actor_stats = dict.fromkeys(ACTOR_STATS, float("nan"))
-        self.compile = compile
         self.reset_steps()
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
