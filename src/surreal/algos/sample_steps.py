@@ -41,11 +41,12 @@ def replay_tensors(arrays: dict[str, Any], steps: int, device: torch.device) -> 
     return {k: v.to(device, non_blocking=True).unflatten(0, (steps, -1)) for k, v in out.items()}
 
 
-def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[str, Any]) -> None:
-    """Restores `saved` into `optimizer` in place. How this process steps (fused, capturable, foreach) is not
-    part of what resumes: a checkpoint from another device keeps this optimizer's choices."""
-    ours = {k: optimizer.param_groups[0][k] for k in ("fused", "capturable", "foreach")}
-    optimizer.load_state_dict({**saved, "param_groups": [{**saved["param_groups"][0], **ours}]})
+def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[str, Any], ours: tuple[str, ...] = ()) -> None:
+    """Restores `saved` into `optimizer` in place (PPO's too). How this process steps (fused, capturable, foreach,
+    and the settings named in `ours`) is not part of what resumes: a checkpoint from another device or an older
+    version keeps this optimizer's choices."""
+    kept = {k: optimizer.param_groups[0][k] for k in ("fused", "capturable", "foreach", *ours)}
+    optimizer.load_state_dict({**saved, "param_groups": [{**saved["param_groups"][0], **kept}]})
 
 
 class SampleStepper:
