@@ -31,7 +31,7 @@ from surreal.algos.stacked import StackedMLP
 from surreal.config.schema import DDPGConfig
 from surreal.proto.wire import Chunk, Field, Fields
 from surreal.runtime.rollout import Policy, RolloutCollector
-from surreal.spaces import check_spaces
+from surreal.spaces import box_dims
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +64,6 @@ class DeterministicActor(nn.Module):
         return torch.tanh(self.net(obs)) * self.action_scale + self.action_bias
 
 
-def _dims(obs_space: spaces.Box, act_space: spaces.Box) -> tuple[int, int]:
-    check_spaces(DDPGConfig, obs_space, act_space)
-    return int(obs_space.shape[0]), int(act_space.shape[0])
-
-
 # -- actor side -----------------------------------------------------------------------------------------
 
 
@@ -89,7 +84,7 @@ class DDPGPolicy:
     def __init__(
         self, obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig, actor_index: int, num_actors: int = 1
     ) -> None:
-        obs_dim, act_dim = _dims(obs_space, act_space)
+        obs_dim, act_dim = box_dims(cfg, obs_space, act_space)
         self.cfg = cfg
         self.actor = DeterministicActor(obs_dim, act_space, list(cfg.hidden_sizes)).requires_grad_(False).eval()
         self.low, self.high = act_space.low.astype(np.float32), act_space.high.astype(np.float32)
@@ -269,7 +264,7 @@ class DDPGLearner(SampleStepper):
         """`compile`: compile the critic and actor losses and, on CUDA, replay each step as a CUDA graph (the first
         update then pays the compilation); off, the same step runs eagerly. `replica`: this learner's rank in a
         data-parallel group."""
-        obs_dim, act_dim = _dims(obs_space, act_space)
+        obs_dim, act_dim = box_dims(cfg, obs_space, act_space)
         self.cfg, self.device, self.compile, self.replica = cfg, device, compile, replica
         torch.manual_seed(cfg.seed)
         hidden = list(cfg.hidden_sizes)

@@ -38,7 +38,7 @@ from surreal.algos.replica import Replica
 from surreal.algos.sac_config import SACConfig
 from surreal.algos.sample_steps import SampleStepper, load_optimizer_state, replay_tensors
 from surreal.algos.stacked import StackedMLP
-from surreal.spaces import check_spaces
+from surreal.spaces import box_dims
 
 log = logging.getLogger(__name__)
 
@@ -87,11 +87,6 @@ class MeanAction(nn.Module):
         return self.actor(obs, None)[0]
 
 
-def _dims(obs_space: spaces.Box, act_space: spaces.Box) -> tuple[int, int]:
-    check_spaces(SACConfig, obs_space, act_space)
-    return int(obs_space.shape[0]), int(act_space.shape[0])
-
-
 # -- actor side -----------------------------------------------------------------------------------------
 
 
@@ -103,7 +98,7 @@ class SACPolicy:
         self, obs_space: spaces.Box, act_space: spaces.Box, cfg: SACConfig, actor_index: int, num_actors: int = 1
     ) -> None:
         del num_actors  # every actor samples from pi with its own noise stream
-        obs_dim, _ = _dims(obs_space, act_space)
+        obs_dim, _ = box_dims(cfg, obs_space, act_space)
         self.cfg = cfg
         self.actor = SquashedGaussianActor(obs_dim, act_space, cfg).requires_grad_(False)
         self.low, self.high = act_space.low.astype(np.float32), act_space.high.astype(np.float32)
@@ -194,7 +189,7 @@ class SACLearner(SampleStepper):
     ) -> None:
         """`compile`: compile the critic and actor losses and, on CUDA, replay each step as a CUDA graph. `replica`:
         this learner's rank in a data-parallel group."""
-        obs_dim, act_dim = _dims(obs_space, act_space)
+        obs_dim, act_dim = box_dims(cfg, obs_space, act_space)
         self.cfg, self.device, self.compile, self.replica, self.act_dim = cfg, device, compile, replica, act_dim
         torch.manual_seed(cfg.seed)
         self.actor = SquashedGaussianActor(obs_dim, act_space, cfg).to(device)
