@@ -198,7 +198,7 @@ def test_twin_critics_run_as_one_call_and_equal_two_separate_networks(pendulum):
     cfg = algo_config(load_config(["algo=ddpg", "algo.hidden_sizes=[16,8]", "algo.twin_critics=true"]))
     learner = ddpg.make_learner(*pendulum, cfg, torch.device("cpu"))
     data = {k: torch.as_tensor(v) for k, v in batch(10, rewards=0.0).items() if k in ("obs", "actions")}
-    both = learner.critics(data["obs"], data["actions"])
+    both = learner.critics(torch.cat([data["obs"], data["actions"]], -1), False).squeeze(-1)
     assert both.shape == (2, 10) and not torch.allclose(both[0], both[1])  # two differently initialized critics
     for i in range(2):
         x = torch.cat([data["obs"], data["actions"]], -1)

@@ -45,18 +45,14 @@ def make_vec_env(
     seeded with seed + i, so actors given disjoint seed ranges never replay the same episodes. `wrap`: each env
     built as `make_env` builds it (gym.make, which is what gym.make_vec builds too), then wrapped."""
     envs: gym.vector.VectorEnv
-    if wrap is not None:
+    if wrap is not None or envs_robosuite.is_robosuite_id(env_id):
 
         def make(i: int) -> gym.Env:
-            if envs_robosuite.is_robosuite_id(env_id):
-                return wrap(envs_robosuite.RobosuiteEnv(env_id, **(env_kwargs or {})), i)
-            return wrap(gym.make(env_id, **(env_kwargs or {})), i)
+            env = build_env(env_id, env_kwargs)
+            return env if wrap is None else wrap(env, i)
 
         fns = [partial(make, i) for i in range(num_envs)]
         envs = gym.vector.SyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-    elif envs_robosuite.is_robosuite_id(env_id):
-        make = partial(envs_robosuite.RobosuiteEnv, env_id, **(env_kwargs or {}))
-        envs = gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     else:
         envs = gym.make_vec(
             env_id,
@@ -70,13 +66,16 @@ def make_vec_env(
     return envs
 
 
+def build_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> gym.Env:
+    """One environment as `gym.make` builds it (a robosuite id: the adapter), not reset yet."""
+    if envs_robosuite.is_robosuite_id(env_id):
+        return envs_robosuite.RobosuiteEnv(env_id, **(env_kwargs or {}))
+    return gym.make(env_id, **(env_kwargs or {}))
+
+
 def make_env(env_id: str, seed: int, env_kwargs: dict[str, Any] | None = None) -> gym.Env:
     """One environment, reset with `seed`, for evaluation and for reading the spaces."""
-    env: gym.Env
-    if envs_robosuite.is_robosuite_id(env_id):
-        env = envs_robosuite.RobosuiteEnv(env_id, **(env_kwargs or {}))
-    else:
-        env = gym.make(env_id, **(env_kwargs or {}))
+    env = build_env(env_id, env_kwargs)
     env.reset(seed=seed)
     return env
 

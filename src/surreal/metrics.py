@@ -27,16 +27,13 @@ class RoleMetrics:
     def counter(self, name: str, doc: str, labelnames: Sequence[str] = ()):
         """A counter already bound to this role's labels; with `labelnames`, a family whose
         `.labels(**extra)` binds the rest."""
-        return self._bind(
-            Counter(f"surreal_{name}", doc, [*self.labels, *labelnames], registry=self.registry), labelnames
-        )
+        return self._bound(Counter, name, doc, labelnames)
 
     def gauge(self, name: str, doc: str, labelnames: Sequence[str] = ()):
-        return self._bind(
-            Gauge(f"surreal_{name}", doc, [*self.labels, *labelnames], registry=self.registry), labelnames
-        )
+        return self._bound(Gauge, name, doc, labelnames)
 
-    def _bind(self, metric, labelnames: Sequence[str]):
+    def _bound(self, kind: type[Counter | Gauge], name: str, doc: str, labelnames: Sequence[str]):
+        metric = kind(f"surreal_{name}", doc, [*self.labels, *labelnames], registry=self.registry)
         return _Family(metric, self.labels) if labelnames else metric.labels(**self.labels)
 
     def serve(self, host: str, port: int) -> int | None:

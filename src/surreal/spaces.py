@@ -57,3 +57,11 @@ def check_spaces(
         others = sorted(n for n, cls in ALGORITHMS.items() if kind is not None and kind in getattr(cls, attr))
         hint = f"; {' and '.join(others)} take{'s' if len(others) == 1 else ''} them" if others else ""
         raise ConfigError(f"algo={name} takes {_kinds(takes)} {what}; {env_id}'s {what} are {describe(space)}{hint}")
+
+
+def box_dims(
+    algo: AlgoConfig, observation_space: spaces.Space[Any], action_space: spaces.Space[Any]
+) -> tuple[int, int]:
+    """(observation size, action size) for an algorithm that takes 1-D Boxes only (DDPG, SAC), after `check_spaces`."""
+    check_spaces(algo, observation_space, action_space)
+    return int(observation_space.shape[0]), int(action_space.shape[0])  # type: ignore[index]  # 1-D Boxes

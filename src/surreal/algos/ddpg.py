@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -26,11 +25,13 @@ from torch import nn
 
 from surreal.algos.inference import AsFloat32, DeterministicPolicy
 from surreal.algos.replica import Replica
+from surreal.algos.sac_config import SACConfig
 from surreal.algos.sample_steps import SampleStepper, load_optimizer_state, replay_tensors
+from surreal.algos.stacked import StackedMLP
 from surreal.config.schema import DDPGConfig
 from surreal.proto.wire import Chunk, Field, Fields
-from surreal.runtime.rollout import RolloutCollector
-from surreal.spaces import check_spaces
+from surreal.runtime.rollout import Policy, RolloutCollector
+from surreal.spaces import box_dims
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +64,6 @@ class DeterministicActor(nn.Module):
         return torch.tanh(self.net(obs)) * self.action_scale + self.action_bias
 
 
-def _dims(obs_space: spaces.Box, act_space: spaces.Box) -> tuple[int, int]:
-    check_spaces(DDPGConfig, obs_space, act_space)
-    return int(obs_space.shape[0]), int(act_space.shape[0])
-
-
 # -- actor side -----------------------------------------------------------------------------------------
 
 
@@ -86,9 +82,9 @@ class DDPGPolicy:
     action half-range; uniform random actions while the learner has not updated yet (the warm-up)."""
 
     def __init__(
-        self, obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig, actor_index: int, num_actors: int
+        self, obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig, actor_index: int, num_actors: int = 1
     ) -> None:
-        obs_dim, act_dim = _dims(obs_space, act_space)
+        obs_dim, act_dim = box_dims(cfg, obs_space, act_space)
         self.cfg = cfg
         self.actor = DeterministicActor(obs_dim, act_space, list(cfg.hidden_sizes)).requires_grad_(False).eval()
         self.low, self.high = act_space.low.astype(np.float32), act_space.high.astype(np.float32)
@@ -242,42 +238,13 @@ class NStepCollector:
 # -- learner side ---------------------------------------------------------------------------------------
 
 
-class CriticEnsemble(nn.Module):
-    """`n` Q(s, a) critics as one module (TD3's twins, or DDPG's one): each layer's weights are stacked
-    [n, in, out], so every critic runs in the same batched matmul per layer instead of one call each.
-    Every member is initialized as nn.Linear initializes its layers."""
-
-    def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: list[int], n: int) -> None:
-        super().__init__()
-        sizes = [obs_dim + act_dim, *hidden_sizes, 1]
-        self.weights = nn.ParameterList()
-        self.biases = nn.ParameterList()
-        for n_in, n_out in zip(sizes[:-1], sizes[1:], strict=True):
-            bound = 1.0 / math.sqrt(n_in)
-            self.weights.append(nn.Parameter(torch.empty(n, n_in, n_out).uniform_(-bound, bound)))
-            self.biases.append(nn.Parameter(torch.empty(n, 1, n_out).uniform_(-bound, bound)))
-
-    def forward(self, obs: torch.Tensor, actions: torch.Tensor, first: int | None = None) -> torch.Tensor:
-        """Q of every critic, [n, B]; `first`: only the first that many critics ([first, B]), their weights
-        detached (the actor's loss differentiates through Q's input, never into the critic)."""
-        x = torch.cat([obs, actions], -1)
-        x = x.expand(len(self.weights[0]) if first is None else first, *x.shape)
-        for i, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
-            if first is not None:
-                weight, bias = weight[:first].detach(), bias[:first].detach()
-            x = torch.baddbmm(bias, x, weight)
-            if i < len(self.weights) - 1:
-                x = torch.relu(x)
-        return x.squeeze(-1)
-
-
 STEP_STATS = ("critic_loss", "actor_loss", "q_mean", "td_error_mean", "nonfinite_skipped")  # a step's, in order
 
 
 class DDPGLearner(SampleStepper):
     """The DDPG / TD3 update, with the speed belonging to the device. One call takes a sample of several
     minibatches and steps through them without waiting for the device; the statistics and priorities are
-    read once, at the end. Both critics are one module (`CriticEnsemble`), a step whose loss is not finite
+    read once, at the end. Both critics are one module (`StackedMLP`), a step whose loss is not finite
     is skipped inside the optimizer (fused Adam's `found_inf`, no host check), and every step has the same
     shapes, so `compile=True` can compile the losses and, on CUDA, replay each step as a CUDA graph.
     `compile=False` runs the same step eagerly: the reference the compiled path is tested against."""
@@ -290,37 +257,29 @@ class DDPGLearner(SampleStepper):
         act_space: spaces.Box,
         cfg: DDPGConfig,
         device: torch.device,
+        *,
         compile: bool = False,
         replica: Replica | None = None,
     ) -> None:
-        obs_dim, act_dim = _dims(obs_space, act_space)
-        self.cfg = cfg
-        self.device = device
-        self.replica = replica
+        """`compile`: compile the critic and actor losses and, on CUDA, replay each step as a CUDA graph (the first
+        update then pays the compilation); off, the same step runs eagerly. `replica`: this learner's rank in a
+        data-parallel group."""
+        obs_dim, act_dim = box_dims(cfg, obs_space, act_space)
+        self.cfg, self.device, self.compile, self.replica = cfg, device, compile, replica
         torch.manual_seed(cfg.seed)
         hidden = list(cfg.hidden_sizes)
         self.actor = DeterministicActor(obs_dim, act_space, hidden).to(device)
-        self.critics = CriticEnsemble(obs_dim, act_dim, hidden, 2 if cfg.twin_critics else 1).to(device)
+        # TD3's twins or DDPG's one, as one module (algos/stacked.py)
+        self.critics = StackedMLP([obs_dim + act_dim, *hidden, 1], 2 if cfg.twin_critics else 1).to(device)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
         self.critics_target = copy.deepcopy(self.critics).requires_grad_(False)
         self.targets: list[torch.Tensor] = [*self.actor_target.parameters(), *self.critics_target.parameters()]
         self.sources: list[torch.Tensor] = [*self.actor.parameters(), *self.critics.parameters()]
-        # fused: one kernel per step for all parameters, and safe to capture in a CUDA graph.
-        capture = compile and device.type == "cuda" and replica is None
-        self.actor_optimizer = torch.optim.Adam(
-            self.actor.parameters(), lr=cfg.actor_lr, fused=True, capturable=capture
-        )
-        self.critic_optimizer = torch.optim.Adam(
-            self.critics.parameters(), lr=cfg.critic_lr, fused=True, capturable=capture
-        )
-        # What fused Adam reads as AMP's `found_inf`: when set, its step leaves parameters and moments as they
-        # were. A step sets it from its own losses, so a diverged step is skipped without the host looking.
-        for optimizer in (self.actor_optimizer, self.critic_optimizer):
-            optimizer.found_inf = torch.zeros((), device=device)  # type: ignore[attr-defined]
+        self.actor_optimizer = self.fused_adam(self.actor.parameters(), cfg.actor_lr)
+        self.critic_optimizer = self.fused_adam(self.critics.parameters(), cfg.critic_lr)
         self.generator = torch.Generator(device=device).manual_seed(cfg.seed)  # target policy smoothing
         self.updates = 0
         self.last_actor_stats = {"actor_loss": float("nan")}
-        self.compile = compile
         self.reset_steps()
 
     def sample_tensors(self, arrays: dict[str, Any], steps: int) -> dict[str, torch.Tensor]:
@@ -352,14 +311,15 @@ class DDPGLearner(SampleStepper):
                 scale, bias = self.actor.action_scale, self.actor.action_bias
                 clipped = (noise * cfg.target_policy_noise).clamp(-cfg.target_noise_clip, cfg.target_noise_clip)
                 next_actions = torch.max(torch.min(next_actions + clipped * scale, bias + scale), bias - scale)
-            target = rewards + discounts * self.critics_target(next_obs, next_actions).min(0).values
-        q_values = self.critics(obs, actions)
+            next_q = self.critics_target(torch.cat([next_obs, next_actions], -1), False).squeeze(-1)
+            target = rewards + discounts * next_q.min(0).values
+        q_values = self.critics(torch.cat([obs, actions], -1), True).squeeze(-1)
         # Importance weights correct prioritized sampling's bias (all ones for uniform replay).
         loss = (weights * (q_values - target) ** 2).mean(-1).sum()
         return loss, q_values[0], target
 
     def actor_loss(self, obs: torch.Tensor) -> torch.Tensor:
-        return -self.critics(obs, self.actor(obs), first=1).mean()
+        return -self.critics(torch.cat([obs, self.actor(obs)], -1), True, frozen=1).mean()
 
     def train_step(self, b: dict[str, torch.Tensor], update_actor: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """One critic step (and the actor's and the soft targets' when `update_actor`): the unit that is
@@ -436,31 +396,17 @@ class DDPGLearner(SampleStepper):
         self.reset_steps()
 
 
-def make_policy(
-    obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig, actor_index: int, num_actors: int = 1
-) -> DDPGPolicy:
-    return DDPGPolicy(obs_space, act_space, cfg, actor_index, num_actors)
+make_policy = DDPGPolicy
 
 
 def make_collector(
-    envs: gym.vector.VectorEnv, policy: DDPGPolicy, cfg: DDPGConfig, actor_index: int, chunk_steps: int
+    envs: gym.vector.VectorEnv, policy: Policy, cfg: DDPGConfig | SACConfig, actor_index: int, chunk_steps: int
 ) -> NStepCollector:
+    """DDPG's and SAC's: the actors compute n-step transitions."""
     return NStepCollector(RolloutCollector(envs, policy, chunk_steps, actor_index), cfg.n_step, cfg.gamma)
 
 
-def make_learner(
-    obs_space: spaces.Box,
-    act_space: spaces.Box,
-    cfg: DDPGConfig,
-    device: torch.device,
-    *,
-    compile: bool = False,
-    replica: Replica | None = None,
-) -> DDPGLearner:
-    """`compile`: compile the critic and actor losses and, on CUDA, replay each step as a CUDA graph (the first
-    update then pays the compilation); off, the same step runs eagerly. `replica`: this learner's rank in a
-    data-parallel group."""
-    return DDPGLearner(obs_space, act_space, cfg, device, compile=compile, replica=replica)
+make_learner = DDPGLearner
 
 
 if TYPE_CHECKING:  # mypy checks this module against the interface the roles call

@@ -48,6 +48,7 @@ from surreal.algos.inference import (
 )
 from surreal.algos.normalizer import RunningMeanStd
 from surreal.algos.replica import Replica
+from surreal.algos.sample_steps import load_optimizer_state
 from surreal.config.schema import RECURRENT_CELLS, PPOConfig
 from surreal.proto.wire import PER_ENV, Chunk, Field, Fields
 from surreal.runtime.rollout import RolloutCollector
@@ -413,9 +414,13 @@ class PPOLearner:
         act_space: spaces.Space[Any],
         cfg: PPOConfig,
         device: torch.device,
+        *,
         compile: bool = False,
         replica: Replica | None = None,
     ) -> None:
+        """`compile`: compile the minibatch loss and, on CUDA, replay the step as a CUDA graph (the first update
+        then pays the compilation); off, the same step runs eagerly. `replica`: this learner's rank in a
+        data-parallel group."""
         self.cfg = cfg
         self.device = device
         self.replica = replica
@@ -790,11 +795,7 @@ class PPOLearner:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
-        # How this process steps (fused, capturable, the lr tensor a graph reads) is not part of what
-        # resumes: a checkpoint from another device or an older version keeps this optimizer's choices.
-        ours = {k: self.optimizer.param_groups[0][k] for k in ("lr", "foreach", "fused", "capturable")}
-        optimizer = state["optimizer"]
-        self.optimizer.load_state_dict({**optimizer, "param_groups": [{**optimizer["param_groups"][0], **ours}]})
+        load_optimizer_state(self.optimizer, state["optimizer"], ours=("lr",))  # the lr tensor a graph reads
         as_arrays = lambda state: {k: v.numpy() for k, v in state.items()}
         self.obs_rms.load(as_arrays(state["obs_rms"]))
         self.ret_rms.load(as_arrays(state["ret_rms"]))
@@ -820,19 +821,7 @@ def make_collector(
     return RolloutCollector(envs, policy, chunk_steps, actor_index, per_env=per_env)
 
 
-def make_learner(
-    obs_space: spaces.Space[Any],
-    act_space: spaces.Space[Any],
-    cfg: PPOConfig,
-    device: torch.device,
-    *,
-    compile: bool = False,
-    replica: Replica | None = None,
-) -> PPOLearner:
-    """`compile`: compile the minibatch loss and, on CUDA, replay the step as a CUDA graph (the first update
-    then pays the compilation); off, the same step runs eagerly. `replica`: this learner's rank in a
-    data-parallel group."""
-    return PPOLearner(obs_space, act_space, cfg, device, compile=compile, replica=replica)
+make_learner = PPOLearner
 
 
 def chunk_fields(obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg: PPOConfig | None = None) -> Fields:

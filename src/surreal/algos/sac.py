@@ -26,147 +26,23 @@ import logging
 import math
 from typing import TYPE_CHECKING, Any
 
-import gymnasium as gym
 import numpy as np
 import torch
-import torch.nn.functional as F
 from gymnasium import spaces
 from torch import nn
 
-from surreal.algos.ddpg import NStepCollector
 from surreal.algos.ddpg import chunk_fields as chunk_fields  # SAC collects DDPG's n-step transitions
+from surreal.algos.ddpg import make_collector as make_collector
 from surreal.algos.inference import AsFloat32, DeterministicPolicy
 from surreal.algos.replica import Replica
 from surreal.algos.sac_config import SACConfig
 from surreal.algos.sample_steps import SampleStepper, load_optimizer_state, replay_tensors
-from surreal.runtime.rollout import RolloutCollector
-from surreal.spaces import check_spaces
+from surreal.algos.stacked import StackedMLP
+from surreal.spaces import box_dims
 
 log = logging.getLogger(__name__)
 
 # -- networks -------------------------------------------------------------------------------------------
-
-
-class BatchRenorm(nn.Module):
-    """Batch renormalization (Ioffe 2017) of `n` stacked networks' features, [n, B, F] over the batch axis.
-
-    Training: normalize with the batch's statistics, then correct towards the running ones by r (clipped to
-    [1/r_max, r_max]) and d (clipped to [-d_max, d_max]), both without gradient; plain batch norm (r = 1,
-    d = 0) for the first `warmup` training passes, while the running statistics settle. Evaluation: the
-    running statistics. Running statistics are not parameters: every training pass moves them, a step the
-    optimizer skips included.
-
-    A training pass only records its batch's statistics; `commit` then moves the running ones. The loss is
-    what torch.compile compiles, and a compiled backward may recompute r and d from the statistics it read:
-    had the pass updated them in place, it would find the new ones (measured: other gradients than eager)."""
-
-    running_mean: torch.Tensor
-    running_var: torch.Tensor
-    steps: torch.Tensor
-    batch_mean: torch.Tensor
-    batch_var: torch.Tensor
-
-    def __init__(self, n: int, features: int, cfg: SACConfig, eps: float = 1e-3) -> None:
-        super().__init__()
-        self.momentum, self.warmup, self.eps = cfg.renorm_momentum, cfg.renorm_warmup, eps
-        self.r_max, self.d_max = cfg.renorm_r_max, cfg.renorm_d_max
-        self.weight = nn.Parameter(torch.ones(n, 1, features))
-        self.bias = nn.Parameter(torch.zeros(n, 1, features))
-        self.register_buffer("running_mean", torch.zeros(n, 1, features))
-        self.register_buffer("running_var", torch.ones(n, 1, features))
-        self.register_buffer("steps", torch.zeros(()))
-        self.register_buffer("batch_mean", torch.zeros(n, 1, features), persistent=False)
-        self.register_buffer("batch_var", torch.ones(n, 1, features), persistent=False)
-
-    def forward(self, x: torch.Tensor, train: bool) -> torch.Tensor:
-        if not train:
-            return (x - self.running_mean) / torch.sqrt(self.running_var + self.eps) * self.weight + self.bias
-        mean = x.mean(-2, keepdim=True)
-        var = x.var(-2, unbiased=False, keepdim=True)
-        std = torch.sqrt(var + self.eps)
-        running_std = torch.sqrt(self.running_var + self.eps)
-        warm = (self.steps >= self.warmup).to(x.dtype)
-        r = warm * (std.detach() / running_std).clamp(1 / self.r_max, self.r_max) + (1 - warm)
-        d = warm * ((mean.detach() - self.running_mean) / running_std).clamp(-self.d_max, self.d_max)
-        with torch.no_grad():
-            self.batch_mean.copy_(mean)
-            self.batch_var.copy_(var)
-        return ((x - mean) / std * r + d) * self.weight + self.bias
-
-    @torch.no_grad()
-    def commit(self) -> None:
-        """Move the running statistics towards the last training pass's batch."""
-        self.running_mean.lerp_(self.batch_mean, 1 - self.momentum)
-        self.running_var.lerp_(self.batch_var, 1 - self.momentum)
-        self.steps.add_(1)
-
-    def statistics(self) -> list[torch.Tensor]:
-        return [self.running_mean, self.running_var]
-
-
-class StackedLayerNorm(nn.Module):
-    """Layer norm over the features of `n` stacked networks, each with its own gain and bias."""
-
-    def __init__(self, n: int, features: int) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(n, 1, features))
-        self.bias = nn.Parameter(torch.zeros(n, 1, features))
-
-    def forward(self, x: torch.Tensor, train: bool) -> torch.Tensor:
-        del train
-        return F.layer_norm(x, x.shape[-1:]) * self.weight + self.bias
-
-
-class StackedMLP(nn.Module):
-    """`n` ReLU MLPs of one shape as one module (twin critics; the actor is n = 1): each layer's weights are
-    stacked [n, in, out], so all members run in one batched matmul per layer. Every member is initialized
-    as nn.Linear initializes its layers. `norm` as the module docstring places it."""
-
-    def __init__(self, sizes: list[int], n: int, norm: str, cfg: SACConfig) -> None:
-        super().__init__()
-        self.n, self.norm = n, norm
-        self.weights = nn.ParameterList()
-        self.biases = nn.ParameterList()
-        for n_in, n_out in zip(sizes[:-1], sizes[1:], strict=True):
-            bound = 1.0 / math.sqrt(n_in)
-            self.weights.append(nn.Parameter(torch.empty(n, n_in, n_out).uniform_(-bound, bound)))
-            self.biases.append(nn.Parameter(torch.empty(n, 1, n_out).uniform_(-bound, bound)))
-        hidden = sizes[1:-1]
-        self.norms = nn.ModuleList()
-        if norm == "layer":
-            self.norms.extend(StackedLayerNorm(n, h) for h in hidden)
-        elif norm == "batch_renorm":
-            self.norms.extend(BatchRenorm(n, h, cfg) for h in [sizes[0], *hidden])
-
-    def forward(self, x: torch.Tensor, train: bool, frozen: bool = False) -> torch.Tensor:
-        """[B, in] -> [n, B, out]. `frozen`: parameters detached (the actor's loss differentiates through the
-        critic's input, never into its weights)."""
-        x = x.expand(self.n, *x.shape)
-        norms = list(self.norms)
-        if self.norm == "batch_renorm":
-            x = norms.pop(0)(x, train)
-        last = len(self.weights) - 1
-        for i, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
-            if frozen:
-                weight, bias = weight.detach(), bias.detach()
-            x = torch.baddbmm(bias, x, weight)
-            if i < last:
-                if self.norm == "layer":
-                    x = norms[i](x, train)
-                x = torch.relu(x)
-                if self.norm == "batch_renorm":
-                    x = norms[i](x, train)
-        return x
-
-    def statistics(self) -> list[torch.Tensor]:
-        """Running statistics (batch renormalization's), which target networks follow as they follow weights."""
-        return [s for norm in self.norms if isinstance(norm, BatchRenorm) for s in norm.statistics()]
-
-    def commit(self) -> None:
-        """After a training pass (one per commit): batch renormalization's running statistics move."""
-        for norm in self.norms:
-            if isinstance(norm, BatchRenorm):
-                norm.commit()
 
 
 class SquashedGaussianActor(nn.Module):
@@ -211,11 +87,6 @@ class MeanAction(nn.Module):
         return self.actor(obs, None)[0]
 
 
-def _dims(obs_space: spaces.Box, act_space: spaces.Box) -> tuple[int, int]:
-    check_spaces(SACConfig, obs_space, act_space)
-    return int(obs_space.shape[0]), int(act_space.shape[0])
-
-
 # -- actor side -----------------------------------------------------------------------------------------
 
 
@@ -223,8 +94,11 @@ class SACPolicy:
     """What an actor runs: a sample of pi(.|s), its own noise stream per actor; uniform random actions while
     the learner has not updated yet (the warm-up). Evaluation takes the mean action."""
 
-    def __init__(self, obs_space: spaces.Box, act_space: spaces.Box, cfg: SACConfig, actor_index: int) -> None:
-        obs_dim, _ = _dims(obs_space, act_space)
+    def __init__(
+        self, obs_space: spaces.Box, act_space: spaces.Box, cfg: SACConfig, actor_index: int, num_actors: int = 1
+    ) -> None:
+        del num_actors  # every actor samples from pi with its own noise stream
+        obs_dim, _ = box_dims(cfg, obs_space, act_space)
         self.cfg = cfg
         self.actor = SquashedGaussianActor(obs_dim, act_space, cfg).requires_grad_(False)
         self.low, self.high = act_space.low.astype(np.float32), act_space.high.astype(np.float32)
@@ -309,11 +183,14 @@ class SACLearner(SampleStepper):
         act_space: spaces.Box,
         cfg: SACConfig,
         device: torch.device,
+        *,
         compile: bool = False,
         replica: Replica | None = None,
     ) -> None:
-        obs_dim, act_dim = _dims(obs_space, act_space)
-        self.cfg, self.device, self.act_dim, self.replica = cfg, device, act_dim, replica
+        """`compile`: compile the critic and actor losses and, on CUDA, replay each step as a CUDA graph. `replica`:
+        this learner's rank in a data-parallel group."""
+        obs_dim, act_dim = box_dims(cfg, obs_space, act_space)
+        self.cfg, self.device, self.compile, self.replica, self.act_dim = cfg, device, compile, replica, act_dim
         torch.manual_seed(cfg.seed)
         self.actor = SquashedGaussianActor(obs_dim, act_space, cfg).to(device)
         self.critics = StackedMLP([obs_dim + act_dim, *cfg.critic_hidden_sizes, 1], 2, cfg.critic_norm, cfg).to(device)
@@ -326,24 +203,13 @@ class SACLearner(SampleStepper):
         if self.critics_target is not None:
             self.targets = [*self.critics_target.parameters(), *self.critics_target.statistics()]
             self.sources = [*self.critics.parameters(), *self.critics.statistics()]
-        # fused: one kernel per step for all parameters, and safe to capture in a CUDA graph.
-        adam = functools.partial(
-            torch.optim.Adam,
-            betas=(cfg.adam_beta1, 0.999),
-            fused=True,
-            capturable=compile and device.type == "cuda" and replica is None,
-        )
-        self.actor_optimizer = adam(self.actor.parameters(), lr=cfg.actor_lr)
-        self.critic_optimizer = adam(self.critics.parameters(), lr=cfg.critic_lr)
-        self.alpha_optimizer = adam([self.log_alpha], lr=cfg.alpha_lr) if cfg.autotune_alpha else None
-        # What fused Adam reads as AMP's `found_inf`: when set, its step leaves parameters and moments as they
-        # were. A step sets it from its own losses, so a diverged step is skipped without the host looking.
-        for optimizer in self.optimizers().values():
-            optimizer.found_inf = torch.zeros((), device=device)  # type: ignore[attr-defined]
+        adam = functools.partial(self.fused_adam, beta1=cfg.adam_beta1)
+        self.actor_optimizer = adam(self.actor.parameters(), cfg.actor_lr)
+        self.critic_optimizer = adam(self.critics.parameters(), cfg.critic_lr)
+        self.alpha_optimizer = adam([self.log_alpha], cfg.alpha_lr) if cfg.autotune_alpha else None
         self.generator = torch.Generator(device=device).manual_seed(cfg.seed)  # the policy's samples
         self.updates = 0
         self.last_actor_stats = dict.fromkeys(ACTOR_STATS, float("nan"))
-        self.compile = compile
         self.reset_steps()
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
@@ -401,7 +267,7 @@ class SACLearner(SampleStepper):
         entropy towards the target (Stable-Baselines3's form, on log alpha)."""
         alpha = self.log_alpha.detach().exp()
         actions, log_prob = self.actor(obs, noise[1], True)
-        q_values = self.critics(torch.cat([obs, actions], -1), False, frozen=True).squeeze(-1)
+        q_values = self.critics(torch.cat([obs, actions], -1), False, frozen=2).squeeze(-1)
         actor_loss = (alpha * log_prob - q_values.min(0).values).mean()
         alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
         return actor_loss, alpha_loss, log_prob.detach()
@@ -489,31 +355,8 @@ class SACLearner(SampleStepper):
         self.reset_steps()
 
 
-def make_policy(
-    obs_space: spaces.Box, act_space: spaces.Box, cfg: SACConfig, actor_index: int, num_actors: int = 1
-) -> SACPolicy:
-    del num_actors  # every actor samples from pi with its own noise stream
-    return SACPolicy(obs_space, act_space, cfg, actor_index)
-
-
-def make_collector(
-    envs: gym.vector.VectorEnv, policy: SACPolicy, cfg: SACConfig, actor_index: int, chunk_steps: int
-) -> NStepCollector:
-    return NStepCollector(RolloutCollector(envs, policy, chunk_steps, actor_index), cfg.n_step, cfg.gamma)
-
-
-def make_learner(
-    obs_space: spaces.Box,
-    act_space: spaces.Box,
-    cfg: SACConfig,
-    device: torch.device,
-    *,
-    compile: bool = False,
-    replica: Replica | None = None,
-) -> SACLearner:
-    """`compile`: compile the critic and actor losses and, on CUDA, replay each step as a CUDA graph. `replica`:
-    this learner's rank in a data-parallel group."""
-    return SACLearner(obs_space, act_space, cfg, device, compile=compile, replica=replica)
+make_policy = SACPolicy
+make_learner = SACLearner
 
 
 if TYPE_CHECKING:  # mypy checks this module against the interface the roles call

@@ -41,18 +41,19 @@ def replay_tensors(arrays: dict[str, Any], steps: int, device: torch.device) -> 
     return {k: v.to(device, non_blocking=True).unflatten(0, (steps, -1)) for k, v in out.items()}
 
 
-def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[str, Any]) -> None:
-    """Restores `saved` into `optimizer` in place. How this process steps (fused, capturable, foreach) is not
-    part of what resumes: a checkpoint from another device keeps this optimizer's choices."""
-    ours = {k: optimizer.param_groups[0][k] for k in ("fused", "capturable", "foreach")}
-    optimizer.load_state_dict({**saved, "param_groups": [{**saved["param_groups"][0], **ours}]})
+def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[str, Any], ours: tuple[str, ...] = ()) -> None:
+    """Restores `saved` into `optimizer` in place (PPO's too). How this process steps (fused, capturable, foreach,
+    and the settings named in `ours`) is not part of what resumes: a checkpoint from another device or an older
+    version keeps this optimizer's choices."""
+    kept = {k: optimizer.param_groups[0][k] for k in ("fused", "capturable", "foreach", *ours)}
+    optimizer.load_state_dict({**saved, "param_groups": [{**saved["param_groups"][0], **kept}]})
 
 
 class SampleStepper:
     """The update loop of an off-policy learner. A subclass sets `name`, `step_stats` (what `train_step`
     returns, in order, ending with `nonfinite_skipped`) and `actor_stats` (those NaN in a critic-only step),
-    and in `__init__` `cfg` (with `policy_delay`), `device`, `compile`, `updates = 0` and
-    `last_actor_stats`, `replica` (None: a learner alone) and `generator`, then calls `self.reset_steps()`."""
+    and in `__init__` `cfg` (with `policy_delay`), `device`, `compile`, `replica` (None: a learner alone) before its
+    optimizers (`fused_adam`), `updates = 0`, `last_actor_stats` and `generator`, then calls `self.reset_steps()`."""
 
     name: str
     step_stats: tuple[str, ...]
@@ -83,6 +84,18 @@ class SampleStepper:
 
     # -- the machinery ------------------------------------------------------------------------------------
 
+    def captures(self) -> bool:
+        """Whether each step is replayed as a CUDA graph: compiled, on CUDA, no collective inside (replica.py)."""
+        return self.compile and self.device.type == "cuda" and self.replica is None
+
+    def fused_adam(self, parameters: Any, lr: float, beta1: float = 0.9) -> torch.optim.Adam:
+        """Adam, fused: one kernel per step for all parameters, and safe to capture in a CUDA graph. Its
+        `found_inf` (what it reads as AMP's): when set, its step leaves parameters and moments as they were; a
+        step sets it from its own losses, so a diverged step is skipped without the host looking."""
+        optimizer = torch.optim.Adam(parameters, lr=lr, betas=(beta1, 0.999), fused=True, capturable=self.captures())
+        optimizer.found_inf = torch.zeros((), device=self.device)  # type: ignore[attr-defined]
+        return optimizer
+
     def randn(self, shape: tuple[int, ...], batch_dim: int) -> torch.Tensor:
         """Normal noise of `shape` from the learner's generator; a rank's share (along `batch_dim`) of the whole
         minibatch's, so that K ranks draw what one learner draws."""
@@ -107,7 +120,7 @@ class SampleStepper:
         if self.compile:
             self.critic_loss_fn = torch.compile(self.critic_loss, dynamic=False)
             self.actor_loss_fn = torch.compile(self.actor_loss, dynamic=False)
-            if self.device.type == "cuda" and self.replica is None:  # no collective inside a graph (replica.py)
+            if self.captures():
                 steps = {actor: CapturedStep(step) for actor, step in steps.items()}
         self.step_fns = steps
 

@@ -63,10 +63,6 @@ class ArtifactPolicy(Protocol):
 # -- the algorithm's config as JSON ---------------------------------------------------------------------------
 
 
-def config_to_json(algo_cfg: AlgoConfig) -> dict[str, Any]:
-    return dataclasses.asdict(algo_cfg)
-
-
 def _matches(value: Any, hint: Any) -> bool:
     """Whether a JSON value fits a config field's type (bool, int, float, str, list[...], X | None)."""
     origin = typing.get_origin(hint)
@@ -189,7 +185,7 @@ class PolicyRecorder:
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
             "algorithm": self.cfg.algo.name,
-            "algo_config": config_to_json(self.algo_cfg),
+            "algo_config": dataclasses.asdict(self.algo_cfg),
             "env": {"id": self.cfg.env.id, "kwargs": dict(self.cfg.env.kwargs)},
             "observation_space": self.spaces[0],
             "action_space": self.spaces[1],

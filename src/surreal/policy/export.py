@@ -27,7 +27,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from surreal.fileio import atomic_write_text
+from surreal.fileio import atomic_write_text, atomic_writer
 from surreal.policy.load import Policy
 
 FORMATS = {"onnx": ".onnx", "torchscript": ".pt"}
@@ -159,9 +159,8 @@ def _export_onnx(policy: Policy, path: Path, info: dict[str, Any]) -> None:
         entry = model.metadata_props.add()
         entry.key, entry.value = key, value
     onnx.checker.check_model(model)
-    tmp = path.with_name(f".{path.name}.tmp")
-    onnx.save_model(model, str(tmp))
-    tmp.replace(path)
+    with atomic_writer(path) as f:
+        onnx.save_model(model, f)
 
 
 def _export_torchscript(policy: Policy, path: Path) -> None:
@@ -171,6 +170,5 @@ def _export_torchscript(policy: Policy, path: Path) -> None:
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # torch.jit.trace's deprecation notice: TorchScript is what was asked for
         traced = torch.jit.trace(_float32_module(policy), examples, check_trace=False)
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.jit.save(traced, str(tmp))
-    tmp.replace(path)
+    with atomic_writer(path) as f:
+        torch.jit.save(traced, f)
