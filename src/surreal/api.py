@@ -97,20 +97,10 @@ def as_overrides(overrides: Mapping[str, Any] | Sequence[str] | None = None, **s
     if isinstance(overrides, str):
         raise TypeError("overrides is a mapping or a list of 'key=value' strings, not one string")
     if isinstance(overrides, Mapping):
-        return [*items, *(f"{key}={format_value(value)}" for key, value in flatten(overrides))]
+        from surreal.config.loading import dotted_items
+
+        return [*items, *(f"{key}={format_value(value)}" for key, value in dotted_items(overrides))]
     return [*items, *overrides]
-
-
-def flatten(mapping: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    """Nested mappings as dotted keys (`{"env.kwargs": {"a": 1}}` -> `env.kwargs.a`), as the loader takes them: it
-    adds a key under a free-form dict (env.kwargs) one dotted key at a time."""
-    out: list[tuple[str, Any]] = []
-    for key, value in mapping.items():
-        if isinstance(value, Mapping) and value:
-            out += flatten(value, f"{prefix}{key}.")
-        else:
-            out.append((f"{prefix}{key}", value))
-    return out
 
 
 # -- the run ----------------------------------------------------------------------------------------------

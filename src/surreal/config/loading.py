@@ -52,6 +52,18 @@ GROUPS = ("algo", "preset")  # Hydra config groups: `algo=ddpg`, `preset=ppo-cle
 _HYDRA_LOCK = threading.Lock()
 
 
+def dotted_items(mapping: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """Nested mappings as dotted keys (`{"env.kwargs": {"a": 1}}` -> `env.kwargs.a`), as the loader takes them: it
+    adds a key under a free-form dict (env.kwargs) one dotted key at a time."""
+    out: list[tuple[str, Any]] = []
+    for key, value in mapping.items():
+        if isinstance(value, Mapping) and value:
+            out += dotted_items(value, f"{prefix}{key}.")
+        else:
+            out.append((f"{prefix}{key}", value))
+    return out
+
+
 def load_config(overrides: Sequence[str] | None = None) -> ExperimentConfig:
     """The packaged experiment with command-line style overrides applied, typed and validated."""
     if isinstance(overrides, str):

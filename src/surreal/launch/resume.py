@@ -35,9 +35,8 @@ from typing import Any, cast
 
 from omegaconf import OmegaConf
 
-from surreal.api import flatten
 from surreal.config import ConfigError, ExperimentConfig, algo_config, read_config, save_config
-from surreal.config.loading import apply_overrides
+from surreal.config.loading import apply_overrides, dotted_items
 from surreal.launch.runfolder import (
     RunFolderLock,
     bucket_error,
@@ -119,7 +118,7 @@ def fetch_run(uri: str, run_dir: Path | None = None) -> Path:
 def flat(cfg: ExperimentConfig) -> dict[str, Any]:
     """Every key of `cfg` as a dotted name (`algo.lr`, `env.kwargs.ctrl_cost_weight`) and its value."""
     tree = OmegaConf.to_container(OmegaConf.structured(replace(cfg, algo=algo_config(cfg))))
-    return dict(flatten(cast("dict[str, Any]", tree)))
+    return dict(dotted_items(cast("dict[str, Any]", tree)))
 
 
 def changed_keys(before: ExperimentConfig, after: ExperimentConfig) -> dict[str, tuple[Any, Any]]:
