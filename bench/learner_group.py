@@ -47,7 +47,7 @@ import torch.distributed as dist
 from bench._runs import emit
 from surreal.algos import get_algorithm
 from surreal.algos.interface import OffPolicyLearner, OnPolicyLearner
-from surreal.algos.replica import Replica
+from surreal.algos.replica import Replica, end_group_process
 from surreal.config.schema import LearnerConfig, PPOConfig
 from surreal.launch.local import free_ports
 from surreal.settings import group_env
@@ -121,6 +121,7 @@ def rank_main(args: argparse.Namespace) -> None:
         Path(args.result).write_text(json.dumps({"updates_per_s": rate, "seconds": elapsed}))
     if replica is not None:
         dist.destroy_process_group()
+        end_group_process(0)
 
 
 def run_row(size: int, args: argparse.Namespace, folder: Path) -> float:

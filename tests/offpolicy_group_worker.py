@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from replica_worker import rank_share, transitions
-from surreal.algos.replica import Replica
+from surreal.algos.replica import Replica, end_group_process
 from surreal.config import load_config
 from surreal.metrics import RoleMetrics
 from surreal.proto.wire import GroupOrder, SampleReply, ShardReport, TransitionReply
@@ -133,6 +133,7 @@ def main(algo: str, run_dir: Path, out: Path) -> None:
     priorities = np.concatenate([p for _, p in replay.priorities])
     result["priority_slots"], result["priorities"] = slots, priorities
     np.savez(out, **result)
+    end_group_process(0)  # after group.close(): a gloo rank's exit (algos/replica.py)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from gymnasium import spaces
 
 from surreal.algos import ddpg, ppo, sac
-from surreal.algos.replica import Replica
+from surreal.algos.replica import Replica, end_group_process
 from surreal.algos.sac_config import SACConfig
 from surreal.config.schema import DDPGConfig, PPOConfig
 from surreal.proto.wire import IDS, SLOTS, WEIGHTS, Chunk
@@ -156,6 +156,7 @@ def main() -> None:
         np.savez(out, **run_case(algo, Replica(rank, size)))
     finally:
         dist.destroy_process_group()
+    end_group_process(0)
 
 
 if __name__ == "__main__":

@@ -103,3 +103,16 @@ def test_a_rank_draws_its_share_of_the_noise_a_single_learner_draws():
     whole = torch.randn((3, 8, 2), generator=generator())
     shares = [Replica(rank, 2).randn_share((3, 4, 2), 1, generator(), torch.device("cpu")) for rank in range(2)]
     torch.testing.assert_close(torch.cat(shares, 1), whole)
+
+
+def test_a_group_process_ends_with_its_code_and_what_it_printed():
+    """`end_group_process` skips the interpreter's shutdown (gloo's threads would abort it there): the exit status
+    is the one given, and what the process printed into its buffered stdout still arrives."""
+    script = (
+        "from surreal.algos.replica import end_group_process\n"
+        "print('printed before the end', end='')\n"
+        "end_group_process(3)\n"
+        "print('never')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (3, "printed before the end"), done.stderr

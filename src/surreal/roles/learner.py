@@ -35,6 +35,7 @@ import torch
 
 from surreal.algos import get_algorithm
 from surreal.algos.interface import OffPolicyLearner, OnPolicyLearner
+from surreal.algos.replica import end_group_process
 from surreal.config import ExperimentConfig, algo_config, config_from_env, save_config
 from surreal.envs import env_spaces
 from surreal.metrics import RoleMetrics
@@ -266,6 +267,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    """The learner role; a member of a learner group (any rank) leaves through `end_group_process`."""
+    code = learn(args)
+    return end_group_process(code) if LearnerGroup.joined else code
+
+
+def learn(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     cfg = config_from_env()
     place = place_from_env(cfg)  # learner.replicas > 1: this process's rank (roles/learner_group.py)

@@ -38,7 +38,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
@@ -100,7 +100,10 @@ def group_device(cfg: ExperimentConfig, place: GroupPlace) -> torch.device:
 
 class LearnerGroup:
     """This process's membership: the process group (gradients: NCCL on CUDA, gloo on the CPU) and a gloo group
-    for rank 0's orders, every collective bounded by `timeout_s`."""
+    for rank 0's orders, every collective bounded by `timeout_s`. `joined`: this process joined one, and so ends
+    through `end_group_process`."""
+
+    joined: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -123,6 +126,7 @@ class LearnerGroup:
             world_size=place.size,
             timeout=timeout,
         )
+        LearnerGroup.joined = True
         self.orders = None if backend == "gloo" else dist.new_group(backend="gloo", timeout=timeout)
         self.replica = Replica(place.rank, place.size)
         self.heartbeat_s = min(5.0, timeout_s / 4)
