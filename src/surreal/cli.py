@@ -164,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.multirun:
             if args.serial:
                 parser.error("--serial runs one experiment: without --multirun")
+            if args.jobs < 1:
+                parser.error(f"--jobs must be >= 1 (got {args.jobs})")
             from surreal.launch.sweep import resume_sweep, run_sweep
 
             if args.resume:

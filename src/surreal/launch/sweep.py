@@ -24,7 +24,6 @@ from __future__ import annotations
 import csv
 import io
 import itertools
-import json
 import os
 import statistics
 import sys
@@ -42,7 +41,7 @@ from hydra.errors import HydraException
 from surreal.config import ConfigError, load_config
 from surreal.config.schema import NOT_IN_RUN_NAME, RUN_NAME, RUN_NAME_RULE
 from surreal.envs import check_env_id
-from surreal.launch.runfolder import RunFolderLock, read_eval, read_json, runs_root, write_json
+from surreal.launch.runfolder import RunFolderLock, read_eval, read_json, run_name, runs_root, write_json
 from surreal.launch.supervisor import ProcessSpec, Supervisor
 from surreal.roles.common import StopFlag
 
@@ -131,16 +130,10 @@ def plan_members(overrides: Sequence[str]) -> tuple[str | None, list[Member]]:
     return name, members
 
 
-def default_sweep_name(members: list[Member]) -> str:
-    """`<YYYYmmdd-HHMMSS>-<algo>-<env>-sweep` from the first member's config."""
-    cfg = load_config(members[0].overrides)
-    env_id = NOT_IN_RUN_NAME.sub("_", cfg.env.id)
-    return f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.algo.name}-{env_id}-sweep"
-
-
 def create_sweep_folder(name: str | None, members: list[Member], overrides: Sequence[str], jobs: int) -> Path:
-    """`<runs root>/<name>/` with sweep.json; an existing sweep there is refused (resume it instead)."""
-    name = name or default_sweep_name(members)
+    """`<runs root>/<name>/` with sweep.json; an existing sweep there is refused (resume it instead). Without a
+    name: the first member's run name (`<YYYYmmdd-HHMMSS>-<algo>-<env>`) and `-sweep`."""
+    name = name or f"{run_name(load_config(members[0].overrides))}-sweep"
     if not RUN_NAME.fullmatch(name):
         raise ConfigError(f"name={name!r} {RUN_NAME_RULE}")
     sweep_dir = (runs_root() / name).resolve()
@@ -165,12 +158,9 @@ def create_sweep_folder(name: str | None, members: list[Member], overrides: Sequ
 
 
 def read_plan(sweep_dir: Path) -> dict[str, Any]:
-    try:
-        plan = json.loads((sweep_dir / SWEEP_FILE).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{sweep_dir}: no readable {SWEEP_FILE} ({exc})") from None
-    if not isinstance(plan, dict) or not isinstance(plan.get("members"), list):
-        raise ConfigError(f"{sweep_dir / SWEEP_FILE} is not a sweep plan")
+    plan = read_json(sweep_dir / SWEEP_FILE)
+    if plan is None or not isinstance(plan.get("members"), list):
+        raise ConfigError(f"{sweep_dir}: no readable sweep plan ({SWEEP_FILE})")
     return plan
 
 
@@ -184,8 +174,6 @@ def members_of(plan: dict[str, Any]) -> list[Member]:
 def run_sweep(overrides: Sequence[str], jobs: int = 1) -> int:
     """`surreal run --multirun ...`. Exit code: 0 every member completed, 1 one did not, 2 bad config, 130 stopped."""
     try:
-        if jobs < 1:
-            raise ConfigError(f"--jobs must be >= 1 (got {jobs})")
         name, members = plan_members(overrides)
         sweep_dir = create_sweep_folder(name, members, overrides, jobs)
         lock = RunFolderLock(sweep_dir)
@@ -215,8 +203,6 @@ def resume_sweep(where: str | os.PathLike[str], overrides: Sequence[str], jobs: 
     """`surreal run --multirun --resume runs/<sweep> [budget overrides]`: every member that did not complete is
     resumed (or started, if it never was); with overrides (a larger `steps=`), every member is."""
     try:
-        if jobs < 1:
-            raise ConfigError(f"--jobs must be >= 1 (got {jobs})")
         sweep_dir = Path(where) if Path(where).exists() else runs_root() / where
         sweep_dir = sweep_dir.resolve()
         members = members_of(read_plan(sweep_dir))
