@@ -15,13 +15,13 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 log = logging.getLogger("surreal.metrics")
+RATE_WINDOW_S = 5.0  # what a RateGauge averages over
 
 
 class RoleMetrics:
     def __init__(self, role: str, index: int) -> None:
         self.registry = CollectorRegistry()
         self.labels = {"role": role, "index": str(index)}
-        self.port: int | None = None
         self._server: WSGIServer | None = None
 
     def counter(self, name: str, doc: str, labelnames: Sequence[str] = ()):
@@ -45,8 +45,7 @@ class RoleMetrics:
         except OSError as exc:  # taken meanwhile (a restarted local role): serve on a free port, say which
             self._server, _thread = start_http_server(0, addr=host, registry=self.registry)
             log.warning("metrics port %d unavailable (%s); serving on %d", port, exc, self._server.server_port)
-        self.port = self._server.server_port
-        return self.port
+        return self._server.server_port
 
     def close(self) -> None:
         if self._server is not None:
@@ -69,9 +68,8 @@ class _Family:
 class RateGauge:
     """Items per second over the last window, for dashboards without a Prometheus server to rate()."""
 
-    def __init__(self, gauge, window_s: float = 5.0) -> None:
+    def __init__(self, gauge) -> None:
         self.gauge = gauge
-        self.window_s = window_s
         self._count = 0
         self._since = time.monotonic()
 
@@ -80,7 +78,7 @@ class RateGauge:
 
     def tick(self, now: float) -> None:
         elapsed = now - self._since
-        if elapsed >= self.window_s:
+        if elapsed >= RATE_WINDOW_S:
             self.gauge.set(self._count / elapsed)
             self._count = 0
             self._since = now

@@ -19,9 +19,10 @@ import json
 import random
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from surreal.config import ChaosConfig
+from surreal.metricsfile import read_metrics
 
 CHAOS_FILE = "chaos.jsonl"
 
@@ -77,9 +78,6 @@ class Chaos:
             f.write(json.dumps(event) + "\n")
 
 
-def read_chaos(run_dir: Path) -> list[dict[str, object]]:
-    """The events of a run's chaos.jsonl (none if it has none)."""
-    path = run_dir / CHAOS_FILE
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def read_chaos(run_dir: Path) -> list[dict[str, Any]]:
+    """The events of a run's chaos.jsonl (none if it has none), read as metrics.jsonl is."""
+    return read_metrics(run_dir / CHAOS_FILE)
