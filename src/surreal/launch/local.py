@@ -40,7 +40,7 @@ from surreal.launch.resume import (
     reopen_run_folder,
     resume_config,
 )
-from surreal.launch.runfolder import RunFolderLock, create_run_folder, mirror_uri, write_summary
+from surreal.launch.runfolder import EXIT_CODES, RunFolderLock, create_run_folder, mirror_uri, write_summary
 from surreal.launch.supervisor import ProcessSpec, Restart, Supervisor
 from surreal.proto.curve import CurveKeys
 from surreal.roles.common import StopFlag
@@ -52,7 +52,6 @@ ROLE_COMMAND = (sys.executable, "-m", "surreal", "role")  # what a pod's contain
 LOOPBACK = "127.0.0.1"
 MAX_RESTARTS = 5  # per process
 POLL_S = 0.2
-EXIT_CODES = {"completed": 0, "failed": 1, "interrupted": 130}
 # SIGTERM to SIGKILL for a replay shard, which writes its final snapshot first: a full 1 M-transition
 # HalfCheetah shard takes 0.85 s on a busy 2-core box (bench/results/replay_snapshot.2core.json), after up to
 # 0.65 s for a periodic one in flight; the rest is margin for bigger shards and slower disks. It exits when done.

@@ -41,6 +41,7 @@ from surreal.runstore import RemoteRun, StorageError, describe, join
 
 PACKAGES = ("surreal-rl", "numpy", "torch", "gymnasium", "mujoco", "pyzmq", "msgpack", "hydra-core", "omegaconf")
 GIT_TIMEOUT_S = 10.0
+EXIT_CODES = {"completed": 0, "failed": 1, "interrupted": 130}  # `surreal run`'s exit status for summary.json's
 
 
 def runs_root() -> Path:

@@ -41,7 +41,7 @@ from hydra.errors import HydraException
 from surreal.config import ConfigError, load_config
 from surreal.config.schema import NOT_IN_RUN_NAME, RUN_NAME, RUN_NAME_RULE
 from surreal.envs import check_env_id
-from surreal.launch.runfolder import RunFolderLock, read_eval, read_json, run_name, runs_root, write_json
+from surreal.launch.runfolder import EXIT_CODES, RunFolderLock, read_eval, read_json, run_name, runs_root, write_json
 from surreal.launch.supervisor import ProcessSpec, Supervisor
 from surreal.roles.common import StopFlag
 
@@ -50,7 +50,6 @@ POLL_S = 0.5
 # SIGTERM to SIGKILL for a member's launcher: it stops its actors, then gives its learner (120 s) and its replay
 # shards (60 s) their grace periods to save their state (launch/local.py), each exiting as soon as it has.
 MEMBER_GRACE_S = 240.0
-EXIT_CODES = {"completed": 0, "failed": 1, "interrupted": 130}
 
 
 @dataclass(frozen=True)
