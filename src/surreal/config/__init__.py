@@ -4,7 +4,6 @@ Torch-free on purpose: the replay and ps roles, whose images carry no torch, rea
 """
 
 from surreal.config.loading import (
-    ALIASES,
     algo_config,
     config_from_env,
     expand_aliases,
@@ -13,34 +12,19 @@ from surreal.config.loading import (
     save_config,
 )
 from surreal.config.schema import (
-    ALGORITHMS,
-    ActorConfig,
-    AlgoConfig,
     ChaosConfig,
-    EnvConfig,
     ExperimentConfig,
-    LearnerConfig,
     PPOConfig,
-    PSConfig,
-    ReplayConfig,
     TopologyConfig,
     validate,
 )
 from surreal.errors import ConfigError
 
 __all__ = [
-    "ALGORITHMS",
-    "ALIASES",
-    "ActorConfig",
-    "AlgoConfig",
     "ChaosConfig",
     "ConfigError",
-    "EnvConfig",
     "ExperimentConfig",
-    "LearnerConfig",
     "PPOConfig",
-    "PSConfig",
-    "ReplayConfig",
     "TopologyConfig",
     "algo_config",
     "config_from_env",
