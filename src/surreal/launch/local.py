@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -175,14 +175,6 @@ def plan_processes(
     ]
 
 
-@dataclass(frozen=True)
-class Outcome:
-    status: str  # completed | interrupted | failed
-    reason: str | None
-    wall_s: float
-    restarts: dict[str, int]
-
-
 def verdict(supervisor: Supervisor, stop: StopFlag, run_dir: Path) -> tuple[str, str | None] | None:
     """(status, reason) once the run is over, else None."""
     if stop:
@@ -205,8 +197,9 @@ def supervise(
     stop: StopFlag,
     live: bool,
     resumed_at: int | None = None,
-) -> Outcome:
-    """Start everything, watch until the run is over, stop everything (also on an exception)."""
+) -> dict[str, Any]:
+    """Start everything, watch until the run is over, stop everything (also on an exception); returns summary.json
+    as written then (its status: completed, interrupted or failed)."""
     supervisor = Supervisor(run_dir / "logs")
     chaos = Chaos(cfg.chaos, run_dir) if cfg.chaos.active else None
     started = time.monotonic()
@@ -224,7 +217,7 @@ def supervise(
         status, reason = result
         why = f" ({reason})" if reason else ""
         print(f"[surreal] {status}{why}; stopping all processes", flush=True)
-    return Outcome(status, reason, wall_s, supervisor.restarts())
+    return write_summary(run_dir, cfg, wall_s, status, supervisor.restarts(), reason, resumed_at)
 
 
 def run_experiment(overrides: list[str], live: bool = True, resume: str | os.PathLike[str] | None = None) -> int:
@@ -334,15 +327,12 @@ def launch(
     with lock, tempfile.TemporaryDirectory(prefix="surreal-") as private, StopFlag() as stop:
         keys = launch_keys(Path(private))
         specs = plan_processes(cfg, run_dir, os.environ, Path(private), resume=resume, run_uri=run_uri, curve_dir=keys)
-        outcome = supervise(cfg, run_dir, specs, stop, live, resumed_at)
-        summary = write_summary(
-            run_dir, cfg, outcome.wall_s, outcome.status, outcome.restarts, outcome.reason, resumed_at
-        )
+        summary = supervise(cfg, run_dir, specs, stop, live, resumed_at)
         if run_uri is not None:
             Mirror.open(run_uri, run_dir, LAUNCHER).push()  # a failure is logged: the run's own parts are there
             summary["run_uri"] = run_uri
         print_result(summary)
-    return EXIT_CODES[outcome.status]
+    return EXIT_CODES[summary["status"]]
 
 
 def launch_keys(private: Path) -> Path:
