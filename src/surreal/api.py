@@ -230,9 +230,8 @@ class Run:
         elif (pid := launcher_pid(self.dir)) is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGINT)
-            deadline = time.monotonic() + timeout_s
-            while launcher_pid(self.dir) is not None and time.monotonic() < deadline:
-                time.sleep(POLL_S)
+            with contextlib.suppress(TimeoutError):
+                self._join(timeout_s)
         return self
 
     def _join(self, timeout_s: float | None) -> None:
@@ -404,10 +403,10 @@ def start(
     if isinstance(resume, str) and "://" in resume:
         raise ConfigError(f"resume={resume!r}: a bucket's run resumes with `surreal run --resume {resume}`")
     root = Path(runs_root).resolve() if runs_root is not None else runfolder.runs_root().resolve()
+    items = as_overrides(overrides, algo=algo, env=env, actors=actors, steps=steps, seed=seed, name=name)
     if resume is not None:
         if name is not None:
             raise ConfigError("name= names a new run; a resumed run keeps its folder")
-        items = as_overrides(overrides, algo=algo, env=env, actors=actors, steps=steps, seed=seed)
         run = Run(find_run_dir(resume.dir if isinstance(resume, Run) else resume, root))
         cfg = resume_config(run.dir, items)  # ConfigError: an override that would change the experiment
         _warn(preflight(cfg))
@@ -420,7 +419,6 @@ def start(
         else:
             run._start_serial(lambda: (cfg, reopen_run_folder(run.dir, cfg, items)), resume=True)
         return run
-    items = as_overrides(overrides, algo=algo, env=env, actors=actors, steps=steps, seed=seed, name=name)
     cfg = load_config(items)
     _warn(preflight(cfg))  # ConfigError: what cannot run, refused before anything starts (launch/preflight.py)
     if cfg.run_uri is not None and mode != "processes":
