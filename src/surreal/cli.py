@@ -213,7 +213,6 @@ def main(argv: list[str] | None = None) -> int:
 
         return probe_main(args)
     parser.error(f"unknown command {args.command}")
-    return 2
 
 
 def cached_for_plot(where: str) -> str:

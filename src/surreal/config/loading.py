@@ -66,9 +66,7 @@ def dotted_items(mapping: Mapping[str, Any], prefix: str = "") -> list[tuple[str
 
 def load_config(overrides: Sequence[str] | None = None) -> ExperimentConfig:
     """The packaged experiment with command-line style overrides applied, typed and validated."""
-    if isinstance(overrides, str):
-        raise TypeError("overrides is a list of 'key=value' strings, not one string")
-    items = _check_keys(expand_aliases(list(overrides or [])))
+    items = _check_keys(expand_aliases(overrides or []))
     try:
         with _hydra():
             node = compose(config_name=CONFIG_NAME, overrides=items)
@@ -81,9 +79,7 @@ def apply_overrides(cfg: ExperimentConfig, overrides: Sequence[str]) -> Experime
     """`cfg` (an experiment already composed, e.g. a run folder's config.yaml) with `key=value` overrides applied
     in Hydra's grammar and the shorthands, typed and validated as `load_config`'s result is. Config-group choices
     (`algo=`, `preset=`) pick YAML files to compose from and cannot apply to a composed config: refused."""
-    if isinstance(overrides, str):
-        raise TypeError("overrides is a list of 'key=value' strings, not one string")
-    items = _check_keys(expand_aliases(list(overrides)), cfg.algo.name)
+    items = _check_keys(expand_aliases(overrides), cfg.algo.name)
     try:
         parsed = OverridesParser.create().parse_overrides(items)
     except HydraException as exc:
@@ -160,6 +156,8 @@ def algo_config(cfg: ExperimentConfig) -> AlgoConfig:
 
 def expand_aliases(overrides: Sequence[str]) -> list[str]:
     """Rewrite the shorthands `actors=`, `env=`, `steps=` to their full keys; everything else as is."""
+    if isinstance(overrides, str):
+        raise TypeError("overrides is a list of 'key=value' strings, not one string")
     expanded = []
     for item in overrides:
         key, sep, value = item.partition("=")

@@ -123,7 +123,7 @@ def plan_members(overrides: Sequence[str]) -> tuple[str | None, list[Member]]:
             cfg = load_config(member.overrides)
             check_env_id(cfg.env.id, cfg.env.kwargs)
         except ConfigError as exc:
-            label = " ".join(f"{k}={v}" for k, v in swept.items()) or "the only member"
+            label = setting_label(swept) or "the only member"
             raise ConfigError(f"sweep member {index} ({label}): {exc}") from None
         members.append(member)
     return name, members
