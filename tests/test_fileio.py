@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from surreal.fileio import atomic_write_bytes, atomic_write_text, atomic_writer
+from surreal.fileio import atomic_write_text, atomic_writer
 
 
 @pytest.mark.parametrize("durable", [False, True])
 def test_atomic_write_replaces_the_file_and_leaves_no_temporary(tmp_path, durable):
     path = tmp_path / "summary.json"
-    atomic_write_text(path, "old ✓\n", durable=durable)
-    atomic_write_bytes(path, b"new\n", durable=durable)
+    atomic_write_text(path, "old ✓\n")
+    with atomic_writer(path, durable=durable) as f:
+        f.write(b"new\n")
     assert path.read_bytes() == b"new\n"
     assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]
 

@@ -36,12 +36,7 @@ def atomic_writer(path: str | os.PathLike[str], *, durable: bool = False) -> Ite
             os.close(dir_fd)
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, durable: bool = False) -> None:
-    """Replace `path` with `data` at once (see `atomic_writer`)."""
-    with atomic_writer(path, durable=durable) as f:
-        f.write(data)
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str, *, durable: bool = False) -> None:
-    """Replace `path` with `text` as UTF-8 at once (see `atomic_writer`)."""
-    atomic_write_bytes(path, text.encode("utf-8"), durable=durable)
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Replace `path` with `text` as UTF-8 at once (`atomic_writer`, not durable)."""
+    with atomic_writer(path) as f:
+        f.write(text.encode("utf-8"))
