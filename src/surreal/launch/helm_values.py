@@ -17,7 +17,6 @@ chart's object names (`<release>-surreal-<role>`) stay apart; members.json maps 
 from __future__ import annotations
 
 import copy
-import json
 import re
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from surreal.config import ConfigError, read_config
 from surreal.config.loading import ALIASES
 from surreal.fileio import atomic_write_text
+from surreal.launch.runfolder import write_json
 from surreal.launch.sweep import expand
 
 # The experiment's topology is the chart's to set (values.schema.json refuses `experiment.topology`).
@@ -127,10 +127,7 @@ def write_values(
         header = f"# {release}: {' '.join(member) or '(no overrides)'}" + (f" on top of {base}" if base else "")
         atomic_write_text(path, header + "\n" + yaml.safe_dump(values, sort_keys=False))
         written.append((release, path, member))
-    atomic_write_text(
-        out / "members.json",
-        json.dumps([{"release": r, "values": str(p), "overrides": m} for r, p, m in written], indent=2) + "\n",
-    )
+    write_json(out / "members.json", [{"release": r, "values": str(p), "overrides": m} for r, p, m in written])
     return written
 
 

@@ -15,7 +15,6 @@ env whose spaces do not fit, no renderer for --video) is one line on stderr and 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -195,7 +194,7 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def eval_main(args: argparse.Namespace) -> int:
-    from surreal.fileio import atomic_write_text
+    from surreal.launch.runfolder import write_json
     from surreal.policy.artifact import ArtifactError
 
     try:
@@ -210,7 +209,7 @@ def eval_main(args: argparse.Namespace) -> int:
         f"{result['eval_episodes']} {mode} episodes (seed {result['seed']}){success}"
     )
     out = Path(args.json) if args.json else Path(result["policy"]).with_name("eval.json")
-    atomic_write_text(out, json.dumps(result, indent=2) + "\n")
+    write_json(out, result)
     print(f"wrote {out}" + (f" and {len(result['videos'])} videos in {args.video}" if args.video else ""))
     return 0
 

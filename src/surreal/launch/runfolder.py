@@ -92,8 +92,8 @@ def package_versions() -> dict[str, str | None]:
     return versions
 
 
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write at once (temporary file and rename), so a reader never sees half a file."""
+def write_json(path: Path, data: Any) -> None:
+    """`data` as indented JSON, written at once (temporary file and rename), so a reader never sees half a file."""
     atomic_write_text(path, json.dumps(data, indent=2) + "\n")
 
 
