@@ -8,27 +8,26 @@ Each simulated actor is what `roles/actor.py` is on the wire, minus the environm
 - its own sockets: an `ExperienceSender` (PUSH, round-robin over the replay shards) and a `ParamClient` (DEALER
   on every ps replica), the classes the real actor's ports use;
 - chunks in the real wire format (`encode_chunk`): `chunk_steps` x `envs_per_actor` steps cut from a recorded
-  HalfCheetah-v5 rollout (bench/rollouts.py), with the PPO or DDPG arrays and episode metadata an actor sends;
-  a chunk is ready `chunk_steps * envs_per_actor / rate` seconds after its stepping began (the env-step rate R
-  of one actor), and stamped with the parameter version the actor holds;
-- the real actor's decisions: `roles/actor.py` `ActorCore`, event by event (its `next_action`: collect, send,
-  ask the ps with or without a hold, finish; told each chunk collected, each send's outcome and each reply):
-  flow control (shares and overdraft on-policy, the env-step budget off-policy), the fetch cadence, backpressure
-  and the SIGTERM flush are the core's, with the real actor's timings (`SEND_TIMEOUT_S`, `FLUSH_S`, `IDLE_S`);
-  a fetch waits up to `fetch_timeout_s` (plus its hold), and is asked again of the other replicas when a ps
-  connection breaks (ParamClient's monitor socket), as `Actor` drives the same core.
+  HalfCheetah-v5 rollout (bench/rollouts.py) with the PPO or DDPG arrays and episode metadata an actor sends,
+  ready `chunk_steps * envs_per_actor / rate` seconds after their stepping began (R: one actor's env steps/s)
+  and stamped with the parameter version the actor holds;
+- the real actor's decisions: `ActorCore`, event by event (its `next_action`: collect, send, ask the ps with or
+  without a hold, finish), so flow control (shares and overdraft on-policy, the env-step budget off-policy), the
+  fetch cadence, backpressure and the SIGTERM flush are the core's, with the real actor's timings
+  (`SEND_TIMEOUT_S`, `FLUSH_S`, `IDLE_S`); a fetch waits up to `fetch_timeout_s` (plus its hold) and is asked
+  again of the other replicas when a ps connection breaks (ParamClient's monitor socket), as `Actor` does.
 
-What differs from a real actor: no policy runs (a blob's arrays are decoded and validated but not loaded into
-a network) and chunks repeat the recording. `--delay-ms` holds each fetch request and each reply in this process
-for that long (one way, each direction): bench.fleet's emulated network where the kernel has no `tc netem`.
+What differs: no policy runs (a blob's arrays are decoded and validated, not loaded into a network) and chunks
+repeat the recording. `--delay-ms` holds each fetch request and each reply in this process for that long (one
+way, each direction): bench.fleet's emulated network where the kernel has no `tc netem`.
 
-Every second (and at exit) the process writes its counters to `--stats` as JSON, from a thread (`StatsFile`):
-actors, how many hold parameters and have sent, chunks and env steps sent, fetches, the latency histogram of those
-the ps answers at once (the cadence fetches after a chunk, and held fetches whose wake version the ps already held;
-from the moment the file `<stats>.measure` appears) and, for held fetches a new blob answered, the delay from that
-blob's first arrival in this process to this actor's (how long the ps's fan-out of a version to the parked actors it
-wakes takes, a lower bound; every answer a poll finds is timed as it is taken off its socket, before any is
-decoded), fetch timeouts, replies dropped by reason, seconds blocked, chunks lost on stop.
+Every second (and at exit) a thread (`StatsFile`) writes the process's counters to `--stats` as JSON: actors,
+how many hold parameters and have sent, chunks and env steps sent, fetches, the latency histogram of those the ps
+answers at once (the cadence fetches after a chunk, and held fetches whose wake version the ps already held; from
+the moment the file `<stats>.measure` appears) and, for held fetches a new blob answered, the delay from that
+blob's first arrival in this process to this actor's (the ps's fan-out of a version to the parked actors it
+wakes, a lower bound; every answer a poll finds is timed as it is taken off its socket, before any is decoded),
+fetch timeouts, replies dropped by reason, seconds blocked, chunks lost on stop.
 """
 
 from __future__ import annotations
