@@ -173,28 +173,25 @@ def fleet_chunks(algo: str, count: int) -> tuple[Any, list[Any]]:
     return cfg, chunks
 
 
-def device_overrides(device: str) -> list[str]:
-    """The learner as the runs it stands for use it: the fleet's CPU learner eager, a GPU's compiled (CUDA graphs)."""
-    return ["device=cpu"] if device == "cpu" else [f"device={device}", "learner.compile=true"]
+def core_overrides(device: str) -> list[str]:
+    """The learner as the runs it stands for use it: the fleet's CPU learner eager, a GPU's compiled (CUDA graphs);
+    no checkpoints while timed."""
+    on_device = ["device=cpu"] if device == "cpu" else [f"device={device}", "learner.compile=true"]
+    return [*on_device, "learner.checkpoint_interval=1000000", "learner.checkpoint_interval_s=100000"]
 
 
 def ppo_update_s(batch: int, seconds: float, run_dir: Path, device: str = "cpu") -> tuple[float, Any]:
     """Seconds of one `LearnerCore` PPO update at `batch` under the fleet's rule (CPU time on the CPU, wall time
     on a GPU); the core too (its blob)."""
-    import torch
-
     from bench.learner import learner_core, one_update
 
-    torch.set_num_threads(1)
     _, chunks = fleet_chunks("ppo", batch // FLEET_CHUNK)
     overrides = [
-        *device_overrides(device),
+        *core_overrides(device),
         f"actor.chunk_steps={FLEET_CHUNK}",
         f"algo.batch_size={batch}",
         f"algo.minibatch_size={batch // FLEET_MINIBATCHES}",
         "algo.update_epochs=10",
-        "learner.checkpoint_interval=1000000",
-        "learner.checkpoint_interval_s=100000",
     ]
     core = learner_core("ppo", overrides, chunks, [], run_dir / f"ppo-{batch}")
     return 1.0 / device_rate(lambda: one_update(core), 1, seconds, device), core
@@ -203,21 +200,16 @@ def ppo_update_s(batch: int, seconds: float, run_dir: Path, device: str = "cpu")
 def ddpg_step_s(seconds: float, run_dir: Path, device: str = "cpu") -> float:
     """Seconds of one DDPG gradient step (256 batch) through `LearnerCore`, on samples of 4 x 256 (CPU time on
     the CPU, wall time on a GPU)."""
-    import torch
-
     from bench.learner import learner_core, one_update, transition_batches
 
-    torch.set_num_threads(1)
     cfg, chunks = fleet_chunks("ddpg", 16)
     k, batch = DDPG_MINIBATCHES_PER_SAMPLE, cfg.algo.batch_size
     samples = transition_batches(chunks, k * batch, 16, 1)
     overrides = [
-        *device_overrides(device),
+        *core_overrides(device),
         f"learner.minibatches_per_sample={k}",
         "algo.learning_starts=0",
         f"algo.replay_ratio={1 / batch}",
-        "learner.checkpoint_interval=1000000",
-        "learner.checkpoint_interval_s=100000",
     ]
     core = learner_core("ddpg", overrides, [], samples, run_dir / "ddpg")
     return 1.0 / device_rate(lambda: one_update(core), k, seconds, device)
@@ -343,7 +335,10 @@ PPO_BATCHES = (2048, 32768)  # two batches under the fleet's rule: per-step and 
 def learner_costs(device: str, seconds: float, run_dir: Path) -> tuple[LearnerCost, Any, dict[str, Any]]:
     """The learner's cost on `device`: PPO updates at two batches under the fleet's rule (minibatch = batch / 32,
     10 epochs), solved for the per-step and per-sample terms, and DDPG's gradient step; the PPO core (for its
-    blob) and the raw timings too."""
+    blob) and the raw timings too. One torch thread, as the learner role runs."""
+    import torch
+
+    torch.set_num_threads(1)
     small, big = PPO_BATCHES
     t_small, _ = ppo_update_s(small, seconds, run_dir, device)
     t_big, core = ppo_update_s(big, seconds, run_dir, device)
