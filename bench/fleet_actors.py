@@ -72,17 +72,13 @@ def hist_bin(ms: float) -> int:
     return min(HIST_BINS - 1, max(0, int(math.log(max(ms, HIST_LO_MS) / HIST_LO_MS) * _HIST_SCALE)))
 
 
-def hist_edges() -> np.ndarray:
-    return HIST_LO_MS * np.exp(np.arange(HIST_BINS + 1) / _HIST_SCALE)
-
-
 def hist_percentile(counts: np.ndarray, q: float) -> float | None:
     """The upper edge of the bin holding the q-th percentile (bins are ~1.6% wide): None without samples."""
     total = counts.sum()
     if total == 0:
         return None
     index = int(np.searchsorted(np.cumsum(counts), q / 100 * total))
-    return float(hist_edges()[min(index, HIST_BINS - 1) + 1])
+    return float(HIST_LO_MS * math.exp((min(index, HIST_BINS - 1) + 1) / _HIST_SCALE))
 
 
 # -- chunks from the recording ----------------------------------------------------------------------------
