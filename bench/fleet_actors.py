@@ -50,6 +50,7 @@ import numpy as np
 import zmq
 
 from bench.fleet_trace import LoopTrace
+from bench.rollouts import FIELDS
 from bench.rollouts import load as load_rollout
 from surreal.config import ExperimentConfig, config_from_env
 from surreal.config.schema import OffPolicyConfig
@@ -91,7 +92,7 @@ class Recording:
     def __init__(self, cfg: ExperimentConfig, data: dict[str, np.ndarray]) -> None:
         ends = np.flatnonzero(data["terminated"] | data["truncated"])
         length = int(ends[-1]) + 1 if len(ends) else len(data["rewards"])
-        self.data = {k: v[:length] for k, v in data.items() if k in RECORDED}
+        self.data = {k: v[:length] for k, v in data.items() if k in FIELDS}
         self.length = length
         self.steps_per_s = float(data["steps_per_s"])
         self.T, self.K = cfg.actor.chunk_steps, cfg.topology.envs_per_actor
@@ -135,9 +136,6 @@ class Recording:
             "next_obs": raw["next_obs"],
             "discounts": np.where(raw["terminated"], 0.0, self.gamma).astype(np.float32),
         }
-
-
-RECORDED = ("obs", "next_obs", "actions", "logprobs", "rewards", "terminated", "truncated")
 
 
 # -- one simulated actor --------------------------------------------------------------------------------
