@@ -15,10 +15,9 @@ update, publishing the blob, metrics rows, checkpoints), minus sockets.
   per-minibatch gathers, torch.distributions, default Adam, clip_grad_norm_ and `.item()` per minibatch.
 - ddpg / td3: replay-shaped samples of 4 minibatches of 256 (`learner.minibatches_per_sample`) stepped through
   in one call, 256-256 MLPs; the reference is CleanRL's ddpg / td3_continuous_action update on one minibatch;
-  rates are per gradient step.
-  `matmul_floor_ms_per_update` is the step's matmul FLOPs at this device's [256, 256] @ [256, 256] rate, and
-  `matmul_share_current` that floor over the current update's time: near 1, only fewer FLOPs (or another
-  device) can make the update faster.
+  rates are per gradient step. `matmul_floor_ms_per_update` is the step's matmul FLOPs at this device's
+  [256, 256] @ [256, 256] rate, and `matmul_share_current` that floor over the current update's time: near 1,
+  only fewer FLOPs (or another device) can make the update faster.
 - sac: SAC's learner at its packaged defaults (twin critics, a target network, actor and temperature every step)
   against CleanRL's sac_continuous_action with those settings; its `ms_per_step` beside ddpg's is what a SAC
   step costs against a DDPG step on the same device.
