@@ -78,11 +78,8 @@ class WatchedRun:
         self.stop()
 
     def wait(self, timeout_s: float) -> dict:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            self.poll()
-            time.sleep(0.5)
-        self.stop()
+        """Watch until the run ends (or `timeout_s` passes: then stop it as Ctrl-C would); its summary.json."""
+        self.run_for(timeout_s)
         return json.loads((self.run_dir / "summary.json").read_text())
 
     def stop(self) -> None:

@@ -22,12 +22,12 @@ actors could send, on the cores the values file requests), and says whether the 
 `--check` predicts every point of bench/results/fleet.2core.json (bench.fleet's simulated actors at the rate it
 set, against the real services on this box: learner on the CPU, one shard, one ps, Unix sockets) and of every
 GPU machine's bench/results/throughput.<gpu>-16core.json (real actors, 4 envs each; GPU learner), prints the
-error of each against its target (20 % and 25 %) and writes everything to bench/results/capacity.2core.json (under a
-minute). A point is predicted from its cluster description only (actors, rate, batch rule, topology); nothing
-is read from its measured outcome. On a GPU machine the 1-actor point is a
-calibration, not a check: with the learner measured there (`--measure-learner`), it gives an actor's rate in the
-system, which that machine's shared cores hold below the raw rate; without (the H100 file), it gives the learner's
-cost (`gpu_box_check` says which, and why).
+error of each against its target (20 % and 25 %) and writes everything to bench/results/capacity.2core.json
+(under a minute). A point is predicted from its cluster description only (actors, rate, batch rule, topology);
+nothing is read from its measured outcome. On a GPU machine the 1-actor point is a calibration, not a check:
+with the learner measured there (`--measure-learner`), it gives an actor's rate in the system, which that
+machine's shared cores hold below the raw rate; without (the H100 file), it gives the learner's cost
+(`gpu_box_check` says which, and why).
 """
 
 from __future__ import annotations
@@ -35,15 +35,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
-import platform
 import sys
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 import yaml
 
-from bench._runs import RESULTS, emit
+from bench._runs import RESULTS, emit, machine
 from bench.capacity_costs import MEASURED_FILE, calibrated_learner, load_costs, measure, measure_learner
 from bench.capacity_model import Cluster, Costs, predict, size_services
 
@@ -51,17 +49,6 @@ FLEET_FILE = RESULTS / "fleet.2core.json"
 CHECK_FILE = RESULTS / "capacity.2core.json"
 FLEET_TARGET, GPU_BOX_TARGET = 0.20, 0.25
 GPU_BOX_CHUNK, GPU_BOX_MINIBATCHES = 256, 32  # bench.throughput's defaults (chunk_steps, batch / 32)
-
-
-class Network(TypedDict):
-    """A cluster's network as `Cluster` takes it."""
-
-    network_gbit: float
-    rtt_ms: float
-
-
-# The chart's sizing network (the issue's datacenter profile).
-DATACENTER: Network = {"network_gbit": 10.0, "rtt_ms": 0.2}
 
 
 # -- cluster descriptions -----------------------------------------------------------------------------------
@@ -196,9 +183,10 @@ def cpu_cores(quantity: Any) -> float:
     return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
 
 
-def values_cluster(path: Path, network: Network = DATACENTER) -> Cluster:
+def values_cluster(path: Path) -> Cluster:
     """A chart values file's cluster: actor and service counts and the cores each requests; the experiment's
-    PPO batch and chunk; a datacenter network; the learner on an H100 (the chart's GPU learner)."""
+    PPO batch and chunk; the chart's sizing network (the issue's datacenter profile); the learner on an H100
+    (the chart's GPU learner)."""
     values = yaml.safe_load(path.read_text())
     experiment = values.get("experiment", {})
     algo = experiment.get("algo", "ppo")
@@ -220,7 +208,8 @@ def values_cluster(path: Path, network: Network = DATACENTER) -> Cluster:
         batch_size=batch,
         minibatches=batch // minibatch if batch and minibatch else 32,
         update_epochs=algo_fields.get("update_epochs", 10),
-        **network,
+        network_gbit=10.0,
+        rtt_ms=0.2,
     )
 
 
@@ -251,7 +240,7 @@ def row(cluster: Cluster, costs: Costs, measured: dict[str, Any], target: float 
 
 def check(costs: Costs, fleet_file: Path = FLEET_FILE, results: Path = RESULTS) -> dict[str, Any]:
     """Every fleet point (any algorithm key holding `points`) and every GPU machine's point, predicted and compared."""
-    out: dict[str, Any] = {"benchmark": "capacity", "machine": f"vm {platform.machine()} {os.cpu_count()} cpus"}
+    out: dict[str, Any] = {"benchmark": "capacity", "machine": machine()}
     fleet = json.loads(fleet_file.read_text())
     for algo, run in fleet.items():
         if not isinstance(run, dict) or "points" not in run:
@@ -330,12 +319,7 @@ def main() -> None:
         parser.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=None)
     args = parser.parse_args()
     if args.measure:
-        result = {
-            "benchmark": "capacity-costs",
-            "machine": f"vm {platform.machine()} {os.cpu_count()} cpus",
-            **measure(args.seconds),
-        }
-        emit(result, MEASURED_FILE)
+        emit({"benchmark": "capacity-costs", "machine": machine(), **measure(args.seconds)}, MEASURED_FILE)
         return
     if args.measure_learner:
         result = measure_learner(args.measure_learner, args.seconds)

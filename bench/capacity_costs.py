@@ -1,34 +1,33 @@
 """The capacity model's per-component costs: short micro-benchmarks (`--measure`) and figures read from other
 results files, each with its source.
 
-Measured here (seconds each, one thread, CPU time of the component's own thread, the fastest of a few rounds:
-another program's load slows the wall clock and, less, the CPU time; the box this runs on is shared, say so
-next to any figure):
+Measured here, each the fastest of a few rounds of one thread's CPU time (another program's load slows the wall
+clock and, less, the CPU time; this box is shared, say so next to any figure):
 
-- actor: one env and the PPO policy as an actor starts it, stepping (bench.throughput's raw actor, on CPU time),
-  HalfCheetah-v5 and, where robosuite imports, robosuite Lift;
+- actor: one env and the PPO policy as an actor starts it, stepping (bench.throughput's raw actor), HalfCheetah-v5
+  and, where robosuite imports, robosuite Lift;
 - learner (cpu): the learner role's `LearnerCore` in-process (bench.learner's harness) on chunks of 64 steps cut
-  from the recorded HalfCheetah-v5 rollout, one chunk per actor as bench.fleet sends them, PPO at two batches
-  under the fleet's rule (minibatch = batch / 32, 10 epochs) giving the per-step and per-sample costs; DDPG's
-  gradient step on replay-shaped samples of 4 x 256;
-- replay shard: chunks framed as an actor sends them, decoded and stored by `ReplayShard` (ingest), and
-  sample replies drawn and framed (egress), per CPU second;
+  from the recorded HalfCheetah-v5 rollout, one per actor as bench.fleet sends them: PPO at two batches under the
+  fleet's rule (minibatch = batch / 32, 10 epochs) gives the per-step and per-sample costs; DDPG's gradient step
+  on replay-shaped samples of 4 x 256;
+- replay shard: chunks framed as an actor sends them, decoded and stored by `ReplayShard` (ingest), and sample
+  replies drawn and framed (egress);
 - ps: a `ParamServer` replica on inproc sockets in a thread of its own, saturated (64 DEALERs keep 8 requests
   each in flight), answering with the PPO policy's real blob ("params") or "not modified", per CPU second of its
-  thread.
+  own thread.
 
 On a GPU machine (`--measure-learner cuda`, bench/gpu.sh part3): the same two PPO updates and the DDPG step on
-the GPU, compiled and replayed as CUDA graphs as that part's system runs are, timed by the wall clock with the
-device synchronized after every update (the GPU's time is not the thread's CPU time; the median round), into
-`capacity-learner.<machine>.json` (`h200-16core`, ...). `load_costs` adds every such file's learner under its GPU's
-name (`h200`), the device a cluster names in `learner_device`.
+the GPU, compiled and replayed as CUDA graphs as that part's system runs are, by the wall clock with the device
+synchronized after every update (the GPU's time is not the thread's CPU time; the median round), into
+`capacity-learner.<machine>.json` (`h200-16core`, ...). `load_costs` adds every such file's learner under its
+GPU's name (`h200`), the device a cluster names in `learner_device`.
 
-Read from files: the H100 learner (that machine measured none): `bench/results/throughput.h100-16core.json`'s
-1-actor point, the only H100 learner figure there is (from before the learner work); its batch over its system
-rate is one update, all 320 minibatch steps' overhead (docs/benchmarks.md's diagnosis of that run), so `sample_s` is 0.
-The check therefore lists that point as calibration (`calibrated_learner`, for any GPU machine that measured no
-learner). Lift's actor cost falls back to `throughput-robosuite-Lift.2core.json`'s 1-actor
-raw rate when robosuite is not installed.
+Read from files: the H100 learner (that machine measured none) from `bench/results/throughput.h100-16core.json`'s
+1-actor point, the only H100 learner figure there is (from before the learner work): its batch over its system
+rate is one update, all 320 minibatch steps' overhead (docs/benchmarks.md's diagnosis of that run), so `sample_s`
+is 0, and the check lists that point as calibration (`calibrated_learner`, for any GPU machine that measured no
+learner). Lift's actor cost falls back to `throughput-robosuite-Lift.2core.json`'s 1-actor raw rate when
+robosuite is not installed.
 """
 
 from __future__ import annotations
@@ -173,28 +172,25 @@ def fleet_chunks(algo: str, count: int) -> tuple[Any, list[Any]]:
     return cfg, chunks
 
 
-def device_overrides(device: str) -> list[str]:
-    """The learner as the runs it stands for use it: the fleet's CPU learner eager, a GPU's compiled (CUDA graphs)."""
-    return ["device=cpu"] if device == "cpu" else [f"device={device}", "learner.compile=true"]
+def core_overrides(device: str) -> list[str]:
+    """The learner as the runs it stands for use it: the fleet's CPU learner eager, a GPU's compiled (CUDA graphs);
+    no checkpoints while timed."""
+    on_device = ["device=cpu"] if device == "cpu" else [f"device={device}", "learner.compile=true"]
+    return [*on_device, "learner.checkpoint_interval=1000000", "learner.checkpoint_interval_s=100000"]
 
 
 def ppo_update_s(batch: int, seconds: float, run_dir: Path, device: str = "cpu") -> tuple[float, Any]:
     """Seconds of one `LearnerCore` PPO update at `batch` under the fleet's rule (CPU time on the CPU, wall time
     on a GPU); the core too (its blob)."""
-    import torch
-
     from bench.learner import learner_core, one_update
 
-    torch.set_num_threads(1)
     _, chunks = fleet_chunks("ppo", batch // FLEET_CHUNK)
     overrides = [
-        *device_overrides(device),
+        *core_overrides(device),
         f"actor.chunk_steps={FLEET_CHUNK}",
         f"algo.batch_size={batch}",
         f"algo.minibatch_size={batch // FLEET_MINIBATCHES}",
         "algo.update_epochs=10",
-        "learner.checkpoint_interval=1000000",
-        "learner.checkpoint_interval_s=100000",
     ]
     core = learner_core("ppo", overrides, chunks, [], run_dir / f"ppo-{batch}")
     return 1.0 / device_rate(lambda: one_update(core), 1, seconds, device), core
@@ -203,21 +199,16 @@ def ppo_update_s(batch: int, seconds: float, run_dir: Path, device: str = "cpu")
 def ddpg_step_s(seconds: float, run_dir: Path, device: str = "cpu") -> float:
     """Seconds of one DDPG gradient step (256 batch) through `LearnerCore`, on samples of 4 x 256 (CPU time on
     the CPU, wall time on a GPU)."""
-    import torch
-
     from bench.learner import learner_core, one_update, transition_batches
 
-    torch.set_num_threads(1)
     cfg, chunks = fleet_chunks("ddpg", 16)
     k, batch = DDPG_MINIBATCHES_PER_SAMPLE, cfg.algo.batch_size
     samples = transition_batches(chunks, k * batch, 16, 1)
     overrides = [
-        *device_overrides(device),
+        *core_overrides(device),
         f"learner.minibatches_per_sample={k}",
         "algo.learning_starts=0",
         f"algo.replay_ratio={1 / batch}",
-        "learner.checkpoint_interval=1000000",
-        "learner.checkpoint_interval_s=100000",
     ]
     core = learner_core("ddpg", overrides, [], samples, run_dir / "ddpg")
     return 1.0 / device_rate(lambda: one_update(core), k, seconds, device)
@@ -343,7 +334,10 @@ PPO_BATCHES = (2048, 32768)  # two batches under the fleet's rule: per-step and 
 def learner_costs(device: str, seconds: float, run_dir: Path) -> tuple[LearnerCost, Any, dict[str, Any]]:
     """The learner's cost on `device`: PPO updates at two batches under the fleet's rule (minibatch = batch / 32,
     10 epochs), solved for the per-step and per-sample terms, and DDPG's gradient step; the PPO core (for its
-    blob) and the raw timings too."""
+    blob) and the raw timings too. One torch thread, as the learner role runs."""
+    import torch
+
+    torch.set_num_threads(1)
     small, big = PPO_BATCHES
     t_small, _ = ppo_update_s(small, seconds, run_dir, device)
     t_big, core = ppo_update_s(big, seconds, run_dir, device)

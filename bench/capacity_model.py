@@ -191,10 +191,10 @@ def size_services(c: Cluster, costs: Costs, headroom: float = 1.5) -> Cluster:
     v?" checks and blobs) is sized for the most the actors could send: a probe of SLICE of the cluster's actors
     (a batch of as many chunks per actor) against a learner and services that never bind (a shard and a ps replica
     per actor) gives each service's work and bytes per env step at the actors' full pace, scaled to the whole
-    fleet. What goes out of replay (samples) only
-    flows at the learner's pace: min(actors, learner), the learner's capacity from the cluster's own prediction.
-    A shard does both on the same cores, so its two loads add. Counts are rounded up to a power of two, so a rerun
-    of the micro-benchmarks on a loaded box (their figures move by 10-20 %) rarely moves them."""
+    fleet. What goes out of replay (samples) only flows at the learner's pace: min(actors, learner), the learner's
+    capacity from the cluster's own prediction. A shard does both on the same cores, so its two loads add. Counts
+    are rounded up to a power of two, so a rerun of the micro-benchmarks on a loaded box (their figures move by
+    10-20 %) rarely moves them."""
     k = min(c.actors, SLICE)
     batch = max(c.chunk, c.batch * k // c.actors) if c.algo == "ppo" else None
     probe_cluster = replace(c, actors=k, batch_size=batch, shards=k, ps_replicas=k)  # services that never bind

@@ -3,51 +3,47 @@
     python -m bench.fleet --algo ppo|ddpg --actors N [N ...] --seconds S [--network none|datacenter|degraded]
                           [--rate STEPS_PER_S] [--processes P] [--chunk-steps T] [--curve on|off] [--set KEY=VALUE ...]
 
-For each N: the replay shards, ps replicas and the learner are started exactly as `surreal run` starts them
-(`plan_processes`, the same `python -m surreal role X` with SURREAL_* variables, Unix sockets in a folder of
-their own, under a `Supervisor` that restarts what crashes), and the N actors are simulated by P processes
-(bench/fleet_actors.py, P = min(N, 4) by default), each actor a full peer: its own sockets, the real wire format
-with chunks cut from a recorded HalfCheetah-v5 rollout, the real actor side of flow control and the real fetch
-cadence, stepping at `--rate` env steps/s (default: the rate the recording was made at, one actor's on one core
-of this box). After a warm-up (every actor has sent a chunk, then the learner has written two more rows) the run is
-measured for S seconds, then stopped as `surreal run` stops: actors first (SIGTERM: they flush), then the
-learner, ps and replay. PPO learns from batches of 2,048 steps at every N (from 64 actors on the actors
-outnumber a batch's 32 chunks: each sends a chunk on its turn, every N / 32 versions) and DDPG runs at replay
-ratio 0.1 from 5,000 env steps; `--set` overrides any config key.
+For each N the services start exactly as `surreal run` starts them (`plan_processes`, `python -m surreal role X`
+with SURREAL_* variables, Unix sockets in a folder of their own, a `Supervisor` restarting what crashes), and P
+processes (bench/fleet_actors.py, P = min(N, 4) by default) simulate the N actors, each a full peer: its own
+sockets, the real wire format with chunks cut from a recorded HalfCheetah-v5 rollout, the real actor side of flow
+control and fetch cadence, at `--rate` env steps/s (default: the recording's, one actor on one core of this box).
+After a warm-up (every actor has sent a chunk, then the learner has written two more rows) S seconds are
+measured, then everything stops as `surreal run` stops it: actors first (SIGTERM: they flush), then learner, ps
+and replay. PPO learns from batches of 2,048 steps at every N (from 64 actors on, the actors outnumber a batch's
+32 chunks: each sends a chunk on its turn, every N / 32 versions); DDPG runs at replay ratio 0.1 from 5,000 env
+steps; `--set` overrides any config key.
 
-Every connection is over CURVE with keys made for the run (`--curve on`, the default: as `surreal run` and the chart
-run), or plaintext (`--curve off`); each point reports the handshakes the services refused (`handshakes_refused`, 0
-expected: every simulated actor holds the keys).
+Every connection is over CURVE with keys made for the run (`--curve on`, the default, as `surreal run` and the
+chart run) or plaintext (`--curve off`); `handshakes_refused` should be 0 (every simulated actor holds the keys).
+`--network datacenter|degraded` runs the fleet in a network namespace of its own, over TCP to the services on the
+box's end of a veth pair shaped by tc (bench/netem.py: 0.1 ms each way and 10 Gbit/s; 1 ms, 1 Gbit/s and 0.1 %
+loss); `none` (the default) uses Unix sockets as `surreal run` does. The results file keeps each network's results
+beside the others (`networks.<profile>.<algo>`).
 
-`--network datacenter|degraded` runs the fleet in a network namespace of its own, over TCP to the services on
-the box's end of a veth pair shaped by tc (bench/netem.py: 0.1 ms each way and 10 Gbit/s; 1 ms, 1 Gbit/s and
-0.1 % loss); `none` (the default) runs everything as `surreal run` does, over Unix sockets. Results by
-network are kept beside each other in the results file (`networks.<profile>.<algo>`).
-
-Per N: env steps/s accepted (the learner's count), learner updates/s and its wait share (1 - (update + io) /
-wall, from `surreal_learner_seconds_total`: the share of its time spent on anything but updating), version lag
-and staleness drops, ps fetch p50/p99 as the actors see them, over two kinds of answer: a fetch the ps answers
-at once (request to answer: `ps_fetch_at_once_*`) and a held fetch answered by a new blob (that blob's first
-arrival in the actor's process to this actor's: `ps_fanout_*`, the ps's fan-out of a version to the waiting
-actors it wakes; the hold itself waits for the learner, not the ps),
-replay ingest and egress where they happen (`surreal_replay_transitions_{in,out}_total`), CPU (cores) and
-peak RSS of every service and of the simulated fleet, open file descriptors and sockets of every service, drops
-by reason on every role and actor (`honest_dropped`: all of them plus chunks lost on stop; 0 expected), FIFO
-evictions, restarts, the live-actor count the learner published (`live_actors_min` / `_max` over the rows of
-the window) and whether the run ended cleanly (every process exited 0, nothing left running).
+Per N: env steps/s accepted (the learner's count), learner updates/s and its wait share (1 - (update + io) / wall,
+from `surreal_learner_seconds_total`: its time spent on anything but updating), version lag and staleness drops,
+ps fetch p50/p99 as the actors see them for two kinds of answer: at once (request to answer: `ps_fetch_at_once_*`)
+and a held fetch answered by a new blob (from that blob's first arrival in the actor's process to this actor's:
+`ps_fanout_*`, the ps's fan-out of a version to the actors it wakes; the hold itself waits for the learner, not
+the ps), replay ingest and egress where they happen (`surreal_replay_transitions_{in,out}_total`), CPU (cores)
+and peak RSS of every service and of the fleet, open descriptors and sockets of every service, drops by reason
+on every role and actor (`honest_dropped`: all of them plus chunks lost on stop; 0 expected), FIFO evictions,
+restarts, the live-actor count the learner published (`live_actors_min` / `_max` over the window's rows) and
+whether the run ended cleanly (every process exited 0, nothing left running).
 
 `slow_fetches` says what the fetches slower than 50 ms (issue #23's p99 bound) had in common (bench/fleet_trace.py):
-how many overlapped a busy turn or a late wake-up of their own process's event loop, one of its garbage
-collections, or a replay snapshot, how many none of these, and every process's CPU and run-queue wait and the
-box's pressure stalls in the seconds that held a slow fetch against the other seconds. The raw events and
-samples are written to the run folder's trace.json (kept with `--workdir`).
+how many overlapped a busy turn or late wake-up of their own process's event loop, one of its garbage collections,
+or a replay snapshot, how many none of these, and every process's CPU and run-queue wait and the box's pressure
+stalls in the seconds that held a slow fetch against the others. The raw events and samples go to the run
+folder's trace.json (kept with `--workdir`).
 
 **Bottleneck** (one name per N, the first rule that holds): `learner` when its wait share is under 0.1 (it
-updates all the time: the actors wait for it); else the service using the most CPU if that is at least 0.9 of a
-core (`replay-0`, `ps-0`, ...); else `fleet` if a simulated-actor process uses 0.9 of a core (the simulation,
-not the system, is the limit); else `machine` if the box's cores are 90% busy (other programs on a shared box
-included: `others_busy_cores` says how much was theirs); else `actors`
-(the fleet's own pacing: it sends everything its rate allows and the services keep up).
+updates all the time: the actors wait for it); else the service using the most CPU if at least 0.9 of a core
+(`replay-0`, `ps-0`, ...); else `fleet` if a simulated-actor process uses 0.9 of a core (the simulation, not the
+system, is the limit); else `machine` if the box's cores are 90% busy (other programs on a shared box included:
+`others_busy_cores` says how much was theirs); else `actors` (the fleet's own pacing: it sends everything its rate
+allows and the services keep up).
 
 The last line printed is one JSON object; results are also merged into bench/results/fleet.<cores>core.json (one
 key per algorithm) with a PNG of throughput against N beside it, the bottleneck named at every point.
@@ -202,22 +198,13 @@ def summed(stats: list[dict[str, Any]], key: str) -> float:
 # -- one point ----------------------------------------------------------------------------------------------
 
 
-def run_point(
-    algo: str,
-    actors: int,
-    seconds: float,
-    rate: float,
-    processes: int,
-    chunk_steps: int,
-    link: Link | None,
-    extra: list[str],
-    workdir: Path,
-    curve: bool = True,
-) -> dict[str, Any]:
-    """One N. With `link`, over TCP: the services bind the box's end of the emulated network and the fleet runs
-    in its namespace; without, as `surreal run` runs (Unix sockets in a folder of their own). `curve`: every
-    connection over CURVE, with keys made for this point in that private folder (as `surreal run` makes them)."""
-    cfg = load_config([*config_overrides(algo, actors, chunk_steps), *extra])
+def run_point(args: argparse.Namespace, actors: int, rate: float, link: Link | None, workdir: Path) -> dict[str, Any]:
+    """One N, with main's options. With `link`, over TCP: the services bind the box's end of the emulated network
+    and the fleet runs in its namespace; without, as `surreal run` runs (Unix sockets in a folder of their own).
+    `--curve on`: every connection over CURVE, with keys made for this point in that private folder (as `surreal
+    run` makes them)."""
+    algo, curve = args.algo, args.curve == "on"
+    cfg = load_config([*config_overrides(algo, actors, args.chunk_steps), *args.set])
     cfg = replace(cfg, name=f"fleet-{algo}-{actors}")
     run_dir = workdir / f"{algo}-{actors}"
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
@@ -235,8 +222,10 @@ def run_point(
             specs = [replace(s, env=on_host(s.env, link, s.role == "actor")) for s in specs]
         services = [s for s in specs if s.role != "actor"]
         actor_env = next(s for s in specs if s.role == "actor").env
+        processes = args.processes or min(actors, 4)
         fleet = fleet_specs(actors, processes, rate, link, actor_env, fleet_dir)
-        point = measure(cfg, run_dir, fleet_dir, services, fleet, seconds, started, link.host if link else LOOPBACK)
+        host = link.host if link else LOOPBACK
+        point = measure(cfg, run_dir, fleet_dir, services, fleet, args.seconds, started, host)
     point["curve"] = curve
     point["left_behind"] = [p.pid for p in psutil.Process().children(recursive=True)]
     point["sockets_folder_removed"] = not Path(sockets).exists()
@@ -535,23 +524,20 @@ def plot(results: dict[str, Any], path: Path) -> None:
             )
         p99 = [p["ps_fetch_p99_ms"] or float("nan") for p in points]
         ax2.plot(n, p99, styles[network], color=color, label=label)
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.12)  # room for the labels above the highest point
+    ax.set_ylabel("env steps / s accepted by the learner")
+    ax.set_title("Throughput against fleet size (bottleneck named at each point)")
+    ax2.axhline(50, color="grey", ls="--", lw=1, label="target 50 ms")
+    ax2.set_yscale("log")
+    ax2.set_ylabel("ms")
+    ax2.set_title("Parameter fetch latency p99, as the actors see it")
     counts = sorted({p["actors"] for _, _, result in runs for p in result["points"]})
     for axis in (ax, ax2):
         axis.set_xscale("log", base=2)
         axis.set_xticks(counts, [str(c) for c in counts])
-    ax.set_ylim(0, ax.get_ylim()[1] * 1.12)  # room for the labels above the highest point
-    ax.set_xlabel("simulated actors N")
-    ax.set_ylabel("env steps / s accepted by the learner")
-    ax.set_title("Throughput against fleet size (bottleneck named at each point)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
-    ax2.axhline(50, color="grey", ls="--", lw=1, label="target 50 ms")
-    ax2.set_yscale("log")
-    ax2.set_xlabel("simulated actors N")
-    ax2.set_ylabel("ms")
-    ax2.set_title("Parameter fetch latency p99, as the actors see it")
-    ax2.grid(True, alpha=0.3)
-    ax2.legend(fontsize=7)
+        axis.set_xlabel("simulated actors N")
+        axis.grid(True, alpha=0.3)
+        axis.legend(fontsize=7)
     fig.suptitle(f"bench.fleet on {runs[0][2]['machine']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -586,19 +572,7 @@ def main() -> None:
             print(json.dumps({"benchmark": "fleet", "algo": args.algo, "network": args.network, "skipped": True}))
             return
         for n in args.actors:
-            processes = args.processes or min(n, 4)
-            point = run_point(
-                args.algo,
-                n,
-                args.seconds,
-                rate,
-                processes,
-                args.chunk_steps,
-                link,
-                args.set,
-                workdir,
-                args.curve == "on",
-            )
+            point = run_point(args, n, rate, link, workdir)
             points.append(point)
             print(json.dumps(point), flush=True)
     result = {

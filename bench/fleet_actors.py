@@ -8,27 +8,26 @@ Each simulated actor is what `roles/actor.py` is on the wire, minus the environm
 - its own sockets: an `ExperienceSender` (PUSH, round-robin over the replay shards) and a `ParamClient` (DEALER
   on every ps replica), the classes the real actor's ports use;
 - chunks in the real wire format (`encode_chunk`): `chunk_steps` x `envs_per_actor` steps cut from a recorded
-  HalfCheetah-v5 rollout (bench/rollouts.py), with the PPO or DDPG arrays and episode metadata an actor sends;
-  a chunk is ready `chunk_steps * envs_per_actor / rate` seconds after its stepping began (the env-step rate R
-  of one actor), and stamped with the parameter version the actor holds;
-- the real actor's decisions: `roles/actor.py` `ActorCore`, event by event (its `next_action`: collect, send,
-  ask the ps with or without a hold, finish; told each chunk collected, each send's outcome and each reply):
-  flow control (shares and overdraft on-policy, the env-step budget off-policy), the fetch cadence, backpressure
-  and the SIGTERM flush are the core's, with the real actor's timings (`SEND_TIMEOUT_S`, `FLUSH_S`, `IDLE_S`);
-  a fetch waits up to `fetch_timeout_s` (plus its hold), and is asked again of the other replicas when a ps
-  connection breaks (ParamClient's monitor socket), as `Actor` drives the same core.
+  HalfCheetah-v5 rollout (bench/rollouts.py) with the PPO or DDPG arrays and episode metadata an actor sends,
+  ready `chunk_steps * envs_per_actor / rate` seconds after their stepping began (R: one actor's env steps/s)
+  and stamped with the parameter version the actor holds;
+- the real actor's decisions: `ActorCore`, event by event (its `next_action`: collect, send, ask the ps with or
+  without a hold, finish), so flow control (shares and overdraft on-policy, the env-step budget off-policy), the
+  fetch cadence, backpressure and the SIGTERM flush are the core's, with the real actor's timings
+  (`SEND_TIMEOUT_S`, `FLUSH_S`, `IDLE_S`); a fetch waits up to `fetch_timeout_s` (plus its hold) and is asked
+  again of the other replicas when a ps connection breaks (ParamClient's monitor socket), as `Actor` does.
 
-What differs from a real actor: no policy runs (a blob's arrays are decoded and validated but not loaded into
-a network) and chunks repeat the recording. `--delay-ms` holds each fetch request and each reply in this process
-for that long (one way, each direction): bench.fleet's emulated network where the kernel has no `tc netem`.
+What differs: no policy runs (a blob's arrays are decoded and validated, not loaded into a network) and chunks
+repeat the recording. `--delay-ms` holds each fetch request and each reply in this process for that long (one
+way, each direction): bench.fleet's emulated network where the kernel has no `tc netem`.
 
-Every second (and at exit) the process writes its counters to `--stats` as JSON, from a thread (`StatsFile`):
-actors, how many hold parameters and have sent, chunks and env steps sent, fetches, the latency histogram of those
-the ps answers at once (the cadence fetches after a chunk, and held fetches whose wake version the ps already held;
-from the moment the file `<stats>.measure` appears) and, for held fetches a new blob answered, the delay from that
-blob's first arrival in this process to this actor's (how long the ps's fan-out of a version to the parked actors it
-wakes takes, a lower bound; every answer a poll finds is timed as it is taken off its socket, before any is
-decoded), fetch timeouts, replies dropped by reason, seconds blocked, chunks lost on stop.
+Every second (and at exit) a thread (`StatsFile`) writes the process's counters to `--stats` as JSON: actors,
+how many hold parameters and have sent, chunks and env steps sent, fetches, the latency histogram of those the ps
+answers at once (the cadence fetches after a chunk, and held fetches whose wake version the ps already held; from
+the moment the file `<stats>.measure` appears) and, for held fetches a new blob answered, the delay from that
+blob's first arrival in this process to this actor's (the ps's fan-out of a version to the parked actors it
+wakes, a lower bound; every answer a poll finds is timed as it is taken off its socket, before any is decoded),
+fetch timeouts, replies dropped by reason, seconds blocked, chunks lost on stop.
 """
 
 from __future__ import annotations
@@ -51,6 +50,7 @@ import numpy as np
 import zmq
 
 from bench.fleet_trace import LoopTrace
+from bench.rollouts import FIELDS
 from bench.rollouts import load as load_rollout
 from surreal.config import ExperimentConfig, config_from_env
 from surreal.config.schema import OffPolicyConfig
@@ -73,17 +73,13 @@ def hist_bin(ms: float) -> int:
     return min(HIST_BINS - 1, max(0, int(math.log(max(ms, HIST_LO_MS) / HIST_LO_MS) * _HIST_SCALE)))
 
 
-def hist_edges() -> np.ndarray:
-    return HIST_LO_MS * np.exp(np.arange(HIST_BINS + 1) / _HIST_SCALE)
-
-
 def hist_percentile(counts: np.ndarray, q: float) -> float | None:
     """The upper edge of the bin holding the q-th percentile (bins are ~1.6% wide): None without samples."""
     total = counts.sum()
     if total == 0:
         return None
     index = int(np.searchsorted(np.cumsum(counts), q / 100 * total))
-    return float(hist_edges()[min(index, HIST_BINS - 1) + 1])
+    return float(HIST_LO_MS * math.exp((min(index, HIST_BINS - 1) + 1) / _HIST_SCALE))
 
 
 # -- chunks from the recording ----------------------------------------------------------------------------
@@ -96,7 +92,7 @@ class Recording:
     def __init__(self, cfg: ExperimentConfig, data: dict[str, np.ndarray]) -> None:
         ends = np.flatnonzero(data["terminated"] | data["truncated"])
         length = int(ends[-1]) + 1 if len(ends) else len(data["rewards"])
-        self.data = {k: v[:length] for k, v in data.items() if k in RECORDED}
+        self.data = {k: v[:length] for k, v in data.items() if k in FIELDS}
         self.length = length
         self.steps_per_s = float(data["steps_per_s"])
         self.T, self.K = cfg.actor.chunk_steps, cfg.topology.envs_per_actor
@@ -140,9 +136,6 @@ class Recording:
             "next_obs": raw["next_obs"],
             "discounts": np.where(raw["terminated"], 0.0, self.gamma).astype(np.float32),
         }
-
-
-RECORDED = ("obs", "next_obs", "actions", "logprobs", "rewards", "terminated", "truncated")
 
 
 # -- one simulated actor --------------------------------------------------------------------------------

@@ -49,7 +49,8 @@ def actor_steps(ports: list[int]) -> float:
     return total
 
 
-def measure(overrides: list[str], name: str, seconds: float, warmup_s: float, runs_root: Path) -> dict:
+def measure(overrides: list[str], actors: int, name: str, seconds: float, warmup_s: float, runs_root: Path) -> dict:
+    """Env steps/s of a run's `actors` actors (their own counters), once every one steps and `warmup_s` passed."""
     run = WatchedRun(name, overrides, runs_root)
     try:
         deadline = time.monotonic() + 300
@@ -57,7 +58,7 @@ def measure(overrides: list[str], name: str, seconds: float, warmup_s: float, ru
         while time.monotonic() < deadline:  # every actor up and stepping
             ports = actor_ports(run.proc.pid)
             try:
-                if len(ports) == int(_value(overrides, "actors")) and actor_steps(ports) > 0:
+                if len(ports) == actors and actor_steps(ports) > 0:
                     break
             except OSError:
                 pass
@@ -73,10 +74,6 @@ def measure(overrides: list[str], name: str, seconds: float, warmup_s: float, ru
     return {"env_steps_per_s": (s1 - s0) / (t1 - t0), "env_steps": s1 - s0, "seconds": t1 - t0}
 
 
-def _value(overrides: list[str], key: str) -> str:
-    return next(o.split("=", 1)[1] for o in overrides if o.startswith(f"{key}="))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", default="Pendulum-v1")
@@ -90,7 +87,6 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--runs-root", type=Path, default=RESULTS / "runs", help="where the run folders go")
     args = parser.parse_args()
-    runs_root = args.runs_root
     common = [
         f"env={args.env}",
         f"actors={args.actors}",
@@ -114,7 +110,7 @@ def main() -> None:
             if mode == "central":
                 extra.append(f"topology.inference_workers={args.workers}")
             name = f"inference-{network}-{mode}-{int(time.time())}"
-            row[mode] = measure([*common, *extra], name, args.seconds, args.warmup, runs_root)
+            row[mode] = measure([*common, *extra], args.actors, name, args.seconds, args.warmup, args.runs_root)
             print(network, mode, row[mode], flush=True)
         row["central_over_per_actor"] = row["central"]["env_steps_per_s"] / row["per_actor"]["env_steps_per_s"]
         results[network] = row

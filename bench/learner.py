@@ -4,39 +4,36 @@
                             [--compile] [--threads 1] [--quick] [--save | --out PATH] [--device-auto]
     python -m bench.learner --replicas 1 2 [...]   (the data-parallel learner: bench/learner_group.py)
 
-No sockets: real experience is collected once on HalfCheetah-v5 (obs 17-D, act 6-D) with the algorithm's
-own policy and collector, then fed to the learner in-process, over and over.
+No sockets: real HalfCheetah-v5 experience (obs 17-D, act 6-D) is collected once with the algorithm's own policy
+and collector, then fed to the learner in-process, over and over. Each row also times `core`, the learner
+role's `LearnerCore` on the same experience: what a learner process does per update (staleness bound, the
+update, publishing the blob, metrics rows, checkpoints), minus sockets.
 
-- ppo: 8 chunks of [256, 1] from two actors (a 2,048-transition batch; CleanRL's minibatch 64 x 10 epochs)
-  and, as a second row, 16 chunks (4,096; minibatch 1,024 x 2 epochs, Sample Factory's MuJoCo defaults).
-  The reference is CleanRL's ppo_continuous_action written plainly: the old per-chunk NumPy preparation
-  (normalization, values, reward-scaling carry, GAE), then per-minibatch gathers, torch.distributions,
-  default Adam and clip_grad_norm_, and CleanRL's `.item()` per minibatch.
-- core: the learner role's `LearnerCore` fed the same experience in-process (staleness bound, the update,
-  publishing the blob, metrics rows, checkpoints): what a learner process does per update, minus sockets.
-- ddpg / td3: samples of 4 minibatches of 256 transitions shaped as replay sends them (obs, actions, rewards,
-  next_obs, discounts; `learner.minibatches_per_sample`), 256-256 MLPs, stepped through in one call; the
-  reference is CleanRL's ddpg / td3_continuous_action update on one minibatch. Rates are per gradient step.
-  `matmul_floor_ms_per_update` is the step's matmul FLOPs at the rate this device sustains on a
-  [256, 256] @ [256, 256] matmul, and `matmul_share_current` that floor over the current update's time: near
-  1, only fewer FLOPs (or another device) can make the update faster.
-- sac: the same samples through SAC's learner at its packaged defaults (twin critics, a target network, the
-  actor and the temperature every step); the reference is CleanRL's sac_continuous_action update written
-  plainly with those settings (separate critic modules, torch.distributions, default Adam). Its `ms_per_step`
-  beside ddpg's is what a SAC step costs against a DDPG step on the same device.
+- ppo: 8 chunks of [256, 1] from two actors (2,048 transitions; CleanRL's minibatch 64 x 10 epochs) and 16
+  chunks (4,096; minibatch 1,024 x 2 epochs, Sample Factory's MuJoCo defaults). The reference is CleanRL's
+  ppo_continuous_action: per-chunk NumPy preparation (normalization, values, reward-scaling carry, GAE), then
+  per-minibatch gathers, torch.distributions, default Adam, clip_grad_norm_ and `.item()` per minibatch.
+- ddpg / td3: replay-shaped samples of 4 minibatches of 256 (`learner.minibatches_per_sample`) stepped through
+  in one call, 256-256 MLPs; the reference is CleanRL's ddpg / td3_continuous_action update on one minibatch;
+  rates are per gradient step. `matmul_floor_ms_per_update` is the step's matmul FLOPs at this device's
+  [256, 256] @ [256, 256] rate, and `matmul_share_current` that floor over the current update's time: near 1,
+  only fewer FLOPs (or another device) can make the update faster.
+- sac: SAC's learner at its packaged defaults (twin critics, a target network, actor and temperature every step)
+  against CleanRL's sac_continuous_action with those settings; its `ms_per_step` beside ddpg's is what a SAC
+  step costs against a DDPG step on the same device.
 - crossq (not in the default set): SAC with `preset=crossq` (batch renormalization, joint forward, no target
-  network, the actor every 3rd step, 2048-wide critics); the reference is the same CleanRL SAC update with
-  critics as wide, so `ratio` is what CrossQ's switches cost or save at that width, and its `ms_per_step` beside
-  sac's what the recipe costs against SAC's defaults.
+  network, the actor every 3rd step, 2048-wide critics) against the same CleanRL SAC update with critics as wide,
+  so `ratio` is what CrossQ's switches cost or save at that width, and its `ms_per_step` beside sac's what the
+  recipe costs against SAC's defaults.
 
-Each variant gets one untimed first update (its time is reported: for a compiled learner it holds the
-compile time, which depends on inductor's on-disk cache: point TORCHINDUCTOR_CACHE_DIR at an empty folder
-for the cold figure), one more warm-up, then ten or more short rounds that alternate the variants so they
-share the machine's load; the rate is the median round's. `ratio` = current / reference in updates per second. The last
-line printed is one JSON object; `--save` also writes it to bench/results/learner.<machine>.json, `--out` to PATH.
+Each variant gets one untimed first update (reported: for a compiled learner it holds the compile time, which
+depends on inductor's on-disk cache: point TORCHINDUCTOR_CACHE_DIR at an empty folder for the cold figure),
+one more warm-up, then ten or more short rounds alternating the variants so they share the machine's load; the
+rate is the median round's. `ratio` = current / reference in updates per second. The last line printed is one
+JSON object; `--save` also writes it to bench/results/learner.<machine>.json, `--out` to PATH.
 
-`--device-auto` adds what `device=auto` chooses on this machine for `make run`'s PPO and for DDPG (one update of
-each timed on the CPU and, where CUDA is present, on the GPU, exactly as the learner role decides at start).
+`--device-auto` adds what `device=auto` chooses here for `make run`'s PPO and for DDPG (one update of each timed
+on the CPU and, with CUDA, on the GPU, as the learner role decides at start).
 """
 
 from __future__ import annotations
@@ -473,6 +470,15 @@ def learner_core(
     return holder[0]
 
 
+def ppo_config(large: bool) -> PPOConfig:
+    """PPO's defaults (CleanRL's: 2,048 transitions, minibatches of 64, 10 epochs), or with `large` the second row
+    (4,096, minibatches of 1,024, 2 epochs: Sample Factory's MuJoCo setting), where a step's work grows more with
+    its samples than a tiny minibatch's fixed per-step cost does."""
+    if large:
+        return PPOConfig(seed=1, batch_size=4096, minibatch_size=1024, update_epochs=2)
+    return PPOConfig(seed=1)
+
+
 def ppo_row(cfg: PPOConfig, device: torch.device, args: argparse.Namespace, sync: Callable[[], None]) -> dict:
     module = get_algorithm("ppo")
     obs_space, act_space, chunks = collect_chunks("ppo", cfg, cfg.batch_size // CHUNK_STEPS)
@@ -653,10 +659,8 @@ def main() -> None:
     rows = []
     for algo in args.algo:
         if algo == "ppo":
-            configs = [PPOConfig(seed=1)]
-            if not args.quick:
-                configs.append(PPOConfig(seed=1, batch_size=4096, minibatch_size=1024, update_epochs=2))
-            new_rows = [ppo_row(cfg, device, args, sync) for cfg in configs]
+            rows_large = [False] if args.quick else [False, True]  # --quick: CleanRL's setting only
+            new_rows = [ppo_row(ppo_config(large), device, args, sync) for large in rows_large]
         else:
             new_rows = [offpolicy_row(algo, device, args, sync)]
         for row in new_rows:

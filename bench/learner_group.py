@@ -48,7 +48,7 @@ from bench._runs import emit
 from surreal.algos import get_algorithm
 from surreal.algos.interface import OffPolicyLearner, OnPolicyLearner
 from surreal.algos.replica import Replica, end_group_process
-from surreal.config.schema import LearnerConfig, PPOConfig
+from surreal.config.schema import LearnerConfig
 from surreal.launch.local import free_ports
 from surreal.settings import group_env
 
@@ -56,19 +56,10 @@ RANK_TIMEOUT_S = 900.0  # a rank process's whole life: only catches a hang
 GROUP_TIMEOUT_S = 300.0  # every collective's
 
 
-def ppo_config(large: bool) -> PPOConfig:
-    """PPO's defaults (CleanRL's: 2,048 transitions, minibatches of 64, 10 epochs), or with `large` bench.learner's
-    second row (4,096, minibatches of 1,024, 2 epochs: Sample Factory's MuJoCo setting), where a step's work grows
-    more with its samples than a tiny minibatch's fixed per-step cost does."""
-    if large:
-        return PPOConfig(seed=1, batch_size=4096, minibatch_size=1024, update_epochs=2)
-    return PPOConfig(seed=1)
-
-
 def rank_main(args: argparse.Namespace) -> None:
     """One rank (or the learner alone, `--size 0`): collect, build, one untimed update, then `--updates` timed;
     rank 0 writes {"updates_per_s": ...} to `--result` (off-policy: gradient steps per second)."""
-    from bench.learner import CHUNK_STEPS, algo_module, collect_chunks, offpolicy_config, transition_batches
+    from bench.learner import CHUNK_STEPS, algo_module, collect_chunks, offpolicy_config, ppo_config, transition_batches
 
     torch.set_num_threads(args.threads)
     cfg: Any
@@ -158,7 +149,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             for size in sizes:
                 rates[size].append(run_row(size, args, Path(folder)))
     median = {size: statistics.median(values) for size, values in rates.items()}
-    from bench.learner import ENV_ID, machine, offpolicy_config
+    from bench.learner import ENV_ID, machine, offpolicy_config, ppo_config
 
     shape: dict[str, Any]
     if args.algo == "ppo":
@@ -195,22 +186,18 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--updates", type=int, default=5, help="timed updates per row and round")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (each starts every row once)")
     parser.add_argument("--large", action="store_true", help="ppo: batch 4,096, minibatches of 1,024, 2 epochs")
     parser.add_argument("--algo", default="ppo", choices=["ppo", "ddpg", "td3", "sac"], help="whose update to time")
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--replicas", type=int, nargs="+", default=[1, 2], help="group sizes to measure")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--threads", type=int, default=1, help="torch threads per rank (the learner role's: 1)")
     parser.add_argument("--out", type=Path, help="write the JSON object to this file")
     parser.add_argument("--rank-of", type=int, help=argparse.SUPPRESS)  # internal: run as one rank of this size
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
-    add_arguments(parser)
     args = parser.parse_args(argv)
     if args.rank_of is not None:
         args.size = args.rank_of

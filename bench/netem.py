@@ -167,11 +167,11 @@ def _shape(plan: Plan, name: str, profile: Profile, undo: list[list[str]]) -> Li
 
 
 @contextmanager
-def emulated_network(name: str, pid: int | None = None) -> Iterator[Link | None]:
+def emulated_network(name: str) -> Iterator[Link | None]:
     """The network `name` (a PROFILES key) made for the duration; None where no namespace can be made or the
     profile cannot be shaped (said in one line)."""
     profile = PROFILES[name]
-    plan = Plan.for_pid(os.getpid() if pid is None else pid)
+    plan = Plan.for_pid(os.getpid())
     undo = plan.unmake()
     try:
         try:

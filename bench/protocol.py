@@ -32,6 +32,7 @@ import ctypes.util
 import multiprocessing as mp
 import os
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +90,7 @@ def _raw_pusher(address: str, count: int, keys: CurveKeys | None) -> None:
     ctx.term()
 
 
-def _send_chunks(address: str, arrays: dict[str, np.ndarray], count: int, hwm: int, keys: CurveKeys | None) -> None:
+def _send_chunks(address: str, count: int, keys: CurveKeys | None, arrays: dict[str, np.ndarray], hwm: int) -> None:
     """`count` chunks of `arrays` through the actor's own sender, each retried until the receiver takes it."""
     ctx = WireContext(keys)
     sender = ExperienceSender(ctx, [address], hwm=hwm)
@@ -98,10 +99,6 @@ def _send_chunks(address: str, arrays: dict[str, np.ndarray], count: int, hwm: i
             pass
     sender.sock.close(linger=-1)
     ctx.term()
-
-
-def _experience_pusher(address: str, count: int, keys: CurveKeys | None) -> None:
-    _send_chunks(address, chunk_of_bytes(MIB), count, hwm=8, keys=keys)
 
 
 def push_throughput(pusher, count: int, decode_messages: bool, keys: CurveKeys | None) -> float:
@@ -158,10 +155,6 @@ def _replay_server(
     ctx.term()
 
 
-def _chunk_pusher(address: str, chunks: int, chunk_size: int, keys: CurveKeys | None) -> None:
-    _send_chunks(address, experience_chunk(chunk_size), chunks, hwm=16, keys=keys)
-
-
 def replay_numbers(quick: bool, keys: CurveKeys | None) -> dict[str, float]:
     fork = mp.get_context("fork")
     exp, sample = (f"tcp://127.0.0.1:{port}" for port in free_ports(2))
@@ -178,7 +171,7 @@ def replay_numbers(quick: bool, keys: CurveKeys | None) -> dict[str, float]:
         # (c): transitions in, timed by the shard itself from its own counter (decode, validation and storage
         # writes included). Sample replies only report progress about once a second: timing them measured
         # their cadence, not the ingest.
-        pusher = fork.Process(target=_chunk_pusher, args=(exp, chunks, chunk_size, keys))
+        pusher = fork.Process(target=_send_chunks, args=(exp, chunks, keys, experience_chunk(chunk_size), 16))
         pusher.start()
         transitions_per_s = float(ingest.get(timeout=120))
         pusher.join(timeout=30)
@@ -271,18 +264,14 @@ def param_fetch_numbers(quick: bool, keys: CurveKeys | None, actors: int = 8) ->
 ACTOR_CHUNK_STEPS, ACTOR_CHUNK_ENVS = 64, 8  # an actor's chunk with the defaults (actor.chunk_steps, 8 envs)
 
 
-def _actor_chunk_pusher(address: str, count: int, keys: CurveKeys | None) -> None:
-    chunk = experience_chunk(ACTOR_CHUNK_STEPS * ACTOR_CHUNK_ENVS, ACTOR_CHUNK_ENVS)
-    _send_chunks(address, chunk, count, hwm=64, keys=keys)
-
-
 def push_numbers(quick: bool, keys: CurveKeys | None) -> dict[str, float]:
     """(a) and (b): 1 MiB messages, and (b) again in an actor's own chunks (64 steps x 8 envs of HalfCheetah,
     85 KB), where a message's fixed costs weigh more than its bytes."""
     messages = 300 if quick else 1000
     raw = push_throughput(_raw_pusher, messages, False, keys)
-    experience = push_throughput(_experience_pusher, messages, True, keys)
-    actor_chunks = push_throughput(_actor_chunk_pusher, 10 * messages, True, keys)
+    experience = push_throughput(partial(_send_chunks, arrays=chunk_of_bytes(MIB), hwm=8), messages, True, keys)
+    actor_chunk = experience_chunk(ACTOR_CHUNK_STEPS * ACTOR_CHUNK_ENVS, ACTOR_CHUNK_ENVS)
+    actor_chunks = push_throughput(partial(_send_chunks, arrays=actor_chunk, hwm=64), 10 * messages, True, keys)
     return {
         "raw_zmq_gbytes_per_s": raw,
         "experience_gbytes_per_s": experience,

@@ -20,6 +20,7 @@ import numpy as np
 
 DATA = Path(__file__).resolve().parent / "data"
 DEFAULT_ENV = "HalfCheetah-v5"
+FIELDS = ("obs", "next_obs", "actions", "logprobs", "rewards", "terminated", "truncated")  # an actor's chunk's
 
 
 def rollout_path(env_id: str) -> Path:
@@ -43,9 +44,7 @@ def ppo_actor(env_id: str, num_envs: int, seed: int) -> tuple[Any, Any]:
 
 def record(env_id: str, steps: int, seed: int = 0) -> Path:
     envs, policy = ppo_actor(env_id, 1, seed)
-    out: dict[str, list[Any]] = {
-        k: [] for k in ("obs", "next_obs", "actions", "logprobs", "rewards", "terminated", "truncated")
-    }
+    out: dict[str, list[Any]] = {k: [] for k in FIELDS}
     obs, _ = envs.reset(seed=seed)
     started = time.perf_counter()
     for _ in range(steps):

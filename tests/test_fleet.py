@@ -111,7 +111,7 @@ def test_the_emulated_networks_commands():
 def test_simulated_chunks_are_what_real_actors_send():
     """A simulated chunk passes the replay's own validation, and a DDPG one holds exactly the n-step transitions
     (n = 1) the real collector makes of the same steps."""
-    from bench.rollouts import load
+    from bench.rollouts import FIELDS, load
 
     from surreal.algos.ddpg import n_step_transitions
     from surreal.config import load_config
@@ -131,7 +131,7 @@ def test_simulated_chunks_are_what_real_actors_send():
             episodes += len(returns)
         assert episodes > 0
         if algo == "ddpg":
-            raw = {k: v[:64, None] for k, v in data.items() if k in fleet_actors.RECORDED}
+            raw = {k: v[:64, None] for k, v in data.items() if k in FIELDS}
             expected = n_step_transitions(raw, 1, cfg.algo.gamma)
             got = recording.chunk(0)[0]
             assert set(got) == set(expected)
