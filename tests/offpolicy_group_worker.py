@@ -121,7 +121,7 @@ def main(algo: str, run_dir: Path, out: Path) -> None:
         learner = make_rank_learner(cfg, env_spaces(cfg), cpu, group)
         group.share_state(learner)
         work = sample_follower(cfg, learner, replay, shards=1)
-        assert follow(group, work, log) == "finish"
+        assert follow(group, work, log, RoleMetrics("learner", group.place.rank)) == "finish"
         work.close()  # the last sample's priorities go home
         assert work.sampled == SAMPLES * cfg.learner.minibatches_per_sample * 32
         updates = learner.updates

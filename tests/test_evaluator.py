@@ -18,7 +18,6 @@ from surreal.proto.wire import BlobMeta
 from surreal.roles.evaluation import EVAL_SEED_OFFSET
 from surreal.roles.evaluator import EvalRow, EvaluatorCore, append_row, next_threshold
 from surreal.roles.ports import InProcessParams
-from surreal.runtime.recorder import truncate_metrics
 from surreal.runtime.rollout import evaluate
 
 OVERRIDES = ["env=InvertedPendulum-v5", "algo=ddpg", "learner.eval_interval=1000", "learner.eval_episodes=3"]
@@ -76,9 +75,9 @@ def test_a_restarted_evaluator_continues_after_its_last_row(tmp_path):
     cfg = load_config(OVERRIDES)
     for env_steps in (1200, 2600):
         append_row(tmp_path / EVALS_FILE, EvalRow(env_steps, 1, 0.0, 0.1, 1.0, 0.0, 3, None))
-    history = read_evals(tmp_path)
-    core = EvaluatorCore(cfg, InProcessParams(), [int(r["env_steps"]) for r in history])
-    assert core.due == 3000
+    core = EvaluatorCore(cfg, InProcessParams(), tmp_path)
+    assert core.rows == [1200, 2600] and core.due == 3000
+    core.close()
     assert EvaluatorCore(cfg, InProcessParams()).due == 1000, "a fresh one starts at the first multiple"
 
 
@@ -105,7 +104,7 @@ def test_the_best_evaluated_blob_is_kept_as_the_best_policy(tmp_path):
     evaluator keeps the recorded score to beat."""
     best_file = tmp_path / POLICY_DIR / BEST_DIR / FILE_NAME
     ps, rows, blobs = InProcessParams(), [], {}
-    core = EvaluatorCore(load_config(OVERRIDES), ps, run_dir=tmp_path)
+    core = EvaluatorCore(load_config(OVERRIDES), ps, tmp_path)
     for version, seed in enumerate((1, 2, 3, 4)):
         arrays = blob_arrays(load_config([*OVERRIDES, f"seed={seed}"]))
         blobs[1000 * (version + 1)] = arrays
@@ -119,8 +118,12 @@ def test_the_best_evaluated_blob_is_kept_as_the_best_policy(tmp_path):
         weights = blobs[top.env_steps]["actor"]["net.0.weight"]
         assert np.array_equal(tensors["actor/net.0.weight"], weights)
     assert len({r.eval_return_mean for r in rows}) > 1, "the blobs score differently"
-    restarted = EvaluatorCore(load_config(OVERRIDES), InProcessParams(), [4000], run_dir=tmp_path)
+    core.close()
+    assert [r["env_steps"] for r in read_evals(tmp_path)] == [1000, 2000, 3000, 4000], "every row written"
+    restarted = EvaluatorCore(load_config(OVERRIDES), InProcessParams(), tmp_path)
     assert restarted.best is not None and restarted.best.score == top.eval_return_mean
+    assert restarted.due == 5000
+    restarted.close()
     assert EvaluatorCore(load_config(OVERRIDES), InProcessParams()).best is None, "no run folder: no best"
 
 
@@ -133,17 +136,17 @@ def test_a_learner_resumed_before_the_last_row_rewinds_the_rows_and_they_are_eva
     for env_steps in (1200, 2600, 3100):
         append_row(path, EvalRow(env_steps, 1, 0.0, 0.1, 1.0, 0.0, 3, None))
     ps, arrays = InProcessParams(), blob_arrays(cfg)
-    core = EvaluatorCore(cfg, ps, [1200, 2600, 3100])
+    core = EvaluatorCore(cfg, ps, tmp_path)
+    assert core.rows == [1200, 2600, 3100]
     ps.publish(BlobMeta(7, "resumed", env_steps=2400), arrays)  # the checkpoint the learner resumed from
     row = core.step()
-    assert core.rewound_to == 2400 and core.rows == [1200, 2400]
+    assert core.rows == [1200, 2400]
     assert row is not None and row.env_steps == 2400, "past 2,000 again: the resumed run's policy is scored there"
-    truncate_metrics(path, "env_steps", core.rewound_to)
-    append_row(path, row)
     assert [r["env_steps"] for r in read_evals(tmp_path)] == [1200, 2400]
-    core.rewound_to = None
     ps.publish(BlobMeta(8, "resumed", env_steps=2900), arrays)
     assert core.step() is None and core.due == 3000
     ps.publish(BlobMeta(9, "resumed", env_steps=3050), arrays)
     row = core.step()
-    assert row is not None and row.env_steps == 3050 and core.rewound_to is None, "past its last row: no rewind"
+    assert row is not None and row.env_steps == 3050
+    assert [r["env_steps"] for r in read_evals(tmp_path)] == [1200, 2400, 3050], "past its last row: no rewind"
+    core.close()

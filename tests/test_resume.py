@@ -21,8 +21,7 @@ import torch
 from surreal.config import load_config
 from surreal.launch.serial import SerialResumeError, run_serial
 from surreal.metricsfile import read_metrics
-from surreal.runtime.checkpoint import CheckpointStore
-from surreal.runtime.statepack import unpack
+from surreal.runtime.checkpoint import CheckpointStore, unpack
 
 CASES = {
     # PPO in lockstep (deterministic mode) on MuJoCo: terminations, a whole integration state per env.

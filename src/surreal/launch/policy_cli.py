@@ -171,19 +171,14 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*Overwriting existing videos")  # each file is this evaluation's
         evaluation = evaluate(env_id, actor, episodes, seed + EVAL_SEED_OFFSET, env_kwargs, wrap=wrap)
-    summary = {k: v for k, v in evaluation.summary().items() if v is not None}
-    result: dict[str, Any] = {
-        **summary,
-        "policy": policy.source,
-        "env": env_id,
-        "seed": seed,
-        "first_episode_seed": seed + EVAL_SEED_OFFSET,
-        "deterministic": not args.stochastic,
-        "policy_env_steps": header["env_steps"],
-        "eval_returns": [float(r) for r in evaluation.returns],
-    }
-    if evaluation.successes:
-        result["eval_successes"] = evaluation.successes
+    result = evaluation.report(
+        policy=policy.source,
+        env=env_id,
+        seed=seed,
+        first_episode_seed=seed + EVAL_SEED_OFFSET,
+        deterministic=not args.stochastic,
+        policy_env_steps=header["env_steps"],
+    )
     if args.video:
         videos = video_files(Path(args.video), episodes)
         missing = [p.name for p in videos if not p.is_file()]

@@ -32,12 +32,11 @@ from surreal.config import ConfigError, ExperimentConfig
 from surreal.envs import env_steps_bound
 from surreal.envstate import EnvStateUnsupported
 from surreal.metrics import RoleMetrics
-from surreal.metricsfile import read_evals
 from surreal.proto.wire import BlobMeta
 from surreal.replay.shard import ReplayShard
 from surreal.roles.actor import Actor
 from surreal.roles.evaluation import finish
-from surreal.roles.evaluator import EvalLog, EvaluatorCore
+from surreal.roles.evaluator import EvaluatorCore
 from surreal.roles.learner import LearnerCore
 from surreal.roles.ports import InProcessParams, InProcessReplay
 
@@ -67,25 +66,6 @@ def load_global_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state((n["kind"], np.array(n["keys"], np.uint32), n["pos"], n["has_gauss"], n["cached"]))
     p = state["python"]
     random.setstate((p["version"], tuple(p["words"]), p["gauss"]))
-
-
-class SerialEvaluator:
-    """The evaluator's core on the in-process ps, stepped after each learner step (no hold: one thread)."""
-
-    def __init__(self, cfg: ExperimentConfig, params: InProcessParams, run_dir: Path) -> None:
-        self.core = EvaluatorCore(cfg, params, [int(r["env_steps"]) for r in read_evals(run_dir)], run_dir)
-        self.rows = EvalLog(run_dir)  # a resumed run's rows are kept up to where its learner resumed
-
-    def step(self) -> None:
-        row = self.core.step(hold_s=0.0, timeout_s=0.0)
-        if self.core.rewound_to is not None:  # resumed from a checkpoint before the last row
-            self.rows.rewind(self.core.rewound_to)
-            self.core.rewound_to = None
-        if row is not None:
-            self.rows.write(row)
-
-    def close(self) -> None:
-        self.rows.close()
 
 
 class SerialWorld:
@@ -153,7 +133,7 @@ def run_serial(
     learner = LearnerCore(cfg, run_dir, replay, params, RoleMetrics("learner", 0), resume=resume, log=log)
     actors = [Actor(cfg, i, replay, params, RoleMetrics("actor", i)) for i in range(cfg.topology.actors)]
     world = SerialWorld(learner, actors, shard, params)
-    evaluator = SerialEvaluator(cfg, params, run_dir) if cfg.learner.eval_interval > 0 else None
+    evaluator = EvaluatorCore(cfg, params, run_dir) if cfg.learner.eval_interval > 0 else None
     try:
         if learner.restored_extra is not None:
             world.load(learner.restored_extra)
@@ -169,7 +149,7 @@ def run_serial(
                 return None
             if learner.step(timeout_s=0.0):
                 if evaluator is not None:
-                    evaluator.step()
+                    evaluator.step(hold_s=0.0, timeout_s=0.0)  # no hold: one thread
                 continue
             if not any([actor.step() for actor in actors]):  # every actor steps: a list, not a generator
                 raise SerialStalled(f"no progress at {learner.counters.env_steps} env steps")

@@ -216,12 +216,11 @@ class Actor:
         experience: ExperienceOut,
         params: ParamsIn,
         metrics: RoleMetrics,
-        clock: Callable[[], float] = time.monotonic,
         inference: InferenceClient | None = None,
         stopped: Callable[[], bool] = lambda: False,
     ) -> None:
         self.cfg, self.experience, self.params = cfg, experience, params
-        self.core = ActorCore.of(cfg, index, clock)
+        self.core = ActorCore.of(cfg, index)
         algo = get_algorithm(cfg.algo.name)
         env_seed = cfg.seed + ENV_SEED_STRIDE * (index + 1)
         self.envs = make_vec_env(cfg.env.id, cfg.topology.envs_per_actor, env_seed, cfg.env.kwargs)

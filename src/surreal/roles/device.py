@@ -26,9 +26,8 @@ def choose_device(
     log: logging.Logger,
     cuda_available: bool | None = None,
 ) -> torch.device:
-    """`device=auto` means the faster device for this network and batch, not the GPU whenever there is one:
-    tiny MLPs with small minibatches can update faster on one CPU core than through kernel launches. With
-    CUDA present, `update_seconds` times an update on each device and the faster wins; the choice is logged."""
+    """`cfg.device`, or for `auto` the faster of the CPU and CUDA (when present) as `update_seconds` times them
+    (module docstring); the choice is logged."""
     if cfg.device != "auto":
         return torch.device(cfg.device)
     if not (torch.cuda.is_available() if cuda_available is None else cuda_available):

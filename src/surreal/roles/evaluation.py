@@ -45,17 +45,9 @@ def finish(core: LearnerCore) -> dict[str, Any]:
     cfg, counters = core.cfg, core.counters
     policy = core.algo.make_policy(core.obs_space, core.act_space, algo_config(cfg), 0, 1)
     evaluation = evaluate_params(cfg, policy, core.algo_learner.params())
-    summary = {k: v for k, v in evaluation.summary().items() if v is not None}  # no success rate: no key
-    result: dict[str, Any] = {
-        **summary,
-        "env_steps": counters.env_steps,
-        "updates": counters.updates,
-        "eval_returns": [float(r) for r in evaluation.returns],
-    }
-    if evaluation.successes:  # only for envs reporting `is_success`
-        result["eval_successes"] = evaluation.successes
+    result = evaluation.report(env_steps=counters.env_steps, updates=counters.updates)
     atomic_write_text(core.run_dir / EVAL_FILE, json.dumps(result, indent=2))
-    core.save_policy(evaluation_section(summary, cfg.seed, counters.env_steps))
+    core.save_policy(evaluation_section(result, cfg.seed, counters.env_steps))
     core.recorder.evaluation(result, counters.env_steps)
     mean, std = result["eval_return_mean"], result["eval_return_std"]
     core.log.info("eval over %d episodes: %.1f +- %.1f", result["eval_episodes"], mean, std)

@@ -23,7 +23,7 @@ the best policy's recorded score, not a fresh one). A learner that resumes from 
 row (a run killed, then `surreal run --resume`; a learner restarted within a run) publishes fewer env steps than that
 row names: the rows past that point scored policies the resumed run no longer has, so they are dropped (from
 evals.jsonl, and hidden in TensorBoard) and the evaluations are done again as the learner gets there
-(`EvaluatorCore.rewound_to`), and no row's env steps ever go backwards. It stops on the `done` blob; the learner's
+(`EvaluatorCore.step`), and no row's env steps ever go backwards. It stops on the `done` blob; the learner's
 eval.json is the curve's last point. SIGTERM ends it at once (no handler until training is done): it holds nothing
 that a written row does not. It costs CPU that the actors and the learner would otherwise get (10 HalfCheetah
 episodes took 0.9-1.5 s of a 2-core box's core, the rows' `eval_s`), which is why it only runs when
@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,7 @@ from surreal.runstore import EVALUATOR, open_mirror
 from surreal.runtime.recorder import TENSORBOARD_DIR, truncate_metrics, write_evaluation
 from surreal.settings import Settings
 
+LOG = logging.getLogger("surreal.evaluator")  # the one setup_logging("evaluator") configures in the process
 EVALUATOR_BOARD = "evaluator"  # <run>/tensorboard/<this>: the evaluator's TensorBoard run
 HOLD_S = 2.0  # long poll: the ps answers when a newer blob arrives or after this long
 IDLE_S = 0.5  # pause between fetches while no blob has come (the learner or the ps is still starting)
@@ -158,15 +159,13 @@ class BestPolicy:
 
 
 class EvaluatorCore:
-    """Fetch the newest blob; evaluate it when its env steps reached the next threshold; keep it as the best
-    policy when it scores best (`best`, where there is a run folder). No sockets (the tests drive it with an
-    in-process ps)."""
+    """Fetch the newest blob; evaluate it when its env steps reached the next threshold; write its row and keep it
+    as the best policy when it scores best (`best`), where there is a run folder. No sockets (the tests drive it
+    with an in-process ps)."""
 
-    def __init__(
-        self, cfg: ExperimentConfig, params: ParamsIn, rows: Sequence[int] = (), run_dir: Path | None = None
-    ) -> None:
-        """`rows`: the env steps of the rows already written (a restarted evaluator's evals.jsonl), in order;
-        `run_dir`: where the best policy is kept (none without one)."""
+    def __init__(self, cfg: ExperimentConfig, params: ParamsIn, run_dir: Path | None = None) -> None:
+        """`run_dir`: where the rows are written (`EvalLog`, continuing after the last row of a restarted
+        evaluator's evals.jsonl) and the best policy kept; None: the rows only go to the caller."""
         if cfg.learner.eval_interval <= 0:
             raise ValueError("the evaluator needs learner.eval_interval > 0")
         self.cfg = cfg
@@ -174,27 +173,29 @@ class EvaluatorCore:
         spaces = env_spaces(cfg)
         self.policy = get_algorithm(cfg.algo.name).make_policy(*spaces, algo_config(cfg), 0, 1)
         self.best = BestPolicy(cfg, *spaces, run_dir) if run_dir is not None else None
-        self.rows = list(rows)  # the env steps of every row written
+        self.eval_log = EvalLog(run_dir) if run_dir is not None else None
+        self.rows = [int(row["env_steps"]) for row in read_evals(run_dir)] if run_dir is not None else []
         self.due = next_threshold(self.rows[-1] if self.rows else 0, cfg.learner.eval_interval)
         self.version, self.incarnation, self.done = -1, "", False
-        # Set when a blob came from a learner resumed before the last row: the rows after it are to be dropped
-        # (by whoever writes them); the caller resets it.
-        self.rewound_to: int | None = None
 
     def step(self, hold_s: float = HOLD_S, timeout_s: float = 5.0) -> EvalRow | None:
-        """One fetch (a long poll for a newer blob); a row when the blob it brought was due for evaluation."""
+        """One fetch (a long poll for a newer blob); a row, written, when the blob it brought was due for evaluation."""
         reply = self.params.fetch(self.version, self.incarnation, timeout_s, hold_s, self.version + 1)
         if not isinstance(reply, Params):
             return None
         blob = reply.blob
         self.version, self.incarnation, self.done = blob.version, blob.incarnation, blob.done
         if self.rows and blob.env_steps < self.rows[-1]:  # the learner resumed from before the last row
-            self.rewound_to = blob.env_steps
+            LOG.info("the learner resumed at %d env steps: rows after it dropped", blob.env_steps)
+            if self.eval_log is not None:
+                self.eval_log.rewind(blob.env_steps)
             self.rows = [steps for steps in self.rows if steps <= blob.env_steps]
             self.due = next_threshold(self.rows[-1] if self.rows else 0, self.cfg.learner.eval_interval)
         if blob.done or blob.env_steps < self.due:
             return None
         row = self.evaluate(reply)
+        if self.eval_log is not None:
+            self.eval_log.write(row)
         self.rows.append(blob.env_steps)
         self.due = next_threshold(blob.env_steps, self.cfg.learner.eval_interval)
         return row
@@ -212,6 +213,10 @@ class EvaluatorCore:
         if self.best is not None:
             self.best.offer(params, row)
         return row
+
+    def close(self) -> None:
+        if self.eval_log is not None:
+            self.eval_log.close()
 
 
 def main(args: argparse.Namespace) -> int:
@@ -231,12 +236,9 @@ def main(args: argparse.Namespace) -> int:
     if mirror is not None:
         run_dir.mkdir(parents=True, exist_ok=True)
         mirror.pull()
-    history = read_evals(run_dir)  # a restarted evaluator continues after its last row
     ctx = WireContext(settings.curve_keys)
     params = param_client(ctx, settings, cfg, count_errors(metrics))
-    core = EvaluatorCore(cfg, params, [int(r["env_steps"]) for r in history], run_dir if run_dir.is_dir() else None)
-    # A pod has no run folder: its rows go to the log and /metrics.
-    rows = EvalLog(run_dir) if run_dir.is_dir() else None
+    core = EvaluatorCore(cfg, params, run_dir if run_dir.is_dir() else None)  # a pod's: rows to the log and /metrics
     metrics.serve(settings.bind_host, settings.metrics_port)
     log.info(
         "evaluating every %d env steps (%d episodes); first at %d",
@@ -247,17 +249,10 @@ def main(args: argparse.Namespace) -> int:
     try:
         while not core.done:  # SIGTERM's default action ends it, mid-evaluation too
             row = core.step()
-            if core.rewound_to is not None:
-                log.info("the learner resumed at %d env steps: rows after it dropped", core.rewound_to)
-                if rows is not None:
-                    rows.rewind(core.rewound_to)
-                core.rewound_to = None
             if row is None:
                 if core.version < 0:  # no blob yet: the learner or the ps is still starting
                     time.sleep(IDLE_S)
                 continue
-            if rows is not None:
-                rows.write(row)
             if mirror is not None:
                 mirror.push_soon()
             m_return.set(row.eval_return_mean)
@@ -277,8 +272,7 @@ def main(args: argparse.Namespace) -> int:
         if settings.hold_when_done:
             hold_until_stopped(StopFlag().install(), log)
     finally:
-        if rows is not None:
-            rows.close()
+        core.close()
         if mirror is not None:
             mirror.close()
         params.close()

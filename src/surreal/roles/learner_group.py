@@ -231,24 +231,22 @@ def make_rank_learner(cfg: ExperimentConfig, spaces: tuple[Any, Any], device: to
     return algo.make_learner(*spaces, algo_config(cfg), device, compile=cfg.learner.compile, replica=group.replica)
 
 
-def follow(group: LearnerGroup, work: Follower, log: logging.Logger, metrics: RoleMetrics | None = None) -> str:
+def follow(group: LearnerGroup, work: Follower, log: logging.Logger, metrics: RoleMetrics) -> str:
     """Ranks 1..K-1: carry out rank 0's orders (`work`, the regime's follower) until it says `stop` or `finish`
     (returned). A timeout or a lost peer raises out of here: the process exits non-zero and the group starts again."""
-    m_updates = m_sampled = None
-    if metrics is not None:
-        m_updates = metrics.counter("learner_group_updates_total", "updates made as a rank of the group")
-        if work.sampled is not None:
-            m_sampled = metrics.counter(
-                "learner_group_sampled_transitions_total", "transitions this rank sampled from the replay itself"
-            )
+    m_updates = metrics.counter("learner_group_updates_total", "updates made as a rank of the group")
+    m_sampled = None
+    if work.sampled is not None:
+        m_sampled = metrics.counter(
+            "learner_group_sampled_transitions_total", "transitions this rank sampled from the replay itself"
+        )
     updates, counted = 0, 0
     while True:
         order = group.receive_order()
         if order.op == "update":
             work.update(order)
             updates += 1
-            if m_updates is not None:
-                m_updates.inc()
+            m_updates.inc()
             if m_sampled is not None and work.sampled is not None:
                 m_sampled.inc(work.sampled - counted)
                 counted = work.sampled

@@ -158,6 +158,15 @@ class Evaluation:
             "eval_success_rate": float(np.mean(self.successes)) if self.successes else None,
         }
 
+    def report(self, **fields: Any) -> dict[str, Any]:
+        """eval.json's content (the learner's and `surreal eval`'s): the summary without the success rate an env
+        does not report, then `fields`, every episode's return and, where the env reports them, its successes."""
+        result = {k: v for k, v in self.summary().items() if v is not None}
+        result.update(fields, eval_returns=[float(r) for r in self.returns])
+        if self.successes:
+            result["eval_successes"] = self.successes
+        return result
+
 
 class DeterministicActor(Protocol):
     def act_deterministic(self, obs: np.ndarray) -> np.ndarray: ...

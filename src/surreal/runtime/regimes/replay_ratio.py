@@ -278,11 +278,10 @@ class TransitionFeed:
         checkpoint_interval: int,
         priorities_home: PrioritiesHome | None,
         live: LiveActors | None,
-        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         """`samples_held`: samples kept before the oldest is retired (one per request in flight);
         `priorities_home`: where retired samples' priorities go, None for a replay without priorities."""
-        self.learner, self.counters, self.limiter, self.live, self.clock = learner, counters, limiter, live, clock
+        self.learner, self.counters, self.limiter, self.live = learner, counters, limiter, live
         self.sample_size, self.checkpoint_interval = batch_size * minibatches_per_sample, checkpoint_interval
         self.held = HeldSamples(batch_size, samples_held, priorities_home)
         self.shard_steps = ShardEnvSteps(counters.shard_env_steps)  # the checkpointed list, updated in place
@@ -317,9 +316,9 @@ class TransitionFeed:
         c, sample = self.counters, self.held.samples[0]
         steps = min(self._allowed(), sample.minibatches - sample.used)
         batch, parts = self.held.next(steps)  # the oldest sample's next minibatches only
-        started = self.clock()
+        started = time.perf_counter()
         step_stats, priorities = self.learner.update(batch, steps)
-        update_s = (self.clock() - started) / steps
+        update_s = (time.perf_counter() - started) / steps
         before = c.updates
         c.updates += steps
         kept = [stats for stats in step_stats if not stats.get("nonfinite_skipped")]
@@ -441,9 +440,8 @@ class SampleFollower:
         samples: HeldSamples,
         minibatches_per_sample: int,
         wait_s: float,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.learner, self.source, self.samples, self.clock = learner, source, samples, clock
+        self.learner, self.source, self.samples = learner, source, samples
         self.minibatches_per_sample, self.wait_s = minibatches_per_sample, wait_s
 
     @property
@@ -457,9 +455,9 @@ class SampleFollower:
             raise ValueError(f"an order of {order.steps} steps (a sample holds {self.minibatches_per_sample})")
         while (reply := self.source.next(0, 0.0)) is not None:
             self.samples.take(reply)
-        deadline = self.clock() + self.wait_s
+        deadline = time.monotonic() + self.wait_s
         while self.samples.minibatches < order.steps:
-            remaining = deadline - self.clock()
+            remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"no sample from the replay in {self.wait_s:.0f} s (learner.group_timeout_s)")
             reply = self.source.next(0, min(remaining, 0.5))

@@ -101,17 +101,15 @@ class VersionThrottle:
     def on_params(self, blob: BlobMeta) -> None:
         if blob.actors is not None:
             self.actors = blob.actors
-        if blob.incarnation != self.incarnation and (self.incarnation is None or blob.version < self.version):
-            # A learner resumed from an older checkpoint counts versions from there: so does the actor.
+        if blob.incarnation != self.incarnation:
+            if self.incarnation is None or blob.version < self.version:
+                # A learner resumed from an older checkpoint counts versions from there: so does the actor.
+                self.allowance = self.rollout_ahead * self.share + self.phase
+            else:
+                # Resumed where this actor counts (a preempted learner checkpoints as it stops): the count goes on,
+                # or the versions' shares already sent would be granted again and go stale (lockstep: every one).
+                self.allowance += (blob.version - self.version) * self.share
             self.incarnation, self.version = blob.incarnation, blob.version
-            self.allowance = self.rollout_ahead * self.share + self.phase
-            self.arrivals.restart(blob.version)
-        elif blob.incarnation != self.incarnation:
-            # Resumed where this actor counts (a preempted learner checkpoints as it stops): the count goes on, or
-            # the versions' shares already sent would be granted again and go stale (lockstep: every one).
-            self.incarnation = blob.incarnation
-            self.allowance += (blob.version - self.version) * self.share
-            self.version = blob.version
             self.arrivals.restart(blob.version)
         elif blob.version > self.version:
             self.allowance += (blob.version - self.version) * self.share
@@ -243,11 +241,10 @@ class ChunkFeed:
         live: LiveActors | None,
         chunk_units: int,
         actors: int,
-        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         """`chunk_units`: units per chunk, for the rounds actors with fractional shares are counted over;
         `actors`: the configured count, the least published before a whole round was heard."""
-        self.learner, self.counters, self.bound, self.live, self.clock = learner, counters, bound, live, clock
+        self.learner, self.counters, self.bound, self.live = learner, counters, bound, live
         self.batch_size, self.total_env_steps, self.chunk_units = batch_size, total_env_steps, chunk_units
         self.actors = actors
         self.first_heard: int | None = None  # the version the first chunk arrived at
@@ -285,9 +282,9 @@ class ChunkFeed:
         batch = self._take_batch()
         # Learning-rate annealing counts the steps used before this batch, as CleanRL does.
         used_before = c.env_steps - sum(chunk.env_steps for chunk in (*self.chunks, *batch))
-        started = self.clock()
+        started = time.perf_counter()
         stats = self.learner.update(batch, min(1.0, used_before / self.total_env_steps))
-        update_s = self.clock() - started
+        update_s = time.perf_counter() - started
         lag_mean = float(np.mean([max(0, c.version - chunk.version) for chunk in batch]))
         c.updates += 1
         c.version += 1
