@@ -39,8 +39,9 @@ def test_the_suite_holds_at_least_twenty_scenarios_including_a_thousand_actors_f
     assert big.actors == 1024 and big.min_duration_s >= 600 and big.churn is not None
 
 
-def test_a_seed_replays_exactly_and_another_seed_runs_differently():
-    scenario = SCENARIOS["ppo-ps-killed"]
+@pytest.mark.parametrize("name", ["ppo-ps-killed", "ddpg-learner-paused"])
+def test_a_seed_replays_exactly_and_another_seed_runs_differently(name):
+    scenario = SCENARIOS[name]
     first, again, other = run(scenario, seed=5), run(scenario, seed=5), run(scenario, seed=6)
     assert first.fingerprint == again.fingerprint and first.events == again.events
     assert first.stats == again.stats

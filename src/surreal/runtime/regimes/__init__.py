@@ -27,7 +27,7 @@ from surreal.runtime.regimes.common import ActorThrottle, Counters, Feed, Outcom
 def actor_throttle(cfg: ExperimentConfig, clock: Callable[[], float] = time.monotonic, actor: int = 0) -> ActorThrottle:
     """The actor's half of the experiment's regime, for actor index `actor` (its turn when shares are fractional)."""
     if not cfg.algo.on_policy:
-        return replay_ratio.env_step_allowance(cfg, actor)
+        return replay_ratio.env_step_allowance(cfg, clock, actor)
     return versions.version_throttle(cfg, clock, actor)
 
 

@@ -161,11 +161,11 @@ class EnvStepAllowance:
         self.actors, self.allowance = state["actors"], state["allowance"]
 
 
-def env_step_allowance(cfg: ExperimentConfig, actor: int = 0) -> EnvStepAllowance:
+def env_step_allowance(cfg: ExperimentConfig, clock: Callable[[], float], actor: int = 0) -> EnvStepAllowance:
     """The actor's half, for actor index `actor` (its turn); with `rollout_ahead = 0` the learner publishes no
     budget: it never waits."""
     slack = replay_ratio_limiter(cfg).slack or 0
-    return EnvStepAllowance(cfg.topology.actors, slack, cfg.algo.chunk_size(cfg), actor * GOLDEN % 1.0)
+    return EnvStepAllowance(cfg.topology.actors, slack, cfg.algo.chunk_size(cfg), actor * GOLDEN % 1.0, clock)
 
 
 # -- the learner's half ---------------------------------------------------------------------------------
