@@ -26,7 +26,6 @@ Sockets and loops live in the roles; this file is the math.
 from __future__ import annotations
 
 import copy
-import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -37,7 +36,7 @@ from gymnasium import spaces
 from torch import nn
 from torch.distributions import Categorical, Normal
 
-from surreal.algos.capture import CapturedStep
+from surreal.algos.capture import CapturedStep, CompiledSteps
 from surreal.algos.inference import (
     AsFloat32,
     DeterministicPolicy,
@@ -53,8 +52,6 @@ from surreal.config.schema import RECURRENT_CELLS, PPOConfig
 from surreal.proto.wire import PER_ENV, Chunk, Field, Fields
 from surreal.runtime.rollout import RolloutCollector
 from surreal.spaces import check_spaces
-
-log = logging.getLogger(__name__)
 
 # -- networks -------------------------------------------------------------------------------------------
 
@@ -396,7 +393,7 @@ MINIBATCH_KEYS = ("obs", "actions", "logprobs", "advantages", "returns", "values
 SEQUENCE_KEYS = (*MINIBATCH_KEYS, "rnn_state", "starts")  # a recurrent policy's: its sequences' start and resets
 
 
-class PPOLearner:
+class PPOLearner(CompiledSteps):
     """The PPO update, with the speed belonging to the device: the batch is prepared in a few whole-batch
     tensor operations, the epoch loop never waits for the device, and every minibatch step has the same
     shapes, so `compile=True` can compile the loss (and, on CUDA, replay the whole step as a CUDA graph).
@@ -407,6 +404,8 @@ class PPOLearner:
     minibatch order; each then steps on its share of every minibatch, the gradients averaged over the ranks
     (algos/replica.py), so K ranks make the update one learner makes on the whole minibatch. Advantages are
     normalized over the whole minibatch before it is cut into shares."""
+
+    name = "PPO"
 
     def __init__(
         self,
@@ -427,8 +426,9 @@ class PPOLearner:
         torch.manual_seed(cfg.seed)
         self.model: Model = make_model(obs_space, act_space, cfg).to(device)  # checks the spaces
         obs_dim = int(obs_space.shape[0])  # type: ignore[index]  # a flat Box
+        self.compile = compile
         # A captured graph reads the learning rate from a device tensor, so annealing needs no re-capture.
-        capture = compile and device.type == "cuda" and replica is None
+        capture = self.captures()
         lr = torch.tensor(cfg.lr, device=device) if capture else cfg.lr
         # fused: one kernel per step for all parameters (the update is hundreds of tiny steps, so per-tensor
         # overhead dominates, on CPU and GPU alike); fused Adam is also safe to capture in a CUDA graph.
@@ -439,8 +439,7 @@ class PPOLearner:
         self.generator = torch.Generator().manual_seed(cfg.seed)  # minibatch shuffles
         self.updates = 0
         self.env_steps_consumed = 0
-        self.compile = compile
-        self.loss_fn, self.step_fn = self._fast_paths()
+        self.reset_steps()
 
     # -- data preparation ---------------------------------------------------------------------------
 
@@ -627,27 +626,19 @@ class PPOLearner:
         self.optimizer.step()
         return stats
 
-    def _fast_paths(self) -> tuple[Callable[..., tuple[torch.Tensor, torch.Tensor]], Callable[..., torch.Tensor]]:
-        """(loss function, step function): eager, or compiled (and CUDA-graph captured on CUDA, unless a rank's
-        step holds an all-reduce: algos/replica.py)."""
-        if not self.compile:
-            return self.ppo_loss, self.minibatch_step
-        loss_fn = torch.compile(self.ppo_loss, dynamic=False)
-        capture = self.device.type == "cuda" and self.replica is None
-        return loss_fn, CapturedStep(self.minibatch_step) if capture else self.minibatch_step
+    def reset_steps(self) -> None:
+        """The loss and step functions: eager, or compiled (and CUDA-graph captured on CUDA, unless a rank's step
+        holds an all-reduce: algos/replica.py). Called again after a restore: a captured graph holds the optimizer
+        state it replaced."""
+        self.loss_fn: Callable[..., tuple[torch.Tensor, torch.Tensor]] = self.ppo_loss
+        self.step_fn: Callable[[dict[str, torch.Tensor]], torch.Tensor] = self.minibatch_step
+        if self.compile:
+            self.loss_fn = torch.compile(self.ppo_loss, dynamic=False)
+        if self.captures():
+            self.step_fn = CapturedStep(self.minibatch_step)
 
     def _step(self, minibatch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """One minibatch step; if compiling or capturing fails (no C++/Triton toolchain, an unsupported op,
-        a capture error), it says so once and the learner goes on eagerly, which gives the same numbers."""
-        try:
-            return self.step_fn(minibatch)
-        except Exception as error:
-            if not self.compile:
-                raise
-            log.warning("PPO: the compiled minibatch step failed, continuing eagerly: %r", error)
-            self.compile = False
-            self.loss_fn, self.step_fn = self._fast_paths()
-            return self.step_fn(minibatch)
+        return self.run_step(lambda: self.step_fn(minibatch))
 
     def update(self, chunks: list[Chunk], progress: float) -> dict[str, float]:
         """One learner step on a batch of chunks; `progress` in [0, 1] drives learning-rate annealing.
@@ -803,7 +794,7 @@ class PPOLearner:
         self.generator.set_state(state["generator"])
         self.updates = int(state["updates"])
         self.env_steps_consumed = int(state["env_steps_consumed"])
-        self.loss_fn, self.step_fn = self._fast_paths()  # a captured graph holds the optimizer state it replaced
+        self.reset_steps()
 
 
 def make_policy(

@@ -16,17 +16,13 @@ statistics averaged over the ranks; its priorities are those of its own transiti
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
-from surreal.algos.capture import CapturedStep
-from surreal.algos.replica import Replica
-
-log = logging.getLogger(__name__)
+from surreal.algos.capture import CapturedStep, CompiledSteps
 
 STEP_KEYS = ("obs", "actions", "rewards", "next_obs", "discounts", "weights")  # a minibatch's replay tensors
 Step = Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]]  # minibatch -> (stats, |TD|)
@@ -49,21 +45,17 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[str, Any]
     optimizer.load_state_dict({**saved, "param_groups": [{**saved["param_groups"][0], **kept}]})
 
 
-class SampleStepper:
+class SampleStepper(CompiledSteps):
     """The update loop of an off-policy learner. A subclass sets `name`, `step_stats` (what `train_step`
     returns, in order, ending with `nonfinite_skipped`) and `actor_stats` (those NaN in a critic-only step),
     and in `__init__` `cfg` (with `policy_delay`), `device`, `compile`, `replica` (None: a learner alone) before its
     optimizers (`fused_adam`), `updates = 0`, `last_actor_stats` and `generator`, then calls `self.reset_steps()`."""
 
-    name: str
     step_stats: tuple[str, ...]
     actor_stats: tuple[str, ...]
     cfg: Any
-    device: torch.device
-    compile: bool
     updates: int
     last_actor_stats: dict[str, float]
-    replica: Replica | None
     generator: torch.Generator
     critic_loss: Callable[..., Any]  # the algorithm's losses, which `train_step` calls as `*_loss_fn`
     actor_loss: Callable[..., Any]
@@ -83,10 +75,6 @@ class SampleStepper:
         """Called after each step with its statistics (target updates on a schedule)."""
 
     # -- the machinery ------------------------------------------------------------------------------------
-
-    def captures(self) -> bool:
-        """Whether each step is replayed as a CUDA graph: compiled, on CUDA, no collective inside (replica.py)."""
-        return self.compile and self.device.type == "cuda" and self.replica is None
 
     def fused_adam(self, parameters: Any, lr: float, beta1: float = 0.9) -> torch.optim.Adam:
         """Adam, fused: one kernel per step for all parameters, and safe to capture in a CUDA graph. Its
@@ -128,17 +116,7 @@ class SampleStepper:
         return self.train_step(b, update_actor)
 
     def _step(self, b: dict[str, torch.Tensor], update_actor: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """One step; if compiling or capturing fails (no C++/Triton toolchain, an unsupported op, a capture
-        error), it says so once and the learner goes on eagerly, which gives the same numbers."""
-        try:
-            return self.step_fns[update_actor](b)
-        except Exception as error:
-            if not self.compile:
-                raise
-            log.warning("%s: the compiled step failed, continuing eagerly: %r", self.name, error)
-            self.compile = False
-            self.reset_steps()
-            return self.step_fns[update_actor](b)
+        return self.run_step(lambda: self.step_fns[update_actor](b))
 
     def update(self, arrays: dict[str, Any], steps: int = 1) -> tuple[list[dict[str, float]], np.ndarray]:
         """`steps` gradient steps, one per minibatch of a sample holding `steps` equal minibatches, in order;
