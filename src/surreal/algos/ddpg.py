@@ -14,7 +14,6 @@ priorities when the replay is prioritized. Sockets and loops live in the roles; 
 from __future__ import annotations
 
 import copy
-import logging
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -32,8 +31,6 @@ from surreal.config.schema import DDPGConfig
 from surreal.proto.wire import Chunk, Field, Fields
 from surreal.runtime.rollout import Policy, RolloutCollector
 from surreal.spaces import box_dims
-
-log = logging.getLogger(__name__)
 
 # -- networks -------------------------------------------------------------------------------------------
 
@@ -77,26 +74,80 @@ def actor_noise_scale(cfg: DDPGConfig, actor_index: int, num_actors: int) -> flo
     return cfg.exploration_noise * cfg.noise_spread ** (2.0 * rung / (num_actors - 1) - 1.0)
 
 
-class DDPGPolicy:
-    """What an actor runs: mu(s) plus this actor's Gaussian or Ornstein-Uhlenbeck noise, in units of the
-    action half-range; uniform random actions while the learner has not updated yet (the warm-up)."""
+class OffPolicyPolicy:
+    """What DDPG's and SAC's actors share: a CPU actor network whose `mean_action` is the deterministic action,
+    uniform random actions while the learner has not updated yet (the warm-up), and a numpy generator of its own
+    per actor. A subclass explores in `explore`."""
 
-    def __init__(
-        self, obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig, actor_index: int, num_actors: int = 1
-    ) -> None:
-        obs_dim, act_dim = box_dims(cfg, obs_space, act_space)
+    def __init__(self, cfg: DDPGConfig | SACConfig, actor: nn.Module, act_space: spaces.Box, actor_index: int) -> None:
         self.cfg = cfg
-        self.actor = DeterministicActor(obs_dim, act_space, list(cfg.hidden_sizes)).requires_grad_(False).eval()
+        self.actor = actor.requires_grad_(False)
+        self.mean_action: nn.Module = actor
         self.low, self.high = act_space.low.astype(np.float32), act_space.high.astype(np.float32)
-        self.half_range = (self.high - self.low) / 2.0
-        self.noise_scale = actor_noise_scale(cfg, actor_index, num_actors)
         self.rng = np.random.default_rng(cfg.seed + 1_000 * actor_index)
         self.warmup = True
-        self.ou_state: np.ndarray | None = None
 
     def load_params(self, arrays: dict[str, Any]) -> None:
         self.actor.load_state_dict({k: torch.as_tensor(np.array(v)) for k, v in arrays["actor"].items()})
         self.warmup = bool(np.asarray(arrays["warmup"]))
+
+    def explore(self, obs: torch.Tensor) -> np.ndarray:
+        """Exploring actions for a batch of observations, inside the action bounds."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        if self.warmup:
+            actions = self.rng.uniform(self.low, self.high, (len(obs), len(self.low))).astype(np.float32)
+        else:
+            actions = self.explore(torch.from_numpy(obs.astype(np.float32)))
+        return actions, {"actions": actions}
+
+    @torch.no_grad()
+    def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
+        return self.mean_action(torch.from_numpy(obs.astype(np.float32))).numpy()
+
+    def params(self) -> dict[str, Any]:
+        """The blob `load_params` takes, as this policy holds it."""
+        return {"actor": {k: v.numpy() for k, v in self.actor.state_dict().items()}, "warmup": np.array(self.warmup)}
+
+    def inference_module(self) -> nn.Module:
+        """`act_deterministic` as one torch module (algos/inference.py), over copies of the weights."""
+        return DeterministicPolicy(AsFloat32(), copy.deepcopy(self.mean_action)).eval()
+
+    def describe(self) -> dict[str, Any]:
+        """The network and action head, as the policy artifact's header states them (no normalizer)."""
+        return {
+            "network": {"kind": "mlp", "hidden_sizes": list(self.cfg.hidden_sizes), "activation": "relu"},
+            "action_head": {"type": "box", "squash": "tanh", "clip": False},
+            "normalizer": None,
+        }
+
+    def episode_done(self, done: np.ndarray) -> None:
+        del done  # no per-episode exploration state
+
+    def sampling_state(self) -> dict[str, Any]:
+        return {"rng": self.rng.bit_generator.state}
+
+    def load_sampling_state(self, state: dict[str, Any]) -> None:
+        self.rng.bit_generator.state = state["rng"]
+
+
+class DDPGPolicy(OffPolicyPolicy):
+    """What an actor runs: mu(s) plus this actor's Gaussian or Ornstein-Uhlenbeck noise, in units of the
+    action half-range."""
+
+    cfg: DDPGConfig
+
+    def __init__(
+        self, obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig, actor_index: int, num_actors: int = 1
+    ) -> None:
+        obs_dim, _ = box_dims(cfg, obs_space, act_space)
+        actor = DeterministicActor(obs_dim, act_space, list(cfg.hidden_sizes)).eval()
+        super().__init__(cfg, actor, act_space, actor_index)
+        self.half_range = (self.high - self.low) / 2.0
+        self.noise_scale = actor_noise_scale(cfg, actor_index, num_actors)
+        self.ou_state: np.ndarray | None = None
 
     def _noise(self, shape: tuple[int, ...]) -> np.ndarray:
         white = self.rng.standard_normal(shape).astype(np.float32)
@@ -108,47 +159,22 @@ class DDPGPolicy:
         self.ou_state += self.cfg.ou_theta * -self.ou_state * dt + self.noise_scale * np.sqrt(dt) * white
         return self.ou_state.copy()
 
-    @torch.no_grad()
-    def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        if self.warmup:
-            actions = self.rng.uniform(self.low, self.high, (len(obs), len(self.low))).astype(np.float32)
-        else:
-            mu = self.actor(torch.from_numpy(obs.astype(np.float32))).numpy()
-            actions = np.clip(mu + self._noise(mu.shape) * self.half_range, self.low, self.high)
-        return actions, {"actions": actions}
-
-    @torch.no_grad()
-    def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
-        return self.actor(torch.from_numpy(obs.astype(np.float32))).numpy()
-
-    def params(self) -> dict[str, Any]:
-        """The blob `load_params` takes, as this policy holds it."""
-        return {"actor": {k: v.numpy() for k, v in self.actor.state_dict().items()}, "warmup": np.array(self.warmup)}
-
-    def inference_module(self) -> nn.Module:
-        """`act_deterministic` as one torch module (algos/inference.py), over copies of the weights."""
-        return DeterministicPolicy(AsFloat32(), copy.deepcopy(self.actor)).eval()
-
-    def describe(self) -> dict[str, Any]:
-        """The network and action head, as the policy artifact's header states them (no normalizer)."""
-        return {
-            "network": {"kind": "mlp", "hidden_sizes": list(self.cfg.hidden_sizes), "activation": "relu"},
-            "action_head": {"type": "box", "squash": "tanh", "clip": False},
-            "normalizer": None,
-        }
+    def explore(self, obs: torch.Tensor) -> np.ndarray:
+        mu = self.actor(obs).numpy()
+        return np.clip(mu + self._noise(mu.shape) * self.half_range, self.low, self.high)
 
     def episode_done(self, done: np.ndarray) -> None:
         if self.ou_state is not None:
             self.ou_state[done] = 0.0
 
     def sampling_state(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"rng": self.rng.bit_generator.state}
+        state = super().sampling_state()
         if self.ou_state is not None:
             state["ou_state"] = self.ou_state.copy()
         return state
 
     def load_sampling_state(self, state: dict[str, Any]) -> None:
-        self.rng.bit_generator.state = state["rng"]
+        super().load_sampling_state(state)
         self.ou_state = np.array(state["ou_state"], np.float32) if "ou_state" in state else None
 
 
