@@ -30,7 +30,7 @@ from surreal.algos.stacked import StackedMLP
 from surreal.config.schema import DDPGConfig
 from surreal.proto.wire import Chunk, Field, Fields
 from surreal.runtime.rollout import Policy, RolloutCollector
-from surreal.spaces import box_dims
+from surreal.spaces import space_dims
 
 # -- networks -------------------------------------------------------------------------------------------
 
@@ -142,7 +142,7 @@ class DDPGPolicy(OffPolicyPolicy):
     def __init__(
         self, obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig, actor_index: int, num_actors: int = 1
     ) -> None:
-        obs_dim, _ = box_dims(cfg, obs_space, act_space)
+        obs_dim, _ = space_dims(cfg, obs_space, act_space)
         actor = DeterministicActor(obs_dim, act_space, list(cfg.hidden_sizes)).eval()
         super().__init__(cfg, actor, act_space, actor_index)
         self.half_range = (self.high - self.low) / 2.0
@@ -290,7 +290,7 @@ class DDPGLearner(SampleStepper):
         """`compile`: compile the critic and actor losses and, on CUDA, replay each step as a CUDA graph (the first
         update then pays the compilation); off, the same step runs eagerly. `replica`: this learner's rank in a
         data-parallel group."""
-        obs_dim, act_dim = box_dims(cfg, obs_space, act_space)
+        obs_dim, act_dim = space_dims(cfg, obs_space, act_space)
         self.cfg, self.device, self.compile, self.replica = cfg, device, compile, replica
         torch.manual_seed(cfg.seed)
         hidden = list(cfg.hidden_sizes)

@@ -51,7 +51,7 @@ from surreal.algos.sample_steps import load_optimizer_state
 from surreal.config.schema import RECURRENT_CELLS, PPOConfig
 from surreal.proto.wire import PER_ENV, Chunk, Field, Fields
 from surreal.runtime.rollout import RolloutCollector
-from surreal.spaces import check_spaces
+from surreal.spaces import space_dims
 
 # -- networks -------------------------------------------------------------------------------------------
 
@@ -190,14 +190,13 @@ Model = ActorCritic | CategoricalActorCritic | RecurrentActorCritic
 def make_model(obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg: PPOConfig) -> Model:
     """The actor-critic for these spaces: Gaussian for Box actions, categorical for Discrete ones; with
     `cfg.recurrent`, on the output of an LSTM or GRU cell instead of the observation."""
-    check_spaces(cfg, obs_space, act_space)
-    obs_dim = int(obs_space.shape[0])  # type: ignore[index]  # a flat Box, checked above
+    obs_dim, outputs = space_dims(cfg, obs_space, act_space)
     n_in = cfg.rnn_hidden_size if cfg.recurrent else obs_dim
     head: Head
     if isinstance(act_space, spaces.Discrete):
-        head = CategoricalActorCritic(n_in, int(act_space.n), list(cfg.hidden_sizes))
+        head = CategoricalActorCritic(n_in, outputs, list(cfg.hidden_sizes))
     else:
-        head = ActorCritic(n_in, int(act_space.shape[0]), list(cfg.hidden_sizes), cfg.log_std_init)  # type: ignore[index]
+        head = ActorCritic(n_in, outputs, list(cfg.hidden_sizes), cfg.log_std_init)
     if cfg.recurrent is None:
         return head
     if cfg.recurrent not in RECURRENT_CELLS:

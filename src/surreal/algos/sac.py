@@ -37,7 +37,7 @@ from surreal.algos.replica import Replica
 from surreal.algos.sac_config import SACConfig
 from surreal.algos.sample_steps import SampleStepper, load_optimizer_state, replay_tensors
 from surreal.algos.stacked import StackedMLP
-from surreal.spaces import box_dims
+from surreal.spaces import space_dims
 
 # -- networks -------------------------------------------------------------------------------------------
 
@@ -97,7 +97,7 @@ class SACPolicy(OffPolicyPolicy):
         self, obs_space: spaces.Box, act_space: spaces.Box, cfg: SACConfig, actor_index: int, num_actors: int = 1
     ) -> None:
         del num_actors  # every actor samples from pi with its own noise stream
-        obs_dim, _ = box_dims(cfg, obs_space, act_space)
+        obs_dim, _ = space_dims(cfg, obs_space, act_space)
         super().__init__(cfg, SquashedGaussianActor(obs_dim, act_space, cfg), act_space, actor_index)
         self.mean_action = MeanAction(self.actor)
 
@@ -147,7 +147,7 @@ class SACLearner(SampleStepper):
     ) -> None:
         """`compile`: compile the critic and actor losses and, on CUDA, replay each step as a CUDA graph. `replica`:
         this learner's rank in a data-parallel group."""
-        obs_dim, act_dim = box_dims(cfg, obs_space, act_space)
+        obs_dim, act_dim = space_dims(cfg, obs_space, act_space)
         self.cfg, self.device, self.compile, self.replica, self.act_dim = cfg, device, compile, replica, act_dim
         torch.manual_seed(cfg.seed)
         self.actor = SquashedGaussianActor(obs_dim, act_space, cfg).to(device)
