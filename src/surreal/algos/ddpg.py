@@ -388,11 +388,6 @@ class DDPGLearner(SampleStepper):
 
     # -- parameters and checkpoints -----------------------------------------------------------------
 
-    def params(self) -> dict[str, Any]:
-        """The actor's weights, and whether actors should still act uniformly at random (no update yet)."""
-        actor = {k: v.detach().cpu().numpy() for k, v in self.actor.state_dict().items()}
-        return {"actor": actor, "warmup": np.array(self.updates == 0)}
-
     def state_dict(self) -> dict[str, Any]:
         return {
             "actor": self.actor.state_dict(),

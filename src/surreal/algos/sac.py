@@ -276,12 +276,6 @@ class SACLearner(SampleStepper):
 
     # -- parameters and checkpoints -----------------------------------------------------------------
 
-    def params(self) -> dict[str, Any]:
-        """The actor's weights (and its running statistics), and whether actors should still act uniformly
-        at random (no update yet)."""
-        actor = {k: v.detach().cpu().numpy() for k, v in self.actor.state_dict().items()}
-        return {"actor": actor, "warmup": np.array(self.updates == 0)}
-
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {
             "actor": self.actor.state_dict(),

@@ -49,7 +49,8 @@ class SampleStepper(CompiledSteps):
     """The update loop of an off-policy learner. A subclass sets `name`, `step_stats` (what `train_step`
     returns, in order, ending with `nonfinite_skipped`) and `actor_stats` (those NaN in a critic-only step),
     and in `__init__` `cfg` (with `policy_delay`), `device`, `compile`, `replica` (None: a learner alone) before its
-    optimizers (`fused_adam`), `updates = 0`, `last_actor_stats` and `generator`, then calls `self.reset_steps()`."""
+    optimizers (`fused_adam`), `updates = 0`, `last_actor_stats`, `generator` and `actor` (the network `params`
+    sends), then calls `self.reset_steps()`."""
 
     step_stats: tuple[str, ...]
     actor_stats: tuple[str, ...]
@@ -57,6 +58,7 @@ class SampleStepper(CompiledSteps):
     updates: int
     last_actor_stats: dict[str, float]
     generator: torch.Generator
+    actor: Any  # the actor network (its own class in each algorithm)
     critic_loss: Callable[..., Any]  # the algorithm's losses, which `train_step` calls as `*_loss_fn`
     actor_loss: Callable[..., Any]
 
@@ -73,6 +75,12 @@ class SampleStepper(CompiledSteps):
 
     def after_step(self, step_stats: torch.Tensor) -> None:
         """Called after each step with its statistics (target updates on a schedule)."""
+
+    def params(self) -> dict[str, Any]:
+        """The actor's weights (with any running statistics), and whether actors should still act uniformly at
+        random (no update yet): what `OffPolicyPolicy.load_params` takes (algos/ddpg.py)."""
+        actor = {k: v.detach().cpu().numpy() for k, v in self.actor.state_dict().items()}
+        return {"actor": actor, "warmup": np.array(self.updates == 0)}
 
     # -- the machinery ------------------------------------------------------------------------------------
 
