@@ -147,7 +147,6 @@ class RecurrentCell(nn.Module):
         self.cell: nn.LSTMCell | nn.GRUCell = nn.LSTMCell(n_in, hidden) if kind == "lstm" else nn.GRUCell(n_in, hidden)
         for name, param in self.cell.named_parameters():
             nn.init.orthogonal_(param, 1.0) if name.startswith("weight") else nn.init.zeros_(param)
-        self.state_shape = (2 if kind == "lstm" else 1, hidden)
 
     def forward(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(the cell's output h [B, H], the state after this step [B, L, H])."""
@@ -343,8 +342,7 @@ class PPOPolicy:
 
     def episode_done(self, done: np.ndarray) -> None:
         """A recurrent policy starts the next episode of these envs from a zero state; an MLP keeps nothing."""
-        if self.state_shape is not None:
-            self.reset(done)
+        self.reset(done)
 
     def sampling_state(self) -> dict[str, Any]:
         """The sampling generator and, for a recurrent policy acting already, the state of its envs."""
