@@ -96,12 +96,9 @@ class RecurrentDeterministicPolicy(nn.Module):
     """(observations, state) -> `preprocess` -> `rnn` -> `network` -> `postprocess` -> (actions, the next state): a
     recurrent policy's deterministic step, the state [B, L, H] travelling in and out (zeros at an episode's start)."""
 
-    def __init__(
-        self, preprocess: nn.Module, rnn: nn.Module, network: nn.Module, postprocess: nn.Module | None = None
-    ) -> None:
+    def __init__(self, preprocess: nn.Module, rnn: nn.Module, network: nn.Module, postprocess: nn.Module) -> None:
         super().__init__()
-        self.preprocess, self.rnn, self.network = preprocess, rnn, network
-        self.postprocess = postprocess if postprocess is not None else nn.Identity()
+        self.preprocess, self.rnn, self.network, self.postprocess = preprocess, rnn, network, postprocess
 
     def forward(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         features, state = self.rnn(self.preprocess(obs), state)

@@ -110,7 +110,9 @@ class SampleStepper(CompiledSteps):
         """(Re)builds the losses and steps: eager, or the losses compiled and, on CUDA, each kind of step
         (critic only, and with the actor) replayed as its own CUDA graph. Called again after a restore: a
         captured graph holds the optimizer state it replaced."""
-        steps: dict[bool, Step] = {actor: functools.partial(self._train_step_for, actor) for actor in (False, True)}
+        steps: dict[bool, Step] = {
+            actor: functools.partial(self.train_step, update_actor=actor) for actor in (False, True)
+        }
         self.critic_loss_fn: Callable[..., Any] = self.critic_loss
         self.actor_loss_fn: Callable[..., Any] = self.actor_loss
         if self.compile:
@@ -119,9 +121,6 @@ class SampleStepper(CompiledSteps):
             if self.captures():
                 steps = {actor: CapturedStep(step) for actor, step in steps.items()}
         self.step_fns = steps
-
-    def _train_step_for(self, update_actor: bool, b: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.train_step(b, update_actor)
 
     def _step(self, b: dict[str, torch.Tensor], update_actor: bool) -> tuple[torch.Tensor, torch.Tensor]:
         return self.run_step(lambda: self.step_fns[update_actor](b))
