@@ -352,14 +352,7 @@ class DDPGLearner(SampleStepper):
         compiled and captured. Returns STEP_STATS as one tensor and the |TD error| of the minibatch, both on
         the device; nothing here waits for it."""
         cfg = self.cfg
-        loss, q_first, target = self.critic_loss_fn(**b)
-        self.critic_optimizer.zero_grad()  # to None: inside a capture, backward then takes the grads from its pool
-        loss.backward()
-        critic_bad = self.agree(self.critics.parameters(), ~torch.isfinite(loss))
-        self.critic_optimizer.found_inf.copy_(critic_bad)  # type: ignore[attr-defined]
-        if cfg.max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(self.critics.parameters(), cfg.max_grad_norm, foreach=True)
-        self.critic_optimizer.step()
+        loss, q_first, td_errors, critic_bad = self.critic_step(b)
         actor_loss = torch.full((), float("nan"), device=self.device)
         if update_actor:
             actor_loss = self.actor_loss_fn(b["obs"])
@@ -374,7 +367,6 @@ class DDPGLearner(SampleStepper):
                 with torch.no_grad():
                     tau = cfg.tau * (~bad).float()
                     torch._foreach_lerp_(self.targets, self.sources, [tau] * len(self.targets))
-        td_errors = (q_first - target).detach().abs()
         stats = torch.stack(
             [loss.detach(), actor_loss.detach(), q_first.detach().mean(), td_errors.mean(), critic_bad.float()]
         )

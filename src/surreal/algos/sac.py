@@ -236,16 +236,7 @@ class SACLearner(SampleStepper):
         the device; nothing here waits for it."""
         cfg = self.cfg
         alpha = self.log_alpha.detach().exp()
-        loss, q_first, target = self.critic_loss_fn(**b)
-        self.critic_optimizer.zero_grad()  # to None: inside a capture, backward then takes the grads from its pool
-        loss.backward()
-        critic_bad = self.agree(self.critics.parameters(), ~torch.isfinite(loss))
-        self.critic_optimizer.found_inf.copy_(critic_bad)  # type: ignore[attr-defined]
-        # After the backward, never before: a compiled backward may read the running statistics the loss read.
-        self.critics.commit()
-        if cfg.max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(self.critics.parameters(), cfg.max_grad_norm, foreach=True)
-        self.critic_optimizer.step()
+        loss, q_first, td_errors, critic_bad = self.critic_step(b)
         nan = torch.full((), float("nan"), device=self.device)
         actor_loss, alpha_loss, entropy = nan, nan, nan
         if update_actor:
@@ -264,7 +255,6 @@ class SACLearner(SampleStepper):
             for optimizer in stepped:
                 optimizer.step()
             entropy = -log_prob.mean()
-        td_errors = (q_first - target).detach().abs()
         stats = [loss, actor_loss, alpha_loss, alpha, entropy, q_first.mean(), td_errors.mean(), critic_bad.float()]
         return torch.stack([s.detach() for s in stats]), td_errors
 

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from surreal.algos.capture import CapturedStep, CompiledSteps
+from surreal.algos.stacked import StackedMLP
 
 STEP_KEYS = ("obs", "actions", "rewards", "next_obs", "discounts", "weights")  # a minibatch's replay tensors
 Step = Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]]  # minibatch -> (stats, |TD|)
@@ -59,6 +60,8 @@ class SampleStepper(CompiledSteps):
     last_actor_stats: dict[str, float]
     generator: torch.Generator
     actor: Any  # the actor network (its own class in each algorithm)
+    critics: StackedMLP
+    critic_optimizer: torch.optim.Optimizer
     critic_loss: Callable[..., Any]  # the algorithm's losses, which `train_step` calls as `*_loss_fn`
     actor_loss: Callable[..., Any]
 
@@ -75,6 +78,22 @@ class SampleStepper(CompiledSteps):
 
     def after_step(self, step_stats: torch.Tensor) -> None:
         """Called after each step with its statistics (target updates on a schedule)."""
+
+    def critic_step(self, b: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The critics' part of `train_step`, DDPG's and SAC's alike: `critic_loss_fn`, backward, the ranks'
+        agreement, `found_inf`, the running statistics' move, clipping and Adam. Returns (loss, Q of the first
+        critic, |TD error|, whether the step is skipped)."""
+        loss, q_first, target = self.critic_loss_fn(**b)
+        self.critic_optimizer.zero_grad()  # to None: inside a capture, backward then takes the grads from its pool
+        loss.backward()
+        bad = self.agree(self.critics.parameters(), ~torch.isfinite(loss))
+        self.critic_optimizer.found_inf.copy_(bad)  # type: ignore[attr-defined]
+        # After the backward, never before: a compiled backward may read the running statistics the loss read.
+        self.critics.commit()
+        if self.cfg.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.critics.parameters(), self.cfg.max_grad_norm, foreach=True)
+        self.critic_optimizer.step()
+        return loss, q_first, (q_first - target).detach().abs(), bad
 
     def params(self) -> dict[str, Any]:
         """The actor's weights (with any running statistics), and whether actors should still act uniformly at
