@@ -28,7 +28,7 @@ from surreal.algos.inference import (
     DeterministicPolicy,
     NormalizeObservations,
     action_head,
-    normalizer_description,
+    description,
 )
 from surreal.algos.normalizer import RunningMeanStd
 from surreal.algos.replica import Replica
@@ -188,11 +188,8 @@ class ESPolicy:
     def describe(self) -> dict[str, Any]:
         """The network, action head and normalizer, as the policy artifact's header states them."""
         cfg = self.cfg
-        return {
-            "network": {"kind": "mlp", "hidden_sizes": list(cfg.hidden_sizes), "activation": "tanh"},
-            "action_head": action_head(self.act_space)[1],
-            "normalizer": normalizer_description(cfg.obs_norm, cfg.obs_clip),
-        }
+        network = {"kind": "mlp", "hidden_sizes": list(cfg.hidden_sizes), "activation": "tanh"}
+        return description(network, self.act_space, cfg.obs_norm, cfg.obs_clip)
 
     def episode_done(self, done: np.ndarray) -> None:
         del done

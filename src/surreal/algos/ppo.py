@@ -43,7 +43,7 @@ from surreal.algos.inference import (
     NormalizeObservations,
     RecurrentDeterministicPolicy,
     action_head,
-    normalizer_description,
+    description,
 )
 from surreal.algos.normalizer import RunningMeanStd
 from surreal.algos.replica import Replica
@@ -334,11 +334,7 @@ class PPOPolicy:
             # The cell, then the heads' MLPs on its output (`hidden_sizes`).
             network = {**network, "kind": cfg.recurrent, "rnn_hidden_size": cfg.rnn_hidden_size}
             network["state_shape"] = list(self.state_shape)
-        return {
-            "network": network,
-            "action_head": action_head(self.act_space)[1],
-            "normalizer": normalizer_description(cfg.obs_norm, cfg.obs_clip),
-        }
+        return description(network, self.act_space, cfg.obs_norm, cfg.obs_clip)
 
     def episode_done(self, done: np.ndarray) -> None:
         """A recurrent policy starts the next episode of these envs from a zero state; an MLP keeps nothing."""
