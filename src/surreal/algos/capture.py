@@ -1,17 +1,16 @@
 """A training step replayed as one CUDA graph instead of hundreds of kernel launches (PPO's minibatch step,
 DDPG's critic and actor step): the launch overhead, not the arithmetic, is what small-MLP updates spend
-their time on, on a GPU above all."""
+their time on, on a GPU above all. `CompiledSteps`: when a learner captures its steps, and its eager fallback."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import torch
 
-if TYPE_CHECKING:
-    from surreal.algos.replica import Replica
+from surreal.algos.replica import Replica
 
 log = logging.getLogger(__name__)
 
