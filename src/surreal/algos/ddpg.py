@@ -291,8 +291,7 @@ class DDPGLearner(SampleStepper):
         update then pays the compilation); off, the same step runs eagerly. `replica`: this learner's rank in a
         data-parallel group."""
         obs_dim, act_dim = space_dims(cfg, obs_space, act_space)
-        self.cfg, self.device, self.compile, self.replica = cfg, device, compile, replica
-        torch.manual_seed(cfg.seed)
+        super().__init__(cfg, device, compile, replica)
         hidden = list(cfg.hidden_sizes)
         self.actor = DeterministicActor(obs_dim, act_space, hidden).to(device)
         # TD3's twins or DDPG's one, as one module (algos/stacked.py)
@@ -303,9 +302,6 @@ class DDPGLearner(SampleStepper):
         self.sources: list[torch.Tensor] = [*self.actor.parameters(), *self.critics.parameters()]
         self.actor_optimizer = self.fused_adam(self.actor.parameters(), cfg.actor_lr)
         self.critic_optimizer = self.fused_adam(self.critics.parameters(), cfg.critic_lr)
-        self.generator = torch.Generator(device=device).manual_seed(cfg.seed)  # target policy smoothing
-        self.updates = 0
-        self.last_actor_stats = {"actor_loss": float("nan")}
         self.reset_steps()
 
     def sample_tensors(self, arrays: dict[str, Any], steps: int) -> dict[str, torch.Tensor]:

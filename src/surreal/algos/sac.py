@@ -148,8 +148,8 @@ class SACLearner(SampleStepper):
         """`compile`: compile the critic and actor losses and, on CUDA, replay each step as a CUDA graph. `replica`:
         this learner's rank in a data-parallel group."""
         obs_dim, act_dim = space_dims(cfg, obs_space, act_space)
-        self.cfg, self.device, self.compile, self.replica, self.act_dim = cfg, device, compile, replica, act_dim
-        torch.manual_seed(cfg.seed)
+        super().__init__(cfg, device, compile, replica)
+        self.act_dim = act_dim
         self.actor = SquashedGaussianActor(obs_dim, act_space, cfg).to(device)
         self.critics = StackedMLP([obs_dim + act_dim, *cfg.critic_hidden_sizes, 1], 2, cfg.critic_norm, cfg).to(device)
         self.critics_target = copy.deepcopy(self.critics).requires_grad_(False) if cfg.target_network else None
@@ -165,9 +165,6 @@ class SACLearner(SampleStepper):
         self.actor_optimizer = adam(self.actor.parameters(), cfg.actor_lr)
         self.critic_optimizer = adam(self.critics.parameters(), cfg.critic_lr)
         self.alpha_optimizer = adam([self.log_alpha], cfg.alpha_lr) if cfg.autotune_alpha else None
-        self.generator = torch.Generator(device=device).manual_seed(cfg.seed)  # the policy's samples
-        self.updates = 0
-        self.last_actor_stats = dict.fromkeys(ACTOR_STATS, float("nan"))
         self.reset_steps()
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from surreal.algos.capture import CapturedStep, CompiledSteps
+from surreal.algos.replica import Replica
 from surreal.algos.stacked import StackedMLP
 
 STEP_KEYS = ("obs", "actions", "rewards", "next_obs", "discounts", "weights")  # a minibatch's replay tensors
@@ -48,22 +49,26 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[str, Any]
 
 class SampleStepper(CompiledSteps):
     """The update loop of an off-policy learner. A subclass sets `name`, `step_stats` (what `train_step`
-    returns, in order, ending with `nonfinite_skipped`) and `actor_stats` (those NaN in a critic-only step),
-    and in `__init__` `cfg` (with `policy_delay`), `device`, `compile`, `replica` (None: a learner alone) before its
-    optimizers (`fused_adam`), `updates = 0`, `last_actor_stats`, `generator` and `actor` (the network `params`
-    sends), then calls `self.reset_steps()`."""
+    returns, in order, ending with `nonfinite_skipped`) and `actor_stats` (those NaN in a critic-only step);
+    its `__init__` calls this one's, builds its networks (`actor`: what `params` sends; `critics`) and optimizers
+    (`fused_adam`), then calls `self.reset_steps()`."""
 
     step_stats: tuple[str, ...]
     actor_stats: tuple[str, ...]
-    cfg: Any
-    updates: int
-    last_actor_stats: dict[str, float]
-    generator: torch.Generator
     actor: Any  # the actor network (its own class in each algorithm)
     critics: StackedMLP
     critic_optimizer: torch.optim.Optimizer
     critic_loss: Callable[..., Any]  # the algorithm's losses, which `train_step` calls as `*_loss_fn`
     actor_loss: Callable[..., Any]
+
+    def __init__(self, cfg: Any, device: torch.device, compile: bool, replica: Replica | None) -> None:
+        """`cfg` (with `seed` and `policy_delay`); `replica` None: a learner alone. Seeds the networks the subclass
+        builds next, and the generator the steps draw from (DDPG's target smoothing, SAC's policy samples)."""
+        self.cfg, self.device, self.compile, self.replica = cfg, device, compile, replica
+        torch.manual_seed(cfg.seed)
+        self.generator = torch.Generator(device=device).manual_seed(cfg.seed)
+        self.updates = 0
+        self.last_actor_stats = dict.fromkeys(self.actor_stats, float("nan"))
 
     # -- what the algorithm supplies ----------------------------------------------------------------------
 
