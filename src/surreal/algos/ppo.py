@@ -56,9 +56,9 @@ from surreal.spaces import space_dims
 # -- networks -------------------------------------------------------------------------------------------
 
 
-def layer_init(layer: nn.Linear, std: float = float(np.sqrt(2)), bias_const: float = 0.0) -> nn.Linear:
+def layer_init(layer: nn.Linear, std: float = float(np.sqrt(2))) -> nn.Linear:
     nn.init.orthogonal_(layer.weight, std)
-    nn.init.constant_(layer.bias, bias_const)
+    nn.init.zeros_(layer.bias)
     return layer
 
 
@@ -808,7 +808,7 @@ def make_collector(
 make_learner = PPOLearner
 
 
-def chunk_fields(obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg: PPOConfig | None = None) -> Fields:
+def chunk_fields(obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg: PPOConfig) -> Fields:
     """One step of a `RolloutCollector` chunk as `PPOPolicy.act` records it: what every chunk the learner takes
     must hold, field by field (proto/wire.py `ReplyLayout`); a Discrete action is an index the head has a logit for.
     A recurrent policy's chunks also hold each env's start state (`PER_ENV`/rnn_state, one per column, not per step:
@@ -826,7 +826,7 @@ def chunk_fields(obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg
         "truncated": Field(np.dtype(bool)),
         "actions": actions,
         "logprobs": Field(f32),
-        **({f"{PER_ENV}/rnn_state": Field(f32, rnn_state_shape(cfg))} if cfg is not None and cfg.recurrent else {}),
+        **({f"{PER_ENV}/rnn_state": Field(f32, rnn_state_shape(cfg))} if cfg.recurrent else {}),
     }
 
 
