@@ -402,7 +402,7 @@ def test_a_failing_compile_falls_back_to_eager_with_one_log_line(setup, monkeypa
     eager = PPOLearner(*spaces, cfg, torch.device("cpu"))
     collector = RolloutCollector(envs, policy, chunk_steps=64, actor_index=0)
     chunks = [collector.collect(0), collector.collect(0)]
-    with caplog.at_level("WARNING", logger="surreal.algos.ppo"):
+    with caplog.at_level("WARNING", logger="surreal.algos.capture"):
         assert learner.update(chunks, 0.0) == eager.update(chunks, 0.0)
         learner.update(chunks, 0.0)
     assert len(caplog.records) == 1 and "no compiler here" in caplog.text

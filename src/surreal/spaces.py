@@ -59,9 +59,10 @@ def check_spaces(
         raise ConfigError(f"algo={name} takes {_kinds(takes)} {what}; {env_id}'s {what} are {describe(space)}{hint}")
 
 
-def box_dims(
+def space_dims(
     algo: AlgoConfig, observation_space: spaces.Space[Any], action_space: spaces.Space[Any]
 ) -> tuple[int, int]:
-    """(observation size, action size) for an algorithm that takes 1-D Boxes only (DDPG, SAC), after `check_spaces`."""
+    """(observation size, output size) after `check_spaces`: a 1-D Box's size, or one output per Discrete action."""
     check_spaces(algo, observation_space, action_space)
-    return int(observation_space.shape[0]), int(action_space.shape[0])  # type: ignore[index]  # 1-D Boxes
+    outputs = int(action_space.n) if isinstance(action_space, spaces.Discrete) else int(action_space.shape[0])  # type: ignore[index]
+    return int(observation_space.shape[0]), outputs  # type: ignore[index]  # a 1-D Box

@@ -1,13 +1,18 @@
 """A training step replayed as one CUDA graph instead of hundreds of kernel launches (PPO's minibatch step,
 DDPG's critic and actor step): the launch overhead, not the arithmetic, is what small-MLP updates spend
-their time on, on a GPU above all."""
+their time on, on a GPU above all. `CompiledSteps`: when a learner captures its steps, and its eager fallback."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
 import torch
+
+from surreal.algos.replica import Replica
+
+log = logging.getLogger(__name__)
 
 Out = TypeVar("Out")
 
@@ -51,3 +56,35 @@ class CapturedStep(Generic[Out]):
             self.inputs[k].copy_(v)
         self.graph.replay()
         return self.output  # type: ignore[return-value]  # set when the graph was captured
+
+
+class CompiledSteps:
+    """What a learner with `compile` shares (PPO's minibatch step, DDPG's and SAC's critic and actor steps): when
+    its steps are captured, and the eager fallback. A subclass sets `name`, `compile`, `device` and `replica`
+    (None: a learner alone) and builds its steps in `reset_steps`."""
+
+    name: str
+    compile: bool
+    device: torch.device
+    replica: Replica | None
+
+    def captures(self) -> bool:
+        """Whether each step is replayed as a CUDA graph: compiled, on CUDA, no collective inside (replica.py)."""
+        return self.compile and self.device.type == "cuda" and self.replica is None
+
+    def reset_steps(self) -> None:
+        """(Re)builds the steps: eager, or compiled (and captured where `captures()`)."""
+        raise NotImplementedError
+
+    def run_step(self, step: Callable[[], Out]) -> Out:
+        """`step()`; if compiling or capturing fails (no C++/Triton toolchain, an unsupported op, a capture
+        error), it says so once and the learner goes on eagerly, which gives the same numbers."""
+        try:
+            return step()
+        except Exception as error:
+            if not self.compile:
+                raise
+            log.warning("%s: the compiled step failed, continuing eagerly: %r", self.name, error)
+            self.compile = False
+            self.reset_steps()
+            return step()

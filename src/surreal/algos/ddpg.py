@@ -14,7 +14,6 @@ priorities when the replay is prioritized. Sockets and loops live in the roles; 
 from __future__ import annotations
 
 import copy
-import logging
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -31,9 +30,7 @@ from surreal.algos.stacked import StackedMLP
 from surreal.config.schema import DDPGConfig
 from surreal.proto.wire import Chunk, Field, Fields
 from surreal.runtime.rollout import Policy, RolloutCollector
-from surreal.spaces import box_dims
-
-log = logging.getLogger(__name__)
+from surreal.spaces import space_dims
 
 # -- networks -------------------------------------------------------------------------------------------
 
@@ -77,26 +74,80 @@ def actor_noise_scale(cfg: DDPGConfig, actor_index: int, num_actors: int) -> flo
     return cfg.exploration_noise * cfg.noise_spread ** (2.0 * rung / (num_actors - 1) - 1.0)
 
 
-class DDPGPolicy:
-    """What an actor runs: mu(s) plus this actor's Gaussian or Ornstein-Uhlenbeck noise, in units of the
-    action half-range; uniform random actions while the learner has not updated yet (the warm-up)."""
+class OffPolicyPolicy:
+    """What DDPG's and SAC's actors share: a CPU actor network whose `mean_action` is the deterministic action,
+    uniform random actions while the learner has not updated yet (the warm-up), and a numpy generator of its own
+    per actor. A subclass explores in `explore`."""
 
-    def __init__(
-        self, obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig, actor_index: int, num_actors: int = 1
-    ) -> None:
-        obs_dim, act_dim = box_dims(cfg, obs_space, act_space)
+    def __init__(self, cfg: DDPGConfig | SACConfig, actor: nn.Module, act_space: spaces.Box, actor_index: int) -> None:
         self.cfg = cfg
-        self.actor = DeterministicActor(obs_dim, act_space, list(cfg.hidden_sizes)).requires_grad_(False).eval()
+        self.actor = actor.requires_grad_(False)
+        self.mean_action: nn.Module = actor
         self.low, self.high = act_space.low.astype(np.float32), act_space.high.astype(np.float32)
-        self.half_range = (self.high - self.low) / 2.0
-        self.noise_scale = actor_noise_scale(cfg, actor_index, num_actors)
         self.rng = np.random.default_rng(cfg.seed + 1_000 * actor_index)
         self.warmup = True
-        self.ou_state: np.ndarray | None = None
 
     def load_params(self, arrays: dict[str, Any]) -> None:
         self.actor.load_state_dict({k: torch.as_tensor(np.array(v)) for k, v in arrays["actor"].items()})
         self.warmup = bool(np.asarray(arrays["warmup"]))
+
+    def explore(self, obs: torch.Tensor) -> np.ndarray:
+        """Exploring actions for a batch of observations, inside the action bounds."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        if self.warmup:
+            actions = self.rng.uniform(self.low, self.high, (len(obs), len(self.low))).astype(np.float32)
+        else:
+            actions = self.explore(torch.from_numpy(obs.astype(np.float32)))
+        return actions, {"actions": actions}
+
+    @torch.no_grad()
+    def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
+        return self.mean_action(torch.from_numpy(obs.astype(np.float32))).numpy()
+
+    def params(self) -> dict[str, Any]:
+        """The blob `load_params` takes, as this policy holds it."""
+        return {"actor": {k: v.numpy() for k, v in self.actor.state_dict().items()}, "warmup": np.array(self.warmup)}
+
+    def inference_module(self) -> nn.Module:
+        """`act_deterministic` as one torch module (algos/inference.py), over copies of the weights."""
+        return DeterministicPolicy(AsFloat32(), copy.deepcopy(self.mean_action)).eval()
+
+    def describe(self) -> dict[str, Any]:
+        """The network and action head, as the policy artifact's header states them (no normalizer)."""
+        return {
+            "network": {"kind": "mlp", "hidden_sizes": list(self.cfg.hidden_sizes), "activation": "relu"},
+            "action_head": {"type": "box", "squash": "tanh", "clip": False},
+            "normalizer": None,
+        }
+
+    def episode_done(self, done: np.ndarray) -> None:
+        del done  # no per-episode exploration state
+
+    def sampling_state(self) -> dict[str, Any]:
+        return {"rng": self.rng.bit_generator.state}
+
+    def load_sampling_state(self, state: dict[str, Any]) -> None:
+        self.rng.bit_generator.state = state["rng"]
+
+
+class DDPGPolicy(OffPolicyPolicy):
+    """What an actor runs: mu(s) plus this actor's Gaussian or Ornstein-Uhlenbeck noise, in units of the
+    action half-range."""
+
+    cfg: DDPGConfig
+
+    def __init__(
+        self, obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig, actor_index: int, num_actors: int = 1
+    ) -> None:
+        obs_dim, _ = space_dims(cfg, obs_space, act_space)
+        actor = DeterministicActor(obs_dim, act_space, list(cfg.hidden_sizes)).eval()
+        super().__init__(cfg, actor, act_space, actor_index)
+        self.half_range = (self.high - self.low) / 2.0
+        self.noise_scale = actor_noise_scale(cfg, actor_index, num_actors)
+        self.ou_state: np.ndarray | None = None
 
     def _noise(self, shape: tuple[int, ...]) -> np.ndarray:
         white = self.rng.standard_normal(shape).astype(np.float32)
@@ -108,47 +159,22 @@ class DDPGPolicy:
         self.ou_state += self.cfg.ou_theta * -self.ou_state * dt + self.noise_scale * np.sqrt(dt) * white
         return self.ou_state.copy()
 
-    @torch.no_grad()
-    def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        if self.warmup:
-            actions = self.rng.uniform(self.low, self.high, (len(obs), len(self.low))).astype(np.float32)
-        else:
-            mu = self.actor(torch.from_numpy(obs.astype(np.float32))).numpy()
-            actions = np.clip(mu + self._noise(mu.shape) * self.half_range, self.low, self.high)
-        return actions, {"actions": actions}
-
-    @torch.no_grad()
-    def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
-        return self.actor(torch.from_numpy(obs.astype(np.float32))).numpy()
-
-    def params(self) -> dict[str, Any]:
-        """The blob `load_params` takes, as this policy holds it."""
-        return {"actor": {k: v.numpy() for k, v in self.actor.state_dict().items()}, "warmup": np.array(self.warmup)}
-
-    def inference_module(self) -> nn.Module:
-        """`act_deterministic` as one torch module (algos/inference.py), over copies of the weights."""
-        return DeterministicPolicy(AsFloat32(), copy.deepcopy(self.actor)).eval()
-
-    def describe(self) -> dict[str, Any]:
-        """The network and action head, as the policy artifact's header states them (no normalizer)."""
-        return {
-            "network": {"kind": "mlp", "hidden_sizes": list(self.cfg.hidden_sizes), "activation": "relu"},
-            "action_head": {"type": "box", "squash": "tanh", "clip": False},
-            "normalizer": None,
-        }
+    def explore(self, obs: torch.Tensor) -> np.ndarray:
+        mu = self.actor(obs).numpy()
+        return np.clip(mu + self._noise(mu.shape) * self.half_range, self.low, self.high)
 
     def episode_done(self, done: np.ndarray) -> None:
         if self.ou_state is not None:
             self.ou_state[done] = 0.0
 
     def sampling_state(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"rng": self.rng.bit_generator.state}
+        state = super().sampling_state()
         if self.ou_state is not None:
             state["ou_state"] = self.ou_state.copy()
         return state
 
     def load_sampling_state(self, state: dict[str, Any]) -> None:
-        self.rng.bit_generator.state = state["rng"]
+        super().load_sampling_state(state)
         self.ou_state = np.array(state["ou_state"], np.float32) if "ou_state" in state else None
 
 
@@ -183,7 +209,7 @@ def n_step_transitions(arrays: dict[str, np.ndarray], n: int, gamma: float) -> d
     }
 
 
-def chunk_fields(obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig | None = None) -> Fields:
+def chunk_fields(obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig) -> Fields:
     """One transition as `n_step_transitions` makes it, what a chunk's cell and a stored transition hold: what every
     sample reply the learner takes must hold, field by field (proto/wire.py `ReplyLayout`)."""
     del cfg  # the same fields whatever n
@@ -264,9 +290,8 @@ class DDPGLearner(SampleStepper):
         """`compile`: compile the critic and actor losses and, on CUDA, replay each step as a CUDA graph (the first
         update then pays the compilation); off, the same step runs eagerly. `replica`: this learner's rank in a
         data-parallel group."""
-        obs_dim, act_dim = box_dims(cfg, obs_space, act_space)
-        self.cfg, self.device, self.compile, self.replica = cfg, device, compile, replica
-        torch.manual_seed(cfg.seed)
+        obs_dim, act_dim = space_dims(cfg, obs_space, act_space)
+        super().__init__(cfg, device, compile, replica)
         hidden = list(cfg.hidden_sizes)
         self.actor = DeterministicActor(obs_dim, act_space, hidden).to(device)
         # TD3's twins or DDPG's one, as one module (algos/stacked.py)
@@ -277,9 +302,6 @@ class DDPGLearner(SampleStepper):
         self.sources: list[torch.Tensor] = [*self.actor.parameters(), *self.critics.parameters()]
         self.actor_optimizer = self.fused_adam(self.actor.parameters(), cfg.actor_lr)
         self.critic_optimizer = self.fused_adam(self.critics.parameters(), cfg.critic_lr)
-        self.generator = torch.Generator(device=device).manual_seed(cfg.seed)  # target policy smoothing
-        self.updates = 0
-        self.last_actor_stats = {"actor_loss": float("nan")}
         self.reset_steps()
 
     def sample_tensors(self, arrays: dict[str, Any], steps: int) -> dict[str, torch.Tensor]:
@@ -326,14 +348,7 @@ class DDPGLearner(SampleStepper):
         compiled and captured. Returns STEP_STATS as one tensor and the |TD error| of the minibatch, both on
         the device; nothing here waits for it."""
         cfg = self.cfg
-        loss, q_first, target = self.critic_loss_fn(**b)
-        self.critic_optimizer.zero_grad()  # to None: inside a capture, backward then takes the grads from its pool
-        loss.backward()
-        critic_bad = self.agree(self.critics.parameters(), ~torch.isfinite(loss))
-        self.critic_optimizer.found_inf.copy_(critic_bad)  # type: ignore[attr-defined]
-        if cfg.max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(self.critics.parameters(), cfg.max_grad_norm, foreach=True)
-        self.critic_optimizer.step()
+        loss, q_first, td_errors, critic_bad = self.critic_step(b)
         actor_loss = torch.full((), float("nan"), device=self.device)
         if update_actor:
             actor_loss = self.actor_loss_fn(b["obs"])
@@ -348,7 +363,6 @@ class DDPGLearner(SampleStepper):
                 with torch.no_grad():
                     tau = cfg.tau * (~bad).float()
                     torch._foreach_lerp_(self.targets, self.sources, [tau] * len(self.targets))
-        td_errors = (q_first - target).detach().abs()
         stats = torch.stack(
             [loss.detach(), actor_loss.detach(), q_first.detach().mean(), td_errors.mean(), critic_bad.float()]
         )
@@ -361,11 +375,6 @@ class DDPGLearner(SampleStepper):
                 torch._foreach_copy_(self.targets, self.sources)
 
     # -- parameters and checkpoints -----------------------------------------------------------------
-
-    def params(self) -> dict[str, Any]:
-        """The actor's weights, and whether actors should still act uniformly at random (no update yet)."""
-        actor = {k: v.detach().cpu().numpy() for k, v in self.actor.state_dict().items()}
-        return {"actor": actor, "warmup": np.array(self.updates == 0)}
 
     def state_dict(self) -> dict[str, Any]:
         return {

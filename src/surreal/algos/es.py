@@ -28,13 +28,13 @@ from surreal.algos.inference import (
     DeterministicPolicy,
     NormalizeObservations,
     action_head,
-    normalizer_description,
+    description,
 )
 from surreal.algos.normalizer import RunningMeanStd
 from surreal.algos.replica import Replica
 from surreal.config.schema import ESConfig
 from surreal.proto.wire import Chunk, Field, Fields
-from surreal.spaces import check_spaces
+from surreal.spaces import space_dims
 
 # -- the math ---------------------------------------------------------------------------------------------
 
@@ -136,20 +136,13 @@ class FlatMLP:
         return nn.Sequential(*layers).requires_grad_(False)
 
 
-def _dims(obs_space: spaces.Space[Any], act_space: spaces.Space[Any]) -> tuple[int, int]:
-    """(observation size, output size): a Box action's dimensions, or one output per Discrete action."""
-    check_spaces(ESConfig, obs_space, act_space)
-    outputs = int(act_space.n) if isinstance(act_space, spaces.Discrete) else int(act_space.shape[0])  # type: ignore[index]
-    return int(obs_space.shape[0]), outputs  # type: ignore[index]  # a flat Box, checked above
-
-
 class ESPolicy:
     """theta and the observation statistics as the learner published them; acts deterministically."""
 
     numpy_forward = True  # its deterministic actions are NumPy's (load_policy runs them, not the torch module)
 
     def __init__(self, obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg: ESConfig) -> None:
-        obs_dim, act_dim = _dims(obs_space, act_space)
+        obs_dim, act_dim = space_dims(cfg, obs_space, act_space)
         self.cfg = cfg
         self.net = FlatMLP(obs_dim, act_dim, list(cfg.hidden_sizes))
         self.theta = np.zeros(self.net.dim, np.float32)
@@ -195,11 +188,8 @@ class ESPolicy:
     def describe(self) -> dict[str, Any]:
         """The network, action head and normalizer, as the policy artifact's header states them."""
         cfg = self.cfg
-        return {
-            "network": {"kind": "mlp", "hidden_sizes": list(cfg.hidden_sizes), "activation": "tanh"},
-            "action_head": action_head(self.act_space)[1],
-            "normalizer": normalizer_description(cfg.obs_norm, cfg.obs_clip),
-        }
+        network = {"kind": "mlp", "hidden_sizes": list(cfg.hidden_sizes), "activation": "tanh"}
+        return description(network, self.act_space, cfg.obs_norm, cfg.obs_clip)
 
     def episode_done(self, done: np.ndarray) -> None:
         del done
@@ -297,7 +287,7 @@ class ESLearner:
         self, obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg: ESConfig, device: torch.device
     ) -> None:
         del device  # numpy on the CPU: an ES update is one matrix-vector product
-        obs_dim, act_dim = _dims(obs_space, act_space)
+        obs_dim, act_dim = space_dims(cfg, obs_space, act_space)
         self.cfg = cfg
         self.net = FlatMLP(obs_dim, act_dim, list(cfg.hidden_sizes))
         self.theta = self.net.init(np.random.default_rng(cfg.seed))
@@ -390,7 +380,7 @@ def make_learner(
 def chunk_fields(obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg: ESConfig) -> Fields:
     """One antithetic pair of an `ESCollector` chunk: what every chunk the learner takes must hold (proto/wire.py
     `ReplyLayout`), its noise offsets within the table (an offset past it would cut the perturbation short)."""
-    obs_dim, act_dim = _dims(obs_space, act_space)
+    obs_dim, act_dim = space_dims(cfg, obs_space, act_space)
     dim = FlatMLP(obs_dim, act_dim, list(cfg.hidden_sizes)).dim
     f64 = np.dtype(np.float64)
     return {

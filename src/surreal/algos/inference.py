@@ -96,21 +96,22 @@ class RecurrentDeterministicPolicy(nn.Module):
     """(observations, state) -> `preprocess` -> `rnn` -> `network` -> `postprocess` -> (actions, the next state): a
     recurrent policy's deterministic step, the state [B, L, H] travelling in and out (zeros at an episode's start)."""
 
-    def __init__(
-        self, preprocess: nn.Module, rnn: nn.Module, network: nn.Module, postprocess: nn.Module | None = None
-    ) -> None:
+    def __init__(self, preprocess: nn.Module, rnn: nn.Module, network: nn.Module, postprocess: nn.Module) -> None:
         super().__init__()
-        self.preprocess, self.rnn, self.network = preprocess, rnn, network
-        self.postprocess = postprocess if postprocess is not None else nn.Identity()
+        self.preprocess, self.rnn, self.network, self.postprocess = preprocess, rnn, network, postprocess
 
     def forward(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         features, state = self.rnn(self.preprocess(obs), state)
         return self.postprocess(self.network(features)), state
 
 
-def normalizer_description(enabled: bool, clip: float) -> dict[str, object] | None:
-    """The artifact header's `normalizer` for an `obs_norm` policy whose blob holds `obs_norm/{mean,var,count}`."""
-    if not enabled:
-        return None
-    tensors = {"mean": "obs_norm/mean", "var": "obs_norm/var", "count": "obs_norm/count"}
-    return {"tensors": tensors, "clip": float(clip), "epsilon": NORMALIZER_EPSILON}
+def description(
+    network: dict[str, Any], act_space: spaces.Space[Any], obs_norm: bool, obs_clip: float
+) -> dict[str, Any]:
+    """`describe()` of a policy with `action_head` and an `obs_norm` normalizer (PPO, ES): the network, action head
+    and normalizer as the artifact header states them; the blob holds the statistics as `obs_norm/{mean,var,count}`."""
+    normalizer = None
+    if obs_norm:
+        tensors = {"mean": "obs_norm/mean", "var": "obs_norm/var", "count": "obs_norm/count"}
+        normalizer = {"tensors": tensors, "clip": float(obs_clip), "epsilon": NORMALIZER_EPSILON}
+    return {"network": network, "action_head": action_head(act_space)[1], "normalizer": normalizer}

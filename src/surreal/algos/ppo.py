@@ -26,7 +26,6 @@ Sockets and loops live in the roles; this file is the math.
 from __future__ import annotations
 
 import copy
-import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -37,14 +36,14 @@ from gymnasium import spaces
 from torch import nn
 from torch.distributions import Categorical, Normal
 
-from surreal.algos.capture import CapturedStep
+from surreal.algos.capture import CapturedStep, CompiledSteps
 from surreal.algos.inference import (
     AsFloat32,
     DeterministicPolicy,
     NormalizeObservations,
     RecurrentDeterministicPolicy,
     action_head,
-    normalizer_description,
+    description,
 )
 from surreal.algos.normalizer import RunningMeanStd
 from surreal.algos.replica import Replica
@@ -52,16 +51,14 @@ from surreal.algos.sample_steps import load_optimizer_state
 from surreal.config.schema import RECURRENT_CELLS, PPOConfig
 from surreal.proto.wire import PER_ENV, Chunk, Field, Fields
 from surreal.runtime.rollout import RolloutCollector
-from surreal.spaces import check_spaces
-
-log = logging.getLogger(__name__)
+from surreal.spaces import space_dims
 
 # -- networks -------------------------------------------------------------------------------------------
 
 
-def layer_init(layer: nn.Linear, std: float = float(np.sqrt(2)), bias_const: float = 0.0) -> nn.Linear:
+def layer_init(layer: nn.Linear, std: float = float(np.sqrt(2))) -> nn.Linear:
     nn.init.orthogonal_(layer.weight, std)
-    nn.init.constant_(layer.bias, bias_const)
+    nn.init.zeros_(layer.bias)
     return layer
 
 
@@ -150,7 +147,6 @@ class RecurrentCell(nn.Module):
         self.cell: nn.LSTMCell | nn.GRUCell = nn.LSTMCell(n_in, hidden) if kind == "lstm" else nn.GRUCell(n_in, hidden)
         for name, param in self.cell.named_parameters():
             nn.init.orthogonal_(param, 1.0) if name.startswith("weight") else nn.init.zeros_(param)
-        self.state_shape = (2 if kind == "lstm" else 1, hidden)
 
     def forward(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(the cell's output h [B, H], the state after this step [B, L, H])."""
@@ -193,14 +189,13 @@ Model = ActorCritic | CategoricalActorCritic | RecurrentActorCritic
 def make_model(obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg: PPOConfig) -> Model:
     """The actor-critic for these spaces: Gaussian for Box actions, categorical for Discrete ones; with
     `cfg.recurrent`, on the output of an LSTM or GRU cell instead of the observation."""
-    check_spaces(cfg, obs_space, act_space)
-    obs_dim = int(obs_space.shape[0])  # type: ignore[index]  # a flat Box, checked above
+    obs_dim, outputs = space_dims(cfg, obs_space, act_space)
     n_in = cfg.rnn_hidden_size if cfg.recurrent else obs_dim
     head: Head
     if isinstance(act_space, spaces.Discrete):
-        head = CategoricalActorCritic(n_in, int(act_space.n), list(cfg.hidden_sizes))
+        head = CategoricalActorCritic(n_in, outputs, list(cfg.hidden_sizes))
     else:
-        head = ActorCritic(n_in, int(act_space.shape[0]), list(cfg.hidden_sizes), cfg.log_std_init)  # type: ignore[index]
+        head = ActorCritic(n_in, outputs, list(cfg.hidden_sizes), cfg.log_std_init)
     if cfg.recurrent is None:
         return head
     if cfg.recurrent not in RECURRENT_CELLS:
@@ -339,16 +334,11 @@ class PPOPolicy:
             # The cell, then the heads' MLPs on its output (`hidden_sizes`).
             network = {**network, "kind": cfg.recurrent, "rnn_hidden_size": cfg.rnn_hidden_size}
             network["state_shape"] = list(self.state_shape)
-        return {
-            "network": network,
-            "action_head": action_head(self.act_space)[1],
-            "normalizer": normalizer_description(cfg.obs_norm, cfg.obs_clip),
-        }
+        return description(network, self.act_space, cfg.obs_norm, cfg.obs_clip)
 
     def episode_done(self, done: np.ndarray) -> None:
         """A recurrent policy starts the next episode of these envs from a zero state; an MLP keeps nothing."""
-        if self.state_shape is not None:
-            self.reset(done)
+        self.reset(done)
 
     def sampling_state(self) -> dict[str, Any]:
         """The sampling generator and, for a recurrent policy acting already, the state of its envs."""
@@ -396,7 +386,7 @@ MINIBATCH_KEYS = ("obs", "actions", "logprobs", "advantages", "returns", "values
 SEQUENCE_KEYS = (*MINIBATCH_KEYS, "rnn_state", "starts")  # a recurrent policy's: its sequences' start and resets
 
 
-class PPOLearner:
+class PPOLearner(CompiledSteps):
     """The PPO update, with the speed belonging to the device: the batch is prepared in a few whole-batch
     tensor operations, the epoch loop never waits for the device, and every minibatch step has the same
     shapes, so `compile=True` can compile the loss (and, on CUDA, replay the whole step as a CUDA graph).
@@ -407,6 +397,8 @@ class PPOLearner:
     minibatch order; each then steps on its share of every minibatch, the gradients averaged over the ranks
     (algos/replica.py), so K ranks make the update one learner makes on the whole minibatch. Advantages are
     normalized over the whole minibatch before it is cut into shares."""
+
+    name = "PPO"
 
     def __init__(
         self,
@@ -427,8 +419,9 @@ class PPOLearner:
         torch.manual_seed(cfg.seed)
         self.model: Model = make_model(obs_space, act_space, cfg).to(device)  # checks the spaces
         obs_dim = int(obs_space.shape[0])  # type: ignore[index]  # a flat Box
+        self.compile = compile
         # A captured graph reads the learning rate from a device tensor, so annealing needs no re-capture.
-        capture = compile and device.type == "cuda" and replica is None
+        capture = self.captures()
         lr = torch.tensor(cfg.lr, device=device) if capture else cfg.lr
         # fused: one kernel per step for all parameters (the update is hundreds of tiny steps, so per-tensor
         # overhead dominates, on CPU and GPU alike); fused Adam is also safe to capture in a CUDA graph.
@@ -439,8 +432,7 @@ class PPOLearner:
         self.generator = torch.Generator().manual_seed(cfg.seed)  # minibatch shuffles
         self.updates = 0
         self.env_steps_consumed = 0
-        self.compile = compile
-        self.loss_fn, self.step_fn = self._fast_paths()
+        self.reset_steps()
 
     # -- data preparation ---------------------------------------------------------------------------
 
@@ -627,27 +619,19 @@ class PPOLearner:
         self.optimizer.step()
         return stats
 
-    def _fast_paths(self) -> tuple[Callable[..., tuple[torch.Tensor, torch.Tensor]], Callable[..., torch.Tensor]]:
-        """(loss function, step function): eager, or compiled (and CUDA-graph captured on CUDA, unless a rank's
-        step holds an all-reduce: algos/replica.py)."""
-        if not self.compile:
-            return self.ppo_loss, self.minibatch_step
-        loss_fn = torch.compile(self.ppo_loss, dynamic=False)
-        capture = self.device.type == "cuda" and self.replica is None
-        return loss_fn, CapturedStep(self.minibatch_step) if capture else self.minibatch_step
+    def reset_steps(self) -> None:
+        """The loss and step functions: eager, or compiled (and CUDA-graph captured on CUDA, unless a rank's step
+        holds an all-reduce: algos/replica.py). Called again after a restore: a captured graph holds the optimizer
+        state it replaced."""
+        self.loss_fn: Callable[..., tuple[torch.Tensor, torch.Tensor]] = self.ppo_loss
+        self.step_fn: Callable[[dict[str, torch.Tensor]], torch.Tensor] = self.minibatch_step
+        if self.compile:
+            self.loss_fn = torch.compile(self.ppo_loss, dynamic=False)
+        if self.captures():
+            self.step_fn = CapturedStep(self.minibatch_step)
 
     def _step(self, minibatch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """One minibatch step; if compiling or capturing fails (no C++/Triton toolchain, an unsupported op,
-        a capture error), it says so once and the learner goes on eagerly, which gives the same numbers."""
-        try:
-            return self.step_fn(minibatch)
-        except Exception as error:
-            if not self.compile:
-                raise
-            log.warning("PPO: the compiled minibatch step failed, continuing eagerly: %r", error)
-            self.compile = False
-            self.loss_fn, self.step_fn = self._fast_paths()
-            return self.step_fn(minibatch)
+        return self.run_step(lambda: self.step_fn(minibatch))
 
     def update(self, chunks: list[Chunk], progress: float) -> dict[str, float]:
         """One learner step on a batch of chunks; `progress` in [0, 1] drives learning-rate annealing.
@@ -803,7 +787,7 @@ class PPOLearner:
         self.generator.set_state(state["generator"])
         self.updates = int(state["updates"])
         self.env_steps_consumed = int(state["env_steps_consumed"])
-        self.loss_fn, self.step_fn = self._fast_paths()  # a captured graph holds the optimizer state it replaced
+        self.reset_steps()
 
 
 def make_policy(
@@ -824,7 +808,7 @@ def make_collector(
 make_learner = PPOLearner
 
 
-def chunk_fields(obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg: PPOConfig | None = None) -> Fields:
+def chunk_fields(obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg: PPOConfig) -> Fields:
     """One step of a `RolloutCollector` chunk as `PPOPolicy.act` records it: what every chunk the learner takes
     must hold, field by field (proto/wire.py `ReplyLayout`); a Discrete action is an index the head has a logit for.
     A recurrent policy's chunks also hold each env's start state (`PER_ENV`/rnn_state, one per column, not per step:
@@ -842,7 +826,7 @@ def chunk_fields(obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg
         "truncated": Field(np.dtype(bool)),
         "actions": actions,
         "logprobs": Field(f32),
-        **({f"{PER_ENV}/rnn_state": Field(f32, rnn_state_shape(cfg))} if cfg is not None and cfg.recurrent else {}),
+        **({f"{PER_ENV}/rnn_state": Field(f32, rnn_state_shape(cfg))} if cfg.recurrent else {}),
     }
 
 

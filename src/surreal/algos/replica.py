@@ -30,12 +30,11 @@ import torch.distributed as dist
 
 @dataclass(frozen=True)
 class Replica:
-    """Rank `rank` of `size` in the process group `group` (None: torch.distributed's default group, the learner
-    group's gradient group, roles/learner_group.py)."""
+    """Rank `rank` of `size` in torch.distributed's default group (the learner group's gradient group,
+    roles/learner_group.py)."""
 
     rank: int
     size: int
-    group: Any = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.size:
@@ -53,7 +52,7 @@ class Replica:
         nothing to average."""
         if self.size == 1:
             return tensor
-        dist.all_reduce(tensor, group=self.group)
+        dist.all_reduce(tensor)
         return tensor.div_(self.size)
 
     def average_gradients(self, parameters: Iterable[torch.Tensor]) -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import logging
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -31,16 +30,14 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from surreal.algos.ddpg import OffPolicyPolicy
 from surreal.algos.ddpg import chunk_fields as chunk_fields  # SAC collects DDPG's n-step transitions
 from surreal.algos.ddpg import make_collector as make_collector
-from surreal.algos.inference import AsFloat32, DeterministicPolicy
 from surreal.algos.replica import Replica
 from surreal.algos.sac_config import SACConfig
 from surreal.algos.sample_steps import SampleStepper, load_optimizer_state, replay_tensors
 from surreal.algos.stacked import StackedMLP
-from surreal.spaces import box_dims
-
-log = logging.getLogger(__name__)
+from surreal.spaces import space_dims
 
 # -- networks -------------------------------------------------------------------------------------------
 
@@ -90,67 +87,28 @@ class MeanAction(nn.Module):
 # -- actor side -----------------------------------------------------------------------------------------
 
 
-class SACPolicy:
-    """What an actor runs: a sample of pi(.|s), its own noise stream per actor; uniform random actions while
-    the learner has not updated yet (the warm-up). Evaluation takes the mean action."""
+class SACPolicy(OffPolicyPolicy):
+    """What an actor runs: a sample of pi(.|s), its own noise stream per actor. Evaluation takes the mean action."""
+
+    cfg: SACConfig
+    actor: SquashedGaussianActor
 
     def __init__(
         self, obs_space: spaces.Box, act_space: spaces.Box, cfg: SACConfig, actor_index: int, num_actors: int = 1
     ) -> None:
         del num_actors  # every actor samples from pi with its own noise stream
-        obs_dim, _ = box_dims(cfg, obs_space, act_space)
-        self.cfg = cfg
-        self.actor = SquashedGaussianActor(obs_dim, act_space, cfg).requires_grad_(False)
-        self.low, self.high = act_space.low.astype(np.float32), act_space.high.astype(np.float32)
-        self.rng = np.random.default_rng(cfg.seed + 1_000 * actor_index)
-        self.warmup = True
+        obs_dim, _ = space_dims(cfg, obs_space, act_space)
+        super().__init__(cfg, SquashedGaussianActor(obs_dim, act_space, cfg), act_space, actor_index)
+        self.mean_action = MeanAction(self.actor)
 
-    def load_params(self, arrays: dict[str, Any]) -> None:
-        self.actor.load_state_dict({k: torch.as_tensor(np.array(v)) for k, v in arrays["actor"].items()})
-        self.warmup = bool(np.asarray(arrays["warmup"]))
-
-    @torch.no_grad()
-    def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        if self.warmup:
-            actions = self.rng.uniform(self.low, self.high, (len(obs), len(self.low))).astype(np.float32)
-        else:
-            noise = torch.from_numpy(self.rng.standard_normal((len(obs), len(self.low))).astype(np.float32))
-            actions = self.actor(torch.from_numpy(obs.astype(np.float32)), noise)[0].numpy()
-        return actions, {"actions": actions}
-
-    @torch.no_grad()
-    def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
-        return self.actor(torch.from_numpy(obs.astype(np.float32)), None)[0].numpy()
-
-    def params(self) -> dict[str, Any]:
-        """The blob `load_params` takes, as this policy holds it."""
-        return {"actor": {k: v.numpy() for k, v in self.actor.state_dict().items()}, "warmup": np.array(self.warmup)}
-
-    def inference_module(self) -> nn.Module:
-        """`act_deterministic` as one torch module (algos/inference.py), over copies of the weights."""
-        return DeterministicPolicy(AsFloat32(), MeanAction(copy.deepcopy(self.actor))).eval()
+    def explore(self, obs: torch.Tensor) -> np.ndarray:
+        noise = torch.from_numpy(self.rng.standard_normal((len(obs), len(self.low))).astype(np.float32))
+        return self.actor(obs, noise)[0].numpy()
 
     def describe(self) -> dict[str, Any]:
-        """The network and action head, as the policy artifact's header states them (no normalizer)."""
-        return {
-            "network": {
-                "kind": "mlp",
-                "hidden_sizes": list(self.cfg.hidden_sizes),
-                "activation": "relu",
-                "norm": self.cfg.actor_norm,
-            },
-            "action_head": {"type": "box", "squash": "tanh", "clip": False},
-            "normalizer": None,
-        }
-
-    def episode_done(self, done: np.ndarray) -> None:
-        del done  # no per-episode exploration state
-
-    def sampling_state(self) -> dict[str, Any]:
-        return {"rng": self.rng.bit_generator.state}
-
-    def load_sampling_state(self, state: dict[str, Any]) -> None:
-        self.rng.bit_generator.state = state["rng"]
+        described = super().describe()
+        described["network"]["norm"] = self.cfg.actor_norm
+        return described
 
 
 # -- learner side ---------------------------------------------------------------------------------------
@@ -189,9 +147,9 @@ class SACLearner(SampleStepper):
     ) -> None:
         """`compile`: compile the critic and actor losses and, on CUDA, replay each step as a CUDA graph. `replica`:
         this learner's rank in a data-parallel group."""
-        obs_dim, act_dim = box_dims(cfg, obs_space, act_space)
-        self.cfg, self.device, self.compile, self.replica, self.act_dim = cfg, device, compile, replica, act_dim
-        torch.manual_seed(cfg.seed)
+        obs_dim, act_dim = space_dims(cfg, obs_space, act_space)
+        super().__init__(cfg, device, compile, replica)
+        self.act_dim = act_dim
         self.actor = SquashedGaussianActor(obs_dim, act_space, cfg).to(device)
         self.critics = StackedMLP([obs_dim + act_dim, *cfg.critic_hidden_sizes, 1], 2, cfg.critic_norm, cfg).to(device)
         self.critics_target = copy.deepcopy(self.critics).requires_grad_(False) if cfg.target_network else None
@@ -207,9 +165,6 @@ class SACLearner(SampleStepper):
         self.actor_optimizer = adam(self.actor.parameters(), cfg.actor_lr)
         self.critic_optimizer = adam(self.critics.parameters(), cfg.critic_lr)
         self.alpha_optimizer = adam([self.log_alpha], cfg.alpha_lr) if cfg.autotune_alpha else None
-        self.generator = torch.Generator(device=device).manual_seed(cfg.seed)  # the policy's samples
-        self.updates = 0
-        self.last_actor_stats = dict.fromkeys(ACTOR_STATS, float("nan"))
         self.reset_steps()
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
@@ -278,16 +233,7 @@ class SACLearner(SampleStepper):
         the device; nothing here waits for it."""
         cfg = self.cfg
         alpha = self.log_alpha.detach().exp()
-        loss, q_first, target = self.critic_loss_fn(**b)
-        self.critic_optimizer.zero_grad()  # to None: inside a capture, backward then takes the grads from its pool
-        loss.backward()
-        critic_bad = self.agree(self.critics.parameters(), ~torch.isfinite(loss))
-        self.critic_optimizer.found_inf.copy_(critic_bad)  # type: ignore[attr-defined]
-        # After the backward, never before: a compiled backward may read the running statistics the loss read.
-        self.critics.commit()
-        if cfg.max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(self.critics.parameters(), cfg.max_grad_norm, foreach=True)
-        self.critic_optimizer.step()
+        loss, q_first, td_errors, critic_bad = self.critic_step(b)
         nan = torch.full((), float("nan"), device=self.device)
         actor_loss, alpha_loss, entropy = nan, nan, nan
         if update_actor:
@@ -306,7 +252,6 @@ class SACLearner(SampleStepper):
             for optimizer in stepped:
                 optimizer.step()
             entropy = -log_prob.mean()
-        td_errors = (q_first - target).detach().abs()
         stats = [loss, actor_loss, alpha_loss, alpha, entropy, q_first.mean(), td_errors.mean(), critic_bad.float()]
         return torch.stack([s.detach() for s in stats]), td_errors
 
@@ -317,12 +262,6 @@ class SACLearner(SampleStepper):
                 torch._foreach_lerp_(self.targets, self.sources, [tau] * len(self.targets))
 
     # -- parameters and checkpoints -----------------------------------------------------------------
-
-    def params(self) -> dict[str, Any]:
-        """The actor's weights (and its running statistics), and whether actors should still act uniformly
-        at random (no update yet)."""
-        actor = {k: v.detach().cpu().numpy() for k, v in self.actor.state_dict().items()}
-        return {"actor": actor, "warmup": np.array(self.updates == 0)}
 
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {

@@ -16,17 +16,15 @@ statistics averaged over the ranks; its priorities are those of its own transiti
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
-from surreal.algos.capture import CapturedStep
+from surreal.algos.capture import CapturedStep, CompiledSteps
 from surreal.algos.replica import Replica
-
-log = logging.getLogger(__name__)
+from surreal.algos.stacked import StackedMLP
 
 STEP_KEYS = ("obs", "actions", "rewards", "next_obs", "discounts", "weights")  # a minibatch's replay tensors
 Step = Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]]  # minibatch -> (stats, |TD|)
@@ -49,24 +47,28 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[str, Any]
     optimizer.load_state_dict({**saved, "param_groups": [{**saved["param_groups"][0], **kept}]})
 
 
-class SampleStepper:
+class SampleStepper(CompiledSteps):
     """The update loop of an off-policy learner. A subclass sets `name`, `step_stats` (what `train_step`
-    returns, in order, ending with `nonfinite_skipped`) and `actor_stats` (those NaN in a critic-only step),
-    and in `__init__` `cfg` (with `policy_delay`), `device`, `compile`, `replica` (None: a learner alone) before its
-    optimizers (`fused_adam`), `updates = 0`, `last_actor_stats` and `generator`, then calls `self.reset_steps()`."""
+    returns, in order, ending with `nonfinite_skipped`) and `actor_stats` (those NaN in a critic-only step);
+    its `__init__` calls this one's, builds its networks (`actor`: what `params` sends; `critics`) and optimizers
+    (`fused_adam`), then calls `self.reset_steps()`."""
 
-    name: str
     step_stats: tuple[str, ...]
     actor_stats: tuple[str, ...]
-    cfg: Any
-    device: torch.device
-    compile: bool
-    updates: int
-    last_actor_stats: dict[str, float]
-    replica: Replica | None
-    generator: torch.Generator
+    actor: Any  # the actor network (its own class in each algorithm)
+    critics: StackedMLP
+    critic_optimizer: torch.optim.Optimizer
     critic_loss: Callable[..., Any]  # the algorithm's losses, which `train_step` calls as `*_loss_fn`
     actor_loss: Callable[..., Any]
+
+    def __init__(self, cfg: Any, device: torch.device, compile: bool, replica: Replica | None) -> None:
+        """`cfg` (with `seed` and `policy_delay`); `replica` None: a learner alone. Seeds the networks the subclass
+        builds next, and the generator the steps draw from (DDPG's target smoothing, SAC's policy samples)."""
+        self.cfg, self.device, self.compile, self.replica = cfg, device, compile, replica
+        torch.manual_seed(cfg.seed)
+        self.generator = torch.Generator(device=device).manual_seed(cfg.seed)
+        self.updates = 0
+        self.last_actor_stats = dict.fromkeys(self.actor_stats, float("nan"))
 
     # -- what the algorithm supplies ----------------------------------------------------------------------
 
@@ -82,11 +84,29 @@ class SampleStepper:
     def after_step(self, step_stats: torch.Tensor) -> None:
         """Called after each step with its statistics (target updates on a schedule)."""
 
-    # -- the machinery ------------------------------------------------------------------------------------
+    def critic_step(self, b: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The critics' part of `train_step`, DDPG's and SAC's alike: `critic_loss_fn`, backward, the ranks'
+        agreement, `found_inf`, the running statistics' move, clipping and Adam. Returns (loss, Q of the first
+        critic, |TD error|, whether the step is skipped)."""
+        loss, q_first, target = self.critic_loss_fn(**b)
+        self.critic_optimizer.zero_grad()  # to None: inside a capture, backward then takes the grads from its pool
+        loss.backward()
+        bad = self.agree(self.critics.parameters(), ~torch.isfinite(loss))
+        self.critic_optimizer.found_inf.copy_(bad)  # type: ignore[attr-defined]
+        # After the backward, never before: a compiled backward may read the running statistics the loss read.
+        self.critics.commit()
+        if self.cfg.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.critics.parameters(), self.cfg.max_grad_norm, foreach=True)
+        self.critic_optimizer.step()
+        return loss, q_first, (q_first - target).detach().abs(), bad
 
-    def captures(self) -> bool:
-        """Whether each step is replayed as a CUDA graph: compiled, on CUDA, no collective inside (replica.py)."""
-        return self.compile and self.device.type == "cuda" and self.replica is None
+    def params(self) -> dict[str, Any]:
+        """The actor's weights (with any running statistics), and whether actors should still act uniformly at
+        random (no update yet): what `OffPolicyPolicy.load_params` takes (algos/ddpg.py)."""
+        actor = {k: v.detach().cpu().numpy() for k, v in self.actor.state_dict().items()}
+        return {"actor": actor, "warmup": np.array(self.updates == 0)}
+
+    # -- the machinery ------------------------------------------------------------------------------------
 
     def fused_adam(self, parameters: Any, lr: float, beta1: float = 0.9) -> torch.optim.Adam:
         """Adam, fused: one kernel per step for all parameters, and safe to capture in a CUDA graph. Its
@@ -114,7 +134,9 @@ class SampleStepper:
         """(Re)builds the losses and steps: eager, or the losses compiled and, on CUDA, each kind of step
         (critic only, and with the actor) replayed as its own CUDA graph. Called again after a restore: a
         captured graph holds the optimizer state it replaced."""
-        steps: dict[bool, Step] = {actor: functools.partial(self._train_step_for, actor) for actor in (False, True)}
+        steps: dict[bool, Step] = {
+            actor: functools.partial(self.train_step, update_actor=actor) for actor in (False, True)
+        }
         self.critic_loss_fn: Callable[..., Any] = self.critic_loss
         self.actor_loss_fn: Callable[..., Any] = self.actor_loss
         if self.compile:
@@ -124,21 +146,8 @@ class SampleStepper:
                 steps = {actor: CapturedStep(step) for actor, step in steps.items()}
         self.step_fns = steps
 
-    def _train_step_for(self, update_actor: bool, b: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.train_step(b, update_actor)
-
     def _step(self, b: dict[str, torch.Tensor], update_actor: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """One step; if compiling or capturing fails (no C++/Triton toolchain, an unsupported op, a capture
-        error), it says so once and the learner goes on eagerly, which gives the same numbers."""
-        try:
-            return self.step_fns[update_actor](b)
-        except Exception as error:
-            if not self.compile:
-                raise
-            log.warning("%s: the compiled step failed, continuing eagerly: %r", self.name, error)
-            self.compile = False
-            self.reset_steps()
-            return self.step_fns[update_actor](b)
+        return self.run_step(lambda: self.step_fns[update_actor](b))
 
     def update(self, arrays: dict[str, Any], steps: int = 1) -> tuple[list[dict[str, float]], np.ndarray]:
         """`steps` gradient steps, one per minibatch of a sample holding `steps` equal minibatches, in order;

@@ -64,27 +64,24 @@ METADATA_KEY = "surreal.policy"
 MAX_HEADER_BYTES = 1 << 20
 MAX_FILE_BYTES = 1 << 30  # a 1 GiB policy is a network no learner here trains: refused before it is read
 
-HEADER_KEYS = frozenset(
-    {
-        "format",
-        "format_version",
-        "algorithm",
-        "algo_config",
-        "env",
-        "observation_space",
-        "action_space",
-        "action_head",
-        "network",
-        "normalizer",
-        "parameter_version",
-        "env_steps",
-        "updates",
-        "evaluation",
-        "seed",
-        "git_sha",
-        "surreal_version",
-    }
-)
+HEADER_TYPES: dict[str, type | tuple[type, ...]] = {  # every header field but the format and its version
+    "algorithm": str,
+    "algo_config": dict,
+    "env": dict,
+    "observation_space": dict,
+    "action_space": dict,
+    "action_head": dict,
+    "network": dict,
+    "normalizer": (dict, type(None)),
+    "parameter_version": int,
+    "env_steps": int,
+    "updates": (int, type(None)),
+    "evaluation": (dict, type(None)),
+    "seed": int,
+    "git_sha": str,
+    "surreal_version": str,
+}
+HEADER_KEYS = frozenset({"format", "format_version", *HEADER_TYPES})
 EVALUATION_KEYS = frozenset({"return_mean", "return_std", "episodes", "success_rate", "seed", "env_steps"})
 
 # safetensors dtype names <-> NumPy (the ones a parameter blob holds).
@@ -272,24 +269,7 @@ def check_header(header: Mapping[str, Any], name: str = "policy file") -> None:
             [f"unknown {', '.join(sorted(unknown))}"] if unknown else []
         )
         raise ArtifactError(f"{name}: header keys: {'; '.join(parts)}")
-    types: dict[str, type | tuple[type, ...]] = {
-        "algorithm": str,
-        "algo_config": dict,
-        "env": dict,
-        "observation_space": dict,
-        "action_space": dict,
-        "action_head": dict,
-        "network": dict,
-        "normalizer": (dict, type(None)),
-        "parameter_version": int,
-        "env_steps": int,
-        "updates": (int, type(None)),
-        "evaluation": (dict, type(None)),
-        "seed": int,
-        "git_sha": str,
-        "surreal_version": str,
-    }
-    for key, expected in types.items():
+    for key, expected in HEADER_TYPES.items():
         if (
             not isinstance(header[key], expected)
             or isinstance(header[key], bool)
