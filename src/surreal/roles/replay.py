@@ -290,10 +290,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--capacity", type=int, help="transitions; default: replay.capacity of the config")
 
 
-def snapshot_dir(run_dir: Path, shard: int) -> Path:
-    return run_dir / "replay" / f"shard-{shard}"
-
-
 def open_snapshots(
     cfg: ExperimentConfig,
     run_dir: Path,
@@ -317,7 +313,8 @@ def open_snapshots(
         "shard": shard.shard,
     }
     mirror = open_mirror(run_uri, run_dir, replay_part(shard.shard), metrics)
-    store = SnapshotStore(snapshot_dir(run_dir, shard.shard), identity, on_change=mirror.push if mirror else None)
+    folder = run_dir / "replay" / f"shard-{shard.shard}"
+    store = SnapshotStore(folder, identity, on_change=mirror.push if mirror else None)
     if mirror is not None:
         mirror.pull()
     start = time.perf_counter()
