@@ -588,12 +588,11 @@ class InferenceClient:
         addresses: Sequence[str],
         actor: int,
         timeout_s: float,
-        limits: Limits | None = None,
         on_error: ErrorSink = ignore_error,
     ) -> None:
         if not addresses:
             raise ValueError("central inference needs at least one inference worker address")
-        self.limits = accepting(limits or Limits(), INFERENCE_REPLIES)
+        self.limits = accepting(Limits(), INFERENCE_REPLIES)
         self.socks = [connect_socket(ctx, zmq.DEALER, [a], sndhwm=4, rcvhwm=4, immediate=True) for a in addresses]
         self.actor, self.timeout_s, self.on_error = actor, timeout_s, on_error
         self.turn = actor % len(addresses)
