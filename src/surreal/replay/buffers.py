@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -309,18 +309,6 @@ class PrioritizedSampler:
 # -- the facade -----------------------------------------------------------------------------------------
 
 
-class Replay(Protocol):
-    """What the replay server calls, whatever the mode."""
-
-    def add_chunk(self, arrays: dict[str, Any], meta: dict[str, Any], n_transitions: int) -> None: ...
-
-    def ready(self, batch_size: int) -> bool: ...
-
-    def update_priorities(self, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> int: ...
-
-    def stats(self) -> dict[str, int]: ...
-
-
 class FifoReplay:
     """Whole chunks, read with `fifo.take(batch_size)`: `batch_size` is the most transitions a reply carries."""
 
@@ -435,6 +423,9 @@ class TransitionReplay:
         }
 
 
+Replay = FifoReplay | TransitionReplay  # one interface (add_chunk, ready, update_priorities, stats) for every mode
+
+
 def make_replay(
     mode: str,
     capacity: int,
@@ -444,7 +435,7 @@ def make_replay(
     seed: int = 0,
     capacity_bytes: int = DEFAULT_CAPACITY_BYTES,
     reply: Limits = DEFAULT_REPLY,
-) -> FifoReplay | TransitionReplay:
+) -> Replay:
     """`fifo` (on-policy chunks), `uniform` or `prioritized` (off-policy transitions); capacity in transitions
     and in bytes; `reply`: the receiver's limits, which a FIFO reply's packing keeps to and a transition replay's
     layout and batch sizes are held to."""

@@ -131,9 +131,7 @@ def capture(replay: Replay, guard: int = GUARD_ROWS, keep_empty: bool = False) -
     `keep_empty`: an empty FIFO's books too (an exact resume keeps its counts)."""
     if isinstance(replay, TransitionReplay):
         return _capture_transitions(replay, guard) if replay.storage.size else None
-    if isinstance(replay, FifoReplay):
-        return _capture_fifo(replay) if replay.fifo.num_chunks or keep_empty else None
-    raise TypeError(f"no snapshot for {type(replay).__name__}")
+    return _capture_fifo(replay) if replay.fifo.num_chunks or keep_empty else None
 
 
 def change_token(replay: Replay) -> tuple[int, ...]:
@@ -158,18 +156,16 @@ def restore(replay: Replay, state: ShardState) -> int:
             sampler.max_priority = float(books["max_priority"])
         replay.storage, replay.sampler, replay.served = storage, sampler, int(books["served"])
         return storage.size
-    if isinstance(replay, FifoReplay):
-        old = replay.fifo
-        fifo = ChunkFifo(old.capacity, old.capacity_bytes, old.reply)
-        for i, item in enumerate(books["items"]):
-            prefix = f"fifo/{i}/"
-            chunk = [(name.removeprefix(prefix), a) for name, a in arrays.items() if name.startswith(prefix)]
-            fifo.add(unflatten(chunk), item["meta"], int(item["transitions"]))
-        fifo.added_transitions, fifo.served_transitions = int(books["added"]), int(books["served"])
-        fifo.dropped_transitions, fifo.dropped_chunks = int(books["dropped"]), int(books["dropped_chunks"])
-        replay.fifo = fifo
-        return fifo.size
-    raise TypeError(f"no snapshot for {type(replay).__name__}")
+    old = replay.fifo
+    fifo = ChunkFifo(old.capacity, old.capacity_bytes, old.reply)
+    for i, item in enumerate(books["items"]):
+        prefix = f"fifo/{i}/"
+        chunk = [(name.removeprefix(prefix), a) for name, a in arrays.items() if name.startswith(prefix)]
+        fifo.add(unflatten(chunk), item["meta"], int(item["transitions"]))
+    fifo.added_transitions, fifo.served_transitions = int(books["added"]), int(books["served"])
+    fifo.dropped_transitions, fifo.dropped_chunks = int(books["dropped"]), int(books["dropped_chunks"])
+    replay.fifo = fifo
+    return fifo.size
 
 
 # -- the folder -----------------------------------------------------------------------------------------
