@@ -172,6 +172,15 @@ def _episodes(meta: Mapping[str, Any], reason: str) -> tuple[list[float], list[i
     return [float(r) for r in returns], list(lengths), [bool(x) for x in successes]
 
 
+def _reply_of(message: Message, *kinds: str) -> None:
+    """A reply of one of `kinds`: an error reply raises `ProtocolError("error_reply")` with its reason, any other
+    kind `ProtocolError("unknown_kind")`."""
+    if message.kind == ERROR:
+        raise ProtocolError("error_reply", ErrorReply.from_message(message).reason)
+    if message.kind not in kinds:
+        raise ProtocolError("unknown_kind", message.kind[:32])
+
+
 # -- experience chunks ----------------------------------------------------------------------------------
 
 
@@ -396,15 +405,12 @@ def decode_sample_reply(
     chunks each validated as an experience message is (and, given the learner's `layout`, those with other fields
     left out and listed in `refused`: an actor's chunk must not cost the honest chunks packed with it), a
     transition reply's batch as `_decode_transitions` says. An error reply raises `ProtocolError("error_reply")`."""
-    if message.kind == ERROR:
-        raise ProtocolError("error_reply", ErrorReply.from_message(message).reason)
+    _reply_of(message, EMPTY_REPLY, TRANSITION_REPLY, FIFO_REPLY)
     report = ShardReport.from_meta({**message.meta, "shard": shard})
     if message.kind == EMPTY_REPLY:
         return EmptyReply(report)
     if message.kind == TRANSITION_REPLY:
         return TransitionReply(report, _decode_transitions(message.arrays, layout))
-    if message.kind != FIFO_REPLY:
-        raise ProtocolError("unknown_kind", message.kind[:32])
     reply = FifoReply(report, [])
     for chunk_arrays, meta in _chunk_list(message, "bad_reply_meta"):
         chunk = _decode_chunk(chunk_arrays, meta, max_steps_per_unit)
@@ -680,13 +686,8 @@ class NotModified:
 
 def decode_params_reply(message: Message) -> Params | NotModified:
     """A ps's answer to a `ParamsRequest`; an error reply raises `ProtocolError("error_reply")`."""
-    if message.kind == ERROR:
-        raise ProtocolError("error_reply", ErrorReply.from_message(message).reason)
-    if message.kind == NOT_MODIFIED:
-        return NotModified.from_message(message)
-    if message.kind != PARAMS:
-        raise ProtocolError("unknown_kind", message.kind[:32])
-    return decode_params(message)
+    _reply_of(message, PARAMS, NOT_MODIFIED)
+    return NotModified.from_message(message) if message.kind == NOT_MODIFIED else decode_params(message)
 
 
 # -- the learner group: rank 0's orders to the other ranks ----------------------------------------------
@@ -806,10 +807,7 @@ class InferReply:
     def from_message(cls, message: Message, n_envs: int) -> InferReply:
         """Checked against the `n_envs` the request asked for: every array one row per env, every float finite, the
         record a flat mapping of arrays. An error reply raises `ProtocolError("error_reply")` with its reason."""
-        if message.kind == ERROR:
-            raise ProtocolError("error_reply", ErrorReply.from_message(message).reason)
-        if message.kind != INFER_REPLY:
-            raise ProtocolError("unknown_kind", message.kind[:32])
+        _reply_of(message, INFER_REPLY)
         meta, arrays, reason = message.meta, message.arrays, "bad_infer_reply"
         record = arrays.get("record", {})
         if set(arrays) - {"env_actions", "record"} or not isinstance(record, dict) or not record:
