@@ -252,8 +252,8 @@ class Written:
 WRITER_NICE = 10  # the snapshot thread's niceness above the shard's loop: about a tenth of a core it shares
 
 
-def lower_thread_priority(nice: int = WRITER_NICE) -> None:
-    """Make the calling thread `nice` steps nicer (Linux, where each thread has its own niceness; elsewhere
+def lower_thread_priority() -> None:
+    """Make the calling thread WRITER_NICE steps nicer (Linux, where each thread has its own niceness; elsewhere
     nothing). A snapshot is background durability work: checksumming a large ring takes a core for a while,
     and on a node whose cores the shard shares (its loop, a ps, the learner, actors) that core should go to
     serving first. A thread may lower its own priority; a sandbox that forbids even that leaves the writer at the
@@ -261,7 +261,7 @@ def lower_thread_priority(nice: int = WRITER_NICE) -> None:
     if sys.platform == "linux":
         tid = threading.get_native_id()
         with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
+            os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + WRITER_NICE)
 
 
 @dataclass
