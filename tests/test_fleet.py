@@ -125,9 +125,9 @@ def test_simulated_chunks_are_what_real_actors_send():
         for start in range(0, recording.length, 64):
             arrays, returns, lengths = recording.chunk(start)
             sent = encode_chunk(Chunk(arrays, 3, 7, list(returns), list(lengths)), "inc")
-            chunk, chunk_meta = decode_chunk(sent, cfg.algo.max_env_steps_per_unit(1000))
-            assert chunk.size == 128 and chunk_meta.actor == 7 and chunk_meta.version == 3
-            assert all(length == 1000 for length in chunk_meta.episode_lengths)
+            chunk = decode_chunk(sent, cfg.algo.max_env_steps_per_unit(1000))
+            assert chunk.size == 128 and chunk.actor == 7 and chunk.version == 3
+            assert all(length == 1000 for length in chunk.episode_lengths)
             episodes += len(returns)
         assert episodes > 0
         if algo == "ddpg":

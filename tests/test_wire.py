@@ -30,7 +30,6 @@ from surreal.proto.wire import (
     TRANSITION_REPLY,
     BlobMeta,
     Chunk,
-    ChunkMeta,
     EmptyReply,
     ErrorReply,
     Field,
@@ -43,6 +42,7 @@ from surreal.proto.wire import (
     SampleRequest,
     ShardReport,
     TransitionReply,
+    chunk_meta,
     decode_chunk,
     decode_params,
     decode_params_reply,
@@ -71,7 +71,7 @@ def parts(message: Message) -> tuple[dict, dict]:
     return message.meta, message.arrays
 
 
-def decode_parts(arrays: dict, meta: dict, max_steps_per_unit: int | None = None) -> tuple[Chunk, ChunkMeta]:
+def decode_parts(arrays: dict, meta: dict, max_steps_per_unit: int | None = None) -> Chunk:
     return decode_chunk(Message(EXPERIENCE, meta, arrays), max_steps_per_unit)
 
 
@@ -82,14 +82,15 @@ def over_the_wire(message: Message) -> Message:
 
 def test_a_chunk_round_trips_through_its_encoder_and_decoder():
     message = over_the_wire(encode_chunk(chunk(), incarnation="abc"))
-    decoded, chunk_meta = decode_chunk(message)
-    assert message.kind == EXPERIENCE and chunk_meta == ChunkMeta(3, "abc", 1, 8, [2.5], [7])
+    decoded = decode_chunk(message)
+    assert message.kind == EXPERIENCE and chunk_meta(decoded, "abc") == message.meta
     assert (decoded.version, decoded.actor, decoded.size, decoded.env_steps, decoded.incarnation) == (3, 1, 8, 8, "abc")
+    assert (decoded.episode_returns, decoded.episode_lengths, decoded.episode_successes) == ([2.5], [7], [])
 
 
 def test_every_message_kind_round_trips_through_its_one_encoder_and_decoder():
     report = ShardReport(0, 40, [2.5], [7], actors=[1])
-    fifo = over_the_wire(encode_sample_reply(FifoReply(report, [decode_chunk(encode_chunk(chunk(), "abc"))[0]] * 2)))
+    fifo = over_the_wire(encode_sample_reply(FifoReply(report, [decode_chunk(encode_chunk(chunk(), "abc"))] * 2)))
     got = decode_sample_reply(fifo, shard=2)
     assert fifo.kind == FIFO_REPLY and isinstance(got, FifoReply)
     assert [(c.version, c.incarnation) for c in got.chunks] == [(3, "abc")] * 2 and got.report.shard == 2
@@ -196,7 +197,7 @@ def test_per_env_arrays_travel_once_per_chunk_column_and_are_checked_against_its
     with_state.arrays[PER_ENV] = {"rnn_state": np.arange(2 * 2 * 3, dtype=np.float32).reshape(2, 2, 3)}
     assert with_state.size == 8, "per-env rows are no transitions"
     meta, arrays = parts(over_the_wire(encode_chunk(with_state, incarnation="abc")))
-    decoded = decode_parts(arrays, meta)[0]
+    decoded = decode_parts(arrays, meta)
     np.testing.assert_array_equal(decoded.arrays[PER_ENV]["rnn_state"], with_state.arrays[PER_ENV]["rnn_state"])
     fields = {"obs": Field(np.dtype(np.float32), (3,)), "rewards": Field(np.dtype(np.float32))}
     layout = ReplyLayout({**fields, f"{PER_ENV}/rnn_state": Field(np.dtype(np.float32), (2, 3))})
@@ -219,9 +220,9 @@ def test_episode_successes_travel_beside_returns_and_are_optional():
     successful = chunk()
     successful.episode_successes = [True]
     meta, arrays = parts(encode_chunk(successful, incarnation="abc"))
-    assert decode_parts(arrays, meta)[0].episode_successes == [True]
-    assert decode_parts(arrays, {**meta, "episode_successes": [0]})[0].episode_successes == [False], "0/1 too"
-    assert decode_parts(arrays, {k: v for k, v in meta.items() if k != "episode_successes"})[1].episode_successes == []
+    assert decode_parts(arrays, meta).episode_successes == [True]
+    assert decode_parts(arrays, {**meta, "episode_successes": [0]}).episode_successes == [False], "0/1 too"
+    assert decode_parts(arrays, {k: v for k, v in meta.items() if k != "episode_successes"}).episode_successes == []
     report = ShardReport(1, 10, [5.0, 1.0], [3, 3], actors=[0], episode_successes=[True, False])
     assert ShardReport.from_meta(report.to_meta()) == report
     with pytest.raises(ProtocolError, match="bad_reply_meta"):
@@ -464,10 +465,9 @@ def test_every_decoder_returns_a_typed_value_or_refuses_with_a_reason(meta, valu
         except ProtocolError as exc:
             assert exc.reason  # a stable label for the dropped-messages counter
             continue
-        if isinstance(decoded, tuple):  # decode_chunk: what passed is sane, and re-encodes
-            chunk_, chunk_meta = decoded
-            assert np.isfinite(chunk_.arrays["obs"]).all() and 0 <= chunk_meta.env_steps <= MAX_CHUNK_ENV_STEPS
-            encode(EXPERIENCE, chunk_meta.to_meta(), chunk_.arrays)
+        if isinstance(decoded, Chunk):  # decode_chunk: what passed is sane, and re-encodes
+            assert np.isfinite(decoded.arrays["obs"]).all() and 0 <= decoded.env_steps <= MAX_CHUNK_ENV_STEPS
+            frames_of(encode_chunk(decoded, decoded.incarnation))
         elif isinstance(decoded, BlobMeta | ShardReport):
             encode(PARAMS, decoded.to_meta())
         elif isinstance(decoded, FifoReply):
@@ -525,11 +525,11 @@ def test_a_live_replay_fed_hostile_content_still_answers_well_formed_requests_ri
 
 def test_a_chunk_cannot_claim_more_env_steps_than_its_units_can_stand_for():
     meta, arrays = parts(encode_chunk(chunk(T=4, K=2), incarnation=""))
-    assert decode_parts(arrays, {**meta, "env_steps": 8}, max_steps_per_unit=1)[1].env_steps == 8
+    assert decode_parts(arrays, {**meta, "env_steps": 8}, max_steps_per_unit=1).env_steps == 8
     for claim in (9, 10**6):
         with pytest.raises(ProtocolError, match="implausible_env_steps"):
             decode_parts(arrays, {**meta, "env_steps": claim}, max_steps_per_unit=1)
-    assert decode_parts(arrays, {**meta, "env_steps": 24}, max_steps_per_unit=3)[1].env_steps == 24  # n-step
+    assert decode_parts(arrays, {**meta, "env_steps": 24}, max_steps_per_unit=3).env_steps == 24  # n-step
     shard = ReplayShard("fifo", 100, max_steps_per_unit=1)
     with pytest.raises(ProtocolError, match="implausible"):
         shard.add(Message(EXPERIENCE, {**meta, "env_steps": 10**6}, arrays))

@@ -70,7 +70,6 @@ def ignore_error(reason: str) -> None:
 
 
 RefusalSink = Callable[[str, str], None]  # a server's count of handshakes it refused, by socket name and reason
-PARAMS_SOCKET = PARAMS  # the learner's parameter socket, as its refusals name it: by the kind it carries
 
 
 def ignore_refusal(socket: str, reason: str) -> None:
@@ -454,7 +453,7 @@ class ParamPublisher:
     def __init__(self, ctx: zmq.Context, bind: str, on_refused: RefusalSink = ignore_refusal) -> None:
         self.sock = bind_socket(ctx, zmq.XPUB, bind, sndhwm=PUBLISH_HWM)
         self.sock.setsockopt(zmq.XPUB_VERBOSE, 1)
-        self.watch = HandshakeWatch.of(self.sock, PARAMS_SOCKET)
+        self.watch = HandshakeWatch.of(self.sock, PARAMS)  # its refusals name it by the kind it carries
         self.on_refused = on_refused
         self.latest: list[Any] | None = None
         self._sent_at = 0.0
@@ -588,12 +587,11 @@ class InferenceClient:
         addresses: Sequence[str],
         actor: int,
         timeout_s: float,
-        limits: Limits | None = None,
         on_error: ErrorSink = ignore_error,
     ) -> None:
         if not addresses:
             raise ValueError("central inference needs at least one inference worker address")
-        self.limits = accepting(limits or Limits(), INFERENCE_REPLIES)
+        self.limits = accepting(Limits(), INFERENCE_REPLIES)
         self.socks = [connect_socket(ctx, zmq.DEALER, [a], sndhwm=4, rcvhwm=4, immediate=True) for a in addresses]
         self.actor, self.timeout_s, self.on_error = actor, timeout_s, on_error
         self.turn = actor % len(addresses)

@@ -135,7 +135,7 @@ def decode(frames: Sequence[Any], limits: Limits = Limits()) -> Message:
     total = sum(b.nbytes for b in buffers)
     if total > limits.max_bytes:
         raise ProtocolError("too_large", f"{total} bytes > {limits.max_bytes}")
-    header = peek_header(buffers[0], limits)
+    header = _header(buffers[0], limits)
     kind, meta, specs = header["k"], header.get("m", {}), header.get("a", [])
     if len(specs) != len(buffers) - 1:
         raise ProtocolError("bad_spec", f"{len(specs)} specs for {len(buffers) - 1} frames")
@@ -143,8 +143,8 @@ def decode(frames: Sequence[Any], limits: Limits = Limits()) -> Message:
     return Message(kind=kind, meta=meta, arrays=unflatten(items))
 
 
-def peek_header(frame: Any, limits: Limits = Limits()) -> dict[str, Any]:
-    """Decode and check only the header frame: for a server that forwards arrays it never reads (the ps)."""
+def _header(frame: Any, limits: Limits) -> dict[str, Any]:
+    """The header frame, decoded and checked (size, version, kind, the shapes of its meta and array specs)."""
     buf = _buffer(frame)
     if buf.nbytes > limits.max_header_bytes:
         raise ProtocolError("header_too_large", f"{buf.nbytes} bytes")

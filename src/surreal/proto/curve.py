@@ -134,27 +134,6 @@ class WireContext(zmq.Context):
         self.keys = keys
         self.gate = None
 
-    def secure_server(self, sock: zmq.Socket) -> None:
-        """Make `sock`, not yet bound, a CURVE server behind the ZAP handler (nothing without keys)."""
-        if self.keys is None:
-            return
-        if self.gate is None:
-            self.gate = ThreadAuthenticator(self)
-            self.gate.start()
-            self.gate.configure_curve_callback(ZAP_DOMAIN, _AllowClient(self.keys.client_public))
-        sock.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN.encode())
-        sock.setsockopt(zmq.CURVE_SERVER, 1)
-        sock.setsockopt(zmq.CURVE_PUBLICKEY, self.keys.server_public)
-        sock.setsockopt(zmq.CURVE_SECRETKEY, self.keys.server_secret)
-
-    def secure_client(self, sock: zmq.Socket) -> None:
-        """Make `sock`, not yet connected, a CURVE client of the experiment's servers (nothing without keys)."""
-        if self.keys is None:
-            return
-        sock.setsockopt(zmq.CURVE_SERVERKEY, self.keys.server_public)
-        sock.setsockopt(zmq.CURVE_PUBLICKEY, self.keys.client_public)
-        sock.setsockopt(zmq.CURVE_SECRETKEY, self.keys.client_secret)
-
     def _close_gate(self) -> None:
         if self.gate is not None:
             self.gate.stop()
@@ -170,14 +149,28 @@ class WireContext(zmq.Context):
 
 
 def secure_server(ctx: zmq.Context, sock: zmq.Socket) -> None:
-    """`WireContext.secure_server` for a context that is one; a plain zmq.Context's sockets stay plaintext."""
-    if isinstance(ctx, WireContext):
-        ctx.secure_server(sock)
+    """Make `sock`, not yet bound, a CURVE server behind the ZAP handler when `ctx` is a `WireContext` with keys; a
+    plain zmq.Context's sockets stay plaintext."""
+    if not isinstance(ctx, WireContext) or ctx.keys is None:
+        return
+    if ctx.gate is None:
+        ctx.gate = ThreadAuthenticator(ctx)
+        ctx.gate.start()
+        ctx.gate.configure_curve_callback(ZAP_DOMAIN, _AllowClient(ctx.keys.client_public))
+    sock.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN.encode())
+    sock.setsockopt(zmq.CURVE_SERVER, 1)
+    sock.setsockopt(zmq.CURVE_PUBLICKEY, ctx.keys.server_public)
+    sock.setsockopt(zmq.CURVE_SECRETKEY, ctx.keys.server_secret)
 
 
 def secure_client(ctx: zmq.Context, sock: zmq.Socket) -> None:
-    if isinstance(ctx, WireContext):
-        ctx.secure_client(sock)
+    """Make `sock`, not yet connected, a CURVE client of the experiment's servers when `ctx` is a `WireContext` with
+    keys; a plain zmq.Context's sockets stay plaintext."""
+    if not isinstance(ctx, WireContext) or ctx.keys is None:
+        return
+    sock.setsockopt(zmq.CURVE_SERVERKEY, ctx.keys.server_public)
+    sock.setsockopt(zmq.CURVE_PUBLICKEY, ctx.keys.client_public)
+    sock.setsockopt(zmq.CURVE_SECRETKEY, ctx.keys.client_secret)
 
 
 def refusal_reason(event: int, value: int) -> str:

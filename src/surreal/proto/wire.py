@@ -6,7 +6,7 @@ decoder (`Message` -> typed value); every field a peer sends is read here and on
 is one file to read (tests/test_layering.py holds it):
 
     kind               from -> to               typed as
-    experience         actor -> replay          `Chunk` (+ `ChunkMeta`)      encode_chunk / decode_chunk
+    experience         actor -> replay          `Chunk` (+ `chunk_meta`)     encode_chunk / decode_chunk
     sample_request     learner -> replay        `SampleRequest`
     fifo_reply         replay -> learner        `FifoReply` (whole chunks)   encode_sample_reply / decode_sample_reply
     transition_reply   replay -> learner        `TransitionReply` (a batch)  "  (both against a `ReplyLayout`)
@@ -172,76 +172,54 @@ def _episodes(meta: Mapping[str, Any], reason: str) -> tuple[list[float], list[i
     return [float(r) for r in returns], list(lengths), [bool(x) for x in successes]
 
 
-def _fields_meta(value: Any) -> dict[str, Any]:
-    """A dataclass's fields by name, in their declared order: the metadata of a kind whose every field is sent."""
-    return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+def _reply_of(message: Message, *kinds: str) -> None:
+    """A reply of one of `kinds`: an error reply raises `ProtocolError("error_reply")` with its reason, any other
+    kind `ProtocolError("unknown_kind")`."""
+    if message.kind == ERROR:
+        raise ProtocolError("error_reply", ErrorReply.from_message(message).reason)
+    if message.kind not in kinds:
+        raise ProtocolError("unknown_kind", message.kind[:32])
 
 
 # -- experience chunks ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ChunkMeta:
-    """An experience message's metadata: the parameter version (and learner incarnation) that produced
-    every step, the actor, the env steps behind the chunk, and the episodes that finished inside it."""
+def chunk_meta(chunk: Chunk, incarnation: str) -> dict[str, Any]:
+    """An experience message's metadata: the parameter version (and learner incarnation) that produced every step,
+    the actor, the env steps behind the chunk, and the episodes that finished inside it."""
+    return {
+        "version": chunk.version,
+        "incarnation": incarnation,
+        "actor": chunk.actor,
+        "env_steps": chunk.env_steps,
+        "episode_returns": chunk.episode_returns,
+        "episode_lengths": chunk.episode_lengths,
+        "episode_successes": chunk.episode_successes,
+    }
 
-    version: int
-    incarnation: str
-    actor: int
-    env_steps: int
-    episode_returns: list[float]
-    episode_lengths: list[int]
-    episode_successes: list[bool] = field(default_factory=list)
 
-    def to_meta(self) -> dict[str, Any]:
-        return _fields_meta(self)
-
-    @classmethod
-    def from_meta(cls, meta: Mapping[str, Any], transitions: int) -> ChunkMeta:
-        """`transitions` (T*K) stands in for an absent `env_steps`; `actor` and `incarnation` are optional."""
-        returns, lengths, successes = _episodes(meta, "bad_chunk_meta")
-        return cls(
-            version=_int(meta, "version", 0, MAX_VERSION, "bad_chunk_meta"),
-            incarnation=_text(meta, "incarnation", "bad_chunk_meta", default=""),
-            actor=_int(meta, "actor", 0, MAX_ACTORS, "bad_chunk_meta", default=0),
-            env_steps=_int(meta, "env_steps", 0, MAX_CHUNK_ENV_STEPS, "bad_chunk_meta", default=transitions),
-            episode_returns=returns,
-            episode_lengths=lengths,
-            episode_successes=successes,
-        )
-
-    def chunk(self, arrays: dict[str, Any]) -> Chunk:
-        """The chunk this metadata describes, over `arrays` (already checked by whoever holds them)."""
-        return Chunk(
-            arrays,
-            self.version,
-            self.actor,
-            self.episode_returns,
-            self.episode_lengths,
-            steps=self.env_steps,
-            episode_successes=self.episode_successes,
-            incarnation=self.incarnation,
-        )
+def chunk_from_meta(arrays: dict[str, Any], meta: Mapping[str, Any], transitions: int) -> Chunk:
+    """The chunk `meta` describes over `arrays` (already checked by whoever holds them), its metadata checked:
+    `transitions` (T*K) stands in for an absent `env_steps`; `actor` and `incarnation` are optional."""
+    returns, lengths, successes = _episodes(meta, "bad_chunk_meta")
+    return Chunk(
+        arrays,
+        _int(meta, "version", 0, MAX_VERSION, "bad_chunk_meta"),
+        _int(meta, "actor", 0, MAX_ACTORS, "bad_chunk_meta", default=0),
+        returns,
+        lengths,
+        steps=_int(meta, "env_steps", 0, MAX_CHUNK_ENV_STEPS, "bad_chunk_meta", default=transitions),
+        episode_successes=successes,
+        incarnation=_text(meta, "incarnation", "bad_chunk_meta", default=""),
+    )
 
 
 def encode_chunk(chunk: Chunk, incarnation: str) -> Message:
     """The experience message an actor sends for `chunk`, made with the parameters of learner `incarnation`."""
-    return Message(EXPERIENCE, _chunk_meta(chunk, incarnation).to_meta(), chunk.arrays)
+    return Message(EXPERIENCE, chunk_meta(chunk, incarnation), chunk.arrays)
 
 
-def _chunk_meta(chunk: Chunk, incarnation: str) -> ChunkMeta:
-    return ChunkMeta(
-        chunk.version,
-        incarnation,
-        chunk.actor,
-        chunk.env_steps,
-        chunk.episode_returns,
-        chunk.episode_lengths,
-        chunk.episode_successes,
-    )
-
-
-def decode_chunk(message: Message, max_steps_per_unit: int | None = None) -> tuple[Chunk, ChunkMeta]:
+def decode_chunk(message: Message, max_steps_per_unit: int | None = None) -> Chunk:
     """Validate an experience message's content: arrays sharing a non-empty leading [T, K], every float
     finite (a diverging simulation's NaN must never reach an optimizer), the metadata's fields, and, given
     the algorithm's `max_steps_per_unit`, env steps its T*K units can stand for (one chunk must not claim
@@ -249,9 +227,7 @@ def decode_chunk(message: Message, max_steps_per_unit: int | None = None) -> tup
     return _decode_chunk(message.arrays, message.meta, max_steps_per_unit)
 
 
-def _decode_chunk(
-    arrays: Mapping[str, Any], meta: Mapping[str, Any], max_steps_per_unit: int | None
-) -> tuple[Chunk, ChunkMeta]:
+def _decode_chunk(arrays: Mapping[str, Any], meta: Mapping[str, Any], max_steps_per_unit: int | None) -> Chunk:
     try:
         t, k = lead_dims(arrays)
     except ValueError as exc:
@@ -261,10 +237,10 @@ def _decode_chunk(
     for name, array in flatten(arrays):
         if array.dtype.kind == "f" and not np.isfinite(array).all():
             raise ProtocolError("non_finite", f"{name} holds NaN or infinity")
-    chunk_meta = ChunkMeta.from_meta(meta, t * k)
-    if max_steps_per_unit is not None and chunk_meta.env_steps > t * k * max_steps_per_unit:
-        raise ProtocolError("implausible_env_steps", f"{chunk_meta.env_steps} env steps for {t * k} units")
-    return chunk_meta.chunk(dict(arrays)), chunk_meta
+    chunk = chunk_from_meta(dict(arrays), meta, t * k)
+    if max_steps_per_unit is not None and chunk.env_steps > t * k * max_steps_per_unit:
+        raise ProtocolError("implausible_env_steps", f"{chunk.env_steps} env steps for {t * k} units")
+    return chunk
 
 
 # -- sample replies -------------------------------------------------------------------------------------
@@ -285,7 +261,7 @@ class ShardReport:
     episode_successes: list[bool] = field(default_factory=list)
 
     def to_meta(self) -> dict[str, Any]:
-        return _fields_meta(self)
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any]) -> ShardReport:
@@ -405,7 +381,7 @@ def encode_sample_reply(reply: FifoReply | TransitionReply | EmptyReply) -> Mess
 def _with_chunks(kind: str, meta: dict[str, Any], chunks: list[Chunk]) -> Message:
     """A message of whole chunks (a FIFO reply, a group order): their arrays nest under "0", "1", ... and their
     metadata is the list `chunks` beside `meta`."""
-    meta["chunks"] = [_chunk_meta(chunk, chunk.incarnation).to_meta() for chunk in chunks]
+    meta["chunks"] = [chunk_meta(chunk, chunk.incarnation) for chunk in chunks]
     return Message(kind, meta, {str(i): chunk.arrays for i, chunk in enumerate(chunks)})
 
 
@@ -415,11 +391,11 @@ def _chunk_list(message: Message, reason: str) -> Iterator[tuple[dict[str, Any],
     metas, arrays = message.meta.get("chunks", []), message.arrays
     if not isinstance(metas, list) or len(metas) != len(arrays):
         raise ProtocolError(reason, "chunks list does not match the message's arrays")
-    for i, chunk_meta in enumerate(metas):
+    for i, meta in enumerate(metas):
         chunk_arrays = arrays.get(str(i))
-        if not isinstance(chunk_meta, dict) or not isinstance(chunk_arrays, dict):
+        if not isinstance(meta, dict) or not isinstance(chunk_arrays, dict):
             raise ProtocolError(reason, f"chunk {i} malformed")
-        yield chunk_arrays, chunk_meta
+        yield chunk_arrays, meta
 
 
 def decode_sample_reply(
@@ -429,18 +405,15 @@ def decode_sample_reply(
     chunks each validated as an experience message is (and, given the learner's `layout`, those with other fields
     left out and listed in `refused`: an actor's chunk must not cost the honest chunks packed with it), a
     transition reply's batch as `_decode_transitions` says. An error reply raises `ProtocolError("error_reply")`."""
-    if message.kind == ERROR:
-        raise ProtocolError("error_reply", ErrorReply.from_message(message).reason)
+    _reply_of(message, EMPTY_REPLY, TRANSITION_REPLY, FIFO_REPLY)
     report = ShardReport.from_meta({**message.meta, "shard": shard})
     if message.kind == EMPTY_REPLY:
         return EmptyReply(report)
     if message.kind == TRANSITION_REPLY:
         return TransitionReply(report, _decode_transitions(message.arrays, layout))
-    if message.kind != FIFO_REPLY:
-        raise ProtocolError("unknown_kind", message.kind[:32])
     reply = FifoReply(report, [])
-    for chunk_arrays, chunk_meta in _chunk_list(message, "bad_reply_meta"):
-        chunk = _decode_chunk(chunk_arrays, chunk_meta, max_steps_per_unit)[0]
+    for chunk_arrays, meta in _chunk_list(message, "bad_reply_meta"):
+        chunk = _decode_chunk(chunk_arrays, meta, max_steps_per_unit)
         try:
             if layout is not None:
                 check_fields(dict(flatten(chunk_arrays)), layout.fields, 2, "bad_chunk_fields")
@@ -713,13 +686,8 @@ class NotModified:
 
 def decode_params_reply(message: Message) -> Params | NotModified:
     """A ps's answer to a `ParamsRequest`; an error reply raises `ProtocolError("error_reply")`."""
-    if message.kind == ERROR:
-        raise ProtocolError("error_reply", ErrorReply.from_message(message).reason)
-    if message.kind == NOT_MODIFIED:
-        return NotModified.from_message(message)
-    if message.kind != PARAMS:
-        raise ProtocolError("unknown_kind", message.kind[:32])
-    return decode_params(message)
+    _reply_of(message, PARAMS, NOT_MODIFIED)
+    return NotModified.from_message(message) if message.kind == NOT_MODIFIED else decode_params(message)
 
 
 # -- the learner group: rank 0's orders to the other ranks ----------------------------------------------
@@ -761,8 +729,8 @@ def decode_group_order(message: Message, layout: ReplyLayout | None = None) -> G
         raise ProtocolError("bad_group_order", f"progress {progress!r:.32} not in [0, 1]")
     steps = _int(meta, "gradient_steps", 0, MAX_BATCH, "bad_group_order")
     chunks = []
-    for chunk_arrays, chunk_meta in _chunk_list(message, "bad_group_order"):
-        chunks.append(_decode_chunk(chunk_arrays, chunk_meta, None)[0])
+    for chunk_arrays, listed_meta in _chunk_list(message, "bad_group_order"):
+        chunks.append(_decode_chunk(chunk_arrays, listed_meta, None))
         if layout is not None:
             check_fields(dict(flatten(chunk_arrays)), layout.fields, 2, "bad_chunk_fields")
     return GroupOrder(op, float(progress), steps, chunks)
@@ -839,10 +807,7 @@ class InferReply:
     def from_message(cls, message: Message, n_envs: int) -> InferReply:
         """Checked against the `n_envs` the request asked for: every array one row per env, every float finite, the
         record a flat mapping of arrays. An error reply raises `ProtocolError("error_reply")` with its reason."""
-        if message.kind == ERROR:
-            raise ProtocolError("error_reply", ErrorReply.from_message(message).reason)
-        if message.kind != INFER_REPLY:
-            raise ProtocolError("unknown_kind", message.kind[:32])
+        _reply_of(message, INFER_REPLY)
         meta, arrays, reason = message.meta, message.arrays, "bad_infer_reply"
         record = arrays.get("record", {})
         if set(arrays) - {"env_actions", "record"} or not isinstance(record, dict) or not record:

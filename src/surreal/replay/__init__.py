@@ -2,11 +2,7 @@
 
 from surreal.replay.buffers import (
     ChunkFifo,
-    FifoItem,
-    FifoReplay,
     PrioritizedSampler,
-    Replay,
-    TransitionReplay,
     TransitionStorage,
     UniformSampler,
     flatten_time_major,
@@ -16,12 +12,8 @@ from surreal.replay.sumtree import SumTree
 
 __all__ = [
     "ChunkFifo",
-    "FifoItem",
-    "FifoReplay",
     "PrioritizedSampler",
-    "Replay",
     "SumTree",
-    "TransitionReplay",
     "TransitionStorage",
     "UniformSampler",
     "flatten_time_major",

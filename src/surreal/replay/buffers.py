@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -166,7 +166,7 @@ class TransitionStorage:
         self.ids = np.zeros(capacity, dtype=np.uint64)
         self.size = 0
         self.added = 0  # transitions ever offered, including any overwritten within one oversized batch
-        self._cursor = 0
+        self.cursor = 0  # the slot the next transition goes to: the newest `size` are the ring range ending here
 
     def _check(self, arrays: dict[str, np.ndarray]) -> int:
         """Length N of a batch that matches the layout (allocating the layout on the first batch)."""
@@ -202,7 +202,7 @@ class TransitionStorage:
             arrays = {k: a[n - self.capacity :] for k, a in arrays.items()}
             first_id += n - self.capacity
             n = self.capacity
-        start = self._cursor
+        start = self.cursor
         head = min(n, self.capacity - start)  # slots before the wrap; the rest go to [0, n - head)
         for key, a in arrays.items():
             self.data[key][start : start + head] = a[:head]
@@ -210,14 +210,9 @@ class TransitionStorage:
         ids = np.arange(first_id, first_id + n, dtype=np.uint64)
         self.ids[start : start + head] = ids[:head]
         self.ids[: n - head] = ids[head:]
-        self._cursor = (start + n) % self.capacity
+        self.cursor = (start + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
         return (start + np.arange(n)) % self.capacity
-
-    @property
-    def cursor(self) -> int:
-        """The slot the next transition goes to: the newest `size` are the ring range ending here."""
-        return self._cursor
 
     def restore(self, data: dict[str, np.ndarray], ids: np.ndarray, added: int, cursor: int) -> None:
         """Refill an empty storage with what a snapshot held: `len(ids)` transitions in slots [0, len(ids)),
@@ -232,7 +227,7 @@ class TransitionStorage:
         for key, array in data.items():
             self.data[key][:size] = array
         self.ids[:size] = ids
-        self.size, self.added, self._cursor = size, added, cursor
+        self.size, self.added, self.cursor = size, added, cursor
 
     def gather(self, slots: np.ndarray) -> dict[str, np.ndarray]:
         # np.take along axis 0 copies whole rows, about 3x faster than a[slots] for [N, d] arrays.
@@ -312,18 +307,6 @@ class PrioritizedSampler:
 
 
 # -- the facade -----------------------------------------------------------------------------------------
-
-
-class Replay(Protocol):
-    """What the replay server calls, whatever the mode."""
-
-    def add_chunk(self, arrays: dict[str, Any], meta: dict[str, Any], n_transitions: int) -> None: ...
-
-    def ready(self, batch_size: int) -> bool: ...
-
-    def update_priorities(self, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> int: ...
-
-    def stats(self) -> dict[str, int]: ...
 
 
 class FifoReplay:
@@ -440,6 +423,9 @@ class TransitionReplay:
         }
 
 
+Replay = FifoReplay | TransitionReplay  # one interface (add_chunk, ready, update_priorities, stats) for every mode
+
+
 def make_replay(
     mode: str,
     capacity: int,
@@ -449,7 +435,7 @@ def make_replay(
     seed: int = 0,
     capacity_bytes: int = DEFAULT_CAPACITY_BYTES,
     reply: Limits = DEFAULT_REPLY,
-) -> FifoReplay | TransitionReplay:
+) -> Replay:
     """`fifo` (on-policy chunks), `uniform` or `prioritized` (off-policy transitions); capacity in transitions
     and in bytes; `reply`: the receiver's limits, which a FIFO reply's packing keeps to and a transition replay's
     layout and batch sizes are held to."""

@@ -18,12 +18,13 @@ from surreal.config.schema import ReplayConfig
 from surreal.proto.codec import Limits, Message
 from surreal.proto.wire import (
     MAX_REPORTED_ACTORS,
-    ChunkMeta,
     EmptyReply,
     FifoReply,
     SampleRequest,
     ShardReport,
     TransitionReply,
+    chunk_from_meta,
+    chunk_meta,
     decode_chunk,
 )
 from surreal.replay.buffers import DEFAULT_CAPACITY_BYTES, DEFAULT_REPLY, FifoReplay, TransitionReplay, make_replay
@@ -82,16 +83,16 @@ class ReplayShard:
         """Store one experience message's chunk, validated here (the one check on this hop); returns its
         transitions (T*K). Raises `ProtocolError` (bad content, or a chunk no reply could carry) or ValueError
         (a chunk this storage cannot hold); nothing is stored or counted then."""
-        chunk, chunk_meta = decode_chunk(message, self.max_steps_per_unit)
+        chunk = decode_chunk(message, self.max_steps_per_unit)
         n = chunk.size
-        self.replay.add_chunk(chunk.arrays, chunk_meta.to_meta(), n)
-        self.env_steps_in += chunk_meta.env_steps
+        self.replay.add_chunk(chunk.arrays, chunk_meta(chunk, chunk.incarnation), n)
+        self.env_steps_in += chunk.env_steps
         if self.forward_episodes:
-            self.finished_returns.extend(chunk_meta.episode_returns)
-            self.finished_lengths.extend(chunk_meta.episode_lengths)
-            self.finished_successes.extend(chunk_meta.episode_successes)
+            self.finished_returns.extend(chunk.episode_returns)
+            self.finished_lengths.extend(chunk.episode_lengths)
+            self.finished_successes.extend(chunk.episode_successes)
             if len(self.actors_heard) < MAX_REPORTED_ACTORS:
-                self.actors_heard.add(chunk_meta.actor)
+                self.actors_heard.add(chunk.actor)
         return n
 
     def ready(self, batch_size: int) -> bool:
@@ -121,7 +122,7 @@ class ReplayShard:
         if isinstance(self.replay, FifoReplay):
             items = self.replay.fifo.take(batch_size)
             # The metadata is what `add` accepted: rebuilt into chunks, not checked against arrays again.
-            chunks = [ChunkMeta.from_meta(item.meta, item.n_transitions).chunk(item.arrays) for item in items]
+            chunks = [chunk_from_meta(item.arrays, item.meta, item.n_transitions) for item in items]
             return FifoReply(self.report(episodes), chunks)
         return TransitionReply(self.report(episodes), self.replay.sample(batch_size))
 

@@ -131,9 +131,7 @@ def capture(replay: Replay, guard: int = GUARD_ROWS, keep_empty: bool = False) -
     `keep_empty`: an empty FIFO's books too (an exact resume keeps its counts)."""
     if isinstance(replay, TransitionReplay):
         return _capture_transitions(replay, guard) if replay.storage.size else None
-    if isinstance(replay, FifoReplay):
-        return _capture_fifo(replay) if replay.fifo.num_chunks or keep_empty else None
-    raise TypeError(f"no snapshot for {type(replay).__name__}")
+    return _capture_fifo(replay) if replay.fifo.num_chunks or keep_empty else None
 
 
 def change_token(replay: Replay) -> tuple[int, ...]:
@@ -158,18 +156,16 @@ def restore(replay: Replay, state: ShardState) -> int:
             sampler.max_priority = float(books["max_priority"])
         replay.storage, replay.sampler, replay.served = storage, sampler, int(books["served"])
         return storage.size
-    if isinstance(replay, FifoReplay):
-        old = replay.fifo
-        fifo = ChunkFifo(old.capacity, old.capacity_bytes, old.reply)
-        for i, item in enumerate(books["items"]):
-            prefix = f"fifo/{i}/"
-            chunk = [(name.removeprefix(prefix), a) for name, a in arrays.items() if name.startswith(prefix)]
-            fifo.add(unflatten(chunk), item["meta"], int(item["transitions"]))
-        fifo.added_transitions, fifo.served_transitions = int(books["added"]), int(books["served"])
-        fifo.dropped_transitions, fifo.dropped_chunks = int(books["dropped"]), int(books["dropped_chunks"])
-        replay.fifo = fifo
-        return fifo.size
-    raise TypeError(f"no snapshot for {type(replay).__name__}")
+    old = replay.fifo
+    fifo = ChunkFifo(old.capacity, old.capacity_bytes, old.reply)
+    for i, item in enumerate(books["items"]):
+        prefix = f"fifo/{i}/"
+        chunk = [(name.removeprefix(prefix), a) for name, a in arrays.items() if name.startswith(prefix)]
+        fifo.add(unflatten(chunk), item["meta"], int(item["transitions"]))
+    fifo.added_transitions, fifo.served_transitions = int(books["added"]), int(books["served"])
+    fifo.dropped_transitions, fifo.dropped_chunks = int(books["dropped"]), int(books["dropped_chunks"])
+    replay.fifo = fifo
+    return fifo.size
 
 
 # -- the folder -----------------------------------------------------------------------------------------
@@ -256,8 +252,8 @@ class Written:
 WRITER_NICE = 10  # the snapshot thread's niceness above the shard's loop: about a tenth of a core it shares
 
 
-def lower_thread_priority(nice: int = WRITER_NICE) -> None:
-    """Make the calling thread `nice` steps nicer (Linux, where each thread has its own niceness; elsewhere
+def lower_thread_priority() -> None:
+    """Make the calling thread WRITER_NICE steps nicer (Linux, where each thread has its own niceness; elsewhere
     nothing). A snapshot is background durability work: checksumming a large ring takes a core for a while,
     and on a node whose cores the shard shares (its loop, a ps, the learner, actors) that core should go to
     serving first. A thread may lower its own priority; a sandbox that forbids even that leaves the writer at the
@@ -265,7 +261,7 @@ def lower_thread_priority(nice: int = WRITER_NICE) -> None:
     if sys.platform == "linux":
         tid = threading.get_native_id()
         with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
+            os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + WRITER_NICE)
 
 
 @dataclass

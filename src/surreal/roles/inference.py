@@ -32,7 +32,7 @@ from surreal.config import ExperimentConfig, algo_config
 from surreal.envs import env_spaces
 from surreal.metrics import RoleMetrics
 from surreal.proto.channels import ParamClient, accepting
-from surreal.proto.codec import Limits, ProtocolError, decode
+from surreal.proto.codec import Limits, Message, ProtocolError
 from surreal.proto.wire import (
     INFERENCE_REQUESTS,
     NO_PARAMS,
@@ -114,7 +114,7 @@ class InferenceServer(Server):
         self.m_refused = m.counter("inference_refused_total", "requests answered no_params (no parameters yet)")
         self.m_version = m.gauge("inference_param_version", "parameter version the worker's policy runs")
         router = self.bind(ctx, zmq.ROUTER, bind_address, "inference", self.limits, sndhwm=1024, rcvhwm=1024)
-        self.serve_requests(router, burst=1024)
+        self.serve_requests(router, 1024, self.limits)
 
     def describe(self) -> str:
         return f"{self.cfg.algo.name} inference for {self.cfg.env.id} on {endpoint(self.router)} ({self.device})"
@@ -122,9 +122,9 @@ class InferenceServer(Server):
     def final_state(self) -> str:
         return f"{self.batches} batches at version {self.version}; " + super().final_state()
 
-    def on_request(self, identity: bytes, frames: list[zmq.Frame]) -> None:
+    def on_request(self, identity: bytes, message: Message) -> None:
         try:
-            request = InferRequest.from_message(decode(frames, self.limits), self.obs_dim)
+            request = InferRequest.from_message(message, self.obs_dim)
         except ProtocolError as exc:
             self.drop(exc.reason, identity)
             return

@@ -35,7 +35,7 @@ import zmq
 from surreal.config import ExperimentConfig
 from surreal.metrics import RoleMetrics
 from surreal.proto.channels import accepting, frames_of, param_subscriber
-from surreal.proto.codec import Limits, Message, ProtocolError, decode
+from surreal.proto.codec import Limits, Message, ProtocolError
 from surreal.proto.wire import (
     ERROR,
     NO_VERSION,
@@ -204,10 +204,9 @@ class ParamServer(Server):
         limits = limits or Limits()
         self.replica, self.learner_addr = replica, learner_addr
         self.params_limits = accepting(limits, frozenset({PARAMS}))
-        self.request_limits = accepting(limits, frozenset({PARAMS_REQUEST}))
         self.listen(param_subscriber(ctx, learner_addr), self._on_params, None)  # unbounded: its queue is short
         router = self.bind(ctx, zmq.ROUTER, serve_bind, "ps", limits, sndhwm=256, rcvhwm=1024)
-        self.serve_requests(router, REQUEST_BURST)
+        self.serve_requests(router, REQUEST_BURST, accepting(limits, frozenset({PARAMS_REQUEST})), self._answer)
         self.core: PsCore[list[zmq.Frame]] = PsCore(self._answer, self.drop)
         m = self.metrics
         self.m_version = m.gauge("ps_param_version", "version of the parameters held")
@@ -229,24 +228,14 @@ class ParamServer(Server):
         return f"at version {self.core.version}; {super().final_state()}"
 
     def _on_params(self, frames: list[zmq.Frame]) -> None:
-        try:
-            message = decode(frames, self.params_limits)
-        except ProtocolError as exc:
-            self.drop(exc.reason)
-            return
-        if self.core.on_blob(message, frames, time.monotonic()):
+        message = self.decoded(frames, self.params_limits)
+        if message is not None and self.core.on_blob(message, frames, time.monotonic()):
             self.m_updates.inc()
             self.m_version.set(self.core.version)
             self.m_blob_bytes.set(sum(len(f) for f in frames))
             self.m_parked.set(len(self.core.parked))
 
-    def on_request(self, identity: bytes, frames: list[zmq.Frame]) -> None:
-        try:
-            message = decode(frames, self.request_limits)
-        except ProtocolError as exc:
-            self.drop(exc.reason, identity)
-            self._answer(identity, ErrorReply(exc.reason))
-            return
+    def on_request(self, identity: bytes, message: Message) -> None:
         self.core.on_request(identity, message, time.monotonic())
 
     def _answer(self, peer: Peer, reply: list[zmq.Frame] | NotModified | ErrorReply) -> None:

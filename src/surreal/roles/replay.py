@@ -33,7 +33,7 @@ import zmq
 from surreal.config import ExperimentConfig
 from surreal.metrics import RateGauge, RoleMetrics
 from surreal.proto.channels import accepting
-from surreal.proto.codec import Limits, Message, ProtocolError, decode
+from surreal.proto.codec import Limits, Message, ProtocolError
 from surreal.proto.wire import (
     EXPERIENCE,
     PRIORITY_UPDATE,
@@ -177,11 +177,10 @@ class ReplayServer(Server):
         self.core = ReplayCore(replay, self._answer, self.drop)
         self.snapshots = snapshots
         self.experience_limits = accepting(limits, frozenset({EXPERIENCE}))
-        self.request_limits = accepting(limits, REPLAY_REQUESTS)
         self.pull = self.bind(ctx, zmq.PULL, experience_bind, EXPERIENCE, limits, rcvhwm=64)
         self.listen(self.pull, self._on_experience, BURST)
         router = self.bind(ctx, zmq.ROUTER, sample_bind, "sample", limits, sndhwm=64, rcvhwm=256)
-        self.serve_requests(router, BURST)
+        self.serve_requests(router, BURST, accepting(limits, REPLAY_REQUESTS), self._answer)
         m = self.metrics
         self.m_in = m.counter("replay_transitions_in_total", "transitions received")
         self.chunks_in = 0  # experience messages taken (the shut-down line reports them beside the actors' sent)
@@ -258,25 +257,15 @@ class ReplayServer(Server):
     # -- translation ----------------------------------------------------------------------------------
 
     def _on_experience(self, frames: list[zmq.Frame]) -> None:
-        try:
-            message = decode(frames, self.experience_limits)
-        except ProtocolError as exc:
-            self.drop(exc.reason)
-            return
-        n = self.core.on_experience(message)
+        message = self.decoded(frames, self.experience_limits)
+        n = 0 if message is None else self.core.on_experience(message)
         if n:
             self.chunks_in += 1
             self.m_in.inc(n)
             self.rate_in.add(n)
             self._count()
 
-    def on_request(self, identity: bytes, frames: list[zmq.Frame]) -> None:
-        try:
-            message = decode(frames, self.request_limits)
-        except ProtocolError as exc:
-            self.drop(exc.reason, identity)
-            self._answer(identity, ErrorReply(exc.reason))
-            return
+    def on_request(self, identity: bytes, message: Message) -> None:
         self.core.on_request(identity, message, time.monotonic())
 
     def _answer(self, peer: Peer, reply: ShardAnswer) -> None:
@@ -299,10 +288,6 @@ class ReplayServer(Server):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=["fifo", "uniform", "prioritized"], help="default: replay.mode of the config")
     parser.add_argument("--capacity", type=int, help="transitions; default: replay.capacity of the config")
-
-
-def snapshot_dir(run_dir: Path, shard: int) -> Path:
-    return run_dir / "replay" / f"shard-{shard}"
 
 
 def open_snapshots(
@@ -328,7 +313,8 @@ def open_snapshots(
         "shard": shard.shard,
     }
     mirror = open_mirror(run_uri, run_dir, replay_part(shard.shard), metrics)
-    store = SnapshotStore(snapshot_dir(run_dir, shard.shard), identity, on_change=mirror.push if mirror else None)
+    folder = run_dir / "replay" / f"shard-{shard.shard}"
+    store = SnapshotStore(folder, identity, on_change=mirror.push if mirror else None)
     if mirror is not None:
         mirror.pull()
     start = time.perf_counter()

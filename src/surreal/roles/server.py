@@ -23,8 +23,9 @@ import zmq
 from surreal.config import ExperimentConfig, config_from_env
 from surreal.metrics import RoleMetrics
 from surreal.proto.channels import bind_socket, frames_of, send
-from surreal.proto.codec import Limits, Message
+from surreal.proto.codec import Limits, Message, ProtocolError, decode
 from surreal.proto.curve import REFUSED_HELP, REFUSED_METRIC, HandshakeWatch, WireContext
+from surreal.proto.wire import ErrorReply
 from surreal.roles.common import EXIT_STOPPED, StopFlag, setup_logging
 from surreal.runtime.limits import raise_open_files
 from surreal.settings import Settings
@@ -35,6 +36,7 @@ REPLY_TIMEOUT_S = 1.0  # a requester that does not take its reply by then loses 
 POLL_S = 0.1  # how often `run` looks at the stop flag when nothing arrives
 
 Handler = Callable[[list[zmq.Frame]], None]
+ErrorAnswer = Callable[[bytes, ErrorReply], None]
 
 
 class Server:
@@ -81,9 +83,12 @@ class Server:
             self.listen(watch.monitor, lambda frames: self._on_handshake_event(watch, frames), None)
         return sock
 
-    def serve_requests(self, router: zmq.Socket, burst: int) -> None:
-        """Take requests on `router` (each reaches `on_request` without its envelope) and reply there."""
-        self.router = router
+    def serve_requests(
+        self, router: zmq.Socket, burst: int, limits: Limits, answer_error: ErrorAnswer | None = None
+    ) -> None:
+        """Take requests on `router` and reply there: each reaches `on_request` without its envelope, decoded under
+        `limits`; a malformed one is dropped and, with `answer_error`, answered with its reason (`decoded`)."""
+        self.router, self.request_limits, self.answer_error = router, limits, answer_error
         self.listen(router, self._unwrap, burst)
 
     # -- the loop -------------------------------------------------------------------------------------
@@ -133,6 +138,17 @@ class Server:
                 reason,
             )
 
+    def decoded(self, frames: list[zmq.Frame], limits: Limits, peer: bytes | None = None) -> Message | None:
+        """`frames` decoded under `limits`, or None once a malformed message was counted and dropped; a requester
+        `peer` is then answered with an `ErrorReply` when the server answers errors (`serve_requests`)."""
+        try:
+            return decode(frames, limits)
+        except ProtocolError as exc:
+            self.drop(exc.reason, peer)
+            if peer is not None and self.answer_error is not None:
+                self.answer_error(peer, ErrorReply(exc.reason))
+            return None
+
     def reply(self, identity: bytes, message: Message) -> bool:
         """Frame and send one typed reply (proto/wire.py) to `identity`; False if it could not be sent within
         REPLY_TIMEOUT_S."""
@@ -144,8 +160,8 @@ class Server:
 
     # -- what a subclass supplies ---------------------------------------------------------------------
 
-    def on_request(self, identity: bytes, frames: list[zmq.Frame]) -> None:
-        """One request from `identity`: the message frames after the ROUTER envelope."""
+    def on_request(self, identity: bytes, message: Message) -> None:
+        """One request from `identity`, decoded under the limits given to `serve_requests`."""
         raise NotImplementedError
 
     def describe(self) -> str:
@@ -161,7 +177,10 @@ class Server:
         if len(frames) < 2:
             self.drop("no_envelope")
             return
-        self.on_request(frames[0].bytes, frames[1:])
+        identity = frames[0].bytes
+        message = self.decoded(frames[1:], self.request_limits, identity)
+        if message is not None:
+            self.on_request(identity, message)
 
 
 def _drain(sock: zmq.Socket, handler: Handler, burst: int | None) -> None:

@@ -75,7 +75,7 @@ def chunks_in(message: Message) -> Iterator[ChunkId]:
     """The honest chunks an experience message or a FIFO reply carries."""
     try:
         if message.kind == EXPERIENCE:
-            chunks = [decode_chunk(message)[0]]
+            chunks = [decode_chunk(message)]
         elif message.kind == FIFO_REPLY:
             reply = decode_sample_reply(message, 0)
             chunks = reply.chunks if isinstance(reply, FifoReply) else []
