@@ -14,8 +14,8 @@ import pytest
 from surreal.config import ConfigError, load_config
 from surreal.config.schema import ALGORITHMS
 from surreal.launch import local
-from surreal.launch.local import Outcome
 from surreal.launch.preflight import budget_warnings, preflight
+from surreal.launch.runfolder import write_summary
 from surreal.spaces import check_spaces
 
 REFUSALS = {
@@ -137,7 +137,11 @@ def test_the_packaged_defaults_warn_of_nothing():
 
 def test_surreal_run_says_each_warning_once_at_the_start(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("SURREAL_RUNS_ROOT", str(tmp_path / "runs"))
-    monkeypatch.setattr(local, "supervise", lambda *a, **k: Outcome("interrupted", "stopped by the test", 0.0, {}))
+    monkeypatch.setattr(
+        local,
+        "supervise",
+        lambda cfg, run_dir, *_: write_summary(run_dir, cfg, 0.0, "interrupted", {}, "stopped by the test"),
+    )
     assert local.run_experiment(["algo=ddpg", "env=Pendulum-v1", "steps=30000", "name=w"], live=False) == 130
     err = capsys.readouterr().err
     assert err.count("surreal: warning: algo.learning_starts=25,000") == 1 and err.count("warning") == 1, err
