@@ -261,7 +261,8 @@ class ShardReport:
     episode_successes: list[bool] = field(default_factory=list)
 
     def to_meta(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        # Its fields as they are, not `dataclasses.asdict`: that deep-copies every list, on every sample reply.
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any]) -> ShardReport:
