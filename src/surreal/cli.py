@@ -151,13 +151,15 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(module, "add_arguments"):  # a role without one takes no options
             module.add_arguments(role_parser)
         role_args = role_parser.parse_args(rest)
+        from surreal.roles.common import end_process
         from surreal.runstore import StorageError  # fsspec-free until a bucket is used
 
         try:
-            return int(module.main(role_args))
+            code = int(module.main(role_args))
         except (SettingsError, ConfigError, StorageError) as exc:  # a SURREAL_* variable, the config, the bucket
             print(f"surreal role {args.role}: {exc}", file=sys.stderr)
             return 2
+        end_process(code)  # the role closed what it holds: its process ends without the interpreter's teardown
     if args.command == "run":
         if args.cfg == "job":
             return print_job_config(args.overrides)

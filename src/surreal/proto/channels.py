@@ -78,6 +78,7 @@ def ignore_refusal(socket: str, reason: str) -> None:
 
 RECONNECT_IVL_MS = 100
 SEND_POLL_S = 0.05  # `send`'s wait for room between tries
+STOP_POLL_S = 0.05  # how often a stoppable wait (`ParamClient` with `stopped`) looks at the stop flag
 RECONNECT_IVL_MAX_MS = 2000
 PUBLISH_HWM = 4  # blobs the learner's PUB queues per ps (a newer one supersedes them)
 REPUBLISH_S = 1.0  # how often the learner sends its latest blob again (`ParamPublisher`)
@@ -154,9 +155,9 @@ def connect_socket(
     return sock
 
 
-def send(sock: zmq.Socket, frames: Sequence[Any], timeout_s: float) -> bool:
+def send(sock: zmq.Socket, frames: Sequence[Any], timeout_s: float, stopped: Callable[[], bool] | None = None) -> bool:
     """Send one multipart message without copying array frames; False if the socket stayed full
-    (high-water mark reached or no connected peer) for `timeout_s`."""
+    (high-water mark reached or no connected peer) for `timeout_s`, or once `stopped()` says the process stops."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -164,7 +165,7 @@ def send(sock: zmq.Socket, frames: Sequence[Any], timeout_s: float) -> bool:
             return True
         except zmq.Again:
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or (stopped is not None and stopped()):
                 return False
             sock.poll(math.ceil(min(remaining, SEND_POLL_S) * 1000), zmq.POLLOUT)
 
@@ -510,11 +511,21 @@ class ParamClient:
     control asks this way, so a thousand waiting actors cost the ps one request each per hold or per version
     that frees them, not one every few milliseconds; a ps that predates holds answers at once. A
     replica's connection that breaks while a request waits (a monitor socket sees it) may have taken the request
-    with it: it is sent again at once, to the replicas still up, rather than waited for until the timeout."""
+    with it: it is sent again at once, to the replicas still up, rather than waited for until the timeout.
+
+    `stopped`: the process's stop flag (a role's SIGTERM). A signal does not end a ZMQ poll (pyzmq polls again for
+    the time left), and a held request waits up to its hold (30 s at most) plus `timeout_s`: with `stopped` the
+    wait is polled in slices of `STOP_POLL_S` and ends, answered by nothing, as soon as it says so."""
 
     def __init__(
-        self, ctx: zmq.Context, addresses: Sequence[str], limits: Limits, on_error: ErrorSink = ignore_error
+        self,
+        ctx: zmq.Context,
+        addresses: Sequence[str],
+        limits: Limits,
+        on_error: ErrorSink = ignore_error,
+        stopped: Callable[[], bool] | None = None,
     ) -> None:
+        self.stopped = stopped
         self.limits = accepting(limits, PARAMS_REPLIES)
         self.sock = client_socket(ctx, zmq.DEALER, immediate=True)
         self.monitor = self.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
@@ -537,14 +548,18 @@ class ParamClient:
         self, version: int, incarnation: str, timeout_s: float, hold_s: float = 0.0, wake_version: int = 0
     ) -> Params | NotModified | None:
         """A blob that supersedes (`version`, `incarnation`), the ps's "not modified" (saying what it holds), or
-        None when no answer came in time (counted as FETCH_TIMEOUT)."""
+        None when no answer came in time (counted as FETCH_TIMEOUT) or the process stops (not counted)."""
         deadline = time.monotonic() + timeout_s + hold_s
         hold_ms = math.ceil(hold_s * 1000) if hold_s > 0 else 0
         request = frames_of(ParamsRequest(int(version), incarnation, hold_ms, wake_version).to_message())
         self.disconnects()  # those before this request took none of it
-        if send(self.sock, request, timeout_s):
+        stopping = self.stopped or (lambda: False)
+        if send(self.sock, request, timeout_s, self.stopped):
             while (remaining := deadline - time.monotonic()) > 0:
-                ready = dict(self.poller.poll(math.ceil(remaining * 1000)))
+                if stopping():
+                    return None
+                slice_s = remaining if self.stopped is None else min(remaining, STOP_POLL_S)
+                ready = dict(self.poller.poll(math.ceil(slice_s * 1000)))
                 if self.monitor in ready and self.disconnects():
                     send(self.sock, request, 0.0)  # perhaps lost with that replica: asked again of the others
                 if self.sock not in ready:
@@ -552,7 +567,8 @@ class ParamClient:
                 reply = self.decode(self.sock.recv_multipart(copy=False))
                 if reply is not None:
                     return reply
-        self.on_error(FETCH_TIMEOUT)
+        if not stopping():
+            self.on_error(FETCH_TIMEOUT)
         return None
 
     def decode(self, frames: Sequence[Any]) -> Params | NotModified | None:

@@ -327,7 +327,7 @@ def main(args: argparse.Namespace) -> int:
     on_error = count_errors(metrics, timeouts="actor_param_fetch_timeouts_total")
     ctx = WireContext(settings.curve_keys)
     experience = ExperienceSender(ctx, settings.experience_addrs)
-    params = param_client(ctx, settings, cfg, on_error)
+    params = param_client(ctx, settings, cfg, on_error, stopped=lambda: bool(stop))
     inference = None
     if cfg.topology.inference == "central":
         if not settings.inference_addrs:

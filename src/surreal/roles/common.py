@@ -6,12 +6,13 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
 from collections.abc import Callable
 from types import FrameType, TracebackType
-from typing import Any
+from typing import Any, NoReturn
 
 import zmq
 
@@ -83,6 +84,19 @@ def hold_until_stopped(stop: StopFlag, log: logging.Logger, service: Callable[[]
             service()
 
 
+def end_process(code: int) -> NoReturn:
+    """End a role's process with exit status `code` once its `main` has returned, skipping the interpreter's
+    finalization. A role has closed its sockets, files, checkpoint and mirror by then, and what finalization would
+    still do (tear down torch's and every imported module's objects) takes a role with torch loaded 0.7 s of a core
+    on a quiet box and 2-3 s on a busy 2-core one: a stopping run waits for it role by role (actors, then the
+    learner, then the services), so a Ctrl-C took several seconds more than the roles' own stop. Logs and the
+    standard streams are flushed first; the kernel closes the rest."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
+
+
 def setup_logging(role: str, index: int) -> logging.Logger:
     logging.basicConfig(
         stream=sys.stderr,
@@ -109,7 +123,14 @@ def count_errors(
     return on_error
 
 
-def param_client(ctx: zmq.Context, settings: Settings, cfg: ExperimentConfig, on_error: ErrorSink) -> ParamClient:
-    """A client of the experiment's ps replicas, taking blobs up to `ps.max_message_bytes`."""
+def param_client(
+    ctx: zmq.Context,
+    settings: Settings,
+    cfg: ExperimentConfig,
+    on_error: ErrorSink,
+    stopped: Callable[[], bool] | None = None,
+) -> ParamClient:
+    """A client of the experiment's ps replicas, taking blobs up to `ps.max_message_bytes`; `stopped` (the role's
+    stop flag) ends a wait for the ps at once: a held actor's long poll must not outlast its SIGTERM."""
     ps_addrs = [settings.connect(a) for a in settings.ps_addrs]
-    return ParamClient(ctx, ps_addrs, Limits(max_bytes=cfg.ps.max_message_bytes), on_error)
+    return ParamClient(ctx, ps_addrs, Limits(max_bytes=cfg.ps.max_message_bytes), on_error, stopped)
