@@ -38,7 +38,8 @@ def emit(result: dict, *outs: Path | None) -> None:
 
 
 class WatchedRun:
-    """A `surreal run` subprocess; `rows` holds (arrival time, metrics row) as the learner writes them."""
+    """A `surreal run` subprocess; `rows` holds (arrival time, metrics row) of the rows updates wrote, as the learner
+    writes them (the warm-up's rows, before the first update, are not counted: start-up is skipped in update rows)."""
 
     def __init__(self, name: str, overrides: list[str], runs_root: Path) -> None:
         self.run_dir = runs_root / name
@@ -55,7 +56,7 @@ class WatchedRun:
         self._tail = MetricsTail(self.run_dir / "metrics.jsonl")
 
     def poll(self) -> None:
-        rows = self._tail.read()
+        rows = [row for row in self._tail.read() if row.get("updates")]
         now = time.monotonic()
         self.rows.extend((now, row) for row in rows)
 

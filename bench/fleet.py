@@ -298,7 +298,7 @@ def measure(
         def tick() -> None:
             service_sup.poll()
             fleet_sup.poll()
-            rows.extend((time.monotonic(), row) for row in rows_tail.read())
+            rows.extend((time.monotonic(), row) for row in rows_tail.read() if row.get("updates"))  # not the warm-up's
             if service_sup.failed or fleet_sup.failed:
                 raise RuntimeError(f"{service_sup.failed or fleet_sup.failed} failed; logs in {run_dir / 'logs'}")
 

@@ -104,8 +104,10 @@ def experiment_of(docs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def roles_of(docs: list[dict[str, Any]]) -> list[str]:
-    """The roles a rendering should run: the four, and the evaluator when the experiment sets an eval interval."""
-    evaluator = experiment_of(docs).get("learner", {}).get("eval_interval", 0) > 0
+    """The roles a rendering should run: the four, and the evaluator when the experiment sets an eval interval below
+    its budget."""
+    experiment = experiment_of(docs)
+    evaluator = 0 < experiment.get("learner", {}).get("eval_interval", 0) < experiment["total_env_steps"]
     return ["learner", "replay", "ps", "actor", *(["evaluator"] if evaluator else [])]
 
 
@@ -606,6 +608,8 @@ def test_an_evaluator_pod_runs_only_when_an_eval_interval_is_set() -> None:
     assert settings.hold_when_done and settings.ps_addrs == (f"tcp://{RELEASE}-surreal-ps.{NAMESPACE}.svc:7004",)
     assert pod["nodeSelector"] == {"surreal.dev/pool": "cpu"} and "tolerations" not in pod
     assert experiment_of(docs)["learner"]["eval_interval"] == 20000
+    beyond = render(sets=("experiment.learner.eval_interval=20000", "experiment.total_env_steps=20000"))
+    assert not [d for d in beyond if d["metadata"]["labels"].get("app.kubernetes.io/component") == "evaluator"]
 
 
 def test_network_policy_admits_only_the_release_and_metrics_scrapers() -> None:

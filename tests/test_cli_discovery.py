@@ -105,7 +105,7 @@ def test_config_lists_every_key_with_its_default_and_doc():
 def test_config_prefix_and_algo_narrow_the_listing():
     listing = config_listing("learner.eval")
     assert listing.splitlines()[0] == "learner.eval_episodes: int = 10"
-    assert "learner.eval_interval: int = 0" in listing and "learner.prefetch" not in listing
+    assert "learner.eval_interval: int = 25000" in listing and "learner.prefetch" not in listing
     lr = config_listing("algo.lr")
     assert "# algo=ppo\nalgo.lr: float = 0.0003" in lr and "# algo=es\nalgo.lr: float = 0.01" in lr
     assert "# algo=ddpg" not in lr, "ddpg has actor_lr and critic_lr, no lr"

@@ -91,12 +91,15 @@ def test_a_line_torn_by_a_kill_costs_only_itself(tmp_path):
     assert json.loads(path.read_text().splitlines()[-1])["eval_success_rate"] == 0.5
 
 
-def test_the_evaluator_is_off_by_default_and_the_interval_is_checked():
-    assert load_config([]).learner.eval_interval == 0
+def test_the_evaluator_is_on_by_default_where_the_budget_reaches_it_and_the_interval_is_checked():
+    """Every 25,000 env steps by default (RL Zoo's eval_freq), in a run whose budget is above that; 0 turns it off."""
+    assert load_config([]).learner.eval_interval == 25_000 and load_config([]).evaluates_while_training
+    assert not load_config(["steps=25000"]).evaluates_while_training, "the final evaluation is that point"
+    assert not load_config(["learner.eval_interval=0"]).evaluates_while_training
     with pytest.raises(ConfigError, match="learner.eval_interval must be >= 0"):
         load_config(["learner.eval_interval=-5"])
     with pytest.raises(ValueError, match="eval_interval > 0"):
-        EvaluatorCore(load_config([]), InProcessParams())
+        EvaluatorCore(load_config(["learner.eval_interval=0"]), InProcessParams())
 
 
 def test_the_best_evaluated_blob_is_kept_as_the_best_policy(tmp_path):

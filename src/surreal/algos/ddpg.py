@@ -304,6 +304,9 @@ class DDPGLearner(SampleStepper):
         self.critic_optimizer = self.fused_adam(self.critics.parameters(), cfg.critic_lr)
         self.reset_steps()
 
+    def learning_rates(self) -> dict[str, float]:
+        return {"actor_lr": self.step_size(self.actor_optimizer), "critic_lr": self.step_size(self.critic_optimizer)}
+
     def sample_tensors(self, arrays: dict[str, Any], steps: int) -> dict[str, torch.Tensor]:
         """The sample's replay tensors, plus the target-smoothing noise of every step, drawn at once."""
         out = replay_tensors(arrays, steps, self.device)

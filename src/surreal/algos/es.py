@@ -322,6 +322,7 @@ class ESLearner:
             "grad_norm": float(np.linalg.norm(grad)),
             "update_ratio": float(np.linalg.norm(self.theta - old) / (np.linalg.norm(old) + 1e-8)),
             "theta_norm": float(np.linalg.norm(self.theta)),
+            "lr": float(self.optimizer.lr),
         }
 
     def params(self) -> dict[str, Any]:

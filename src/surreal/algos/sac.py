@@ -167,6 +167,9 @@ class SACLearner(SampleStepper):
         self.alpha_optimizer = adam([self.log_alpha], cfg.alpha_lr) if cfg.autotune_alpha else None
         self.reset_steps()
 
+    def learning_rates(self) -> dict[str, float]:
+        return {f"{name.removesuffix('_optimizer')}_lr": self.step_size(o) for name, o in self.optimizers().items()}
+
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         out: dict[str, torch.optim.Optimizer] = {"actor_optimizer": self.actor_optimizer}
         out["critic_optimizer"] = self.critic_optimizer

@@ -108,6 +108,11 @@ class SampleStepper(CompiledSteps):
 
     # -- the machinery ------------------------------------------------------------------------------------
 
+    @staticmethod
+    def step_size(optimizer: torch.optim.Optimizer) -> float:
+        """The learning rate `optimizer` steps with (one group each here)."""
+        return float(optimizer.param_groups[0]["lr"])
+
     def fused_adam(self, parameters: Any, lr: float, beta1: float = 0.9) -> torch.optim.Adam:
         """Adam, fused: one kernel per step for all parameters, and safe to capture in a CUDA graph. Its
         `found_inf` (what it reads as AMP's): when set, its step leaves parameters and moments as they were; a
@@ -175,6 +180,7 @@ class SampleStepper(CompiledSteps):
             stacked[:, :width] = self.replica.mean(stacked[:, :width].contiguous())
         host = stacked.cpu().numpy()  # the one wait for the device
         per_step, priorities = host[:, :width], host[:, width:].astype(np.float64)
+        rates = self.learning_rates()
         out = []
         for i, row in enumerate(per_step):
             stats = dict(zip(self.step_stats, (float(x) for x in row), strict=True))
@@ -185,5 +191,10 @@ class SampleStepper(CompiledSteps):
                 stats.update(self.last_actor_stats)
             else:
                 self.last_actor_stats = {k: stats[k] for k in self.actor_stats}
-            out.append(stats)
+            out.append({**stats, **rates})
         return out, priorities.reshape(-1)
+
+    def learning_rates(self) -> dict[str, float]:
+        """Each optimizer's step size (`actor_lr`, `critic_lr`, ...), logged with every step's statistics as SB3 logs
+        its learning rate: a subclass names its optimizers."""
+        raise NotImplementedError

@@ -417,8 +417,9 @@ class LearnerConfig:
     keep_checkpoints: int = 3  # the newest this many checkpoints are kept
     eval_episodes: int = 10  # episodes of the deterministic policy per evaluation (final and evaluator's)
     # Env steps between evaluations of the published policy by the evaluator role (roles/evaluator.py:
-    # evals.jsonl, a curve of eval returns); 0: only the final evaluation, and no evaluator runs.
-    eval_interval: int = 0
+    # evals.jsonl, a curve of eval returns; RL Zoo's eval_freq); 0, or not below the budget: only the final
+    # evaluation, and no evaluator runs.
+    eval_interval: int = 25_000
     torch_threads: int = 1  # CPU threads for a CPU learner: PPO's 64-sample minibatches gain nothing from more
     # torch.compile the update (PPO: the minibatch loss; on CUDA the whole step replayed as a CUDA graph). The
     # first update pays the compilation (about 17 s on one CPU core with a cold inductor cache).
@@ -479,6 +480,12 @@ class ExperimentConfig:
         # `replay.mode: auto` follows the algorithm, so `algo=ddpg` alone gives a transition replay.
         if self.replay.mode == "auto":
             self.replay.mode = "fifo" if self.algo.on_policy else "uniform"
+
+    @property
+    def evaluates_while_training(self) -> bool:
+        """Whether an evaluator runs beside the learner: `learner.eval_interval` is set and below the budget (an
+        interval the run never reaches would only cost a process; the final evaluation runs either way)."""
+        return 0 < self.learner.eval_interval < self.total_env_steps
 
 
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:

@@ -89,7 +89,7 @@ def plan_processes(
     `--resume` too (a resumed run), not only its restarts. `run_uri`: the run folder's mirror (SURREAL_RUN_URI).
     `curve_dir`: the CURVE keys every role reads (SURREAL_CURVE_DIR); None: plaintext."""
     topo = cfg.topology
-    evaluators = 1 if cfg.learner.eval_interval > 0 else 0
+    evaluators = 1 if cfg.evaluates_while_training else 0
     replicas = cfg.learner.replicas
     workers = topo.inference_workers if topo.inference == "central" else 0  # inference workers
     processes = topo.replay_shards + topo.ps_replicas + workers + replicas + topo.actors + evaluators

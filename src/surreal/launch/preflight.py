@@ -12,8 +12,9 @@ imported, so a refusal costs an interpreter, Hydra and the env's own import (und
 import and scene take a few).
 
 Warned (`budget_warnings`): an off-policy warm-up (`algo.learning_starts`) that leaves at most half the budget to
-learn from, an evaluator interval above the budget, and an on-policy batch that can take more env steps than the
-whole budget. `surreal run` prints them; a Python caller gets them as strings.
+learn from, an evaluator interval set above the budget (not the default's: a short run simply has no evaluator),
+and an on-policy batch that can take more env steps than the whole budget. `surreal run` prints them; a Python
+caller gets them as strings.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import gymnasium as gym
 
 from surreal import envs_robosuite
 from surreal.config import ConfigError, ExperimentConfig
-from surreal.config.schema import OffPolicyConfig
+from surreal.config.schema import LearnerConfig, OffPolicyConfig
 from surreal.envs import check_env_id, make_env
 from surreal.spaces import check_spaces
 
@@ -102,7 +103,7 @@ def budget_warnings(cfg: ExperimentConfig, max_episode_steps: int | None) -> lis
             f"leaves {left:,} of steps={budget:,} to learn from; set algo.learning_starts lower or steps higher"
         )
     interval = cfg.learner.eval_interval
-    if interval > budget:
+    if interval != LearnerConfig.eval_interval and interval > budget:  # the default in a short run: no evaluator
         out.append(
             f"learner.eval_interval={interval:,} is above steps={budget:,}: the evaluator never evaluates, "
             "only the final evaluation runs"

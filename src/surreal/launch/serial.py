@@ -6,9 +6,10 @@ there, and when it can do nothing the actors step, each held by its flow-control
 distributed run. Runs are deterministic for a seed, so algorithm behaviour is tested quickly and exactly; the
 multi-process path is tested separately.
 
-With `learner.eval_interval` the evaluator's core runs here too, after each learner step, writing evals.jsonl as
-the process does. It is built after the learner and the actors, and the roles sample from generators of their own,
-so a run trains the same with it as without it (tested).
+With `learner.eval_interval` (below the budget) the evaluator's core runs here too, after each learner step, writing
+evals.jsonl as the process does. It is built after the learner and the actors, with the process-wide generators put
+back as they were, and the roles sample from generators of their own, so a run trains the same with it as without it,
+its checkpoints too (tested).
 
 A serial run stopped and resumed is the run never stopped, bit for bit: every learner checkpoint carries the
 rest of the world (`SerialWorld`: each actor's envs mid-episode, collector, sampling generators and throttle,
@@ -133,7 +134,11 @@ def run_serial(
     learner = LearnerCore(cfg, run_dir, replay, params, RoleMetrics("learner", 0), resume=resume, log=log)
     actors = [Actor(cfg, i, replay, params, RoleMetrics("actor", i)) for i in range(cfg.topology.actors)]
     world = SerialWorld(learner, actors, shard, params)
-    evaluator = EvaluatorCore(cfg, params, run_dir) if cfg.learner.eval_interval > 0 else None
+    evaluator = None
+    if cfg.evaluates_while_training:  # its policy's initial weights drawn aside: the run's generators go on as without
+        generators = global_rng_state()
+        evaluator = EvaluatorCore(cfg, params, run_dir)
+        load_global_rng_state(generators)
     try:
         if learner.restored_extra is not None:
             world.load(learner.restored_extra)

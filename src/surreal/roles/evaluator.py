@@ -26,8 +26,8 @@ evals.jsonl, and hidden in TensorBoard) and the evaluations are done again as th
 (`EvaluatorCore.step`), and no row's env steps ever go backwards. It stops on the `done` blob; the learner's
 eval.json is the curve's last point. SIGTERM ends it at once (no handler until training is done): it holds nothing
 that a written row does not. It costs CPU that the actors and the learner would otherwise get (10 HalfCheetah
-episodes took 0.9-1.5 s of a 2-core box's core, the rows' `eval_s`), which is why it only runs when
-`learner.eval_interval` is set.
+episodes took 0.9-1.5 s of a 2-core box's core, the rows' `eval_s`): by default every 25,000 env steps (RL Zoo's
+cadence), and only in runs whose budget reaches that (`ExperimentConfig.evaluates_while_training`).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ class EvalLog:
     def rewind(self, env_steps: int) -> None:
         """Drop the rows past `env_steps` (a learner resumed there): from evals.jsonl, and in TensorBoard by a new
         event file that hides the older ones' later points."""
-        truncate_metrics(self.path, "env_steps", env_steps)
+        truncate_metrics(self.path, {"env_steps": env_steps})
         self.tensorboard.close()
         self.tensorboard = self._writer(env_steps + 1)
 

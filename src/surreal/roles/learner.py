@@ -149,6 +149,7 @@ class LearnerCore:
                 return False
             learn_now = self.feed.take(reply)
             self.recorder.m_queue.set(self.feed.queued)
+            self._record_warmup()
             if not (learn_now and self.feed.ready()):
                 return learn_now or self.feed.ready()
         with self.wall.phase("update"):
@@ -180,7 +181,16 @@ class LearnerCore:
                 )
 
     def _record(self, stats: dict[str, float], update_s: float, row_fields: dict[str, Any]) -> None:
-        row = {**self.counters.row(), **row_fields}
+        self._write_row({**self.counters.row(), **row_fields}, stats, update_s)
+
+    def _record_warmup(self) -> None:
+        """The warm-up's rows (the feed's counters as episodes finished before the first update), so a run shows its
+        first minute: no statistics, since nothing was learned yet."""
+        with self.wall.phase("io"):
+            for counters in self.feed.warmup_rows():
+                self._write_row(counters, {}, None)
+
+    def _write_row(self, row: dict[str, Any], stats: dict[str, float], update_s: float | None) -> None:
         if not self.cfg.deterministic:  # a deterministic run writes the same file twice: no wall times in it
             row["time"] = round(time.time(), 3)  # unix time: gaps between rows show stalls, across restarts too
             row["live_actors"] = self.live_actors()
@@ -223,11 +233,12 @@ class LearnerCore:
             self.log.info("--resume: no checkpoint restores, starting fresh")
             # A checkpoint that failed half-way may have loaded part of its state: start from a new learner.
             self.algo_learner = self._new_algo_learner()
-            truncate_metrics(self.run_dir / METRICS_FILE, "updates", 0)
+            truncate_metrics(self.run_dir / METRICS_FILE, {"updates": 0, "env_steps": 0})
             return None
         c = self.counters = Counters(**restored.counters)
         self.log.info("resumed at update %d, %d env steps, version %d", c.updates, c.env_steps, c.version)
-        truncate_metrics(self.run_dir / METRICS_FILE, "updates", c.updates)  # the run continues from this checkpoint
+        # The run continues from this checkpoint: the rows written after it go (a warm-up's have no update to tell).
+        truncate_metrics(self.run_dir / METRICS_FILE, {"updates": c.updates, "env_steps": c.env_steps})
         return restored
 
     def checkpoint(self) -> None:
@@ -256,6 +267,7 @@ class LearnerCore:
         would go with the process otherwise), then a checkpoint holds everything taken."""
         for reply in self.batches.drain(drain_s):
             self.feed.take(reply)
+        self._record_warmup()
         self.checkpoint()
 
     def close(self) -> None:

@@ -21,10 +21,15 @@ from surreal.metrics import RoleMetrics
 from surreal.metricsfile import METRICS_FILE, read_metrics
 
 
-def truncate_metrics(path: Path, field: str, up_to: int) -> None:
-    """Keep the rows whose `field` is at most `up_to`, written at once: a learner resumed from a checkpoint at
-    `up_to` updates continues metrics.jsonl from there, and the evaluator its evals.jsonl from `up_to` env steps."""
-    kept = [row for row in read_metrics(path) if isinstance(row.get(field), int) and row[field] <= up_to]
+def truncate_metrics(path: Path, up_to: dict[str, int]) -> None:
+    """Keep the rows whose every field in `up_to` is at most its value there, written at once: a learner resumed
+    from a checkpoint continues metrics.jsonl from its updates and env steps, the evaluator its evals.jsonl from the
+    env steps the learner resumed at."""
+    kept = [
+        row
+        for row in read_metrics(path)
+        if all(isinstance(row.get(field), int) and row[field] <= most for field, most in up_to.items())
+    ]
     atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in kept))
 
 
@@ -59,6 +64,8 @@ class WallTime:
 # metrics.jsonl row fields -> TensorBoard tags (when the row has them: wall times only outside deterministic runs,
 # success rates only for envs that report `is_success`).
 ROW_TAGS = {
+    "episodes": "train/episodes",
+    "updates": "learner/updates",
     "train_return_mean": "train/return_mean",
     "train_episode_length_mean": "train/episode_length_mean",
     "train_success_rate": "train/success_rate",
@@ -70,7 +77,45 @@ ROW_TAGS = {
     "stale_dropped": "learner/stale_dropped",
 }
 TENSORBOARD_DIR = "tensorboard"
-SPS_TAG = "charts/SPS"  # env steps per second between two rows (CleanRL's and SB3 users' name for it)
+SPS_TAG = "charts/SPS"  # env steps per second (CleanRL's and SB3 users' name for it): `SpsClock`
+SPS_MIN_INTERVAL_S = 1.0  # the shortest wall-clock interval a `charts/SPS` point covers
+
+
+class SpsClock:
+    """`charts/SPS` from the rows' own clock (`time`, so metrics.jsonl gives the same): each point is the env steps
+    over the wall-clock interval since the previous point, at least `SPS_MIN_INTERVAL_S` long and ending at a row
+    whose env steps advanced. Two rows with the same env steps (an off-policy learner catching up on samples it
+    already holds writes rows with no new env step) or a few rows within milliseconds (a reply's warm-up rows) are
+    no interval of their own: they extend the next one, so no point is 0 while the actors step, and none is a
+    spike of a few milliseconds."""
+
+    def __init__(self) -> None:
+        self.since: tuple[float, int] | None = None  # (time, env steps) where the next point's interval starts
+        self.pending: tuple[float, int] | None = None  # the last row not yet covered by a point
+
+    def row(self, time_s: float, env_steps: int) -> tuple[int, float] | None:
+        """A row's time and env steps; the point (env steps, rate) it completes, if any."""
+        if self.since is None:
+            self.since = (time_s, env_steps)
+            return None
+        self.pending = (time_s, env_steps)
+        if time_s - self.since[0] >= SPS_MIN_INTERVAL_S:
+            return self._point()
+        return None
+
+    def last(self) -> tuple[int, float] | None:
+        """At the end: the point of the rows left since the last one, over whatever interval they span."""
+        if self.since is None or self.pending is None or self.pending[0] <= self.since[0]:
+            return None
+        return self._point()
+
+    def _point(self) -> tuple[int, float] | None:
+        assert self.since is not None and self.pending is not None
+        (t0, s0), (t1, s1) = self.since, self.pending
+        if s1 <= s0:
+            return None  # no env step in between: the interval goes on
+        self.since, self.pending = self.pending, None
+        return s1, (s1 - s0) / (t1 - t0)
 
 
 class Recorder:
@@ -80,7 +125,7 @@ class Recorder:
 
         self.file = open(run_dir / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
         self.tensorboard = SummaryWriter(str(run_dir / TENSORBOARD_DIR), purge_step=purge_step)
-        self.previous: tuple[float, int] | None = None  # (time, env_steps) of this process's last timed row
+        self.sps = SpsClock()
         m = metrics
         self.m_env_steps = m.gauge("learner_env_steps", "environment steps consumed")
         self.m_updates = m.gauge("learner_updates", "updates done")
@@ -97,24 +142,23 @@ class Recorder:
         self.m_updates.set(updates)
         self.m_stale.set(stale_dropped)
 
-    def row(self, row: dict[str, Any], stats: dict[str, float], update_s: float) -> None:
-        """One metrics.jsonl row: the counters in `row`, then the update's statistics."""
+    def row(self, row: dict[str, Any], stats: dict[str, float], update_s: float | None) -> None:
+        """One metrics.jsonl row: the counters in `row`, then the update's statistics (a warm-up row has none, and
+        no `update_s`)."""
         full = {**row, **{k: float(v) for k, v in stats.items()}}
         self.file.write(json.dumps(full) + "\n")
         self.file.flush()
         env_steps = row["env_steps"]
         self.counters(env_steps, row["updates"], row["stale_dropped"])
-        self.m_update_s.set(update_s)
+        if update_s is not None:
+            self.m_update_s.set(update_s)
         if row["train_return_mean"] is not None:
             self.m_return.set(row["train_return_mean"])
         for field, tag in ROW_TAGS.items():
             if row.get(field) is not None:
                 self.tensorboard.add_scalar(tag, float(row[field]), env_steps)
-        if "time" in row:  # the rate from the rows' own clock: metrics.jsonl gives the same from `time` and `env_steps`
-            if self.previous is not None and row["time"] > self.previous[0]:
-                rate = (env_steps - self.previous[1]) / (row["time"] - self.previous[0])
-                self.tensorboard.add_scalar(SPS_TAG, rate, env_steps)
-            self.previous = (row["time"], env_steps)
+        if "time" in row and (point := self.sps.row(row["time"], env_steps)) is not None:
+            self.tensorboard.add_scalar(SPS_TAG, point[1], point[0])
         for name, value in stats.items():
             self.m_stat.labels(name=name).set(float(value))
             self.tensorboard.add_scalar(f"learner/{name}", float(value), env_steps)
@@ -125,6 +169,8 @@ class Recorder:
         self.tensorboard.flush()
 
     def close(self) -> None:
+        if (point := self.sps.last()) is not None:
+            self.tensorboard.add_scalar(SPS_TAG, point[1], point[0])
         self.file.close()
         self.tensorboard.close()
 

@@ -126,6 +126,27 @@ class Counters:
 
 
 @dataclass
+class WarmupRows:
+    """The metrics rows of the warm-up: until the first update (an off-policy `learning_starts`, an on-policy first
+    batch) no update brings a row, yet episodes finish and a user wants to see them. Each chunk (on-policy) or
+    reply (off-policy) that brings finished episodes before it leaves a row of the counters as they were then; the
+    learner writes them at once (roles/learner.py). Marks are taken per chunk where chunks are the unit, so a
+    deterministic run writes the same rows however its replies group the chunks; nothing is held across a
+    checkpoint (the step that takes a reply writes its marks)."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def episodes_counted(self, counters: Counters, episodes: int) -> None:
+        """`episodes` were just counted into `counters`: a row of them, while no update has run."""
+        if episodes and counters.updates == 0:
+            self.rows.append(counters.row())
+
+    def take(self) -> list[dict[str, Any]]:
+        rows, self.rows = self.rows, []
+        return rows
+
+
+@dataclass
 class Outcome:
     """What follows one run of a feed's ready work: the learner core acts on it (publish, metrics row,
     checkpoint) without knowing the regime."""
@@ -159,6 +180,10 @@ class Feed(Protocol):
 
     def ready(self) -> bool:
         """Whether `update` has work to run now."""
+        ...
+
+    def warmup_rows(self) -> list[dict[str, Any]]:
+        """The counters' rows for the episodes finished before the first update, since the last call (`WarmupRows`)."""
         ...
 
     def update(self) -> Outcome | None:

@@ -60,6 +60,7 @@ from surreal.runtime.regimes.common import (
     PrioritiesHome,
     VersionIntervals,
     Wait,
+    WarmupRows,
     live_state,
     load_live_state,
 )
@@ -286,6 +287,7 @@ class TransitionFeed:
         self.held = HeldSamples(batch_size, samples_held, priorities_home)
         self.shard_steps = ShardEnvSteps(counters.shard_env_steps)  # the checkpointed list, updated in place
         self.interval: list[dict[str, float]] = []  # statistics of the steps since the last row
+        self.warmup = WarmupRows()
 
     @property
     def queued(self) -> int:
@@ -298,6 +300,7 @@ class TransitionFeed:
         c, report = self.counters, reply.report
         c.env_steps += self.shard_steps.observe(report.shard, report.env_steps)
         c.episodes_finished(report.episode_returns, report.episode_lengths, report.episode_successes)
+        self.warmup.episodes_counted(c, len(report.episode_returns))
         if self.live is not None:
             for actor in report.actors:
                 self.live.heard(actor, c.env_steps)
@@ -309,6 +312,9 @@ class TransitionFeed:
 
     def ready(self) -> bool:
         return bool(self.held.samples) and self._allowed() > 0
+
+    def warmup_rows(self) -> list[dict[str, Any]]:
+        return self.warmup.take()
 
     def update(self) -> Outcome:
         """Up to the allowed gradient steps on the oldest sample's next minibatches, in one call of the

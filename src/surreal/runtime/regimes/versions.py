@@ -53,6 +53,7 @@ from surreal.runtime.regimes.common import (
     Outcome,
     VersionIntervals,
     Wait,
+    WarmupRows,
     live_state,
     load_live_state,
 )
@@ -251,6 +252,7 @@ class ChunkFeed:
         self.checkpoint_interval = checkpoint_interval
         self.chunks: deque[Chunk] = deque()
         self.queued = 0  # units in `chunks`
+        self.warmup = WarmupRows()
 
     @property
     def sample_size(self) -> int:
@@ -268,11 +270,15 @@ class ChunkFeed:
             self.queued += chunk.size
             c.env_steps += chunk.env_steps
             c.episodes_finished(chunk.episode_returns, chunk.episode_lengths, chunk.episode_successes)
+            self.warmup.episodes_counted(c, len(chunk.episode_returns))
         self._drop_stale()  # a chunk may arrive already too old
         return True  # a batch is learned from as soon as it is full, and the next reply may fill it
 
     def ready(self) -> bool:
         return self.queued >= self.batch_size
+
+    def warmup_rows(self) -> list[dict[str, Any]]:
+        return self.warmup.take()
 
     def update(self) -> Outcome | None:
         """One update on a batch of usable chunks; None (no update, no version) until a batch's worth is queued."""
