@@ -176,6 +176,45 @@ def test_a_serial_run_stopped_and_resumed_through_the_api_ends_bit_for_bit_as_ne
     assert [r["overrides"] for r in reproduce["resumes"]] == [[f"steps={budget}"]]
 
 
+LEFT_RUNNING = """
+import sys, time
+import surreal
+from surreal.metricsfile import read_metrics
+
+overrides = ["algo.batch_size=256", "algo.minibatch_size=64", "actor.chunk_steps=64", "device=cpu"]
+run = surreal.start("ppo", "Pendulum-v1", actors=1, steps=10**7, overrides=overrides, name="left", mode=sys.argv[1])
+deadline = time.monotonic() + 240  # only catches a hang
+while not read_metrics(run.dir / "metrics.jsonl") and time.monotonic() < deadline:  # its first episodes
+    time.sleep(0.1)
+print("the script ends", flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["serial", pytest.param("processes", marks=pytest.mark.slow)])
+def test_a_script_that_ends_with_its_run_still_running_says_it_was_interrupted_and_how_to_resume(
+    tmp_path, nothing_left, mode
+):
+    """A started run outliving its script is stopped as Ctrl-C stops it (a serial run used to hold the script until
+    its budget was spent; a launcher was ended without a word) and one line says so and how to go on."""
+    script = tmp_path / "left.py"
+    script.write_text(LEFT_RUNNING, encoding="utf-8")
+    env = {**os.environ, "SURREAL_RUNS_ROOT": str(tmp_path / "runs")}
+    out = subprocess.run(
+        [sys.executable, str(script), mode], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "the script ends", out.stderr[-3000:]
+    run_dir = tmp_path / "runs" / "left"
+    said = [line for line in out.stderr.splitlines() if line.startswith("surreal:")]
+    assert said == [
+        f"surreal: the script ended while run {run_dir} was still running: it was interrupted (its state saved); "
+        f"continue it with `surreal run --resume {run_dir}` or surreal.train(resume={str(run_dir)!r})"
+    ], out.stderr[-3000:]
+    run = surreal.Run.open(run_dir)
+    assert run.status == "interrupted" and not run.running
+    counters = checkpoint_counters(run_dir)
+    assert counters is not None and counters["env_steps"] >= run.metrics[-1]["env_steps"], "checkpointed as it stopped"
+
+
 def test_errors_raise_the_clis_one_line_messages_before_anything_starts(tmp_path):
     root = tmp_path / "runs"
     assert surreal.ConfigError is ConfigError

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from bench._runs import kill_whole_run
 
+import surreal
 from conftest import wait_until
 from surreal.api import Run, launcher_pid
 from surreal.config import load_config, read_config
@@ -92,6 +93,28 @@ def test_what_is_not_a_stopped_run_is_refused_in_one_line(tmp_path, stopped_run)
     assert out.returncode == 2 and "--jobs needs --multirun" in out.stderr
     out = surreal_run(tmp_path, "name=stopped", "algo=ddpg", "env=Pendulum-v1")
     assert out.returncode == 2 and f"--resume {stopped_run}" in out.stderr, "a name in use says how to continue it"
+
+
+def test_resuming_a_completed_run_says_so_in_one_line_and_names_the_budget_that_extends_it(tmp_path):
+    """`--resume` of a run that spent its budget starts no role (it restarted every one for 26 s to announce `done`)
+    and writes nothing: one line says it is complete and which `steps=` goes on. A larger budget does go on."""
+    small = ["actor.chunk_steps=64", "algo.batch_size=256", "algo.minibatch_size=64", "device=cpu", "actors=1"]
+    root = tmp_path / "runs"
+    run = surreal.train("ppo", "Pendulum-v1", steps=512, overrides=small, name="done", mode="serial", runs_root=root)
+    files = {path: path.stat().st_mtime_ns for path in run.dir.rglob("*") if path.is_file()}
+    steps = run.final_eval["env_steps"]
+    for args in (["--resume", "done"], ["--serial", "--resume", "done", "steps=512"]):
+        out = surreal_run(tmp_path, *args)
+        assert out.returncode == 0 and out.stderr == "", out.stderr
+        assert out.stdout.splitlines() == [
+            f"[surreal] done is complete ({steps:,} of steps=512 env steps, its final evaluation in eval.json): "
+            "nothing to resume; to train it further give it a larger budget, e.g. "
+            "`surreal run --resume done steps=1024`"
+        ]
+    assert {path: path.stat().st_mtime_ns for path in run.dir.rglob("*") if path.is_file()} == files, "nothing written"
+    out = surreal_run(tmp_path, "--serial", "--resume", "done", "steps=1024")
+    assert out.returncode == 0 and "is complete" not in out.stdout, out.stdout + out.stderr
+    assert Run(run.dir).final_eval["env_steps"] >= 1024
 
 
 def snapshot_transitions(path: Path) -> int:

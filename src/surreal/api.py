@@ -15,12 +15,17 @@ its results from there, so `Run.open` reads a run started from the CLI just as w
 Errors are the CLI's: a config that cannot run raises `surreal.config.ConfigError` with the one line `surreal run`
 prints (checked here before anything starts), a run that fails raises `RunFailed` with the launcher's reason.
 
+A script that ends while a run it `start`ed still runs stops that run as Ctrl-C would (the learner checkpoints, the
+shards snapshot) and says so in one line on stderr, with how to resume it (`_stop_runs_left`): its launcher would
+otherwise be ended without a word, and a serial run would keep the script from exiting until its budget was spent.
+
 Importing `surreal` loads none of this; this module imports Hydra, torch and the launcher only when a run is
 made or read.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import logging
@@ -56,6 +61,7 @@ PLAIN = re.compile(r"[A-Za-z0-9_.:/+-]+")  # a string Hydra's grammar reads as i
 # One serial run at a time in a process: the roles' cores share torch's, NumPy's and Python's process-wide
 # generators, so two at once would make neither deterministic.
 _SERIAL = threading.Lock()
+_STARTED: list[Run] = []  # the runs started in this process: those still running when it exits are stopped
 
 
 class RunFailed(RuntimeError):
@@ -300,6 +306,7 @@ class Run:
                 stderr=subprocess.STDOUT,
                 preexec_fn=die_with(os.getpid()),
             )
+        _left_running_is_stopped(self)
 
     def _start_serial(self, open_folder: Callable[[], tuple[ExperimentConfig, RunFolderLock]], resume: bool) -> None:
         """Claim this process's one serial run, open the run folder (`open_folder`: the config and the folder's
@@ -311,8 +318,13 @@ class Run:
         except BaseException:
             _SERIAL.release()
             raise
-        self._thread = threading.Thread(target=self._run_serial, args=(cfg, lock, resume), name=f"surreal-{self.name}")
+        # A daemon: at the script's end the interpreter does not wait for it to spend its budget; `_stop_runs_left`
+        # stops it (a checkpoint) and says so.
+        self._thread = threading.Thread(
+            target=self._run_serial, args=(cfg, lock, resume), name=f"surreal-{self.name}", daemon=True
+        )
         self._thread.start()
+        _left_running_is_stopped(self)
 
     def _run_serial(self, cfg: ExperimentConfig, lock: RunFolderLock, resume: bool) -> None:
         """The serial run in this thread, summary.json at the end however it ends; releases the serial claim."""
@@ -350,6 +362,28 @@ class Run:
             log.removeHandler(handler)
             handler.close()
             _SERIAL.release()
+
+
+def _left_running_is_stopped(run: Run) -> None:
+    """Have `run` stopped, with a line saying so, if it still runs when this process exits (`_stop_runs_left`)."""
+    if not _STARTED:
+        atexit.register(_stop_runs_left)
+    _STARTED.append(run)
+
+
+def _stop_runs_left() -> None:
+    """At the exit of a process that started runs: each one still running is stopped as Ctrl-C stops `surreal run`
+    (its state saved: `resume=` continues it) and named in one line on stderr."""
+    for run in _STARTED:
+        if not run.running:
+            continue
+        run.stop()
+        print(
+            f"surreal: the script ended while run {run.dir} was still running: it was interrupted (its state saved); "
+            f"continue it with `surreal run --resume {run.dir}` or surreal.train(resume={str(run.dir)!r})",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def launcher_pid(run_dir: Path) -> int | None:

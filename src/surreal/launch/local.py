@@ -34,6 +34,7 @@ from surreal.launch.preflight import preflight
 from surreal.launch.progress import ProgressView, format_duration
 from surreal.launch.resume import (
     checkpoint_counters,
+    completed_note,
     describe_resume,
     fetch_run,
     find_run_dir,
@@ -245,6 +246,11 @@ def run_serial_experiment(overrides: list[str], resume: str | os.PathLike[str] |
     from surreal import api
 
     try:
+        if resume is not None:
+            run_dir = find_run_dir(resume)
+            if (note := completed_note(resume, run_dir, resume_config(run_dir, overrides))) is not None:
+                print(f"[surreal] {note}", flush=True)
+                return 0
         run = api.start(overrides=overrides, mode="serial", resume=resume)
     except ConfigError as exc:
         print(f"surreal: {exc}", file=sys.stderr)
@@ -287,6 +293,9 @@ def resume_experiment(where: str | os.PathLike[str], overrides: list[str], live:
             uri = mirror_uri(cfg, run_dir)
             if uri is not None:
                 fetch_run(uri, run_dir=run_dir)  # what the folder lacks (deleted, or never here) comes from the bucket
+        if (note := completed_note(where, run_dir, cfg)) is not None:
+            print(f"[surreal] {note}", flush=True)
+            return 0
         warnings = preflight(cfg)
         lock = reopen_run_folder(run_dir, cfg, overrides)
     except ConfigError as exc:

@@ -4,6 +4,9 @@
     surreal run --resume runs/pend-ddpg steps=200000    # and give it a larger budget
     surreal run --resume s3://bucket/runs/pend-ddpg     # a run mirrored in a bucket, on any machine
 
+A run that already spent the budget it would resume with (eval.json written, its checkpoint at the budget) starts
+nothing: `--resume` says so in one line, naming the `steps=` that would extend it (`completed_note`).
+
 Nothing here resumes anything itself: every role already comes back from what the run folder holds. The
 learner starts with `--resume` (its newest checkpoint: parameters, optimizer, normalizer, counters, what its
 feed held; roles/learner.py), each replay shard restores its newest snapshot in `<run>/replay/shard-<i>/`
@@ -166,6 +169,22 @@ def checkpoint_counters(run_dir: Path) -> dict[str, Any] | None:
         except Exception:  # noqa: BLE001 - a damaged one: the learner sets it aside and takes the one before
             continue
     return None
+
+
+def completed_note(where: str | os.PathLike[str], run_dir: Path, cfg: ExperimentConfig) -> str | None:
+    """The one line `--resume` says instead of starting anything when the run already spent the budget it would
+    resume with (`cfg`'s): its final evaluation is written (eval.json) and its newest checkpoint is at the budget, so
+    the learner would only announce `done` (roles/evaluation.py `finished_before`). None: there is training to do."""
+    if not (run_dir / "eval.json").is_file():
+        return None
+    counters = checkpoint_counters(run_dir)
+    if counters is None or int(counters["env_steps"]) < cfg.total_env_steps:
+        return None
+    done, budget = int(counters["env_steps"]), cfg.total_env_steps
+    return (
+        f"{where} is complete ({done:,} of steps={budget:,} env steps, its final evaluation in eval.json): nothing to "
+        f"resume; to train it further give it a larger budget, e.g. `surreal run --resume {where} steps={2 * budget}`"
+    )
 
 
 def reopen_run_folder(run_dir: Path, cfg: ExperimentConfig, overrides: Sequence[str]) -> RunFolderLock:

@@ -19,6 +19,7 @@ the replay shard's contents and generator, the blob the ps holds, the process-wi
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 from collections.abc import Callable
@@ -36,7 +37,7 @@ from surreal.metrics import RoleMetrics
 from surreal.proto.wire import BlobMeta
 from surreal.replay.shard import ReplayShard
 from surreal.roles.actor import Actor
-from surreal.roles.evaluation import finish
+from surreal.roles.evaluation import EVAL_FILE, finish, finished_before
 from surreal.roles.evaluator import EvaluatorCore
 from surreal.roles.learner import LearnerCore
 from surreal.roles.ports import InProcessParams, InProcessReplay
@@ -147,6 +148,9 @@ def run_serial(
         else:
             learner.publish()
         learner.checkpoints.extra_state = world.state
+        if resume and finished_before(learner):  # resumed after it finished: evaluated already, as a process learner
+            result: dict[str, Any] = json.loads((run_dir / EVAL_FILE).read_text(encoding="utf-8"))
+            return result
         while not learner.reached_total:
             stopping = stop is not None and stop()
             if stopping or (stop_after_updates is not None and learner.counters.updates >= stop_after_updates):
