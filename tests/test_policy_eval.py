@@ -1,10 +1,12 @@
 """`surreal eval`: the run's evaluation replayed by default, MP4s with --video (offscreen MuJoCo: the Makefile's
-render-deps installs OSMesa and ffmpeg's ffprobe), and one line with exit status 2 for what cannot run."""
+render-deps installs OSMesa and ffmpeg's ffprobe; classic control through pygame, the `video` extra; robosuite in
+tests/test_robosuite.py), where the result goes, and one line with exit status 2 for what cannot run."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -79,6 +81,59 @@ def test_video_writes_mp4s_whose_frames_ffprobe_reads_and_that_differ(run, tmp_p
     assert sorted(c - 2 for c in counts) == sorted(int(r) for r in with_video["eval_returns"])
     assert main([*args[:-2], "--json", str(tmp_path / "n.json")]) == 0
     assert json.loads((tmp_path / "n.json").read_text())["eval_returns"] == with_video["eval_returns"]
+
+
+def test_eval_json_beside_the_policy_holds_only_its_own_evaluation(run, tmp_path, capsys):
+    """The defaults re-run the policy's own evaluation into policy/eval.json; a recording of one episode goes beside
+    its videos and another evaluation is printed only (--json writes it): neither replaces the policy's eval.json."""
+    run_dir, result = run
+    own = run_dir / "policy" / "eval.json"
+    assert main(["eval", str(run_dir)]) == 0
+    written = own.read_text()
+    assert json.loads(written)["eval_returns"] == result["eval_returns"]
+    videos = tmp_path / "videos"
+    assert main(["eval", str(run_dir), "--episodes", "1", "--video", str(videos)]) == 0
+    assert f"wrote {videos / 'eval.json'} and 1 videos in {videos}" in capsys.readouterr().out
+    recorded = json.loads((videos / "eval.json").read_text())
+    assert recorded["eval_episodes"] == 1 and recorded["videos"] == [str(videos / "env0-episode-1.mp4")]
+    assert main(["eval", str(run_dir), "--episodes", "2", "--seed", "11"]) == 0
+    assert "not written" in capsys.readouterr().out
+    assert own.read_text() == written, "the policy's own evaluation stays"
+    assert json.loads((run_dir / "eval.json").read_text()) == result
+
+
+PENDULUM = ["device=cpu", "algo=ppo", "env=Pendulum-v1", "env.kwargs.max_episode_steps=20", "actors=1"]
+PENDULUM += ["actor.chunk_steps=32", "algo.batch_size=64", "algo.minibatch_size=32", "steps=128"]
+PENDULUM += ["learner.eval_episodes=1"]
+
+
+@pytest.fixture(scope="module")
+def pendulum(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("pendulum")
+    assert run_serial(load_config(PENDULUM), run_dir) is not None
+    return run_dir
+
+
+def test_a_classic_control_task_is_recorded_through_pygame(pendulum, tmp_path):
+    """Pendulum-v1, the README's env, draws its frames with pygame (the `video` extra): no OpenGL needed."""
+    videos = tmp_path / "videos"
+    assert main(["eval", str(pendulum), "--video", str(videos)]) == 0
+    (video,) = json.loads((videos / "eval.json").read_text())["videos"]
+    frames = decoded_frames(video, size=500)
+    assert ffprobe_frames(video) == len(frames) == 21, "the reset frame and one per step of the 20-step episode"
+    assert frames.std() > 0 and not np.array_equal(frames[0], frames[-1]), "the pendulum swings"
+
+
+def test_what_a_recording_lacks_is_one_line_before_anything_is_written(pendulum, tmp_path, capsys, monkeypatch):
+    videos = tmp_path / "videos"
+    monkeypatch.setitem(sys.modules, "pygame", None)  # as where it is not installed
+    err = one_line_exit_2(capsys, str(pendulum), "--video", str(videos))
+    assert "Pendulum-v1 draws its frames with pygame, not installed: pip install 'surreal-rl[video]'" in err
+    monkeypatch.setitem(sys.modules, "moviepy", None)
+    assert "writing MP4s needs moviepy: pip install 'surreal-rl[video]'" in one_line_exit_2(
+        capsys, str(pendulum), "--video", str(videos)
+    )
+    assert not videos.exists() and not (pendulum / "policy" / "eval.json").exists()
 
 
 def test_stochastic_samples_and_scores_otherwise(run, tmp_path):

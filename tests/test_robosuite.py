@@ -7,6 +7,7 @@ Lift with one Panda throughout; building one takes a few seconds, so most tests 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import warnings
 
@@ -141,6 +142,49 @@ def test_serial_mode_trains_on_lift_and_reports_success_rates(tmp_path, algo):
     assert 0.0 <= replayed["eval_success_rate"] <= 1.0
     with pytest.raises(SerialResumeError, match="RobosuiteEnv: its physics cannot be saved"):
         run_serial(cfg, tmp_path, resume=True)
+
+
+def test_rgb_array_frames_come_from_the_offscreen_front_camera_upright():
+    env = RobosuiteEnv(LIFT, horizon=4, render_mode="rgb_array")
+    try:
+        env.reset(seed=0)
+        first = env.render()
+        env.step(np.ones(env.action_space.shape, np.float32))
+        moved = env.render()
+    finally:
+        env.close()
+    assert first.shape == (480, 480, 3) and first.dtype == np.uint8 and first.std() > 10
+    assert np.abs(moved.astype(int) - first).mean() > 0, "the arm moved"
+    # Upright: the floor (brown) at the bottom, the wall (grey, channels nearly equal) at the top.
+    top, bottom = first[:40].reshape(-1, 3).mean(0), first[-40:].reshape(-1, 3).mean(0)
+    assert np.ptp(top) < 10 and bottom[0] - bottom[2] > 20, (top, bottom)
+    assert RobosuiteEnv.metadata["render_modes"] == ["rgb_array"] and RobosuiteEnv(LIFT, horizon=4).render() is None
+
+
+def test_surreal_eval_records_a_lift_episode(tmp_path):
+    """`surreal eval --video` on a robosuite task, as a user runs it (a fresh process picks the renderer before
+    robosuite is imported): one MP4 of the episode, a frame per step and the reset's."""
+    cfg = load_config(
+        ["algo=ppo", f"env={LIFT}", "steps=32", "actors=1", "env.kwargs.horizon=8", "actor.chunk_steps=8"]
+        + ["learner.eval_episodes=1", "device=cpu", "algo.batch_size=16", "algo.minibatch_size=16"]
+    )
+    run_serial(cfg, tmp_path / "run")
+    videos = tmp_path / "videos"
+    command = [sys.executable, "-m", "surreal", "eval", str(tmp_path / "run"), "--video", str(videos)]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert sorted(p.name for p in videos.iterdir()) == ["env0-episode-1.mp4", "eval.json"]
+    assert json.loads((videos / "eval.json").read_text())["videos"] == [str(videos / "env0-episode-1.mp4")]
+    probe = subprocess.run(
+        ["ffprobe", "-v", "error", "-select_streams", "v:0", "-count_frames", "-show_entries"]
+        + ["stream=nb_read_frames,width,height", "-of", "json", str(videos / "env0-episode-1.mp4")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    stream = json.loads(probe.stdout)["streams"][0]
+    assert (int(stream["nb_read_frames"]), stream["width"], stream["height"]) == (9, 480, 480)
 
 
 def test_the_horizon_bounds_the_env_steps_a_unit_may_claim():

@@ -21,6 +21,11 @@ What the adapter promises:
   deterministic on one machine, the same episode for the same actions. Unseeded resets continue that stream.
   Not covered: bit-equality across machines or MuJoCo builds.
 
+- **Frames**: with `render_mode="rgb_array"` (what `surreal eval --video` asks for) robosuite's offscreen renderer
+  is on and `render()` returns the `frontview` camera's image, 480 x 480 RGB (Gymnasium's MuJoCo size), upright;
+  MuJoCo draws it through the backend MUJOCO_GL names (EGL or OSMesa: launch/video.py chooses). The observation
+  stays the low-dimensional vector.
+
 Defaults (`DEFAULT_KWARGS`, overridden by `env.kwargs`) are robosuite's benchmark settings: Panda, no renderer
 and no cameras, dense (shaped) reward, 20 Hz control, a 500-step horizon, plus `hard_reset=False` (robosuite
 otherwise rebuilds the whole MuJoCo model at every reset: 0.2 s, against 2 ms). `env.kwargs` may also name
@@ -56,6 +61,8 @@ DEFAULT_KWARGS: dict[str, Any] = {
 RESERVED_KWARGS = {"seed": "the experiment's seed seeds each env", "env_name": "it is the task in env.id"}
 ADAPTER_KWARGS = {"controller"}  # read here, not passed to robosuite
 LOW_DIM_SUFFIX = "-state"
+RENDER_CAMERA = "frontview"  # the camera `render()` draws: the task seen from the front, robot and object in view
+RENDER_SIZE = 480  # frames are RENDER_SIZE x RENDER_SIZE
 _LOGGER = "robosuite_logs"  # robosuite's own logger
 
 
@@ -134,12 +141,19 @@ def horizon(env_kwargs: dict[str, Any] | None) -> int:
 class RobosuiteEnv(gym.Env[np.ndarray, np.ndarray]):
     """One robosuite task as a Gymnasium env (module docstring: observation, action, episode end, success)."""
 
-    metadata: dict[str, Any] = {"render_modes": []}
+    metadata: dict[str, Any] = {"render_modes": ["rgb_array"]}
 
-    def __init__(self, env_id: str, **env_kwargs: Any) -> None:
+    def __init__(self, env_id: str, render_mode: str | None = None, **env_kwargs: Any) -> None:
         check(env_id, env_kwargs)
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode={render_mode!r}: a robosuite task renders rgb_array frames only")
         suite = import_robosuite()
         kwargs = {**DEFAULT_KWARGS, **env_kwargs}
+        self.render_mode = render_mode
+        if render_mode == "rgb_array":
+            kwargs["has_offscreen_renderer"] = True
+        # RecordVideo writes frames at this rate: one per control step.
+        self.metadata = {**self.metadata, "render_fps": int(kwargs["control_freq"])}
         controller = kwargs.pop("controller", None)
         if controller is not None:
             kwargs["controller_configs"] = suite.load_composite_controller_config(
@@ -168,6 +182,13 @@ class RobosuiteEnv(gym.Env[np.ndarray, np.ndarray]):
         obs, reward, done, info = self._env.step(np.asarray(action, np.float64))
         success = bool(self._env._check_success())
         return self._flat(obs), float(reward), False, bool(done), {**info, "is_success": success}
+
+    def render(self) -> np.ndarray | None:
+        """The `frontview` camera's frame (module docstring), or None without `render_mode="rgb_array"`."""
+        if self.render_mode != "rgb_array":
+            return None
+        frame = self._env.sim.render(width=RENDER_SIZE, height=RENDER_SIZE, camera_name=RENDER_CAMERA)
+        return np.ascontiguousarray(frame[::-1])  # OpenGL's rows run bottom to top
 
     def close(self) -> None:
         self._env.close()

@@ -2,29 +2,25 @@
 
     surreal eval runs/my-run                                   the run's final evaluation again (its seed, its episodes)
     surreal eval runs/my-run/policy/best --episodes 20 --seed 7
-    surreal eval runs/my-run --video videos/                   MP4s of the episodes (offscreen MuJoCo: EGL or OSMesa)
+    surreal eval runs/my-run --video videos/                   MP4s of the episodes, their eval.json (launch/video.py)
     surreal export runs/my-run --format onnx                   runs/my-run/policy/policy.onnx (+ .json)
 
 `surreal eval` rolls the policy out with `surreal.runtime.rollout.evaluate`, the function the learner's final
 evaluation and the evaluator use, on the same seeds: `--seed S` is an experiment seed, and the episodes start from
 S + 1,000,003 as the learner's do (roles/evaluation.py), so `surreal eval RUN` with the run's seed and episode count
 (the defaults) replays eval.json's episodes. Bad input (a path that holds no policy, a damaged or hostile file, an
-env whose spaces do not fit, no renderer for --video) is one line on stderr and exit status 2.
+env whose spaces do not fit, what --video needs and lacks) is one line on stderr and exit status 2. The result goes
+where `result_file` says: never over the `eval.json` beside the policy unless it is that policy's own evaluation.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import warnings
 from pathlib import Path
 from typing import Any
 
-RENDERERS = ("egl", "osmesa")  # MuJoCo's offscreen OpenGL backends, tried in this order unless MUJOCO_GL says one
-RENDER_PROBE = "import mujoco; c = mujoco.GLContext(16, 16); c.make_current(); c.free()"
-RENDER_PROBE_TIMEOUT_S = 120.0
 EXIT_BAD_INPUT = 2
 
 
@@ -42,7 +38,10 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stochastic", action="store_true", help="sample actions as the actors do")
     parser.add_argument("--video", metavar="DIR", help="record each episode as an MP4 in DIR (Gymnasium RecordVideo)")
     parser.add_argument(
-        "--json", metavar="FILE", help="where to write the result (default: eval.json beside the policy)"
+        "--json",
+        metavar="FILE",
+        help="where to write the result (default: DIR/eval.json with --video; eval.json beside the policy for its own "
+        "evaluation re-run, the defaults; else nothing)",
     )
 
 
@@ -50,71 +49,6 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("policy", help="a run folder, a policy folder or file, or a checkpoint")
     parser.add_argument("--format", required=True, choices=("onnx", "torchscript"))
     parser.add_argument("--out", help="output file (default: policy.onnx or policy.pt beside the policy file)")
-
-
-def choose_renderer() -> str:
-    """Set MUJOCO_GL (and PyOpenGL's platform) to an offscreen backend that starts on this machine: the one
-    MUJOCO_GL names, else EGL, else OSMesa. Each is tried in a child process (a backend that fails can leave
-    MuJoCo's import in this one unusable); EvalError names what each said when none starts."""
-    named = os.environ.get("MUJOCO_GL")
-    failures = []
-    for backend in (named,) if named else RENDERERS:
-        env = {**os.environ, "MUJOCO_GL": backend, "PYOPENGL_PLATFORM": backend}
-        try:
-            probe = subprocess.run(
-                [sys.executable, "-c", RENDER_PROBE], env=env, capture_output=True, text=True,
-                timeout=RENDER_PROBE_TIMEOUT_S,
-            )  # fmt: skip
-        except subprocess.TimeoutExpired:
-            failures.append(f"{backend}: no answer in {RENDER_PROBE_TIMEOUT_S:.0f} s")
-            continue
-        if probe.returncode == 0:
-            os.environ["MUJOCO_GL"] = os.environ["PYOPENGL_PLATFORM"] = backend
-            return backend
-        lines = [line for line in probe.stderr.strip().splitlines() if line.strip()]
-        failures.append(f"{backend}: {lines[-1] if lines else f'exit {probe.returncode}'}")
-    raise EvalError(
-        f"--video: no offscreen renderer starts ({'; '.join(failures)}); install Debian's libosmesa6 "
-        "(make render-deps) or a GPU driver with EGL"
-    )
-
-
-def video_wrapper(folder: Path) -> Any:
-    """`evaluate`'s env wrapper that records env i's counted episodes as `env<i>-episode-<k>.mp4` (k from 1) in
-    `folder`. RecordVideo numbers episodes by resets: `make_vec_env` resets each env once as it builds it and
-    `evaluate` again with the evaluation's seeds, so the evaluation's episodes are 1 to its quota (episode 0 is
-    the single frame between the two resets, not recorded); the episode after the quota, which the vector env
-    starts by itself and the evaluation does not count, is not recorded either."""
-    from gymnasium.wrappers import RecordVideo
-
-    software = os.environ.get("MUJOCO_GL") == "osmesa"
-
-    def wrap(env: Any, index: int, episodes: int) -> Any:
-        model = getattr(env.unwrapped, "model", None)
-        if software and model is not None:
-            # CPU rasterizing: MuJoCo's 4096-pixel shadow map and 4x multisampling cost a HalfCheetah frame about
-            # 450 ms on the shared 2-core box, a 1024 map and no multisampling about 70 ms. Frames only: the
-            # physics never reads these.
-            model.vis.quality.shadowsize, model.vis.quality.offsamples = 1024, 0
-        return RecordVideo(
-            env,
-            str(folder),
-            episode_trigger=lambda episode: 1 <= episode <= episodes,
-            name_prefix=f"env{index}",
-            disable_logger=True,
-        )
-
-    return wrap
-
-
-def video_files(folder: Path, episodes: int) -> list[Path]:
-    """The files `video_wrapper` writes for an evaluation of `episodes`, in episode order."""
-    from surreal.runtime.rollout import eval_quotas
-
-    quotas = eval_quotas(episodes)
-    return [
-        folder / f"env{i}-episode-{k}.mp4" for k in range(1, max(quotas) + 1) for i, q in enumerate(quotas) if k <= q
-    ]
 
 
 def _fits(policy: Any, env_id: str, env_kwargs: dict[str, Any]) -> None:
@@ -136,14 +70,36 @@ def _fits(policy: Any, env_id: str, env_kwargs: dict[str, Any]) -> None:
         )
 
 
-def run_eval(args: argparse.Namespace) -> dict[str, Any]:
-    """The evaluation `surreal eval` runs and prints; returns what it writes as JSON."""
-    from surreal.envs_robosuite import is_robosuite_id
+def peek_env_id(path: str) -> str | None:
+    """The env a policy path was trained on, read without building anything (a checkpoint's run's config.yaml, a
+    policy file's header); None where it cannot be read so (a bucket path, a damaged file: loading says why)."""
+    from surreal.config import read_config
+    from surreal.policy.artifact import read_policy_file
+    from surreal.policy.load import CHECKPOINT, resolve
+    from surreal.runstore import is_uri
+
+    if is_uri(path):
+        return None
+    try:
+        file = resolve(path)
+        if CHECKPOINT.match(file.name):
+            return read_config(file.parent.parent / "config.yaml").env.id
+        return str(read_policy_file(file)[0]["env"]["id"])
+    except Exception:  # noqa: BLE001 - `load_policy` gives the one-line reason
+        return None
+
+
+def run_eval(args: argparse.Namespace) -> tuple[dict[str, Any], Path | None]:
+    """The evaluation `surreal eval` runs and prints, and where its result is written (`result_file`)."""
+    from surreal.launch import video
 
     if args.episodes is not None and args.episodes < 1:
         raise EvalError(f"--episodes must be >= 1 (got {args.episodes})")
     if args.video:
-        choose_renderer()  # before anything imports MuJoCo: its backend is fixed at import
+        video.check_recorder()
+        trained_on = args.env or peek_env_id(args.policy)
+        if trained_on is None or video.needs_mujoco_gl(trained_on):
+            video.choose_renderer()  # before anything imports MuJoCo: its backend is fixed at import
     from surreal.policy.load import load_policy
     from surreal.roles.evaluation import EVAL_SEED_OFFSET
     from surreal.runtime.rollout import evaluate
@@ -156,17 +112,17 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
     env_id = args.env or policy.env_id
     env_kwargs = policy.env_kwargs if env_id == policy.env_id else {}
     recorded = header["evaluation"]
-    episodes = args.episodes or (recorded["episodes"] if recorded else 10)
+    own_episodes = recorded["episodes"] if recorded else 10
+    episodes = args.episodes or own_episodes
     seed = header["seed"] if args.seed is None else args.seed
+    _fits(policy, env_id, env_kwargs)
     wrap = None
     if args.video:
-        if is_robosuite_id(env_id):
-            raise EvalError("--video: robosuite tasks are not recorded yet (their adapter renders no frames)")
-        env_kwargs = {**env_kwargs, "render_mode": "rgb_array"}
+        video.check_frames(env_id, env_kwargs, seed + EVAL_SEED_OFFSET)  # before anything is written
         video_dir = Path(args.video)
         video_dir.mkdir(parents=True, exist_ok=True)
-        wrap = video_wrapper(video_dir)
-    _fits(policy, env_id, {k: v for k, v in env_kwargs.items() if k != "render_mode"})
+        wrap = video.video_wrapper(video_dir)
+        env_kwargs = {**env_kwargs, "render_mode": "rgb_array"}
     actor = policy.stochastic() if args.stochastic else policy
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*Overwriting existing videos")  # each file is this evaluation's
@@ -180,21 +136,35 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
         policy_env_steps=header["env_steps"],
     )
     if args.video:
-        videos = video_files(Path(args.video), episodes)
+        videos = video.video_files(Path(args.video), episodes)
         missing = [p.name for p in videos if not p.is_file()]
         if missing:
             raise EvalError(f"--video: RecordVideo did not write {', '.join(missing)}")
         result["videos"] = [str(p) for p in videos]
-    return result
+    own = env_id == policy.env_id and episodes == own_episodes and seed == header["seed"] and not args.stochastic
+    return result, result_file(args, Path(policy.source), own)
+
+
+def result_file(args: argparse.Namespace, policy_file: Path, own: bool) -> Path | None:
+    """Where `surreal eval` writes its result: `--json FILE`; with `--video DIR`, `DIR/eval.json` beside the videos;
+    the policy's own evaluation re-run (its env, seed and episode count, deterministic) `eval.json` beside the
+    policy file; any other evaluation nowhere (printed only). So `eval.json` beside a policy always holds that
+    policy's own evaluation, never one episode recorded for a look."""
+    if args.json:
+        return Path(args.json)
+    if args.video:
+        return Path(args.video) / "eval.json"
+    return policy_file.with_name("eval.json") if own else None
 
 
 def eval_main(args: argparse.Namespace) -> int:
     from surreal.launch.runfolder import write_json
+    from surreal.launch.video import VideoError
     from surreal.policy.artifact import ArtifactError
 
     try:
-        result = run_eval(args)
-    except (EvalError, ArtifactError) as exc:  # PolicyError is an ArtifactError
+        result, out = run_eval(args)
+    except (EvalError, VideoError, ArtifactError) as exc:  # PolicyError is an ArtifactError
         print(f"surreal eval: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     success = f", success {result['eval_success_rate']:.0%}" if "eval_success_rate" in result else ""
@@ -203,9 +173,12 @@ def eval_main(args: argparse.Namespace) -> int:
         f"{result['env']}: return {result['eval_return_mean']:.1f} ± {result['eval_return_std']:.1f} over "
         f"{result['eval_episodes']} {mode} episodes (seed {result['seed']}){success}"
     )
-    out = Path(args.json) if args.json else Path(result["policy"]).with_name("eval.json")
-    write_json(out, result)
-    print(f"wrote {out}" + (f" and {len(result['videos'])} videos in {args.video}" if args.video else ""))
+    videos = f" and {len(result['videos'])} videos in {args.video}" if args.video else ""
+    if out is None:
+        print("not written: not the policy's own evaluation (its seed and episodes); --json FILE writes it")
+    else:
+        write_json(out, result)
+        print(f"wrote {out}{videos}")
     return 0
 
 

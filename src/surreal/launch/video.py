@@ -1,0 +1,150 @@
+"""`surreal eval --video DIR`: MP4s of the evaluated episodes, for every env family the project trains.
+
+    classic control (Pendulum-v1, CartPole-v1, ...)   pygame draws the frames            the `video` extra installs it
+    MuJoCo (HalfCheetah-v5, ...), robosuite tasks      MuJoCo renders offscreen: EGL, else OSMesa (system libraries)
+    every family                                       moviepy (its imageio-ffmpeg) writes the MP4s: the `video` extra
+
+What a recording needs is checked before anything is evaluated or written, each missing piece named in one line
+(`VideoError`; `surreal eval` exits 2 with it): moviepy (`check_recorder`), an offscreen OpenGL backend for the
+MuJoCo families (`choose_renderer`, which must run before MuJoCo is imported: its backend is fixed at import), and
+one frame of the env itself, reset as the evaluation resets it (`check_frames`: pygame missing, a renderer that
+starts but draws nothing, an env that renders no frames at all). robosuite tasks render through the adapter's
+offscreen camera (envs_robosuite.py).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+RENDERERS = ("egl", "osmesa")  # MuJoCo's offscreen OpenGL backends, tried in this order unless MUJOCO_GL says one
+RENDER_PROBE = "import mujoco; c = mujoco.GLContext(16, 16); c.make_current(); c.free()"
+RENDER_PROBE_TIMEOUT_S = 120.0
+INSTALL = "pip install 'surreal-rl[video]'"  # from a checkout: pip install -e '.[video]'
+
+
+class VideoError(Exception):
+    """What a recording lacks, in one line."""
+
+
+def check_recorder() -> None:
+    """moviepy, which Gymnasium's RecordVideo writes MP4s with."""
+    try:
+        importlib.import_module("moviepy")
+    except ImportError:
+        raise VideoError(f"--video: writing MP4s needs moviepy: {INSTALL}") from None
+
+
+def needs_mujoco_gl(env_id: str) -> bool:
+    """Whether `env_id` renders through MuJoCo (a robosuite task, a Gymnasium MuJoCo task, a velocity-masked one),
+    read from its registration without importing it. An id not known here counts as one: its renderer is checked."""
+    from surreal import envs_robosuite
+
+    if envs_robosuite.is_robosuite_id(env_id):
+        return True
+    import gymnasium as gym
+
+    from surreal import envs  # noqa: F401 - registers the velocity-masked MuJoCo ids
+
+    try:
+        entry = gym.spec(env_id).entry_point
+    except Exception:  # noqa: BLE001 - a `module:Name` id or a typo: `surreal eval` says which when it makes the env
+        return True
+    module = entry if isinstance(entry, str) else getattr(entry, "__module__", "")
+    return "mujoco" in module or "envs_masked" in module
+
+
+def choose_renderer() -> str:
+    """Set MUJOCO_GL (and PyOpenGL's platform) to an offscreen backend that starts on this machine: the one
+    MUJOCO_GL names, else EGL, else OSMesa. Each is tried in a child process (a backend that fails can leave
+    MuJoCo's import in this one unusable); VideoError names what each said when none starts."""
+    named = os.environ.get("MUJOCO_GL")
+    failures = []
+    for backend in (named,) if named else RENDERERS:
+        env = {**os.environ, "MUJOCO_GL": backend, "PYOPENGL_PLATFORM": backend}
+        try:
+            probe = subprocess.run(
+                [sys.executable, "-c", RENDER_PROBE], env=env, capture_output=True, text=True,
+                timeout=RENDER_PROBE_TIMEOUT_S,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            failures.append(f"{backend}: no answer in {RENDER_PROBE_TIMEOUT_S:.0f} s")
+            continue
+        if probe.returncode == 0:
+            os.environ["MUJOCO_GL"] = os.environ["PYOPENGL_PLATFORM"] = backend
+            return backend
+        lines = [line for line in probe.stderr.strip().splitlines() if line.strip()]
+        failures.append(f"{backend}: {lines[-1] if lines else f'exit {probe.returncode}'}")
+    raise VideoError(
+        f"--video: no offscreen renderer starts ({'; '.join(failures)}); install Debian's libosmesa6 "
+        "(make render-deps) or a GPU driver with EGL"
+    )
+
+
+def check_frames(env_id: str, env_kwargs: dict[str, Any], seed: int) -> tuple[int, ...]:
+    """One frame of `env_id` made as the recording makes it (`render_mode="rgb_array"`) and reset with `seed`: its
+    shape, or VideoError saying why there is none (pygame not installed: the `video` extra; the env's own error)."""
+    from gymnasium.error import DependencyNotInstalled
+
+    from surreal.envs import make_env
+
+    os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")  # pygame's import greets on stdout otherwise
+    env = None
+    try:
+        env = make_env(env_id, seed, {**env_kwargs, "render_mode": "rgb_array"})
+        frame = env.render()
+    except DependencyNotInstalled as exc:
+        missing = "pygame" if "pygame" in str(exc) else str(exc).splitlines()[0]
+        raise VideoError(f"--video: {env_id} draws its frames with {missing}, not installed: {INSTALL}") from None
+    except Exception as exc:  # noqa: BLE001 - whatever the env's renderer raises: one line
+        detail = " ".join(str(exc).split())[:300]
+        raise VideoError(f"--video: {env_id} renders no frames here ({type(exc).__name__}: {detail})") from None
+    finally:
+        if env is not None:
+            env.close()
+    shape = getattr(frame, "shape", None)
+    if shape is None or len(shape) != 3 or shape[2] != 3:
+        raise VideoError(f"--video: {env_id} gives no RGB frame to record (render() returned {type(frame).__name__})")
+    return tuple(shape)
+
+
+def video_wrapper(folder: Path) -> Any:
+    """`evaluate`'s env wrapper that records env i's counted episodes as `env<i>-episode-<k>.mp4` (k from 1) in
+    `folder`. RecordVideo numbers episodes by resets: `make_vec_env` resets each env once as it builds it and
+    `evaluate` again with the evaluation's seeds, so the evaluation's episodes are 1 to its quota (episode 0 is
+    the single frame between the two resets, not recorded); the episode after the quota, which the vector env
+    starts by itself and the evaluation does not count, is not recorded either."""
+    from gymnasium.wrappers import RecordVideo
+
+    software = os.environ.get("MUJOCO_GL") == "osmesa"
+
+    def wrap(env: Any, index: int, episodes: int) -> Any:
+        model = getattr(env.unwrapped, "model", None)
+        if software and model is not None and hasattr(model, "vis"):
+            # CPU rasterizing: MuJoCo's 4096-pixel shadow map and 4x multisampling cost a HalfCheetah frame about
+            # 450 ms on the shared 2-core box, a 1024 map and no multisampling about 70 ms. Frames only: the
+            # physics never reads these.
+            model.vis.quality.shadowsize, model.vis.quality.offsamples = 1024, 0
+        return RecordVideo(
+            env,
+            str(folder),
+            episode_trigger=lambda episode: 1 <= episode <= episodes,
+            name_prefix=f"env{index}",
+            disable_logger=True,
+        )
+
+    return wrap
+
+
+def video_files(folder: Path, episodes: int) -> list[Path]:
+    """The files `video_wrapper` writes for an evaluation of `episodes`, in episode order."""
+    from surreal.runtime.rollout import eval_quotas
+
+    quotas = eval_quotas(episodes)
+    return [
+        folder / f"env{i}-episode-{k}.mp4" for k in range(1, max(quotas) + 1) for i, q in enumerate(quotas) if k <= q
+    ]
