@@ -1,19 +1,25 @@
 """Sweeps and resume on the cluster: `surreal helm-values` writes one values file per sweep member that the chart
-renders as that member (schema-checked by `helm template`), and a release installed again under the same name
-binds the same learner and replay volumes, whose learner starts with `--resume`: it continues the run."""
+renders as that member (schema-checked by `helm template`), refuses what `surreal run` refuses with its very line,
+turns a laptop run's folder into the values of the same experiment, and a release installed again under the same
+name binds the same learner and replay volumes, whose learner starts with `--resume`: it continues the run."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
 
-from surreal.config import ConfigError
+from surreal.cli import main
+from surreal.config import ConfigError, load_config, read_config
 from surreal.launch.helm_values import write_values
+from surreal.launch.resume import changed_keys
+from surreal.launch.runfolder import create_run_folder
 from test_chart import CHART, VALUES_DIR, by_kind, env_of, experiment_of, find, helm
 
 BASE = VALUES_DIR / "ddpg.yaml"
@@ -73,6 +79,47 @@ def test_a_member_the_roles_could_not_read_is_refused_before_any_file_is_written
     with pytest.raises(ConfigError, match=re.escape(says)):
         write_values(overrides, tmp_path / "v", name, BASE)
     assert not (tmp_path / "v").exists()
+
+
+@pytest.mark.parametrize(
+    "overrides", [["env=HalfCheeta-v5"], ["algo=ddpg", "env=CartPole-v1"]], ids=["misspelt-env", "ddpg-on-cartpole"]
+)
+def test_what_surreal_run_refuses_is_refused_with_its_very_line_and_nothing_written(
+    tmp_path, capsys, monkeypatch, overrides
+):
+    """The same reading and preflight as `surreal run` (the env built once, its spaces against the algorithm's)."""
+    monkeypatch.setenv("SURREAL_RUNS_ROOT", str(tmp_path / "runs"))
+    assert main(["run", *overrides]) == 2
+    run_says = capsys.readouterr().err
+    assert run_says.count("\n") == 1 and run_says.startswith("surreal: "), run_says
+    assert main(["helm-values", *overrides, "--out", str(tmp_path / "v")]) == 2
+    assert capsys.readouterr().err == run_says
+    assert not (tmp_path / "v").exists() and not (tmp_path / "runs").exists()
+
+
+def test_a_run_folders_experiment_becomes_chart_values_in_one_command(tmp_path):
+    """`surreal helm-values --run runs/<name>`: the laptop run's config.yaml (every key resolved, which the chart's
+    schema refuses as it stands: `topology`, `algo.seed`) as one values file that validates against the schema and
+    renders as that very experiment: read back from the ConfigMap, only its name differs (the release's)."""
+    laptop = ["algo=sac", "env=Pendulum-v1", "seed=7", "actors=3", "topology.replay_shards=2", "steps=100000"]
+    laptop += ["algo.actor_lr=0.001", "learner.eval_interval=5000", "env.kwargs.max_episode_steps=150"]
+    run_dir, cfg, lock = create_run_folder(load_config([*laptop, "name=Laptop_SAC.1"]), laptop, tmp_path / "runs")
+    lock.release()
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"experiment": yaml.safe_load((run_dir / "config.yaml").read_text())}, schema)
+    out = tmp_path / "values"
+    assert main(["helm-values", "--run", str(run_dir), "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.glob("*.yaml")) == ["laptop-sac-1-000.yaml"], "named after the run"
+    path = out / "laptop-sac-1-000.yaml"
+    jsonschema.validate(yaml.safe_load(path.read_text()), schema)
+    docs = template("laptop-sac-1-000", path)
+    rendered = tmp_path / "rendered.yaml"
+    rendered.write_text(yaml.safe_dump(experiment_of(docs)))
+    assert changed_keys(cfg, read_config(rendered)) == {"name": ("Laptop_SAC.1", "laptop-sac-1-000")}
+    assert find(docs, "StatefulSet", "actor")["spec"]["replicas"] == 3
+    assert find(docs, "StatefulSet", "replay")["spec"]["replicas"] == 2
+    find(docs, "Deployment", "evaluator")  # the run's evaluator too: its interval is below its budget
 
 
 def test_a_release_installed_again_under_its_name_resumes_its_run():

@@ -14,6 +14,7 @@
     surreal eval <run|policy> [options]        roll a trained policy out (returns, --video MP4s, JSON)
     surreal export <run|policy> --format F     the policy as ONNX or TorchScript
     surreal helm-values [--base F] seed=1,2,3  a Helm values file per sweep member (for `helm install`)
+    surreal helm-values --run runs/<name>      a laptop run's experiment as chart values
     surreal --version
     surreal probe progress --url URL           wait until a learner reports progress (helm test)
 
@@ -120,8 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     values.add_argument("overrides", nargs="*", help="config overrides, comma lists swept: seed=1,2,3 actors=8")
     values.add_argument("--base", help="values file to start from, e.g. infra/helm/values/ddpg.yaml")
+    values.add_argument(
+        "--run", metavar="RUN_DIR", help="start from a run folder's experiment (its config.yaml): a laptop run's"
+    )
     values.add_argument("--out", default="sweep-values", help="folder for the files (default: sweep-values)")
-    values.add_argument("--name", default="sweep", help="release name prefix: releases are <name>-000, -001, ...")
+    values.add_argument(
+        "--name", help="release name prefix: releases are <name>-000, -001, ... (default: sweep; with --run, the run's)"
+    )
     from surreal.launch import policy_cli  # argparse only at import
 
     policy_cli.add_eval_arguments(commands.add_parser("eval", help="roll a trained policy out and score it"))
@@ -209,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "helm-values":
         from surreal.launch.helm_values import main as helm_values_main
 
-        return helm_values_main(args.overrides, args.out, args.name, args.base)
+        return helm_values_main(args.overrides, args.out, args.name, args.base, args.run)
     if args.command == "probe":
         from surreal.launch.probe import main as probe_main
 

@@ -12,6 +12,19 @@ cannot disagree. Every member's experiment is
 read back with `read_config`, as the roles will read it, before any file is written: a bad key is one line here,
 not a crash-looping pod. A member's file is named after its release, `<name>-<index>`, short enough that the
 chart's object names (`<release>-surreal-<role>`) stay apart; members.json maps releases to their overrides.
+
+The checks are `surreal run`'s: each member's experiment is read as the roles read it, then put through the same
+preflight (launch/preflight.py: the env built once, its spaces against the algorithm's), so a misspelt env id or
+DDPG on CartPole is the very line `surreal run` prints (exit 2), and nothing is written. Its budget warnings are
+printed as `surreal run` prints them.
+
+    surreal helm-values --run runs/first                     # the laptop run's experiment, as chart values
+
+`--run RUN_DIR` starts from a run folder's config.yaml (every key resolved) instead of an empty experiment: its
+topology becomes the chart's keys, the learner's replicas `learner.replicas`, central inference
+`inference.replicas`, and what the loader adds (the algorithm's copy of the seed) or the release names (`name`) is
+left out, so the run's own experiment is valid chart values in one command (`run_values`); overrides still apply
+on top, swept or not. Its releases are named after the run unless `--name` says.
 """
 
 from __future__ import annotations
@@ -21,13 +34,14 @@ import re
 import sys
 import tempfile
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from surreal.config import ConfigError, read_config
+from surreal.config import ConfigError, ExperimentConfig, read_config
 from surreal.config.loading import ALIASES
 from surreal.fileio import atomic_write_text
 from surreal.launch.runfolder import write_json
@@ -80,29 +94,89 @@ def _algo_name(experiment: dict[str, Any]) -> str:
     return algo if isinstance(algo, str) else str(algo.get("name", "ppo"))
 
 
-def check_experiment(values: dict[str, Any], release: str) -> None:
-    """Read the member's experiment as the roles will (its topology from the chart's keys): ConfigError if not."""
+def check_experiment(values: dict[str, Any]) -> tuple[ExperimentConfig, list[str]]:
+    """The member's experiment read as the roles will (its topology from the chart's keys, as the chart's ConfigMap
+    adds it), then through `surreal run`'s preflight: (the config, its budget warnings), or ConfigError with
+    `surreal run`'s message. The caller names the member where a sweep has several."""
+    from surreal.launch.preflight import preflight  # gymnasium: only when files are about to be written
+
     experiment = copy.deepcopy(values.get("experiment", {}))
     if "topology" in experiment:
-        raise ConfigError(f"{release}: experiment.topology is the chart's: set actors.replicas, replay.shards, ...")
+        raise ConfigError("experiment.topology is the chart's: set actors.replicas, replay.shards, ...")
     experiment["topology"] = {
         key.removeprefix("topology."): values.get(section, {}).get(field, 1)
         for key, (section, field) in CHART_KEYS.items()
         if key.startswith("topology.")
     }
+    workers = int(values.get("inference", {}).get("replicas", 0))
+    if workers > 0:  # the chart's central inference (templates/_helpers.tpl "surreal.experiment")
+        experiment["topology"].update(inference="central", inference_workers=workers)
     with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
         yaml.safe_dump(experiment, f)
         f.flush()
         try:
-            read_config(f.name)
+            cfg = read_config(f.name)
         except ConfigError as exc:
-            raise ConfigError(f"{release}: {str(exc).replace(f'config {f.name}: ', '')}") from None
+            raise ConfigError(str(exc).replace(f"config {f.name}: ", "")) from None
+    return cfg, preflight(cfg)
+
+
+def run_values(run_dir: Path) -> dict[str, Any]:
+    """Chart values of the experiment in a run folder's config.yaml: `experiment` with every key the run resolved,
+    but those the chart sets (the topology, the learner's replicas) moved to the chart's keys, the algorithm's copy
+    of the experiment's seed (the loader adds it) and the run's name (each release names its own) left out."""
+    from omegaconf import OmegaConf
+
+    from surreal.config import algo_config
+
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        raise ConfigError(f"--run {run_dir}: no config.yaml there, so no run's experiment to deploy")
+    cfg = read_config(path)
+    tree = cast("dict[str, Any]", OmegaConf.to_container(OmegaConf.structured(replace(cfg, algo=algo_config(cfg)))))
+    topology = tree.pop("topology")
+    tree.pop("name")
+    tree["algo"].pop("seed", None)
+    values: dict[str, Any] = {"experiment": tree}
+    for key, (section, field) in CHART_KEYS.items():
+        group, _, name = key.partition(".")
+        source = topology if group == "topology" else tree[group]
+        values.setdefault(section, {})[field] = source.pop(name)
+    if topology.pop("inference") == "central":
+        values["inference"] = {"replicas": topology.pop("inference_workers")}
+    return values
+
+
+def release_prefix(run_dir: Path) -> str:
+    """A release name prefix from a run folder's name: lowercase, '-' for anything else, at most 28 characters."""
+    name = re.sub(r"[^a-z0-9-]+", "-", run_dir.resolve().name.lower()).strip("-")
+    return name[:28].rstrip("-") or "run"
+
+
+def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`over` on top of `base`, mappings merged key by key (as Helm merges values files); `experiment` replaced
+    whole (a run's is complete)."""
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "experiment":
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
 
 
 def write_values(
-    overrides: Sequence[str], out: Path, name: str = "sweep", base: Path | None = None
+    overrides: Sequence[str],
+    out: Path,
+    name: str | None = None,
+    base: Path | None = None,
+    run: Path | None = None,
+    warn: Any = None,
 ) -> list[tuple[str, Path, list[str]]]:
-    """One values file per member in `out` (and members.json); returns (release, file, overrides) per member."""
+    """One values file per member in `out` (and members.json); returns (release, file, overrides) per member.
+    `run`: the members start from that run folder's experiment (`run_values`), named after it by default; `warn`:
+    called with each distinct preflight warning (budget warnings, as `surreal run` prints them)."""
+    name = name or (release_prefix(run) if run is not None else "sweep")
     if not RELEASE_PREFIX.fullmatch(name):
         raise ConfigError(
             f"--name {name!r}: a release name prefix is lowercase letters, digits and '-', at most 28 characters"
@@ -113,34 +187,50 @@ def write_values(
         raise ConfigError(f"--base {base}: {exc}") from None
     if not isinstance(loaded, dict):
         raise ConfigError(f"--base {base}: not a mapping of values")
+    if run is not None:
+        loaded = merged(loaded, run_values(run))
     members, _ = expand(overrides)
-    planned = []
+    planned, said = [], []
     for index, member in enumerate(members):
         release = f"{name}-{index:03d}"
-        values = member_values(loaded, member, release)
-        check_experiment(values, release)
+        try:
+            values = member_values(loaded, member, release)
+            _, warnings = check_experiment(values)
+        except ConfigError as exc:  # a sweep names the member; one experiment gets `surreal run`'s very line
+            raise (ConfigError(f"{release}: {exc}") if len(members) > 1 else exc) from None
+        said += [line for line in warnings if line not in said]
         planned.append((release, values, member))
+    for line in said:
+        if warn is not None:
+            warn(line)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for release, values, member in planned:
         path = out / f"{release}.yaml"
         header = f"# {release}: {' '.join(member) or '(no overrides)'}" + (f" on top of {base}" if base else "")
+        header += f", the experiment of {run}" if run is not None else ""
         atomic_write_text(path, header + "\n" + yaml.safe_dump(values, sort_keys=False))
         written.append((release, path, member))
     write_json(out / "members.json", [{"release": r, "values": str(p), "overrides": m} for r, p, m in written])
     return written
 
 
-def main(overrides: Sequence[str], out: str, name: str, base: str | None) -> int:
+def main(overrides: Sequence[str], out: str, name: str | None, base: str | None, run: str | None = None) -> int:
     """`surreal helm-values`: the files, then the commands that install and remove them."""
+
+    def warn(line: str) -> None:
+        print(f"surreal: warning: {line}", file=sys.stderr, flush=True)
+
+    run_dir = Path(run) if run else None
+    name = name or (release_prefix(run_dir) if run_dir is not None else "sweep")
     try:
-        written = write_values(overrides, Path(out), name, Path(base) if base else None)
+        written = write_values(overrides, Path(out), name, Path(base) if base else None, run_dir, warn)
     except ConfigError as exc:
         print(f"surreal: {exc}", file=sys.stderr)
         return 2
     for _, path, member in written:
         print(f"{path}  ({' '.join(member) or 'no overrides'})")
-    files = f"{out}/{name}-*.yaml"
+    files = f"{Path(out) / name}-*.yaml"
     print(
         "\n# install every member (add --set-string image.tag=<tag>, -n <namespace> as for one release):\n"
         f'for f in {files}; do helm install "$(basename "$f" .yaml)" infra/helm/surreal-chart -f "$f"; done\n'
