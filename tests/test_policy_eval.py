@@ -114,10 +114,12 @@ def pendulum(tmp_path_factory):
     return run_dir
 
 
-def test_a_classic_control_task_is_recorded_through_pygame(pendulum, tmp_path):
-    """Pendulum-v1, the README's env, draws its frames with pygame (the `video` extra): no OpenGL needed."""
+def test_a_classic_control_task_is_recorded_through_pygame(pendulum, tmp_path, capfd):
+    """Pendulum-v1, the README's env, draws its frames with pygame (the `video` extra): no OpenGL needed, and
+    nothing said on stderr (SDL looking for a display on a headless box did)."""
     videos = tmp_path / "videos"
     assert main(["eval", str(pendulum), "--video", str(videos)]) == 0
+    assert capfd.readouterr().err == ""
     (video,) = json.loads((videos / "eval.json").read_text())["videos"]
     frames = decoded_frames(video, size=500)
     assert ffprobe_frames(video) == len(frames) == 21, "the reset frame and one per step of the 20-step episode"

@@ -92,7 +92,10 @@ def check_frames(env_id: str, env_kwargs: dict[str, Any], seed: int) -> tuple[in
 
     from surreal.envs import make_env
 
-    os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")  # pygame's import greets on stdout otherwise
+    # pygame draws into an off-screen surface: its import greets on stdout, and SDL looking for a display says
+    # "XDG_RUNTIME_DIR is invalid" on stderr of a headless box, unless told there is none to look for.
+    os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     env = None
     try:
         env = make_env(env_id, seed, {**env_kwargs, "render_mode": "rgb_array"})
