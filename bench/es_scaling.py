@@ -59,6 +59,7 @@ def main() -> None:
             f"algo.pairs_per_chunk={args.pairs_per_chunk}",
             "steps=1000000000",
             "seed=1",
+            "learner.eval_interval=0",  # no evaluator taking cores from the actors (on by default since 25,000)
         ]
         run = WatchedRun(f"es-scaling-{n}-{stamp}", overrides, RESULTS / "runs")
         run.run_for(args.seconds)

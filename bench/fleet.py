@@ -102,6 +102,7 @@ def config_overrides(algo: str, actors: int, chunk_steps: int) -> list[str]:
         "steps=1000000000",
         "learner.checkpoint_interval=1000000",
         "learner.checkpoint_interval_s=100000",
+        "learner.eval_interval=0",  # the services alone: no evaluator beside them (on by default since 25,000)
     ]
     if algo == "ppo":
         batch = 2048

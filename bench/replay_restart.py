@@ -43,6 +43,7 @@ DDPG_PENDULUM = [
     "algo.hidden_sizes=[64,64]",
     "actor.chunk_steps=32",
     "actors=2",
+    "learner.eval_interval=0",  # as measured before the evaluator was on by default: no process beside the roles
 ]
 POLL_S = 0.05
 BUFFERED_UPDATES = 50  # more than a learner's prefetched samples hold (2 requests x 4 minibatches)

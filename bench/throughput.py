@@ -84,6 +84,7 @@ def system_overrides(
         f"replay.capacity={4 * batch}",
         "steps=1000000000",
         "learner.checkpoint_interval=1000000",
+        "learner.eval_interval=0",  # the system alone: no evaluator taking cores (on by default since 25,000)
     ]
 
 
