@@ -16,6 +16,8 @@ from surreal.config import ConfigError
 from surreal.launch.helm_values import write_values
 from test_chart import CHART, VALUES_DIR, by_kind, env_of, experiment_of, find, helm
 
+pytestmark = pytest.mark.infra  # needs helm, under .tools/
+
 BASE = VALUES_DIR / "ddpg.yaml"
 
 
