@@ -46,6 +46,7 @@ from surreal.proto.wire import (
     TransitionReply,
     encode_sample_reply,
 )
+from surreal.replay.buffers import TransitionReplay
 from surreal.replay.shard import ReplayShard, message_limits
 from surreal.replay.snapshot import Snapshots, SnapshotStore, Written, restore
 from surreal.roles.common import StopFlag
@@ -253,6 +254,9 @@ class ReplayServer(Server):
 
     def describe(self) -> str:
         where = f", snapshots in {self.snapshots.store.directory}" if self.snapshots is not None else ""
+        replay = self.replay.replay
+        if isinstance(replay, TransitionReplay):
+            where += ", laid out by replay.layout" if replay.storage.layout else ", laid out by its first chunk"
         return (
             f"shard {self.replay.shard} ({self.replay.mode}, capacity {self.replay.capacity}{where}) "
             f"experience {endpoint(self.pull)} sample {endpoint(self.router)}"
