@@ -95,10 +95,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="fail the session when a test (setup + call + teardown) takes longer than this many seconds",
     )
+    parser.addoption(
+        "--long-results",
+        default=None,
+        help="write each slow test's outcome, seconds and claims into this JSON file (make test-long)",
+    )
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _test_seconds[report.nodeid] = _test_seconds.get(report.nodeid, 0.0) + report.duration
+    counted = report.failed or report.skipped or report.when == "call"  # a setup that passed says nothing yet
+    if "slow" in report.keywords and counted and _outcomes.get(report.nodeid) != "failed":
+        _outcomes[report.nodeid] = report.outcome
 
 
 def over_budget(seconds: dict[str, float], limit: float | None) -> list[tuple[str, float]]:
@@ -112,6 +120,36 @@ def over_budget(seconds: dict[str, float], limit: float | None) -> list[tuple[st
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if over_budget(_test_seconds, session.config.getoption("--max-test-seconds")):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    results = session.config.getoption("--long-results")
+    if results and _outcomes and not hasattr(session.config, "workerinput"):  # the xdist controller writes it
+        write_long_results(Path(results))
+
+
+def write_long_results(path: Path) -> None:
+    """Merge this session's slow tests into the results file: a test that ran replaces its entry, others stay."""
+    import datetime
+    import platform
+
+    held = json.loads(path.read_text()) if path.exists() else {}
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False
+    ).stdout.strip()
+    tests = held.get("tests", {})
+    for test, outcome in _outcomes.items():
+        tests[test] = {
+            "outcome": outcome,
+            "seconds": round(_test_seconds.get(test, 0.0), 1),
+            "claims": _claims.get(test, []),
+            "commit": commit or "unknown",
+            "date": datetime.date.today().isoformat(),
+        }
+    result = {
+        "benchmark": "test-long",
+        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus",
+        "command": "make test-long",
+        "tests": dict(sorted(tests.items())),
+    }
+    path.write_text(json.dumps(result, indent=1) + "\n")
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
@@ -130,6 +168,32 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
         terminalreporter.write_line(
             "move the check to a core, the simulator or scripted time, or to `make test-long` (docs/development.md)"
         )
+
+
+# -- the long tier's results file (bench/results/test-long.<N>core.json) ------------------------------------------
+# `make test-long` passes `--long-results FILE`: each slow test that ran is written there with its outcome, its
+# seconds and the figures it held to a bound (`claim`), merged into what the file already holds, with the machine, the
+# commit and the date. tests/test_long_tier.py, in the default tier, holds the file to its claims: every slow test is
+# in it, passed, and every figure keeps its bound, so a docs page can cite the file as it cites a benchmark's.
+
+_claims: dict[str, list[dict[str, object]]] = {}
+_outcomes: dict[str, str] = {}
+
+
+@pytest.fixture
+def claim(request: pytest.FixtureRequest) -> Callable[..., None]:
+    """`claim(name, value, at_least=..., at_most=...)`: assert a long-tier figure against its bound and record both
+    for the results file (a learning run's eval return, a chaos run's restarts)."""
+
+    def check(name: str, value: float, *, at_least: float | None = None, at_most: float | None = None) -> None:
+        assert at_least is not None or at_most is not None, "a claim needs a bound"
+        _claims.setdefault(request.node.nodeid, []).append(
+            {"name": name, "value": float(value), "at_least": at_least, "at_most": at_most}
+        )
+        assert at_least is None or value >= at_least, f"{name} = {value}, below its bound {at_least}"
+        assert at_most is None or value <= at_most, f"{name} = {value}, above its bound {at_most}"
+
+    return check
 
 
 def wait_until(condition: Callable[[], object], timeout_s: float, interval_s: float = 0.05) -> object:

@@ -270,36 +270,6 @@ def test_a_live_learner_counts_and_drops_malformed_transition_replies_and_keeps_
     shard.close(0)
 
 
-@pytest.mark.parametrize(
-    ("algo", "env"),
-    [("ppo", "Pendulum-v1"), ("ppo", "CartPole-v1"), ("ddpg", "Pendulum-v1"), ("sac", "Pendulum-v1"), ("es", None)],
-)
-def test_the_fields_each_algorithm_declares_are_what_its_collector_makes(algo, env):
-    """The fields an algorithm declares (`chunk_fields`) are those its actors' chunks hold, name, dtype and shape
-    (and, for ES, noise offsets within the table): the learner holds every reply to them."""
-    from surreal.algos import get_algorithm
-    from surreal.config import algo_config
-    from surreal.envs import env_spaces, make_vec_env
-    from surreal.proto.codec import flatten
-    from surreal.proto.wire import check_fields
-
-    if env is None:  # ES: a chunk is whole episodes of a few pairs
-        cfg = load_config(["algo=es", "env=InvertedPendulum-v5", "algo.pairs_per_chunk=2"])
-    else:
-        cfg = load_config([f"algo={algo}", f"env={env}", "actor.chunk_steps=8"])
-    module, spaces = get_algorithm(algo), env_spaces(cfg)
-    envs = make_vec_env(cfg.env.id, 2, cfg.seed)
-    try:
-        policy = module.make_policy(*spaces, algo_config(cfg), 0, 1)
-        collected = module.make_collector(envs, policy, algo_config(cfg), 0, cfg.actor.chunk_steps).collect(0)
-    finally:
-        envs.close()
-    fields = module.chunk_fields(*spaces, algo_config(cfg))
-    leaves = dict(flatten(collected.arrays))
-    assert {k: (v.dtype, v.shape[2:]) for k, v in leaves.items()} == {k: (f.dtype, f.shape) for k, f in fields.items()}
-    check_fields(leaves, fields, 2, "bad_chunk_fields")
-
-
 def test_a_fifo_reply_keeps_its_honest_chunks_and_leaves_out_those_the_algorithm_cannot_take():
     """A FIFO shard cannot check an algorithm's fields (it knows neither env nor algorithm): the learner leaves out
     each chunk that lacks them, or whose ES noise offset lies past the table, and keeps the rest of the reply."""

@@ -381,7 +381,7 @@ BUDGET = 12_000  # env steps: SAC reaches Pendulum's -200s in about 5-10k (SB3's
 
 
 @pytest.mark.slow
-def test_serial_sac_learns_pendulum(tmp_path):
+def test_serial_sac_learns_pendulum(tmp_path, claim):
     torch.set_num_threads(1)
     cfg = load_config(
         [
@@ -399,4 +399,4 @@ def test_serial_sac_learns_pendulum(tmp_path):
     result = run_serial(cfg, tmp_path)
     print(f"serial SAC Pendulum-v1: {result} in {time.perf_counter() - started:.0f} s")
     assert result["env_steps"] >= BUDGET
-    assert result["eval_return_mean"] >= -250, result
+    claim("eval_return_mean", result["eval_return_mean"], at_least=-250)
