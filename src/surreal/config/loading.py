@@ -417,8 +417,8 @@ def _check_keys(overrides: list[str], algo: str | None = None, typed: Sequence[s
             problems.append(f"{original}: cannot parse the value ({_short(exc).split(' See https')[0]})")
             continue
         if parsed.is_sweep_override():
-            written = original.partition("=")[0]
-            problems.append(f"{original}: several values make a sweep, which needs --multirun (a list: {written}=[...])")
+            listed = f"{original.partition('=')[0]}=[...]"
+            problems.append(f"{original}: several values make a sweep, which needs --multirun (a list: {listed})")
         elif bare in GROUPS:
             problem = _choice_problem(bare, value.strip())
             if problem:
