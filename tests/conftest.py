@@ -64,10 +64,72 @@ SLOW_TIMEOUT_S = 1500  # a slow test's hang limit: its runs take minutes, severa
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Slow tests (whole runs) get a longer hang limit than pyproject's per-test `timeout`."""
+    """Slow tests (whole runs) get a longer hang limit than pyproject's per-test `timeout`; GPU tests are skipped
+    where torch sees no CUDA device (bench/gpu.sh runs them on a lent GPU machine)."""
+    cuda: bool | None = None
     for item in items:
         if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
+        if item.get_closest_marker("gpu"):
+            if cuda is None:
+                import torch
+
+                cuda = torch.cuda.is_available()
+            if not cuda:
+                item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
+
+
+# -- the default tier's time budget (docs/development.md, "Test tiers") -------------------------------------------
+# Every session prints its slowest tests, each timed whole (setup, call and teardown: a module's trained fixture
+# counts against the test that builds it); `--max-test-seconds S` fails the session, naming them, when any took
+# longer than S. `make test` passes 120 on CI, so a test that grew past the tier's budget is caught where it lands.
+
+SLOWEST_SHOWN = 15
+_test_seconds: dict[str, float] = {}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--max-test-seconds",
+        type=float,
+        default=None,
+        help="fail the session when a test (setup + call + teardown) takes longer than this many seconds",
+    )
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _test_seconds[report.nodeid] = _test_seconds.get(report.nodeid, 0.0) + report.duration
+
+
+def over_budget(seconds: dict[str, float], limit: float | None) -> list[tuple[str, float]]:
+    """The tests that took longer than `limit`, slowest first (none without a limit)."""
+    if limit is None:
+        return []
+    return sorted(((test, s) for test, s in seconds.items() if s > limit), key=lambda item: -item[1])
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if over_budget(_test_seconds, session.config.getoption("--max-test-seconds")):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    if not _test_seconds:
+        return
+    slowest = sorted(_test_seconds.items(), key=lambda item: -item[1])[:SLOWEST_SHOWN]
+    terminalreporter.section(f"{len(slowest)} slowest tests (setup + call + teardown)")
+    for test, seconds in slowest:
+        terminalreporter.write_line(f"{seconds:8.1f} s  {test}")
+    limit = config.getoption("--max-test-seconds")
+    over = over_budget(_test_seconds, limit)
+    if over:
+        terminalreporter.section(f"over the {limit:.0f} s budget of a test in this tier", red=True)
+        for test, seconds in over:
+            terminalreporter.write_line(f"{seconds:8.1f} s  {test}", red=True)
+        terminalreporter.write_line(
+            "move the check to a core, the simulator or scripted time, or to `make test-long` (docs/development.md)"
+        )
 
 
 def wait_until(condition: Callable[[], object], timeout_s: float, interval_s: float = 0.05) -> object:

@@ -146,3 +146,23 @@ def test_surreal_run_says_each_warning_once_at_the_start(monkeypatch, tmp_path, 
     assert local.run_experiment(["algo=ddpg", "env=Hopper-v5", "steps=30000", "name=w"], live=False) == 130
     err = capsys.readouterr().err
     assert err.count("surreal: warning: algo.learning_starts=25,000") == 1 and err.count("warning") == 1, err
+
+
+def test_the_launcher_resolves_a_transition_replays_layout_and_refuses_one_its_shards_cannot_hold():
+    """`checked` is `preflight` and the config the roles run: an off-policy experiment's replay laid out from its
+    algorithm's chunk fields over the env's spaces (a shard has neither torch nor gymnasium to do it), none for a
+    FIFO; a layout whose capacity exceeds the shard's bytes is refused here, in one line, not by every shard."""
+    from surreal.algos import get_algorithm
+    from surreal.config import algo_config
+    from surreal.envs import env_spaces
+    from surreal.launch.preflight import checked
+    from surreal.proto.wire import fields_of
+
+    cfg, warnings = checked(load_config(["algo=sac", "env=Pendulum-v1", "steps=100000"]))
+    assert warnings == [] and cfg.replay.mode == "uniform"
+    assert fields_of(cfg.replay.layout) == get_algorithm("sac").chunk_fields(*env_spaces(cfg), algo_config(cfg))
+    assert checked(load_config(["algo=ppo", "env=Pendulum-v1"]))[0].replay.layout is None
+    with pytest.raises(ConfigError, match=r"replay.capacity=100,000 transitions of 36 bytes .* exceed"):
+        checked(load_config(["algo=ddpg", "env=Pendulum-v1", "replay.capacity_bytes=1000000"]))
+    with pytest.raises(ConfigError, match="replay.layout: obs: dtype object is not one the wire carries"):
+        load_config(["algo=ddpg", "replay.layout={obs:{dtype:object}}"])

@@ -361,7 +361,7 @@ def test_compiled_crossq_update_stays_compiled(pendulum):
     assert int(compiled.critics.norms[0].steps) == 3 and int(compiled.actor.net.norms[0].steps) == 1
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.gpu
 def test_cuda_graph_update_matches_the_eager_one(pendulum):
     """On CUDA, compile=True replays the critic-only and the actor step each as a captured graph."""
     cfg = algo_config(load_config(["algo=sac", *SMALL, "algo.critic_norm=layer", "algo.policy_delay=2"]))

@@ -83,6 +83,46 @@ def test_a_fleet_that_ignores_its_env_step_budget_breaks_the_replay_ratio_invari
     assert "replay_ratio" in report.violations, report.summary()
 
 
+def test_parking_by_caps_alone_breaks_the_parking_invariant(monkeypatch):
+    """The rule before fair parking: a place only while one is free. Four hostile peers at their cap fill the
+    shard's parking, and the learner is refused."""
+    from surreal.roles.parking import FairParking
+
+    def caps_only(self, peer):
+        return self.counts.get(peer, 0) < self.per_peer and self.total < self.capacity, None
+
+    monkeypatch.setattr(FairParking, "admit", caps_only)
+    report = run(dataclasses.replace(SCENARIOS["ddpg-hostile-parkers"], deadline_s=30.0), seed=1)
+    assert "parking" in report.violations, report.summary()
+
+
+def test_four_peers_parking_at_their_cap_leave_the_learner_its_rate():
+    """`ddpg-hostile-parkers` against itself without the parkers, on the same seed: the learner takes as many
+    replies of data per virtual second (within 80 %), and no shard refuses it a place, while the parkers were
+    there and were themselves turned away."""
+    scenario = SCENARIOS["ddpg-hostile-parkers"]
+    with_them, without = run(scenario, seed=1), run(dataclasses.replace(scenario, hostile=()), seed=1)
+    assert with_them.ok and without.ok, (with_them.summary(), without.summary())
+
+    def rate(report) -> float:
+        return report.stats["learner_replies"] / report.stats["done_at"]
+
+    assert rate(with_them) >= 0.8 * rate(without), (with_them.stats, without.stats)
+    assert "too_many_pending" not in with_them.stats["learner_refused_by_shards"]
+    assert with_them.stats["parkers_refused"] > 0 and without.stats["parkers_refused"] == 0
+
+
+def test_a_hostile_first_chunk_starves_a_shard_it_lays_out(monkeypatch):
+    """Without the experiment's layout (a config no launcher prepared), the hostile actor's first chunk lays each
+    transition shard out and every honest chunk after it is refused: the run never gets anywhere. With it (every
+    scenario, as every launcher), `ddpg-hostile-peers` completes."""
+    import surreal.sim.scenarios as scenarios
+
+    monkeypatch.setattr(scenarios, "with_layout", lambda cfg, fields: cfg)
+    report = run(dataclasses.replace(SCENARIOS["ddpg-hostile-peers"], deadline_s=30.0), seed=1)
+    assert report.stats["env_steps"] == 0 and "completes" in report.violations, report.summary()
+
+
 def test_a_run_that_never_ends_breaks_the_completion_invariant():
     stalled = dataclasses.replace(
         SCENARIOS["ppo-16-steady"], name="stalled", deadline_s=60.0, faults=(Fault(5.0, "pause", ("learner",), 1e6),)

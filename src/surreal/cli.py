@@ -5,6 +5,7 @@
     surreal run --help                         ... and the algorithms, presets and env families there are
     surreal run --cfg job [overrides...]       print the composed config; start nothing
     surreal run --resume runs/<name> [steps=N] continue a stopped, crashed or killed run
+                                               (--import MODULE: its env's module, if config.yaml names one)
     surreal run --multirun seed=1,2,3 ...      a sweep: one run per combination, and its summary
     surreal run --serial [overrides...]        every role's core in this process, no sockets (deterministic)
     surreal sim [SCENARIO] [--seed N]          the whole system simulated on a virtual clock, invariants checked
@@ -86,6 +87,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--jobs", type=int, default=1, metavar="N", help="with --multirun: members run N at a time")
     run.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE first (your envs' module): with --resume, a run folder whose config.yaml names a "
+        "MODULE:Name env id is refused without it (an env= you type names its module itself); repeatable",
+    )
+    run.add_argument(
         "--serial",
         action="store_true",
         help="every role's core in this process on in-process ports, no sockets: deterministic for a seed "
@@ -123,6 +133,14 @@ def build_parser() -> argparse.ArgumentParser:
     values.add_argument("--base", help="values file to start from, e.g. infra/helm/values/ddpg.yaml")
     values.add_argument("--out", default="sweep-values", help="folder for the files (default: sweep-values)")
     values.add_argument("--name", default="sweep", help="release name prefix: releases are <name>-000, -001, ...")
+    values.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE first (your envs' module), for a --base file whose env id names it; repeatable",
+    )
     from surreal.launch import policy_cli  # argparse only at import
 
     policy_cli.add_eval_arguments(commands.add_parser("eval", help="roll a trained policy out and score it"))
@@ -170,17 +188,17 @@ def main(argv: list[str] | None = None) -> int:
             from surreal.launch.sweep import resume_sweep, run_sweep
 
             if args.resume:
-                return resume_sweep(args.resume, args.overrides, args.jobs)
+                return resume_sweep(args.resume, args.overrides, args.jobs, args.imports)
             return run_sweep(args.overrides, args.jobs)
         if args.jobs != 1:
             parser.error("--jobs needs --multirun")
         if args.serial:
             from surreal.launch.local import run_serial_experiment
 
-            return run_serial_experiment(args.overrides, args.resume)
+            return run_serial_experiment(args.overrides, args.resume, args.imports)
         from surreal.launch.local import run_experiment
 
-        return run_experiment(args.overrides, live=not args.no_progress, resume=args.resume)
+        return run_experiment(args.overrides, live=not args.no_progress, resume=args.resume, imports=args.imports)
     if args.command == "config":
         return config_main(args)
     if args.command == "sim":
@@ -208,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "helm-values":
         from surreal.launch.helm_values import main as helm_values_main
 
-        return helm_values_main(args.overrides, args.out, args.name, args.base)
+        return helm_values_main(args.overrides, args.out, args.name, args.base, args.imports)
     if args.command == "probe":
         from surreal.launch.probe import main as probe_main
 

@@ -26,6 +26,7 @@ says which for every key (`surreal config KEY=VALUE...` prints it). A file (a ru
 from __future__ import annotations
 
 import difflib
+import io
 import os
 import re
 import threading
@@ -64,6 +65,14 @@ LIST_KEYS = "`surreal config` lists every key"
 # How a value's source is named (`surreal config KEY=VALUE...`): the user's override, a named preset's
 # (conf/preset/NAME.yaml), a task entry's (conf/tasks.yaml) or the package's defaults.
 USER, PACKAGE = "user", "package"
+
+# A config file (a run folder's config.yaml, the chart's experiment) is a few kB of plain YAML: the file, its nesting,
+# its nodes and its bracket count are bounded before YAML builds anything, and anchors and aliases, which no writer
+# here uses and which make a small file expand without bound once OmegaConf copies what they share, are refused.
+MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_DEPTH = 32
+MAX_CONFIG_NODES = 1 << 17
+MAX_FLOW_BRACKETS = 4096  # the pure-Python YAML parser slows down with the square of flow nesting: bound it first
 
 # Hydra keeps one global instance; two threads composing at once would clobber each other's.
 _HYDRA_LOCK = threading.Lock()
@@ -229,14 +238,46 @@ def config_yaml(cfg: ExperimentConfig) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(replace(cfg, algo=algo_config(cfg))))
 
 
+def check_yaml(text: str, what: str) -> None:
+    """ConfigError, one line, unless `text` is YAML within the config file's bounds (`MAX_CONFIG_*`) with no anchor
+    or alias: checked on the parser's events, before any node is composed (composing recurses once per level)."""
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config {what}: over {MAX_CONFIG_BYTES:,} bytes, larger than any config")
+    if text.count("[") + text.count("{") > MAX_FLOW_BRACKETS:
+        raise ConfigError(f"config {what}: more than {MAX_FLOW_BRACKETS:,} flow brackets, more than any config holds")
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser where PyYAML has it
+    depth = nodes = 0
+    try:
+        for event in yaml.parse(text, Loader=loader):
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+                raise ConfigError(f"config {what}: YAML anchors and aliases are not read here")
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_CONFIG_DEPTH:
+                    raise ConfigError(f"config {what}: nested deeper than {MAX_CONFIG_DEPTH} levels")
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+            nodes += 1
+            if nodes > MAX_CONFIG_NODES:
+                raise ConfigError(f"config {what}: more than {MAX_CONFIG_NODES:,} YAML nodes")
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"cannot read config {what}: {' '.join(str(exc).split())}") from None
+
+
 def read_config(path: str | os.PathLike[str]) -> ExperimentConfig:
     """A config file, typed and validated like `load_config`'s: a full one written by `save_config`, or a
     partial one (the Helm chart's `experiment` values) whose missing keys take the packaged defaults of
     its algorithm. `algo` may be a name (`algo: ddpg`) or a mapping with a `name` (`algo: {name: ddpg, ...}`)."""
     try:
-        node = OmegaConf.load(Path(path))
+        with open(path, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+        text = data.decode("utf-8")
+        check_yaml(text, str(path))
+        node = OmegaConf.load(io.StringIO(text))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"cannot read config {path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
     except (OSError, yaml.YAMLError, OmegaConfBaseException) as exc:
-        raise ConfigError(f"cannot read config {path}: {exc}") from None
+        raise ConfigError(f"cannot read config {path}: {' '.join(str(exc).split())}") from None
     if not isinstance(node, DictConfig):
         raise ConfigError(f"config {path} is not a mapping of keys to values")
     if isinstance(node.get("algo"), str):

@@ -4,13 +4,15 @@
     for f in sweep/pend-*.yaml; do helm install "$(basename "$f" .yaml)" infra/helm/surreal-chart -f "$f"; done
 
 The overrides are `surreal run --multirun`'s (Hydra's grammar and basic sweeper, launch/sweep.py `expand`); each
-member's file is the base values with the member's overrides written into `experiment:` (what the chart's
-ConfigMap carries to every role) and the topology into the chart's own keys (`actors=4` and `topology.actors`
-set `actors.replicas`; `topology.envs_per_actor`, `replay_shards`, `ps_replicas` set `actors.envsPerActor`,
-`replay.shards`, `ps.replicas`; `learner.replicas` sets `learner.replicas`), so the workloads and the config
-cannot disagree. Every member's experiment is
-read back with `read_config`, as the roles will read it, before any file is written: a bad key is one line here,
-not a crash-looping pod. A member's file is named after its release, `<name>-<index>`, short enough that the
+member's file is the base values with the member's overrides written into `experiment:` (what the chart's ConfigMap
+carries to every role) and the topology into the chart's own keys (`actors=4` and `topology.actors` set
+`actors.replicas`; `topology.envs_per_actor`, `replay_shards`, `ps_replicas` set `actors.envsPerActor`,
+`replay.shards`, `ps.replicas`; `learner.replicas` sets `learner.replicas`), so the workloads and the config cannot
+disagree. Every member's experiment is read back with `read_config`, as the roles will read it, before any file is
+written: a bad key is one line here, not a crash-looping pod. An off-policy member's env is built once, as `surreal
+run` builds it, to resolve its replay's layout into `experiment.replay.layout` (the replay pods have neither the env
+nor torch; launch/preflight.py), so the env's package must be installed where this runs, and an id naming a module
+not typed here needs `--import`. A member's file is named after its release, `<name>-<index>`, short enough that the
 chart's object names (`<release>-surreal-<role>`) stay apart; members.json maps releases to their overrides.
 """
 
@@ -27,7 +29,7 @@ from typing import Any
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from surreal.config import ConfigError, read_config
+from surreal.config import ConfigError, ExperimentConfig, read_config
 from surreal.config.loading import ALIASES
 from surreal.fileio import atomic_write_text
 from surreal.launch.runfolder import write_json
@@ -80,7 +82,7 @@ def _algo_name(experiment: dict[str, Any]) -> str:
     return algo if isinstance(algo, str) else str(algo.get("name", "ppo"))
 
 
-def check_experiment(values: dict[str, Any], release: str) -> None:
+def check_experiment(values: dict[str, Any], release: str) -> ExperimentConfig:
     """Read the member's experiment as the roles will (its topology from the chart's keys): ConfigError if not."""
     experiment = copy.deepcopy(values.get("experiment", {}))
     if "topology" in experiment:
@@ -94,15 +96,41 @@ def check_experiment(values: dict[str, Any], release: str) -> None:
         yaml.safe_dump(experiment, f)
         f.flush()
         try:
-            read_config(f.name)
+            return read_config(f.name)
         except ConfigError as exc:
             raise ConfigError(f"{release}: {str(exc).replace(f'config {f.name}: ', '')}") from None
 
 
+def lay_out_replay(values: dict[str, Any], cfg: ExperimentConfig, release: str, where: str) -> None:
+    """Write a transition replay's layout into the member's experiment (`experiment.replay.layout`), resolved as
+    `surreal run` resolves it (launch/preflight.py `checked`: the env built once, every refusal of the launcher's):
+    the replay pods have neither the env nor torch, and without it a shard is laid out by its first chunk. A FIFO
+    needs none (nothing is built). The env's id must import nothing the user did not name (`admit_env_id`)."""
+    experiment = values.setdefault("experiment", {})
+    replay = experiment.get("replay")
+    if isinstance(replay, dict):
+        replay.pop("layout", None)  # the base's, for another env perhaps: resolved afresh or not at all
+    if cfg.replay.mode == "fifo":
+        return
+    from surreal.envs import admit_env_id
+    from surreal.launch.preflight import checked
+
+    try:
+        admit_env_id(cfg.env.id, where)
+        resolved, _ = checked(cfg)
+    except ConfigError as exc:
+        raise ConfigError(f"{release}: {exc}") from None
+    experiment.setdefault("replay", {})["layout"] = resolved.replay.layout
+
+
 def write_values(
-    overrides: Sequence[str], out: Path, name: str = "sweep", base: Path | None = None
+    overrides: Sequence[str], out: Path, name: str = "sweep", base: Path | None = None, imports: Sequence[str] = ()
 ) -> list[tuple[str, Path, list[str]]]:
-    """One values file per member in `out` (and members.json); returns (release, file, overrides) per member."""
+    """One values file per member in `out` (and members.json); returns (release, file, overrides) per member.
+    `imports`: modules to import first (`--import`), whose envs a base file's `module:Name` env id may name."""
+    from surreal.envs import env_ids_in, import_modules, modules_named
+
+    import_modules([*imports, *modules_named(env_ids_in(overrides))])
     if not RELEASE_PREFIX.fullmatch(name):
         raise ConfigError(
             f"--name {name!r}: a release name prefix is lowercase letters, digits and '-', at most 28 characters"
@@ -118,7 +146,8 @@ def write_values(
     for index, member in enumerate(members):
         release = f"{name}-{index:03d}"
         values = member_values(loaded, member, release)
-        check_experiment(values, release)
+        cfg = check_experiment(values, release)
+        lay_out_replay(values, cfg, release, str(base) if base else "the experiment")
         planned.append((release, values, member))
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -131,10 +160,10 @@ def write_values(
     return written
 
 
-def main(overrides: Sequence[str], out: str, name: str, base: str | None) -> int:
+def main(overrides: Sequence[str], out: str, name: str, base: str | None, imports: Sequence[str] = ()) -> int:
     """`surreal helm-values`: the files, then the commands that install and remove them."""
     try:
-        written = write_values(overrides, Path(out), name, Path(base) if base else None)
+        written = write_values(overrides, Path(out), name, Path(base) if base else None, imports)
     except ConfigError as exc:
         print(f"surreal: {exc}", file=sys.stderr)
         return 2
