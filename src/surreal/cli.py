@@ -10,6 +10,7 @@
     surreal run --serial [overrides...]        every role's core in this process, no sockets (deterministic)
     surreal sim [SCENARIO] [--seed N]          the whole system simulated on a virtual clock, invariants checked
     surreal config [PREFIX] [--algo NAME]      every config key with its type, default and doc
+    surreal config [PREFIX] KEY=VALUE ...      the values those overrides compose, each with where it came from
     surreal plot <run folder> [<run> ...]      learning curve PNG of a run, several overlaid, or a sweep's
                                                (a bucket's run folder too: s3://, gs://, az://)
     surreal eval <run|policy> [options]        roll a trained policy out (returns, --video MP4s, JSON)
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if args.command == "run":
         if args.cfg == "job":
-            return print_job_config(args.overrides)
+            return print_job_config(args.overrides, sweep=args.multirun)
         if args.multirun:
             if args.serial:
                 parser.error("--serial runs one experiment: without --multirun")
@@ -278,17 +279,24 @@ def add_run_discovery(run: argparse.ArgumentParser) -> None:
     )
 
 
-def print_job_config(overrides: list[str]) -> int:
-    """`surreal run --cfg job ...`: the composed, validated config as YAML on stdout; nothing starts."""
+def print_job_config(overrides: list[str], sweep: bool = False) -> int:
+    """`surreal run --cfg job ...`: the composed, validated config as YAML on stdout; nothing starts. With
+    `--multirun` (`sweep`), each member's, as YAML documents headed by the member's overrides."""
     from surreal.config import load_config
     from surreal.config.loading import config_yaml
 
     try:
-        cfg = load_config(overrides)
+        if not sweep:
+            print(config_yaml(load_config(overrides)), end="")
+            return 0
+        from surreal.launch.sweep import expand
+
+        members, _ = expand(overrides)
+        texts = [f"--- # {' '.join(member)}\n{config_yaml(load_config(member))}" for member in members]
     except ConfigError as exc:
         print(f"surreal: {exc}", file=sys.stderr)
         return 2
-    print(config_yaml(cfg), end="")
+    print("".join(texts), end="")
     return 0
 
 
@@ -297,26 +305,52 @@ def add_config_command(commands: Any) -> None:
         "config",
         help="list every config key with its type, default and doc",
         description="Every key `surreal run` takes, with its type, default and doc, from the typed config "
-        "(surreal/config/schema.py). Set one with KEY=VALUE on `surreal run`.",
+        "(surreal/config/schema.py). Set one with KEY=VALUE on `surreal run`. With KEY=VALUE overrides (`surreal "
+        "config env=Pendulum-v1 algo=sac`), the values they compose instead, each with where it came from: the user, "
+        "a preset, the task's defaults (conf/tasks.yaml) or the package.",
     )
-    config.add_argument("prefix", nargs="?", default="", help="only keys starting with this: learner, algo.lr, env")
+    config.add_argument(
+        "args",
+        nargs="*",
+        metavar="PREFIX|KEY=VALUE",
+        help="only keys starting with PREFIX (learner, algo.lr, env); KEY=VALUE overrides as `surreal run` takes them",
+    )
     config.add_argument("--algo", help="only this algorithm's algo.* keys (default: every algorithm's)")
 
 
 def config_main(args: argparse.Namespace) -> int:
     import difflib
 
+    from surreal.config.loading import compose_config
     from surreal.config.schema import ALGORITHMS
-    from surreal.launch.catalog import config_listing, known_prefixes
+    from surreal.launch.catalog import composed_listing, config_listing, known_prefixes
 
+    overrides = [a for a in args.args if "=" in a or a.startswith("~")]
+    prefixes = [a for a in args.args if a not in overrides]
+    if len(prefixes) > 1:
+        print(
+            f"surreal config: one PREFIX at most (got {' '.join(prefixes)}); overrides are KEY=VALUE", file=sys.stderr
+        )
+        return 2
+    prefix = prefixes[0] if prefixes else ""
     if args.algo is not None and args.algo not in ALGORITHMS:
         print(f"surreal config: --algo {args.algo!r} is not one of {', '.join(ALGORITHMS)}", file=sys.stderr)
         return 2
-    text = config_listing(args.prefix, args.algo)
+    if overrides:
+        if args.algo is not None:
+            print("surreal config: with overrides, choose the algorithm as one: algo=NAME", file=sys.stderr)
+            return 2
+        try:
+            text = composed_listing(compose_config(overrides), prefix)
+        except ConfigError as exc:
+            print(f"surreal config: {exc}", file=sys.stderr)
+            return 2
+    else:
+        text = config_listing(prefix, args.algo)
     if not text:
-        near = difflib.get_close_matches(args.prefix, known_prefixes(), n=3, cutoff=0.6)
+        near = difflib.get_close_matches(prefix, known_prefixes(), n=3, cutoff=0.6)
         hint = f"; did you mean {' or '.join(near)}?" if near else ""
-        print(f"surreal config: no config key starts with {args.prefix!r}{hint}", file=sys.stderr)
+        print(f"surreal config: no config key starts with {prefix!r}{hint}", file=sys.stderr)
         return 2
     print(text)
     return 0

@@ -23,7 +23,7 @@ newer upload under the same name) is fetched again under the newer manifest or l
 Files a writer dropped locally (rotated checkpoints, old snapshots) are deleted from the bucket only after the
 manifest that no longer lists them is written.
 
-fsspec and its backends (s3fs, gcsfs, adlfs: `pip install 'surreal-rl[cloud]'`) are imported only when a bucket
+fsspec and its backends (s3fs, gcsfs, adlfs: the cloud extra) are imported only when a bucket
 is used, so the torch-free roles need nothing more without one. Credentials come from each backend's usual
 chain: environment variables, a profile, or the pod's workload identity (IRSA, GKE Workload Identity, Azure
 workload identity); `AWS_ENDPOINT_URL` points s3fs at another S3 server.
@@ -45,6 +45,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from surreal.boundedjson import JsonBounds, JsonBoundsError, loads
+from surreal.errors import install_extra
 from surreal.metrics import RoleMetrics
 
 # URI scheme -> the fsspec backend (and its PyPI package) that serves it.
@@ -58,7 +59,7 @@ MANIFEST_JSON = JsonBounds(16 << 20, max_depth=8, max_items=1 << 20, max_string=
 CHUNK = 8 << 20  # bytes read, hashed and uploaded at a time
 PULL_TRIES = 3  # a file that changed under a manifest: read the newer manifest and try again this often
 SET_ASIDE = (".corrupt", ".foreign")  # suffixes a role renames a file it refused to: not pulled again
-INSTALL_HINT = "pip install 'surreal-rl[cloud]'"
+INSTALL_HINT = install_extra("cloud")
 
 log = logging.getLogger("surreal.runstore")
 

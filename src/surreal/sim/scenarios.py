@@ -128,7 +128,9 @@ class Scenario:
             overrides += ["algo.batch_size=32", "algo.noise_table_size=100000", "replay.capacity=1024"]
         else:
             overrides += ["algo.learning_starts=5000", "algo.replay_ratio=0.25", "replay.capacity=200000"]
-        return load_config([*overrides, *self.overrides])
+        # The package's defaults under the scenario's own keys: a scenario models the configuration it names, and
+        # the task defaults (conf/tasks.yaml, for `surreal run`'s users) would change it behind its back.
+        return load_config([*overrides, *self.overrides], tasks=False)
 
 
 @dataclass
