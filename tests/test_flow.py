@@ -440,6 +440,7 @@ OFF_POLICY = {"ddpg": ["algo=ddpg"], "sac": ["algo=sac", "algo.critic_hidden_siz
 
 @pytest.mark.parametrize("algo", sorted(OFF_POLICY))
 @pytest.mark.parametrize("actors", [1, 3])
+@pytest.mark.system
 def test_the_replay_ratio_is_held_as_actors_are_added(tmp_path, actors, algo):
     result = serial(
         tmp_path,
@@ -460,6 +461,7 @@ def test_the_replay_ratio_is_held_as_actors_are_added(tmp_path, actors, algo):
     assert result["env_steps"] <= 1500 + slack, "the budget held the actors"
 
 
+@pytest.mark.system
 def test_a_serial_run_trains_the_same_with_the_evaluator_and_writes_its_curve(tmp_path):
     """The evaluator's core steps after the learner in serial mode and changes nothing of the training: metrics
     and the final eval equal a run without it."""
@@ -548,6 +550,7 @@ def test_a_sample_of_four_minibatches_is_stepped_through_at_the_replay_ratio_and
 
 
 @pytest.mark.parametrize("algo", ["ppo", "es"])
+@pytest.mark.system
 def test_serial_on_policy_runs_are_deterministic(tmp_path, algo):
     overrides = [f"algo={algo}", "env=InvertedPendulum-v5", "actors=1", "steps=4096", "seed=3", "deterministic=true"]
     if algo == "ppo":

@@ -96,6 +96,7 @@ def rss(pid: int) -> int:
 
 
 @pytest.mark.parametrize("mode", ["fifo", "uniform", "prioritized"])
+@pytest.mark.system
 def test_requests_a_shard_could_never_serve_get_an_error_and_cost_it_nothing(roles, ctx, tmp_path, mode):
     config = tmp_path / "config.yaml"
     save_config(load_config([f"replay.max_message_bytes={REPLY_BYTES}"]), config)
@@ -216,6 +217,7 @@ def malformed(rng: np.random.Generator) -> list[tuple[str, dict[str, np.ndarray]
     ]
 
 
+@pytest.mark.system
 def test_a_live_learner_counts_and_drops_malformed_transition_replies_and_keeps_learning(roles, ctx, tmp_path):
     """A shard the learner trusts answers its requests with a malformed batch, then an honest one, in turn: every
     malformed one is counted by reason, and the learner updates from the honest ones throughout."""

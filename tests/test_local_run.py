@@ -122,6 +122,7 @@ def runs(tmp_path):
         (["run", "env=robosuite:Lfit"], "did you mean 'robosuite:Lift'"),
     ],
 )
+@pytest.mark.system
 def test_bad_config_fails_fast_with_a_clear_message(tmp_path, args, says):
     out = subprocess.run(
         [sys.executable, "-m", "surreal", *args], capture_output=True, text=True, timeout=60, cwd=tmp_path
@@ -142,6 +143,7 @@ def test_bad_config_fails_fast_with_a_clear_message(tmp_path, args, says):
         ("SURREAL_BIND_HOST", "no-such-host.invalid"),
     ],
 )
+@pytest.mark.system
 def test_a_bad_surreal_variable_is_one_line_naming_it(tmp_path, variable, value):
     env = {**os.environ, variable: value}
     out = subprocess.run(
@@ -151,6 +153,7 @@ def test_a_bad_surreal_variable_is_one_line_naming_it(tmp_path, variable, value)
     assert out.stderr.count("\n") == 1 and (variable in out.stderr or value in out.stderr), out.stderr
 
 
+@pytest.mark.system
 def test_deterministic_runs_write_identical_metrics(runs):
     overrides = ("env=InvertedPendulum-v5", "deterministic=true", "actors=1", "steps=6144", "seed=3")
     # Both at once: a deterministic run's metrics cannot depend on what else the machine runs.
@@ -261,6 +264,7 @@ def test_run_survives_kill_9_of_actor_learner_and_replay(runs):
     run.assert_nothing_left()
 
 
+@pytest.mark.system
 def test_the_evaluator_scores_the_policy_while_training_and_goes_on_after_its_last_row_when_killed(runs):
     """learner.eval_interval adds an evaluator process: evals.jsonl grows while the run trains, one row per
     interval passed; SIGKILLed, the evaluator is started again and continues after its last row."""

@@ -60,6 +60,7 @@ def test_defaults_replay_the_runs_final_evaluation(run, tmp_path, capsys):
     assert json.loads((run_dir / "eval.json").read_text()) == result
 
 
+@pytest.mark.system
 def test_video_writes_mp4s_whose_frames_ffprobe_reads_and_that_differ(run, tmp_path):
     run_dir, _ = run
     videos = tmp_path / "videos"

@@ -111,6 +111,7 @@ def test_a_loaded_recurrent_policy_keeps_one_state_per_env_and_refuses_another_b
     np.testing.assert_allclose(policy.act(obs[0]), first[0], rtol=0, atol=1e-6)  # one observation: a batch of one
 
 
+@pytest.mark.system
 def test_exports_fed_back_their_state_agree_with_the_policy_within_1e_5(trained, tmp_path, capsys):
     cell, _, run_dir, _ = trained
     policy = load_policy(run_dir)

@@ -35,6 +35,7 @@ REFUSALS = {
 
 
 @pytest.mark.parametrize("case", list(REFUSALS))
+@pytest.mark.system
 def test_a_refusal_is_one_line_exit_2_and_nothing_on_disk(tmp_path, case):
     overrides, says = REFUSALS[case]
     started = time.monotonic()

@@ -65,6 +65,7 @@ def stopped_run(tmp_path: Path) -> Path:
         (["steps=1000,2000"], "needs --multirun"),
     ],
 )
+@pytest.mark.system
 def test_an_override_that_would_change_the_experiment_is_refused_in_one_line(tmp_path, stopped_run, overrides, says):
     before = sorted(p.name for p in stopped_run.rglob("*"))
     reproduce = (stopped_run / "reproduce.json").read_text()
@@ -75,6 +76,7 @@ def test_an_override_that_would_change_the_experiment_is_refused_in_one_line(tmp
     assert (stopped_run / "reproduce.json").read_text() == reproduce
 
 
+@pytest.mark.system
 def test_what_is_not_a_stopped_run_is_refused_in_one_line(tmp_path, stopped_run):
     out = surreal_run(tmp_path, "--resume", "runs/nothing-here")
     assert out.returncode == 2 and "no such run folder" in out.stderr, out.stderr

@@ -26,6 +26,7 @@ SLOW = {"ppo-1024-churn"}  # 10 simulated minutes of 1,024 actors: tens of secon
 @pytest.mark.parametrize(
     "name", [pytest.param(name, marks=pytest.mark.slow) if name in SLOW else name for name in SCENARIOS]
 )
+@pytest.mark.system
 def test_every_invariant_holds_in_the_scenario(name):
     report = run(SCENARIOS[name], seed=1)
     details = "\n".join(f"  {rule}: {line}" for rule, lines in report.violations.items() for line in lines)
@@ -40,6 +41,7 @@ def test_the_suite_holds_at_least_twenty_scenarios_including_a_thousand_actors_f
 
 
 @pytest.mark.parametrize("name", ["ppo-ps-killed", "ddpg-learner-paused"])
+@pytest.mark.system
 def test_a_seed_replays_exactly_and_another_seed_runs_differently(name):
     scenario = SCENARIOS[name]
     first, again, other = run(scenario, seed=5), run(scenario, seed=5), run(scenario, seed=6)
@@ -48,6 +50,7 @@ def test_a_seed_replays_exactly_and_another_seed_runs_differently(name):
     assert other.fingerprint != first.fingerprint
 
 
+@pytest.mark.system
 def test_a_failing_seed_replays_its_failure_exactly(monkeypatch):
     monkeypatch.setattr(versions.StalenessBound, "split", lambda self, chunks, version: (chunks, 0))
     scenario = SCENARIOS["ppo-ps-partitioned"]
@@ -59,18 +62,21 @@ def test_a_failing_seed_replays_its_failure_exactly(monkeypatch):
 # -- the invariants have teeth ----------------------------------------------------------------------------------
 
 
+@pytest.mark.system
 def test_a_learner_that_keeps_stale_chunks_breaks_the_staleness_invariant(monkeypatch):
     monkeypatch.setattr(versions.StalenessBound, "split", lambda self, chunks, version: (chunks, 0))
     report = run(SCENARIOS["ppo-learner-paused"], seed=1)
     assert "staleness" in report.violations, report.summary()
 
 
+@pytest.mark.system
 def test_a_fleet_that_ignores_the_live_count_breaks_the_live_actor_invariant(monkeypatch):
     monkeypatch.setattr(versions.ChunkFeed, "live_actors", lambda self: self.actors)
     report = run(SCENARIOS["ppo-fleet-grows-and-shrinks"], seed=1)
     assert "live_actors" in report.violations, report.summary()
 
 
+@pytest.mark.system
 def test_a_ps_that_ignores_wake_versions_breaks_the_fan_out_invariant(monkeypatch):
     monkeypatch.setattr(PsCore, "_answers", lambda self, request, quiet: True)  # every parked actor, every version
     report = run(SCENARIOS["ppo-256-fractional"], seed=1)
