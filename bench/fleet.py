@@ -205,7 +205,7 @@ def run_point(args: argparse.Namespace, actors: int, rate: float, link: Link | N
     `--curve on`: every connection over CURVE, with keys made for this point in that private folder (as `surreal
     run` makes them)."""
     algo, curve = args.algo, args.curve == "on"
-    cfg = load_config([*config_overrides(algo, actors, args.chunk_steps), *args.set])
+    cfg = load_config([*config_overrides(algo, actors, args.chunk_steps), *args.set], tasks=False)
     cfg = replace(cfg, name=f"fleet-{algo}-{actors}")
     run_dir = workdir / f"{algo}-{actors}"
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)

@@ -462,7 +462,7 @@ def learner_core(
 ) -> LearnerCore:
     """The learner role's core on in-process ports: what a learner process does per update, minus sockets
     (staleness bound, the algorithm's update, publishing the blob, metrics rows and checkpoints)."""
-    cfg = load_config([f"algo={algo}", f"env={ENV_ID}", "steps=1000000000000", "seed=1", *overrides])
+    cfg = load_config([f"algo={algo}", f"env={ENV_ID}", "steps=1000000000000", "seed=1", *overrides], tasks=False)
     holder: list[LearnerCore] = []
     batches = RepeatingBatches(chunks, transitions, lambda: holder[0])
     log = logging.getLogger("bench.learner")
@@ -519,7 +519,7 @@ def offpolicy_config(algo: str) -> tuple[DDPGConfig | SACConfig, list[str]]:
     """The config of a row and the overrides that make it (DDPG's and SAC's defaults, TD3's and CrossQ's switches)."""
     switches = {"ddpg": [], "td3": ["algo.twin_critics=true", "algo.target_policy_noise=0.2"], "sac": []}
     switches["crossq"] = ["preset=crossq"]  # conf/preset/crossq.yaml: the paper's 2048-wide critics and the rest
-    cfg = algo_config(load_config([f"algo={algo_module(algo)}", "seed=1", *switches[algo]]))
+    cfg = algo_config(load_config([f"algo={algo_module(algo)}", "seed=1", *switches[algo]], tasks=False))
     return cast(DDPGConfig | SACConfig, cfg), switches[algo]
 
 
@@ -618,7 +618,7 @@ def device_auto(compile_: bool) -> dict[str, Any]:
         "ddpg": ["algo=ddpg"],
     }
     for name, overrides in runs.items():
-        cfg = load_config([f"env={ENV_ID}", "seed=1", f"learner.compile={compile_}", *overrides])
+        cfg = load_config([f"env={ENV_ID}", "seed=1", f"learner.compile={compile_}", *overrides], tasks=False)
         seconds = {"cpu": update_seconds(cfg, torch.device("cpu"))}
 
         def timed(device: torch.device, cfg: Any = cfg, seconds: dict[str, float] = seconds) -> float:

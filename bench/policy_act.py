@@ -76,7 +76,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
 
-    cfg = load_config(["algo=ppo", "env=HalfCheetah-v5", "algo.hidden_sizes=[64,64]", "device=cpu"])
+    cfg = load_config(["algo=ppo", "env=HalfCheetah-v5", "algo.hidden_sizes=[64,64]", "device=cpu"], tasks=False)
     env = make_env(cfg.env.id, 0)
     spaces = cast(Box, env.observation_space), cast(Box, env.action_space)
     env.close()

@@ -37,7 +37,7 @@ CONFIGS = {
 
 
 def measure(overrides: list[str], repeats: int) -> dict[str, Any]:
-    cfg = load_config(["env=HalfCheetah-v5", "device=cpu", *overrides])
+    cfg = load_config(["env=HalfCheetah-v5", "device=cpu", *overrides], tasks=False)
     update_s = update_seconds(cfg, torch.device("cpu"), repeats)
     learner = get_algorithm(cfg.algo.name).make_learner(*env_spaces(cfg), algo_config(cfg), torch.device("cpu"))
     with tempfile.TemporaryDirectory() as folder:

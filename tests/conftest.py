@@ -64,10 +64,136 @@ SLOW_TIMEOUT_S = 1500  # a slow test's hang limit: its runs take minutes, severa
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Slow tests (whole runs) get a longer hang limit than pyproject's per-test `timeout`."""
+    """Slow tests (whole runs) get a longer hang limit than pyproject's per-test `timeout`; GPU tests are skipped
+    where torch sees no CUDA device (bench/gpu.sh runs them on a lent GPU machine)."""
+    cuda: bool | None = None
     for item in items:
         if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
+        if item.get_closest_marker("gpu"):
+            if cuda is None:
+                import torch
+
+                cuda = torch.cuda.is_available()
+            if not cuda:
+                item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
+
+
+# -- the default tier's time budget (docs/development.md, "Test tiers") -------------------------------------------
+# Every session prints its slowest tests, each timed whole (setup, call and teardown: a module's trained fixture
+# counts against the test that builds it); `--max-test-seconds S` fails the session, naming them, when any took
+# longer than S. `make test` passes 120 on CI, so a test that grew past the tier's budget is caught where it lands.
+
+SLOWEST_SHOWN = 15
+_test_seconds: dict[str, float] = {}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--max-test-seconds",
+        type=float,
+        default=None,
+        help="fail the session when a test (setup + call + teardown) takes longer than this many seconds",
+    )
+    parser.addoption(
+        "--long-results",
+        default=None,
+        help="write each slow test's outcome, seconds and claims into this JSON file (make test-long)",
+    )
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _test_seconds[report.nodeid] = _test_seconds.get(report.nodeid, 0.0) + report.duration
+    counted = report.failed or report.skipped or report.when == "call"  # a setup that passed says nothing yet
+    if "slow" in report.keywords and counted and _outcomes.get(report.nodeid) != "failed":
+        _outcomes[report.nodeid] = report.outcome
+
+
+def over_budget(seconds: dict[str, float], limit: float | None) -> list[tuple[str, float]]:
+    """The tests that took longer than `limit`, slowest first (none without a limit)."""
+    if limit is None:
+        return []
+    return sorted(((test, s) for test, s in seconds.items() if s > limit), key=lambda item: -item[1])
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if over_budget(_test_seconds, session.config.getoption("--max-test-seconds")):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    results = session.config.getoption("--long-results")
+    if results and _outcomes and not hasattr(session.config, "workerinput"):  # the xdist controller writes it
+        write_long_results(Path(results))
+
+
+def write_long_results(path: Path) -> None:
+    """Merge this session's slow tests into the results file: a test that ran replaces its entry, others stay."""
+    import datetime
+    import platform
+
+    held = json.loads(path.read_text()) if path.exists() else {}
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False
+    ).stdout.strip()
+    tests = held.get("tests", {})
+    for test, outcome in _outcomes.items():
+        tests[test] = {
+            "outcome": outcome,
+            "seconds": round(_test_seconds.get(test, 0.0), 1),
+            "claims": _claims.get(test, []),
+            "commit": commit or "unknown",
+            "date": datetime.date.today().isoformat(),
+        }
+    result = {
+        "benchmark": "test-long",
+        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus",
+        "command": "make test-long",
+        "tests": dict(sorted(tests.items())),
+    }
+    path.write_text(json.dumps(result, indent=1) + "\n")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    if not _test_seconds:
+        return
+    slowest = sorted(_test_seconds.items(), key=lambda item: -item[1])[:SLOWEST_SHOWN]
+    terminalreporter.section(f"{len(slowest)} slowest tests (setup + call + teardown)")
+    for test, seconds in slowest:
+        terminalreporter.write_line(f"{seconds:8.1f} s  {test}")
+    limit = config.getoption("--max-test-seconds")
+    over = over_budget(_test_seconds, limit)
+    if over:
+        terminalreporter.section(f"over the {limit:.0f} s budget of a test in this tier", red=True)
+        for test, seconds in over:
+            terminalreporter.write_line(f"{seconds:8.1f} s  {test}", red=True)
+        terminalreporter.write_line(
+            "move the check to a core, the simulator or scripted time, or to `make test-long` (docs/development.md)"
+        )
+
+
+# -- the long tier's results file (bench/results/test-long.<N>core.json) ------------------------------------------
+# `make test-long` passes `--long-results FILE`: each slow test that ran is written there with its outcome, its
+# seconds and the figures it held to a bound (`claim`), merged into what the file already holds, with the machine, the
+# commit and the date. tests/test_long_tier.py, in the default tier, holds the file to its claims: every slow test is
+# in it, passed, and every figure keeps its bound, so a docs page can cite the file as it cites a benchmark's.
+
+_claims: dict[str, list[dict[str, object]]] = {}
+_outcomes: dict[str, str] = {}
+
+
+@pytest.fixture
+def claim(request: pytest.FixtureRequest) -> Callable[..., None]:
+    """`claim(name, value, at_least=..., at_most=...)`: assert a long-tier figure against its bound and record both
+    for the results file (a learning run's eval return, a chaos run's restarts)."""
+
+    def check(name: str, value: float, *, at_least: float | None = None, at_most: float | None = None) -> None:
+        assert at_least is not None or at_most is not None, "a claim needs a bound"
+        _claims.setdefault(request.node.nodeid, []).append(
+            {"name": name, "value": float(value), "at_least": at_least, "at_most": at_most}
+        )
+        assert at_least is None or value >= at_least, f"{name} = {value}, below its bound {at_least}"
+        assert at_most is None or value <= at_most, f"{name} = {value}, above its bound {at_most}"
+
+    return check
 
 
 def wait_until(condition: Callable[[], object], timeout_s: float, interval_s: float = 0.05) -> object:

@@ -50,6 +50,7 @@ def test_few_actors_bind_and_a_round_trip_per_fetch_slows_them() -> None:
     assert far.env_steps_per_s == pytest.approx(1000.0, rel=0.1)
 
 
+@pytest.mark.system
 def test_more_actors_never_predict_fewer_steps_until_the_learner_binds() -> None:
     """While every actor's share is a whole chunk a version (actors <= batch / chunk), adding actors only adds
     env steps until the learner binds. (Past that, with fractional shares, the cores make the next batch wait for
@@ -74,6 +75,7 @@ def test_ddpg_replay_ratio_ties_env_steps_to_gradient_steps() -> None:
     assert predict(replace(c, replay_ratio=0.05), COSTS).env_steps_per_s == pytest.approx(4000.0, rel=0.05)
 
 
+@pytest.mark.system
 def test_the_first_service_to_saturate_is_named() -> None:
     c = Cluster(actors=64, chunk_steps=64, batch_size=4096)  # 64,000 env steps/s of actors
     slow_shard = replace(FAST_LEARNER, shard_ingest_per_core=20_000.0)
@@ -88,6 +90,7 @@ def test_the_first_service_to_saturate_is_named() -> None:
     assert thin.bottleneck == "ps network"
 
 
+@pytest.mark.system
 def test_sizing_keeps_the_services_above_what_the_actors_could_send_in_powers_of_two() -> None:
     """64 actors could send about 61,000 env steps/s (the probe's actors step 96 % of the time); with headroom
     91,000. A shard takes 20,000 a core: 4.6 shards, 8 as a power of two (2.3 of two cores: 4). The ps answers

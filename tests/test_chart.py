@@ -25,6 +25,8 @@ from conftest import checkov
 from surreal.config import load_config, read_config
 from surreal.settings import Settings
 
+pytestmark = pytest.mark.infra  # needs helm, under .tools/
+
 REPO = Path(__file__).resolve().parents[1]
 HELM = REPO / ".tools" / "bin" / "helm"
 CHART = REPO / "infra" / "helm" / "surreal-chart"

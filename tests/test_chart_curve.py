@@ -24,6 +24,8 @@ from surreal.proto.curve import CurveKeys
 from surreal.settings import Settings
 from test_chart import CHART, NAMESPACE, RELEASE, WORKLOAD_KINDS, by_kind, env_of, helm, render, run_helm
 
+pytestmark = pytest.mark.infra  # needs helm, under .tools/
+
 SECRET = f"{RELEASE}-surreal-curve"
 MOUNT = "/etc/surreal-curve"
 KEY_FILES = {"server.secret", "client.secret"}

@@ -29,6 +29,8 @@ from test_chart import (
     run_helm,
 )
 
+pytestmark = pytest.mark.infra  # needs helm, under .tools/
+
 WORKERS = 3
 INFERENCE = f"{RELEASE}-surreal-inference"
 PS = f"{RELEASE}-surreal-ps.{NAMESPACE}.svc"

@@ -12,6 +12,8 @@ from surreal.config import load_config
 from surreal.roles.learner_group import GroupPlace
 from test_chart import KUBE_VERSIONS, NAMESPACE, RELEASE, VALUES_DIR, experiment_of, find, render, run_helm
 
+pytestmark = pytest.mark.infra  # needs helm, under .tools/
+
 LEARNER = f"{RELEASE}-surreal-learner"
 POD_0 = f"{LEARNER}-0.{LEARNER}.{NAMESPACE}.svc"
 

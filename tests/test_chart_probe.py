@@ -89,6 +89,7 @@ def test_an_endpoint_without_the_learner_gauge_never_passes() -> None:
         metrics.close()
 
 
+@pytest.mark.system
 def test_the_command_exits_0_on_progress_and_1_without(learner_metrics) -> None:
     url, updates, _ = learner_metrics
     command = [sys.executable, "-m", "surreal", "probe", "progress", "--url", url, "--interval-s", "0.2"]

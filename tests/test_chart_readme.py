@@ -18,6 +18,8 @@ import chart_readme  # infra/helm/chart_readme.py (pythonpath in pyproject.toml)
 from conftest import make
 from surreal.config.schema import ALGORITHMS
 
+pytestmark = pytest.mark.infra  # needs helm, under .tools/
+
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "infra" / "helm" / "surreal-chart"
 HELM = REPO / ".tools" / "bin" / "helm"

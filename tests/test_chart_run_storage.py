@@ -31,6 +31,8 @@ from test_chart import (
 )
 from test_chart_wiring import local_command, stop
 
+pytestmark = pytest.mark.infra  # needs helm, under .tools/
+
 MIRRORING = {"learner", "replay", "evaluator"}
 STORAGE_VALUES = """
 experiment:

@@ -30,6 +30,8 @@ from test_chart import (
     values_ids,
 )
 
+pytestmark = pytest.mark.infra  # needs helm, under .tools/
+
 REPO = Path(__file__).resolve().parents[1]
 CRDS = REPO / "infra" / "helm" / "crds"
 CLUSTER_QUEUE = REPO / "infra" / "kueue" / "cluster-queue.yaml"

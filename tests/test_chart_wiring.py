@@ -25,6 +25,8 @@ from chart_pods import ClusterDNS, Pod, expand_pods  # infra/helm/chart_pods.py 
 from surreal.launch.local import free_ports
 from test_chart import NAMESPACE, RELEASE, VALUES_DIR, by_kind, render
 
+pytestmark = pytest.mark.infra  # needs helm, under .tools/
+
 BIN = Path(sys.executable).parent  # `surreal` of this virtualenv: what the image's PATH gives
 # The package the test itself imports, first on the roles' path too: a virtualenv's editable install may point at
 # another checkout of the repository than the one under test.

@@ -93,7 +93,7 @@ def test_config_lists_every_key_with_its_default_and_doc():
     assert out.returncode == 0, out.stderr
     for name in ALGORITHMS:
         assert f"# algo={name}" in out.stdout
-        defaults = load_config([f"algo={name}"])
+        defaults = load_config([f"algo={name}"], tasks=False)  # the package's: the task defaults need an env
         for key in experiment_keys(name):
             node = defaults
             for part in key.key.split("."):
@@ -134,3 +134,81 @@ def test_the_configuration_reference_page_is_what_the_typed_config_says(tmp_path
     stale.write_text(config_reference_markdown().replace("| `seed` | int | `1` |", "| `seed` | int | `2` |"))
     assert main([str(stale), "--check"]) == 1 and main([str(page), "--check"]) == 0
     assert "| `algo.clip_coef` |" in page.read_text(encoding="utf-8"), "every algorithm's keys are listed"
+
+
+def test_run_help_lists_no_env_family_every_algorithm_refuses():
+    """Toy text's envs have Discrete (or Tuple) observations, which no algorithm takes: they are not offered."""
+    out = surreal_cli("run", "--help")
+    families = out.stdout.split("env families", 1)[1].split("(not listed", 1)[0]
+    assert "FrozenLake" not in families and "toy text" not in families and "Taxi" not in families
+    assert "(not listed: toy text, whose spaces no algorithm here takes)" in out.stdout
+
+
+def test_run_help_lists_the_task_defaults_with_their_claims():
+    from surreal.config.tasks import tasks
+
+    out = surreal_cli("run", "--help")
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    assert "a value is the user's, else the preset's, else the task's, else the package's" in text
+    for task in tasks().values():
+        assert f"{task.label} {task.claim_text()}" in text, task.label
+
+
+def test_config_with_overrides_names_where_each_value_came_from():
+    out = surreal_cli("config", "env=Pendulum-v1", "algo=sac")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("# task Pendulum-v1/sac: eval return >= -250 in 20,000 env steps")
+    for line in (
+        "total_env_steps: int = 20000 (task: Pendulum-v1/sac)",
+        "algo.learning_starts: int = 1000 (task: Pendulum-v1/sac)",
+        "algo.name: str = sac (user)",
+        "env.id: str = Pendulum-v1 (user)",
+        "algo.batch_size: int = 256 (package)",
+    ):
+        assert line in lines, line
+    narrowed = surreal_cli("config", "total_env", "env=Pendulum-v1", "algo=sac", "steps=3000")
+    assert narrowed.stdout.splitlines()[1:] == ["total_env_steps: int = 3000 (user)"], narrowed.stdout
+    crossq = surreal_cli("config", "algo.critic_hidden", "preset=crossq")
+    assert "algo.critic_hidden_sizes: list[int] = [2048, 2048] (preset: crossq)" in crossq.stdout
+    bad = surreal_cli("config", "env=Pendulum-v1", "algo=td3")
+    assert bad.returncode == 2 and "algo=ddpg with algo.twin_critics=true" in bad.stderr
+
+
+def test_cfg_job_with_multirun_prints_every_members_config(tmp_path):
+    """`--multirun ... --cfg job` must not ask for the --multirun already there: it prints each member's config."""
+    out = surreal_cli("run", "--multirun", "seed=1,2", "env=Pendulum-v1", "algo=sac", "--cfg", "job", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    documents = [d for d in out.stdout.split("--- # ") if d]
+    assert len(documents) == 2
+    for seed, document in zip((1, 2), documents, strict=True):
+        header, _, body = document.partition("\n")
+        assert header == f"seed={seed} env=Pendulum-v1 algo=sac"
+        path = tmp_path / f"member{seed}.yaml"
+        path.write_text(body)
+        assert read_config(path) == load_config([f"seed={seed}", "env=Pendulum-v1", "algo=sac"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["member1.yaml", "member2.yaml"], "no run folder, no runs/"
+    single = surreal_cli("run", "seed=1,2", "--cfg", "job", cwd=tmp_path)
+    assert single.returncode == 2 and "seed=1,2: several values make a sweep, which needs --multirun" in single.stderr
+
+
+def test_a_config_error_is_one_line_naming_the_override_as_typed(tmp_path):
+    out = surreal_cli("run", "--cfg", "job", "steps=1e6", cwd=tmp_path)
+    assert out.returncode == 2 and not out.stdout
+    assert out.stderr == "surreal: steps=1e6: total_env_steps takes an integer: write steps=1000000\n", out.stderr
+
+
+def test_the_config_errors_docs_cli_shows_are_what_the_cli_prints(tmp_path):
+    """docs/cli.md's examples of config errors, each command run as shown: its one line of stderr, exit 2."""
+    section = (REPO / "docs" / "cli.md").read_text().split("## Config errors", 1)[1].split("\n## ", 1)[0]
+    example = section.split("```\n", 2)[1]
+    lines = example.splitlines()
+    pairs = [(lines[i][2:], lines[i + 1]) for i in range(0, len(lines), 2)]
+    assert len(pairs) >= 5
+    for command, printed in pairs:
+        argv = command.split()
+        assert argv[0] == "surreal", command
+        out = surreal_cli(*argv[1:], cwd=tmp_path)
+        assert out.returncode == 2 and out.stderr == printed + "\n", (command, out.stderr)
+    assert list(tmp_path.iterdir()) == [], "nothing started"

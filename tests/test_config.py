@@ -136,6 +136,51 @@ def test_typos_and_wrong_types_name_the_key(override, named):
     assert "Traceback" not in message and "search path" not in message and len(message.splitlines()) <= 3
 
 
+@pytest.mark.parametrize(
+    ("override", "says"),
+    [
+        ("steps=1e6", ["steps=1e6", "write steps=1000000"]),
+        ("steps=2.5e5", ["write steps=250000"]),
+        ("actors=x", ["actors=x", "topology.actors takes an integer"]),
+        ("algo.lr=abc", ["algo.lr=abc", "takes a number"]),
+        ("learner.compile=maybe", ["learner.compile=maybe", "true or false"]),
+        ("+foo=1", ["+foo=1", "unknown config key 'foo'", "`surreal config` lists every key"]),
+        ("step=2000", ["step=2000", "did you mean 'steps'?", "`surreal config`"]),
+        ("actor=4", ["actor=4", "section of keys", "did you mean 'actors'?"]),
+        ("+seed=3", ["+seed=3", "write seed=3"]),
+        ("algo=td3", ["algo=td3", "algo=ddpg", "algo.twin_critics=true"]),
+        ("preset=td3", ["preset=td3", "algo=ddpg", "algo.twin_critics=true"]),
+        ("algo=crossq", ["algo=crossq", "preset=crossq"]),
+        ("algo=sacc", ["algo=sacc", "did you mean algo=sac?"]),
+        ("preset=cleanrl", ["preset=cleanrl", "did you mean preset=ppo-cleanrl?"]),
+        ("seed=1,2,3", ["seed=1,2,3", "needs --multirun", "seed=[...]"]),
+        ("bogus", ["'bogus' is not KEY=VALUE"]),
+        ("algo.hidden_sizes=[1,", ["algo.hidden_sizes=[1,", "cannot parse"]),
+        ("steps=0", ["steps=0: total_env_steps must be > 0"]),
+    ],
+)
+def test_an_error_names_the_override_as_typed_and_what_to_type_instead(override, says):
+    """No raw OmegaConf or Hydra text: the override as the user typed it (`steps=`, not `total_env_steps`) and a
+    spelling that works."""
+    with pytest.raises(ConfigError) as info:
+        load_config([override])
+    message = str(info.value)
+    for text in says:
+        assert text in message, (text, message)
+    raw = ("Value '", "could not be converted", "not in 'ExperimentConfig'", "Could not find", "hydra.cc", "Ambiguous")
+    assert not any(r in message for r in raw), message
+    assert len(message.splitlines()) <= 3, message
+
+
+def test_a_resumed_runs_overrides_get_the_same_messages():
+    from surreal.config.loading import apply_overrides
+
+    with pytest.raises(ConfigError, match="write steps=2000000"):
+        apply_overrides(load_config([]), ["steps=2e6"])
+    with pytest.raises(ConfigError, match="did you mean 'steps'"):
+        apply_overrides(load_config([]), ["step=2000"])
+
+
 def test_every_unknown_key_is_listed_at_once():
     with pytest.raises(ConfigError) as info:
         load_config(["topology.actor=3", "learner.prefech=1", "actors=2"])

@@ -291,6 +291,7 @@ def probe_credentials(keys: CurveKeys) -> dict[str, dict[int, bytes]]:
     }
 
 
+@pytest.mark.system
 def test_a_peer_without_the_keys_gets_nothing_and_changes_nothing(roles, tmp_path: Path) -> None:
     """Replay, ps, learner and an actor over CURVE (TCP, as in a cluster) train DDPG to the end and hold. Then probes
     without the keys connect to every port (PUSH on the experience port, DEALER on the sample and ps ports, SUB on

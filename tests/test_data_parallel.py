@@ -61,6 +61,7 @@ def run_ranks_of(
 
 
 @pytest.mark.parametrize("algo", ["ppo", "ppo-lstm", "td3", "sac"])
+@pytest.mark.system
 def test_two_ranks_on_gloo_make_the_update_one_learner_makes_on_the_whole_batch(algo, tmp_path):
     torch.set_num_threads(1)
     alone = run_case(algo, None)
@@ -105,6 +106,7 @@ def test_a_rank_draws_its_share_of_the_noise_a_single_learner_draws():
     torch.testing.assert_close(torch.cat(shares, 1), whole)
 
 
+@pytest.mark.system
 def test_a_group_process_ends_with_its_code_and_what_it_printed():
     """`end_group_process` skips the interpreter's shutdown (gloo's threads would abort it there): the exit status
     is the one given, and what the process printed into its buffered stdout still arrives."""

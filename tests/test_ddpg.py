@@ -267,7 +267,7 @@ def test_compiled_update_matches_the_eager_one(pendulum):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.gpu
 def test_cuda_graph_update_matches_the_eager_one(pendulum):
     """On CUDA, compile=True replays the critic-only and the actor step each as a captured graph."""
     overrides = ["algo=ddpg", "algo.hidden_sizes=[32,32]", "algo.twin_critics=true", "algo.target_policy_noise=0.2"]

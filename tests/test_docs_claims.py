@@ -86,7 +86,7 @@ def test_the_readme_is_a_front_door() -> None:
     order = ["Install", "Quickstart", "Algorithms", "Environments", "Scaling out", "Results", "Citation", "License"]
     assert [s for s in sections if s in order] == order, sections
     first_100 = "\n".join(lines[:100])
-    for step in ("pip install surreal-rl", "surreal run env=", "tensorboard --logdir", "surreal eval", "helm install"):
+    for step in ("pip install '.[", "surreal run env=", "tensorboard --logdir", "surreal eval", "helm install"):
         assert step in first_100, f"the newcomer's path misses {step!r} in the README's first 100 lines"
     intro = text.split("## Install", 1)[0]
     for reason in ("preemption-safe fleet", "Bit-exact resume", "laptop to a cluster"):

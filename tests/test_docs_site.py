@@ -30,6 +30,8 @@ from urllib.request import Request, urlopen
 import pytest
 import websocket  # websocket-client
 
+pytestmark = pytest.mark.browser  # headless Chromium (make browser)
+
 REPO = Path(__file__).resolve().parents[1]
 MKDOCS = REPO / ".venv" / "bin" / "mkdocs"
 BROWSER = os.environ.get("CHROMIUM", "chromium")

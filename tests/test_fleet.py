@@ -63,11 +63,13 @@ def run_fleet(tmp_path: Path, actors: int, *extra: str) -> tuple[dict, str]:
     return summary, logs
 
 
+@pytest.mark.system
 def test_fleet_of_64_simulated_actors_against_ppo(tmp_path: Path):
     summary, _ = run_fleet(tmp_path, ACTORS)
     assert json.loads((tmp_path / "fleet.json").read_text())["ppo"]["points"][0]["actors"] == ACTORS
 
 
+@pytest.mark.slow  # a fleet run over emulated links: the 64-actor run above checks the same path on loopback
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces are made as root (the box and CI are)")
 def test_fleet_of_16_simulated_actors_over_the_datacenter_network(tmp_path: Path):
     """The fleet in a namespace of its own, over TCP through a shaped veth pair to the services; afterwards the

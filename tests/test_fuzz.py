@@ -139,6 +139,7 @@ def is_oversized(frames: list[bytes]) -> bool:
     return any(len(f) > MAX_BYTES for f in frames)
 
 
+@pytest.mark.system
 def test_fuzz_replay_and_ps_keep_serving(roles, ctx, tmp_path):
     limits_env = {"SURREAL_CONFIG": str(tmp_path / "fuzz.yaml")}
     from surreal.config import load_config, save_config

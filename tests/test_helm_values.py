@@ -18,9 +18,12 @@ import yaml
 from surreal.cli import main
 from surreal.config import ConfigError, load_config, read_config
 from surreal.launch.helm_values import write_values
+from surreal.launch.preflight import checked
 from surreal.launch.resume import changed_keys
 from surreal.launch.runfolder import create_run_folder
 from test_chart import CHART, VALUES_DIR, by_kind, env_of, experiment_of, find, helm
+
+pytestmark = pytest.mark.infra  # needs helm, under .tools/
 
 BASE = VALUES_DIR / "ddpg.yaml"
 
@@ -103,7 +106,8 @@ def test_a_run_folders_experiment_becomes_chart_values_in_one_command(tmp_path):
     renders as that very experiment: read back from the ConfigMap, only its name differs (the release's)."""
     laptop = ["algo=sac", "env=Pendulum-v1", "seed=7", "actors=3", "topology.replay_shards=2", "steps=100000"]
     laptop += ["algo.actor_lr=0.001", "learner.eval_interval=5000", "env.kwargs.max_episode_steps=150"]
-    run_dir, cfg, lock = create_run_folder(load_config([*laptop, "name=Laptop_SAC.1"]), laptop, tmp_path / "runs")
+    resolved, _ = checked(load_config([*laptop, "name=Laptop_SAC.1"]))  # as `surreal run` writes config.yaml
+    run_dir, cfg, lock = create_run_folder(resolved, laptop, tmp_path / "runs")
     lock.release()
     schema = json.loads((CHART / "values.schema.json").read_text())
     with pytest.raises(jsonschema.ValidationError):
@@ -151,3 +155,38 @@ def test_a_release_installed_again_under_its_name_resumes_its_run():
         ]
     )
     assert set(claims["pend-001"][0]).isdisjoint(claims["pend-000"][0])
+
+
+def test_an_off_policy_members_replay_is_laid_out_by_its_experiment_and_a_fifo_has_no_layout(tmp_path):
+    """The replay pods have neither the env nor torch: `surreal helm-values` resolves an off-policy member's layout
+    as `surreal run` does (its env built once) and the chart carries it to the shards in the experiment; the base's
+    own layout, for another env perhaps, never survives. An on-policy member's FIFO keeps chunks whole: none."""
+    from surreal.algos import get_algorithm
+    from surreal.config import algo_config, load_config
+    from surreal.envs import env_spaces
+    from surreal.proto.wire import fields_of
+
+    base = tmp_path / "base.yaml"
+    values = yaml.safe_load(BASE.read_text())
+    values["experiment"]["replay"]["layout"] = {"obs": {"dtype": "float32", "shape": [999]}}
+    base.write_text(yaml.safe_dump(values))
+    [(release, path, _)] = write_values(["env=Pendulum-v1"], tmp_path / "v", "pend", base)
+    experiment = experiment_of(template(release, path))
+    cfg = load_config(["algo=ddpg", "env=Pendulum-v1"])
+    assert fields_of(experiment["replay"]["layout"]) == get_algorithm("ddpg").chunk_fields(
+        *env_spaces(cfg), algo_config(cfg)
+    )
+    [(release, path, _)] = write_values(
+        ["algo=ppo", "env=Pendulum-v1", "replay.mode=fifo"], tmp_path / "p", "ppo", base
+    )
+    assert "layout" not in experiment_of(template(release, path)).get("replay", {})
+
+
+def test_a_base_whose_env_names_a_module_needs_import(tmp_path):
+    values = yaml.safe_load(BASE.read_text())
+    values["experiment"]["env"]["id"] = "pwnprobe:Pwn-v0"
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump(values))
+    with pytest.raises(ConfigError, match="--import pwnprobe"):
+        write_values(["seed=1"], tmp_path / "v", "s", base)
+    assert "pwnprobe" not in sys.modules and not (tmp_path / "v").exists()

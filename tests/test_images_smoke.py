@@ -14,6 +14,8 @@ import pytest
 import smoke  # images/smoke.py (pytest's pythonpath)
 from test_chart import HELM, helm
 
+pytestmark = pytest.mark.infra  # needs podman and helm
+
 ROLES = ["actor", "actor", "learner", "ps", "ps", "replay", "replay"]
 
 

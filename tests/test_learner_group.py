@@ -105,6 +105,7 @@ def test_off_policy_groups_validate(overrides):
 
 
 @pytest.mark.parametrize("algo", ["td3", "sac"])
+@pytest.mark.system
 def test_an_off_policy_group_whose_ranks_sample_their_own_minibatches_makes_the_single_learners_update(tmp_path, algo):
     """Two gloo ranks through the role's code (rank 0: `LearnerCore` and its replay-ratio feed ordering every update;
     rank 1: following as the regime's `SampleFollower`), each stepping on minibatches only it sampled: identical

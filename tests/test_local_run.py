@@ -122,6 +122,7 @@ def runs(tmp_path):
         (["run", "env=robosuite:Lfit"], "did you mean 'robosuite:Lift'"),
     ],
 )
+@pytest.mark.system
 def test_bad_config_fails_fast_with_a_clear_message(tmp_path, args, says):
     out = subprocess.run(
         [sys.executable, "-m", "surreal", *args], capture_output=True, text=True, timeout=60, cwd=tmp_path
@@ -142,6 +143,7 @@ def test_bad_config_fails_fast_with_a_clear_message(tmp_path, args, says):
         ("SURREAL_BIND_HOST", "no-such-host.invalid"),
     ],
 )
+@pytest.mark.system
 def test_a_bad_surreal_variable_is_one_line_naming_it(tmp_path, variable, value):
     env = {**os.environ, variable: value}
     out = subprocess.run(
@@ -151,12 +153,13 @@ def test_a_bad_surreal_variable_is_one_line_naming_it(tmp_path, variable, value)
     assert out.stderr.count("\n") == 1 and (variable in out.stderr or value in out.stderr), out.stderr
 
 
+@pytest.mark.system
 def test_deterministic_runs_write_identical_metrics(runs):
     overrides = ("env=InvertedPendulum-v5", "deterministic=true", "actors=1", "steps=6144", "seed=3")
-    first = runs("det-a", *overrides)
-    assert first.wait(180)["status"] == "completed"
-    second = runs("det-b", *overrides)
-    assert second.wait(180)["status"] == "completed"
+    # Both at once: a deterministic run's metrics cannot depend on what else the machine runs.
+    first, second = runs("det-a", *overrides), runs("det-b", *overrides)
+    assert first.wait(300)["status"] == "completed"
+    assert second.wait(300)["status"] == "completed"
     a = (first.run_dir / "metrics.jsonl").read_text()
     b = (second.run_dir / "metrics.jsonl").read_text()
     updates = [json.loads(line)["updates"] for line in a.splitlines()]
@@ -173,11 +176,11 @@ def test_deterministic_runs_write_identical_metrics(runs):
 
 
 @pytest.mark.slow
-def test_ppo_learns_inverted_pendulum_with_two_actors(runs):
+def test_ppo_learns_inverted_pendulum_with_two_actors(runs, claim):
     run = runs("pendulum", "env=InvertedPendulum-v5", "actors=2", "steps=200000", "seed=1")
     summary = run.wait(900)
     assert summary["status"] == "completed" and summary["env_steps"] >= 200_000
-    assert summary["eval_return_mean"] >= 900, summary
+    claim("eval_return_mean", summary["eval_return_mean"], at_least=900)
     for name in ("config.yaml", "reproduce.json", "metrics.jsonl", "eval.json", "logs/learner.log", "tensorboard"):
         assert (run.run_dir / name).exists(), name
     assert any((run.run_dir / "checkpoints").iterdir())
@@ -263,15 +266,20 @@ def test_run_survives_kill_9_of_actor_learner_and_replay(runs):
     run.assert_nothing_left()
 
 
+@pytest.mark.system
 def test_the_evaluator_scores_the_policy_while_training_and_goes_on_after_its_last_row_when_killed(runs):
     """learner.eval_interval adds an evaluator process: evals.jsonl grows while the run trains, one row per
     interval passed; SIGKILLed, the evaluator is started again and continues after its last row."""
-    interval = 2048
+    interval = 512  # one small PPO batch per evaluation: the rows come within seconds of each other
     run = runs(
         "evaluator",
         "env=InvertedPendulum-v5",
         "actors=1",
         "steps=5000000",
+        "algo.batch_size=512",
+        "algo.minibatch_size=128",
+        "algo.update_epochs=2",
+        "actor.chunk_steps=128",
         f"learner.eval_interval={interval}",
         "learner.eval_episodes=2",
     )
@@ -322,7 +330,7 @@ def assert_replay_ratio_held(rows: list[dict]) -> None:
 
 
 @pytest.mark.slow
-def test_ddpg_learns_pendulum_within_30k_steps_through_a_learner_kill(runs):
+def test_ddpg_learns_pendulum_within_30k_steps_through_a_learner_kill(runs, claim):
     """Off-policy end to end: two actors, prioritized replay, the replay ratio held, and a learner killed
     mid-run resuming from its checkpoint against the replay that kept running."""
     run = runs(
@@ -338,14 +346,14 @@ def test_ddpg_learns_pendulum_within_30k_steps_through_a_learner_kill(runs):
     summary = run.wait(600)
     assert summary["status"] == "completed" and summary["restarts"]["learner"] >= 1, summary
     assert 30_000 <= summary["env_steps"] < 31_000
-    assert summary["eval_return_mean"] >= -250, summary
+    claim("eval_return_mean", summary["eval_return_mean"], at_least=-250)
     assert_replay_ratio_held(read_metrics(run.run_dir / "metrics.jsonl"))
     assert "resumed at update" in (run.run_dir / "logs" / "learner.log").read_text()
     run.assert_nothing_left()
 
 
 @pytest.mark.slow
-def test_ddpg_goes_on_after_its_replay_shard_is_killed_with_what_its_last_snapshot_held(runs):
+def test_ddpg_goes_on_after_its_replay_shard_is_killed_with_what_its_last_snapshot_held(runs, claim):
     """A replay shard SIGKILLed mid-run comes back with every transition of its last snapshot, the learner
     updates again, and the replay ratio still holds: the restored shard's env-step count starts afresh, so
     the learner counts nothing twice."""
@@ -360,7 +368,8 @@ def test_ddpg_goes_on_after_its_replay_shard_is_killed_with_what_its_last_snapsh
     wait_until(lambda: run.updates() > updates_then, 120)
     summary = run.wait(600)
     assert summary["status"] == "completed" and 30_000 <= summary["env_steps"] < 31_000, summary
-    assert summary["restarts"]["replay-0"] >= 1 and summary["eval_return_mean"] >= -250, summary
+    assert summary["restarts"]["replay-0"] >= 1, summary
+    claim("eval_return_mean", summary["eval_return_mean"], at_least=-250)
     assert_replay_ratio_held(read_metrics(run.run_dir / "metrics.jsonl"))
     assert list((run.run_dir / "replay").rglob("*.snap")), "a completed run keeps its snapshots (for --resume)"
     run.assert_nothing_left()
@@ -430,7 +439,7 @@ def assert_no_counter_goes_backwards(rows: list[dict]) -> None:
 
 
 @pytest.mark.slow
-def test_ddpg_goes_on_after_its_learner_replay_and_ps_are_killed_at_once(runs):
+def test_ddpg_goes_on_after_its_learner_replay_and_ps_are_killed_at_once(runs, claim):
     """A whole node lost: the learner, the replay shard and the ps SIGKILLed together mid-run. The learner
     resumes from its checkpoint, the shard from its snapshot, the ps empty (the resumed learner publishes);
     no counter goes backwards and the learner-kill test's bar still holds within the same 30k steps."""
@@ -451,7 +460,7 @@ def test_ddpg_goes_on_after_its_learner_replay_and_ps_are_killed_at_once(runs):
     summary = run.wait(600)
     assert summary["status"] == "completed" and 30_000 <= summary["env_steps"] < 31_000, summary
     assert all(summary["restarts"][name] >= 1 for name in ("learner", "replay-0", "ps-0")), summary
-    assert summary["eval_return_mean"] >= -250, summary
+    claim("eval_return_mean", summary["eval_return_mean"], at_least=-250)
     rows = read_metrics(run.run_dir / "metrics.jsonl")
     assert_no_counter_goes_backwards(rows)
     assert_replay_ratio_held(rows)
@@ -460,7 +469,7 @@ def test_ddpg_goes_on_after_its_learner_replay_and_ps_are_killed_at_once(runs):
 
 
 @pytest.mark.slow
-def test_es_learns_inverted_pendulum(runs):
+def test_es_learns_inverted_pendulum(runs, claim):
     """Lock-step ES through the multi-process path. No actor is lost here, so none may overdraw: an overdraft
     (which a busy box's pauses can set off, and the chaos tests are about) sends chunks that go stale."""
     run = runs(
@@ -475,7 +484,8 @@ def test_es_learns_inverted_pendulum(runs):
         "actor.overdraft_after_s=0",
     )
     summary = run.wait(1200)
-    assert summary["status"] == "completed" and summary["eval_return_mean"] >= 900, summary
+    assert summary["status"] == "completed", summary
+    claim("eval_return_mean", summary["eval_return_mean"], at_least=900)
     rows = read_metrics(run.run_dir / "metrics.jsonl")
     assert all(r["pairs"] == 32 for r in rows), "every generation is one whole population"
     assert rows[-1]["stale_dropped"] == 0, "lock-step actors compute nothing for an old theta"

@@ -255,3 +255,42 @@ def test_writes_are_atomic_and_the_format_is_bounded(tmp_path):
 def test_import_surreal_loads_no_torch():
     code = "import sys, surreal; surreal.load_policy; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_a_learner_keeps_its_last_finite_policy_and_the_evaluator_its_best(tmp_path, caplog):
+    """Parameters holding NaN are never written as a policy: the learner's `save_policy` says so in its log and the
+    last finite artifact stays, and the evaluator does not promote them to `best` whatever their score."""
+    import logging
+    from types import SimpleNamespace
+
+    from surreal.policy.artifact import BEST_DIR, POLICY_DIR
+    from surreal.proto.wire import BlobMeta, Params
+    from surreal.roles.evaluator import BestPolicy, EvalRow
+    from surreal.roles.learner import LearnerCore
+
+    cfg = load_config(OVERRIDES)
+    learner = get_algorithm("ppo").make_learner(*spaces(cfg), algo_config(cfg), torch.device("cpu"))
+    finite = learner.params()
+    poisoned = {**finite, "policy": {k: np.full_like(v, np.nan) for k, v in finite["policy"].items()}}
+    core = SimpleNamespace(
+        counters=SimpleNamespace(version=1, env_steps=64, updates=1),
+        policy_recorder=PolicyRecorder(cfg, *spaces(cfg), "abc123"),
+        run_dir=tmp_path,
+        algo_learner=SimpleNamespace(params=lambda: finite),
+        log=logging.getLogger("test.learner"),
+    )
+    path = LearnerCore.save_policy(core)
+    assert path == tmp_path / POLICY_DIR / FILE_NAME
+    kept = path.read_bytes()
+    core.algo_learner.params, core.counters.updates = (lambda: poisoned), 2
+    with caplog.at_level(logging.WARNING, "test.learner"):
+        assert LearnerCore.save_policy(core) is None
+    assert path.read_bytes() == kept and "kept as it was" in caplog.text and "NaN" in caplog.text
+    assert sorted(p.name for p in path.parent.iterdir()) == [FILE_NAME], "nothing half-written beside it"
+
+    best = BestPolicy(cfg, *spaces(cfg), tmp_path)
+    row = EvalRow(640, 3, 0.0, 1.0, -100.0, 1.0, 10, None)
+    assert not best.offer(Params(BlobMeta(3, "a", env_steps=640), poisoned), row)
+    assert not (tmp_path / POLICY_DIR / BEST_DIR / FILE_NAME).exists() and best.score == float("-inf")
+    assert best.offer(Params(BlobMeta(3, "a", env_steps=640), finite), row)
+    assert read_policy_file(tmp_path / POLICY_DIR / BEST_DIR / FILE_NAME)[0]["evaluation"]["return_mean"] == -100.0

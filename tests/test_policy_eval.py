@@ -13,6 +13,7 @@ import pytest
 
 from surreal.cli import main
 from surreal.config import load_config
+from surreal.errors import install_extra
 from surreal.launch.serial import run_serial
 
 RUN = ["device=cpu", "algo=ppo", "env=InvertedPendulum-v5", "actors=1", "actor.chunk_steps=64", "algo.batch_size=128"]
@@ -62,6 +63,7 @@ def test_defaults_replay_the_runs_final_evaluation(run, tmp_path, capsys):
     assert json.loads((run_dir / "eval.json").read_text()) == result
 
 
+@pytest.mark.system
 def test_video_writes_mp4s_whose_frames_ffprobe_reads_and_that_differ(run, tmp_path):
     run_dir, _ = run
     videos = tmp_path / "videos"
@@ -130,9 +132,9 @@ def test_what_a_recording_lacks_is_one_line_before_anything_is_written(pendulum,
     videos = tmp_path / "videos"
     monkeypatch.setitem(sys.modules, "pygame", None)  # as where it is not installed
     err = one_line_exit_2(capsys, str(pendulum), "--video", str(videos))
-    assert "Pendulum-v1 draws its frames with pygame, not installed: pip install 'surreal-rl[video]'" in err
+    assert f"Pendulum-v1 draws its frames with pygame, not installed: {install_extra('video')}" in err
     monkeypatch.setitem(sys.modules, "moviepy", None)
-    assert "writing MP4s needs moviepy: pip install 'surreal-rl[video]'" in one_line_exit_2(
+    assert f"writing MP4s needs moviepy: {install_extra('video')}" in one_line_exit_2(
         capsys, str(pendulum), "--video", str(videos)
     )
     assert not videos.exists() and not (pendulum / "policy" / "eval.json").exists()

@@ -17,6 +17,8 @@ import yaml
 
 from test_chart import find, render
 
+pytestmark = pytest.mark.infra  # needs terraform and helm
+
 REPO = Path(__file__).resolve().parents[1]
 CONTRACT = REPO / "infra" / "terraform" / "modules" / "contract"
 CHART_VALUES = REPO / "infra" / "helm" / "surreal-chart" / "values.yaml"

@@ -426,7 +426,7 @@ def test_compiled_update_matches_the_eager_one(setup, env_id):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5, msg=name)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.gpu
 @pytest.mark.parametrize("env_id", [ENV_ID, "CartPole-v1"])
 def test_cuda_graph_update_matches_the_eager_one(setup, env_id):
     """On CUDA, compile=True replays each minibatch step as a captured graph; same numbers as eager."""

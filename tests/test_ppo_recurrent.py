@@ -253,7 +253,7 @@ def test_the_sequence_update_matches_a_plain_loop_over_whole_sequences(cell, swi
     assert stats["value_loss"] == pytest.approx(v_loss.item(), abs=1e-5)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (bench/gpu.sh part1 runs it)")
+@pytest.mark.gpu
 def test_the_sequence_update_on_cuda_matches_the_cpu_one():
     """Batch preparation and the sequence update on the GPU: every tensor where it must be, the same numbers."""
     cfg = config("lstm")

@@ -4,6 +4,7 @@ force, and the replay package staying torch-free."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -367,3 +368,81 @@ def test_a_shard_is_built_from_the_whole_replay_config():
     prioritized = ReplayShard.of(ReplayConfig(mode="prioritized", alpha=0.7, beta=0.5, priority_eps=0.01), seed=0)
     sampler = prioritized.replay.sampler
     assert isinstance(sampler, PrioritizedSampler) and (sampler.alpha, sampler.beta, sampler.eps) == (0.7, 0.5, 0.01)
+
+
+# -- a layout declared by the experiment -------------------------------------------------------------------------
+
+
+def declared() -> dict:
+    """One transition as `chunk` makes them: the experiment's declared layout (`replay.layout`)."""
+    from surreal.proto.wire import Field
+
+    return {"obs": Field(np.dtype(np.float32), (3,)), "rewards": Field(np.dtype(np.float32))}
+
+
+@pytest.mark.parametrize("mode", ["uniform", "prioritized"])
+def test_a_declared_layout_lays_a_shard_out_at_start_and_its_first_chunk_is_checked_like_any(mode):
+    """Laid out by the experiment, a transition replay knows its reply's size before any chunk, refuses a first
+    chunk of other fields (it would have laid the storage out for every later one), and takes the honest ones."""
+    replay = make_replay(mode, 100, layout=declared())
+    assert set(replay.storage.data) == {"obs", "rewards"} and replay.storage.data["obs"].shape == (100, 3)
+    assert replay.max_batch() == (Limits().max_bytes - REPLY_HEADER_RESERVE) // (16 + 12 + 4 + 4 * (mode != "uniform"))
+    hostile = [
+        {**chunk(1.0), "obs": np.ones((4, 2, 4), np.float32)},  # one more observation dimension
+        {**chunk(1.0), "extra": np.ones((4, 2), np.float32)},  # one more field
+        {"obs": chunk(1.0)["obs"]},  # one fewer
+        {**chunk(1.0), "rewards": np.ones((4, 2), np.float64)},  # another dtype
+    ]
+    for arrays in hostile:
+        with pytest.raises(ValueError):
+            replay.add_chunk(arrays, {}, 8)
+    assert replay.storage.size == 0 and replay.stats()["added"] == 0
+    replay.add_chunk(chunk(2.0), {}, 8)
+    assert replay.storage.size == 8 and np.all(replay.sample(4)["obs"] == 2.0)
+
+
+def test_a_declared_layout_that_the_capacity_cannot_hold_or_a_reply_carry_is_refused_at_start():
+    with pytest.raises(ValueError, match="exceed 1000 bytes"):
+        make_replay("uniform", 100, capacity_bytes=1000, layout=declared())
+    from surreal.proto.wire import Field
+
+    wide = {f"f{i}": Field(np.dtype(np.float32)) for i in range(10)}
+    with pytest.raises(ValueError, match="exceeds 8 frames"):
+        make_replay("uniform", 100, reply=Limits(max_frames=8), layout=wide)
+
+
+def test_a_layout_travels_as_plain_data_and_anything_else_is_refused():
+    from surreal.proto.wire import Field, fields_of, layout_of
+
+    fields = {"obs": Field(np.dtype(np.float32), (3, 2)), "a/b": Field(np.dtype(np.int64), (), 0, 5)}
+    assert fields_of(layout_of(fields)) == fields
+    assert fields_of(json.loads(json.dumps(layout_of(fields)))) == fields
+    for bad in (
+        {},
+        {"obs": {"dtype": "object", "shape": []}},
+        {"obs": {"dtype": ">f4", "shape": []}},
+        {"obs": {"dtype": "float32", "shape": [-1]}},
+        {"obs": {"dtype": "float32", "shape": [1 << 20, 1 << 20]}},
+        {"obs": {"dtype": "float32", "code": "import os"}},
+        {"a//b": {"dtype": "float32"}},
+        {"obs": {"dtype": "float32", "low": 0.5}},
+    ):
+        with pytest.raises(ValueError):
+            fields_of(bad)
+
+
+def test_a_shard_is_laid_out_from_its_config_without_torch_or_gymnasium(tmp_path):
+    """The replay role reads the layout the launcher resolved from its config: no env, no algorithm, no torch."""
+    from surreal.config import load_config, save_config
+    from surreal.launch.preflight import checked
+
+    save_config(checked(load_config(["algo=ddpg", "env=Pendulum-v1"]))[0], tmp_path / "config.yaml")
+    code = (
+        "import sys\n"
+        "from surreal.config import read_config\n"
+        "from surreal.replay.shard import ReplayShard\n"
+        f"shard = ReplayShard.of(read_config({str(tmp_path / 'config.yaml')!r}).replay, 0)\n"
+        "assert shard.replay.storage.data['obs'].shape == (100_000, 3), shard.replay.storage.data.keys()\n"
+        "assert 'torch' not in sys.modules and 'gymnasium' not in sys.modules, 'the replay image has neither'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

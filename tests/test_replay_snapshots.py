@@ -381,3 +381,37 @@ def test_a_snapshot_ingest_outran_is_abandoned_and_retried_with_a_larger_guard(t
     finally:
         written.set()
         snapshots.close()
+
+
+def test_a_snapshot_restores_into_the_declared_layout_and_one_of_other_fields_is_set_aside(tmp_path, caplog):
+    """A shard laid out by the experiment restores a snapshot of its own layout; one of other fields (a shard that a
+    hostile first chunk laid out, before layouts were declared) does not fit, is set aside, and the shard starts
+    empty in its declared layout."""
+    from surreal.proto.wire import Field
+
+    layout = {
+        "obs": Field(np.dtype(np.float32), (3,)),
+        "extra/done": Field(np.dtype(bool)),
+        "count": Field(np.dtype(np.int64)),
+    }
+    ours = make_replay("uniform", 64, layout=layout)
+    ours.add_chunk(chunk(1.0), {}, 8)
+    store = SnapshotStore(tmp_path / "ours", IDENTITY)
+    captured = capture(ours)
+    assert captured is not None
+    store.save(captured)
+    fresh = make_replay("uniform", 64, layout=layout)
+    assert store.restore(lambda state: restore(fresh, state), logging.getLogger("test")) is not None
+    assert fresh.storage.size == 8 and fresh.storage.layout == layout
+
+    theirs = make_replay("uniform", 64)  # laid out by a first chunk of another observation size
+    theirs.add_chunk({**chunk(1.0), "obs": np.zeros((4, 2, 5), np.float32)}, {}, 8)
+    other = SnapshotStore(tmp_path / "theirs", IDENTITY)
+    captured = capture(theirs)
+    assert captured is not None
+    other.save(captured)
+    declared = make_replay("uniform", 64, layout=layout)
+    with caplog.at_level(logging.WARNING):
+        assert other.restore(lambda state: restore(declared, state), logging.getLogger("test")) is None
+    assert "set aside" in caplog.text and declared.storage.size == 0
+    assert declared.storage.data["obs"].shape == (64, 3)

@@ -109,6 +109,7 @@ SERIAL_SIZES = {
 
 
 @pytest.mark.parametrize("algo", sorted(SERIAL_SIZES))
+@pytest.mark.system
 def test_serial_mode_trains_on_lift_and_reports_success_rates(tmp_path, algo):
     """The same cores as the processes, in one process: one short run per family (FIFO chunks, sampled replay).
     robosuite's physics is not saved with the world, so its checkpoints hold the learner only and a serial

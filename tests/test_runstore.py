@@ -366,3 +366,32 @@ def test_pushes_and_bytes_are_on_the_roles_metrics(tmp_path, s3_bucket):
     assert value(bad, "run_mirror_pushes_total", result="failed") == 1
     uploaded = sum((local / name).stat().st_size for name in LEARNERS_FILES)
     assert value(good, "run_mirror_uploaded_bytes_total") == uploaded
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (b'{"format": ' + b"[" * 200_000 + b"]" * 200_000 + b"}", "nested deeper than"),
+        (b" " * ((16 << 20) + 1), "byte limit"),
+        (
+            json.dumps(
+                {
+                    "format": "surreal-run-manifest",
+                    "version": 1,
+                    "files": {"../../outside.txt": {"size": 1, "sha256": "0" * 64}},
+                }
+            ).encode(),
+            "a path outside the run folder",
+        ),
+    ],
+    ids=["nested 200,000 deep", "over 16 MiB", "a path out of the run folder"],
+)
+def test_a_hostile_manifest_is_one_line_and_pulls_nothing(tmp_path, s3_bucket, body, expected):
+    """A manifest is read from a bucket anyone with access may have written: bounded before it is parsed, and a
+    file it lists must stay inside the run folder it is pulled into."""
+    uri = f"{s3_bucket}/hostile"
+    s3().pipe_file(f"{uri.removeprefix('s3://')}/{MANIFEST_DIR}/learner.json", body)
+    with pytest.raises(StorageError, match=expected) as refused:
+        RemoteRun(uri).pull(tmp_path / "run")
+    assert "\n" not in str(refused.value)
+    assert not (tmp_path / "outside.txt").exists() and not list(tmp_path.rglob("*.pull"))

@@ -361,7 +361,7 @@ def test_compiled_crossq_update_stays_compiled(pendulum):
     assert int(compiled.critics.norms[0].steps) == 3 and int(compiled.actor.net.norms[0].steps) == 1
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.gpu
 def test_cuda_graph_update_matches_the_eager_one(pendulum):
     """On CUDA, compile=True replays the critic-only and the actor step each as a captured graph."""
     cfg = algo_config(load_config(["algo=sac", *SMALL, "algo.critic_norm=layer", "algo.policy_delay=2"]))
@@ -381,7 +381,7 @@ BUDGET = 12_000  # env steps: SAC reaches Pendulum's -200s in about 5-10k (SB3's
 
 
 @pytest.mark.slow
-def test_serial_sac_learns_pendulum(tmp_path):
+def test_serial_sac_learns_pendulum(tmp_path, claim):
     torch.set_num_threads(1)
     cfg = load_config(
         [
@@ -399,4 +399,4 @@ def test_serial_sac_learns_pendulum(tmp_path):
     result = run_serial(cfg, tmp_path)
     print(f"serial SAC Pendulum-v1: {result} in {time.perf_counter() - started:.0f} s")
     assert result["env_steps"] >= BUDGET
-    assert result["eval_return_mean"] >= -250, result
+    claim("eval_return_mean", result["eval_return_mean"], at_least=-250)

@@ -103,6 +103,7 @@ def metric_value(text: str, name: str) -> float:
     return total
 
 
+@pytest.mark.system
 def test_role_help_starts_nothing_and_replay_ps_never_import_torch():
     for role in ("replay", "ps", "learner", "actor"):
         out = subprocess.run(
@@ -116,6 +117,7 @@ def test_role_help_starts_nothing_and_replay_ps_never_import_torch():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
+@pytest.mark.system
 def test_fifo_through_two_shards_round_robin_each_chunk_once(roles, ctx):
     shards = [loopback_settings(index=i) for i in range(2)]
     procs = [roles.start("replay", s, "--mode", "fifo", "--capacity", "10000") for s in shards]
@@ -165,6 +167,7 @@ def test_fifo_through_two_shards_round_robin_each_chunk_once(roles, ctx):
     sampler.close()
 
 
+@pytest.mark.system
 def test_prioritized_updates_are_routed_to_the_owning_shard(roles, ctx):
     shards = [loopback_settings(index=i) for i in range(2)]
     for s in shards:
@@ -209,6 +212,7 @@ def test_prioritized_updates_are_routed_to_the_owning_shard(roles, ctx):
     sampler.close()
 
 
+@pytest.mark.system
 def test_transition_replies_count_env_steps_and_hand_over_finished_episodes_once(roles, ctx, tmp_path):
     """Off-policy learners see no chunks: a reply carries the shard's env-step count (the actor's, which
     differs from the transitions stored when actors send n-step transitions) and the episodes since."""
@@ -266,6 +270,7 @@ def test_ps_late_join_not_modified_and_new_incarnation(roles, ctx):
     publisher.close()
 
 
+@pytest.mark.system
 def test_actor_side_survives_a_replay_restart(roles, ctx):
     settings = loopback_settings()
     replay = roles.start("replay", settings, "--mode", "fifo")
@@ -321,6 +326,7 @@ def restarted_shard_holds(roles, ctx, settings, mode: str) -> tuple[int, set[flo
     return int(size), set(np.unique(got.transitions["obs"]).tolist())
 
 
+@pytest.mark.system
 def test_a_replay_shard_given_sigterm_writes_everything_and_restarts_with_it(roles, ctx, tmp_path):
     settings = snapshot_settings(tmp_path, 3600.0)  # no periodic snapshot: all of it must come from SIGTERM's
     replay = roles.start("replay", settings, "--mode", "prioritized", "--capacity", "1000")
@@ -332,6 +338,7 @@ def test_a_replay_shard_given_sigterm_writes_everything_and_restarts_with_it(rol
     assert "restored 320 transitions" in (tmp_path / "replay-0-1.log").read_text()
 
 
+@pytest.mark.system
 def test_a_killed_replay_shard_comes_back_with_its_last_periodic_snapshot(roles, ctx, tmp_path):
     settings = snapshot_settings(tmp_path, 0.2)
     replay = roles.start("replay", settings, "--mode", "uniform", "--capacity", "1000")
@@ -344,6 +351,7 @@ def test_a_killed_replay_shard_comes_back_with_its_last_periodic_snapshot(roles,
     assert held == 320
 
 
+@pytest.mark.system
 def test_a_fifo_shard_keeps_its_chunks_across_sigterm_and_serves_them_once(roles, ctx, tmp_path):
     settings = loopback_settings(run_dir=tmp_path / "run")  # PPO's defaults: a FIFO, snapshots on SIGTERM
     replay = roles.start("replay", settings, "--mode", "fifo")
@@ -363,6 +371,7 @@ def test_a_fifo_shard_keeps_its_chunks_across_sigterm_and_serves_them_once(roles
     assert served_metric(settings.metrics_port, "surreal_replay_size") == 0
 
 
+@pytest.mark.system
 def test_ps_holds_a_request_for_a_newer_blob_then_answers_not_modified(roles, ctx):
     """A held request (`hold_s`, what a waiting actor sends) is answered by the next blob, or by "not modified"
     when its hold ends; a malformed hold is refused and counted."""

@@ -26,6 +26,7 @@ SLOW = {"ppo-1024-churn"}  # 10 simulated minutes of 1,024 actors: tens of secon
 @pytest.mark.parametrize(
     "name", [pytest.param(name, marks=pytest.mark.slow) if name in SLOW else name for name in SCENARIOS]
 )
+@pytest.mark.system
 def test_every_invariant_holds_in_the_scenario(name):
     report = run(SCENARIOS[name], seed=1)
     details = "\n".join(f"  {rule}: {line}" for rule, lines in report.violations.items() for line in lines)
@@ -40,6 +41,7 @@ def test_the_suite_holds_at_least_twenty_scenarios_including_a_thousand_actors_f
 
 
 @pytest.mark.parametrize("name", ["ppo-ps-killed", "ddpg-learner-paused"])
+@pytest.mark.system
 def test_a_seed_replays_exactly_and_another_seed_runs_differently(name):
     scenario = SCENARIOS[name]
     first, again, other = run(scenario, seed=5), run(scenario, seed=5), run(scenario, seed=6)
@@ -48,6 +50,7 @@ def test_a_seed_replays_exactly_and_another_seed_runs_differently(name):
     assert other.fingerprint != first.fingerprint
 
 
+@pytest.mark.system
 def test_a_failing_seed_replays_its_failure_exactly(monkeypatch):
     monkeypatch.setattr(versions.StalenessBound, "split", lambda self, chunks, version: (chunks, 0))
     scenario = SCENARIOS["ppo-ps-partitioned"]
@@ -59,18 +62,21 @@ def test_a_failing_seed_replays_its_failure_exactly(monkeypatch):
 # -- the invariants have teeth ----------------------------------------------------------------------------------
 
 
+@pytest.mark.system
 def test_a_learner_that_keeps_stale_chunks_breaks_the_staleness_invariant(monkeypatch):
     monkeypatch.setattr(versions.StalenessBound, "split", lambda self, chunks, version: (chunks, 0))
     report = run(SCENARIOS["ppo-learner-paused"], seed=1)
     assert "staleness" in report.violations, report.summary()
 
 
+@pytest.mark.system
 def test_a_fleet_that_ignores_the_live_count_breaks_the_live_actor_invariant(monkeypatch):
     monkeypatch.setattr(versions.ChunkFeed, "live_actors", lambda self: self.actors)
     report = run(SCENARIOS["ppo-fleet-grows-and-shrinks"], seed=1)
     assert "live_actors" in report.violations, report.summary()
 
 
+@pytest.mark.system
 def test_a_ps_that_ignores_wake_versions_breaks_the_fan_out_invariant(monkeypatch):
     monkeypatch.setattr(PsCore, "_answers", lambda self, request, quiet: True)  # every parked actor, every version
     report = run(SCENARIOS["ppo-256-fractional"], seed=1)
@@ -81,6 +87,46 @@ def test_a_fleet_that_ignores_its_env_step_budget_breaks_the_replay_ratio_invari
     monkeypatch.setattr(replay_ratio.EnvStepAllowance, "on_sent", lambda self, env_steps: None)
     report = run(SCENARIOS["ddpg-16-steady"], seed=1)
     assert "replay_ratio" in report.violations, report.summary()
+
+
+def test_parking_by_caps_alone_breaks_the_parking_invariant(monkeypatch):
+    """The rule before fair parking: a place only while one is free. Four hostile peers at their cap fill the
+    shard's parking, and the learner is refused."""
+    from surreal.roles.parking import FairParking
+
+    def caps_only(self, peer):
+        return self.counts.get(peer, 0) < self.per_peer and self.total < self.capacity, None
+
+    monkeypatch.setattr(FairParking, "admit", caps_only)
+    report = run(dataclasses.replace(SCENARIOS["ddpg-hostile-parkers"], deadline_s=30.0), seed=1)
+    assert "parking" in report.violations, report.summary()
+
+
+def test_four_peers_parking_at_their_cap_leave_the_learner_its_rate():
+    """`ddpg-hostile-parkers` against itself without the parkers, on the same seed: the learner takes as many
+    replies of data per virtual second (within 80 %), and no shard refuses it a place, while the parkers were
+    there and were themselves turned away."""
+    scenario = SCENARIOS["ddpg-hostile-parkers"]
+    with_them, without = run(scenario, seed=1), run(dataclasses.replace(scenario, hostile=()), seed=1)
+    assert with_them.ok and without.ok, (with_them.summary(), without.summary())
+
+    def rate(report) -> float:
+        return report.stats["learner_replies"] / report.stats["done_at"]
+
+    assert rate(with_them) >= 0.8 * rate(without), (with_them.stats, without.stats)
+    assert "too_many_pending" not in with_them.stats["learner_refused_by_shards"]
+    assert with_them.stats["parkers_refused"] > 0 and without.stats["parkers_refused"] == 0
+
+
+def test_a_hostile_first_chunk_starves_a_shard_it_lays_out(monkeypatch):
+    """Without the experiment's layout (a config no launcher prepared), the hostile actor's first chunk lays each
+    transition shard out and every honest chunk after it is refused: the run never gets anywhere. With it (every
+    scenario, as every launcher), `ddpg-hostile-peers` completes."""
+    import surreal.sim.scenarios as scenarios
+
+    monkeypatch.setattr(scenarios, "with_layout", lambda cfg, fields: cfg)
+    report = run(dataclasses.replace(SCENARIOS["ddpg-hostile-peers"], deadline_s=30.0), seed=1)
+    assert report.stats["env_steps"] == 0 and "completes" in report.violations, report.summary()
 
 
 def test_a_run_that_never_ends_breaks_the_completion_invariant():

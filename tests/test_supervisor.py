@@ -53,6 +53,7 @@ def gone(pid: int) -> bool:
         return True
 
 
+@pytest.mark.system
 def test_crash_is_restarted_with_doubling_backoff_then_given_up_with_the_log_tail_shown(tmp_path, capsys):
     starts = tmp_path / "starts"
     crash = script(
@@ -283,6 +284,7 @@ def fake_pids(run_dir: Path) -> list[int]:
     return [json.loads(p.read_text())["pid"] for p in run_dir.glob("fake-*.json")]
 
 
+@pytest.mark.system
 def test_run_experiment_starts_every_role_with_the_pod_contract_and_completes(fake_roles, monkeypatch):
     monkeypatch.setenv("FAKE_MODE", "complete")
     monkeypatch.setenv("FAKE_PROCESSES", str(2 + 2 + 1 + 3))
@@ -323,6 +325,7 @@ def test_run_experiment_stops_everything_on_sigint(fake_roles, monkeypatch, caps
     wait_until(lambda: all(gone(pid) for pid in fake_pids(run_dir)), 5)
 
 
+@pytest.mark.system
 def test_a_resumed_run_starts_its_learner_with_resume_in_the_same_folder(fake_roles, monkeypatch, capsys):
     """`surreal run --resume`: the learner's very first start is `--resume` (not only its restarts), the roles get
     the run folder's config with the new budget, and reproduce.json records the resume."""

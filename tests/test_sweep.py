@@ -73,13 +73,14 @@ def test_member_folders_are_named_by_index_and_swept_values():
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["seed=1,2", "algo.lrr=1e-3"], "sweep member 0 (seed=1): invalid override(s)"),
+        (["seed=1,2", "algo.lrr=1e-3"], "sweep member 0 (seed=1): algo.lrr=0.001: unknown config key 'algo.lrr'"),
         (["algo=ppo,ddpg", "algo.clip_coef=0.3"], "sweep member 1 (algo=ddpg)"),
         (["seed=1,2", "env=HalfCheeta-v5"], "did you mean 'HalfCheetah-v5'"),
         (["seed=1,2", "name=a,b"], "name= names the sweep's folder: it cannot be swept"),
         (["seed=1,2", "--jobs", "0"], "--jobs must be >= 1"),
     ],
 )
+@pytest.mark.system
 def test_a_sweep_with_a_member_that_cannot_run_is_refused_before_anything_starts(tmp_path, args, says):
     out = surreal(tmp_path, "run", "--multirun", *args)
     assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr, out.stderr
@@ -112,6 +113,7 @@ def make_sweep(
     return sweep.create_sweep_folder(name, members, overrides, 1), members
 
 
+@pytest.mark.system
 def test_the_summary_is_each_settings_mean_and_std_across_seeds_of_the_members_final_evals(tmp_path, monkeypatch):
     sweep_dir, members = make_sweep(
         tmp_path, ["seed=1,2,3", "algo.lr=3e-4,1e-3", "env=Pendulum-v1", "name=s"], monkeypatch

@@ -13,6 +13,8 @@ import pytest
 
 from conftest import checkov
 
+pytestmark = pytest.mark.infra  # needs terraform and checkov
+
 REPO = Path(__file__).resolve().parents[1]
 TF_ROOT = REPO / "infra" / "terraform"
 CONTRACT = TF_ROOT / "modules" / "contract"

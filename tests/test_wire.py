@@ -562,6 +562,7 @@ def ps_server():
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(blob_metas=st.lists(hostile_meta, min_size=1, max_size=3), request_meta=hostile_meta)
+@pytest.mark.system
 def test_a_live_ps_fed_hostile_blobs_and_requests_still_serves_the_learners_blob(ps_server, blob_metas, request_meta):
     publisher, ps, actor, turn = ps_server
     n = next(turn)

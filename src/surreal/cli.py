@@ -5,10 +5,12 @@
     surreal run --help                         ... and the algorithms, presets and env families there are
     surreal run --cfg job [overrides...]       print the composed config; start nothing
     surreal run --resume runs/<name> [steps=N] continue a stopped, crashed or killed run
+                                               (--import MODULE: its env's module, if config.yaml names one)
     surreal run --multirun seed=1,2,3 ...      a sweep: one run per combination, and its summary
     surreal run --serial [overrides...]        every role's core in this process, no sockets (deterministic)
     surreal sim [SCENARIO] [--seed N]          the whole system simulated on a virtual clock, invariants checked
     surreal config [PREFIX] [--algo NAME]      every config key with its type, default and doc
+    surreal config [PREFIX] KEY=VALUE ...      the values those overrides compose, each with where it came from
     surreal plot <run folder> [<run> ...]      learning curve PNG of a run, several overlaid, or a sweep's
                                                (a bucket's run folder too: s3://, gs://, az://)
     surreal eval <run|policy> [options]        roll a trained policy out (returns, --video MP4s, JSON)
@@ -86,6 +88,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--jobs", type=int, default=1, metavar="N", help="with --multirun: members run N at a time")
     run.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE first (your envs' module): with --resume, a run folder whose config.yaml names a "
+        "MODULE:Name env id is refused without it (an env= you type names its module itself); repeatable",
+    )
+    run.add_argument(
         "--serial",
         action="store_true",
         help="every role's core in this process on in-process ports, no sockets: deterministic for a seed "
@@ -128,6 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
     values.add_argument(
         "--name", help="release name prefix: releases are <name>-000, -001, ... (default: sweep; with --run, the run's)"
     )
+    values.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE first (your envs' module), for a --base file or --run whose env id names it; repeatable",
+    )
     from surreal.launch import policy_cli  # argparse only at import
 
     policy_cli.add_eval_arguments(commands.add_parser("eval", help="roll a trained policy out and score it"))
@@ -168,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         end_process(code)  # the role closed what it holds: its process ends without the interpreter's teardown
     if args.command == "run":
         if args.cfg == "job":
-            return print_job_config(args.overrides)
+            return print_job_config(args.overrides, sweep=args.multirun)
         if args.multirun:
             if args.serial:
                 parser.error("--serial runs one experiment: without --multirun")
@@ -177,17 +196,17 @@ def main(argv: list[str] | None = None) -> int:
             from surreal.launch.sweep import resume_sweep, run_sweep
 
             if args.resume:
-                return resume_sweep(args.resume, args.overrides, args.jobs)
+                return resume_sweep(args.resume, args.overrides, args.jobs, args.imports)
             return run_sweep(args.overrides, args.jobs)
         if args.jobs != 1:
             parser.error("--jobs needs --multirun")
         if args.serial:
             from surreal.launch.local import run_serial_experiment
 
-            return run_serial_experiment(args.overrides, args.resume)
+            return run_serial_experiment(args.overrides, args.resume, args.imports)
         from surreal.launch.local import run_experiment
 
-        return run_experiment(args.overrides, live=not args.no_progress, resume=args.resume)
+        return run_experiment(args.overrides, live=not args.no_progress, resume=args.resume, imports=args.imports)
     if args.command == "config":
         return config_main(args)
     if args.command == "sim":
@@ -215,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "helm-values":
         from surreal.launch.helm_values import main as helm_values_main
 
-        return helm_values_main(args.overrides, args.out, args.name, args.base, args.run)
+        return helm_values_main(args.overrides, args.out, args.name, args.base, args.imports, args.run)
     if args.command == "probe":
         from surreal.launch.probe import main as probe_main
 
@@ -268,17 +287,24 @@ def add_run_discovery(run: argparse.ArgumentParser) -> None:
     )
 
 
-def print_job_config(overrides: list[str]) -> int:
-    """`surreal run --cfg job ...`: the composed, validated config as YAML on stdout; nothing starts."""
+def print_job_config(overrides: list[str], sweep: bool = False) -> int:
+    """`surreal run --cfg job ...`: the composed, validated config as YAML on stdout; nothing starts. With
+    `--multirun` (`sweep`), each member's, as YAML documents headed by the member's overrides."""
     from surreal.config import load_config
     from surreal.config.loading import config_yaml
 
     try:
-        cfg = load_config(overrides)
+        if not sweep:
+            print(config_yaml(load_config(overrides)), end="")
+            return 0
+        from surreal.launch.sweep import expand
+
+        members, _ = expand(overrides)
+        texts = [f"--- # {' '.join(member)}\n{config_yaml(load_config(member))}" for member in members]
     except ConfigError as exc:
         print(f"surreal: {exc}", file=sys.stderr)
         return 2
-    print(config_yaml(cfg), end="")
+    print("".join(texts), end="")
     return 0
 
 
@@ -287,26 +313,52 @@ def add_config_command(commands: Any) -> None:
         "config",
         help="list every config key with its type, default and doc",
         description="Every key `surreal run` takes, with its type, default and doc, from the typed config "
-        "(surreal/config/schema.py). Set one with KEY=VALUE on `surreal run`.",
+        "(surreal/config/schema.py). Set one with KEY=VALUE on `surreal run`. With KEY=VALUE overrides (`surreal "
+        "config env=Pendulum-v1 algo=sac`), the values they compose instead, each with where it came from: the user, "
+        "a preset, the task's defaults (conf/tasks.yaml) or the package.",
     )
-    config.add_argument("prefix", nargs="?", default="", help="only keys starting with this: learner, algo.lr, env")
+    config.add_argument(
+        "args",
+        nargs="*",
+        metavar="PREFIX|KEY=VALUE",
+        help="only keys starting with PREFIX (learner, algo.lr, env); KEY=VALUE overrides as `surreal run` takes them",
+    )
     config.add_argument("--algo", help="only this algorithm's algo.* keys (default: every algorithm's)")
 
 
 def config_main(args: argparse.Namespace) -> int:
     import difflib
 
+    from surreal.config.loading import compose_config
     from surreal.config.schema import ALGORITHMS
-    from surreal.launch.catalog import config_listing, known_prefixes
+    from surreal.launch.catalog import composed_listing, config_listing, known_prefixes
 
+    overrides = [a for a in args.args if "=" in a or a.startswith("~")]
+    prefixes = [a for a in args.args if a not in overrides]
+    if len(prefixes) > 1:
+        print(
+            f"surreal config: one PREFIX at most (got {' '.join(prefixes)}); overrides are KEY=VALUE", file=sys.stderr
+        )
+        return 2
+    prefix = prefixes[0] if prefixes else ""
     if args.algo is not None and args.algo not in ALGORITHMS:
         print(f"surreal config: --algo {args.algo!r} is not one of {', '.join(ALGORITHMS)}", file=sys.stderr)
         return 2
-    text = config_listing(args.prefix, args.algo)
+    if overrides:
+        if args.algo is not None:
+            print("surreal config: with overrides, choose the algorithm as one: algo=NAME", file=sys.stderr)
+            return 2
+        try:
+            text = composed_listing(compose_config(overrides), prefix)
+        except ConfigError as exc:
+            print(f"surreal config: {exc}", file=sys.stderr)
+            return 2
+    else:
+        text = config_listing(prefix, args.algo)
     if not text:
-        near = difflib.get_close_matches(args.prefix, known_prefixes(), n=3, cutoff=0.6)
+        near = difflib.get_close_matches(prefix, known_prefixes(), n=3, cutoff=0.6)
         hint = f"; did you mean {' or '.join(near)}?" if near else ""
-        print(f"surreal config: no config key starts with {args.prefix!r}{hint}", file=sys.stderr)
+        print(f"surreal config: no config key starts with {prefix!r}{hint}", file=sys.stderr)
         return 2
     print(text)
     return 0

@@ -13,13 +13,21 @@ masked (`envs_masked.py`), registered with Gymnasium when this module is importe
 
 Ids starting `robosuite:` (`robosuite:Lift`) are robosuite tasks, built by the adapter in `envs_robosuite.py`
 and stepped through the same vector env; robosuite itself is imported only then.
+
+A `module:Name` id makes `gym.make` import `module` first, which runs its top-level code: that is how the user's own
+envs register, and it must stay the user's choice. An id read from a file (a policy artifact, a checkpoint's or a run
+folder's config.yaml, a sweep's plan) is admitted only when its module is already imported (`admit_env_id`); the user
+imports one by naming it (`--import MODULE` on the command line, `imports=[...]` in Python: `import_modules`), or by
+typing the id itself (`--env`, `env=` on `surreal run`). Everything downstream of that check (the roles a launcher
+starts) imports as `gym.make` does.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
@@ -87,6 +95,55 @@ def env_spaces(cfg: ExperimentConfig) -> tuple[gym.Space, gym.Space]:
         return probe.observation_space, probe.action_space
     finally:
         probe.close()
+
+
+class EnvImportRefused(ConfigError):
+    """A file names an env whose id would import a module the user did not name; one line saying how to allow it."""
+
+
+def env_module(env_id: str) -> str | None:
+    """The module `gym.make(env_id)` would import first: a `module:Name` id's (a robosuite task's adapter is this
+    package's own), else None."""
+    if envs_robosuite.is_robosuite_id(env_id):
+        return None
+    module, sep, _ = env_id.rpartition(":")
+    return module if sep else None
+
+
+def admit_env_id(env_id: str, where: str) -> None:
+    """EnvImportRefused unless making `env_id` imports nothing new: a registered id, or a `module:Name` whose module is
+    already imported (named by the user: `import_modules`). `where` names the file the id came from."""
+    module = env_module(env_id)
+    if module is not None and module not in sys.modules:
+        raise EnvImportRefused(
+            f"{where} names env {env_id!r}, which would import module {module!r} and run its code; pass "
+            f"--import {module} (Python: imports=[{module!r}]) to allow it"
+        )
+
+
+def import_modules(modules: Iterable[str], flag: str = "--import") -> None:
+    """Import the modules the user named (`--import MODULE`, `imports=[...]`), so the envs they register are
+    registered and ids naming them are admitted; ConfigError, one line, for one that does not import."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # noqa: BLE001 - the user's module: whatever its import raises, one line
+            raise ConfigError(f"{flag} {module}: cannot import it ({type(exc).__name__}: {exc})") from None
+
+
+def modules_named(env_ids: Iterable[str | None]) -> list[str]:
+    """The modules of the `module:Name` ids the user typed (`--env`, `env=`): naming the id names its module."""
+    return [module for env_id in env_ids if env_id and (module := env_module(env_id)) is not None]
+
+
+def env_ids_in(overrides: Iterable[str]) -> list[str]:
+    """The env ids that config overrides set (`env=ID`, `env.id=ID`): typed by the user, so theirs to import."""
+    ids = []
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if sep and key.strip().lstrip("+~") in ("env", "env.id"):
+            ids.append(value.strip().strip("'\""))
+    return ids
 
 
 def check_env_id(env_id: str, env_kwargs: dict[str, Any] | None = None) -> None:

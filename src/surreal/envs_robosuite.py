@@ -2,7 +2,7 @@
 
 One adapter, `RobosuiteEnv`, so actors, serial mode, evaluation and the benchmarks step a robosuite task exactly
 as they step a Gymnasium id (`surreal.envs` dispatches on the `robosuite:` prefix). robosuite is imported only
-when such an id is used: it is an optional extra (`pip install 'surreal-rl[robosuite]'`) and slow to import.
+when such an id is used: it is an optional extra (`pip install '.[robosuite]'` in a checkout) and slow to import.
 
 What the adapter promises:
 
@@ -44,7 +44,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from surreal.errors import ConfigError
+from surreal.errors import ConfigError, install_extra
 
 PREFIX = "robosuite:"
 DEFAULT_KWARGS: dict[str, Any] = {
@@ -94,7 +94,7 @@ def import_robosuite() -> ModuleType:
     try:
         import robosuite
     except ImportError as exc:
-        raise ConfigError(f"robosuite tasks need the extra: pip install 'surreal-rl[robosuite]' ({exc})") from None
+        raise ConfigError(f"robosuite tasks need the extra: {install_extra('robosuite')} ({exc})") from None
     quiet.level = logging.WARNING
     return robosuite
 

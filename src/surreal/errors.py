@@ -5,3 +5,9 @@
 
 class ConfigError(ValueError):
     """The experiment description cannot be run; the message names every offending key."""
+
+
+def install_extra(extra: str) -> str:
+    """How to install one of the package's extras, for a message: from a checkout (the only install before the first
+    release publishes `surreal-rl`), and from PyPI after it."""
+    return f"pip install '.[{extra}]' in a checkout, 'surreal-rl[{extra}]' once released"

@@ -8,20 +8,24 @@ apply it. Torch-free and launcher-free, so any role, the launcher and the benchm
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from surreal.boundedjson import JsonBounds, loads
+
 METRICS_FILE = "metrics.jsonl"  # in the run folder, written by the learner
 EVALS_FILE = "evals.jsonl"  # in the run folder, written by the evaluator (roles/evaluator.py): the same rule
+# One row: a flat object of counters and statistics (NaN included, as json writes a diverged one). A line over these
+# bounds is no row (a run folder may come from a bucket or a download: `surreal plot` reads it).
+ROW_JSON = JsonBounds(1 << 20, max_depth=8, max_items=1 << 16, max_string=1 << 16, allow_nan=True)
 
 
 def parse_row(line: str | bytes) -> dict[str, Any] | None:
     """The row a line holds, or None for a line that is not a JSON object (partly written, cut short
     by a crash, not UTF-8)."""
     try:
-        row = json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        row = loads(line, ROW_JSON, METRICS_FILE)
+    except ValueError:  # JsonBoundsError: not JSON, not UTF-8, or over the bounds
         return None
     return row if isinstance(row, dict) else None
 

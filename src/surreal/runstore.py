@@ -23,7 +23,7 @@ newer upload under the same name) is fetched again under the newer manifest or l
 Files a writer dropped locally (rotated checkpoints, old snapshots) are deleted from the bucket only after the
 manifest that no longer lists them is written.
 
-fsspec and its backends (s3fs, gcsfs, adlfs: `pip install 'surreal-rl[cloud]'`) are imported only when a bucket
+fsspec and its backends (s3fs, gcsfs, adlfs: the cloud extra) are imported only when a bucket
 is used, so the torch-free roles need nothing more without one. Credentials come from each backend's usual
 chain: environment variables, a profile, or the pod's workload identity (IRSA, GKE Workload Identity, Azure
 workload identity); `AWS_ENDPOINT_URL` points s3fs at another S3 server.
@@ -44,6 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from surreal.boundedjson import JsonBounds, JsonBoundsError, loads
+from surreal.errors import install_extra
 from surreal.metrics import RoleMetrics
 
 # URI scheme -> the fsspec backend (and its PyPI package) that serves it.
@@ -51,10 +53,13 @@ SCHEMES = {"s3": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "
 MANIFEST_DIR = ".surreal/manifests"  # in the bucket's run folder
 MANIFEST_FORMAT = "surreal-run-manifest"
 MANIFEST_VERSION = 1
+# A manifest lists a run folder's files (a few hundred: checkpoints, logs, TensorBoard events, snapshots); read from
+# a bucket anyone with access may have written, it is bounded before it is parsed (surreal/boundedjson.py).
+MANIFEST_JSON = JsonBounds(16 << 20, max_depth=8, max_items=1 << 20, max_string=4096)
 CHUNK = 8 << 20  # bytes read, hashed and uploaded at a time
 PULL_TRIES = 3  # a file that changed under a manifest: read the newer manifest and try again this often
 SET_ASIDE = (".corrupt", ".foreign")  # suffixes a role renames a file it refused to: not pulled again
-INSTALL_HINT = "pip install 'surreal-rl[cloud]'"
+INSTALL_HINT = install_extra("cloud")
 
 log = logging.getLogger("surreal.runstore")
 
@@ -210,16 +215,24 @@ class RemoteRun:
     def manifest(self, part: str) -> dict[str, Entry] | None:
         """The files `part` last recorded (None: it never wrote a manifest here)."""
         try:
-            raw = self.fs.cat_file(self.key(f"{MANIFEST_DIR}/{part}.json"))
+            raw = self.fs.cat_file(self.key(f"{MANIFEST_DIR}/{part}.json"), start=0, end=MANIFEST_JSON.max_bytes + 1)
         except FileNotFoundError:
             return None
         try:
-            data = json.loads(raw)
+            data = loads(raw, MANIFEST_JSON, f"manifest {part}.json")
             if data.get("format") != MANIFEST_FORMAT or data.get("version") != MANIFEST_VERSION:
                 raise ValueError(f"format {data.get('format')!r} version {data.get('version')!r}")
-            return {name: Entry(int(e["size"]), str(e["sha256"])) for name, e in data["files"].items()}
+            files = {name: Entry(int(e["size"]), str(e["sha256"])) for name, e in data["files"].items()}
+        except JsonBoundsError as exc:
+            raise StorageError(f"{self.uri}: {exc}") from None
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise StorageError(f"{self.uri}: manifest {part}.json is not one this version reads ({exc})") from None
+        outside = next((name for name in files if not inside_run_folder(name)), None)
+        if outside is not None:
+            raise StorageError(
+                f"{self.uri}: manifest {part}.json lists {outside[:100]!r}, a path outside the run folder"
+            )
+        return files
 
     def parts(self) -> list[str]:
         """The writers that left a manifest here."""
@@ -351,6 +364,18 @@ class RemoteRun:
                 refused[name] = "its bytes in the bucket are not the ones its manifest lists"
                 log.warning("%s/%s: not pulled (%s)", self.uri, name, refused[name])
         return Pulled(tuple(written), nbytes, refused)
+
+
+def inside_run_folder(name: str) -> bool:
+    """Whether a manifest's file name stays inside the run folder it is pulled into: a relative POSIX path of plain
+    parts (no `..`, no absolute path, no backslash), so a manifest cannot make a pull write anywhere else."""
+    path = PurePosixPath(name)
+    return (
+        bool(name)
+        and "\\" not in name
+        and not path.is_absolute()
+        and all(part not in ("", ".", "..") for part in name.split("/"))
+    )
 
 
 def _selected(name: str, only: list[str] | None) -> bool:

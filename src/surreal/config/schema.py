@@ -403,6 +403,11 @@ class ReplayConfig:
     # Seconds between snapshots of a transition shard to <run dir>/replay/shard-<i>/, so a restarted shard comes
     # back with what it held; a shard also writes one on SIGTERM (a FIFO only then). 0: no snapshots at all.
     snapshot_interval_s: float = 30.0
+    # One stored transition's fields ({name: {dtype, shape, low, high}}), which lay a transition shard out when it
+    # starts: resolved by the launcher (surreal run, --serial, surreal helm-values) from the algorithm's chunk fields
+    # and the env's spaces, replacing any value given. A chunk that differs is refused, the first one too. None: the
+    # first chunk lays the shard out (a config no launcher prepared).
+    layout: dict[str, Any] | None = None
 
 
 @dataclass
@@ -579,6 +584,13 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         cfg.replay.mode in REPLAY_MODES,
         f"replay.mode must be one of {', '.join(REPLAY_MODES)} (got {cfg.replay.mode!r})",
     )
+    if cfg.replay.layout is not None:
+        from surreal.proto.wire import fields_of  # NumPy and the codec: only for a config that has a layout
+
+        try:
+            fields_of(cfg.replay.layout)
+        except ValueError as exc:
+            problems.append(f"replay.layout: {exc}")
 
     topo = cfg.topology
     need(

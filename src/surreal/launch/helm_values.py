@@ -4,19 +4,21 @@
     for f in sweep/pend-*.yaml; do helm install "$(basename "$f" .yaml)" infra/helm/surreal-chart -f "$f"; done
 
 The overrides are `surreal run --multirun`'s (Hydra's grammar and basic sweeper, launch/sweep.py `expand`); each
-member's file is the base values with the member's overrides written into `experiment:` (what the chart's
-ConfigMap carries to every role) and the topology into the chart's own keys (`actors=4` and `topology.actors`
-set `actors.replicas`; `topology.envs_per_actor`, `replay_shards`, `ps_replicas` set `actors.envsPerActor`,
-`replay.shards`, `ps.replicas`; `learner.replicas` sets `learner.replicas`), so the workloads and the config
-cannot disagree. Every member's experiment is
-read back with `read_config`, as the roles will read it, before any file is written: a bad key is one line here,
-not a crash-looping pod. A member's file is named after its release, `<name>-<index>`, short enough that the
-chart's object names (`<release>-surreal-<role>`) stay apart; members.json maps releases to their overrides.
+member's file is the base values with the member's overrides written into `experiment:` (what the chart's ConfigMap
+carries to every role) and the topology into the chart's own keys (`actors=4` and `topology.actors` set
+`actors.replicas`; `topology.envs_per_actor`, `replay_shards`, `ps_replicas` set `actors.envsPerActor`,
+`replay.shards`, `ps.replicas`; `learner.replicas` sets `learner.replicas`), so the workloads and the config cannot
+disagree. Every member's experiment is read back with `read_config`, as the roles will read it, before any file is
+written: a bad key is one line here, not a crash-looping pod. A member's file is named after its release,
+`<name>-<index>`, short enough that the chart's object names (`<release>-surreal-<role>`) stay apart; members.json
+maps releases to their overrides.
 
 The checks are `surreal run`'s: each member's experiment is read as the roles read it, then put through the same
-preflight (launch/preflight.py: the env built once, its spaces against the algorithm's), so a misspelt env id or
-DDPG on CartPole is the very line `surreal run` prints (exit 2), and nothing is written. Its budget warnings are
-printed as `surreal run` prints them.
+preflight (launch/preflight.py `checked`: the env built once, its spaces against the algorithm's), so a misspelt env
+id or DDPG on CartPole is the very line `surreal run` prints (exit 2), and nothing is written; its budget warnings are
+printed as `surreal run` prints them. An off-policy member's replay layout, resolved there, is written into
+`experiment.replay.layout` (the replay pods have neither the env nor torch). So the env's package must be installed
+where this runs, and an id naming a module not typed here needs `--import`.
 
     surreal helm-values --run runs/first                     # the laptop run's experiment, as chart values
 
@@ -94,11 +96,14 @@ def _algo_name(experiment: dict[str, Any]) -> str:
     return algo if isinstance(algo, str) else str(algo.get("name", "ppo"))
 
 
-def check_experiment(values: dict[str, Any]) -> tuple[ExperimentConfig, list[str]]:
+def check_experiment(values: dict[str, Any], where: str) -> tuple[ExperimentConfig, list[str]]:
     """The member's experiment read as the roles will (its topology from the chart's keys, as the chart's ConfigMap
-    adds it), then through `surreal run`'s preflight: (the config, its budget warnings), or ConfigError with
-    `surreal run`'s message. The caller names the member where a sweep has several."""
-    from surreal.launch.preflight import preflight  # gymnasium: only when files are about to be written
+    adds it), then through `surreal run`'s preflight (launch/preflight.py `checked`): (the config the roles run, its
+    transition replay's layout resolved, and its budget warnings), or ConfigError with `surreal run`'s message. The
+    env's id must import nothing the user did not name (`admit_env_id`; `where`: the file it came from). The caller
+    names the member where a sweep has several."""
+    from surreal.envs import admit_env_id
+    from surreal.launch.preflight import checked  # gymnasium: only when files are about to be written
 
     experiment = copy.deepcopy(values.get("experiment", {}))
     if "topology" in experiment:
@@ -118,7 +123,8 @@ def check_experiment(values: dict[str, Any]) -> tuple[ExperimentConfig, list[str
             cfg = read_config(f.name)
         except ConfigError as exc:
             raise ConfigError(str(exc).replace(f"config {f.name}: ", "")) from None
-    return cfg, preflight(cfg)
+    admit_env_id(cfg.env.id, where)
+    return checked(cfg)
 
 
 def run_values(run_dir: Path) -> dict[str, Any]:
@@ -165,6 +171,19 @@ def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def lay_out_replay(values: dict[str, Any], cfg: ExperimentConfig) -> None:
+    """Write a transition replay's layout, resolved as `surreal run` resolves it (`check_experiment`), into the
+    member's experiment (`experiment.replay.layout`): the replay pods have neither the env nor torch, and without it
+    a shard is laid out by its first chunk. A FIFO needs none; a base's or a run's layout goes either way (for another
+    env perhaps)."""
+    experiment = values.setdefault("experiment", {})
+    replay = experiment.get("replay")
+    if isinstance(replay, dict):
+        replay.pop("layout", None)
+    if cfg.replay.layout is not None:
+        experiment.setdefault("replay", {})["layout"] = cfg.replay.layout
+
+
 def write_values(
     overrides: Sequence[str],
     out: Path,
@@ -172,10 +191,15 @@ def write_values(
     base: Path | None = None,
     run: Path | None = None,
     warn: Any = None,
+    imports: Sequence[str] = (),
 ) -> list[tuple[str, Path, list[str]]]:
     """One values file per member in `out` (and members.json); returns (release, file, overrides) per member.
     `run`: the members start from that run folder's experiment (`run_values`), named after it by default; `warn`:
-    called with each distinct preflight warning (budget warnings, as `surreal run` prints them)."""
+    called with each distinct preflight warning (budget warnings, as `surreal run` prints them); `imports`: modules
+    to import first (`--import`), whose envs a base file's or a run's `module:Name` env id may name."""
+    from surreal.envs import env_ids_in, import_modules, modules_named
+
+    import_modules([*imports, *modules_named(env_ids_in(overrides))])
     name = name or (release_prefix(run) if run is not None else "sweep")
     if not RELEASE_PREFIX.fullmatch(name):
         raise ConfigError(
@@ -189,15 +213,17 @@ def write_values(
         raise ConfigError(f"--base {base}: not a mapping of values")
     if run is not None:
         loaded = merged(loaded, run_values(run))
+    where = str(run / "config.yaml") if run is not None else str(base) if base else "the experiment"
     members, _ = expand(overrides)
     planned, said = [], []
     for index, member in enumerate(members):
         release = f"{name}-{index:03d}"
         try:
             values = member_values(loaded, member, release)
-            _, warnings = check_experiment(values)
+            cfg, warnings = check_experiment(values, where)
         except ConfigError as exc:  # a sweep names the member; one experiment gets `surreal run`'s very line
             raise (ConfigError(f"{release}: {exc}") if len(members) > 1 else exc) from None
+        lay_out_replay(values, cfg)
         said += [line for line in warnings if line not in said]
         planned.append((release, values, member))
     for line in said:
@@ -215,7 +241,14 @@ def write_values(
     return written
 
 
-def main(overrides: Sequence[str], out: str, name: str | None, base: str | None, run: str | None = None) -> int:
+def main(
+    overrides: Sequence[str],
+    out: str,
+    name: str | None,
+    base: str | None,
+    imports: Sequence[str] = (),
+    run: str | None = None,
+) -> int:
     """`surreal helm-values`: the files, then the commands that install and remove them."""
 
     def warn(line: str) -> None:
@@ -224,7 +257,7 @@ def main(overrides: Sequence[str], out: str, name: str | None, base: str | None,
     run_dir = Path(run) if run else None
     name = name or (release_prefix(run_dir) if run_dir is not None else "sweep")
     try:
-        written = write_values(overrides, Path(out), name, Path(base) if base else None, run_dir, warn)
+        written = write_values(overrides, Path(out), name, Path(base) if base else None, run_dir, warn, imports)
     except ConfigError as exc:
         print(f"surreal: {exc}", file=sys.stderr)
         return 2

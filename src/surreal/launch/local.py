@@ -23,14 +23,15 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from surreal.config import ConfigError, ExperimentConfig, load_config
+from surreal.envs import admit_env_id, env_ids_in, import_modules, modules_named
 from surreal.launch.chaos import Chaos
-from surreal.launch.preflight import preflight
+from surreal.launch.preflight import checked
 from surreal.launch.progress import ProgressView, format_duration
 from surreal.launch.resume import (
     checkpoint_counters,
@@ -221,15 +222,22 @@ def supervise(
     return write_summary(run_dir, cfg, wall_s, status, supervisor.restarts(), reason, resumed_at)
 
 
-def run_experiment(overrides: list[str], live: bool = True, resume: str | os.PathLike[str] | None = None) -> int:
+def run_experiment(
+    overrides: list[str],
+    live: bool = True,
+    resume: str | os.PathLike[str] | None = None,
+    imports: Sequence[str] = (),
+) -> int:
     """Run one experiment locally. Exit code: 0 completed, 1 failed, 2 bad config, 130 interrupted.
     `resume`: continue the run in that folder instead (launch/resume.py); `overrides` may then only change its
-    budget and how it runs."""
+    budget and how it runs. `imports`: modules to import first (`--import`: the user's envs)."""
     if resume is not None:
-        return resume_experiment(resume, overrides, live)
+        return resume_experiment(resume, overrides, live, imports)
     try:
+        import_modules(imports)
         cfg = load_config(overrides)
-        warnings = preflight(cfg)  # the env built once: what cannot run is refused before any process starts
+        # The env built once: what cannot run is refused before any process starts; the replay's layout resolved.
+        cfg, warnings = checked(cfg)
         run_dir, cfg, lock = create_run_folder(cfg, overrides)
     except ConfigError as exc:
         print(f"surreal: {exc}", file=sys.stderr)
@@ -239,7 +247,9 @@ def run_experiment(overrides: list[str], live: bool = True, resume: str | os.Pat
     return launch(cfg, run_dir, lock, live, run_uri=mirror_uri(cfg, run_dir))
 
 
-def run_serial_experiment(overrides: list[str], resume: str | os.PathLike[str] | None = None) -> int:
+def run_serial_experiment(
+    overrides: list[str], resume: str | os.PathLike[str] | None = None, imports: Sequence[str] = ()
+) -> int:
     """`surreal run --serial`: every role's core in this process, no sockets (launch/serial.py: the real cores on
     in-process ports, deterministic for a seed), into the same run folder and summary. Exit codes as
     `run_experiment`'s; SIGTERM or Ctrl-C stops it with a checkpoint, and `--resume` continues it."""
@@ -251,7 +261,7 @@ def run_serial_experiment(overrides: list[str], resume: str | os.PathLike[str] |
             if (note := completed_note(resume, run_dir, resume_config(run_dir, overrides))) is not None:
                 print(f"[surreal] {note}", flush=True)
                 return 0
-        run = api.start(overrides=overrides, mode="serial", resume=resume)
+        run = api.start(overrides=overrides, mode="serial", resume=resume, imports=imports)
     except ConfigError as exc:
         print(f"surreal: {exc}", file=sys.stderr)
         return 2
@@ -277,10 +287,15 @@ def run_serial_experiment(overrides: list[str], resume: str | os.PathLike[str] |
     return EXIT_CODES.get(status, 1)
 
 
-def resume_experiment(where: str | os.PathLike[str], overrides: list[str], live: bool = True) -> int:
+def resume_experiment(
+    where: str | os.PathLike[str], overrides: list[str], live: bool = True, imports: Sequence[str] = ()
+) -> int:
     """`surreal run --resume <run folder or its bucket URI> [budget overrides]`: the same launch, every role
-    resuming; a run mirrored in a bucket first gets what its local folder lacks from there."""
+    resuming; a run mirrored in a bucket first gets what its local folder lacks from there. Its config.yaml's env is
+    made only if its id imports nothing the user did not name (`imports`, an `env=` override: `admit_env_id`), since
+    a run folder may have been downloaded as a policy file may."""
     try:
+        import_modules([*imports, *modules_named(env_ids_in(overrides))])
         uri: str | None
         if is_uri(where):
             remote = uri = str(where).rstrip("/")
@@ -296,7 +311,8 @@ def resume_experiment(where: str | os.PathLike[str], overrides: list[str], live:
         if (note := completed_note(where, run_dir, cfg)) is not None:
             print(f"[surreal] {note}", flush=True)
             return 0
-        warnings = preflight(cfg)
+        admit_env_id(cfg.env.id, str(run_dir / "config.yaml"))
+        cfg, warnings = checked(cfg)
         lock = reopen_run_folder(run_dir, cfg, overrides)
     except ConfigError as exc:
         print(f"surreal: {exc}", file=sys.stderr)

@@ -9,8 +9,10 @@
 evaluation and the evaluator use, on the same seeds: `--seed S` is an experiment seed, and the episodes start from
 S + 1,000,003 as the learner's do (roles/evaluation.py), so `surreal eval RUN` with the run's seed and episode count
 (the defaults) replays eval.json's episodes. Bad input (a path that holds no policy, a damaged or hostile file, an
-env whose spaces do not fit, what --video needs and lacks) is one line on stderr and exit status 2. The result goes
-where `result_file` says: never over the `eval.json` beside the policy unless it is that policy's own evaluation.
+env whose spaces do not fit, what --video needs and lacks) is one line on stderr and exit status 2. A policy or run
+folder naming a `module:Name` env id is refused unless that module is named with `--import MODULE` (or `--env` names
+the id): reading a file never chooses code to run. The result goes where `result_file` says: never over the
+`eval.json` beside the policy unless it is that policy's own evaluation.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         "--seed", type=int, help="experiment seed: episodes start from seed + 1,000,003 as the run's did (default: its)"
     )
     parser.add_argument("--env", help="Gymnasium id to roll out in (default: the one it was trained on)")
+    add_import_argument(parser)
     parser.add_argument("--stochastic", action="store_true", help="sample actions as the actors do")
     parser.add_argument("--video", metavar="DIR", help="record each episode as an MP4 in DIR (Gymnasium RecordVideo)")
     parser.add_argument(
@@ -49,6 +52,21 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("policy", help="a run folder, a policy folder or file, or a checkpoint")
     parser.add_argument("--format", required=True, choices=("onnx", "torchscript"))
     parser.add_argument("--out", help="output file (default: policy.onnx or policy.pt beside the policy file)")
+    add_import_argument(parser)
+
+
+def add_import_argument(parser: argparse.ArgumentParser) -> None:
+    """`--import MODULE` (repeatable): a module to import first, whose envs a file's `MODULE:Name` env id may then
+    use; a file never chooses a module to import (surreal/envs.py `admit_env_id`)."""
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE first (your envs' module): a policy or run folder naming a MODULE:Name env id is refused "
+        "without it; repeatable",
+    )
 
 
 def _fits(policy: Any, env_id: str, env_kwargs: dict[str, Any]) -> None:
@@ -99,17 +117,28 @@ def run_eval(args: argparse.Namespace) -> tuple[dict[str, Any], Path | None]:
         video.check_recorder()
         trained_on = args.env or peek_env_id(args.policy)
         if trained_on is None or video.needs_mujoco_gl(trained_on):
-            video.choose_renderer()  # before anything imports MuJoCo: its backend is fixed at import
-    from surreal.policy.load import load_policy
+            video.choose_renderer()  # before anything imports MuJoCo (a checkpoint's env too): fixed at its import
+    from surreal.config import ConfigError
+    from surreal.envs import admit_env_id, import_modules, modules_named
+    from surreal.policy.load import Policy, read_policy
+
+    try:
+        import_modules([*args.imports, *modules_named([args.env])])  # what the user named: --import, --env's module
+    except ConfigError as exc:
+        raise EvalError(str(exc)) from None
+    header, tensors, source = read_policy(args.policy)
+    env_id = args.env or header["env"]["id"]
+    try:
+        admit_env_id(env_id, source)  # the policy's own id: made only if it imports nothing unnamed
+    except ConfigError as exc:
+        raise EvalError(str(exc)) from None
+    import torch
+
     from surreal.roles.evaluation import EVAL_SEED_OFFSET
     from surreal.runtime.rollout import evaluate
 
-    policy = load_policy(args.policy)
-    import torch
-
     torch.set_num_threads(1)  # as the learner's final evaluation and the evaluator act: the same kernels, same numbers
-    header = policy.metadata
-    env_id = args.env or policy.env_id
+    policy = Policy(header, tensors, source)
     env_kwargs = policy.env_kwargs if env_id == policy.env_id else {}
     recorded = header["evaluation"]
     own_episodes = recorded["episodes"] if recorded else 10
@@ -157,6 +186,11 @@ def result_file(args: argparse.Namespace, policy_file: Path, own: bool) -> Path 
     return policy_file.with_name("eval.json") if own else None
 
 
+def one_line(exc: BaseException) -> str:
+    """An error's text as the one line the command prints (an env's own message can span several)."""
+    return " ".join(str(exc).split())
+
+
 def eval_main(args: argparse.Namespace) -> int:
     from surreal.launch.runfolder import write_json
     from surreal.launch.video import VideoError
@@ -165,7 +199,7 @@ def eval_main(args: argparse.Namespace) -> int:
     try:
         result, out = run_eval(args)
     except (EvalError, VideoError, ArtifactError) as exc:  # PolicyError is an ArtifactError
-        print(f"surreal eval: {exc}", file=sys.stderr)
+        print(f"surreal eval: {one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     success = f", success {result['eval_success_rate']:.0%}" if "eval_success_rate" in result else ""
     mode = "stochastic" if args.stochastic else "deterministic"
@@ -188,9 +222,9 @@ def export_main(args: argparse.Namespace) -> int:
     from surreal.policy.load import load_policy
 
     try:
-        path, info = export(load_policy(args.policy), args.format, args.out)
+        path, info = export(load_policy(args.policy, args.imports), args.format, args.out)
     except (ExportError, ArtifactError) as exc:
-        print(f"surreal export: {exc}", file=sys.stderr)
+        print(f"surreal export: {one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     inp, out = info["input"], info["output"]
     print(f"wrote {path} ({args.format}) and {path.name}.json")

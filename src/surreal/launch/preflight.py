@@ -3,6 +3,7 @@ budget that a default eats is said in one line, before a process, a port or a ru
 
     cfg = load_config(overrides)        # keys, types, values (surreal.config)
     warnings = preflight(cfg)           # ConfigError: refused; else the warnings to print
+    cfg, warnings = checked(cfg)        # the same, and the config the roles run: its replay layout resolved
 
 Refused (ConfigError, one line): an env id that is not registered (`check_env_id`), an env that does not build with
 its `env.kwargs` (a keyword its constructor does not take, a missing dependency such as Box2D, anything its
@@ -15,21 +16,30 @@ Warned (`budget_warnings`): an off-policy warm-up (`algo.learning_starts`) that 
 learn from, an evaluator interval set above the budget (not the default's: a short run simply has no evaluator),
 and an on-policy batch that can take more env steps than the whole budget. `surreal run` prints them; a Python
 caller gets them as strings.
+
+Resolved (`checked`): a transition replay's layout, `replay.layout`, from the algorithm's `chunk_fields` over the
+env's spaces (`with_replay_layout`), so the shards, which have neither torch nor gymnasium, are laid out by the
+experiment and not by whichever peer's chunk comes first. That imports the algorithm's module (torch), after every
+refusal above: a refusal stays as fast as it was. A layout whose `replay.capacity` transitions exceed
+`replay.capacity_bytes`, or whose replies could not fit `replay.max_frames`, is refused here rather than by every shard.
 """
 
 from __future__ import annotations
 
 import difflib
 import inspect
+import math
 import re
+from dataclasses import replace
 from typing import Any
 
 import gymnasium as gym
 
 from surreal import envs_robosuite
-from surreal.config import ConfigError, ExperimentConfig
+from surreal.config import ConfigError, ExperimentConfig, algo_config
 from surreal.config.schema import LearnerConfig, OffPolicyConfig
 from surreal.envs import check_env_id, make_env
+from surreal.proto.wire import SAMPLE_ARRAYS, Fields, layout_of
 from surreal.spaces import check_spaces
 
 UNEXPECTED_KEYWORD = re.compile(r"unexpected keyword argument '([^']+)'")
@@ -39,10 +49,50 @@ MAX_DETAIL = 300  # characters of an exception's text a refusal quotes
 
 def preflight(cfg: ExperimentConfig) -> list[str]:
     """Refuse (ConfigError) what cannot run; return one line per budget warning."""
+    return _refusals(cfg)[2]
+
+
+def checked(cfg: ExperimentConfig) -> tuple[ExperimentConfig, list[str]]:
+    """`preflight`, and the config the roles run: `cfg` with its replay layout resolved (`with_replay_layout`)."""
+    observation_space, action_space, warnings = _refusals(cfg)
+    return with_replay_layout(cfg, observation_space, action_space), warnings
+
+
+def _refusals(cfg: ExperimentConfig) -> tuple[gym.Space[Any], gym.Space[Any], list[str]]:
     check_env_id(cfg.env.id, cfg.env.kwargs)
     observation_space, action_space, max_episode_steps = probe_env(cfg)
     check_spaces(cfg.algo, observation_space, action_space, cfg.env.id)
-    return budget_warnings(cfg, max_episode_steps)
+    return observation_space, action_space, budget_warnings(cfg, max_episode_steps)
+
+
+def with_replay_layout(cfg: ExperimentConfig, observation_space: Any, action_space: Any) -> ExperimentConfig:
+    """`cfg` with `replay.layout` resolved for a transition replay (the algorithm's `chunk_fields` over these
+    spaces; imports the algorithm's module), None for a FIFO (it keeps chunks whole). ConfigError, one line, when
+    the shard could not hold or serve that layout."""
+    if cfg.replay.mode == "fifo":
+        return replace(cfg, replay=replace(cfg.replay, layout=None))
+    from surreal.algos import get_algorithm
+
+    fields = get_algorithm(cfg.algo.name).chunk_fields(observation_space, action_space, algo_config(cfg))
+    return with_layout(cfg, fields)
+
+
+def with_layout(cfg: ExperimentConfig, fields: Fields) -> ExperimentConfig:
+    """`cfg` with `fields` as its transition replay's `replay.layout`, checked against the shard's capacity in bytes
+    and its replies' frame limit as a shard would lay it out (replay/buffers.py): ConfigError, one line, if not."""
+    if len(fields) + len(SAMPLE_ARRAYS) > cfg.replay.max_frames:
+        raise ConfigError(
+            f"{cfg.algo.name}'s {len(fields)} transition fields and a reply's {len(SAMPLE_ARRAYS)} index arrays "
+            f"exceed replay.max_frames={cfg.replay.max_frames}"
+        )
+    per_transition = sum(f.dtype.itemsize * math.prod(f.shape) for f in fields.values())
+    if per_transition * cfg.replay.capacity > cfg.replay.capacity_bytes:
+        raise ConfigError(
+            f"replay.capacity={cfg.replay.capacity:,} transitions of {per_transition:,} bytes ({cfg.algo.name} on "
+            f"{cfg.env.id}) exceed replay.capacity_bytes={cfg.replay.capacity_bytes:,}; lower the capacity or raise "
+            "the bytes"
+        )
+    return replace(cfg, replay=replace(cfg.replay, layout=layout_of(fields)))
 
 
 def probe_env(cfg: ExperimentConfig) -> tuple[gym.Space[Any], gym.Space[Any], int | None]:

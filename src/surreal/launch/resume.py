@@ -156,16 +156,15 @@ def _same_group_choice(item: str, cfg: ExperimentConfig) -> bool:
 def checkpoint_counters(run_dir: Path) -> dict[str, Any] | None:
     """The counters of the newest checkpoint that loads (what the learner will resume from), or None when there
     is none. Read memory-mapped, without executing pickled code; torch is imported only here."""
-    import torch
-
-    from surreal.runtime.checkpoint import PATTERN
+    from surreal.runtime.checkpoint import PATTERN, load_checkpoint
 
     folder = run_dir / "checkpoints"
     found = sorted(p for p in folder.iterdir() if PATTERN.match(p.name)) if folder.is_dir() else []
     for path in reversed(found):
         try:
-            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-            return dict(state["counters"])
+            counters = dict(load_checkpoint(path, mmap=True)["counters"])
+            if all(type(counters.get(key)) is int for key in ("env_steps", "updates")):
+                return counters
         except Exception:  # noqa: BLE001 - a damaged one: the learner sets it aside and takes the one before
             continue
     return None
@@ -196,13 +195,14 @@ def reopen_run_folder(run_dir: Path, cfg: ExperimentConfig, overrides: Sequence[
         raise ConfigError(f"cannot open the run folder {run_dir}: {exc.strerror or exc}") from None
     save_config(cfg, run_dir / "config.yaml")
     reproduce_path = run_dir / "reproduce.json"
-    reproduce = read_json(reproduce_path) or {}
+    reproduce = read_json(reproduce_path) or {}  # bounded (runfolder.RUN_JSON): a run folder may be downloaded
     sha, dirty = git_state()
-    if reproduce.get("git_sha") not in (None, "unknown", sha):
-        print(
-            f"[surreal] note: the code changed since this run started (git {reproduce['git_sha'][:12]} -> {sha[:12]})"
-        )
-    reproduce.setdefault("resumes", []).append(
+    started = reproduce.get("git_sha")
+    if isinstance(started, str) and started not in ("unknown", sha):
+        print(f"[surreal] note: the code changed since this run started (git {started[:12]} -> {sha[:12]})")
+    if not isinstance(reproduce.get("resumes"), list):
+        reproduce["resumes"] = []
+    reproduce["resumes"].append(
         {
             "resumed_at": round(time.time(), 3),
             "git_sha": sha,

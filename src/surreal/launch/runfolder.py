@@ -33,6 +33,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from surreal.boundedjson import JsonBounds, JsonBoundsError
+from surreal.boundedjson import read as read_bounded
 from surreal.config import ConfigError, ExperimentConfig, save_config
 from surreal.config.schema import NOT_IN_RUN_NAME, RUN_NAME, RUN_NAME_RULE
 from surreal.fileio import atomic_write_text
@@ -41,6 +43,10 @@ from surreal.runstore import RemoteRun, StorageError, describe, join
 
 PACKAGES = ("surreal-rl", "numpy", "torch", "gymnasium", "mujoco", "pyzmq", "msgpack", "hydra-core", "omegaconf")
 GIT_TIMEOUT_S = 10.0
+# The run folder's JSON files (summary.json, eval.json, reproduce.json, a sweep's sweep.json): small objects written
+# here, but read back from folders that may have been downloaded, so bounded before they are parsed. NaN is allowed:
+# Python's json writes it (an evaluation's std of one episode, a metric that diverged).
+RUN_JSON = JsonBounds(16 << 20, max_depth=32, max_items=1 << 20, max_string=1 << 20, allow_nan=True)
 EXIT_CODES = {"completed": 0, "failed": 1, "interrupted": 130}  # `surreal run`'s exit status for summary.json's
 
 
@@ -201,12 +207,24 @@ def create_run_folder(
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
-    """A JSON object file (eval.json, summary.json); None when it is missing, unreadable or not an object."""
+    """A JSON object file (eval.json, summary.json); None when it is missing, unreadable, over `RUN_JSON`'s bounds
+    or not an object (`read_json_strict` says which)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        return read_json_strict(path)
+    except (OSError, ConfigError):
         return None
-    return data if isinstance(data, dict) else None
+
+
+def read_json_strict(path: Path) -> dict[str, Any]:
+    """A JSON object file of a run or sweep folder, bounded (`RUN_JSON`); ConfigError, one line, when it is over its
+    bounds, not JSON or not an object, OSError when it cannot be read."""
+    try:
+        data = read_bounded(path, RUN_JSON)
+    except JsonBoundsError as exc:
+        raise ConfigError(str(exc)) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: not a JSON object")
+    return data
 
 
 def read_eval(run_dir: Path) -> dict[str, Any]:
@@ -231,7 +249,7 @@ def write_summary(
     last = rows[-1] if rows else {}
     evaluation = read_eval(run_dir)
     env_steps = int(evaluation.get("env_steps", last.get("env_steps", 0)))
-    reproduce = json.loads((run_dir / "reproduce.json").read_text(encoding="utf-8"))
+    reproduce = read_json(run_dir / "reproduce.json") or {}
     summary = {
         "algo": cfg.algo.name,
         "env": cfg.env.id,

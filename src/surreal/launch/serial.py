@@ -31,8 +31,9 @@ import numpy as np
 import torch
 
 from surreal.config import ConfigError, ExperimentConfig
-from surreal.envs import env_steps_bound
+from surreal.envs import env_spaces, env_steps_bound
 from surreal.envstate import EnvStateUnsupported
+from surreal.launch.preflight import with_replay_layout
 from surreal.metrics import RoleMetrics
 from surreal.proto.wire import BlobMeta
 from surreal.replay.shard import ReplayShard
@@ -129,6 +130,8 @@ def run_serial(
         raise ConfigError("topology.inference=central needs inference workers: run it without --serial")
     # No actor can be lost here, and wall-clock time must not change a run: actors never overdraw.
     cfg = replace(cfg, actor=replace(cfg.actor, overdraft_after_s=0.0))
+    if cfg.replay.mode != "fifo" and cfg.replay.layout is None:  # a config the launcher did not prepare
+        cfg = with_replay_layout(cfg, *env_spaces(cfg))
     shard = ReplayShard.of(cfg.replay, cfg.seed, max_steps_per_unit=env_steps_bound(cfg))
     replay = InProcessReplay(shard, ready_at=cfg.algo.batch_size)  # off-policy: learn once a minibatch is held
     params = InProcessParams()

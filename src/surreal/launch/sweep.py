@@ -38,10 +38,19 @@ import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 
-from surreal.config import ConfigError, load_config
+from surreal.config import ConfigError, load_config, read_config
 from surreal.config.schema import NOT_IN_RUN_NAME, RUN_NAME, RUN_NAME_RULE
-from surreal.envs import check_env_id
-from surreal.launch.runfolder import EXIT_CODES, RunFolderLock, read_eval, read_json, run_name, runs_root, write_json
+from surreal.envs import admit_env_id, check_env_id, env_ids_in, import_modules, modules_named
+from surreal.launch.runfolder import (
+    EXIT_CODES,
+    RunFolderLock,
+    read_eval,
+    read_json,
+    read_json_strict,
+    run_name,
+    runs_root,
+    write_json,
+)
 from surreal.launch.supervisor import ProcessSpec, Supervisor
 from surreal.roles.common import StopFlag
 
@@ -157,14 +166,33 @@ def create_sweep_folder(name: str | None, members: list[Member], overrides: Sequ
 
 
 def read_plan(sweep_dir: Path) -> dict[str, Any]:
-    plan = read_json(sweep_dir / SWEEP_FILE)
-    if plan is None or not isinstance(plan.get("members"), list):
-        raise ConfigError(f"{sweep_dir}: no readable sweep plan ({SWEEP_FILE})")
+    """sweep.json, bounded before it is parsed (launch/runfolder.py `RUN_JSON`); ConfigError, one line, when it is
+    missing, over its bounds or holds no list of members."""
+    try:
+        plan = read_json_strict(sweep_dir / SWEEP_FILE)
+    except OSError as exc:
+        raise ConfigError(f"{sweep_dir}: no readable sweep plan ({SWEEP_FILE}: {exc.strerror or exc})") from None
+    if not isinstance(plan.get("members"), list):
+        raise ConfigError(f"{sweep_dir}: no readable sweep plan ({SWEEP_FILE} lists no members)")
     return plan
 
 
 def members_of(plan: dict[str, Any]) -> list[Member]:
-    return [Member(m["name"], list(m["overrides"]), dict(m["swept"])) for m in plan["members"]]
+    """The plan's members, each checked: a folder name that is a run name (never a path out of the sweep's folder),
+    overrides and swept values that are strings. ConfigError, one line, for any other."""
+    members = []
+    for i, m in enumerate(plan["members"]):
+        try:
+            member = Member(m["name"], list(m["overrides"]), dict(m["swept"]))
+        except (KeyError, TypeError, ValueError):
+            raise ConfigError(f"{SWEEP_FILE}: member {i} is not a name, overrides and swept values") from None
+        texts = [*member.overrides, *member.swept, *member.swept.values()]
+        if not isinstance(member.name, str) or not RUN_NAME.fullmatch(member.name):
+            raise ConfigError(f"{SWEEP_FILE}: member {i}'s name {str(member.name)[:100]!r} {RUN_NAME_RULE}")
+        if not all(isinstance(text, str) for text in texts):
+            raise ConfigError(f"{SWEEP_FILE}: member {i}'s overrides and swept values must be strings")
+        members.append(member)
+    return members
 
 
 # -- running ----------------------------------------------------------------------------------------------
@@ -198,29 +226,36 @@ def in_sweep_folder(overrides: Sequence[str], sweep: str) -> list[str]:
     ]
 
 
-def resume_sweep(where: str | os.PathLike[str], overrides: Sequence[str], jobs: int = 1) -> int:
+def resume_sweep(
+    where: str | os.PathLike[str], overrides: Sequence[str], jobs: int = 1, imports: Sequence[str] = ()
+) -> int:
     """`surreal run --multirun --resume runs/<sweep> [budget overrides]`: every member that did not complete is
-    resumed (or started, if it never was); with overrides (a larger `steps=`), every member is."""
+    resumed (or started, if it never was); with overrides (a larger `steps=`), every member is. A sweep folder is as
+    untrusted as a run folder: a member's env (its config.yaml's, or sweep.json's overrides') is made only if its id
+    imports nothing the user did not name (`imports`, an `env=` override: surreal/envs.py `admit_env_id`)."""
     try:
+        import_modules([*imports, *modules_named(env_ids_in(overrides))])
         sweep_dir = Path(where) if Path(where).exists() else runs_root() / where
         sweep_dir = sweep_dir.resolve()
         members = members_of(read_plan(sweep_dir))
+        plan: list[tuple[Member, list[str]]] = []
+        allow = [f"--import={module}" for module in imports]
+        for member in members:
+            run_dir = sweep_dir / member.name
+            status = _summary_status(run_dir)
+            if status == "completed" and not overrides:
+                continue
+            if (run_dir / "config.yaml").is_file():
+                admit_env_id(read_config(run_dir / "config.yaml").env.id, str(run_dir / "config.yaml"))
+                plan.append((member, ["--resume", str(run_dir), *overrides, *allow]))
+            else:
+                admit_env_id(load_config(member.overrides).env.id, f"{sweep_dir / SWEEP_FILE} (member {member.name})")
+                member_args = [*in_sweep_folder(member.overrides, sweep_dir.name), *overrides, f"name={member.name}"]
+                plan.append((member, [*member_args, *allow]))
         lock = RunFolderLock(sweep_dir, hint="it is still running; stop it first")
     except ConfigError as exc:
         print(f"surreal: {exc}", file=sys.stderr)
         return 2
-    plan: list[tuple[Member, list[str]]] = []
-    for member in members:
-        run_dir = sweep_dir / member.name
-        status = _summary_status(run_dir)
-        if status == "completed" and not overrides:
-            continue
-        if (run_dir / "config.yaml").is_file():
-            plan.append((member, ["--resume", str(run_dir), *overrides]))
-        else:
-            plan.append(
-                (member, [*in_sweep_folder(member.overrides, sweep_dir.name), *overrides, f"name={member.name}"])
-            )
     print(
         f"[surreal] sweep {sweep_dir.name}: resuming {len(plan)} of {len(members)} member(s), {jobs} at a time",
         flush=True,

@@ -21,10 +21,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from surreal.errors import install_extra
+
 RENDERERS = ("egl", "osmesa")  # MuJoCo's offscreen OpenGL backends, tried in this order unless MUJOCO_GL says one
 RENDER_PROBE = "import mujoco; c = mujoco.GLContext(16, 16); c.make_current(); c.free()"
 RENDER_PROBE_TIMEOUT_S = 120.0
-INSTALL = "pip install 'surreal-rl[video]'"  # from a checkout: pip install -e '.[video]'
+INSTALL = install_extra("video")
 
 
 class VideoError(Exception):
@@ -48,8 +50,10 @@ def needs_mujoco_gl(env_id: str) -> bool:
         return True
     import gymnasium as gym
 
-    from surreal import envs  # noqa: F401 - registers the velocity-masked MuJoCo ids
+    from surreal.envs import env_module  # and the velocity-masked MuJoCo ids, registered on import
 
+    if env_module(env_id) is not None:  # a `module:Name` id: its registration is in a module not imported here
+        return True
     try:
         entry = gym.spec(env_id).entry_point
     except Exception:  # noqa: BLE001 - a `module:Name` id or a typo: `surreal eval` says which when it makes the env

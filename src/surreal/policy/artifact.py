@@ -13,7 +13,8 @@ The file is plain safetensors (https://github.com/huggingface/safetensors), read
 The tensors are the learner's parameter blob, the one actors load (`params()` of the algorithm's learner),
 flattened with `/` as the wire codec does: `policy/actor_mean.0.weight`, `obs_norm/mean` (float64, as the
 learner's statistics are), `theta`. Reading one never executes anything: it is JSON and raw numbers, checked
-before use. The header (format version 1) has exactly these keys:
+before use. Both JSON texts are bounded (length, nesting, values, strings) before they are parsed, and every float
+tensor must be finite; a writer refuses what a reader would. The header (format version 1) has exactly these keys:
 
     format, format_version   "surreal-policy", 1; a reader refuses another version rather than guess
     algorithm, algo_config   the algorithm's name and its whole typed config (surreal.config.schema), which with
@@ -51,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from surreal.boundedjson import JsonBounds, JsonBoundsError, loads
 from surreal.fileio import atomic_writer
 
 FORMAT = "surreal-policy"
@@ -63,6 +65,11 @@ METADATA_KEY = "surreal.policy"
 # checked on the 8-byte length before a byte of the header is read, so a file claiming a huge header costs nothing.
 MAX_HEADER_BYTES = 1 << 20
 MAX_FILE_BYTES = 1 << 30  # a 1 GiB policy is a network no learner here trains: refused before it is read
+# What either JSON text may hold, checked before `json.loads` sees it (surreal/boundedjson.py): the safetensors header
+# is a flat map of tensor entries around the policy header, a string of its own; the policy header nests a few levels
+# (a space's bounds in a list, the config's lists) and lists at most a space's bounds, two per dimension.
+SAFETENSORS_JSON = JsonBounds(MAX_HEADER_BYTES, max_depth=4, max_items=1 << 18, max_string=MAX_HEADER_BYTES)
+POLICY_JSON = JsonBounds(MAX_HEADER_BYTES, max_depth=16, max_items=1 << 18, max_string=1 << 16)
 
 HEADER_TYPES: dict[str, type | tuple[type, ...]] = {  # every header field but the format and its version
     "algorithm": str,
@@ -168,18 +175,18 @@ def decode(data: bytes, name: str = "policy file") -> tuple[dict[str, Any], dict
     if 8 + size > len(data):
         raise ArtifactError(f"{name}: its header claims {size} bytes but the file has {len(data) - 8} (cut short?)")
     try:
-        entries = json.loads(data[8 : 8 + size].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ArtifactError(f"{name}: its safetensors header is not JSON ({exc})") from None
+        entries = loads(memoryview(data)[8 : 8 + size], SAFETENSORS_JSON, "its safetensors header")
+    except JsonBoundsError as exc:
+        raise ArtifactError(f"{name}: {exc}") from None
     if not isinstance(entries, dict):
         raise ArtifactError(f"{name}: its safetensors header is not a JSON object")
     metadata = entries.pop("__metadata__", None)
     if not isinstance(metadata, dict) or not isinstance(metadata.get(METADATA_KEY), str):
         raise ArtifactError(f"{name}: a safetensors file without a surreal policy header ({METADATA_KEY!r} metadata)")
     try:
-        header = json.loads(metadata[METADATA_KEY])
-    except json.JSONDecodeError as exc:
-        raise ArtifactError(f"{name}: its policy header is not JSON ({exc})") from None
+        header = loads(metadata[METADATA_KEY], POLICY_JSON, "its policy header")
+    except JsonBoundsError as exc:
+        raise ArtifactError(f"{name}: {exc}") from None
     if not isinstance(header, dict):
         raise ArtifactError(f"{name}: its policy header is not a JSON object")
     buffer = memoryview(data)[8 + size :]
@@ -221,12 +228,31 @@ def _ints(value: Any) -> bool:
     return isinstance(value, list) and all(type(v) is int and v >= 0 for v in value)
 
 
+def non_finite(tensors: Mapping[str, np.ndarray]) -> str | None:
+    """The first tensor (by name) holding NaN or an infinity, None when every float is finite: weights or normalizer
+    statistics that would make every action NaN, and a score of one."""
+    for name in sorted(tensors):
+        array = tensors[name]
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            return name
+    return None
+
+
+def check_finite(tensors: Mapping[str, np.ndarray], name: str) -> None:
+    """ArtifactError naming the first tensor that holds NaN or an infinity (`non_finite`)."""
+    bad = non_finite(tensors)
+    if bad is not None:
+        raise ArtifactError(f"{name}: tensor {bad!r} holds NaN or infinity; a policy acts only with finite numbers")
+
+
 def write_policy_file(
     path: str | os.PathLike[str], header: Mapping[str, Any], tensors: Mapping[str, np.ndarray]
 ) -> Path:
     """Write the artifact at once (a reader sees the previous file or this one, never half), fsynced as the
-    learner's checkpoints are; the folder is made if missing."""
+    learner's checkpoints are; the folder is made if missing. Tensors holding NaN or an infinity are refused
+    (ArtifactError, nothing written): a reader would refuse the file, so the previous one stays."""
     final = Path(path)
+    check_finite(tensors, f"{final}: not written")
     final.parent.mkdir(parents=True, exist_ok=True)
     data = encode(header, tensors)
     with atomic_writer(final, durable=True) as f:
@@ -235,8 +261,9 @@ def write_policy_file(
 
 
 def read_policy_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """(header, tensors) of a policy file, the header's keys and version checked (`check_header`). The file's
-    size is bounded by its header and tensors: the 8-byte length is read and checked before the rest."""
+    """(header, tensors) of a policy file, the header's keys and version checked (`check_header`) and every float
+    tensor finite (`check_finite`). The file's size is bounded by its header and tensors: the 8-byte length is read
+    and checked before the rest."""
     path = Path(path)
     try:
         with open(path, "rb") as f:
@@ -250,6 +277,7 @@ def read_policy_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict
         raise ArtifactError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     header, tensors = decode(data, str(path))
     check_header(header, str(path))
+    check_finite(tensors, str(path))
     return header, tensors
 
 

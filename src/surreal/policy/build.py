@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import types
 import typing
 from importlib import metadata
@@ -144,15 +145,12 @@ def surreal_version() -> str:
 
 def run_git_sha(run_dir: Path | None) -> str:
     """The commit a run was trained from: reproduce.json's (the launcher wrote it), else this checkout's."""
-    if run_dir is not None:
-        try:
-            sha = json.loads((run_dir / "reproduce.json").read_text(encoding="utf-8")).get("git_sha")
-            if isinstance(sha, str):
-                return sha
-        except (OSError, ValueError, AttributeError):
-            pass
-    from surreal.launch.runfolder import git_state
+    from surreal.launch.runfolder import git_state, read_json
 
+    if run_dir is not None:
+        sha = (read_json(run_dir / "reproduce.json") or {}).get("git_sha")  # bounded: the folder may be downloaded
+        if isinstance(sha, str):
+            return sha
     return git_state()[0]
 
 
@@ -208,15 +206,50 @@ class PolicyRecorder:
 # -- the policy rebuilt from a file ------------------------------------------------------------------------------
 
 
+def _width(space: Any) -> int:
+    """What a space adds to a network's edge: a Box's elements, a Discrete's choices (a one-hot, a logit each)."""
+    n = getattr(space, "n", None)
+    return int(n) if n is not None else math.prod(space.shape)
+
+
+def network_floor(algo_cfg: AlgoConfig, obs_space: Any, act_space: Any) -> int:
+    """Parameters the policy network must have at least, from the config and spaces alone, before anything is built:
+    every algorithm's policy maps observations through its `hidden_sizes` (after its recurrent cell, if any) to the
+    actions, so it holds at least one weight per pair of adjacent widths. A file whose tensors hold fewer could never
+    match it, and a config naming huge widths over small tensors is refused here rather than allocated."""
+    widths = [_width(obs_space)]
+    recurrent = getattr(algo_cfg, "recurrent", None)
+    if recurrent:
+        widths.append(int(getattr(algo_cfg, "rnn_hidden_size", 0)))
+    widths += [int(h) for h in getattr(algo_cfg, "hidden_sizes", [])]
+    widths.append(_width(act_space))
+    return sum(a * b for a, b in zip(widths, widths[1:], strict=False))
+
+
+def blueprint(header: dict[str, Any], tensors: dict[str, np.ndarray], name: str) -> tuple[AlgoConfig, Any, Any]:
+    """(the algorithm's config, observation space, action space) the header describes, checked without building
+    anything or importing torch: the config's fields and types, the spaces, and a network no larger than the file's
+    tensors could fill (`network_floor`). ArtifactError, one line, for what does not fit."""
+    algo_cfg = config_from_json(header["algorithm"], header["algo_config"], name)
+    algo_cfg = dataclasses.replace(algo_cfg, seed=header["seed"])
+    obs_space = decode_space(header["observation_space"], f"{name}: observation_space")
+    act_space = decode_space(header["action_space"], f"{name}: action_space")
+    floor = network_floor(algo_cfg, obs_space, act_space)
+    held = sum(int(a.size) for a in tensors.values() if a.dtype.kind == "f")
+    if floor > held:
+        raise ArtifactError(
+            f"{name}: its algo_config and spaces make a network of at least {floor:,} parameters; the file holds "
+            f"{held:,}"
+        )
+    return algo_cfg, obs_space, act_space
+
+
 def rebuild(header: dict[str, Any], tensors: dict[str, np.ndarray], name: str) -> tuple[ArtifactPolicy, Any, Any]:
     """(the algorithm's policy with the file's parameters loaded, observation space, action space); ArtifactError,
     one line, for anything that does not fit (the header is already key-checked: artifact.check_header)."""
     from surreal.algos import get_algorithm
 
-    algo_cfg = config_from_json(header["algorithm"], header["algo_config"], name)
-    algo_cfg = dataclasses.replace(algo_cfg, seed=header["seed"])
-    obs_space = decode_space(header["observation_space"], f"{name}: observation_space")
-    act_space = decode_space(header["action_space"], f"{name}: action_space")
+    algo_cfg, obs_space, act_space = blueprint(header, tensors, name)
     try:
         algorithm = get_algorithm(header["algorithm"])
         policy = cast("ArtifactPolicy", algorithm.make_policy(obs_space, act_space, algo_cfg, 0, 1))

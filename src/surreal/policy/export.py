@@ -27,6 +27,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from surreal.errors import install_extra
 from surreal.fileio import atomic_write_text, atomic_writer
 from surreal.policy.load import Policy
 
@@ -128,7 +129,7 @@ def _export_onnx(policy: Policy, path: Path, info: dict[str, Any]) -> None:
         import onnx
         import onnxscript  # noqa: F401  # torch.onnx's exporter needs it: say so here rather than mid-export
     except ImportError as exc:
-        raise ExportError(f"ONNX export needs the export extra: pip install 'surreal-rl[export]' ({exc})") from None
+        raise ExportError(f"ONNX export needs the export extra: {install_extra('export')} ({exc})") from None
     examples = _examples(policy)
     recurrent = len(examples) == 2
     batch = torch.export.Dim("batch")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import pickle
 import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -32,10 +32,11 @@ from surreal.policy.artifact import (
     FILE_NAME,
     POLICY_DIR,
     ArtifactError,
+    check_finite,
     check_header,
     read_policy_file,
 )
-from surreal.policy.build import ArtifactPolicy, rebuild
+from surreal.policy.build import ArtifactPolicy, blueprint, rebuild
 from surreal.runstore import is_uri
 
 CHECKPOINT = re.compile(r"^ckpt-\d{10}\.pt$")
@@ -199,52 +200,77 @@ def fetch(uri: str) -> Path:
     return local / rest if rest else local
 
 
-def load_policy(path: str | Path) -> Policy:
+def load_policy(path: str | Path, imports: Sequence[str] = ()) -> Policy:
+    """The policy at `path` (`read_policy` says what it may be and what is checked), built to act."""
+    return Policy(*read_policy(path, imports))
+
+
+def read_policy(path: str | Path, imports: Sequence[str] = ()) -> tuple[dict[str, Any], dict[str, np.ndarray], str]:
     """The policy at `path`: a run folder (its latest policy: the final one once training ended), a policy folder
     (`runs/x/policy`, `runs/x/policy/best`), a policy file, or a learner checkpoint (`runs/x/checkpoints/ckpt-*.pt`,
     read with its run folder's config.yaml); each also as a bucket path into a run folder mirrored there
     (`s3://bucket/runs/x`, `gs://...`, `az://...`), read from a checked local copy. PolicyError (a ValueError), one
-    line, when it is none of these or the file is damaged; nothing in the file is ever executed."""
+    line, when it is none of these or the file is damaged; nothing in the file is ever executed, and no module a file
+    names is imported: a checkpoint's env is made only from a registered id, or one whose module is in `imports`
+    (imported first, as `surreal eval --import MODULE` does) or already imported (surreal/envs.py `admit_env_id`).
+    Returns the header and tensors, checked as far as they can be without building the policy, and their file."""
+    if imports:
+        from surreal.config import ConfigError
+        from surreal.envs import import_modules
+
+        try:
+            import_modules(imports, "imports=")
+        except ConfigError as exc:
+            raise PolicyError(str(exc)) from None
     file = resolve(fetch(str(path)) if is_uri(str(path)) else path)
     if CHECKPOINT.match(file.name):
         header, tensors = artifact_from_checkpoint(file)
     else:
         header, tensors = read_policy_file(file)
-    return Policy(header, tensors, str(file))
+    blueprint(header, tensors, str(file))  # what can be refused without torch is, before anything is built
+    return header, tensors, str(file)
 
 
 def artifact_from_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """The artifact a learner checkpoint implies: its run's config builds the algorithm's learner, the checkpoint
-    (torch.load with weights_only: tensors and containers, never code) restores it, and its `params()` is the blob.
-    The spaces come from the env, as the learner's did."""
-    import torch
-
+    (torch.load with weights_only: tensors and containers, never code, within runtime/checkpoint.py's bounds)
+    restores it, and its `params()` is the blob. The spaces come from the env, as the learner's did: made only when
+    its id imports nothing the user did not name (`admit_env_id`)."""
     from surreal.algos import get_algorithm
     from surreal.config import ConfigError, algo_config, read_config
-    from surreal.envs import make_env
+    from surreal.envs import admit_env_id, make_env
     from surreal.policy.build import PolicyRecorder, run_git_sha
 
     run_dir = path.parent.parent
     try:
         cfg = read_config(run_dir / "config.yaml")
-    except (OSError, ConfigError) as exc:
+        admit_env_id(cfg.env.id, str(run_dir / "config.yaml"))
+    except OSError as exc:
         raise PolicyError(f"{path}: its run folder's config.yaml cannot be read ({exc})") from None
+    except ConfigError as exc:
+        raise PolicyError(f"{path}: {exc}") from None
+    import torch
+
+    from surreal.runtime.checkpoint import CheckpointError, load_checkpoint
+
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = load_checkpoint(path)
+    except CheckpointError as exc:
+        raise PolicyError(str(exc)) from None
+    except Exception as exc:  # torch.load's unpickler raises many unrelated types
+        raise PolicyError(f"{path}: not a checkpoint of this run's {cfg.algo.name} learner ({reason(exc)})") from None
+    try:
         env = make_env(cfg.env.id, cfg.seed, cfg.env.kwargs)
         obs_space, act_space = env.observation_space, env.action_space
         env.close()
         learner = get_algorithm(cfg.algo.name).make_learner(obs_space, act_space, algo_config(cfg), torch.device("cpu"))
         learner.load_state_dict(state["learner"])
         counters = dict(state["counters"])
-    except Exception as exc:  # torch.load's unpickler and load_state_dict raise many unrelated types
+        version, env_steps, updates = (int(counters.get(key, 0)) for key in ("version", "env_steps", "updates"))
+    except Exception as exc:  # the env's constructor and load_state_dict raise many unrelated types
         raise PolicyError(f"{path}: not a checkpoint of this run's {cfg.algo.name} learner ({reason(exc)})") from None
     recorder = PolicyRecorder(cfg, obs_space, act_space, run_git_sha(run_dir))
-    header, tensors = recorder.record(
-        learner.params(),
-        version=int(counters.get("version", 0)),
-        env_steps=int(counters.get("env_steps", 0)),
-        updates=int(counters.get("updates", 0)),
-    )
+    header, tensors = recorder.record(learner.params(), version=version, env_steps=env_steps, updates=updates)
     check_header(header, str(path))
+    check_finite(tensors, str(path))
     return header, tensors

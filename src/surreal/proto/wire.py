@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from surreal.proto.codec import Arrays, Message, ProtocolError, flatten
+from surreal.proto.codec import ALLOWED_DTYPES, Arrays, Message, ProtocolError, flatten
 
 # -- message kinds: the header's `k`; a socket accepts only the kinds listed for it ---------------------
 
@@ -325,6 +325,49 @@ class Field:
 
 
 Fields = Mapping[str, Field]  # by flat name (`a/b`, as the codec names nested arrays)
+
+MAX_LAYOUT_FIELDS = 256  # fields of one transition a layout may declare (a reply carries one frame each)
+MAX_LAYOUT_ELEMENTS = 1 << 24  # elements of one field (a 4096 x 4096 frame)
+
+
+def layout_of(fields: Fields) -> dict[str, dict[str, Any]]:
+    """`fields` as plain data a config holds (`replay.layout`): {name: {"dtype", "shape", "low", "high"}}, the dtype
+    by its NumPy name. What the launcher resolves from the algorithm and the env, for a replay that has neither."""
+    return {
+        name: {"dtype": f.dtype.name, "shape": list(f.shape), "low": f.low, "high": f.high}
+        for name, f in fields.items()
+    }
+
+
+def fields_of(layout: Mapping[str, Any]) -> dict[str, Field]:
+    """The `Fields` a `layout_of` mapping describes; ValueError, one line, for anything else: a name the codec could
+    not carry, a dtype it does not, a shape or bounds that are not small non-negative ints."""
+    if not isinstance(layout, Mapping) or not 0 < len(layout) <= MAX_LAYOUT_FIELDS:
+        raise ValueError(f"a mapping of 1 to {MAX_LAYOUT_FIELDS} fields")
+    fields: dict[str, Field] = {}
+    for name, spec in layout.items():
+        if not isinstance(name, str) or not name or any(not part for part in name.split("/")):
+            raise ValueError(f"field name {str(name)[:40]!r} is not a/b names")
+        if not isinstance(spec, Mapping) or set(spec) - {"dtype", "shape", "low", "high"} or "dtype" not in spec:
+            raise ValueError(f"{name}: not {{dtype, shape, low, high}}")
+        try:
+            dtype = np.dtype(str(spec["dtype"]))
+        except TypeError:
+            raise ValueError(f"{name}: dtype {str(spec['dtype'])[:40]!r} is not a NumPy dtype") from None
+        if dtype.str not in ALLOWED_DTYPES:
+            raise ValueError(f"{name}: dtype {dtype.name} is not one the wire carries")
+        shape = list(spec.get("shape") or [])
+        if (
+            not all(type(d) is int and d >= 0 for d in shape)
+            or len(shape) > 6
+            or math.prod(shape) > MAX_LAYOUT_ELEMENTS
+        ):
+            raise ValueError(f"{name}: shape {shape[:8]} is not a few small non-negative ints")
+        low, high = spec.get("low"), spec.get("high")
+        if any(bound is not None and type(bound) is not int for bound in (low, high)):
+            raise ValueError(f"{name}: bounds must be ints or null")
+        fields[name] = Field(dtype, tuple(shape), low, high)
+    return fields
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,11 @@
 - `ChunkFifo`: on-policy. Whole time-major chunks, served once each in arrival order, oldest dropped
   (and counted) when the capacity in transitions or bytes would be exceeded; a reply packs chunks only up
   to the receiver's limits, and a chunk that could never fit one is refused when it arrives.
-- `TransitionStorage`: off-policy ring buffer of transitions, preallocated from the first batch, with a
-  monotonic insertion id per slot so a priority update for a slot that was overwritten since it was
-  sampled can be recognised and ignored.
+- `TransitionStorage`: off-policy ring buffer of transitions, preallocated at start from the experiment's declared
+  layout (the algorithm's chunk fields over the env's spaces: `replay.layout`, which the launcher resolves) or, where
+  none was declared, from the first batch, with a monotonic insertion id per slot so a priority update for a slot
+  that was overwritten since it was sampled can be recognised and ignored. With a layout, no peer's first chunk
+  decides what every later one must look like: one that differs is refused like any other.
 - `UniformSampler` / `PrioritizedSampler`: which slots a batch takes (and, for the latter, importance
   weights and priority updates, Schaul et al. 2016).
 - `make_replay`: the facade replay/shard.py talks to, the same `Replay` interface for every mode; the FIFO is
@@ -23,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from surreal.proto.codec import Limits, ProtocolError, flatten, header_cost, unflatten
-from surreal.proto.wire import IDS, PER_ENV, SAMPLE_ARRAYS, SLOTS, WEIGHTS, lead_dims
+from surreal.proto.wire import IDS, PER_ENV, SAMPLE_ARRAYS, SLOTS, WEIGHTS, Fields, lead_dims
 from surreal.replay.sumtree import SumTree
 
 MAX_PRIORITY = 1e6  # |TD error| above this counts as this (priorities are finite: anything else is refused)
@@ -149,27 +151,44 @@ class ChunkFifo:
 
 
 class TransitionStorage:
-    """Ring buffer of transitions: one preallocated [capacity, ...] array per key, laid out by the first
-    batch, so an add is at most two slice copies per key (one at the wrap) and a gather one fancy index.
+    """Ring buffer of transitions: one preallocated [capacity, ...] array per key, laid out by the declared
+    `layout` (else by the first batch), so an add is at most two slice copies per key (one at the wrap) and a
+    gather one fancy index.
 
     `ids[slot]` is the global insertion number (from 1; 0 = never written) of the transition in the slot.
     A learner sends back (slot, id) with its new priorities; an id that no longer matches means the slot
     was overwritten in between and the priority belongs to a transition that is gone.
     """
 
-    def __init__(self, capacity: int, capacity_bytes: int = DEFAULT_CAPACITY_BYTES) -> None:
+    def __init__(
+        self, capacity: int, capacity_bytes: int = DEFAULT_CAPACITY_BYTES, layout: Fields | None = None
+    ) -> None:
+        """`layout`: one transition's fields (name, dtype, shape), allocated now; ValueError when `capacity` of them
+        would exceed `capacity_bytes`. None: the first batch lays the storage out."""
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1 (got {capacity})")
         self.capacity = capacity
         self.capacity_bytes = capacity_bytes
+        self.layout = layout
         self.data: dict[str, np.ndarray] = {}
         self.ids = np.zeros(capacity, dtype=np.uint64)
         self.size = 0
         self.added = 0  # transitions ever offered, including any overwritten within one oversized batch
         self.cursor = 0  # the slot the next transition goes to: the newest `size` are the ring range ending here
+        if layout is not None:
+            self._allocate({name: (f.dtype, f.shape) for name, f in layout.items()})
+
+    def _allocate(self, specs: dict[str, tuple[np.dtype, tuple[int, ...]]]) -> None:
+        per_transition = sum(dtype.itemsize * int(np.prod(shape)) for dtype, shape in specs.values())
+        if per_transition * self.capacity > self.capacity_bytes:
+            raise ValueError(
+                f"{self.capacity} transitions of {per_transition} bytes exceed {self.capacity_bytes} bytes"
+            )
+        self.data = {k: np.zeros((self.capacity, *shape), dtype=dtype) for k, (dtype, shape) in specs.items()}
 
     def _check(self, arrays: dict[str, np.ndarray]) -> int:
-        """Length N of a batch that matches the layout (allocating the layout on the first batch)."""
+        """Length N of a batch that matches the layout (allocating the layout on the first batch when none was
+        declared)."""
         if not arrays:
             raise ValueError("batch has no arrays")
         if any(a.ndim == 0 for a in arrays.values()):
@@ -178,12 +197,7 @@ class TransitionStorage:
         if len(lengths) != 1:
             raise ValueError(f"arrays of a batch differ in length: {sorted(lengths)}")
         if not self.data:
-            per_transition = sum(a[:1].nbytes for a in arrays.values())
-            if per_transition * self.capacity > self.capacity_bytes:
-                raise ValueError(
-                    f"{self.capacity} transitions of {per_transition} bytes exceed {self.capacity_bytes} bytes"
-                )
-            self.data = {k: np.zeros((self.capacity, *a.shape[1:]), dtype=a.dtype) for k, a in arrays.items()}
+            self._allocate({k: (a.dtype, a.shape[1:]) for k, a in arrays.items()})
         if arrays.keys() != self.data.keys():
             raise ValueError(f"batch keys {sorted(arrays)} differ from the stored {sorted(self.data)}")
         for key, a in arrays.items():
@@ -218,11 +232,11 @@ class TransitionStorage:
         """Refill an empty storage with what a snapshot held: `len(ids)` transitions in slots [0, len(ids)),
         as the ring lays them out (it fills [0, size) before it wraps, so that is all of its used part)."""
         size = len(ids)
-        if self.data or not 0 < size <= self.capacity or not 0 <= cursor < self.capacity or added < size:
+        if self.size or not 0 < size <= self.capacity or not 0 <= cursor < self.capacity or added < size:
             raise ValueError(f"cannot restore {size} transitions, cursor {cursor}, into capacity {self.capacity}")
         if size < self.capacity and cursor != size:
             raise ValueError(f"a ring holding {size} of {self.capacity} has its cursor at {size}, not {cursor}")
-        if self._check({k: a[:1] for k, a in data.items()}) != 1 or any(len(a) != size for a in data.values()):
+        if any(len(a) != size for a in data.values()) or self._check({k: a[:1] for k, a in data.items()}) != 1:
             raise ValueError(f"every array must hold {size} transitions")
         for key, array in data.items():
             self.data[key][:size] = array
@@ -348,10 +362,14 @@ class TransitionReplay:
         seed: int,
         capacity_bytes: int,
         reply: Limits = DEFAULT_REPLY,
+        layout: Fields | None = None,
     ) -> None:
-        """`reply`: the receiver's limits: a layout whose batches could not pass them is refused (`add_chunk`),
-        and so is a batch size whose reply would exceed them (`reply_bytes`)."""
-        self.storage = TransitionStorage(capacity, capacity_bytes)
+        """`reply`: the receiver's limits: a layout whose batches could not pass them is refused (at once when it is
+        declared, else at the first chunk: `add_chunk`), and so is a batch size whose reply would exceed them
+        (`max_batch`). `layout`: one transition's fields, laid out now (`TransitionStorage`)."""
+        if layout is not None and len(layout) + len(SAMPLE_ARRAYS) > reply.max_frames:
+            raise ValueError(f"a layout of {len(layout)} fields: a reply of them exceeds {reply.max_frames} frames")
+        self.storage = TransitionStorage(capacity, capacity_bytes, layout)
         self.sampler = sampler
         self.reply = reply
         self.rng = np.random.default_rng(seed)
@@ -378,9 +396,9 @@ class TransitionReplay:
         return self.storage.size >= batch_size
 
     def max_batch(self) -> int:
-        """The most transitions one reply can carry within the receiver's byte limit. Before the first chunk the
-        layout is unknown and only `slots`, `ids` and any `weights` are counted: an upper bound, which the
-        first chunk lowers."""
+        """The most transitions one reply can carry within the receiver's byte limit. With a declared layout it is
+        known from the start; without one, before the first chunk only `slots`, `ids` and any `weights` are
+        counted: an upper bound, which the first chunk lowers."""
         weighted = isinstance(self.sampler, PrioritizedSampler)
         extra = sum(dtype.itemsize for name, dtype in SAMPLE_ARRAYS.items() if weighted or name != WEIGHTS)
         per_transition = extra + sum(array[:1].nbytes for array in self.storage.data.values())
@@ -435,14 +453,17 @@ def make_replay(
     seed: int = 0,
     capacity_bytes: int = DEFAULT_CAPACITY_BYTES,
     reply: Limits = DEFAULT_REPLY,
+    layout: Fields | None = None,
 ) -> Replay:
     """`fifo` (on-policy chunks), `uniform` or `prioritized` (off-policy transitions); capacity in transitions
     and in bytes; `reply`: the receiver's limits, which a FIFO reply's packing keeps to and a transition replay's
-    layout and batch sizes are held to."""
+    layout and batch sizes are held to; `layout`: a transition replay's declared fields (a FIFO keeps chunks whole
+    and has none: the learner checks its chunks' fields)."""
     if mode == "fifo":
         return FifoReplay(capacity, capacity_bytes, reply)
     if mode == "uniform":
-        return TransitionReplay(capacity, UniformSampler(), seed, capacity_bytes, reply)
+        return TransitionReplay(capacity, UniformSampler(), seed, capacity_bytes, reply, layout)
     if mode == "prioritized":
-        return TransitionReplay(capacity, PrioritizedSampler(capacity, alpha, beta, eps), seed, capacity_bytes, reply)
+        sampler = PrioritizedSampler(capacity, alpha, beta, eps)
+        return TransitionReplay(capacity, sampler, seed, capacity_bytes, reply, layout)
     raise ValueError(f"unknown replay mode {mode!r}: fifo, uniform or prioritized")

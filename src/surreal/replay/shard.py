@@ -19,6 +19,7 @@ from surreal.proto.codec import Limits, Message
 from surreal.proto.wire import (
     MAX_REPORTED_ACTORS,
     EmptyReply,
+    Fields,
     FifoReply,
     SampleRequest,
     ShardReport,
@@ -26,6 +27,7 @@ from surreal.proto.wire import (
     chunk_from_meta,
     chunk_meta,
     decode_chunk,
+    fields_of,
 )
 from surreal.replay.buffers import DEFAULT_CAPACITY_BYTES, DEFAULT_REPLY, FifoReplay, TransitionReplay, make_replay
 from surreal.replay.snapfile import ShardState
@@ -53,12 +55,16 @@ class ReplayShard:
         capacity_bytes: int = DEFAULT_CAPACITY_BYTES,
         reply: Limits = DEFAULT_REPLY,
         max_steps_per_unit: int | None = None,
+        layout: Fields | None = None,
     ) -> None:
         """`reply`: the learner's limits, which every reply keeps to (replay/buffers.py);
-        `max_steps_per_unit`: the algorithm's bound on the env steps a chunk may claim (`decode_chunk`)."""
+        `max_steps_per_unit`: the algorithm's bound on the env steps a chunk may claim (`decode_chunk`);
+        `layout`: a transition shard's declared fields (`replay.layout`), laid out now."""
         self.shard, self.mode, self.capacity = shard, mode, capacity
         self.max_steps_per_unit = max_steps_per_unit
-        self.replay = make_replay(mode, capacity, alpha, beta, priority_eps, seed + 7919 * shard, capacity_bytes, reply)
+        self.replay = make_replay(
+            mode, capacity, alpha, beta, priority_eps, seed + 7919 * shard, capacity_bytes, reply, layout
+        )
         self.forward_episodes = mode != "fifo"
         self.env_steps_in = 0
         self.finished_returns: deque[float] = deque(maxlen=MAX_FORWARDED_EPISODES)
@@ -70,13 +76,15 @@ class ReplayShard:
 
     @classmethod
     def of(cls, config: ReplayConfig, seed: int, shard: int = 0, max_steps_per_unit: int | None = None) -> ReplayShard:
-        """Shard `shard` as `config` describes it (mode, capacity in transitions and bytes, priority exponents),
-        its replies packed to `message_limits(config)`: what the replay role and serial mode both build."""
+        """Shard `shard` as `config` describes it (mode, capacity in transitions and bytes, priority exponents, a
+        transition shard's declared `layout`), its replies packed to `message_limits(config)`: what the replay role,
+        serial mode and the simulator all build."""
         return cls(
             *(config.mode, config.capacity, config.alpha, config.beta, config.priority_eps, seed, shard),
             capacity_bytes=config.capacity_bytes,
             reply=message_limits(config),
             max_steps_per_unit=max_steps_per_unit,
+            layout=None if config.layout is None else fields_of(config.layout),
         )
 
     def add(self, message: Message) -> int:
@@ -101,7 +109,7 @@ class ReplayShard:
     def refusal(self, request: SampleRequest) -> str | None:
         """Why this shard could never answer `request` with data, as the reason its error reply carries; None
         when it can. Asked when a request arrives (it is refused at once, never parked) and again just before
-        it is served (a transition replay knows its layout, and so its reply's size, only once data came).
+        it is served (a transition replay without a declared layout knows its reply's size only once data came).
 
         A transition replay draws `batch_size` with replacement, so the batch may exceed what it holds, but the
         reply must pass the learner's byte limit: the gather, the index arrays and the reply are all sized by

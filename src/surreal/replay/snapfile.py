@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from surreal.boundedjson import JsonBounds, loads
 from surreal.fileio import atomic_writer
 
 MAGIC = b"surreal-replay\n"
@@ -35,6 +36,9 @@ FORMAT = "surreal-replay-snapshot"
 VERSION = 1
 DIGEST_BYTES = 32
 MAX_HEADER_BYTES = 64 << 20  # a FIFO's chunk metadata can be long, but never this long
+# The header's JSON, bounded before it is parsed (surreal/boundedjson.py): a shard's books and its arrays' specs, a
+# FIFO's with one small metadata map per chunk; a snapshot can come back from a bucket.
+HEADER_JSON = JsonBounds(MAX_HEADER_BYTES, max_depth=16, max_items=1 << 24, max_string=1 << 16, allow_nan=True)
 DTYPE_KINDS = frozenset("biufc")  # bool, integers, floats: nothing that could hold an object
 _LENGTH = struct.Struct("<Q")
 
@@ -120,7 +124,7 @@ def read_snapshot(path: Path, identity: dict[str, Any]) -> ShardState:
         if header_len > min(MAX_HEADER_BYTES, file_size):
             raise SnapshotError("corrupt", f"header length {header_len}")
         try:
-            header = json.loads(take(header_len))
+            header = loads(take(header_len), HEADER_JSON, "header")
             specs = [(s["name"], np.dtype(s["dtype"]), tuple(int(d) for d in s["shape"])) for s in header["arrays"]]
         except (ValueError, TypeError, KeyError) as exc:
             raise SnapshotError("corrupt", f"header: {exc}") from None

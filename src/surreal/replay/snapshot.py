@@ -146,7 +146,9 @@ def restore(replay: Replay, state: ShardState) -> int:
     the transitions restored."""
     books, arrays = state.books, state.arrays
     if isinstance(replay, TransitionReplay):
-        storage = TransitionStorage(replay.storage.capacity, replay.storage.capacity_bytes)
+        # Into the declared layout, if any: a snapshot of other fields (a shard a hostile first chunk laid out before
+        # layouts were declared) does not fit, and is set aside.
+        storage = TransitionStorage(replay.storage.capacity, replay.storage.capacity_bytes, replay.storage.layout)
         data = {name.removeprefix("data/"): a for name, a in arrays.items() if name.startswith("data/")}
         storage.restore(data, arrays["ids"].astype(np.uint64), int(books["added"]), int(books["cursor"]))
         sampler = replay.sampler

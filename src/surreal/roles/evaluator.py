@@ -142,18 +142,23 @@ class BestPolicy:
                 pass  # a damaged best is replaced by the next evaluation
 
     def offer(self, params: Params, row: EvalRow) -> bool:
-        """Keep `params` if `row` beats the best so far; whether it did."""
+        """Keep `params` if `row` beats the best so far and they are finite (a file of NaN weights is refused
+        where it is read, so it never replaces the best); whether it did."""
         if not row.eval_return_mean > self.score:
             return False
         blob = params.blob
-        self.recorder.save(
-            self.path,
-            params.arrays,
-            version=blob.version,
-            env_steps=blob.env_steps,
-            updates=None,  # the ps's blob carries no update count
-            evaluation=evaluation_section(asdict(row), self.seed, blob.env_steps),
-        )
+        try:
+            self.recorder.save(
+                self.path,
+                params.arrays,
+                version=blob.version,
+                env_steps=blob.env_steps,
+                updates=None,  # the ps's blob carries no update count
+                evaluation=evaluation_section(asdict(row), self.seed, blob.env_steps),
+            )
+        except ArtifactError as exc:  # NaN or infinity in the blob: a reader would refuse it; the best stays
+            LOG.warning("version %d not promoted to the best policy: %s", blob.version, exc)
+            return False
         self.score = row.eval_return_mean
         return True
 

@@ -40,7 +40,7 @@ from surreal.config import ExperimentConfig, algo_config, config_from_env, save_
 from surreal.envs import env_spaces
 from surreal.metrics import RoleMetrics
 from surreal.metricsfile import METRICS_FILE
-from surreal.policy.artifact import FILE_NAME, POLICY_DIR
+from surreal.policy.artifact import FILE_NAME, POLICY_DIR, ArtifactError
 from surreal.policy.build import PolicyRecorder, run_git_sha
 from surreal.proto.channels import ParamPublisher
 from surreal.proto.curve import REFUSED_HELP, REFUSED_METRIC, WireContext
@@ -249,18 +249,24 @@ class LearnerCore:
         if self.on_checkpoint is not None:
             self.on_checkpoint()
 
-    def save_policy(self, evaluation: dict[str, Any] | None = None) -> Path:
+    def save_policy(self, evaluation: dict[str, Any] | None = None) -> Path | None:
         """policy/policy.safetensors: the current parameters as a policy artifact (surreal/policy/artifact.py),
-        with `evaluation` (the header's section) when they were just evaluated."""
+        with `evaluation` (the header's section) when they were just evaluated. Parameters holding NaN or an
+        infinity are not written (a reader would refuse them): the log says so and the last finite artifact stays;
+        None then."""
         c = self.counters
-        return self.policy_recorder.save(
-            self.run_dir / POLICY_DIR / FILE_NAME,
-            self.algo_learner.params(),
-            version=c.version,
-            env_steps=c.env_steps,
-            updates=c.updates,
-            evaluation=evaluation,
-        )
+        try:
+            return self.policy_recorder.save(
+                self.run_dir / POLICY_DIR / FILE_NAME,
+                self.algo_learner.params(),
+                version=c.version,
+                env_steps=c.env_steps,
+                updates=c.updates,
+                evaluation=evaluation,
+            )
+        except ArtifactError as exc:
+            self.log.warning("policy artifact at update %d kept as it was: %s", c.updates, exc)
+            return None
 
     def stop(self, drain_s: float = DRAIN_S) -> None:
         """Stopped by a signal (a preemption, a drain): the replies the shards already sent are taken (their chunks

@@ -9,15 +9,16 @@ serial mode (roles/ports.py `InProcessParams`) and the simulator (surreal/sim/) 
 
 A blob replaces the held one when its version is higher, or when it comes from a new learner incarnation (a learner
 resumed from a checkpoint restarts at the checkpoint's version); an actor gets the held blob when, by the same rule
-(proto/wire.py `supersedes`), it would replace the one the actor runs. A request that carries `hold_ms` (an actor
-that flow control holds: proto/wire.py `ParamsRequest`) and that the held blob does not answer (it does not
-supersede the actor's, or is below the request's `wake_version`) is parked, up to `MAX_PARKED` of them and
-`MAX_PARKED_PER_PEER` from one peer, so waiting actors do not poll. A parked request is answered by the first blob
-that wakes it, or when its hold is over by "not modified" with the version held (so the actor knows how far the
-learner got). With `wake_version`, a version is sent to the actors it frees, not to every waiting one: at 1,024
+(proto/wire.py `supersedes`), it would replace the one the actor runs. A request that carries `hold_ms` (an actor that
+flow control holds: proto/wire.py `ParamsRequest`) and that the held blob does not answer (it does not supersede the
+actor's, or is below the request's `wake_version`) is parked, up to `MAX_PARKED` of them and `MAX_PARKED_PER_PEER` from
+one peer, so waiting actors do not poll; with every place taken, a peer holding fewer than another still gets one, that
+other's newest request being answered as one the ps cannot hold (roles/parking.py). A parked request is answered by the
+first blob that wakes it, or when its hold is over by "not modified" with the version held (so the actor knows how far
+the learner got). With `wake_version`, a version is sent to the actors it frees, not to every waiting one: at 1,024
 actors sharing a batch of 32 chunks, 32 blobs a version instead of 1,024. When the learner goes quiet (no blob for
-`QUIET_FACTOR` of its usual intervals) every parked request the held blob supersedes gets it, whatever its wake
-version: a learner that waits for data must not wait for the holds to end. Torch-free.
+`QUIET_FACTOR` of its usual intervals) every parked request the held blob supersedes gets it, whatever its wake version:
+a learner that waits for data must not wait for the holds to end. Torch-free.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import argparse
 import heapq
 import itertools
 import time
-from collections import Counter
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
@@ -48,6 +48,7 @@ from surreal.proto.wire import (
     decode_params,
     supersedes,
 )
+from surreal.roles.parking import FairParking
 from surreal.roles.server import Server, endpoint, serve_main
 from surreal.settings import Settings
 
@@ -80,8 +81,13 @@ class PsCore(Generic[Blob]):
         self.answer, self.drop = answer, drop
         self.blob: Blob | None = None
         self.version, self.incarnation = NO_VERSION, ""
-        self.parked: list[Parked] = []  # a heap
-        self.parked_by_peer: Counter[Peer] = Counter()
+        # A heap by deadline. An evicted request stays in it, marked in `_evicted` by its arrival number, until it
+        # reaches the top, a blob sweeps the heap, or the marked ones outnumber the rest: eviction costs O(1) however
+        # many are parked.
+        self.parked: list[Parked] = []
+        self._evicted: set[int] = set()
+        self.parking: FairParking[Peer] = FairParking(MAX_PARKED, MAX_PARKED_PER_PEER)
+        self._parked_of: dict[Peer, list[Parked]] = {}  # each peer's parked requests, oldest first
         self._arrivals = itertools.count()
         self.blobs_accepted = 0
         self.last_blob_at = 0.0
@@ -120,27 +126,58 @@ class PsCore(Generic[Blob]):
         newer = self.blob if superseded else None  # what is held, if the actor should have it
         if newer is not None and (not request.hold_ms or self._answers(request, self._quiet(now))):
             self.answer(peer, newer)
-        elif request.hold_ms and len(self.parked) < MAX_PARKED and self.parked_by_peer[peer] < MAX_PARKED_PER_PEER:
-            heapq.heappush(self.parked, (now + request.hold_ms / 1000, next(self._arrivals), peer, request))
-            self.parked_by_peer[peer] += 1
-        elif newer is not None:
-            self.answer(peer, newer)  # no room to park it: what is held is the best answer
+            return
+        park, evict = self.parking.admit(peer) if request.hold_ms else (False, None)
+        if not park:
+            self._answer_unheld(peer, request)  # no room to park it
+            return
+        if evict is not None:  # every place taken: the peer holding the most gives up its newest
+            evicted = self._parked_of[evict][-1]
+            self._evicted.add(evicted[1])
+            self._unpark(evicted)
+            self._answer_unheld(evict, evicted[3])
+        entry = (now + request.hold_ms / 1000, next(self._arrivals), peer, request)
+        heapq.heappush(self.parked, entry)
+        self._parked_of.setdefault(peer, []).append(entry)
+        self.parking.add(peer)
+        if len(self._evicted) > self.parking.total:  # compaction: the marked outnumber the live
+            self.parked = [entry for entry in self.parked if entry[1] not in self._evicted]
+            heapq.heapify(self.parked)
+            self._evicted.clear()
+
+    @property
+    def held(self) -> int:
+        """Requests parked now (evicted ones not counted)."""
+        return self.parking.total
+
+    @property
+    def parked_by_peer(self) -> dict[Peer, int]:
+        """Requests parked now, by peer."""
+        return self.parking.counts
+
+    def _answer_unheld(self, peer: Peer, request: ParamsRequest) -> None:
+        """What a request the ps cannot hold gets: the held blob if the actor should have it, else "not modified"."""
+        if self.blob is not None and supersedes((self.version, self.incarnation), request.held):
+            self.answer(peer, self.blob)
         else:
             self.answer(peer, self._not_modified())
 
     def on_time(self, now: float) -> None:
         """Answer for a learner that went quiet, and the requests whose hold is over."""
-        if self.parked and self.quiet_swept != self.blobs_accepted and self._quiet(now):
+        if self.held and self.quiet_swept != self.blobs_accepted and self._quiet(now):
             self.quiet_swept = self.blobs_accepted
             self._wake_parked(quiet=True)  # every actor behind the held blob gets it
+        self._drop_evicted()
         while self.parked and self.parked[0][0] <= now:
-            peer = heapq.heappop(self.parked)[2]
-            self._unpark(peer)
-            self.answer(peer, self._not_modified())
+            entry = heapq.heappop(self.parked)
+            self._unpark(entry)
+            self.answer(entry[2], self._not_modified())
+            self._drop_evicted()
 
     def next_event(self) -> float | None:
         """When `on_time` has work: the next hold's end or, while requests are parked, when the learner would
         count as quiet; None while nothing is parked."""
+        self._drop_evicted()
         if not self.parked:
             return None
         at = self.parked[0][0]
@@ -165,20 +202,31 @@ class PsCore(Generic[Blob]):
         answered: list[Parked] = []
         waiting: list[Parked] = []
         for entry in self.parked:
-            (answered if self._answers(entry[3], quiet) else waiting).append(entry)
-        if not answered:
-            return
+            if entry[1] not in self._evicted:
+                (answered if self._answers(entry[3], quiet) else waiting).append(entry)
+        self._evicted.clear()  # the sweep leaves them out
         self.parked = waiting
         heapq.heapify(self.parked)
+        if not answered:
+            return
         assert self.blob is not None
-        for _, _, peer, _ in sorted(answered, key=lambda entry: entry[:2]):
-            self._unpark(peer)
-            self.answer(peer, self.blob)
+        for entry in sorted(answered, key=lambda entry: entry[:2]):
+            self._unpark(entry)
+            self.answer(entry[2], self.blob)
 
-    def _unpark(self, peer: Peer) -> None:
-        self.parked_by_peer[peer] -= 1
-        if not self.parked_by_peer[peer]:
-            del self.parked_by_peer[peer]
+    def _drop_evicted(self) -> None:
+        """Pop the evicted requests off the heap's top (the next live one is then at its top)."""
+        while self.parked and self.parked[0][1] in self._evicted:
+            self._evicted.discard(heapq.heappop(self.parked)[1])
+
+    def _unpark(self, entry: Parked) -> None:
+        """`entry` leaves its place: answered, expired or evicted (an evicted one is also marked in `_evicted`)."""
+        peer = entry[2]
+        mine = self._parked_of[peer]
+        mine.remove(entry)
+        if not mine:
+            del self._parked_of[peer]
+        self.parking.remove(peer)
 
     def _answers(self, request: ParamsRequest, quiet: bool) -> bool:
         """Whether the held blob answers a held request: it supersedes what the actor runs and reaches its wake
@@ -219,7 +267,7 @@ class ParamServer(Server):
         at = self.core.next_event()
         super().poll_once(timeout_s if at is None else max(0.0, min(timeout_s, at - time.monotonic())))
         self.core.on_time(time.monotonic())
-        self.m_parked.set(len(self.core.parked))
+        self.m_parked.set(self.core.held)
 
     def describe(self) -> str:
         return f"replica {self.replica} on {endpoint(self.router)}, learner {self.learner_addr}"
@@ -233,7 +281,7 @@ class ParamServer(Server):
             self.m_updates.inc()
             self.m_version.set(self.core.version)
             self.m_blob_bytes.set(sum(len(f) for f in frames))
-            self.m_parked.set(len(self.core.parked))
+            self.m_parked.set(self.core.held)
 
     def on_request(self, identity: bytes, message: Message) -> None:
         self.core.on_request(identity, message, time.monotonic())

@@ -46,16 +46,21 @@ from surreal.proto.wire import (
     TransitionReply,
     encode_sample_reply,
 )
+from surreal.replay.buffers import TransitionReplay
 from surreal.replay.shard import ReplayShard, message_limits
 from surreal.replay.snapshot import Snapshots, SnapshotStore, Written, restore
 from surreal.roles.common import StopFlag
+from surreal.roles.parking import FairParking
 from surreal.roles.server import Server, endpoint, serve_main
 from surreal.runstore import open_mirror, replay_part
 from surreal.settings import Settings
 
 DEFER_S = 1.0
 MAX_PENDING = 64
-MAX_PENDING_PER_PEER = 16  # parked requests one client may hold, so one cannot starve another (learners keep 2)
+# Parked requests one client may hold (learners keep 2). With every place taken, a client holding fewer than another
+# still gets one: that other's newest is answered `too_many_pending` (roles/parking.py), so peers that park many
+# requests, several of them at their cap, never starve one that parks a few.
+MAX_PENDING_PER_PEER = 16
 BURST = 64  # messages taken from one socket per poll: experience floods must let sample requests in
 STOP_DRAIN_S = 0.5  # on SIGTERM, the longest it takes the chunks already at its socket before its last snapshot
 
@@ -74,8 +79,8 @@ class _Pending:
 
 class ReplayCore:
     """One shard's decisions without a socket or a clock: chunks stored, priority updates applied, each sample request
-    refused at once (`ReplayShard.refusal`, the per-peer and total parking caps), parked, or answered by `serve` once
-    data can answer it (an empty reply once its deadline passed). `answer(peer, reply)` sends a typed reply;
+    refused at once (`ReplayShard.refusal`, the fair parking rule: roles/parking.py), parked, or answered by `serve`
+    once data can answer it (an empty reply once its deadline passed). `answer(peer, reply)` sends a typed reply;
     `drop(reason, peer)` counts what was refused. Times are the driver's clock, in seconds."""
 
     def __init__(
@@ -83,6 +88,7 @@ class ReplayCore:
     ) -> None:
         self.shard, self.answer, self.drop = shard, answer, drop
         self.pending: deque[_Pending] = deque()
+        self.parking: FairParking[Peer] = FairParking(MAX_PENDING, MAX_PENDING_PER_PEER)
 
     def on_experience(self, message: Message) -> int:
         """Store one experience message's chunk; its transitions, 0 when it was refused (and counted)."""
@@ -112,11 +118,22 @@ class ReplayCore:
         if refusal is not None:
             self._refuse(peer, refusal)
             return
-        parked_by_peer = sum(pending.peer == peer for pending in self.pending)
-        if len(self.pending) >= MAX_PENDING or parked_by_peer >= MAX_PENDING_PER_PEER:
+        park, evict = self.parking.admit(peer)
+        if not park:
             self._refuse(peer, "too_many_pending")
             return
+        if evict is not None:  # every place taken: the peer holding the most gives up its newest
+            self._evict_newest(evict)
         self.pending.append(_Pending(peer, request, now + DEFER_S))
+        self.parking.add(peer)
+
+    def _evict_newest(self, peer: Peer) -> None:
+        for i in range(len(self.pending) - 1, -1, -1):
+            if self.pending[i].peer == peer:
+                del self.pending[i]
+                self.parking.remove(peer)
+                self._refuse(peer, "too_many_pending")
+                return
 
     def serve(self, now: float) -> None:
         """Answer every parked request that data can answer now (in arrival order), and the overdue ones with an
@@ -124,8 +141,10 @@ class ReplayCore:
         waiting: deque[_Pending] = deque()
         for pending in self.pending:
             if self.shard.ready(pending.request.threshold):
+                self.parking.remove(pending.peer)
                 self._serve(pending)
             elif now >= pending.deadline:
+                self.parking.remove(pending.peer)
                 self.answer(pending.peer, self.shard.empty_reply(pending.request.episodes))
             else:
                 waiting.append(pending)
@@ -136,10 +155,10 @@ class ReplayCore:
         return min((pending.deadline for pending in self.pending), default=None)
 
     def _serve(self, pending: _Pending) -> None:
-        """Answer one parked request with data, or with an error: the shard learns its layout (and so a reply's
-        size) only once data came, so a request parked before then is held to it now. An exception raised by the
-        request's own content (a size, a value) answers its peer and is counted; the shard serves on. Any other
-        (the storage itself broken) still ends the role."""
+        """Answer one parked request with data, or with an error: a shard without a declared layout learns it (and
+        so a reply's size) only once data came, so a request parked before then is held to it now. An exception
+        raised by the request's own content (a size, a value) answers its peer and is counted; the shard serves on.
+        Any other (the storage itself broken) still ends the role."""
         refusal = self.shard.refusal(pending.request)
         if refusal is not None:
             self._refuse(pending.peer, refusal)
@@ -235,6 +254,9 @@ class ReplayServer(Server):
 
     def describe(self) -> str:
         where = f", snapshots in {self.snapshots.store.directory}" if self.snapshots is not None else ""
+        replay = self.replay.replay
+        if isinstance(replay, TransitionReplay):
+            where += ", laid out by replay.layout" if replay.storage.layout else ", laid out by its first chunk"
         return (
             f"shard {self.replay.shard} ({self.replay.mode}, capacity {self.replay.capacity}{where}) "
             f"experience {endpoint(self.pull)} sample {endpoint(self.router)}"
@@ -336,6 +358,11 @@ def main(args: argparse.Namespace) -> int:
         limits = message_limits(config)
         # Torch- and gymnasium-free: the env's episode limit is unknown here (ES checks at the learner).
         shard = ReplayShard.of(config, cfg.seed, settings.index, cfg.algo.max_env_steps_per_unit(None))
+        if config.mode != "fifo" and config.layout is None:
+            log.warning(
+                "no replay.layout in the config (surreal run and surreal helm-values resolve it): the first chunk "
+                "that arrives lays this shard out, and chunks unlike it are refused"
+            )
         metrics = RoleMetrics("replay", shard.shard)
         snapshots = None
         if cfg.replay.snapshot_interval_s > 0:

@@ -5,6 +5,12 @@ killed mid-write leaves the previous checkpoint intact; one that does not restor
 previous one is used. Loading uses ``torch.load(weights_only=True)``:
 only tensors, numbers, strings and containers come back, never arbitrary objects.
 
+A checkpoint may also come from outside (a run folder downloaded or pulled from a bucket, `surreal eval` of one), so
+`load_checkpoint` bounds what it reads before torch does and what it hands back before anything walks it: the zip
+archive torch writes (its entry count, every entry stored uncompressed as torch writes them, the pickled structure
+`data.pkl` at most `MAX_PICKLE_BYTES`), then the loaded structure's nesting depth and size, counted without
+recursion (code that walks a state recurses, and a pickle can share one container many times over).
+
 NumPy state (generators, envs, chunks) therefore goes in through `pack`, which turns every array inside nested
 dicts and lists into its dtype, shape and raw bytes (a uint8 tensor), which comes back bit for bit, whatever the
 dtype (uint64 ids, bools, float64 statistics); NumPy scalars become Python numbers. `unpack` undoes it. Tuples
@@ -14,8 +20,10 @@ come back as lists.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +35,64 @@ import torch
 from surreal.fileio import atomic_writer
 
 PATTERN = re.compile(r"^ckpt-(\d{10})\.pt$")
+MAX_ENTRIES = 1 << 20  # records in the archive: one per tensor storage (a learner's hold a few hundred)
+MAX_PICKLE_BYTES = 64 << 20  # data.pkl, the structure around the tensors (a learner's is tens of kB)
+MAX_DEPTH = 64  # containers within containers (a learner's state nests about 10 deep)
+MAX_NODES = 1 << 22  # values reached walking the structure, shared ones counted each time they are reached
 _TAG = "__ndarray__"
 _KINDS = "biufc"  # bool, integers, floats, complex: an object array's bytes would be pointers
+
+
+class CheckpointError(ValueError):
+    """A file that is no checkpoint this code reads within its bounds; the message is one line."""
+
+
+def load_checkpoint(path: str | os.PathLike[str], mmap: bool = False) -> Any:
+    """What a checkpoint holds, read with `torch.load(weights_only=True)` once its archive is within bounds, and
+    handed back once its structure is (`MAX_DEPTH`, `MAX_NODES`). CheckpointError for what is out of bounds or no
+    torch archive; torch's own errors (a pickle it refuses, a damaged record) pass through as they come."""
+    name = os.fspath(path)
+    try:
+        with zipfile.ZipFile(name) as archive:
+            entries = archive.infolist()
+            if len(entries) > MAX_ENTRIES:
+                raise CheckpointError(f"{name}: {len(entries):,} records, over the {MAX_ENTRIES:,} a checkpoint holds")
+            compressed = next((e.filename for e in entries if e.compress_type != zipfile.ZIP_STORED), None)
+            if compressed is not None:
+                raise CheckpointError(f"{name}: record {compressed[:100]!r} is compressed; torch stores its records")
+            pickles = [e for e in entries if e.filename.endswith("/data.pkl") or e.filename == "data.pkl"]
+            if len(pickles) != 1:
+                raise CheckpointError(f"{name}: {len(pickles)} data.pkl records; a torch checkpoint has one")
+            if pickles[0].file_size > MAX_PICKLE_BYTES:
+                raise CheckpointError(
+                    f"{name}: its structure (data.pkl) is {pickles[0].file_size:,} bytes, over {MAX_PICKLE_BYTES:,}"
+                )
+    except zipfile.BadZipFile as exc:
+        raise CheckpointError(f"{name}: not a torch checkpoint ({exc})") from None
+    state = torch.load(name, map_location="cpu", weights_only=True, mmap=mmap)
+    check_structure(state, name)
+    return state
+
+
+def check_structure(value: Any, name: str) -> None:
+    """CheckpointError unless `value` nests at most `MAX_DEPTH` containers deep and walking it reaches at most
+    `MAX_NODES` values; an explicit stack, so nothing here recurses however deep it goes."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    reached = 0
+    while stack:
+        item, depth = stack.pop()
+        reached += 1
+        if reached > MAX_NODES:
+            raise CheckpointError(f"{name}: a structure of more than {MAX_NODES:,} values")
+        if isinstance(item, dict):
+            children: Any = [*item.keys(), *item.values()]
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth >= MAX_DEPTH:
+            raise CheckpointError(f"{name}: containers nested deeper than {MAX_DEPTH}")
+        stack.extend((child, depth + 1) for child in children)
 
 
 def pack(value: Any) -> Any:
@@ -89,7 +153,7 @@ class CheckpointStore:
         the one before it is tried. None: no checkpoint could be restored."""
         for path in reversed(self.paths()):
             try:
-                state = torch.load(path, map_location="cpu", weights_only=True)
+                state = load_checkpoint(path)
                 apply(state)
                 return state
             except Exception as exc:  # torch.load and a load_state_dict raise many unrelated types

@@ -1,11 +1,17 @@
 """Hostile peers: messages the wire allows but no honest role sends, among the honest traffic.
 
-- `HostileActor` sends a replay shard chunks holding NaN, chunks claiming more env steps than their steps can be,
-  and chunks with the algorithm's fields missing (a FIFO stores them; the learner leaves them out of the reply it
-  takes); it floods a ps with held requests (more than a peer may park) and asks for versions no learner made.
+- `HostileActor` sends every replay shard, before any honest actor has sent anything, a well-formed chunk of the
+  wrong fields (a transition shard laid out by whichever chunk came first would then refuse every honest one; it is
+  laid out by the experiment instead: `replay.layout`), then chunks holding NaN, chunks claiming more env steps than
+  their steps can be, and chunks with the algorithm's fields missing (a FIFO stores them; the learner leaves them
+  out of the reply it takes); it floods a ps with held requests (more than a peer may park) and asks for versions
+  no learner made.
 - `HostileLearnerPeer` asks a replay shard for batches it could never serve (a billion transitions, more than its
   capacity) and sends priorities for slots it never sampled; against a transition replay it also floods parked
   requests (more than a peer may park).
+- `HostileParker` x `PARKERS`: each keeps `MAX_PENDING_PER_PEER` sample requests parked at every transition shard,
+  of a batch the shard can never serve (its whole capacity), parking again as each expires: together they would
+  fill every parking place, and the fair rule (roles/parking.py) must still give the learner its place.
 - `HostileShard` sits among the learner's shards and answers its sample requests with replies whose fields are
   missing, of the wrong shape or dtype, or not finite.
 
@@ -23,6 +29,8 @@ import numpy as np
 from surreal.config import ExperimentConfig
 from surreal.proto.codec import Message
 from surreal.proto.wire import (
+    EMPTY_REPLY,
+    ERROR,
     IDS,
     SAMPLE_REQUEST,
     SLOTS,
@@ -38,6 +46,7 @@ from surreal.proto.wire import (
     encode_chunk,
     encode_sample_reply,
 )
+from surreal.roles.replay import MAX_PENDING, MAX_PENDING_PER_PEER
 from surreal.sim.ledger import HOSTILE, tagged_field
 from surreal.sim.world import Network, Node, World
 
@@ -45,6 +54,7 @@ START_S = 5.0
 EVERY_S = 2.0
 FLOOD = 40  # held requests sent at once: ten times what one peer may park at a ps
 ANSWER_S = 0.5
+PARKERS = MAX_PENDING // MAX_PENDING_PER_PEER  # hostile parkers that, each at its cap, fill a shard's parking
 
 
 class HostilePeer(Node):
@@ -73,12 +83,27 @@ def _hostile_arrays(fields: Fields, steps: int) -> dict[str, np.ndarray]:
     return arrays
 
 
+def _wrong_fields(fields: Fields, steps: int) -> dict[str, np.ndarray]:
+    """A chunk every check on its own passes (finite, of one [T, K], plausible steps) whose fields are not the
+    algorithm's: the tagged one a cell wider, and one more field."""
+    arrays = _hostile_arrays(fields, steps)
+    name = tagged_field(arrays)
+    arrays[name] = np.concatenate([arrays[name], arrays[name][..., :1]], axis=-1)
+    arrays["extra"] = np.zeros((steps, 1), np.float32)
+    return arrays
+
+
 class HostileActor(HostilePeer):
     def __init__(
         self, world: World, net: Network, shards: Sequence[Node], ps: Sequence[Node], fields: Fields, steps: int
     ) -> None:
         super().__init__(world, net, "hostile-actor")
         self.shards, self.ps, self.fields, self.steps = shards, ps, fields, steps
+        world.at(0.0, self._first_chunks)  # before any honest actor's first chunk (they start over the first second)
+
+    def _first_chunks(self) -> None:
+        for shard in self.shards:
+            self.send(shard, encode_chunk(Chunk(_wrong_fields(self.fields, self.steps), 0, 999_999), "x"))
 
     def act(self, turn: int) -> None:
         shard, ps = self.shards[turn % len(self.shards)], self.ps[turn % len(self.ps)]
@@ -117,6 +142,36 @@ class HostileLearnerPeer(HostilePeer):
             if replay.mode != "fifo":  # a FIFO would hand it honest chunks: peers are not authenticated here
                 for _ in range(20):  # parked until the shard is full: more than a peer may park
                     self.send(shard, SampleRequest(replay.capacity).to_message())
+
+
+class HostileParker(Node):
+    """Keeps `MAX_PENDING_PER_PEER` requests that can never be served parked at every transition shard: at `START_S`,
+    then one more each time a shard answers one with an empty reply (its deadline passed). An error reply (evicted,
+    or refused) is not answered with another: it parks again at its next turn, every `EVERY_S`."""
+
+    def __init__(self, world: World, net: Network, index: int, shards: Sequence[Node]) -> None:
+        super().__init__(world, net, f"hostile-parker-{index}")
+        self.shards = [shard for shard in shards if getattr(shard, "shard", None) is not None]
+        self.sent = 0
+        self.refused = 0  # its requests a shard answered with an error (evicted, or past its cap)
+        world.at(START_S, self._turn)
+
+    def _request(self, shard: Node) -> None:
+        self.send(shard, SampleRequest(shard.shard.capacity).to_message())  # type: ignore[attr-defined]
+        self.sent += 1
+
+    def _turn(self) -> None:
+        for shard in self.shards:
+            if shard.shard.mode != "fifo":  # type: ignore[attr-defined]  # a FIFO would hand it honest chunks
+                for _ in range(MAX_PENDING_PER_PEER):
+                    self._request(shard)
+        self.world.after(EVERY_S * 5, self._turn)
+
+    def receive(self, src: Node, message: Message) -> None:
+        if message.kind == EMPTY_REPLY and src in self.shards:
+            self._request(src)
+        elif message.kind == ERROR:
+            self.refused += 1
 
 
 class HostileShard(Node):

@@ -20,7 +20,9 @@ The invariants (`Ledger.check` reports each broken one with what broke it):
   learner) answers it only once the ps has heard nothing newer for `QUIET_MIN_S` (the quiet-learner rule), never as
   a blob arrives;
 - **completes**: the learner reaches `total_env_steps` and announces `done`, and every honest actor still alive
-  has finished by the scenario's deadline.
+  has finished by the scenario's deadline;
+- **parking**: no shard refuses the learner a parking place (`too_many_pending`), whatever other peers park: it
+  holds at most `learner.prefetch` requests a shard, fewer than any peer may (roles/parking.py).
 """
 
 from __future__ import annotations
@@ -119,6 +121,8 @@ class Ledger:
     learner_counted: int = 0  # env steps the learner's replies added (ShardEnvSteps)
     done_at: float | None = None
     transitions_learned: int = 0
+    learner_refused: Counter[str] = field(default_factory=Counter)  # the shards' error replies to it, by reason
+    learner_data_replies: int = 0  # replies holding data the learner took in, every incarnation
 
     def violate(self, rule: str, detail: str) -> None:
         if len(self.violations[rule]) < MAX_REPORTED:

@@ -30,6 +30,7 @@ from surreal.metrics import RoleMetrics
 from surreal.proto.channels import ShardRequests, reply_with_data
 from surreal.proto.codec import Message, ProtocolError, flatten
 from surreal.proto.wire import (
+    ERROR,
     EXPERIENCE,
     FIFO_REPLY,
     PARAMS,
@@ -411,9 +412,12 @@ class SimBatches:
     def take(self, src: Node, message: Message) -> None:
         i = self.index[src.name]
         self.books[i].replied(self.node.world.now)
+        if message.kind == ERROR:  # the ledger keeps the shard's reason (too_many_pending, ...)
+            self.node.ledger.learner_refused[str(message.meta.get("reason", ""))[:64]] += 1
         reply = reply_with_data(message, i, self._error, steps_bound(self.node.cfg), self.layout)
         report = self.node.ledger.reports_sent.pop(id(message), None)
         if reply is not None:
+            self.node.ledger.learner_data_replies += 1
             if report is not None:
                 self.reports[id(reply)] = report
             self.replies.append(reply)

@@ -26,8 +26,9 @@ from gymnasium import spaces
 
 from surreal.algos import get_algorithm
 from surreal.config import ExperimentConfig, algo_config, load_config
+from surreal.launch.preflight import with_layout
 from surreal.runtime.regimes.versions import STALL_MIN_S
-from surreal.sim.hostile import HostileActor, HostileLearnerPeer, HostileShard
+from surreal.sim.hostile import PARKERS, HostileActor, HostileLearnerPeer, HostileParker, HostileShard
 from surreal.sim.ledger import ChunkId, Ledger, Window, chunks_in
 from surreal.sim.nodes import (
     ActorNode,
@@ -100,7 +101,7 @@ class Scenario:
     links: tuple[float, float | None] | None = None  # (latency_s, bandwidth bytes/s) of every node's link
     jitter_s: float = 0.0002
     drop_p: float = 0.0
-    hostile: tuple[str, ...] = ()  # "actor", "shard", "learner": hostile peers beside the honest ones
+    hostile: tuple[str, ...] = ()  # "actor", "shard", "learner", "parkers": hostile peers beside the honest ones
     snapshot_interval_s: float = 30.0
     tolerated_losses: int = 0
     service_costs: ServiceCosts = ServiceCosts()  # the shards' and ps replicas' time per event (none: instant)
@@ -127,7 +128,9 @@ class Scenario:
             overrides += ["algo.batch_size=32", "algo.noise_table_size=100000", "replay.capacity=1024"]
         else:
             overrides += ["algo.learning_starts=5000", "algo.replay_ratio=0.25", "replay.capacity=200000"]
-        return load_config([*overrides, *self.overrides])
+        # The package's defaults under the scenario's own keys: a scenario models the configuration it names, and
+        # the task defaults (conf/tasks.yaml, for `surreal run`'s users) would change it behind its back.
+        return load_config([*overrides, *self.overrides], tasks=False)
 
 
 @dataclass
@@ -174,6 +177,8 @@ class Sim:
         algo = get_algorithm(cfg.algo.name)
         self.spaces = obs_space, act_space = env_spaces(scenario.env_dims)
         fields = algo.chunk_fields(obs_space, act_space, algo_config(cfg))
+        if cfg.replay.mode != "fifo":  # the shards are laid out by the experiment, as the launcher lays them out
+            cfg = self.cfg = with_layout(cfg, fields)
         pairs = cfg.algo.name == "es"  # a chunk of whole-episode pairs
         envs = cfg.algo.chunk_size(cfg) if pairs else cfg.topology.envs_per_actor
         self.chunks = ScriptedChunks(fields, scenario.chunk_steps, envs, pairs)
@@ -204,6 +209,8 @@ class Sim:
             self.hostile.append(HostileActor(world, net, self.honest_shards, self.ps, fields, scenario.chunk_steps))
         if "learner" in scenario.hostile:
             self.hostile.append(HostileLearnerPeer(world, net, self.honest_shards))
+        if "parkers" in scenario.hostile:
+            self.hostile += [HostileParker(world, net, i, self.honest_shards) for i in range(PARKERS)]
         if scenario.links is not None:
             for node in net.nodes.values():
                 node.latency_s, node.bandwidth = scenario.links
@@ -310,6 +317,9 @@ class Sim:
             ledger.violate("completes", f"ended at {self.world.now:.0f} s, before {self.last_event_s():.0f} s")
         if ledger.lost_on_stop:
             ledger.violate("chunks", f"{ledger.lost_on_stop} chunks refused on their actors' way out")
+        if ledger.learner_refused["too_many_pending"]:
+            refused = ledger.learner_refused["too_many_pending"]
+            ledger.violate("parking", f"the learner was refused a parking place {refused} times")
         on_policy = self.cfg.algo.on_policy
         ledger.check_chunks(self.held(), on_policy)
         if not on_policy:
@@ -333,6 +343,9 @@ class Sim:
             "actors_alive": self.fleet.alive,
             "messages_dropped": self.net.dropped,
             "learner_refused": dict(self.learner.batches.errors),
+            "learner_refused_by_shards": dict(ledger.learner_refused),
+            "learner_replies": ledger.learner_data_replies,
+            "parkers_refused": sum(node.refused for node in self.hostile if isinstance(node, HostileParker)),
             "restarts": {
                 name: n.policy.restarts
                 for name, n in self.net.nodes.items()
@@ -387,7 +400,7 @@ def overdrafts(actors: int, seconds: float, share: float) -> int:
 
 SLOW_LINK = (0.15, 100_000.0)  # 150 ms each way and 100 kB/s: a congested cross-zone link
 # Every hostile peer, beside the honest roles.
-HOSTILE = ("actor", "learner", "shard")
+HOSTILE = ("actor", "learner", "shard", "parkers")
 
 ON_POLICY = [
     Scenario(
@@ -604,6 +617,17 @@ OFF_POLICY = [
         ps=2,
         total_env_steps=60_000,
         hostile=HOSTILE,
+        overrides=("replay.mode=prioritized",),
+        steady=((40.0, 60.0),),
+    ),
+    Scenario(
+        "ddpg-hostile-parkers",
+        "DDPG, 16 actors, a prioritized shard whose parking places four hostile peers keep full, each at its cap, "
+        "with requests it can never serve: the learner still parks its requests and is served at its rate.",
+        algo="ddpg",
+        actors=16,
+        total_env_steps=60_000,
+        hostile=("parkers",),
         overrides=("replay.mode=prioritized",),
         steady=((40.0, 60.0),),
     ),
