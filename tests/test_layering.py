@@ -159,8 +159,11 @@ WIRE = SRC / "proto" / "wire.py"
 # summaries, snapshot books and arrays, checkpoints, config, an algorithm's minibatch tensors): their use in
 # messages is held by the structural rules below (no message metadata read, no message built outside wire.py),
 # not by the word.
+# Words a message shares with other plain data: a field's "dtype", "shape" and bounds also describe a tensor in the
+# policy artifact and an export's inputs, and a replay layout in the config (wire.layout_of).
 SHARED_WORDS = frozenset(
     {"actor", "actors", "env_steps", "ids", "priorities", "reason", "shard", "slots", "version", "weights"}
+    | {"dtype", "shape", "low", "high"}
 )
 
 

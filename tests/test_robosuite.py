@@ -226,5 +226,5 @@ def test_the_config_schema_refuses_a_typod_robosuite_kwarg():
 
 def test_without_the_extra_a_robosuite_id_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "robosuite", None)  # what `import robosuite` meets where it is not installed
-    with pytest.raises(ConfigError, match=r"pip install 'surreal-rl\[robosuite\]'"):
+    with pytest.raises(ConfigError, match=r"pip install '\.\[robosuite\]' in a checkout"):
         check_env_id(LIFT)

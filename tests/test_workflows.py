@@ -58,6 +58,16 @@ def test_the_three_workflows_exist_with_their_triggers():
     assert docs["release.yml"]["on"]["push"]["tags"] == ["v*"], "a release is a version tag"
 
 
+def test_the_long_tier_runs_nightly_and_uploads_its_results_whatever_the_outcome():
+    nightly = load(ROOT / ".github" / "workflows" / "nightly.yml")
+    assert {"schedule", "workflow_dispatch"} <= nightly["on"].keys()
+    (job,) = nightly["jobs"].values()
+    runs = [step["run"] for step in job["steps"] if "run" in step]
+    assert any(make_targets(run)[:1] == ["test-long"] and "LONG_RESULTS=test-long.json" in run for run in runs)
+    upload = next(step for step in job["steps"] if step.get("uses", "").startswith("actions/upload-artifact@"))
+    assert upload["if"] == "always()" and upload["with"]["path"] == "test-long.json"
+
+
 def test_a_release_checks_its_tag_then_pushes_the_images_tagged_with_appversion_and_then_the_chart():
     doc = load(ROOT / ".github" / "workflows" / "release.yml")
     jobs = doc["jobs"]

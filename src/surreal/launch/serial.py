@@ -14,7 +14,7 @@ its checkpoints too (tested).
 A serial run stopped and resumed is the run never stopped, bit for bit: every learner checkpoint carries the
 rest of the world (`SerialWorld`: each actor's envs mid-episode, collector, sampling generators and throttle,
 the replay shard's contents and generator, the blob the ps holds, the process-wide generators), so
-`--resume` continues from exactly where it stopped (tests/test_resume.py).
+`--resume` continues from exactly where it stopped (tests/test_contract.py, every algorithm).
 """
 
 from __future__ import annotations

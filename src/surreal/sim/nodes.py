@@ -413,7 +413,7 @@ class SimBatches:
         i = self.index[src.name]
         self.books[i].replied(self.node.world.now)
         if message.kind == ERROR:  # the ledger keeps the shard's reason (too_many_pending, ...)
-            self.node.ledger.learner_refused[str(message.meta.get("reason", ""))[:64]] += 1
+            self.node.ledger.learner_refused[ErrorReply.from_message(message).reason[:64]] += 1
         reply = reply_with_data(message, i, self._error, steps_bound(self.node.cfg), self.layout)
         report = self.node.ledger.reports_sent.pop(id(message), None)
         if reply is not None:
