@@ -194,6 +194,7 @@ print("the script ends", flush=True)
 """
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("mode", ["serial", pytest.param("processes", marks=pytest.mark.slow)])
 def test_a_script_that_ends_with_its_run_still_running_says_it_was_interrupted_and_how_to_resume(
     tmp_path, nothing_left, mode

@@ -14,7 +14,10 @@ import surreal
 from surreal.config.schema import ALGORITHMS
 from surreal.launch.plot import plot_run
 
-pytestmark = pytest.mark.filterwarnings("ignore:algo.learning_starts")  # the warm-up is the point here
+pytestmark = [
+    pytest.mark.system,  # serial runs of every algorithm
+    pytest.mark.filterwarnings("ignore:algo.learning_starts"),  # the warm-up is the point here
+]
 COMMON = {"device": "cpu", "learner.eval_episodes": 2, "env.kwargs.max_episode_steps": 50}
 # Each stops before (or right after) its first update: every row but an update's is the warm-up's.
 RUNS = {

@@ -407,6 +407,7 @@ def test_a_learner_and_a_replay_shard_drained_mid_run_save_everything_and_are_no
 LONG_HOLDS = ("actor.chunk_steps=2048", "algo.learning_starts=500", "learner.eval_interval=0")
 
 
+@pytest.mark.system
 def test_ctrl_c_stops_every_role_by_itself_and_quietly(runs, record_property):
     """Ctrl-C in an off-policy run, its actor held by the replay ratio in a long poll at the ps (up to 30 s plus the
     fetch timeout, which a signal does not cut short): every role stops as asked (the actor's wait ends on its

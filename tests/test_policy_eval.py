@@ -85,6 +85,7 @@ def test_video_writes_mp4s_whose_frames_ffprobe_reads_and_that_differ(run, tmp_p
     assert json.loads((tmp_path / "n.json").read_text())["eval_returns"] == with_video["eval_returns"]
 
 
+@pytest.mark.system
 def test_eval_json_beside_the_policy_holds_only_its_own_evaluation(run, tmp_path, capsys):
     """The defaults re-run the policy's own evaluation into policy/eval.json; a recording of one episode goes beside
     its videos and another evaluation is printed only (--json writes it): neither replaces the policy's eval.json."""
@@ -116,6 +117,7 @@ def pendulum(tmp_path_factory):
     return run_dir
 
 
+@pytest.mark.system
 def test_a_classic_control_task_is_recorded_through_pygame(pendulum, tmp_path, capfd):
     """Pendulum-v1, the README's env, draws its frames with pygame (the `video` extra): no OpenGL needed, and
     nothing said on stderr (SDL looking for a display on a headless box did)."""
@@ -128,6 +130,7 @@ def test_a_classic_control_task_is_recorded_through_pygame(pendulum, tmp_path, c
     assert frames.std() > 0 and not np.array_equal(frames[0], frames[-1]), "the pendulum swings"
 
 
+@pytest.mark.system
 def test_what_a_recording_lacks_is_one_line_before_anything_is_written(pendulum, tmp_path, capsys, monkeypatch):
     videos = tmp_path / "videos"
     monkeypatch.setitem(sys.modules, "pygame", None)  # as where it is not installed

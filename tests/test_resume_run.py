@@ -96,6 +96,7 @@ def test_what_is_not_a_stopped_run_is_refused_in_one_line(tmp_path, stopped_run)
     assert out.returncode == 2 and f"--resume {stopped_run}" in out.stderr, "a name in use says how to continue it"
 
 
+@pytest.mark.system
 def test_resuming_a_completed_run_says_so_in_one_line_and_names_the_budget_that_extends_it(tmp_path):
     """`--resume` of a run that spent its budget starts no role (it restarted every one for 26 s to announce `done`)
     and writes nothing: one line says it is complete and which `steps=` goes on. A larger budget does go on."""

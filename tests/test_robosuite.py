@@ -162,6 +162,7 @@ def test_rgb_array_frames_come_from_the_offscreen_front_camera_upright():
     assert RobosuiteEnv.metadata["render_modes"] == ["rgb_array"] and RobosuiteEnv(LIFT, horizon=4).render() is None
 
 
+@pytest.mark.system
 def test_surreal_eval_records_a_lift_episode(tmp_path):
     """`surreal eval --video` on a robosuite task, as a user runs it (a fresh process picks the renderer before
     robosuite is imported): one MP4 of the episode, a frame per step and the reset's."""

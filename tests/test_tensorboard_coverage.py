@@ -51,12 +51,14 @@ def boards(tmp_path_factory: pytest.TempPathFactory) -> dict[str, EventAccumulat
     return out
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("algo", list(RUNS))
 def test_the_scalars_sb3_logs_are_written(boards, algo):
     missing = SB3_TAGS[algo] - set(boards[algo].Tags()["scalars"])
     assert not missing, f"{algo}'s TensorBoard lacks {sorted(missing)}"
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("algo", list(RUNS))
 def test_no_sps_point_is_zero_while_env_steps_advance(boards, algo):
     points = boards[algo].Scalars(SPS_TAG)
