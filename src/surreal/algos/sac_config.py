@@ -1,7 +1,13 @@
 """SAC's hyperparameters: torch-free, so the replay and ps roles read them too (the registry imports this file).
 
-Soft Actor-Critic (Haarnoja et al. 2018) with CrossQ's switches (Bhatt et al. 2024) and the network options of
-the recent recipes; the defaults and their sources are in conf/algo/sac.yaml, `preset=crossq` turns CrossQ on.
+Soft Actor-Critic (Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications",
+https://arxiv.org/abs/1812.05905). Defaults are the paper's (Appendix D, Table 1) as Stable-Baselines3's SAC implements
+them (https://github.com/DLR-RM/stable-baselines3/blob/master/stable_baselines3/sac/sac.py): 256-256 ReLU actor and
+twin critics, Adam 3e-4 for actor, critics and temperature, tau 0.005 every step (robosuite's rlkit benchmark: every
+5th), batch 256, one gradient step per env step, the temperature learned from 1.0 towards the target entropy -|A|,
+log-std clamped to [-20, 2]. learning_starts 10,000 is RL Baselines3 Zoo's MuJoCo setting (hyperparams/sac.yml; SB3's
+own default is 100). The switches reproduce CrossQ (Bhatt et al. 2024, https://arxiv.org/abs/1902.05605) and the
+network options of the recent recipes: `preset=crossq` sets them.
 """
 
 from __future__ import annotations

@@ -1,1 +1,2 @@
-"""Packaged Hydra configs (`experiment.yaml` + groups), found with `initialize_config_module`."""
+"""Packaged Hydra configs (`experiment.yaml`, the `preset` group; the `algo` group is the registered config classes),
+found with `initialize_config_module`."""

@@ -39,6 +39,7 @@ from typing import Any
 
 import yaml
 from hydra import compose, initialize_config_module
+from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
@@ -119,7 +120,9 @@ def compose_config(overrides: Sequence[str] | None = None, *, tasks: bool = True
         with _hydra():
             node = compose(config_name=CONFIG_NAME, overrides=items)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(_short(exc)) from None
+        cause = exc.__cause__  # a value of the wrong type for an `algo.*` key: the class checks it while composing
+        wrong = _wrong_type(cause, typed) if isinstance(cause, OmegaConfBaseException) else None
+        raise ConfigError(wrong or _short(exc)) from None
     choices = _group_choices(items)
     user = _set_keys(items) | ({"algo.name"} if "algo" in choices else set())
     preset_keys = _preset_keys(choices["preset"]) if "preset" in choices else set()
@@ -336,9 +339,12 @@ def schema_node(algo: str = DEFAULT_ALGO) -> DictConfig:
 def _hydra() -> Iterator[None]:
     """Hydra initialized on the packaged configs, and left as it was found afterwards.
 
-    `initialize_config_module` refuses to run while Hydra is initialized (e.g. inside a @hydra.main
-    app), so the caller's instance is set aside and put back."""
+    The `algo` group's options are the registered config classes themselves (Hydra's ConfigStore), so an algorithm's
+    defaults are written once, in its dataclass, and no YAML repeats them. `initialize_config_module` refuses to run
+    while Hydra is initialized (e.g. inside a @hydra.main app), so the caller's instance is set aside and put back."""
     with _HYDRA_LOCK:
+        for name, cls in ALGORITHMS.items():
+            ConfigStore.instance().store(group="algo", name=name, node=cls)
         outer = GlobalHydra.instance()
         saved = outer.hydra if outer.is_initialized() else None
         outer.clear()

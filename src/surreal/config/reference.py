@@ -121,7 +121,8 @@ def type_name(hint: Any) -> str:
 
 def experiment_keys(algo: str) -> list[ConfigKey]:
     """Every key of an experiment with algorithm `algo`, in the schema's order, `algo.*` typed by its class.
-    Defaults are the packaged ones (the YAML under surreal/conf repeats the schema's: tests/test_config.py)."""
+    Defaults are the packaged ones (experiment.yaml repeats the schema's, the algorithm's are its class's:
+    tests/test_config.py)."""
     return list(_keys(ExperimentConfig, "", algo))
 
 

@@ -5,8 +5,8 @@ Typed so a typo'd key or a wrong type fails while the config is composed, before
 the replay and ps roles read it too.
 
 Algorithms slot in through `ALGORITHMS`: each one is an `AlgoConfig` subclass naming its `module`, with
-its own `name`, its own YAML in the Hydra group `conf/algo/<name>.yaml` (chosen with `algo=<name>`) and its
-own `problems` check. A subclass registers itself when it is defined; the registry imports, on first lookup,
+its own `name` (the Hydra group option `algo=<name>`, whose defaults are the class's own) and its own `problems`
+check. A subclass registers itself when it is defined; the registry imports, on first lookup,
 every torch-free `surreal/algos/<name>_config.py`, so an algorithm's config lives beside its code and no list
 here names it. The loader types the `algo` node with the class its `name` selects, so `algo.lr` is checked
 against PPO's fields when PPO is chosen and against DDPG's when DDPG is.
@@ -120,7 +120,7 @@ class AlgoConfig:
     observation_spaces: ClassVar[frozenset[str]] = frozenset({"box"})
     action_spaces: ClassVar[frozenset[str]] = frozenset({"box"})
 
-    name: str = MISSING  # the algorithm: `algo=NAME` picks it and its packaged defaults (conf/algo/NAME.yaml)
+    name: str = MISSING  # the algorithm: `algo=NAME` picks it and its defaults (its config class's)
     seed: int = 1  # set by the loader from the experiment's `seed` (never an override)
     batch_size: int = 2048  # transitions per learner update: what the learner role collects before update()
 
@@ -200,8 +200,15 @@ class OffPolicyConfig(AlgoConfig):
 
 @dataclass
 class PPOConfig(AlgoConfig):
-    """PPO hyperparameters; defaults are CleanRL's ppo_continuous_action with four of Tianshou's MuJoCo PPO
-    (both cited in conf/algo/ppo.yaml; `preset=ppo-cleanrl` is CleanRL's exactly)."""
+    """PPO (Schulman et al. 2017, https://arxiv.org/abs/1707.06347). Defaults are CleanRL's ppo_continuous_action.py
+    (https://github.com/vwxyzjn/cleanrl/blob/master/cleanrl/ppo_continuous_action.py), the paper's MuJoCo settings
+    with the details catalogued by Huang et al. 2022, "The 37 Implementation Details of Proximal Policy Optimization",
+    except four keys from Tianshou's MuJoCo PPO (https://github.com/thu-ml/tianshou/blob/master/examples/mujoco/
+    mujoco_ppo.py, about 5,800 on HalfCheetah at 1M steps): log_std_init -0.5, no value clipping, no advantage
+    normalization, vf_coef 0.25. Measured here (docs/ppo.md, bench.learning) they lift PPO on HalfCheetah-v5 at 1M
+    steps from ~1,800 to ~4,000 at the same cost; `preset=ppo-cleanrl` restores CleanRL's four. Optimizer steps per
+    update are update_epochs x batch_size / minibatch_size (320 here): when the batch grows with the actors, grow
+    minibatch_size with it, so an update stays what the learner can afford (the chart's values do)."""
 
     module: ClassVar[str] = "surreal.algos.ppo"
     action_spaces: ClassVar[frozenset[str]] = frozenset({"box", "discrete"})  # Discrete: a categorical head
@@ -269,8 +276,12 @@ class PPOConfig(AlgoConfig):
 
 @dataclass
 class DDPGConfig(OffPolicyConfig):
-    """DDPG (Lillicrap et al. 2016) with TD3's extras (Fujimoto et al. 2018) as switches; defaults are CleanRL's
-    ddpg_continuous_action (cited in conf/algo/ddpg.yaml)."""
+    """DDPG (Lillicrap et al. 2016, https://arxiv.org/abs/1509.02971) with TD3's fixes as switches (Fujimoto et al.
+    2018, https://arxiv.org/abs/1802.09477). Defaults are CleanRL's ddpg_continuous_action.py
+    (https://github.com/vwxyzjn/cleanrl/blob/master/cleanrl/ddpg_continuous_action.py): 256-256 ReLU actor and
+    critic, Adam 3e-4, tau 0.005, batch 256, 25k uniform-random warm-up steps, Gaussian exploration 0.1, the actor
+    updated every 2nd critic step, one gradient step per env step. TD3 (CleanRL's td3_continuous_action.py) is
+    twin_critics=true target_policy_noise=0.2."""
 
     module: ClassVar[str] = "surreal.algos.ddpg"
 
@@ -308,7 +319,13 @@ class DDPGConfig(OffPolicyConfig):
 
 @dataclass
 class ESConfig(AlgoConfig):
-    """OpenAI-ES (Salimans et al. 2017); defaults from the paper's MuJoCo settings (cited in conf/algo/es.yaml)."""
+    """OpenAI-ES (Salimans et al. 2017, "Evolution Strategies as a Scalable Alternative to Reinforcement Learning",
+    https://arxiv.org/abs/1703.03864; code https://github.com/openai/evolution-strategies-starter). From the paper's
+    MuJoCo settings: sigma 0.02, Adam step size 0.01, L2 coefficient 0.005, antithetic (mirrored) sampling,
+    centered-rank fitness shaping, observation normalization, a 2x64 tanh policy and a shared Gaussian noise table (so
+    only seeds and returns travel; the paper's held 250M entries). The paper ran 10,000 episodes per generation on
+    1,440 cores; the population here fits one machine and grows with `batch_size`. Shorter episodes:
+    env.kwargs.max_episode_steps=N."""
 
     module: ClassVar[str] = "surreal.algos.es"
     flow_control: ClassVar[str] = "lockstep"  # a result is only worth something for the theta it was computed with
