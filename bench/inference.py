@@ -5,7 +5,7 @@ seed, for a small and a large PPO policy.
                                                        [--out PATH] [--runs-root DIR]
 
 Each configuration is one `surreal run` that never ends by itself (steps=1e9) with the actors unthrottled
-(`actor.rollout_ahead=0`, one epoch per update), so what is measured is collection: the rise of the actors' own
+(`algo.rollout_ahead=0`, one epoch per update), so what is measured is collection: the rise of the actors' own
 `actor_env_steps_total` (read from their /metrics) over `--seconds` after a warm-up, summed over actors. Central runs
 `--workers` inference workers. The learner shares the machine in every configuration alike. Writes
 bench/results/inference.<machine>.json (`--machine`, default 2core) with each rate and the central/per-actor ratio
@@ -94,7 +94,7 @@ def main() -> None:
         f"seed={args.seed}",
         "steps=1000000000",
         "actor.chunk_steps=128",
-        "actor.rollout_ahead=0",
+        "algo.rollout_ahead=0",
         "algo.update_epochs=1",
         f"algo.batch_size={max(1024, 2 * 128 * args.actors * args.envs)}",
         "algo.minibatch_size=256",

@@ -85,8 +85,8 @@ def rank_main(args: argparse.Namespace) -> None:
     update: Callable[[int], object]
     per_call = 1
     if args.algo == "ppo":
-        on_policy = cast(OnPolicyLearner, learner)
-        update = lambda turn: on_policy.update(chunks, 0.5)  # noqa: E731
+        chunk_learner = cast(OnPolicyLearner, learner)
+        update = lambda turn: chunk_learner.update(chunks, 0.5)  # noqa: E731
     else:  # this rank's own samples: its share of every minibatch, its own draws
         off_policy = cast(OffPolicyLearner, learner)
         per_call = LearnerConfig().minibatches_per_sample

@@ -37,7 +37,7 @@ from surreal.roles.learner_group import (
     place_from_env,
 )
 from surreal.roles.ports import InProcessParams
-from surreal.runtime.regimes.replay_ratio import sample_follower
+from surreal.runtime.regimes import regime_of
 
 SAMPLES = 2  # samples of replica_worker.STEPS minibatches each rank steps through
 # Pendulum's spaces, prioritized replay; minibatches of replica_worker.BATCH; a replay ratio that allows every step at
@@ -103,7 +103,7 @@ def main(algo: str, run_dir: Path, out: Path) -> None:
         from surreal.envs import env_spaces
 
         spaces = env_spaces(cfg)
-        leader = LeaderLearner(make_rank_learner(cfg, spaces, cpu, group), group, cfg)
+        leader = LeaderLearner(make_rank_learner(cfg, spaces, cpu, group), group, regime_of(cfg))
         core = LearnerCore(cfg, run_dir, replay, InProcessParams(), RoleMetrics("learner", 0), False, log, spaces,
                            leader, device=cpu)  # fmt: skip
         group.share_state(core.algo_learner)
@@ -120,7 +120,7 @@ def main(algo: str, run_dir: Path, out: Path) -> None:
 
         learner = make_rank_learner(cfg, env_spaces(cfg), cpu, group)
         group.share_state(learner)
-        work = sample_follower(cfg, learner, replay, shards=1)
+        work = regime_of(cfg).follower(learner, lambda: replay, shards=1)
         assert follow(group, work, log, RoleMetrics("learner", group.place.rank)) == "finish"
         work.close()  # the last sample's priorities go home
         assert work.sampled == SAMPLES * cfg.learner.minibatches_per_sample * 32

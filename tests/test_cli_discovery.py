@@ -15,7 +15,7 @@ import surreal
 from conftest import REPO
 from surreal.config import load_config, read_config
 from surreal.config.reference import experiment_keys, field_docs
-from surreal.config.schema import ALGORITHMS, AlgoConfig, ExperimentConfig
+from surreal.config.schema import ALGORITHMS, AlgoConfig, ExperimentConfig, StalenessConfig
 from surreal.launch.catalog import config_listing, env_families, format_value
 
 
@@ -82,7 +82,7 @@ def test_a_field_doc_is_the_comment_above_it_and_on_its_line_and_a_redefinition_
 
     docs = field_docs(ExperimentConfig)
     assert docs["total_env_steps"].startswith("the training budget in env steps")
-    assert field_docs(type(ExperimentConfig().actor))["rollout_ahead"].startswith("On-policy throttle:")
+    assert field_docs(StalenessConfig)["rollout_ahead"].startswith("An actor produces at most rollout_ahead x")
     replay = field_docs(type(ExperimentConfig().replay))
     assert replay["capacity_bytes"].startswith("And bytes per shard") and replay["alpha"].startswith("prioritized")
     assert field_docs(SACConfig)["name"] == field_docs(AlgoConfig)["name"], "a redefined field keeps the base doc"

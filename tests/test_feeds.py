@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from surreal.config.schema import DDPGConfig, ESConfig, ExperimentConfig, LearnerConfig, PPOConfig, ReplayConfig
+from surreal.config.schema import DDPGConfig, ESConfig, ExperimentConfig, PPOConfig, ReplayConfig
 from surreal.proto.wire import BlobMeta, Chunk, FifoReply, SampleReply, ShardReport, TransitionReply
-from surreal.runtime.regimes import Counters, learner_feed, sample_size
+from surreal.runtime.regimes import Counters, regime_of
 from surreal.runtime.regimes.common import LiveActors
 from surreal.runtime.regimes.replay_ratio import ROW_UPDATES, ReplayRatioLimiter, TransitionFeed
 from surreal.runtime.regimes.versions import GOLDEN, ChunkFeed, StalenessBound, VersionThrottle
@@ -316,15 +316,15 @@ def experiment(algo: Any, **kw: Any) -> ExperimentConfig:
 @pytest.mark.parametrize(
     ("cfg", "kind", "max_lag", "live"),
     [
-        (experiment(PPOConfig(batch_size=64), learner=LearnerConfig(max_staleness=7)), ChunkFeed, 7, True),
+        (experiment(PPOConfig(batch_size=64, max_staleness=7)), ChunkFeed, 7, True),
         (experiment(ESConfig()), ChunkFeed, None, True),
         (experiment(PPOConfig(), deterministic=True), ChunkFeed, 4, False),
         (experiment(DDPGConfig()), TransitionFeed, None, True),
     ],
 )
 def test_the_config_picks_the_feed(cfg, kind, max_lag, live):
-    feed = learner_feed(cfg, FakeChunkLearner(), Counters(), 2, PrioritiesSent())
-    assert isinstance(feed, kind) and feed.sample_size == sample_size(cfg)
+    feed = regime_of(cfg).learner_feed(FakeChunkLearner(), Counters(), 2, PrioritiesSent())
+    assert isinstance(feed, kind) and feed.sample_size == regime_of(cfg).sample_size
     assert (feed.live is not None) == live
     if isinstance(feed, ChunkFeed):
         assert feed.bound.max_lag == max_lag and feed.sample_size == cfg.algo.batch_size
@@ -333,12 +333,12 @@ def test_the_config_picks_the_feed(cfg, kind, max_lag, live):
 def test_an_off_policy_feed_holds_a_sample_per_request_counts_actors_over_two_slacks_and_sends_priorities():
     cfg = experiment(DDPGConfig(batch_size=32), replay=ReplayConfig(mode="prioritized"))
     cfg.topology.actors, cfg.actor.chunk_steps = 3, 32
-    feed = learner_feed(cfg, FakeTransitionLearner(), Counters(), 2, PrioritiesSent())
+    feed = regime_of(cfg).learner_feed(FakeTransitionLearner(), Counters(), 2, PrioritiesSent())
     assert isinstance(feed, TransitionFeed) and feed.sample_size == 4 * 32 and feed.held.samples_held == 2 * 2
     assert feed.live is not None and feed.live.window == 2 * 2 * 3 * 32, "two slacks of env steps"
     assert feed.held.priorities_home is not None
-    uniform = learner_feed(experiment(DDPGConfig()), FakeTransitionLearner(), Counters(), 1, PrioritiesSent())
+    uniform = regime_of(experiment(DDPGConfig())).learner_feed(FakeTransitionLearner(), Counters(), 1, PrioritiesSent())
     assert isinstance(uniform, TransitionFeed) and uniform.held.priorities_home is None
-    cfg.actor.rollout_ahead = 0
-    free = learner_feed(cfg, FakeTransitionLearner(), Counters(), 1, PrioritiesSent())
+    cfg.algo.rollout_ahead = 0  # type: ignore[attr-defined]  # DDPG's
+    free = regime_of(cfg).learner_feed(FakeTransitionLearner(), Counters(), 1, PrioritiesSent())
     assert isinstance(free, TransitionFeed) and free.live is None and free.env_step_budget() is None

@@ -23,15 +23,15 @@ from surreal.roles.actor import Actor, Finish
 from surreal.roles.device import choose_device, update_seconds
 from surreal.roles.learner import LearnerCore
 from surreal.roles.ports import InProcessParams, InProcessReplay
-from surreal.runtime.regimes import actor_throttle
+from surreal.runtime.regimes import regime_of
 from surreal.runtime.regimes.common import GOLDEN, MAX_HOLD_S, LiveActors, Wait
 from surreal.runtime.regimes.replay_ratio import (
     EnvStepAllowance,
     ReplayRatioLimiter,
+    ReplayRatioRegime,
     ShardEnvSteps,
-    replay_ratio_limiter,
 )
-from surreal.runtime.regimes.versions import StalenessBound, VersionThrottle, staleness_bound
+from surreal.runtime.regimes.versions import StalenessBound, VersionsRegime, VersionThrottle
 
 torch.set_num_threads(1)
 
@@ -86,13 +86,13 @@ def test_a_learner_resumed_from_an_older_checkpoint_restarts_the_count_one_resum
 
 
 def test_lockstep_for_es_and_for_deterministic_runs_and_shares_from_the_topology():
-    ppo = actor_throttle(load_config(["actors=4", "actor.chunk_steps=128"]))
+    ppo = regime_of(load_config(["actors=4", "actor.chunk_steps=128"])).actor_throttle()
     assert isinstance(ppo, VersionThrottle) and ppo.share == 4 and ppo.rollout_ahead == 2  # ceil(2048 / 512)
-    es = actor_throttle(load_config(["algo=es", "actors=2"]))
+    es = regime_of(load_config(["algo=es", "actors=2"])).actor_throttle()
     assert isinstance(es, VersionThrottle) and es.rollout_ahead == 1
-    deterministic = actor_throttle(load_config(["deterministic=true", "actors=1"]))
+    deterministic = regime_of(load_config(["deterministic=true", "actors=1"])).actor_throttle()
     assert isinstance(deterministic, VersionThrottle) and deterministic.rollout_ahead == 1
-    assert isinstance(actor_throttle(load_config(["algo=ddpg"])), EnvStepAllowance)
+    assert isinstance(regime_of(load_config(["algo=ddpg"])).actor_throttle(), EnvStepAllowance)
 
 
 def test_an_actor_with_a_fractional_share_waits_for_its_turn_and_hearing_progress_is_no_stall():
@@ -159,8 +159,9 @@ def test_an_actor_waiting_past_a_stall_overdraws_one_share_and_never_sooner():
 
 
 def test_deterministic_runs_never_overdraw():
-    assert cast(VersionThrottle, actor_throttle(load_config(["deterministic=true", "actors=1"]))).overdraft_after_s == 0
-    assert cast(VersionThrottle, actor_throttle(load_config(["actors=2"]))).overdraft_after_s == 30.0
+    throttle = lambda *overrides: cast(VersionThrottle, regime_of(load_config(list(overrides))).actor_throttle())
+    assert throttle("deterministic=true", "actors=1").overdraft_after_s == 0
+    assert throttle("actors=2").overdraft_after_s == 30.0
 
 
 def test_the_learner_counts_the_actors_it_heard_from_lately():
@@ -344,8 +345,8 @@ def test_the_staleness_bound_drops_and_counts_old_chunks():
     assert [c.version for c in kept] == [10, 7, 6] and dropped == 1
     kept, dropped = StalenessBound(max_lag=None).split(chunks(3, 2, 3), version=3)
     assert [c.version for c in kept] == [3, 3] and dropped == 1, "lockstep: only the current version"
-    assert staleness_bound(load_config(["algo=es"])).max_lag is None
-    assert staleness_bound(load_config(["learner.max_staleness=7"])).max_lag == 7
+    assert VersionsRegime(load_config(["algo=es"])).bound.max_lag is None
+    assert VersionsRegime(load_config(["algo.max_staleness=7"])).bound.max_lag == 7
 
 
 def test_replay_ratio_limiter_counts_from_learning_starts_and_its_budget_survives_a_restart():
@@ -355,10 +356,10 @@ def test_replay_ratio_limiter_counts_from_learning_starts_and_its_budget_survive
     # The budget is a function of the checkpointed update count alone: a resumed learner publishes the same.
     assert limiter.budget(300) == 1000 + 600 + 200
     cfg = load_config(["algo=ddpg", "actors=3", "actor.chunk_steps=32", "algo.learning_starts=100"])
-    assert replay_ratio_limiter(cfg).slack == 2 * 3 * 32
-    assert replay_ratio_limiter(load_config(["algo=ddpg", "actor.rollout_ahead=0"])).budget(5) is None
+    assert ReplayRatioRegime(cfg).limiter.slack == 2 * 3 * 32
+    assert ReplayRatioRegime(load_config(["algo=ddpg", "algo.rollout_ahead=0"])).limiter.budget(5) is None
     with pytest.raises(TypeError, match="on-policy"):
-        replay_ratio_limiter(load_config([]))
+        ReplayRatioRegime(load_config([]))
 
 
 def test_shard_env_steps_add_up_across_shards_and_a_restarted_shard():

@@ -101,7 +101,7 @@ def test_config_refuses_what_a_group_cannot_run(overrides, says):
 )
 def test_off_policy_groups_validate(overrides):
     cfg = load_config([*overrides, "learner.replicas=2"])
-    assert cfg.learner.replicas == 2 and not cfg.algo.on_policy
+    assert cfg.learner.replicas == 2 and cfg.replay.mode == "uniform"
 
 
 @pytest.mark.parametrize("algo", ["td3", "sac"])

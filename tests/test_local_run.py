@@ -482,7 +482,7 @@ def test_es_learns_inverted_pendulum(runs, claim):
         "algo.batch_size=32",
         "steps=400000",
         "seed=1",
-        "actor.overdraft_after_s=0",
+        "algo.overdraft_after_s=0",
     )
     summary = run.wait(1200)
     assert summary["status"] == "completed", summary

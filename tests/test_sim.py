@@ -148,7 +148,7 @@ def test_the_ledger_finds_a_chunk_learned_twice_or_never_learned_nor_held():
     assert set(ledger.report()) == {"staleness", "chunks"}, "learned twice, seven versions old"
     lost = Ledger(max_staleness=4, chunk_env_steps=64)
     lost.chunk_sent(chunk, alive=1, now=0.0)
-    lost.check_chunks(held=Counter(), on_policy=True)
+    lost.check_data(held=Counter())
     assert "chunks" in lost.report(), "sent, never learned, not held, no process died with it"
 
 

@@ -19,7 +19,7 @@ import importlib.util
 import pkgutil
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from omegaconf import MISSING
@@ -104,7 +104,9 @@ ALGORITHMS = AlgorithmRegistry()
 
 @dataclass
 class AlgoConfig:
-    """What every algorithm's hyperparameters share, and what the roles read without knowing the algorithm.
+    """What every algorithm's hyperparameters share, and what the roles read without knowing the algorithm. An
+    algorithm's config inherits its flow-control regime's keys and rules: `OnPolicyConfig` (or `StalenessConfig`) or
+    `OffPolicyConfig`.
 
     `seed` is not set by users here: the loader (and `algo_config`) copies the experiment's top-level
     `seed` into it, so the algorithm code receives one object holding everything it needs."""
@@ -112,9 +114,11 @@ class AlgoConfig:
     # Where the algorithm's code lives (networks, losses, the update: torch), imported only when a role
     # needs it, so that this torch-free registry is the only list of algorithms (`surreal.algos`).
     module: ClassVar[str]
-    # The flow-control rule that holds actors and learner together (runtime/regimes/): "staleness" and
-    # "lockstep" are on-policy (FIFO replay, every chunk used once), "replay_ratio" is off-policy.
-    flow_control: ClassVar[str] = "staleness"
+    # The regime that holds actors and learner together: a class of runtime/regimes/ by its dotted name, built from the
+    # experiment where a role needs it (`surreal.runtime.regimes.regime_of`), so this layer imports none of it.
+    regime: ClassVar[str]
+    kind: ClassVar[str]  # what the regime is, as `surreal run --help` says it: on-policy or off-policy
+    replay_modes: ClassVar[tuple[str, ...]]  # the replay modes the regime learns from; the first is what `auto` picks
     # The spaces it takes (SPACE_KINDS): checked against the env once before any role starts (launch/preflight.py)
     # and again where a role builds the policy (surreal/spaces.py), so an env it cannot take is one line, not a crash.
     observation_spaces: ClassVar[frozenset[str]] = frozenset({"box"})
@@ -130,13 +134,13 @@ class AlgoConfig:
         if "module" in cls.__dict__:
             ALGORITHMS.add(cls)
 
-    @property
-    def on_policy(self) -> bool:
-        return self.flow_control != "replay_ratio"
-
     def problems(self, cfg: ExperimentConfig) -> list[str]:
-        """The algorithm's own value rules (`validate` adds them to its list); none by default."""
-        return []
+        """The algorithm's own value rules and its regime's (`validate` adds them to its list); a subclass extends
+        them."""
+        if cfg.replay.mode in self.replay_modes:
+            return []
+        modes = " or ".join(self.replay_modes)
+        return [f"{self.name} is {self.kind}: replay.mode must be {modes} (got {cfg.replay.mode!r})"]
 
     def breaking(self, rule: str, *keys: str) -> list[str]:
         """`algo.<key> must be <rule> (got <value>)` for each of these fields whose value breaks `rule` (RULES)."""
@@ -155,6 +159,15 @@ class AlgoConfig:
         every minibatch, the gradients all-reduced); by default it has no gradients to all-reduce (ES)."""
         return [f"learner.replicas={replicas}: {self.name} has no gradient update to split; use learner.replicas=1"]
 
+    def budget_warnings(self, budget: int, max_episode_steps: int | None) -> list[str]:
+        """One line per part of `budget` (total_env_steps) the regime's defaults eat before anything is learned."""
+        return []
+
+    def one_thread(self) -> AlgoConfig:
+        """These keys as serial mode runs them, on one thread where no actor is lost and wall-clock time must not
+        change a run."""
+        return self
+
     def chunk_size(self, cfg: ExperimentConfig) -> int:
         """Units (what `batch_size` counts) in one actor message: T x K transitions unless overridden."""
         return cfg.actor.chunk_steps * cfg.topology.envs_per_actor
@@ -167,15 +180,70 @@ class AlgoConfig:
 
 
 @dataclass
-class OffPolicyConfig(AlgoConfig):
-    """What an off-policy algorithm adds: the replay ratio the learner keeps (runtime/regimes/replay_ratio.py)."""
+class OnPolicyConfig(AlgoConfig):
+    """The keys of the versions regime (runtime/regimes/versions.py): on-policy, every chunk learned from once, out of a
+    FIFO, the actors held to the learner's parameter versions. Alone it is the "lockstep" rule (ES: a result is worth
+    something only for the theta it was computed with): an actor sends its share of a batch per version, and a batch
+    takes only the current version's chunks. `StalenessConfig` relaxes it."""
 
-    flow_control: ClassVar[str] = "replay_ratio"
+    regime: ClassVar[str] = "surreal.runtime.regimes.versions.VersionsRegime"
+    kind: ClassVar[str] = "on-policy"
+    replay_modes: ClassVar[tuple[str, ...]] = ("fifo",)
+
+    # Elastic on-policy flow: an actor that waits longer than 1.5x the median interval between versions takes one more
+    # share, so a batch short of a lost actor's share still fills; before it has seen two versions (the first update
+    # may include torch.compile) it waits this long. 0: never.
+    overdraft_after_s: float = 30.0
+
+    def problems(self, cfg: ExperimentConfig) -> list[str]:
+        return super().problems(cfg) + self.breaking(">= 0", "overdraft_after_s")
+
+    def budget_warnings(self, budget: int, max_episode_steps: int | None) -> list[str]:
+        per_unit = self.max_env_steps_per_unit(max_episode_steps)
+        if per_unit is None or self.batch_size * per_unit <= budget:
+            return []
+        steps = self.batch_size * per_unit
+        amount = f"{steps:,} env steps" if per_unit == 1 else f"up to {steps:,} env steps"
+        return [
+            f"one update of algo.batch_size={self.batch_size:,} takes {amount}, more than steps={budget:,}: "
+            "the run may end after a single update; lower algo.batch_size or raise steps"
+        ]
+
+    def one_thread(self) -> OnPolicyConfig:
+        """No actor can be lost on one thread, and wall-clock time must not change a run: actors never overdraw."""
+        return replace(self, overdraft_after_s=0.0)
+
+
+@dataclass
+class StalenessConfig(OnPolicyConfig):
+    """The versions regime's "staleness" rule (PPO): actors run ahead of the learner by `rollout_ahead` shares, and an
+    update learns from chunks up to `max_staleness` versions old."""
+
+    # An actor produces at most rollout_ahead x its share of a learner batch with one parameter version, then waits for
+    # the next. 1 is lock-step; 2 lets collection overlap the update with at most one version of lag; 0 never waits.
+    rollout_ahead: int = 2
+    max_staleness: int = 4  # chunks from parameters more than this many versions old are dropped
+
+    def problems(self, cfg: ExperimentConfig) -> list[str]:
+        return super().problems(cfg) + self.breaking(">= 0", "rollout_ahead", "max_staleness")
+
+
+@dataclass
+class OffPolicyConfig(AlgoConfig):
+    """The keys of the replay-ratio regime (runtime/regimes/replay_ratio.py), which an off-policy algorithm inherits:
+    the replay ratio the learner keeps, the budget that holds the actors to it, and n-step returns."""
+
+    regime: ClassVar[str] = "surreal.runtime.regimes.replay_ratio.ReplayRatioRegime"
+    kind: ClassVar[str] = "off-policy"
+    replay_modes: ClassVar[tuple[str, ...]] = ("uniform", "prioritized")
 
     learning_starts: int = 25_000  # env steps of uniform random actions before the first update
     replay_ratio: float = 1.0  # gradient updates per env step
     publish_interval: int = 16  # updates between parameter publications
     n_step: int = 1  # n-step returns, computed by the actors (truncation bootstraps, termination does not)
+    # The actors together run at most rollout_ahead x actors x a chunk's env steps ahead of what the replay ratio lets
+    # the learner learn from (the slack of the budget every blob carries); 0: no budget, actors never wait.
+    rollout_ahead: int = 2
 
     def max_env_steps_per_unit(self, max_episode_steps: int | None) -> int | None:
         del max_episode_steps
@@ -184,10 +252,12 @@ class OffPolicyConfig(AlgoConfig):
     def problems(self, cfg: ExperimentConfig) -> list[str]:
         """The rules of the replay-ratio regime's own keys and n-step returns (DDPG's and SAC's `problems` extend
         these)."""
-        out = self.breaking("> 0", "replay_ratio", "publish_interval", "n_step")
-        out += self.breaking(">= 0", "learning_starts")
+        out = super().problems(cfg) + self.breaking("> 0", "replay_ratio", "publish_interval", "n_step")
+        out += self.breaking(">= 0", "learning_starts", "rollout_ahead")
         if cfg.actor.chunk_steps < self.n_step:
             out.append(f"actor.chunk_steps ({cfg.actor.chunk_steps}) must be >= algo.n_step ({self.n_step})")
+        if cfg.deterministic:
+            out.append(f"deterministic=true is for on-policy algorithms: {self.name} samples its replay at random")
         return out
 
     def replica_problems(self, replicas: int) -> list[str]:
@@ -197,9 +267,18 @@ class OffPolicyConfig(AlgoConfig):
             return [f"algo.batch_size ({self.batch_size}) must be a multiple of learner.replicas ({replicas})"]
         return []
 
+    def budget_warnings(self, budget: int, max_episode_steps: int | None) -> list[str]:
+        if self.learning_starts * 2 < budget:
+            return []
+        left = max(0, budget - self.learning_starts)
+        return [
+            f"algo.learning_starts={self.learning_starts:,} (env steps of random actions before the first update) "
+            f"leaves {left:,} of steps={budget:,} to learn from; set algo.learning_starts lower or steps higher"
+        ]
+
 
 @dataclass
-class PPOConfig(AlgoConfig):
+class PPOConfig(StalenessConfig):
     """PPO (Schulman et al. 2017, https://arxiv.org/abs/1707.06347). Defaults are CleanRL's ppo_continuous_action.py
     (https://github.com/vwxyzjn/cleanrl/blob/master/cleanrl/ppo_continuous_action.py), the paper's MuJoCo settings
     with the details catalogued by Huang et al. 2022, "The 37 Implementation Details of Proximal Policy Optimization",
@@ -240,7 +319,7 @@ class PPOConfig(AlgoConfig):
     rnn_hidden_size: int = 64  # the recurrent cell's width (its state: h and c for an LSTM, h for a GRU)
 
     def problems(self, cfg: ExperimentConfig) -> list[str]:
-        out = self.breaking(
+        out = super().problems(cfg) + self.breaking(
             "> 0",
             "minibatch_size",
             "rnn_hidden_size",
@@ -318,7 +397,7 @@ class DDPGConfig(OffPolicyConfig):
 
 
 @dataclass
-class ESConfig(AlgoConfig):
+class ESConfig(OnPolicyConfig):
     """OpenAI-ES (Salimans et al. 2017, "Evolution Strategies as a Scalable Alternative to Reinforcement Learning",
     https://arxiv.org/abs/1703.03864; code https://github.com/openai/evolution-strategies-starter). From the paper's
     MuJoCo settings: sigma 0.02, Adam step size 0.01, L2 coefficient 0.005, antithetic (mirrored) sampling,
@@ -328,7 +407,6 @@ class ESConfig(AlgoConfig):
     env.kwargs.max_episode_steps=N."""
 
     module: ClassVar[str] = "surreal.algos.es"
-    flow_control: ClassVar[str] = "lockstep"  # a result is only worth something for the theta it was computed with
     action_spaces: ClassVar[frozenset[str]] = frozenset({"box", "discrete"})  # Discrete: the argmax of the outputs
 
     name: str = "es"
@@ -344,7 +422,9 @@ class ESConfig(AlgoConfig):
     obs_clip: float = 5.0  # clip normalized observations to +-this
 
     def problems(self, cfg: ExperimentConfig) -> list[str]:
-        out = self.breaking("> 0", "pairs_per_chunk", "sigma", "lr", "noise_table_size", "obs_clip")
+        out = super().problems(cfg) + self.breaking(
+            "> 0", "pairs_per_chunk", "sigma", "lr", "noise_table_size", "obs_clip"
+        )
         out += self.breaking(">= 0", "weight_decay")
         return out + self.bad_sizes("hidden_sizes")
 
@@ -379,14 +459,6 @@ class ActorConfig:
     param_fetch_interval: int = 1  # chunks between "newer than v?" checks
     fetch_timeout_s: float = 5.0  # how long an actor waits for a ps reply before asking again
     torch_threads: int = 1  # one core per actor: its batch of K observations is small
-    # On-policy throttle: an actor produces at most rollout_ahead x its share of a learner batch with one
-    # parameter version, then waits for the next. 1 is lock-step; 2 lets collection overlap the update
-    # with at most one version of lag; 0 never waits (off-policy).
-    rollout_ahead: int = 2
-    # Elastic on-policy flow (runtime/regimes/versions.py): an actor that waits longer than 1.5x the median
-    # interval between versions takes one more share, so a batch short of a lost actor's share still fills;
-    # before it has seen two versions (the first update may include torch.compile) it waits this long. 0: never.
-    overdraft_after_s: float = 30.0
 
 
 @dataclass
@@ -433,7 +505,6 @@ class LearnerConfig:
     # Off-policy: minibatches (of algo.batch_size) one sample request brings; the learner steps through them
     # reading the device once, and their priorities go back in one message.
     minibatches_per_sample: int = 4
-    max_staleness: int = 4  # chunks from parameters more than this many versions old are dropped
     checkpoint_interval: int = 20  # updates between checkpoints (off-policy: metrics rows)
     checkpoint_interval_s: float = 60.0  # and at least this often, so a killed learner loses little
     keep_checkpoints: int = 3  # the newest this many checkpoints are kept
@@ -501,7 +572,7 @@ class ExperimentConfig:
     def __post_init__(self) -> None:
         # `replay.mode: auto` follows the algorithm, so `algo=ddpg` alone gives a transition replay.
         if self.replay.mode == "auto":
-            self.replay.mode = "fifo" if self.algo.on_policy else "uniform"
+            self.replay.mode = self.algo.replay_modes[0]
 
     @property
     def evaluates_while_training(self) -> bool:
@@ -553,13 +624,10 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     problems += rule_problems("> 0", positive, prefix="")
     non_negative = {
         "seed": cfg.seed,
-        "actor.overdraft_after_s": cfg.actor.overdraft_after_s,
-        "actor.rollout_ahead": cfg.actor.rollout_ahead,
         "chaos.kill_every_s": cfg.chaos.kill_every_s,
         "chaos.window_start_s": cfg.chaos.window_start_s,
         "chaos.window_s": cfg.chaos.window_s,
         "learner.eval_interval": cfg.learner.eval_interval,
-        "learner.max_staleness": cfg.learner.max_staleness,
         "replay.snapshot_interval_s": cfg.replay.snapshot_interval_s,
         "inference.max_wait_ms": cfg.inference.max_wait_ms,
     }
@@ -638,14 +706,6 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         cfg.replay.capacity >= algo.batch_size,
         f"replay.capacity ({cfg.replay.capacity}) must hold one batch (algo.batch_size={algo.batch_size})",
     )
-    if algo.on_policy:
-        need(cfg.replay.mode == "fifo", f"{algo.name} is on-policy: replay.mode must be fifo (got {cfg.replay.mode!r})")
-    else:
-        need(cfg.replay.mode != "fifo", f"{algo.name} is off-policy: replay.mode must be uniform or prioritized")
-        need(
-            not cfg.deterministic,
-            f"deterministic=true is for on-policy algorithms: {algo.name} samples its replay at random",
-        )
     problems += algo.problems(cfg)
     if cfg.learner.replicas > 1:
         problems += algo.replica_problems(cfg.learner.replicas)

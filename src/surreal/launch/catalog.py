@@ -40,8 +40,7 @@ def algorithms() -> list[tuple[str, str]]:
     for name, cls in ALGORITHMS.items():
         observations = " or ".join(SPACE_KINDS[k] for k in sorted(cls.observation_spaces))
         actions = " or ".join(SPACE_KINDS[k] for k in sorted(cls.action_spaces))
-        regime = "on-policy" if cls.flow_control != "replay_ratio" else "off-policy"
-        out.append((name, f"{regime}; {observations} observations; {actions} actions"))
+        out.append((name, f"{cls.kind}; {observations} observations; {actions} actions"))
     return out
 
 

@@ -37,7 +37,7 @@ import gymnasium as gym
 
 from surreal import envs_robosuite
 from surreal.config import ConfigError, ExperimentConfig, algo_config
-from surreal.config.schema import LearnerConfig, OffPolicyConfig
+from surreal.config.schema import LearnerConfig
 from surreal.envs import check_env_id, make_env
 from surreal.proto.wire import SAMPLE_ARRAYS, Fields, layout_of
 from surreal.spaces import check_spaces
@@ -145,26 +145,10 @@ def budget_warnings(cfg: ExperimentConfig, max_episode_steps: int | None) -> lis
     """One line per budget a default (or a setting) eats: each says what, how much, and what to set instead."""
     out = []
     budget = cfg.total_env_steps
-    algo = cfg.algo
-    if isinstance(algo, OffPolicyConfig) and algo.learning_starts * 2 >= budget:
-        left = max(0, budget - algo.learning_starts)
-        out.append(
-            f"algo.learning_starts={algo.learning_starts:,} (env steps of random actions before the first update) "
-            f"leaves {left:,} of steps={budget:,} to learn from; set algo.learning_starts lower or steps higher"
-        )
     interval = cfg.learner.eval_interval
     if interval != LearnerConfig.eval_interval and interval > budget:  # the default in a short run: no evaluator
         out.append(
             f"learner.eval_interval={interval:,} is above steps={budget:,}: the evaluator never evaluates, "
             "only the final evaluation runs"
         )
-    if algo.on_policy:
-        per_unit = algo.max_env_steps_per_unit(max_episode_steps)
-        if per_unit is not None and algo.batch_size * per_unit > budget:
-            steps = algo.batch_size * per_unit
-            amount = f"{steps:,} env steps" if per_unit == 1 else f"up to {steps:,} env steps"
-            out.append(
-                f"one update of algo.batch_size={algo.batch_size:,} takes {amount}, more than steps={budget:,}: "
-                "the run may end after a single update; lower algo.batch_size or raise steps"
-            )
-    return out
+    return out + cfg.algo.budget_warnings(budget, max_episode_steps)  # the regime's warm-up or first batch

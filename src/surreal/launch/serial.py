@@ -128,15 +128,14 @@ def run_serial(
     log = log or logging.getLogger("surreal.serial")
     if cfg.topology.inference != "per_actor":
         raise ConfigError("topology.inference=central needs inference workers: run it without --serial")
-    # No actor can be lost here, and wall-clock time must not change a run: actors never overdraw.
-    cfg = replace(cfg, actor=replace(cfg.actor, overdraft_after_s=0.0))
     if cfg.replay.mode != "fifo" and cfg.replay.layout is None:  # a config the launcher did not prepare
         cfg = with_replay_layout(cfg, *env_spaces(cfg))
     shard = ReplayShard.of(cfg.replay, cfg.seed, max_steps_per_unit=env_steps_bound(cfg))
     replay = InProcessReplay(shard, ready_at=cfg.algo.batch_size)  # off-policy: learn once a minibatch is held
     params = InProcessParams()
     learner = LearnerCore(cfg, run_dir, replay, params, RoleMetrics("learner", 0), resume=resume, log=log)
-    actors = [Actor(cfg, i, replay, params, RoleMetrics("actor", i)) for i in range(cfg.topology.actors)]
+    one_thread = replace(cfg, algo=cfg.algo.one_thread())  # the actors' regime as one thread runs it
+    actors = [Actor(one_thread, i, replay, params, RoleMetrics("actor", i)) for i in range(cfg.topology.actors)]
     world = SerialWorld(learner, actors, shard, params)
     evaluator = None
     if cfg.evaluates_while_training:  # its policy's initial weights drawn aside: the run's generators go on as without

@@ -38,7 +38,7 @@ from surreal.proto.curve import WireContext
 from surreal.proto.wire import NO_VERSION, BlobMeta, Chunk, NotModified, Params
 from surreal.roles.common import StopFlag, count_errors, hold_until_stopped, param_client, setup_logging
 from surreal.roles.ports import ExperienceOut, ParamsIn
-from surreal.runtime.regimes import ActorThrottle, actor_throttle
+from surreal.runtime.regimes import ActorThrottle, regime_of
 from surreal.runtime.rollout import RolloutCollector
 from surreal.settings import Settings
 
@@ -100,7 +100,7 @@ class ActorCore:
     @classmethod
     def of(cls, cfg: ExperimentConfig, index: int, clock: Callable[[], float] = time.monotonic) -> ActorCore:
         """Actor `index` of `cfg`, its throttle timing stalls on `clock` (the driver's: the simulator's is virtual)."""
-        return cls(index, actor_throttle(cfg, clock, index), cfg.actor.param_fetch_interval)
+        return cls(index, regime_of(cfg).actor_throttle(clock, index), cfg.actor.param_fetch_interval)
 
     def next_action(self) -> Action:
         if self.flush_tries is not None:

@@ -17,7 +17,7 @@ import torch
 from surreal.algos import get_algorithm
 from surreal.config import ExperimentConfig, algo_config
 from surreal.envs import make_vec_env
-from surreal.runtime.regimes import sample_size, trial_update
+from surreal.runtime.regimes import regime_of
 
 
 def choose_device(
@@ -47,14 +47,15 @@ def update_seconds(cfg: ExperimentConfig, device: torch.device, repeats: int = 3
     spaces = envs.single_observation_space, envs.single_action_space
     acfg = algo_config(cfg)
     collector = algo.make_collector(envs, algo.make_policy(*spaces, acfg, 0, 1), acfg, 0, cfg.actor.chunk_steps)
-    size = sample_size(cfg)  # off-policy: one call steps through a whole sample's minibatches
+    regime = regime_of(cfg)
+    size = regime.sample_size  # off-policy: one call steps through a whole sample's minibatches
     chunks, units = [], 0
     while units < size:
         chunks.append(collector.collect(0))
         units += chunks[-1].size
     envs.close()
     learner = algo.make_learner(*spaces, acfg, device, compile=cfg.learner.compile)
-    update = trial_update(cfg, learner, chunks)
+    update = regime.trial_update(learner, chunks)
     times = []
     for _ in range(repeats + 1):
         started = time.perf_counter()

@@ -62,7 +62,7 @@ from surreal.roles.ports import BatchesIn, ParamsOut
 from surreal.runstore import LEARNER, open_mirror
 from surreal.runtime.checkpoint import LearnerCheckpoints, Restored
 from surreal.runtime.recorder import Recorder, WallTime, truncate_metrics
-from surreal.runtime.regimes import Counters, Outcome, learner_feed, reply_layout
+from surreal.runtime.regimes import Counters, Outcome, regime_of
 from surreal.settings import Settings
 
 RECEIVE_TIMEOUT_S = 0.05  # longest wait for a sample reply before the loop services the publisher again
@@ -125,7 +125,9 @@ class LearnerCore:
         self.skipped = 0
         self.recorder.counters(self.counters.env_steps, self.counters.updates, self.counters.stale_dropped)
         self.m_live = metrics.gauge("learner_live_actors", "actors heard from lately: what their shares follow")
-        self.feed = learner_feed(cfg, self.algo_learner, self.counters, batches.shards, batches.send_priorities)
+        self.feed = regime_of(cfg).learner_feed(
+            self.algo_learner, self.counters, batches.shards, batches.send_priorities
+        )
         if restored is None:
             self.checkpoint()  # from the start: a learner killed before its first interval resumes, not restarts
         elif restored.feed:  # older checkpoints held no feed
@@ -312,7 +314,7 @@ def learn(args: argparse.Namespace) -> int:
     ctx = WireContext(settings.curve_keys)
     limits = message_limits(cfg.replay)
     spaces = env_spaces(cfg)
-    layout = reply_layout(cfg, get_algorithm(cfg.algo.name).chunk_fields(*spaces, algo_config(cfg)))
+    layout = regime_of(cfg).reply_layout(get_algorithm(cfg.algo.name).chunk_fields(*spaces, algo_config(cfg)))
     batches = replay_batches(cfg, ctx, settings.sample_addrs, layout, count_errors(metrics))
     params_out = ParamPublisher(
         ctx,
@@ -333,7 +335,7 @@ def learn(args: argparse.Namespace) -> int:
         device = group_device(cfg, place)
         group = LearnerGroup(place, device, cfg.learner.group_timeout_s, limits)
         log.info("rank 0 of a learner group of %d at %s:%d", place.size, place.master_addr, place.master_port)
-        leader = LeaderLearner(make_rank_learner(cfg, spaces, device, group), group, cfg)
+        leader = LeaderLearner(make_rank_learner(cfg, spaces, device, group), group, regime_of(cfg))
     core = LearnerCore(
         cfg, settings.run_dir, batches, params_out, metrics, args.resume, log, spaces, leader, device=device
     )

@@ -55,7 +55,7 @@ from surreal.proto.curve import WireContext
 from surreal.proto.wire import GroupOrder, ReplyLayout, decode_group_order, encode_group_order
 from surreal.replay.shard import message_limits
 from surreal.roles.common import EXIT_STOPPED, count_errors
-from surreal.runtime.regimes import Follower, follower, reply_layout, sample_size, update_order
+from surreal.runtime.regimes import Follower, Regime, regime_of
 from surreal.settings import Settings
 
 GROUP_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")
@@ -204,7 +204,7 @@ def replay_batches(
             episodes=episodes,
         ),
         shards=len(addresses),
-        batch_size=sample_size(cfg),
+        batch_size=regime_of(cfg).sample_size,
         depth=cfg.learner.prefetch * len(addresses),
     )
 
@@ -214,11 +214,11 @@ class LeaderLearner:
     order carries: `update_order`). Everything else is the algorithm's learner's (parameters, checkpoints,
     statistics)."""
 
-    def __init__(self, learner: OnPolicyLearner | OffPolicyLearner, group: LearnerGroup, cfg: ExperimentConfig) -> None:
-        self.learner, self.group, self.cfg = learner, group, cfg
+    def __init__(self, learner: OnPolicyLearner | OffPolicyLearner, group: LearnerGroup, regime: Regime[Any]) -> None:
+        self.learner, self.group, self.regime = learner, group, regime
 
     def update(self, data: Any, arg: Any) -> Any:
-        self.group.send(update_order(self.cfg, data, arg))
+        self.group.send(self.regime.update_order(data, arg))
         return self.learner.update(data, arg)
 
     def __getattr__(self, name: str) -> Any:
@@ -275,8 +275,8 @@ def run_follower(
     answer a pod's probes); off-policy, sampling its own minibatches from the replay shards of `settings` (with the
     experiment's CURVE keys, as rank 0). Exit code: 0 after `finish`, EXIT_STOPPED after `stop` (started again with
     the group); a failure raises (the group restarts)."""
-    spaces = env_spaces(cfg)
-    layout = reply_layout(cfg, get_algorithm(cfg.algo.name).chunk_fields(*spaces, algo_config(cfg)))
+    spaces, regime = env_spaces(cfg), regime_of(cfg)
+    layout = regime.reply_layout(get_algorithm(cfg.algo.name).chunk_fields(*spaces, algo_config(cfg)))
     device = group_device(cfg, place)
     group = LearnerGroup(place, device, cfg.learner.group_timeout_s, message_limits(cfg.replay), layout)
     log.info(
@@ -298,7 +298,7 @@ def run_follower(
         return replay_batches(cfg, contexts[-1], settings.sample_addrs, layout, on_error, episodes=False)
 
     shards = len(settings.replay)
-    work = follower(cfg, learner, open_source, shards)
+    work = regime.follower(learner, open_source, shards)
     try:
         group.share_state(learner)
         op = follow(group, work, log, metrics)

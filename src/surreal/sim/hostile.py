@@ -191,7 +191,7 @@ class HostileShard(Node):
         self.answered += 1
         report = ShardReport(self.index, 0)
         batch = SampleRequest.from_message(message).batch_size
-        if self.cfg.algo.on_policy:
+        if self.cfg.replay.mode == "fifo":  # a shard of the run's kind: chunks, or sampled transitions
             arrays = _hostile_arrays(self.fields, 64)
             name = tagged_field(arrays)
             broken: dict[str, Any] = [

@@ -212,9 +212,11 @@ class Ledger:
 
     # -- the end --------------------------------------------------------------------------------------
 
-    def check_chunks(self, held: Counter[ChunkId], on_policy: bool) -> None:
-        """Every honest chunk sent is learned once, held once, or went with a killed process."""
-        if not on_policy:
+    def check_data(self, held: Counter[ChunkId]) -> None:
+        """Every honest chunk sent is learned once, held once, or went with a killed process; under a replay ratio,
+        where a chunk is sampled again and again, the env steps are counted once instead."""
+        if self.replay_ratio is not None:
+            self.check_env_steps()
             return
         unknown = [c for c in [*self.learned, *held] if c not in self.sent]
         if unknown:

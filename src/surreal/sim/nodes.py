@@ -60,7 +60,7 @@ from surreal.roles.common import EXIT_STOPPED
 from surreal.roles.learner import DRAIN_S, LearnerCore
 from surreal.roles.ps import PsCore
 from surreal.roles.replay import ReplayCore
-from surreal.runtime.regimes import reply_layout, sample_size
+from surreal.runtime.regimes import regime_of
 from surreal.sim.ledger import ChunkId, Ledger, chunk_id, chunks_in, tag, tagged_field
 from surreal.sim.world import Network, Node, World
 
@@ -342,8 +342,8 @@ class ScriptedLearner:
     """The algorithm's learner as the simulator runs it: what the feeds and `LearnerCore` call (`update`, `params`,
     `state_dict`), the update learning nothing but costing virtual time, and telling the ledger what it learned."""
 
-    def __init__(self, node: LearnerNode, params: dict[str, Any], on_policy: bool) -> None:
-        self.node, self._params, self.on_policy = node, params, on_policy
+    def __init__(self, node: LearnerNode, params: dict[str, Any]) -> None:
+        self.node, self._params = node, params
         self.updates = 0
 
     def update(self, batch: Any, arg: Any) -> Any:
@@ -351,7 +351,7 @@ class ScriptedLearner:
         counters = node.core.counters
         costs = node.costs
         self.updates += 1
-        if self.on_policy:
+        if isinstance(batch, list):  # the versions regime's batch of whole chunks, not a sample's arrays
             ledger.chunks_learned(batch, counters.version, now)
             units = sum(chunk.size for chunk in batch)
             node.spend(costs.slow * (costs.update_s + costs.per_unit_s * units))
@@ -383,7 +383,7 @@ class SimBatches:
         self.books = [ShardRequests(cfg.learner.prefetch, LOST_AFTER_S) for _ in shards]
         self.index = {shard.name: i for i, shard in enumerate(shards)}
         self.depth = cfg.learner.prefetch * len(shards)
-        self.batch_size = sample_size(cfg)
+        self.batch_size = regime_of(cfg).sample_size
         self.replies: deque[SampleReply] = deque()
         self.reports: dict[int, tuple[int, int, int]] = {}  # id(reply) -> (shard, its incarnation, env steps)
         self.asking = True
@@ -499,7 +499,7 @@ class LearnerNode(Process):
         super().__init__(world, net, "learner", ledger)
         self.cfg, self.run_dir, self.spaces, self.params, self.costs = cfg, run_dir, spaces, params, costs
         self.shard_nodes, self.ps = shards, ps
-        self.layout = reply_layout(cfg, fields)
+        self.layout = regime_of(cfg).reply_layout(fields)
         for p in ps:
             p.learners.append(self)
             net.pipe(self, p, cap=PUB_HWM, lossy=True)
@@ -517,7 +517,7 @@ class LearnerNode(Process):
         self.stopping, self.next_tick = False, None
         self.batches = SimBatches(self, self.shard_nodes, self.layout, cfg.algo.batch_size)
         self.params_out = SimParamsOut(self, self.ps)
-        self.scripted = ScriptedLearner(self, self.params, cfg.algo.on_policy)
+        self.scripted = ScriptedLearner(self, self.params)
         metrics = RoleMetrics("learner", 0)
         self.core = LearnerCore(
             cfg, self.run_dir, self.batches, self.params_out, metrics, resumed, log, self.spaces,

@@ -27,7 +27,9 @@ from gymnasium import spaces
 from surreal.algos import get_algorithm
 from surreal.config import ExperimentConfig, algo_config, load_config
 from surreal.launch.preflight import with_layout
-from surreal.runtime.regimes.versions import STALL_MIN_S
+from surreal.runtime.regimes import regime_of
+from surreal.runtime.regimes.replay_ratio import ReplayRatioRegime
+from surreal.runtime.regimes.versions import STALL_MIN_S, VersionsRegime
 from surreal.sim.hostile import PARKERS, HostileActor, HostileLearnerPeer, HostileParker, HostileShard
 from surreal.sim.ledger import ChunkId, Ledger, Window, chunks_in
 from surreal.sim.nodes import (
@@ -173,7 +175,6 @@ class Sim:
         self.cfg = cfg
         self.world = world = World(seed)
         self.net = net = Network(world, scenario.jitter_s, scenario.drop_p)
-        on_policy = cfg.algo.on_policy
         algo = get_algorithm(cfg.algo.name)
         self.spaces = obs_space, act_space = env_spaces(scenario.env_dims)
         fields = algo.chunk_fields(obs_space, act_space, algo_config(cfg))
@@ -183,8 +184,7 @@ class Sim:
         envs = cfg.algo.chunk_size(cfg) if pairs else cfg.topology.envs_per_actor
         self.chunks = ScriptedChunks(fields, scenario.chunk_steps, envs, pairs)
         chunk_env_steps = self.chunks.env_steps
-        max_staleness = None if cfg.deterministic or cfg.algo.flow_control == "lockstep" else cfg.learner.max_staleness
-        ratio = None if on_policy else (cfg.algo.learning_starts, cfg.algo.replay_ratio)  # type: ignore[attr-defined]
+        max_staleness, ratio = ledger_rules(cfg)
         self.ledger = ledger = Ledger(max_staleness, chunk_env_steps, ratio, scenario.tolerated_losses)
         self.shards: list[Node] = [
             ReplayNode(world, net, i, cfg, ledger, scenario.snapshot_interval_s, scenario.service_costs)
@@ -197,7 +197,7 @@ class Sim:
         params = _blob_params(cfg, self.spaces)
         self.learner = LearnerNode(
             world, net, cfg, run_dir, self.spaces, fields, params, self.shards, self.ps, ledger,
-            scenario.costs or (Costs() if on_policy else Costs(update_s=0.001)),
+            scenario.costs or (Costs() if ledger.replay_ratio is None else Costs(update_s=0.001)),
         )  # fmt: skip
         self.actors: dict[int, ActorNode] = {}
         self.fleet = Fleet(world)
@@ -320,10 +320,7 @@ class Sim:
         if ledger.learner_refused["too_many_pending"]:
             refused = ledger.learner_refused["too_many_pending"]
             ledger.violate("parking", f"the learner was refused a parking place {refused} times")
-        on_policy = self.cfg.algo.on_policy
-        ledger.check_chunks(self.held(), on_policy)
-        if not on_policy:
-            ledger.check_env_steps()
+        ledger.check_data(self.held())
         ledger.check_live([Window(a, b) for a, b in s.steady], self.fleet.history)
         return ledger.report()
 
@@ -353,6 +350,16 @@ class Sim:
             },
             "done_at": ledger.done_at,
         }
+
+
+def ledger_rules(cfg: ExperimentConfig) -> tuple[int | None, tuple[int, float] | None]:
+    """The rules of its regime the ledger holds a run to: the versions regime's staleness bound (None in lock-step,
+    where any older chunk breaks it), or the replay-ratio regime's (learning_starts, replay_ratio)."""
+    regime = regime_of(cfg)
+    if isinstance(regime, ReplayRatioRegime):
+        return None, (regime.limiter.learning_starts, regime.limiter.replay_ratio)
+    assert isinstance(regime, VersionsRegime)
+    return None if regime.lockstep else regime.bound.max_lag, None
 
 
 def _blob_params(cfg: ExperimentConfig, env: tuple[spaces.Box, spaces.Box]) -> dict[str, Any]:

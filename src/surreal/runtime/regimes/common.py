@@ -1,6 +1,7 @@
-"""What every flow-control regime shares: the two halves' interfaces (`ActorThrottle`, `Feed`), what an update
-leads to (`Outcome`), the learner's checkpointed `Counters`, and `LiveActors`, counted on each regime's own
-clock. Torch-free and transport-free, like the regimes themselves.
+"""What every flow-control regime shares: what the runtime asks of one (`Regime`), the two halves' interfaces
+(`ActorThrottle`, `Feed`) and a learner group's (`Follower`), what an update leads to (`Outcome`), the learner's
+checkpointed `Counters`, and `LiveActors`, counted on each regime's own clock. Torch-free and transport-free, like the
+regimes themselves.
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ import statistics
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from surreal.proto.wire import BlobMeta, SampleReply
+from surreal.proto.wire import BlobMeta, Chunk, Fields, GroupOrder, ReplyLayout, SampleReply
 
 RECENT_EPISODES = 20  # training episodes the learner's `train_return_mean` (length, success rate) averages
 LIVE_ROUNDS = 2  # an actor counts as live while it was heard within this many rounds (versions or slacks)
@@ -233,3 +234,64 @@ def live_state(live: LiveActors | None) -> list[list[int]] | None:
 def load_live_state(live: LiveActors | None, state: list[list[int]] | None) -> None:
     if live is not None and state is not None:
         live.last_heard = {int(actor): int(heard) for actor, heard in state}
+
+
+class SampleSource(Protocol):
+    """Where a follower rank's samples come from: its own requests to the replay shards (roles/learner_group.py's
+    `replay_batches`, whose requests leave the episodes to rank 0)."""
+
+    def next(self, batch_size: int, timeout_s: float) -> SampleReply | None: ...
+
+    def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Follower(Protocol):
+    """A rank after the first: rank 0's update orders carried out; `sampled`: the transitions it sampled itself
+    (None: it samples nothing)."""
+
+    @property
+    def sampled(self) -> int | None: ...
+
+    def update(self, order: GroupOrder) -> None: ...
+
+    def close(self) -> None: ...
+
+
+Learner = TypeVar("Learner", contravariant=True)  # the algorithm's learner, as the regime calls it
+
+
+class Regime(Protocol[Learner]):
+    """What the runtime asks of the regime the algorithm's config names (`AlgoConfig.regime`), built from the
+    experiment: a role calls these and never asks which regime runs. `Learner` is the narrow interface its feed calls
+    on the algorithm's learner (versions.py's `ChunkLearner`, replay_ratio.py's `TransitionLearner`)."""
+
+    @property
+    def sample_size(self) -> int:
+        """What the learner asks a replay shard for per request."""
+        ...
+
+    def actor_throttle(self, clock: Callable[[], float], actor: int = 0) -> ActorThrottle:
+        """The actor's half, for actor index `actor` (its turn where shares are fractional), timing on `clock`."""
+        ...
+
+    def learner_feed(self, learner: Learner, counters: Counters, shards: int, priorities_home: PrioritiesHome) -> Feed:
+        """The learner's half, counting into `counters` (restored ones continue)."""
+        ...
+
+    def reply_layout(self, fields: Fields) -> ReplyLayout:
+        """What every reply the learner takes must hold, given the algorithm's chunk `fields`."""
+        ...
+
+    def update_order(self, data: Any, arg: Any) -> GroupOrder:
+        """What rank 0 of a learner group orders the other ranks before its update `learner.update(data, arg)`."""
+        ...
+
+    def follower(self, learner: Learner, open_source: Callable[[], SampleSource], shards: int) -> Follower:
+        """The regime as a follower rank of a learner group; `open_source` opens its own samples, where it takes any."""
+        ...
+
+    def trial_update(self, learner: Learner, chunks: list[Chunk]) -> Callable[[], object]:
+        """One update as the feed runs it, on `chunks` (`sample_size` units), for timing a device."""
+        ...

@@ -46,7 +46,17 @@ from typing import Any, Protocol
 import numpy as np
 
 from surreal.config.schema import ExperimentConfig, OffPolicyConfig
-from surreal.proto.wire import IDS, SLOTS, BlobMeta, Chunk, GroupOrder, SampleReply, TransitionReply
+from surreal.proto.wire import (
+    IDS,
+    SLOTS,
+    BlobMeta,
+    Chunk,
+    Fields,
+    GroupOrder,
+    ReplyLayout,
+    SampleReply,
+    TransitionReply,
+)
 from surreal.replay.buffers import flatten_time_major
 from surreal.runtime.regimes.common import (
     GOLDEN,
@@ -58,6 +68,7 @@ from surreal.runtime.regimes.common import (
     LiveActors,
     Outcome,
     PrioritiesHome,
+    SampleSource,
     VersionIntervals,
     Wait,
     WarmupRows,
@@ -162,13 +173,6 @@ class EnvStepAllowance:
         self.actors, self.allowance = state["actors"], state["allowance"]
 
 
-def env_step_allowance(cfg: ExperimentConfig, clock: Callable[[], float], actor: int = 0) -> EnvStepAllowance:
-    """The actor's half, for actor index `actor` (its turn); with `rollout_ahead = 0` the learner publishes no
-    budget: it never waits."""
-    slack = replay_ratio_limiter(cfg).slack or 0
-    return EnvStepAllowance(cfg.topology.actors, slack, cfg.algo.chunk_size(cfg), actor * GOLDEN % 1.0, clock)
-
-
 # -- the learner's half ---------------------------------------------------------------------------------
 
 
@@ -189,15 +193,6 @@ class ReplayRatioLimiter:
         if self.slack is None:
             return None
         return int(self.learning_starts + updates / self.replay_ratio + self.slack)
-
-
-def replay_ratio_limiter(cfg: ExperimentConfig) -> ReplayRatioLimiter:
-    algo = cfg.algo
-    if not isinstance(algo, OffPolicyConfig):
-        raise TypeError(f"{algo.name} is on-policy: it has no replay ratio")
-    ahead = cfg.actor.rollout_ahead
-    slack = ahead * cfg.topology.actors * algo.chunk_size(cfg) if ahead else None
-    return ReplayRatioLimiter(algo.learning_starts, algo.replay_ratio, slack, algo.publish_interval)
 
 
 @dataclass
@@ -422,17 +417,6 @@ class HeldSamples:
             retire(self.samples.popleft(), self.priorities_home)
 
 
-class SampleSource(Protocol):
-    """Where a follower rank's samples come from: its own requests to the replay shards (roles/learner_group.py's
-    `replay_batches`, whose requests leave the episodes to rank 0)."""
-
-    def next(self, batch_size: int, timeout_s: float) -> SampleReply | None: ...
-
-    def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None: ...
-
-    def close(self) -> None: ...
-
-
 class SampleFollower:
     """A learner group's rank after the first: each order's `steps` gradient steps on minibatches this rank sampled
     itself (`HeldSamples`). Before each order it takes the replies already here (the newest samples kept, as rank
@@ -479,44 +463,72 @@ class SampleFollower:
         self.source.close()
 
 
-def sample_follower(
-    cfg: ExperimentConfig, learner: TransitionLearner, source: SampleSource, shards: int
-) -> SampleFollower:
-    """A follower rank's half of this regime, its samples held as rank 0's feed holds its own (`transition_feed`)."""
-    home = source.send_priorities if cfg.replay.mode == "prioritized" else None
-    samples = HeldSamples(share_size(cfg), cfg.learner.prefetch * shards, home)
-    return SampleFollower(learner, source, samples, cfg.learner.minibatches_per_sample, cfg.learner.group_timeout_s)
+# -- the regime -------------------------------------------------------------------------------------------
 
 
-def share_size(cfg: ExperimentConfig) -> int:
-    """The transitions of a minibatch one rank of the learner group steps on: its 1/`learner.replicas` of
-    `algo.batch_size` (all of it for a learner alone). Each rank samples its own share (`HeldSamples`)."""
-    return cfg.algo.batch_size // cfg.learner.replicas
+class ReplayRatioRegime:
+    """Both halves as the runtime asks for them (common.Regime), from the experiment and its algorithm's keys
+    (`OffPolicyConfig`). In a learner group every rank steps on its 1/`learner.replicas` share of every minibatch,
+    which it samples itself (`share_size`); rank 0's feed keeps the ratio and orders the steps."""
 
+    def __init__(self, cfg: ExperimentConfig) -> None:
+        algo = cfg.algo
+        if not isinstance(algo, OffPolicyConfig):
+            raise TypeError(f"{algo.name} is on-policy: it has no replay ratio")
+        self.cfg, self.algo = cfg, algo
+        ahead = algo.rollout_ahead
+        slack = ahead * cfg.topology.actors * algo.chunk_size(cfg) if ahead else None
+        self.limiter = ReplayRatioLimiter(algo.learning_starts, algo.replay_ratio, slack, algo.publish_interval)
+        self.share_size = algo.batch_size // cfg.learner.replicas  # a rank's share of a minibatch (all: alone)
 
-def transition_feed(
-    cfg: ExperimentConfig, learner: TransitionLearner, counters: Counters, shards: int, priorities_home: PrioritiesHome
-) -> TransitionFeed:
-    """Live actors are counted where a budget holds them (not with `rollout_ahead = 0`). In a learner group rank 0's
-    feed steps on its share of every minibatch (`share_size`), and orders its steps to the other ranks."""
-    limiter = replay_ratio_limiter(cfg)
-    live = None if cfg.deterministic or limiter.slack is None else LiveActors(LIVE_ROUNDS * limiter.slack)
-    return TransitionFeed(
-        learner,
-        counters,
-        limiter,
-        share_size(cfg),
-        cfg.learner.minibatches_per_sample,
-        cfg.learner.prefetch * shards,
-        cfg.learner.checkpoint_interval,
-        priorities_home if cfg.replay.mode == "prioritized" else None,
-        live,
-    )
+    @property
+    def sample_size(self) -> int:
+        """`learner.minibatches_per_sample` minibatches of this rank's share of `algo.batch_size`."""
+        return self.share_size * self.cfg.learner.minibatches_per_sample
 
+    def actor_throttle(self, clock: Callable[[], float] = time.monotonic, actor: int = 0) -> EnvStepAllowance:
+        """With `rollout_ahead = 0` the learner publishes no budget: the actor never waits."""
+        chunk = self.algo.chunk_size(self.cfg)
+        return EnvStepAllowance(self.cfg.topology.actors, self.limiter.slack or 0, chunk, actor * GOLDEN % 1.0, clock)
 
-def trial_update(cfg: ExperimentConfig, learner: TransitionLearner, chunks: list[Chunk]) -> Callable[[], object]:
-    """One call as this feed makes it, a whole sample's minibatches made of `chunks`, for timing a device."""
-    flat = [flatten_time_major(chunk.arrays) for chunk in chunks]
-    size = cfg.algo.batch_size * cfg.learner.minibatches_per_sample
-    batch = {k: np.concatenate([f[k] for f in flat])[:size] for k in flat[0]}
-    return lambda: learner.update(batch, cfg.learner.minibatches_per_sample)
+    def learner_feed(
+        self, learner: TransitionLearner, counters: Counters, shards: int, priorities_home: PrioritiesHome
+    ) -> TransitionFeed:
+        """Live actors are counted where a budget holds them (not with `rollout_ahead = 0`)."""
+        cfg, slack = self.cfg, self.limiter.slack
+        return TransitionFeed(
+            learner,
+            counters,
+            self.limiter,
+            self.share_size,
+            cfg.learner.minibatches_per_sample,
+            cfg.learner.prefetch * shards,
+            cfg.learner.checkpoint_interval,
+            priorities_home if cfg.replay.mode == "prioritized" else None,
+            None if cfg.deterministic or slack is None else LiveActors(LIVE_ROUNDS * slack),
+        )
+
+    def reply_layout(self, fields: Fields) -> ReplyLayout:
+        """A sample's `sample_size` transitions, with weights where the replay is prioritized."""
+        return ReplyLayout(fields, self.sample_size, self.cfg.replay.mode == "prioritized")
+
+    def update_order(self, data: dict[str, Any], arg: int) -> GroupOrder:
+        """Only the gradient steps: every rank steps on minibatches it sampled itself."""
+        del data
+        return GroupOrder("update", steps=int(arg))
+
+    def follower(
+        self, learner: TransitionLearner, open_source: Callable[[], SampleSource], shards: int
+    ) -> SampleFollower:
+        """Its samples held as rank 0's feed holds its own."""
+        cfg, source = self.cfg, open_source()
+        home = source.send_priorities if cfg.replay.mode == "prioritized" else None
+        samples = HeldSamples(self.share_size, cfg.learner.prefetch * shards, home)
+        return SampleFollower(learner, source, samples, cfg.learner.minibatches_per_sample, cfg.learner.group_timeout_s)
+
+    def trial_update(self, learner: TransitionLearner, chunks: list[Chunk]) -> Callable[[], object]:
+        """One call as the feed makes it, a whole sample's minibatches made of `chunks`."""
+        flat = [flatten_time_major(chunk.arrays) for chunk in chunks]
+        steps = self.cfg.learner.minibatches_per_sample
+        batch = {k: np.concatenate([f[k] for f in flat])[: self.algo.batch_size * steps] for k in flat[0]}
+        return lambda: learner.update(batch, steps)

@@ -40,8 +40,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from surreal.config.schema import ExperimentConfig
-from surreal.proto.wire import BlobMeta, Chunk, FifoReply, GroupOrder, SampleReply
+from surreal.config.schema import ExperimentConfig, OnPolicyConfig, StalenessConfig
+from surreal.proto.wire import BlobMeta, Chunk, Fields, FifoReply, GroupOrder, ReplyLayout, SampleReply
 from surreal.runtime.regimes.common import (
     GOLDEN,
     HOLD_S,
@@ -51,6 +51,8 @@ from surreal.runtime.regimes.common import (
     Counters,
     LiveActors,
     Outcome,
+    PrioritiesHome,
+    SampleSource,
     VersionIntervals,
     Wait,
     WarmupRows,
@@ -165,23 +167,6 @@ class VersionThrottle:
         self.waiting_since = None
 
 
-def version_throttle(
-    cfg: ExperimentConfig, clock: Callable[[], float] = time.monotonic, actor: int = 0
-) -> VersionThrottle:
-    lockstep = cfg.deterministic or cfg.algo.flow_control == "lockstep"
-    overdraft_after_s = 0.0 if cfg.deterministic else cfg.actor.overdraft_after_s
-    return VersionThrottle(
-        cfg.algo.batch_size,
-        cfg.algo.chunk_size(cfg),
-        cfg.topology.actors,
-        1 if lockstep else cfg.actor.rollout_ahead,
-        overdraft_after_s,
-        clock,
-        actor * GOLDEN % 1.0,
-        whole=lockstep,
-    )
-
-
 # -- the learner's half ---------------------------------------------------------------------------------
 
 
@@ -198,10 +183,6 @@ class StalenessBound:
         else:
             kept = [c for c in chunks if version - c.version <= self.max_lag]
         return kept, len(chunks) - len(kept)
-
-
-def staleness_bound(cfg: ExperimentConfig) -> StalenessBound:
-    return StalenessBound(None if cfg.algo.flow_control == "lockstep" else cfg.learner.max_staleness)
 
 
 class ChunkLearner(Protocol):
@@ -354,23 +335,67 @@ class ChunkFeed:
         load_live_state(self.live, state["live"])
 
 
-def chunk_feed(cfg: ExperimentConfig, learner: ChunkLearner, counters: Counters) -> ChunkFeed:
-    """Deterministic runs count no actors: shares stay as configured."""
-    live = None if cfg.deterministic else LiveActors(LIVE_ROUNDS)
-    every = cfg.learner.checkpoint_interval
-    return ChunkFeed(
-        learner,
-        counters,
-        cfg.algo.batch_size,
-        cfg.total_env_steps,
-        staleness_bound(cfg),
-        every,
-        live,
-        cfg.algo.chunk_size(cfg),
-        cfg.topology.actors,
-    )
+# -- the regime -------------------------------------------------------------------------------------------
 
 
-def trial_update(learner: ChunkLearner, chunks: list[Chunk]) -> Callable[[], object]:
-    """One update as this feed runs it, on `chunks` (a batch's worth), for timing a device."""
-    return lambda: learner.update(chunks, 0.0)
+class VersionsRegime:
+    """Both halves as the runtime asks for them (common.Regime), from the experiment and its algorithm's keys
+    (`OnPolicyConfig`: the lockstep rule; `StalenessConfig`: the staleness rule). Deterministic runs hold every
+    actor in lock-step and count no actors: shares stay as configured, and nothing overdraws."""
+
+    def __init__(self, cfg: ExperimentConfig) -> None:
+        algo = cfg.algo
+        if not isinstance(algo, OnPolicyConfig):
+            raise TypeError(f"{algo.name} does not run in the versions regime")
+        self.cfg, self.algo = cfg, algo
+        staleness = algo if isinstance(algo, StalenessConfig) else None
+        self.lockstep = cfg.deterministic or staleness is None
+        self.rollout_ahead = staleness.rollout_ahead if staleness is not None and not cfg.deterministic else 1
+        self.bound = StalenessBound(None if staleness is None else staleness.max_staleness)
+
+    @property
+    def sample_size(self) -> int:
+        return self.algo.batch_size  # a batch's worth of units: the FIFO packs whole chunks
+
+    def actor_throttle(self, clock: Callable[[], float] = time.monotonic, actor: int = 0) -> VersionThrottle:
+        cfg = self.cfg
+        return VersionThrottle(
+            self.algo.batch_size,
+            self.algo.chunk_size(cfg),
+            cfg.topology.actors,
+            self.rollout_ahead,
+            0.0 if cfg.deterministic else self.algo.overdraft_after_s,
+            clock,
+            actor * GOLDEN % 1.0,
+            whole=self.lockstep,
+        )
+
+    def learner_feed(
+        self, learner: ChunkLearner, counters: Counters, shards: int, priorities_home: PrioritiesHome
+    ) -> ChunkFeed:
+        cfg = self.cfg
+        return ChunkFeed(
+            learner,
+            counters,
+            self.algo.batch_size,
+            cfg.total_env_steps,
+            self.bound,
+            cfg.learner.checkpoint_interval,
+            None if cfg.deterministic else LiveActors(LIVE_ROUNDS),
+            self.algo.chunk_size(cfg),
+            cfg.topology.actors,
+        )
+
+    def reply_layout(self, fields: Fields) -> ReplyLayout:
+        return ReplyLayout(fields)
+
+    def update_order(self, data: list[Chunk], arg: float) -> GroupOrder:
+        """Every rank learns from rank 0's batch: the order carries its chunks and the schedule's progress."""
+        return GroupOrder("update", progress=float(arg), chunks=list(data))
+
+    def follower(self, learner: ChunkLearner, open_source: Callable[[], SampleSource], shards: int) -> ChunkFollower:
+        del open_source, shards  # a follower learns from rank 0's batches and talks to no replay
+        return ChunkFollower(learner)
+
+    def trial_update(self, learner: ChunkLearner, chunks: list[Chunk]) -> Callable[[], object]:
+        return lambda: learner.update(chunks, 0.0)
