@@ -133,6 +133,15 @@ def check(env_id: str, env_kwargs: dict[str, Any] | None) -> None:
         raise ConfigError("; ".join(problems))
 
 
+def kwargs_problems(env_id: str, env_kwargs: dict[str, Any] | None) -> list[str]:
+    """`check`'s verdict as the config's list of problems (config/schema.py `ENV_FAMILIES`)."""
+    try:
+        check(env_id, env_kwargs)
+    except ConfigError as exc:
+        return [str(exc)]
+    return []
+
+
 def horizon(env_kwargs: dict[str, Any] | None) -> int:
     """Steps in one episode: every episode of a robosuite task is exactly this long."""
     return int({**DEFAULT_KWARGS, **(env_kwargs or {})}["horizon"])

@@ -57,6 +57,25 @@ def rule_problems(rule: str, values: Mapping[str, Any], prefix: str = "algo.") -
     return [f"{prefix}{key} must be {rule} (got {value})" for key, value in values.items() if not RULES[rule](value)]
 
 
+def unmet(*rules: tuple[bool, str]) -> list[str]:
+    """The message of each (holds, message) rule that does not hold."""
+    return [message for holds, message in rules if not holds]
+
+
+class Section:
+    """A section of the experiment (`prefix`: its keys' dotted prefix): its own value rules and those that tie it to
+    the rest (`problems`), which `validate` lists with every other section's."""
+
+    prefix: ClassVar[str]
+
+    def problems(self, cfg: ExperimentConfig) -> list[str]:
+        return []
+
+    def breaking(self, rule: str, *keys: str) -> list[str]:
+        """`<prefix><key> must be <rule> (got <value>)` for each of these fields whose value breaks `rule` (RULES)."""
+        return rule_problems(rule, {key: getattr(self, key) for key in keys}, self.prefix)
+
+
 class AlgorithmRegistry(Mapping[str, "type[AlgoConfig]"]):
     """Algorithm name (the `algo` group option and the node's `name`) -> its config class.
 
@@ -103,7 +122,7 @@ ALGORITHMS = AlgorithmRegistry()
 
 
 @dataclass
-class AlgoConfig:
+class AlgoConfig(Section):
     """What every algorithm's hyperparameters share, and what the roles read without knowing the algorithm. An
     algorithm's config inherits its flow-control regime's keys and rules: `OnPolicyConfig` (or `StalenessConfig`) or
     `OffPolicyConfig`.
@@ -123,6 +142,7 @@ class AlgoConfig:
     # and again where a role builds the policy (surreal/spaces.py), so an env it cannot take is one line, not a crash.
     observation_spaces: ClassVar[frozenset[str]] = frozenset({"box"})
     action_spaces: ClassVar[frozenset[str]] = frozenset({"box"})
+    prefix: ClassVar[str] = "algo."
 
     name: str = MISSING  # the algorithm: `algo=NAME` picks it and its defaults (its config class's)
     seed: int = 1  # set by the loader from the experiment's `seed` (never an override)
@@ -135,16 +155,32 @@ class AlgoConfig:
             ALGORITHMS.add(cls)
 
     def problems(self, cfg: ExperimentConfig) -> list[str]:
-        """The algorithm's own value rules and its regime's (`validate` adds them to its list); a subclass extends
-        them."""
-        if cfg.replay.mode in self.replay_modes:
-            return []
-        modes = " or ".join(self.replay_modes)
-        return [f"{self.name} is {self.kind}: replay.mode must be {modes} (got {cfg.replay.mode!r})"]
-
-    def breaking(self, rule: str, *keys: str) -> list[str]:
-        """`algo.<key> must be <rule> (got <value>)` for each of these fields whose value breaks `rule` (RULES)."""
-        return rule_problems(rule, {key: getattr(self, key) for key in keys})
+        """The algorithm's own value rules and its regime's; a subclass extends them."""
+        chunk, topology = self.chunk_size(cfg), cfg.topology
+        out = self.breaking("> 0", "batch_size") + unmet(
+            (self.name in ALGORITHMS, f"algo.name {self.name!r} is not one of {', '.join(ALGORITHMS)}"),
+            (
+                cfg.replay.mode in self.replay_modes,
+                f"{self.name} is {self.kind}: replay.mode must be {' or '.join(self.replay_modes)} "
+                f"(got {cfg.replay.mode!r})",
+            ),
+        )
+        if cfg.learner.replicas > 1:
+            out += self.replica_problems(cfg.learner.replicas)
+        if cfg.deterministic:
+            out += unmet(
+                (topology.actors == 1, f"deterministic=true needs topology.actors=1 (got {topology.actors})"),
+                (
+                    topology.replay_shards == 1,
+                    f"deterministic=true needs topology.replay_shards=1 (got {topology.replay_shards})",
+                ),
+                (
+                    chunk > 0 and self.batch_size % chunk == 0,
+                    f"deterministic=true needs algo.batch_size ({self.batch_size}) to be a multiple of "
+                    f"one actor message ({chunk} units)",
+                ),
+            )
+        return out
 
     def bad_sizes(self, *keys: str) -> list[str]:
         """`algo.<key>` for each of these fields (MLP widths) that is not a non-empty list of positive sizes."""
@@ -158,6 +194,12 @@ class AlgoConfig:
         """Why `learner.replicas` > 1 cannot split this algorithm's update among ranks (each computes its share of
         every minibatch, the gradients all-reduced); by default it has no gradients to all-reduce (ES)."""
         return [f"learner.replicas={replicas}: {self.name} has no gradient update to split; use learner.replicas=1"]
+
+    def central_inference(self) -> bool:
+        """Whether inference workers (`topology.inference=central`) can act for its actors: a worker holds one policy
+        for every actor, so a policy with per-env state of its own (a recurrent cell, DDPG's OU noise) or per-actor
+        sampling (ES's perturbations) cannot be served. None can by default."""
+        return False
 
     def budget_warnings(self, budget: int, max_episode_steps: int | None) -> list[str]:
         """One line per part of `budget` (total_env_steps) the regime's defaults eat before anything is learned."""
@@ -346,6 +388,9 @@ class PPOConfig(StalenessConfig):
             )
         return out
 
+    def central_inference(self) -> bool:
+        return self.recurrent is None  # an MLP policy: one for every actor, its sampling per worker
+
     def replica_problems(self, replicas: int) -> list[str]:
         """Each rank computes its share of every minibatch: `minibatch_size` must split evenly."""
         if self.minibatch_size % replicas:
@@ -435,14 +480,35 @@ class ESConfig(OnPolicyConfig):
         return None if max_episode_steps is None else 2 * max_episode_steps  # a unit is two whole episodes
 
 
+# Env families whose `env.kwargs` are checked before any process starts, by id prefix: (the package the family needs,
+# the module whose `kwargs_problems(env_id, kwargs)` checks them, imported only for the family's ids where it is
+# installed: the replay and ps images have none of them).
+ENV_FAMILIES = {"robosuite:": ("robosuite", "surreal.envs_robosuite")}
+
+
 @dataclass
-class EnvConfig:
+class EnvConfig(Section):
+    prefix: ClassVar[str] = "env."
+
     id: str = "HalfCheetah-v5"  # a Gymnasium id (`surreal run --help` lists them) or robosuite:<Task>
     kwargs: dict[str, Any] = field(default_factory=dict)  # passed to gymnasium.make (robosuite: to suite.make)
 
+    def problems(self, cfg: ExperimentConfig) -> list[str]:
+        """An id, and `kwargs` its family takes (a robosuite task's: its constructor's parameters), so a typo is one
+        line here, in every role that can build the env, rather than a traceback inside the family's package."""
+        if not self.id.strip():
+            return ["env.id must name a Gymnasium environment"]
+        for family, (package, module) in ENV_FAMILIES.items():
+            if self.id.startswith(family) and importlib.util.find_spec(package) is not None:
+                problems: list[str] = importlib.import_module(module).kwargs_problems(self.id, self.kwargs)
+                return problems
+        return []
+
 
 @dataclass
-class TopologyConfig:
+class TopologyConfig(Section):
+    prefix: ClassVar[str] = "topology."
+
     actors: int = 2  # actor processes (the shorthand `actors=N`)
     envs_per_actor: int = 1  # environments each actor steps in one batch
     replay_shards: int = 1  # replay processes, each owning a slice of the experience
@@ -452,18 +518,49 @@ class TopologyConfig:
     inference: str = "per_actor"
     inference_workers: int = 1  # inference processes with inference=central
 
+    def problems(self, cfg: ExperimentConfig) -> list[str]:
+        out = self.breaking("> 0", "actors", "envs_per_actor", "replay_shards", "ps_replicas", "inference_workers")
+        modes = ", ".join(INFERENCE_MODES)
+        out += unmet(
+            (self.inference in INFERENCE_MODES, f"topology.inference must be one of {modes} (got {self.inference!r})")
+        )
+        if self.inference != "central":
+            return out
+        return out + unmet(
+            (
+                cfg.algo.central_inference(),
+                f"topology.inference=central runs PPO's MLP policy only (got algo {cfg.algo.name})",
+            ),
+            (
+                not cfg.deterministic,
+                "topology.inference=central needs deterministic=false (serial mode has no workers)",
+            ),
+            (
+                self.envs_per_actor <= cfg.inference.max_batch_envs,
+                f"topology.envs_per_actor ({self.envs_per_actor}) must fit inference.max_batch_envs "
+                f"({cfg.inference.max_batch_envs})",
+            ),
+        )
+
 
 @dataclass
-class ActorConfig:
+class ActorConfig(Section):
+    prefix: ClassVar[str] = "actor."
+
     chunk_steps: int = 256  # environment steps per experience chunk (T); a chunk holds T x envs_per_actor
     param_fetch_interval: int = 1  # chunks between "newer than v?" checks
     fetch_timeout_s: float = 5.0  # how long an actor waits for a ps reply before asking again
     torch_threads: int = 1  # one core per actor: its batch of K observations is small
 
+    def problems(self, cfg: ExperimentConfig) -> list[str]:
+        return self.breaking("> 0", "chunk_steps", "param_fetch_interval", "fetch_timeout_s", "torch_threads")
+
 
 @dataclass
-class InferenceConfig:
+class InferenceConfig(Section):
     """The inference workers of `topology.inference=central` (roles/inference.py)."""
+
+    prefix: ClassVar[str] = "inference."
 
     max_batch_envs: int = 256  # a worker serves a batch once its requests hold this many observations...
     max_wait_ms: float = 2.0  # ...or this long after the batch's first request came, whichever is first
@@ -474,9 +571,15 @@ class InferenceConfig:
     # Sampling draws from a generator on that device, so a worker's actions depend on its device.
     device: str = "auto"
 
+    def problems(self, cfg: ExperimentConfig) -> list[str]:
+        out = self.breaking("> 0", "max_batch_envs", "request_timeout_s", "param_poll_ms", "torch_threads")
+        return out + self.breaking(">= 0", "max_wait_ms") + device_problems("inference.device", self.device)
+
 
 @dataclass
-class ReplayConfig:
+class ReplayConfig(Section):
+    prefix: ClassVar[str] = "replay."
+
     mode: str = "auto"  # auto (fifo for on-policy algorithms, uniform for off-policy) | fifo | uniform | prioritized
     capacity: int = 100_000  # transitions per shard
     # And bytes per shard: the oldest chunks go first (a transition replay refuses a layout whose `capacity`
@@ -498,9 +601,30 @@ class ReplayConfig:
     # first chunk lays the shard out (a config no launcher prepared).
     layout: dict[str, Any] | None = None
 
+    def problems(self, cfg: ExperimentConfig) -> list[str]:
+        out = self.breaking("> 0", "capacity", "capacity_bytes", "priority_eps", "max_message_bytes", "max_frames")
+        out += self.breaking(">= 0", "snapshot_interval_s") + self.breaking("in [0, 1]", "alpha", "beta")
+        out += unmet(
+            (self.mode in REPLAY_MODES, f"replay.mode must be one of {', '.join(REPLAY_MODES)} (got {self.mode!r})"),
+            (
+                self.capacity >= cfg.algo.batch_size,
+                f"replay.capacity ({self.capacity}) must hold one batch (algo.batch_size={cfg.algo.batch_size})",
+            ),
+        )
+        if self.layout is not None:
+            from surreal.proto.wire import fields_of  # NumPy and the codec: only for a config that has a layout
+
+            try:
+                fields_of(self.layout)
+            except ValueError as exc:
+                out.append(f"replay.layout: {exc}")
+        return out
+
 
 @dataclass
-class LearnerConfig:
+class LearnerConfig(Section):
+    prefix: ClassVar[str] = "learner."
+
     prefetch: int = 2  # sample requests kept in flight per shard
     # Off-policy: minibatches (of algo.batch_size) one sample request brings; the learner steps through them
     # reading the device once, and their priorities go back in one message.
@@ -525,14 +649,27 @@ class LearnerConfig:
     # stops the others within this, and the group starts again from its last checkpoint.
     group_timeout_s: float = 60.0
 
+    def problems(self, cfg: ExperimentConfig) -> list[str]:
+        out = self.breaking("> 0", "prefetch", "minibatches_per_sample", "checkpoint_interval", "checkpoint_interval_s")
+        out += self.breaking("> 0", "keep_checkpoints", "eval_episodes", "torch_threads", "replicas", "group_timeout_s")
+        if self.replicas > 1 and ":" in cfg.device:
+            rank_devices = "learner.replicas > 1 puts each rank on cuda:<LOCAL_RANK>: set device=cuda or auto"
+            out.append(f"{rank_devices} (got {cfg.device!r})")
+        return out + self.breaking(">= 0", "eval_interval")
+
 
 @dataclass
-class PSConfig:
+class PSConfig(Section):
+    prefix: ClassVar[str] = "ps."
+
     max_message_bytes: int = 64 * MIB  # the largest parameter blob a ps accepts
 
+    def problems(self, cfg: ExperimentConfig) -> list[str]:
+        return self.breaking("> 0", "max_message_bytes")
+
 
 @dataclass
-class ChaosConfig:
+class ChaosConfig(Section):
     """Rehearsed preemption of actors: the local launcher (launch/chaos.py) and, in a cluster, the chart's chaos
     Job kill actors on this schedule, so a run's tolerance of lost actors can be tried anywhere. All off by
     default; learners, replay shards and ps are never touched."""
@@ -544,9 +681,24 @@ class ChaosConfig:
     window_start_s: float = 0.0  # the window opens this long after the run starts ...
     window_s: float = 0.0  # ... and lasts this long; then the held-down actors start again
 
+    prefix: ClassVar[str] = "chaos."
+
     @property
     def active(self) -> bool:
         return self.kill_every_s > 0 or (self.alive is not None and self.window_s > 0)
+
+    def problems(self, cfg: ExperimentConfig) -> list[str]:
+        actors = cfg.topology.actors
+        return self.breaking(">= 0", "kill_every_s", "window_start_s", "window_s") + unmet(
+            (
+                self.alive is None or 0 <= self.alive <= actors,
+                f"chaos.alive must be between 0 and topology.actors={actors} (got {self.alive})",
+            ),
+            (
+                not (self.active and cfg.deterministic),
+                "chaos needs deterministic=false: killed actors are not replayable",
+            ),
+        )
 
 
 @dataclass
@@ -574,6 +726,23 @@ class ExperimentConfig:
         if self.replay.mode == "auto":
             self.replay.mode = self.algo.replay_modes[0]
 
+    def problems(self) -> list[str]:
+        """The top-level keys' rules, then each section's (`Section.problems`)."""
+        out = rule_problems("> 0", {"total_env_steps": self.total_env_steps}, "")
+        out += rule_problems(">= 0", {"seed": self.seed}, "") + device_problems("device", self.device)
+        out += unmet(
+            (self.name is None or RUN_NAME.fullmatch(self.name) is not None, f"name={self.name!r} {RUN_NAME_RULE}")
+        )
+        if self.run_uri is not None:
+            from surreal.runstore import uri_problem  # fsspec-free: URIs are only parsed here
+
+            problem = uri_problem(self.run_uri)
+            out += unmet((problem is None, f"run_uri: {problem}"))
+        sections: list[Section] = [self.env, self.topology, self.actor, self.inference, self.replay, self.learner]
+        for section in [*sections, self.ps, self.chaos, self.algo]:
+            out += section.problems(self)
+        return out
+
     @property
     def evaluates_while_training(self) -> bool:
         """Whether an evaluator runs beside the learner: `learner.eval_interval` is set and below the budget (an
@@ -581,146 +750,13 @@ class ExperimentConfig:
         return 0 < self.learner.eval_interval < self.total_env_steps
 
 
+def device_problems(key: str, device: str) -> list[str]:
+    return unmet((DEVICE.fullmatch(device) is not None, f"{key} must be auto, cpu, cuda or cuda:N (got {device!r})"))
+
+
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     """Check values and cross-field rules; raise one ConfigError listing every problem, else return `cfg`."""
-    problems: list[str] = []
-
-    def need(ok: bool, message: str) -> None:
-        if not ok:
-            problems.append(message)
-
-    positive = {
-        "total_env_steps": cfg.total_env_steps,
-        "topology.actors": cfg.topology.actors,
-        "topology.envs_per_actor": cfg.topology.envs_per_actor,
-        "topology.replay_shards": cfg.topology.replay_shards,
-        "topology.ps_replicas": cfg.topology.ps_replicas,
-        "topology.inference_workers": cfg.topology.inference_workers,
-        "inference.max_batch_envs": cfg.inference.max_batch_envs,
-        "inference.request_timeout_s": cfg.inference.request_timeout_s,
-        "inference.param_poll_ms": cfg.inference.param_poll_ms,
-        "inference.torch_threads": cfg.inference.torch_threads,
-        "actor.chunk_steps": cfg.actor.chunk_steps,
-        "actor.param_fetch_interval": cfg.actor.param_fetch_interval,
-        "actor.fetch_timeout_s": cfg.actor.fetch_timeout_s,
-        "actor.torch_threads": cfg.actor.torch_threads,
-        "replay.capacity": cfg.replay.capacity,
-        "replay.capacity_bytes": cfg.replay.capacity_bytes,
-        "replay.priority_eps": cfg.replay.priority_eps,
-        "replay.max_message_bytes": cfg.replay.max_message_bytes,
-        "replay.max_frames": cfg.replay.max_frames,
-        "learner.prefetch": cfg.learner.prefetch,
-        "learner.minibatches_per_sample": cfg.learner.minibatches_per_sample,
-        "learner.checkpoint_interval": cfg.learner.checkpoint_interval,
-        "learner.checkpoint_interval_s": cfg.learner.checkpoint_interval_s,
-        "learner.keep_checkpoints": cfg.learner.keep_checkpoints,
-        "learner.eval_episodes": cfg.learner.eval_episodes,
-        "learner.torch_threads": cfg.learner.torch_threads,
-        "learner.replicas": cfg.learner.replicas,
-        "learner.group_timeout_s": cfg.learner.group_timeout_s,
-        "ps.max_message_bytes": cfg.ps.max_message_bytes,
-        "algo.batch_size": cfg.algo.batch_size,
-    }
-    problems += rule_problems("> 0", positive, prefix="")
-    non_negative = {
-        "seed": cfg.seed,
-        "chaos.kill_every_s": cfg.chaos.kill_every_s,
-        "chaos.window_start_s": cfg.chaos.window_start_s,
-        "chaos.window_s": cfg.chaos.window_s,
-        "learner.eval_interval": cfg.learner.eval_interval,
-        "replay.snapshot_interval_s": cfg.replay.snapshot_interval_s,
-        "inference.max_wait_ms": cfg.inference.max_wait_ms,
-    }
-    problems += rule_problems(">= 0", non_negative, prefix="")
-    problems += rule_problems(
-        "in [0, 1]", {"replay.alpha": cfg.replay.alpha, "replay.beta": cfg.replay.beta}, prefix=""
-    )
-    chaos = cfg.chaos
-    need(
-        chaos.alive is None or 0 <= chaos.alive <= cfg.topology.actors,
-        f"chaos.alive must be between 0 and topology.actors={cfg.topology.actors} (got {chaos.alive})",
-    )
-    need(not (chaos.active and cfg.deterministic), "chaos needs deterministic=false: killed actors are not replayable")
-    need(
-        cfg.name is None or RUN_NAME.fullmatch(cfg.name) is not None,
-        f"name={cfg.name!r} {RUN_NAME_RULE}",
-    )
-    if cfg.run_uri is not None:
-        from surreal.runstore import uri_problem  # fsspec-free: URIs are only parsed here
-
-        problem = uri_problem(cfg.run_uri)
-        need(problem is None, f"run_uri: {problem}")
-    need(bool(cfg.env.id.strip()), "env.id must name a Gymnasium environment")
-    if cfg.env.id.startswith("robosuite:") and importlib.util.find_spec("robosuite") is not None:
-        # A robosuite task's kwargs are its constructor's parameters: a typo is caught here, in every role that
-        # can build the env, rather than as a traceback inside robosuite. Imported only for robosuite ids.
-        from surreal.envs_robosuite import check
-
-        try:
-            check(cfg.env.id, cfg.env.kwargs)
-        except ConfigError as exc:
-            problems.append(str(exc))
-    need(DEVICE.fullmatch(cfg.device) is not None, f"device must be auto, cpu, cuda or cuda:N (got {cfg.device!r})")
-    need(
-        cfg.learner.replicas == 1 or ":" not in cfg.device,
-        f"learner.replicas > 1 puts each rank on cuda:<LOCAL_RANK>: set device=cuda or auto (got {cfg.device!r})",
-    )
-    need(
-        cfg.replay.mode in REPLAY_MODES,
-        f"replay.mode must be one of {', '.join(REPLAY_MODES)} (got {cfg.replay.mode!r})",
-    )
-    if cfg.replay.layout is not None:
-        from surreal.proto.wire import fields_of  # NumPy and the codec: only for a config that has a layout
-
-        try:
-            fields_of(cfg.replay.layout)
-        except ValueError as exc:
-            problems.append(f"replay.layout: {exc}")
-
-    topo = cfg.topology
-    need(
-        topo.inference in INFERENCE_MODES,
-        f"topology.inference must be one of {', '.join(INFERENCE_MODES)} (got {topo.inference!r})",
-    )
-    need(
-        DEVICE.fullmatch(cfg.inference.device) is not None,
-        f"inference.device must be auto, cpu, cuda or cuda:N (got {cfg.inference.device!r})",
-    )
-    if topo.inference == "central":
-        # A worker holds one policy for every actor: a policy with per-env state of its own (a recurrent cell,
-        # DDPG's OU noise) or per-actor sampling (ES's perturbations) would need it per actor.
-        need(
-            cfg.algo.name == "ppo" and getattr(cfg.algo, "recurrent", None) is None,
-            f"topology.inference=central runs PPO's MLP policy only (got algo {cfg.algo.name})",
-        )
-        need(not cfg.deterministic, "topology.inference=central needs deterministic=false (serial mode has no workers)")
-        need(
-            topo.envs_per_actor <= cfg.inference.max_batch_envs,
-            f"topology.envs_per_actor ({topo.envs_per_actor}) must fit inference.max_batch_envs "
-            f"({cfg.inference.max_batch_envs})",
-        )
-
-    algo = cfg.algo
-    need(algo.name in ALGORITHMS, f"algo.name {algo.name!r} is not one of {', '.join(ALGORITHMS)}")
-    need(
-        cfg.replay.capacity >= algo.batch_size,
-        f"replay.capacity ({cfg.replay.capacity}) must hold one batch (algo.batch_size={algo.batch_size})",
-    )
-    problems += algo.problems(cfg)
-    if cfg.learner.replicas > 1:
-        problems += algo.replica_problems(cfg.learner.replicas)
-    if cfg.deterministic:
-        chunk = algo.chunk_size(cfg)
-        need(cfg.topology.actors == 1, f"deterministic=true needs topology.actors=1 (got {cfg.topology.actors})")
-        need(
-            cfg.topology.replay_shards == 1,
-            f"deterministic=true needs topology.replay_shards=1 (got {cfg.topology.replay_shards})",
-        )
-        need(
-            chunk > 0 and algo.batch_size % chunk == 0,
-            f"deterministic=true needs algo.batch_size ({algo.batch_size}) to be a multiple of "
-            f"one actor message ({chunk} units)",
-        )
+    problems = cfg.problems()
     if problems:
         raise ConfigError("invalid experiment config:\n  - " + "\n  - ".join(problems))
     return cfg
