@@ -34,10 +34,9 @@ from typing import Any
 
 import gymnasium as gym
 
-from surreal import envs_robosuite
 from surreal.config import ConfigError, ExperimentConfig, algo_config
 from surreal.config.schema import OffPolicyConfig
-from surreal.envs import check_env_id, make_env
+from surreal.envs import check_env_id, episode_limit, is_adapter_id, make_env
 from surreal.proto.wire import SAMPLE_ARRAYS, Fields, layout_of
 from surreal.spaces import check_spaces
 
@@ -112,8 +111,8 @@ def probe_env(cfg: ExperimentConfig) -> tuple[gym.Space[Any], gym.Space[Any], in
     except Exception as exc:  # anything the env's constructor or first reset raises: a missing dependency, a bad value
         raise ConfigError(f"env.id={env_id!r} does not build with env.kwargs={kwargs or {}}: {_detail(exc)}") from None
     try:
-        if envs_robosuite.is_robosuite_id(env_id):
-            limit: int | None = envs_robosuite.horizon(kwargs)
+        if is_adapter_id(env_id):
+            limit: int | None = episode_limit(env_id, kwargs)
         else:
             limit = env.spec.max_episode_steps if env.spec is not None else None
         return env.observation_space, env.action_space, limit
