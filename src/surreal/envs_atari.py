@@ -163,7 +163,7 @@ def preset(env_kwargs: dict[str, Any] | None) -> AtariPreset:
 
 
 def check(env_id: str, env_kwargs: dict[str, Any] | None) -> None:
-    """Raise ConfigError, one line, unless `env_id` is an ALE screen id (nearest ids suggested) and every
+    """Raise ConfigError, one line, unless `env_id` is an ALE game (nearest ids suggested) and every
     `env.kwargs` key is a preset field, `preset`, or one of the ALE's own parameters, before any process starts."""
     import_ale()
     if env_id not in gym.registry:
@@ -171,12 +171,6 @@ def check(env_id: str, env_kwargs: dict[str, Any] | None) -> None:
         near = difflib.get_close_matches(env_id, ale_ids, n=3, cutoff=0.6)
         hint = f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else ""
         raise ConfigError(f"env.id={env_id!r} is not an ALE game{hint}")
-    obs_type = gym.spec(env_id).kwargs.get("obs_type", "rgb")
-    if obs_type != "rgb":
-        raise ConfigError(
-            f"env.id={env_id!r} observes the console's {obs_type}; the Atari preset observes the screen: use "
-            f"{env_id.replace('-ram', '')!r}"
-        )
     accepted = PRESET_FIELDS | ALE_KWARGS | {"preset"}
     problems = []
     for key in env_kwargs or {}:
