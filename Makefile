@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml
 	@# editable install's old metadata in src/ still answers to the old name.
 	-$(PY) -m pip uninstall -q -y surreal 2>/dev/null
 	rm -rf src/surreal.egg-info
-	$(PY) -m pip install -q -e ".[robosuite,test,infra,export,video]"
+	$(PY) -m pip install -q -e ".[robosuite,atari,test,infra,export,video]"
 	touch $(STAMP)
 
 venv: $(STAMP)
