@@ -55,7 +55,9 @@ def raw_frames_per_s(frames: int, seed: int) -> float:
     ale = ALEInterface()
     ale.setInt("random_seed", seed)
     ale.setFloat("repeat_action_probability", 0.25)
-    ale.loadROM(roms.get_rom_path(GAME))
+    rom = roms.get_rom_path(GAME)
+    assert rom is not None, GAME
+    ale.loadROM(rom)
     legal = ale.getMinimalActionSet()
     choice = np.random.default_rng(seed).integers(0, len(legal), frames)
     started = time.perf_counter()
@@ -89,7 +91,7 @@ def gym_vector(kind: str, envs: int) -> Any:
 
 
 def envpool_vector(envs: int, threads: int, **overrides: Any) -> Any:
-    import envpool
+    import envpool  # type: ignore[import-not-found]
 
     settings = {
         "repeat_action_probability": 0.25,
@@ -207,10 +209,11 @@ def deterministic_equal(make: Callable[[], Any], noop_max: int, steps: int = 300
     from surreal.envs_atari import AtariEnv
 
     ours = AtariEnv(ENV_ID, training=True, repeat_action_probability=0.0, noop_max=noop_max)
+    actions = int(ours.action_space.n)  # type: ignore[attr-defined]  # Discrete
     vec = make()
     mine, _ = ours.reset(seed=0)
     theirs, _ = vec.reset(seed=0) if "ale_py" in type(vec).__module__ else vec.reset()
-    choice = np.random.default_rng(5).integers(0, ours.action_space.n, steps)
+    choice = np.random.default_rng(5).integers(0, actions, steps)
     equal = int(np.array_equal(mine, theirs[0]))
     worst, compared = int(np.abs(mine.astype(int) - theirs[0].astype(int)).max()), 1
     for t in range(steps):
@@ -241,7 +244,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args()
     try:
-        import envpool  # noqa: F401
+        import envpool  # noqa: F401  - measured only where installed
 
         have_envpool = True
     except ImportError:
@@ -273,7 +276,9 @@ def main() -> None:
                 ratios[f"{name}_over_raw_{cores}"] = round(median[f"{name}_{cores}"] / median[f"raw_{cores}"], 3)
         for name in ("envpool", "ale_vector"):
             if f"{name}_{cores}" in median:
-                ratios[f"{name}_over_surreal_{cores}"] = round(median[f"{name}_{cores}"] / median[f"surreal_{cores}"], 3)
+                ratios[f"{name}_over_surreal_{cores}"] = round(
+                    median[f"{name}_{cores}"] / median[f"surreal_{cores}"], 3
+                )
         ratios[f"surreal_over_reference_{cores}"] = round(median[f"surreal_{cores}"] / median[f"reference_{cores}"], 3)
     preprocessing = {"ale_vector": deterministic_equal(_ale_deterministic, noop_max=0)}
     if have_envpool:

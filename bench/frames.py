@@ -1,5 +1,5 @@
-"""Bytes per env step of a chunk of Atari frames, as the wire's naive layouts and as each frame once (surreal/frames.py),
-with and without lz4 / zstd compression of the frame bytes, and what each costs in microseconds per chunk.
+"""Bytes per env step of a chunk of Atari frames, naively and as each frame once (surreal/frames.py), with and
+without lz4 / zstd compression of the frame bytes, and what each costs in microseconds per chunk.
 
     nice -n 5 python -m bench.frames                          # writes bench/results/frames.2core.json
 
@@ -64,7 +64,8 @@ def collect(env_id: str, chunks: int, seed: int) -> list[tuple[np.ndarray, np.nd
     from surreal.runtime.rollout import RolloutCollector
 
     envs = make_vec_env(env_id, ENVS, seed)
-    collector = RolloutCollector(envs, RandomPolicy(int(envs.single_action_space.n), ENVS, seed), CHUNK_STEPS, 0)  # type: ignore[attr-defined,arg-type]
+    actions = int(envs.single_action_space.n)  # type: ignore[attr-defined]  # Discrete
+    collector = RolloutCollector(envs, RandomPolicy(actions, ENVS, seed), CHUNK_STEPS, 0)
     out = []
     for _ in range(chunks):
         arrays = collector.collect(0).arrays
@@ -133,7 +134,10 @@ def measure(obs: np.ndarray, next_obs: np.ndarray, repeats: int) -> dict[str, An
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians over a game's chunks, and the layouts' bytes per step in frames (84 x 84 bytes)."""
-    out: dict[str, Any] = {"chunks": len(rows), "frames_per_step": statistics.median(r["frames_per_step"] for r in rows)}
+    out: dict[str, Any] = {
+        "chunks": len(rows),
+        "frames_per_step": statistics.median(r["frames_per_step"] for r in rows),
+    }
     layouts = rows[0]["bytes_per_step"]
     out["bytes_per_step"] = {k: round(statistics.median(r["bytes_per_step"][k] for r in rows), 1) for k in layouts}
     out["frames_of_84x84_per_step"] = {k: round(v / FRAME, 4) for k, v in out["bytes_per_step"].items()}

@@ -53,7 +53,9 @@ def pong_chunks() -> list[dict[str, np.ndarray]]:
     for _ in range(CHUNKS):
         arrays = collector.collect(0).arrays
         done = arrays["terminated"] | arrays["truncated"]
-        chunks.append({"obs": arrays["obs"].astype(np.uint8), "next_obs": arrays["next_obs"].astype(np.uint8), "done": done})
+        chunks.append(
+            {"obs": arrays["obs"].astype(np.uint8), "next_obs": arrays["next_obs"].astype(np.uint8), "done": done}
+        )
     envs.close()
     return chunks
 
@@ -66,7 +68,7 @@ def test_the_rebuilt_stacks_are_the_envs_across_episode_ends_and_chunk_boundarie
         np.testing.assert_array_equal(chunk.obs(), obs)
         np.testing.assert_array_equal(chunk.next_obs(), next_obs)
         ends = int(done[:-1].sum())
-        assert 2 <= ends, f"chunk {number}: episode ends inside the chunk"
+        assert ends >= 2, f"chunk {number}: episode ends inside the chunk"
         # One stack carried whole per env, one frame a step, one reset frame per episode end (stored once though
         # the reset's stack repeats it four times), nothing else.
         assert len(chunk.frames) <= ENVS * (4 + CHUNK_STEPS) + ends, (number, len(chunk.frames))

@@ -111,7 +111,9 @@ def test_a_chunk_larger_than_a_replay_message_is_refused_before_anything_starts(
         checked(load_config([*fits[:2], "actor.chunk_steps=40000", fits[3]]))
     line = str(err.value)
     assert "\n" not in line, line
-    assert line.startswith("one chunk of actor.chunk_steps=40000 x topology.envs_per_actor=1 steps of Pendulum-v1"), line
+    assert line.startswith("one chunk of actor.chunk_steps=40000 x topology.envs_per_actor=1 steps of Pendulum-v1"), (
+        line
+    )
     assert line.endswith("more than replay.max_message_bytes=1,048,576; lower actor.chunk_steps or "
                          "topology.envs_per_actor, or raise replay.max_message_bytes")  # fmt: skip
 

@@ -57,7 +57,7 @@ import difflib
 import math
 from dataclasses import asdict, dataclass, fields, replace
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -209,7 +209,7 @@ class AtariEnv(gym.Env[np.ndarray, np.int64]):
         settings = asdict(self.preset)
         ale_kwargs = {k: env_kwargs[k] for k in ALE_KWARGS if k in env_kwargs}
         ale_kwargs.update({k: settings[k] for k in ALE_FIELDS})
-        self._game: Any = gym.make(env_id, frameskip=1, obs_type="grayscale", **ale_kwargs).unwrapped
+        self._game = cast(Any, gym.make(env_id, frameskip=1, obs_type="grayscale", **ale_kwargs).unwrapped)  # ale_py
         self.render_mode = self._game.render_mode
         self._ale = self._game.ale
         self._actions = self._game._action_set

@@ -28,10 +28,10 @@ What the adapter promises:
   Not covered: bit-equality across machines or MuJoCo builds.
 
 Defaults (`DEFAULT_KWARGS`, overridden by `env.kwargs`) are robosuite's benchmark settings: Panda, no renderer
-and no cameras (unless `camera` is given), dense (shaped) reward, 20 Hz control, a 500-step horizon, plus `hard_reset=False` (robosuite
-otherwise rebuilds the whole MuJoCo model at every reset: 0.2 s, against 2 ms). `env.kwargs` may also name
-`controller`: a composite-controller name or JSON file given to robosuite's `load_composite_controller_config`
-(instead of a `controller_configs` dict).
+and no cameras (unless `camera` is given), dense (shaped) reward, 20 Hz control, a 500-step horizon, plus
+`hard_reset=False` (robosuite otherwise rebuilds the whole MuJoCo model at every reset: 0.2 s, against 2 ms).
+`env.kwargs` may also name `controller`: a composite-controller name or JSON file given to robosuite's
+`load_composite_controller_config` (instead of a `controller_configs` dict).
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 INDEX_DTYPE = np.dtype(np.int32)
+UINT8 = np.dtype(np.uint8)
 
 
 @dataclass(frozen=True)
@@ -54,11 +55,13 @@ class FrameChunk:
         """What the layout carries: the frames and both index arrays."""
         return int(self.frames.nbytes + self.obs_index.nbytes + self.next_index.nbytes)
 
-    def check(self, frame_shape: tuple[int, ...], stack: int, dtype: np.dtype = np.dtype(np.uint8)) -> None:
+    def check(self, frame_shape: tuple[int, ...], stack: int, dtype: np.dtype = UINT8) -> None:
         """ValueError unless this is a well-formed chunk of `stack`-frame stacks of `frame_shape` `dtype` frames:
         what a receiver checks before it gathers (an index out of range would read past the frames)."""
         if self.frames.dtype != dtype or self.frames.shape[1:] != tuple(frame_shape):
-            raise ValueError(f"frames are {self.frames.dtype} {self.frames.shape[1:]}, not {dtype} {tuple(frame_shape)}")
+            raise ValueError(
+                f"frames are {self.frames.dtype} {self.frames.shape[1:]}, not {dtype} {tuple(frame_shape)}"
+            )
         for name, index in (("obs_index", self.obs_index), ("next_index", self.next_index)):
             if index.dtype != INDEX_DTYPE or index.ndim != 3 or index.shape[2] != stack:
                 raise ValueError(f"{name} is {index.dtype} {index.shape}, not int32 [T, K, {stack}]")
@@ -71,7 +74,9 @@ class FrameChunk:
 def split(obs: np.ndarray, next_obs: np.ndarray) -> FrameChunk:
     """`obs` and `next_obs` of a chunk, [T, K, S, *frame] each, as a `FrameChunk` (module docstring)."""
     if obs.shape != next_obs.shape or obs.dtype != next_obs.dtype or obs.ndim < 3:
-        raise ValueError(f"obs {obs.dtype} {obs.shape} and next_obs {next_obs.dtype} {next_obs.shape}: not [T, K, S, ...]")
+        raise ValueError(
+            f"obs {obs.dtype} {obs.shape} and next_obs {next_obs.dtype} {next_obs.shape}: not [T, K, S, ...]"
+        )
     T, K, S = obs.shape[:3]
     frames: list[np.ndarray] = []
     obs_index = np.empty((T, K, S), INDEX_DTYPE)
@@ -115,7 +120,7 @@ class FrameRing:
     the replay keeps per transition; `gather` rebuilds stacks from them. A stack is valid while its oldest frame is
     still in the ring (`oldest`): the replay evicts the transitions that name older frames."""
 
-    def __init__(self, capacity: int, frame_shape: tuple[int, ...], dtype: np.dtype = np.dtype(np.uint8)) -> None:
+    def __init__(self, capacity: int, frame_shape: tuple[int, ...], dtype: np.dtype = UINT8) -> None:
         if capacity < 1:
             raise ValueError(f"a ring of {capacity} frames")
         self.capacity = capacity
