@@ -206,3 +206,35 @@ def test_a_chunk_of_frames_too_large_for_a_replay_message_is_refused_in_one_line
         "84) uint8 images, sent as float32 (4, 84, 84), twice a step) is 115,614,720 bytes, more than "
         "replay.max_message_bytes=67,108,864"
     ), line
+
+
+def test_the_env_passes_gymnasiums_environment_checker():
+    from gymnasium.utils.env_checker import check_env
+
+    check_env(AtariEnv(PONG, render_mode="rgb_array"))
+
+
+class AlwaysFire:
+    """Space Invaders' FIRE (action 1) at every step: aliens die, points are scored, lives are lost."""
+
+    def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
+        return np.ones(len(obs), np.int64)
+
+
+def test_evaluation_scores_whole_games_in_game_points():
+    """`evaluate` (the learner's final evaluation, the evaluator, `surreal eval`) builds evaluation envs: with the
+    dqn preset a training env would end the episode at the first lost life and clip every reward to 1."""
+    from surreal.runtime.rollout import evaluate
+
+    kwargs = {"preset": "dqn", "max_num_frames_per_episode": 4_000}
+    (score,) = evaluate(INVADERS, AlwaysFire(), episodes=1, seed=2, env_kwargs=kwargs).returns
+    game = make_env(INVADERS, 2, kwargs, training=False)
+    rewards, lives = [], []
+    while True:
+        _, reward, terminated, truncated, info = game.step(1)
+        rewards.append(reward)
+        lives.append(info["lives"])
+        if terminated or truncated:
+            break
+    assert score == sum(rewards) and max(rewards) > 1, "game points, not clipped ones"
+    assert lives[0] > lives[-1], "the evaluated episode went on past a lost life"

@@ -340,8 +340,8 @@ class ESConfig(AlgoConfig):
 
 @dataclass
 class EnvConfig:
-    id: str = "HalfCheetah-v5"  # a Gymnasium id (`surreal run --help` lists them) or robosuite:<Task>
-    kwargs: dict[str, Any] = field(default_factory=dict)  # passed to gymnasium.make (robosuite: to suite.make)
+    id: str = "HalfCheetah-v5"  # a Gymnasium id (`surreal run --help` lists them), robosuite:<Task> or ALE/<Game>-v5
+    kwargs: dict[str, Any] = field(default_factory=dict)  # passed to gymnasium.make (robosuite, ALE ids: the adapter)
 
 
 @dataclass
