@@ -9,6 +9,7 @@ import sys
 import time
 
 import gymnasium as gym
+import numpy as np
 import pytest
 
 from surreal.config import ConfigError, load_config
@@ -101,6 +102,12 @@ def test_space_check_names_images_and_other_spaces():
     with pytest.raises(ConfigError, match="actions are MultiDiscrete$"):
         check_spaces(ppo, box, gym.spaces.MultiDiscrete([2, 3]), "Pong")
     check_spaces(ppo, box, gym.spaces.Discrete(4, start=1), "Pong")
+    frames = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    with pytest.raises(ConfigError, match=r"are Box\(4, 84, 84\) uint8 images; no algorithm takes images yet \("):
+        check_spaces(ppo, frames, gym.spaces.Discrete(6), "ALE/Pong-v5")
+    camera = gym.spaces.Dict({"pixels": gym.spaces.Box(0, 255, (3, 84, 84), np.uint8), "state": box})
+    with pytest.raises(ConfigError, match=r"are Dict\(pixels: Box\(3, 84, 84\) uint8 images, state: Box\(3,\)\); no"):
+        check_spaces(ALGORITHMS["sac"], camera, box, "robosuite:Lift")
 
 
 def test_a_chunk_larger_than_a_replay_message_is_refused_before_anything_starts():
