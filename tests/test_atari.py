@@ -238,3 +238,9 @@ def test_evaluation_scores_whole_games_in_game_points():
             break
     assert score == sum(rewards) and max(rewards) > 1, "game points, not clipped ones"
     assert lives[0] > lives[-1], "the evaluated episode went on past a lost life"
+
+
+def test_a_bad_atari_setting_is_a_config_problem_in_every_roles_config_check():
+    with pytest.raises(ConfigError, match="env.kwargs.noop_mx is not a setting of ALE/Pong-v5; did you mean noop_max"):
+        load_config(["env=ALE/Pong-v5", "env.kwargs.noop_mx=3"])
+    assert load_config(["env=ALE/Pong-v5", "env.kwargs.preset=dqn"]).env.kwargs == {"preset": "dqn"}

@@ -568,6 +568,14 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
             check(cfg.env.id, cfg.env.kwargs)
         except ConfigError as exc:
             problems.append(str(exc))
+    if cfg.env.id.startswith("ALE/") and importlib.util.find_spec("ale_py") is not None:
+        # The same for an Atari game's preset settings (envs_atari.py); ale-py is imported only for ALE ids.
+        from surreal.envs_atari import check as check_atari
+
+        try:
+            check_atari(cfg.env.id, cfg.env.kwargs)
+        except ConfigError as exc:
+            problems.append(str(exc))
     need(DEVICE.fullmatch(cfg.device) is not None, f"device must be auto, cpu, cuda or cuda:N (got {cfg.device!r})")
     need(
         cfg.learner.replicas == 1 or ":" not in cfg.device,
