@@ -36,7 +36,7 @@ $(RUN_STAMP): pyproject.toml
 	touch $(RUN_STAMP)
 
 $(STAMP): $(RUN_STAMP)
-	$(PY) -m pip install -q -e ".[robosuite,test,infra,export,video]"
+	$(PY) -m pip install -q -e ".[robosuite,atari,test,infra,export,video]"
 	touch $(STAMP)
 
 ## The virtualenv with the developer toolchain (`make run-venv`: only what running needs).
