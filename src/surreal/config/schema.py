@@ -481,27 +481,30 @@ class ESConfig(OnPolicyConfig):
 
 
 # Env families whose `env.kwargs` are checked before any process starts, by id prefix: (the package the family needs,
-# the module whose `kwargs_problems(env_id, kwargs)` checks them, imported only for the family's ids where it is
-# installed: the replay and ps images have none of them).
-ENV_FAMILIES = {"robosuite:": ("robosuite", "surreal.envs_robosuite")}
+# the module whose `check(env_id, kwargs)` raises a one-line ConfigError, imported only for the family's ids where the
+# package is installed: the replay and ps images have none of them).
+ENV_FAMILIES = {"robosuite:": ("robosuite", "surreal.envs_robosuite"), "ALE/": ("ale_py", "surreal.envs_atari")}
 
 
 @dataclass
 class EnvConfig(Section):
     prefix: ClassVar[str] = "env."
 
-    id: str = "HalfCheetah-v5"  # a Gymnasium id (`surreal run --help` lists them) or robosuite:<Task>
-    kwargs: dict[str, Any] = field(default_factory=dict)  # passed to gymnasium.make (robosuite: to suite.make)
+    id: str = "HalfCheetah-v5"  # a Gymnasium id (`surreal run --help` lists them), robosuite:<Task> or ALE/<Game>-v5
+    kwargs: dict[str, Any] = field(default_factory=dict)  # passed to gymnasium.make (robosuite, ALE ids: the adapter)
 
     def problems(self, cfg: ExperimentConfig) -> list[str]:
-        """An id, and `kwargs` its family takes (a robosuite task's: its constructor's parameters), so a typo is one
-        line here, in every role that can build the env, rather than a traceback inside the family's package."""
+        """An id, and `kwargs` its family takes (a robosuite task's: its constructor's parameters; an Atari game's: its
+        preset settings), so a typo is one line here, in every role that can build the env, rather than a traceback
+        inside the family's package."""
         if not self.id.strip():
             return ["env.id must name a Gymnasium environment"]
         for family, (package, module) in ENV_FAMILIES.items():
             if self.id.startswith(family) and importlib.util.find_spec(package) is not None:
-                problems: list[str] = importlib.import_module(module).kwargs_problems(self.id, self.kwargs)
-                return problems
+                try:
+                    importlib.import_module(module).check(self.id, self.kwargs)
+                except ConfigError as exc:
+                    return [str(exc)]
         return []
 
 
