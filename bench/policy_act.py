@@ -35,7 +35,7 @@ import torch
 from gymnasium.spaces import Box
 
 from bench._runs import emit, machine_at_end
-from surreal.algos import ppo
+from surreal.algos.ppo import learner as ppo
 from surreal.config import algo_config, load_config
 from surreal.config.schema import PPOConfig
 from surreal.envs import make_env

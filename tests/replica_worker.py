@@ -20,9 +20,11 @@ import torch
 import torch.distributed as dist
 from gymnasium import spaces
 
-from surreal.algos import ddpg, ppo, sac
+from surreal.algos.ddpg import learner as ddpg
+from surreal.algos.ppo import learner as ppo
 from surreal.algos.replica import Replica, end_group_process
-from surreal.algos.sac_config import SACConfig
+from surreal.algos.sac import learner as sac
+from surreal.algos.sac.config import SACConfig
 from surreal.config.schema import DDPGConfig, PPOConfig
 from surreal.proto.wire import IDS, SLOTS, WEIGHTS, Chunk
 

@@ -78,7 +78,7 @@ def test_every_config_key_has_a_doc():
 
 
 def test_a_field_doc_is_the_comment_above_it_and_on_its_line_and_a_redefinition_keeps_the_base_doc():
-    from surreal.algos.sac_config import SACConfig
+    from surreal.algos.sac.config import SACConfig
 
     docs = field_docs(ExperimentConfig)
     assert docs["total_env_steps"].startswith("the training budget in env steps")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from surreal.algos import ddpg
+from surreal.algos.ddpg import learner as ddpg
 from surreal.config import algo_config, load_config
 from surreal.envs import make_vec_env
 from surreal.runtime.rollout import RolloutCollector

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from surreal.algos import es
+from surreal.algos.es import learner as es
 from surreal.config import algo_config, load_config
 from surreal.envs import make_vec_env
 from surreal.proto.wire import Chunk

@@ -42,13 +42,14 @@ def test_roles_never_name_an_algorithms_config_class():
 
 
 def test_an_algorithms_config_module_imports_only_the_config_layer():
-    """`algos/<name>_config.py` is what the torch-free roles import through the registry: the standard library,
+    """`algos/<name>/config.py` is what the torch-free roles import through the registry: the standard library,
     `surreal.config` and `surreal.errors` only (no torch, no gymnasium, not the algorithm's own code). The
-    package's `__init__` is read by the same roles on the way, so it is held to the same rule (imports under
+    packages' `__init__`s are read by the same roles on the way, so they are held to the same rule (imports under
     `if TYPE_CHECKING:` never run and are not counted)."""
     allowed = ("surreal.config", "surreal.errors")
-    paths = [*sorted((SRC / "algos").glob("*_config.py")), SRC / "algos" / "__init__.py"]
-    assert len(paths) > 1
+    folders = sorted(path.parent for path in (SRC / "algos").glob("*/config.py"))
+    assert folders
+    paths = [SRC / "algos" / "__init__.py", *(p for f in folders for p in (f / "__init__.py", f / "config.py"))]
     for path in paths:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         modules = {a.name for node in runtime_imports(tree) if isinstance(node, ast.Import) for a in node.names}

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from surreal.algos import get_algorithm
-from surreal.algos.ppo import CategoricalActorCritic, PPOLearner, PPOPolicy, gae
+from surreal.algos.ppo.learner import CategoricalActorCritic, PPOLearner, PPOPolicy, gae
 from surreal.config.schema import PPOConfig
 from surreal.envs import make_vec_env
 from surreal.proto.wire import Chunk

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from surreal.algos.ppo import PPOLearner, PPOPolicy, chunk_fields, make_collector, rnn_state_shape
+from surreal.algos.ppo.learner import PPOLearner, PPOPolicy, chunk_fields, make_collector, rnn_state_shape
 from surreal.config import ConfigError, load_config
 from surreal.config.schema import PPOConfig
 from surreal.envs import make_env, make_vec_env

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from surreal.algos.ppo import PPOPolicy
+from surreal.algos.ppo.learner import PPOPolicy
 from surreal.config.schema import PPOConfig
 from surreal.envs import make_vec_env
 from surreal.proto.wire import Chunk

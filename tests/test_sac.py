@@ -13,7 +13,8 @@ import pytest
 import torch
 from torch import nn
 
-from surreal.algos import get_algorithm, sac
+from surreal.algos import get_algorithm
+from surreal.algos.sac import learner as sac
 from surreal.algos.sample_steps import STEP_KEYS
 from surreal.config import ConfigError, algo_config, load_config
 from surreal.launch.serial import run_serial

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from surreal.algos.sac_config import SACConfig
+from surreal.algos.sac.config import SACConfig
 
 
 class BatchRenorm(nn.Module):

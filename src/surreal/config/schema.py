@@ -7,7 +7,7 @@ the replay and ps roles read it too.
 Algorithms slot in through `ALGORITHMS`: each one is an `AlgoConfig` subclass naming its `module`, with
 its own `name` (the Hydra group option `algo=<name>`, whose defaults are the class's own) and its own `problems`
 check. A subclass registers itself when it is defined; the registry imports, on first lookup,
-every torch-free `surreal/algos/<name>_config.py`, so an algorithm's config lives beside its code and no list
+every torch-free `surreal/algos/<name>/config.py`, so an algorithm's config lives in its folder and no list
 here names it. The loader types the `algo` node with the class its `name` selects, so `algo.lr` is checked
 against PPO's fields when PPO is chosen and against DDPG's when DDPG is.
 """
@@ -80,11 +80,11 @@ class AlgorithmRegistry(Mapping[str, "type[AlgoConfig]"]):
     """Algorithm name (the `algo` group option and the node's `name`) -> its config class.
 
     Filled by `AlgoConfig.__init_subclass__`: the classes below register as they are defined, and the first
-    lookup imports every `surreal.algos.<name>_config` module (torch-free by rule: tests/test_layering.py),
+    lookup imports every algorithm folder's `surreal.algos.<name>.config` (torch-free by rule: tests/test_layering.py),
     whose classes register the same way. Nothing else lists the algorithms."""
 
     CONFIG_PACKAGE = "surreal.algos"
-    CONFIG_SUFFIX = "_config"
+    CONFIG_MODULE = "config"
 
     def __init__(self) -> None:
         self._classes: dict[str, type[AlgoConfig]] = {}
@@ -103,9 +103,9 @@ class AlgorithmRegistry(Mapping[str, "type[AlgoConfig]"]):
         if not self._discovered:
             self._discovered = True  # first: a config module's own import may look an algorithm up
             package = importlib.import_module(self.CONFIG_PACKAGE)
-            for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
-                if module.endswith(self.CONFIG_SUFFIX):
-                    importlib.import_module(f"{self.CONFIG_PACKAGE}.{module}")
+            for folder in sorted(m.name for m in pkgutil.iter_modules(package.__path__) if m.ispkg):
+                if importlib.util.find_spec(f"{self.CONFIG_PACKAGE}.{folder}.{self.CONFIG_MODULE}") is not None:
+                    importlib.import_module(f"{self.CONFIG_PACKAGE}.{folder}.{self.CONFIG_MODULE}")
         return self._classes
 
     def __getitem__(self, name: str) -> type[AlgoConfig]:
@@ -331,7 +331,7 @@ class PPOConfig(StalenessConfig):
     update are update_epochs x batch_size / minibatch_size (320 here): when the batch grows with the actors, grow
     minibatch_size with it, so an update stays what the learner can afford (the chart's values do)."""
 
-    module: ClassVar[str] = "surreal.algos.ppo"
+    module: ClassVar[str] = "surreal.algos.ppo.learner"
     action_spaces: ClassVar[frozenset[str]] = frozenset({"box", "discrete"})  # Discrete: a categorical head
 
     name: str = "ppo"
@@ -407,7 +407,7 @@ class DDPGConfig(OffPolicyConfig):
     updated every 2nd critic step, one gradient step per env step. TD3 (CleanRL's td3_continuous_action.py) is
     twin_critics=true target_policy_noise=0.2."""
 
-    module: ClassVar[str] = "surreal.algos.ddpg"
+    module: ClassVar[str] = "surreal.algos.ddpg.learner"
 
     name: str = "ddpg"
     batch_size: int = 256  # transitions per gradient step, sampled from replay
@@ -451,7 +451,7 @@ class ESConfig(OnPolicyConfig):
     1,440 cores; the population here fits one machine and grows with `batch_size`. Shorter episodes:
     env.kwargs.max_episode_steps=N."""
 
-    module: ClassVar[str] = "surreal.algos.es"
+    module: ClassVar[str] = "surreal.algos.es.learner"
     action_spaces: ClassVar[frozenset[str]] = frozenset({"box", "discrete"})  # Discrete: the argmax of the outputs
 
     name: str = "es"

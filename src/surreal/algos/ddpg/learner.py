@@ -24,7 +24,7 @@ from torch import nn
 
 from surreal.algos.inference import AsFloat32, DeterministicPolicy
 from surreal.algos.replica import Replica
-from surreal.algos.sac_config import SACConfig
+from surreal.algos.sac.config import SACConfig
 from surreal.algos.sample_steps import SampleStepper, load_optimizer_state, replay_tensors
 from surreal.algos.stacked import StackedMLP
 from surreal.config.schema import DDPGConfig
@@ -422,7 +422,7 @@ make_learner = DDPGLearner
 
 
 if TYPE_CHECKING:  # mypy checks this module against the interface the roles call
-    from surreal.algos import ddpg as _this
+    from surreal.algos.ddpg import learner as _this
     from surreal.algos.interface import Algorithm
 
     _CHECKED: Algorithm = _this

@@ -831,7 +831,7 @@ def chunk_fields(obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg
 
 
 if TYPE_CHECKING:  # mypy checks this module against the interface the roles call
-    from surreal.algos import ppo as _this
     from surreal.algos.interface import Algorithm
+    from surreal.algos.ppo import learner as _this
 
     _CHECKED: Algorithm = _this

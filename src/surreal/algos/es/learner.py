@@ -395,7 +395,7 @@ def chunk_fields(obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg
 
 
 if TYPE_CHECKING:  # mypy checks this module against the interface the roles call
-    from surreal.algos import es as _this
+    from surreal.algos.es import learner as _this
     from surreal.algos.interface import Algorithm
 
     _CHECKED: Algorithm = _this

@@ -30,11 +30,11 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from surreal.algos.ddpg import OffPolicyPolicy
-from surreal.algos.ddpg import chunk_fields as chunk_fields  # SAC collects DDPG's n-step transitions
-from surreal.algos.ddpg import make_collector as make_collector
+from surreal.algos.ddpg.learner import OffPolicyPolicy
+from surreal.algos.ddpg.learner import chunk_fields as chunk_fields  # SAC collects DDPG's n-step transitions
+from surreal.algos.ddpg.learner import make_collector as make_collector
 from surreal.algos.replica import Replica
-from surreal.algos.sac_config import SACConfig
+from surreal.algos.sac.config import SACConfig
 from surreal.algos.sample_steps import SampleStepper, load_optimizer_state, replay_tensors
 from surreal.algos.stacked import StackedMLP
 from surreal.spaces import space_dims
@@ -302,7 +302,7 @@ make_learner = SACLearner
 
 
 if TYPE_CHECKING:  # mypy checks this module against the interface the roles call
-    from surreal.algos import sac as _this
     from surreal.algos.interface import Algorithm
+    from surreal.algos.sac import learner as _this
 
     _CHECKED: Algorithm = _this
