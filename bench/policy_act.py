@@ -36,8 +36,8 @@ from gymnasium.spaces import Box
 
 from bench._runs import emit, machine_at_end
 from surreal.algos.ppo import learner as ppo
+from surreal.algos.ppo.config import PPOConfig
 from surreal.config import algo_config, load_config
-from surreal.config.schema import PPOConfig
 from surreal.envs import make_env
 from surreal.policy.artifact import FILE_NAME
 from surreal.policy.build import PolicyRecorder

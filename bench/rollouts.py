@@ -33,7 +33,7 @@ def ppo_actor(env_id: str, num_envs: int, seed: int) -> tuple[Any, Any]:
     import torch
 
     from surreal.algos import get_algorithm
-    from surreal.config.schema import PPOConfig
+    from surreal.algos.ppo.config import PPOConfig
     from surreal.envs import make_vec_env
 
     torch.set_num_threads(1)

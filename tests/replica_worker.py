@@ -21,11 +21,12 @@ import torch.distributed as dist
 from gymnasium import spaces
 
 from surreal.algos.ddpg import learner as ddpg
+from surreal.algos.ddpg.config import DDPGConfig
 from surreal.algos.ppo import learner as ppo
+from surreal.algos.ppo.config import PPOConfig
 from surreal.algos.replica import Replica, end_group_process
 from surreal.algos.sac import learner as sac
 from surreal.algos.sac.config import SACConfig
-from surreal.config.schema import DDPGConfig, PPOConfig
 from surreal.proto.wire import IDS, SLOTS, WEIGHTS, Chunk
 
 CPU = torch.device("cpu")

@@ -12,10 +12,10 @@ from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
+from surreal.algos.ppo.config import PPOConfig
 from surreal.config import (
     ConfigError,
     ExperimentConfig,
-    PPOConfig,
     TopologyConfig,
     algo_config,
     config_from_env,

@@ -10,7 +10,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from surreal.config.schema import DDPGConfig, ESConfig, ExperimentConfig, PPOConfig, ReplayConfig
+from surreal.algos.ddpg.config import DDPGConfig
+from surreal.algos.es.config import ESConfig
+from surreal.algos.ppo.config import PPOConfig
+from surreal.config.schema import ExperimentConfig, ReplayConfig
 from surreal.proto.wire import BlobMeta, Chunk, FifoReply, SampleReply, ShardReport, TransitionReply
 from surreal.runtime.regimes import Counters, regime_of
 from surreal.runtime.regimes.common import LiveActors

@@ -48,7 +48,7 @@ def test_an_algorithms_config_module_imports_only_the_config_layer():
     `if TYPE_CHECKING:` never run and are not counted)."""
     allowed = ("surreal.config", "surreal.errors")
     folders = sorted(path.parent for path in (SRC / "algos").glob("*/config.py"))
-    assert folders
+    assert {folder.name for folder in folders} == set(ALGORITHMS), "every algorithm is a folder with its config"
     paths = [SRC / "algos" / "__init__.py", *(p for f in folders for p in (f / "__init__.py", f / "config.py"))]
     for path in paths:
         tree = ast.parse(path.read_text(encoding="utf-8"))

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from surreal.algos import get_algorithm
+from surreal.algos.ppo.config import PPOConfig
 from surreal.algos.ppo.learner import CategoricalActorCritic, PPOLearner, PPOPolicy, gae
-from surreal.config.schema import PPOConfig
 from surreal.envs import make_vec_env
 from surreal.proto.wire import Chunk
 from surreal.runtime.rollout import RolloutCollector

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
+from surreal.algos.ppo.config import PPOConfig
 from surreal.algos.ppo.learner import PPOLearner, PPOPolicy, chunk_fields, make_collector, rnn_state_shape
 from surreal.config import ConfigError, load_config
-from surreal.config.schema import PPOConfig
 from surreal.envs import make_env, make_vec_env
 from surreal.proto.codec import flatten
 from surreal.proto.wire import PER_ENV, ReplyLayout, check_fields

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
+from surreal.algos.ppo.config import PPOConfig
 from surreal.algos.ppo.learner import PPOPolicy
-from surreal.config.schema import PPOConfig
 from surreal.envs import make_vec_env
 from surreal.proto.wire import Chunk
 from surreal.runtime.rollout import RolloutCollector, evaluate

@@ -14,7 +14,6 @@ from surreal.config.loading import (
 from surreal.config.schema import (
     ChaosConfig,
     ExperimentConfig,
-    PPOConfig,
     TopologyConfig,
     validate,
 )
@@ -24,7 +23,6 @@ __all__ = [
     "ChaosConfig",
     "ConfigError",
     "ExperimentConfig",
-    "PPOConfig",
     "TopologyConfig",
     "algo_config",
     "config_from_env",

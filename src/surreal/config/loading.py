@@ -47,14 +47,13 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from surreal.config.reference import experiment_keys
-from surreal.config.schema import ALGORITHMS, AlgoConfig, ExperimentConfig, validate
+from surreal.config.schema import ALGORITHMS, DEFAULT_ALGO, AlgoConfig, ExperimentConfig, validate
 from surreal.config.tasks import Task, task_for
 from surreal.errors import ConfigError
 from surreal.fileio import atomic_write_text
 
 CONFIG_MODULE = "surreal.conf"
 CONFIG_NAME = "experiment"
-DEFAULT_ALGO = "ppo"  # the `algo` default in conf/experiment.yaml
 ALIASES = {"actors": "topology.actors", "env": "env.id", "steps": "total_env_steps"}
 GROUPS = ("algo", "preset")  # Hydra config groups: `algo=ddpg`, `preset=ppo-cleanrl` choose a file, not a value
 # Names people reach for that are not an algorithm or a preset here, and what to type instead.

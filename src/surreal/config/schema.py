@@ -27,6 +27,7 @@ from omegaconf import MISSING
 from surreal.errors import ConfigError
 
 MIB = 1 << 20
+DEFAULT_ALGO = "ppo"  # what an experiment runs unless it says `algo=` (conf/experiment.yaml's default)
 REPLAY_MODES = ("fifo", "uniform", "prioritized")  # what `auto` resolves to, or set explicitly
 # A run's name is its folder's name (runs/<name>): a letter or digit, then letters, digits, '.', '_', '-'.
 # The launcher, this schema and the chart's values.schema.json all use these.
@@ -39,7 +40,6 @@ DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 # as a user reads them. surreal/spaces.py says which kind a space is; the names keep this module gymnasium-free.
 SPACE_KINDS = {"box": "flat Box", "discrete": "Discrete"}
 INFERENCE_MODES = ("per_actor", "central")  # `topology.inference`
-RECURRENT_CELLS = ("lstm", "gru")  # PPO's `algo.recurrent`
 # The value rules of `validate` and of the algorithms' `problems`, as their messages state them.
 RULES: dict[str, Callable[[Any], bool]] = {
     "> 0": lambda v: v > 0,
@@ -103,7 +103,8 @@ class AlgorithmRegistry(Mapping[str, "type[AlgoConfig]"]):
         if not self._discovered:
             self._discovered = True  # first: a config module's own import may look an algorithm up
             package = importlib.import_module(self.CONFIG_PACKAGE)
-            for folder in sorted(m.name for m in pkgutil.iter_modules(package.__path__) if m.ispkg):
+            folders = [m.name for m in pkgutil.iter_modules(package.__path__) if m.ispkg]
+            for folder in sorted(folders, key=lambda name: (name != DEFAULT_ALGO, name)):  # the default lists first
                 if importlib.util.find_spec(f"{self.CONFIG_PACKAGE}.{folder}.{self.CONFIG_MODULE}") is not None:
                     importlib.import_module(f"{self.CONFIG_PACKAGE}.{folder}.{self.CONFIG_MODULE}")
         return self._classes
@@ -317,167 +318,6 @@ class OffPolicyConfig(AlgoConfig):
             f"algo.learning_starts={self.learning_starts:,} (env steps of random actions before the first update) "
             f"leaves {left:,} of steps={budget:,} to learn from; set algo.learning_starts lower or steps higher"
         ]
-
-
-@dataclass
-class PPOConfig(StalenessConfig):
-    """PPO (Schulman et al. 2017, https://arxiv.org/abs/1707.06347). Defaults are CleanRL's ppo_continuous_action.py
-    (https://github.com/vwxyzjn/cleanrl/blob/master/cleanrl/ppo_continuous_action.py), the paper's MuJoCo settings
-    with the details catalogued by Huang et al. 2022, "The 37 Implementation Details of Proximal Policy Optimization",
-    except four keys from Tianshou's MuJoCo PPO (https://github.com/thu-ml/tianshou/blob/master/examples/mujoco/
-    mujoco_ppo.py, about 5,800 on HalfCheetah at 1M steps): log_std_init -0.5, no value clipping, no advantage
-    normalization, vf_coef 0.25. Measured here (docs/ppo.md, bench.learning) they lift PPO on HalfCheetah-v5 at 1M
-    steps from ~1,800 to ~4,000 at the same cost; `preset=ppo-cleanrl` restores CleanRL's four. Optimizer steps per
-    update are update_epochs x batch_size / minibatch_size (320 here): when the batch grows with the actors, grow
-    minibatch_size with it, so an update stays what the learner can afford (the chart's values do)."""
-
-    module: ClassVar[str] = "surreal.algos.ppo.learner"
-    action_spaces: ClassVar[frozenset[str]] = frozenset({"box", "discrete"})  # Discrete: a categorical head
-
-    name: str = "ppo"
-    lr: float = 3e-4  # Adam step size
-    anneal_lr: bool = True  # decay lr linearly to 0 over total_env_steps
-    gamma: float = 0.99  # discount factor
-    gae_lambda: float = 0.95  # GAE's lambda: bias (0) against variance (1) of the advantages
-    batch_size: int = 2048  # transitions per update (CleanRL's num_envs x num_steps), from all actors together
-    minibatch_size: int = 64  # transitions per gradient step; update_epochs x batch_size / minibatch_size steps
-    update_epochs: int = 10  # passes over each batch
-    clip_coef: float = 0.2  # the surrogate's clipping range for the probability ratio (and the value's)
-    clip_vloss: bool = False  # clip the value loss as the policy's (CleanRL: true)
-    norm_adv: bool = False  # normalize advantages per minibatch (CleanRL: true)
-    ent_coef: float = 0.0  # weight of the entropy bonus
-    vf_coef: float = 0.25  # weight of the value loss (CleanRL: 0.5)
-    max_grad_norm: float = 0.5  # global gradient-norm clip
-    target_kl: float | None = None  # stop an update's epochs early once the approximate KL passes this; null: never
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])  # tanh MLP widths of actor and critic each
-    log_std_init: float = -0.5  # the state-independent log-std's start (Tianshou's MuJoCo PPO; CleanRL 0)
-    obs_norm: bool = True  # normalize observations by running mean and std (the statistics travel to the actors)
-    obs_clip: float = 10.0  # clip normalized observations to +-this
-    reward_scale: bool = True  # divide rewards by the running std of the discounted return
-    reward_clip: float = 10.0  # clip scaled rewards to +-this
-    # lstm | gru: a recurrent cell over the observations feeding both heads, trained by truncated backpropagation
-    # through time over each chunk from its stored start state; minibatches are whole chunk sequences. null: MLPs
-    recurrent: str | None = None
-    rnn_hidden_size: int = 64  # the recurrent cell's width (its state: h and c for an LSTM, h for a GRU)
-
-    def problems(self, cfg: ExperimentConfig) -> list[str]:
-        out = super().problems(cfg) + self.breaking(
-            "> 0",
-            "minibatch_size",
-            "rnn_hidden_size",
-            "update_epochs",
-            "lr",
-            "clip_coef",
-            "max_grad_norm",
-            "obs_clip",
-            "reward_clip",
-        )
-        out += self.breaking(">= 0", "ent_coef", "vf_coef")
-        out += self.breaking("in (0, 1]", "gamma")
-        out += self.breaking("in [0, 1]", "gae_lambda")
-        out += self.breaking("> 0 or null", "target_kl")
-        out += self.bad_sizes("hidden_sizes")
-        if self.minibatch_size > self.batch_size:
-            out.append(f"algo.minibatch_size ({self.minibatch_size}) must be <= algo.batch_size ({self.batch_size})")
-        if self.recurrent is not None and self.recurrent not in RECURRENT_CELLS:
-            out.append(f"algo.recurrent must be one of {', '.join(RECURRENT_CELLS)} or null (got {self.recurrent!r})")
-        elif self.recurrent is not None and self.minibatch_size < cfg.actor.chunk_steps:
-            out.append(
-                f"algo.minibatch_size ({self.minibatch_size}) must be >= actor.chunk_steps ({cfg.actor.chunk_steps})"
-                f" with algo.recurrent: a minibatch is minibatch_size // chunk_steps whole chunk sequences"
-            )
-        return out
-
-    def central_inference(self) -> bool:
-        return self.recurrent is None  # an MLP policy: one for every actor, its sampling per worker
-
-    def replica_problems(self, replicas: int) -> list[str]:
-        """Each rank computes its share of every minibatch: `minibatch_size` must split evenly."""
-        if self.minibatch_size % replicas:
-            return [f"algo.minibatch_size ({self.minibatch_size}) must be a multiple of learner.replicas ({replicas})"]
-        return []
-
-
-@dataclass
-class DDPGConfig(OffPolicyConfig):
-    """DDPG (Lillicrap et al. 2016, https://arxiv.org/abs/1509.02971) with TD3's fixes as switches (Fujimoto et al.
-    2018, https://arxiv.org/abs/1802.09477). Defaults are CleanRL's ddpg_continuous_action.py
-    (https://github.com/vwxyzjn/cleanrl/blob/master/cleanrl/ddpg_continuous_action.py): 256-256 ReLU actor and
-    critic, Adam 3e-4, tau 0.005, batch 256, 25k uniform-random warm-up steps, Gaussian exploration 0.1, the actor
-    updated every 2nd critic step, one gradient step per env step. TD3 (CleanRL's td3_continuous_action.py) is
-    twin_critics=true target_policy_noise=0.2."""
-
-    module: ClassVar[str] = "surreal.algos.ddpg.learner"
-
-    name: str = "ddpg"
-    batch_size: int = 256  # transitions per gradient step, sampled from replay
-    actor_lr: float = 3e-4  # Adam step size of the actor
-    critic_lr: float = 3e-4  # Adam step size of the critic(s)
-    gamma: float = 0.99  # discount factor
-    tau: float = 0.005  # soft target update; used when target_update_period is 0
-    target_update_period: int = 0  # > 0: hard copy of the targets every this many critic updates
-    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # ReLU MLP widths of actor and critic each
-    exploration_noise: float = 0.1  # Gaussian (or OU sigma), in units of the action range's half-width
-    noise_spread: float = 1.0  # actor i's scale: exploration_noise * spread**(2i/(N-1) - 1); 1 = all equal
-    noise_type: str = "gaussian"  # gaussian | ou
-    ou_theta: float = 0.15  # Ornstein-Uhlenbeck mean reversion (noise_type=ou)
-    policy_delay: int = 2  # critic updates per actor (and target) update; CleanRL's policy_frequency
-    twin_critics: bool = False  # TD3: min of two critics in the target
-    target_policy_noise: float = 0.0  # TD3: 0.2 (smoothing noise on the target action); 0 = DDPG
-    target_noise_clip: float = 0.5  # TD3: clip of the target smoothing noise, relative to the action half-range
-    max_grad_norm: float | None = None  # gradient-norm clip of each network; null: none
-
-    def problems(self, cfg: ExperimentConfig) -> list[str]:
-        out = super().problems(cfg)
-        out += self.breaking("> 0", "actor_lr", "critic_lr", "policy_delay", "noise_spread")
-        out += self.breaking(
-            ">= 0", "exploration_noise", "target_update_period", "ou_theta", "target_policy_noise", "target_noise_clip"
-        )
-        out += self.breaking("in (0, 1]", "gamma", "tau")
-        if self.noise_type not in ("gaussian", "ou"):
-            out.append(f"algo.noise_type must be gaussian or ou (got {self.noise_type!r})")
-        out += self.bad_sizes("hidden_sizes")
-        out += self.breaking("> 0 or null", "max_grad_norm")
-        return out
-
-
-@dataclass
-class ESConfig(OnPolicyConfig):
-    """OpenAI-ES (Salimans et al. 2017, "Evolution Strategies as a Scalable Alternative to Reinforcement Learning",
-    https://arxiv.org/abs/1703.03864; code https://github.com/openai/evolution-strategies-starter). From the paper's
-    MuJoCo settings: sigma 0.02, Adam step size 0.01, L2 coefficient 0.005, antithetic (mirrored) sampling,
-    centered-rank fitness shaping, observation normalization, a 2x64 tanh policy and a shared Gaussian noise table (so
-    only seeds and returns travel; the paper's held 250M entries). The paper ran 10,000 episodes per generation on
-    1,440 cores; the population here fits one machine and grows with `batch_size`. Shorter episodes:
-    env.kwargs.max_episode_steps=N."""
-
-    module: ClassVar[str] = "surreal.algos.es.learner"
-    action_spaces: ClassVar[frozenset[str]] = frozenset({"box", "discrete"})  # Discrete: the argmax of the outputs
-
-    name: str = "es"
-    batch_size: int = 128  # antithetic pairs per generation: the population is 2 x batch_size episodes
-    pairs_per_chunk: int = 4  # pairs an actor evaluates per message
-    sigma: float = 0.02  # std of the parameter perturbations
-    lr: float = 0.01  # Adam step size on theta
-    weight_decay: float = 0.005  # the paper's l2coeff
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])  # tanh MLP widths of the policy
-    noise_table_size: int = 10_000_000  # float32 entries (40 MB), the same table in every process
-    noise_seed: int = 123  # every process builds the same noise table from it
-    obs_norm: bool = True  # normalize observations by the running statistics the actors report
-    obs_clip: float = 5.0  # clip normalized observations to +-this
-
-    def problems(self, cfg: ExperimentConfig) -> list[str]:
-        out = super().problems(cfg) + self.breaking(
-            "> 0", "pairs_per_chunk", "sigma", "lr", "noise_table_size", "obs_clip"
-        )
-        out += self.breaking(">= 0", "weight_decay")
-        return out + self.bad_sizes("hidden_sizes")
-
-    def chunk_size(self, cfg: ExperimentConfig) -> int:
-        return self.pairs_per_chunk
-
-    def max_env_steps_per_unit(self, max_episode_steps: int | None) -> int | None:
-        return None if max_episode_steps is None else 2 * max_episode_steps  # a unit is two whole episodes
 
 
 # Env families whose `env.kwargs` are checked before any process starts, by id prefix: (the package the family needs,
@@ -710,7 +550,9 @@ class ExperimentConfig:
     # A bucket folder that holds run folders (s3://BUCKET/PATH, gs://..., az://CONTAINER/PATH; the cloud extra): the
     # run is mirrored at <run_uri>/<name> and resumes from there (surreal/runstore.py). None: local disk only.
     run_uri: str | None = None
-    algo: AlgoConfig = field(default_factory=PPOConfig)  # typed by ALGORITHMS[algo.name] when loaded
+    algo: AlgoConfig = field(
+        default_factory=lambda: ALGORITHMS[DEFAULT_ALGO]()
+    )  # typed by ALGORITHMS[algo.name] when loaded
     env: EnvConfig = field(default_factory=EnvConfig)
     seed: int = 1  # seeds every environment, network and random draw (deterministic=true: the same run bit for bit)
     total_env_steps: int = 1_000_000  # the training budget in env steps (the shorthand `steps=N`)

@@ -22,12 +22,12 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from surreal.algos.ddpg.config import DDPGConfig
 from surreal.algos.inference import AsFloat32, DeterministicPolicy
 from surreal.algos.replica import Replica
 from surreal.algos.sac.config import SACConfig
 from surreal.algos.sample_steps import SampleStepper, load_optimizer_state, replay_tensors
 from surreal.algos.stacked import StackedMLP
-from surreal.config.schema import DDPGConfig
 from surreal.proto.wire import Chunk, Field, Fields
 from surreal.runtime.rollout import Policy, RolloutCollector
 from surreal.spaces import space_dims

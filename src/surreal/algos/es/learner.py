@@ -23,6 +23,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from surreal.algos.es.config import ESConfig
 from surreal.algos.inference import (
     AsFloat32,
     DeterministicPolicy,
@@ -32,7 +33,6 @@ from surreal.algos.inference import (
 )
 from surreal.algos.normalizer import RunningMeanStd
 from surreal.algos.replica import Replica
-from surreal.config.schema import ESConfig
 from surreal.proto.wire import Chunk, Field, Fields
 from surreal.spaces import space_dims
 

@@ -46,9 +46,9 @@ from surreal.algos.inference import (
     description,
 )
 from surreal.algos.normalizer import RunningMeanStd
+from surreal.algos.ppo.config import RECURRENT_CELLS, PPOConfig
 from surreal.algos.replica import Replica
 from surreal.algos.sample_steps import load_optimizer_state
-from surreal.config.schema import RECURRENT_CELLS, PPOConfig
 from surreal.proto.wire import PER_ENV, Chunk, Field, Fields
 from surreal.runtime.rollout import RolloutCollector
 from surreal.spaces import space_dims
