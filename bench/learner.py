@@ -62,11 +62,11 @@ from torch.distributions import Normal
 from bench._runs import RESULTS, emit
 from surreal.algos import get_algorithm
 from surreal.algos.ddpg.config import DDPGConfig
-from surreal.algos.ddpg.learner import DeterministicActor, relu_mlp
+from surreal.algos.ddpg.nets import DeterministicActor, relu_mlp
 from surreal.algos.interface import OffPolicyLearner, OnPolicyLearner
 from surreal.algos.normalizer import RunningMeanStd
 from surreal.algos.ppo.config import PPOConfig
-from surreal.algos.ppo.learner import ActorCritic
+from surreal.algos.ppo.nets import ActorCritic
 from surreal.algos.sac.config import SACConfig
 from surreal.config import algo_config, load_config
 from surreal.config.schema import LearnerConfig

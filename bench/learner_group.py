@@ -47,7 +47,7 @@ import torch.distributed as dist
 from bench._runs import emit
 from surreal.algos import get_algorithm
 from surreal.algos.interface import OffPolicyLearner, OnPolicyLearner
-from surreal.algos.replica import Replica, end_group_process
+from surreal.algos.replica import ALONE, Replica, end_group_process
 from surreal.config.schema import LearnerConfig
 from surreal.launch.local import free_ports
 from surreal.settings import group_env
@@ -69,7 +69,7 @@ def rank_main(args: argparse.Namespace) -> None:
     else:
         cfg = offpolicy_config(args.algo)[0]
         obs_space, act_space, chunks = collect_chunks(algo_module(args.algo), cfg, 8)
-    replica = None
+    replica = ALONE
     if args.size > 0:
         rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if args.device == "cuda" else torch.device("cpu")

@@ -35,8 +35,9 @@ import torch
 from gymnasium.spaces import Box
 
 from bench._runs import emit, machine_at_end
-from surreal.algos.ppo import learner as ppo
+from surreal.algos.ppo import algorithm as ppo
 from surreal.algos.ppo.config import PPOConfig
+from surreal.algos.ppo.nets import ActorCritic
 from surreal.config import algo_config, load_config
 from surreal.envs import make_env
 from surreal.policy.artifact import FILE_NAME
@@ -91,7 +92,7 @@ def main() -> None:
 
     reference = ppo.make_policy(*spaces, ppo_cfg, 0, 1)
     reference.load_params(learner.params())
-    network = cast(ppo.ActorCritic, reference.model).actor_mean  # HalfCheetah: a Box head
+    network = cast(ActorCritic, reference.model).actor_mean  # HalfCheetah: a Box head
     eager = policy.module()
     obs = seen[1234]
     x32 = torch.from_numpy(obs.astype(np.float32))[None]

@@ -20,12 +20,13 @@ import torch
 import torch.distributed as dist
 from gymnasium import spaces
 
-from surreal.algos.ddpg import learner as ddpg
+from surreal.algos.ddpg import algorithm as ddpg
 from surreal.algos.ddpg.config import DDPGConfig
 from surreal.algos.ppo import learner as ppo
+from surreal.algos.ppo.algorithm import make_learner as make_ppo_learner
 from surreal.algos.ppo.config import PPOConfig
-from surreal.algos.replica import Replica, end_group_process
-from surreal.algos.sac import learner as sac
+from surreal.algos.replica import ALONE, Replica, end_group_process
+from surreal.algos.sac import algorithm as sac
 from surreal.algos.sac.config import SACConfig
 from surreal.proto.wire import IDS, SLOTS, WEIGHTS, Chunk
 
@@ -55,22 +56,22 @@ def ppo_chunks(update: int) -> list[Chunk]:
     return chunks
 
 
-def ppo_case(replica: Replica | None, updates: int) -> dict[str, np.ndarray]:
+def ppo_case(replica: Replica, updates: int) -> dict[str, np.ndarray]:
     cfg = PPOConfig(
         seed=3, batch_size=512, minibatch_size=64, update_epochs=2, norm_adv=True, clip_vloss=True, ent_coef=0.01
     )
     box = spaces.Box(-np.inf, np.inf, (OBS,), np.float32)
-    learner = ppo.make_learner(box, spaces.Box(-1.0, 1.0, (ACT,), np.float32), cfg, CPU, replica=replica)
+    learner = make_ppo_learner(box, spaces.Box(-1.0, 1.0, (ACT,), np.float32), cfg, CPU, replica=replica)
     return ppo_result(learner, [ppo_chunks(u) for u in range(updates)])
 
 
-def recurrent_ppo_case(replica: Replica | None, updates: int) -> dict[str, np.ndarray]:
+def recurrent_ppo_case(replica: Replica, updates: int) -> dict[str, np.ndarray]:
     """An LSTM policy's sequence update: 8 env columns of T=32 steps collected on InvertedPendulumNoVel-v5 (its
     episodes end inside chunks), minibatches of 2 whole sequences, 1 per rank of 2."""
     from test_ppo_recurrent import chunks_of, config, spaces_of
 
     cfg = config("lstm")
-    learner = ppo.make_learner(*spaces_of(), cfg, CPU, replica=replica)
+    learner = make_ppo_learner(*spaces_of(), cfg, CPU, replica=replica)
     torch.manual_seed(1)  # the collecting policies' initial weights, alike in every process
     batches = [chunks_of(cfg, 4) for _ in range(updates)]
     return ppo_result(learner, batches)
@@ -102,10 +103,10 @@ def transitions(update: int, weighted: bool) -> dict[str, np.ndarray]:
     return out
 
 
-def rank_share(arrays: dict[str, np.ndarray], replica: Replica | None) -> dict[str, np.ndarray]:
+def rank_share(arrays: dict[str, np.ndarray], replica: Replica) -> dict[str, np.ndarray]:
     """What rank r of K samples: its 1/K of every minibatch (the single learner's minibatch is the ranks' shares
     side by side)."""
-    if replica is None:
+    if replica.size == 1:
         return arrays
     each = BATCH // replica.size
     return {
@@ -114,7 +115,7 @@ def rank_share(arrays: dict[str, np.ndarray], replica: Replica | None) -> dict[s
     }
 
 
-def offpolicy_case(algo: str, replica: Replica | None, updates: int) -> dict[str, np.ndarray]:
+def offpolicy_case(algo: str, replica: Replica, updates: int) -> dict[str, np.ndarray]:
     obs_space = spaces.Box(-np.inf, np.inf, (3,), np.float32)
     act_space = spaces.Box(-2.0, 2.0, (1,), np.float32)
     learner: Any
@@ -141,7 +142,8 @@ def offpolicy_case(algo: str, replica: Replica | None, updates: int) -> dict[str
 
 
 def run_case(algo: str, replica: Replica | None, updates: int = UPDATES) -> dict[str, np.ndarray]:
-    """`updates` updates of `algo`'s learner (0: its parameters as initialized), alone or as rank `replica`."""
+    """`updates` updates of `algo`'s learner (0: its parameters as initialized), alone (None) or as rank `replica`."""
+    replica = ALONE if replica is None else replica
     torch.manual_seed(0)
     if algo == "ppo":
         return ppo_case(replica, updates)

@@ -9,7 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from surreal.algos.ddpg import learner as ddpg
+from surreal.algos.ddpg import algorithm as ddpg
+from surreal.algos.ddpg.learner import STEP_STATS, DDPGLearner
+from surreal.algos.ddpg.policy import actor_noise_scale
+from surreal.algos.offpolicy import NStepCollector, n_step_transitions
 from surreal.config import algo_config, load_config
 from surreal.envs import make_vec_env
 from surreal.runtime.rollout import RolloutCollector
@@ -34,7 +37,7 @@ def window(rewards, terminated, truncated):
 
 def test_one_step_transitions_are_the_raw_steps_with_discount_zero_only_at_termination():
     w = window([1, 2, 3, 4], [0, 1, 0, 0], [0, 0, 1, 0])
-    out = ddpg.n_step_transitions(w, 1, GAMMA)
+    out = n_step_transitions(w, 1, GAMMA)
     np.testing.assert_array_equal(out["rewards"][:, 0], [1, 2, 3, 4])
     np.testing.assert_allclose(out["discounts"][:, 0], [GAMMA, 0.0, GAMMA, GAMMA])  # truncation bootstraps
     np.testing.assert_array_equal(out["next_obs"][:, 0, 0], [1, 2, 3, 4])
@@ -45,7 +48,7 @@ def test_n_step_returns_stop_at_episode_ends_and_bootstrap_only_after_truncation
     rewards = [1, 1, 1, 1, 1, 1, 1, 1]
     terminated = [0, 1, 0, 0, 0, 0, 0, 0]
     truncated = [0, 0, 0, 0, 1, 0, 0, 0]
-    out = ddpg.n_step_transitions(window(rewards, terminated, truncated), 3, GAMMA)
+    out = n_step_transitions(window(rewards, terminated, truncated), 3, GAMMA)
     R, D, boot = out["rewards"][:, 0], out["discounts"][:, 0], out["next_obs"][:, 0, 0]
     assert len(R) == 6
     # t=0: r0 + g r1, terminated at 1: no bootstrap
@@ -78,10 +81,10 @@ def test_n_step_collector_carries_steps_across_chunk_boundaries():
     """Chunks of 5 steps give the same transitions as one long window: none is cut short or lost."""
     kwargs = {"max_episode_steps": 7}  # episode ends inside chunks and at their edges
     inner = RolloutCollector(make_vec_env("Pendulum-v1", 2, 3, kwargs), ScriptedPolicy(), 5, 0)
-    a = ddpg.NStepCollector(inner, 3, GAMMA)
+    a = NStepCollector(inner, 3, GAMMA)
     chunks = [a.collect(0) for _ in range(4)]
     b = RolloutCollector(make_vec_env("Pendulum-v1", 2, 3, kwargs), ScriptedPolicy(), 20, 0).collect(0)
-    whole = ddpg.n_step_transitions(b.arrays, 3, GAMMA)
+    whole = n_step_transitions(b.arrays, 3, GAMMA)
     for key in whole:
         joined = np.concatenate([c.arrays[key] for c in chunks])
         np.testing.assert_allclose(joined, whole[key], rtol=1e-6, err_msg=key)
@@ -91,9 +94,9 @@ def test_n_step_collector_carries_steps_across_chunk_boundaries():
 
 def test_per_actor_noise_spreads_geometrically_around_the_base_scale():
     cfg = algo_config(load_config(["algo=ddpg", "algo.exploration_noise=0.1", "algo.noise_spread=4"]))
-    scales = [ddpg.actor_noise_scale(cfg, i, 3) for i in range(3)]
+    scales = [actor_noise_scale(cfg, i, 3) for i in range(3)]
     assert scales == pytest.approx([0.025, 0.1, 0.4])
-    assert ddpg.actor_noise_scale(cfg, 0, 1) == 0.1
+    assert actor_noise_scale(cfg, 0, 1) == 0.1
 
 
 @pytest.fixture
@@ -144,10 +147,10 @@ def batch(n: int, rewards: float) -> dict[str, np.ndarray]:
 
 def table(steps: list[dict[str, float]]) -> np.ndarray:
     """Per-step statistics as rows, in STEP_STATS order, for comparisons where NaN (no actor step yet) equals NaN."""
-    return np.array([[step[k] for k in ddpg.STEP_STATS] for step in steps])
+    return np.array([[step[k] for k in STEP_STATS] for step in steps])
 
 
-def everything(learner: ddpg.DDPGLearner) -> list[torch.Tensor]:
+def everything(learner: DDPGLearner) -> list[torch.Tensor]:
     """What an update may change: networks, targets, and the optimizers' moments and step counts."""
     nets = (learner.actor, learner.critics, learner.actor_target, learner.critics_target)
     moments = [

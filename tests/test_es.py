@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from surreal.algos.es import learner as es
+from surreal.algos.es import algorithm as es
+from surreal.algos.es.learner import Adam, centered_ranks, es_gradient
+from surreal.algos.es.nets import NoiseTable
 from surreal.config import algo_config, load_config
 from surreal.envs import make_vec_env
 from surreal.proto.wire import Chunk
@@ -23,21 +25,21 @@ def test_gradient_estimate_on_a_quadratic_matches_the_analytic_gradient():
     c, theta = rng.standard_normal(dim), rng.standard_normal(dim)
     fitness = lambda x: -np.sum((x - c) ** 2, axis=-1)
     eps = rng.standard_normal((pairs, dim)).astype(np.float32)
-    estimate = es.es_gradient(fitness(theta + sigma * eps), fitness(theta - sigma * eps), eps, sigma)
+    estimate = es_gradient(fitness(theta + sigma * eps), fitness(theta - sigma * eps), eps, sigma)
     analytic = -2 * (theta - c)
     assert np.linalg.norm(estimate - analytic) / np.linalg.norm(analytic) < 0.05
     assert np.dot(estimate, analytic) / (np.linalg.norm(estimate) * np.linalg.norm(analytic)) > 0.998
 
 
 def test_centered_ranks_are_evenly_spaced_in_minus_half_to_half():
-    ranks = es.centered_ranks(np.array([[10.0, -3.0], [7.0, 1e6]]))
+    ranks = centered_ranks(np.array([[10.0, -3.0], [7.0, 1e6]]))
     np.testing.assert_allclose(ranks, [[1 / 6, -0.5], [-1 / 6, 0.5]], rtol=1e-6)
 
 
 def test_noise_table_is_the_same_in_every_process_and_offsets_fit():
-    a, b = es.NoiseTable(100_000, seed=7), es.NoiseTable(100_000, seed=7)
+    a, b = NoiseTable(100_000, seed=7), NoiseTable(100_000, seed=7)
     np.testing.assert_array_equal(a.noise, b.noise)
-    assert not np.array_equal(a.noise, es.NoiseTable(100_000, seed=8).noise)
+    assert not np.array_equal(a.noise, NoiseTable(100_000, seed=8).noise)
     rng = np.random.default_rng(1)
     offsets = [a.sample_offset(rng, 99_990) for _ in range(200)]
     assert min(offsets) >= 0 and max(offsets) <= 10 and len(a.get(max(offsets), 99_990)) == 99_990
@@ -46,7 +48,7 @@ def test_noise_table_is_the_same_in_every_process_and_offsets_fit():
 
 
 def test_adam_descends():
-    opt, x = es.Adam(2, lr=0.1), np.array([3.0, -2.0], np.float32)
+    opt, x = Adam(2, lr=0.1), np.array([3.0, -2.0], np.float32)
     for _ in range(300):
         x = opt.step(x, 2 * x)
     assert np.abs(x).max() < 0.1

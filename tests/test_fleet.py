@@ -115,7 +115,7 @@ def test_simulated_chunks_are_what_real_actors_send():
     (n = 1) the real collector makes of the same steps."""
     from bench.rollouts import FIELDS, load
 
-    from surreal.algos.ddpg.learner import n_step_transitions
+    from surreal.algos.offpolicy import n_step_transitions
     from surreal.config import load_config
     from surreal.proto.wire import Chunk, decode_chunk, encode_chunk
 

@@ -37,7 +37,7 @@ class FakePs:
 
 
 def blob(cfg) -> Params:
-    from surreal.algos.ppo.learner import PPOPolicy
+    from surreal.algos.ppo.policy import PPOPolicy
 
     policy = PPOPolicy(*env_spaces(cfg), algo_config(cfg), 0)
     return Params(BlobMeta(3, "inc"), policy.params())
@@ -139,7 +139,7 @@ def pendulum_policies(device: str):
     """Two PPO policies of one seed and weights: one left on the CPU, one moved to `device`."""
     import torch
 
-    from surreal.algos.ppo.learner import PPOPolicy
+    from surreal.algos.ppo.policy import PPOPolicy
 
     cfg = load_config(["env=Pendulum-v1", "topology.inference=central"])
     spaces = env_spaces(cfg)

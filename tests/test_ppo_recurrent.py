@@ -12,7 +12,9 @@ import pytest
 import torch
 
 from surreal.algos.ppo.config import PPOConfig
-from surreal.algos.ppo.learner import PPOLearner, PPOPolicy, chunk_fields, make_collector, rnn_state_shape
+from surreal.algos.ppo.learner import PPOLearner
+from surreal.algos.ppo.policy import PPOPolicy, chunk_fields, make_collector
+from surreal.algos.ppo.recurrent import rnn_state_shape
 from surreal.config import ConfigError, load_config
 from surreal.envs import make_env, make_vec_env
 from surreal.proto.codec import flatten
@@ -142,7 +144,7 @@ def test_the_learner_unrolls_each_chunk_as_the_actor_acted_episode_boundaries_in
     cfg = config(cell)
     learner = trained_learner(cfg)
     chunks = chunks_of(cfg, 4, learner.params())[2:]  # chunks that start mid-episode, from a non-zero state
-    (b,) = learner.prepare_sequences(chunks)
+    ((b, _),) = learner.prepare(chunks)
     assert b["starts"].any() and b["rnn_state"].abs().sum(dim=(1, 2)).gt(0).any()
     model = learner.model
 
@@ -162,7 +164,7 @@ def test_prepared_sequences_match_a_step_by_step_computation(cell):
     cfg = config(cell, reward_scale=False)
     learner = trained_learner(cfg)
     chunks = chunks_of(cfg, 2, learner.params())
-    (b,) = learner.prepare_sequences(chunks)
+    ((b, _),) = learner.prepare(chunks)
     model, column = learner.model, 0
     for chunk in chunks:
         a = chunk.arrays
@@ -207,7 +209,7 @@ def test_the_sequence_update_matches_a_plain_loop_over_whole_sequences(cell, swi
     stats = learner.update(chunks, progress=0.25)
     assert stats["batch_transitions"] == 256
 
-    (b,) = reference.prepare_sequences(chunks)
+    ((b, _),) = reference.prepare(chunks)
     assert b["starts"].any(), "episodes start inside the sequences"
     agent = reference.model
     optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.lr * 0.75, eps=1e-5)

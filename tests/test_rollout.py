@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from surreal.algos.ppo.config import PPOConfig
-from surreal.algos.ppo.learner import PPOPolicy
+from surreal.algos.ppo.policy import PPOPolicy
 from surreal.envs import make_vec_env
 from surreal.proto.wire import Chunk
 from surreal.runtime.rollout import RolloutCollector, evaluate

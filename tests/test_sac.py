@@ -14,8 +14,10 @@ import torch
 from torch import nn
 
 from surreal.algos import get_algorithm
-from surreal.algos.sac import learner as sac
+from surreal.algos.sac import algorithm as sac
+from surreal.algos.sac.learner import SACLearner
 from surreal.algos.sample_steps import STEP_KEYS
+from surreal.algos.stacked import StackedMLP
 from surreal.config import ConfigError, algo_config, load_config
 from surreal.launch.serial import run_serial
 
@@ -75,7 +77,7 @@ class RefBatchRenorm(nn.Module):
 class RefMLP(nn.Module):
     """One member of a learner's `StackedMLP`, as nn.Linear layers with its weights copied."""
 
-    def __init__(self, stacked: sac.StackedMLP, member: int, cfg) -> None:
+    def __init__(self, stacked: StackedMLP, member: int, cfg) -> None:
         super().__init__()
         self.norm = stacked.norm
         self.linears = nn.ModuleList()
@@ -110,7 +112,7 @@ class ReferenceSAC:
     """Stable-Baselines3's SAC train step, written plainly: separate critics, torch.distributions, for-loop
     Adam, target critics updated by a polyak loop; CrossQ's switches as the paper describes them."""
 
-    def __init__(self, learner: sac.SACLearner, cfg) -> None:
+    def __init__(self, learner: SACLearner, cfg) -> None:
         self.cfg = cfg
         self.actor = RefMLP(learner.actor.net, 0, cfg)
         self.scale, self.bias = learner.actor.action_scale, learner.actor.action_bias
@@ -251,7 +253,7 @@ def test_checkpoint_round_trip_continues_identically(pendulum):
         np.testing.assert_array_equal(value, b.params()["actor"][key])
 
 
-def everything(learner: sac.SACLearner) -> list[torch.Tensor]:
+def everything(learner: SACLearner) -> list[torch.Tensor]:
     """What the optimizers may change: weights, the temperature, and their moments and step counts."""
     moments = [v for opt in learner.optimizers().values() for state in opt.state.values() for v in state.values()]
     nets = [*learner.actor.parameters(), *learner.critics.parameters(), learner.log_alpha]
@@ -315,7 +317,7 @@ def test_compiled_update_matches_the_eager_one(pendulum):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
 
 
-def networks(learner: sac.SACLearner) -> list[torch.Tensor]:
+def networks(learner: SACLearner) -> list[torch.Tensor]:
     return [*learner.actor.state_dict().values(), *learner.critics.state_dict().values(), learner.log_alpha]
 
 

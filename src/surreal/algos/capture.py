@@ -1,12 +1,13 @@
 """A training step replayed as one CUDA graph instead of hundreds of kernel launches (PPO's minibatch step,
 DDPG's critic and actor step): the launch overhead, not the arithmetic, is what small-MLP updates spend
-their time on, on a GPU above all. `CompiledSteps`: when a learner captures its steps, and its eager fallback."""
+their time on, on a GPU above all. `CompiledSteps`: when a learner captures its steps, and its eager fallback;
+`load_optimizer_state`: a checkpoint's optimizer state restored into the tensors a captured graph reads."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import torch
 
@@ -58,19 +59,27 @@ class CapturedStep(Generic[Out]):
         return self.output  # type: ignore[return-value]  # set when the graph was captured
 
 
+def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[str, Any], ours: tuple[str, ...] = ()) -> None:
+    """Restores `saved` into `optimizer` in place (a captured graph keeps reading its tensors). How this process
+    steps (fused, capturable, foreach, and the settings named in `ours`) is not part of what resumes: a checkpoint
+    from another device or an older version keeps this optimizer's choices."""
+    kept = {k: optimizer.param_groups[0][k] for k in ("fused", "capturable", "foreach", *ours)}
+    optimizer.load_state_dict({**saved, "param_groups": [{**saved["param_groups"][0], **kept}]})
+
+
 class CompiledSteps:
     """What a learner with `compile` shares (PPO's minibatch step, DDPG's and SAC's critic and actor steps): when
     its steps are captured, and the eager fallback. A subclass sets `name`, `compile`, `device` and `replica`
-    (None: a learner alone) and builds its steps in `reset_steps`."""
+    (`ALONE`: a learner without a group) and builds its steps in `reset_steps`."""
 
     name: str
     compile: bool
     device: torch.device
-    replica: Replica | None
+    replica: Replica
 
     def captures(self) -> bool:
         """Whether each step is replayed as a CUDA graph: compiled, on CUDA, no collective inside (replica.py)."""
-        return self.compile and self.device.type == "cuda" and self.replica is None
+        return self.compile and self.device.type == "cuda" and self.replica.size == 1
 
     def reset_steps(self) -> None:
         """(Re)builds the steps: eager, or compiled (and captured where `captures()`)."""

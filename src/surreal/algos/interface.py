@@ -1,8 +1,8 @@
 """The algorithm interface the roles are written against.
 
-An algorithm is a module providing `make_policy`, `make_collector` and `make_learner` (`Algorithm`); each
-module checks itself against it for mypy at its end. Its torch-free config class (`surreal.algos.<name>_config`
-or, for the first three, `surreal.config.schema`) names the module and the flow-control rule it uses.
+An algorithm is a module providing `make_policy`, `make_collector`, `make_learner` and `chunk_fields` (`Algorithm`:
+each folder's algorithm.py, which checks itself against it for mypy at its end). Its torch-free config class
+(`surreal.algos.<name>.config`) names the module and inherits the keys of the flow-control regime it runs.
 """
 
 from __future__ import annotations
@@ -84,11 +84,11 @@ class Algorithm(Protocol):
         device: torch.device,
         *,
         compile: bool = False,
-        replica: Replica | None = None,
+        replica: Replica = ...,
     ) -> OnPolicyLearner | OffPolicyLearner:
         """`compile`: use the algorithm's compiled (and, on CUDA, graph-captured) update where it has one.
         `replica`: this learner's rank in a data-parallel group (`learner.replicas`; algos/replica.py), which
-        computes its share of every minibatch; an algorithm without a gradient update refuses one."""
+        computes its share of every minibatch (`ALONE`, the default: no group)."""
         ...
 
     def chunk_fields(self, obs_space: Any, act_space: Any, cfg: Any) -> Fields:

@@ -1,5 +1,7 @@
 """A learner's place in a data-parallel group (`learner.replicas=K`): which share of every minibatch it computes,
-and the all-reduce that averages its gradients with the other ranks' in each optimizer step.
+and the all-reduce that averages its gradients with the other ranks' in each optimizer step. These are hooks around
+an algorithm's step, which calls them whether or not it has company: a learner alone is `ALONE`, rank 0 of a group
+of one, whose hooks do nothing, so no algorithm asks whether it runs in a group.
 
 Every rank holds the same parameters and draws the same random numbers (same seed, state synchronized at the
 group's start); each computes the loss on its 1/K of a minibatch, and the gradients averaged over the ranks are
@@ -47,6 +49,13 @@ class Replica:
         each = n // self.size
         return slice(self.rank * each, (self.rank + 1) * each)
 
+    def share_of(self, minibatch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """This rank's rows (along the first dimension) of every tensor of `minibatch`; alone, the minibatch itself."""
+        if self.size == 1:
+            return minibatch
+        rows = self.share(len(next(iter(minibatch.values()))))
+        return {k: v[rows] for k, v in minibatch.items()}
+
     def mean(self, tensor: torch.Tensor) -> torch.Tensor:
         """`tensor` averaged over the ranks, in place (a sum, then divided: gloo has no average); a group of one has
         nothing to average."""
@@ -57,11 +66,14 @@ class Replica:
 
     def average_gradients(self, parameters: Iterable[torch.Tensor]) -> None:
         """Average the gradients of `parameters` over the ranks, in one all-reduce."""
-        self._average(self._grads(parameters), None)
+        if self.size > 1:
+            self._average(self._grads(parameters), None)
 
     def average_gradients_agreeing(self, parameters: Iterable[torch.Tensor], bad: torch.Tensor) -> torch.Tensor:
         """`average_gradients`, with `bad` (a boolean: this rank's step went non-finite) in the same buffer; returns
         whether it went bad on any rank, so that every rank skips the same steps."""
+        if self.size == 1:
+            return bad
         averaged = self._average(self._grads(parameters), bad)
         assert averaged is not None
         return averaged > 0
@@ -93,10 +105,15 @@ class Replica:
     ) -> torch.Tensor:
         """Normal noise of `shape` (this rank's share along `dim`): the noise of the whole minibatch, drawn as a
         single learner draws it, cut to this rank's rows, so K ranks draw exactly what one learner would."""
+        if self.size == 1:
+            return torch.randn(shape, generator=generator, device=device)
         whole = list(shape)
         whole[dim] *= self.size
         noise = torch.randn(whole, generator=generator, device=device)
         return noise.narrow(dim, self.rank * shape[dim], shape[dim]).contiguous()
+
+
+ALONE = Replica(0, 1)  # a learner without a group
 
 
 def bytes_from_rank_0(payload: bytes | None, limit: int, group: Any = None) -> bytes:

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from surreal.algos.capture import CapturedStep, CompiledSteps
-from surreal.algos.replica import Replica
+from surreal.algos.replica import ALONE, Replica
 from surreal.algos.stacked import StackedMLP
 
 STEP_KEYS = ("obs", "actions", "rewards", "next_obs", "discounts", "weights")  # a minibatch's replay tensors
@@ -37,14 +37,6 @@ def replay_tensors(arrays: dict[str, Any], steps: int, device: torch.device) -> 
     if "weights" not in out:
         out["weights"] = torch.ones_like(out["rewards"])
     return {k: v.to(device, non_blocking=True).unflatten(0, (steps, -1)) for k, v in out.items()}
-
-
-def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[str, Any], ours: tuple[str, ...] = ()) -> None:
-    """Restores `saved` into `optimizer` in place (PPO's too). How this process steps (fused, capturable, foreach,
-    and the settings named in `ours`) is not part of what resumes: a checkpoint from another device or an older
-    version keeps this optimizer's choices."""
-    kept = {k: optimizer.param_groups[0][k] for k in ("fused", "capturable", "foreach", *ours)}
-    optimizer.load_state_dict({**saved, "param_groups": [{**saved["param_groups"][0], **kept}]})
 
 
 class SampleStepper(CompiledSteps):
@@ -61,9 +53,9 @@ class SampleStepper(CompiledSteps):
     critic_loss: Callable[..., Any]  # the algorithm's losses, which `train_step` calls as `*_loss_fn`
     actor_loss: Callable[..., Any]
 
-    def __init__(self, cfg: Any, device: torch.device, compile: bool, replica: Replica | None) -> None:
-        """`cfg` (with `seed` and `policy_delay`); `replica` None: a learner alone. Seeds the networks the subclass
-        builds next, and the generator the steps draw from (DDPG's target smoothing, SAC's policy samples)."""
+    def __init__(self, cfg: Any, device: torch.device, compile: bool, replica: Replica = ALONE) -> None:
+        """`cfg` (with `seed` and `policy_delay`); `replica`: its rank in a group (`ALONE`: none). Seeds the networks
+        the subclass builds next, and the generator the steps draw from (DDPG's target smoothing, SAC's samples)."""
         self.cfg, self.device, self.compile, self.replica = cfg, device, compile, replica
         torch.manual_seed(cfg.seed)
         self.generator = torch.Generator(device=device).manual_seed(cfg.seed)
@@ -124,15 +116,11 @@ class SampleStepper(CompiledSteps):
     def randn(self, shape: tuple[int, ...], batch_dim: int) -> torch.Tensor:
         """Normal noise of `shape` from the learner's generator; a rank's share (along `batch_dim`) of the whole
         minibatch's, so that K ranks draw what one learner draws."""
-        if self.replica is None:
-            return torch.randn(shape, generator=self.generator, device=self.device)
         return self.replica.randn_share(shape, batch_dim, self.generator, self.device)
 
     def agree(self, parameters: Any, bad: torch.Tensor) -> torch.Tensor:
         """After a backward: the gradients of `parameters` averaged over the ranks, and whether the step went
         non-finite on any of them (alone: `bad`). Called before the optimizer reads `found_inf`."""
-        if self.replica is None:
-            return bad
         return self.replica.average_gradients_agreeing(parameters, bad)
 
     def reset_steps(self) -> None:
@@ -176,8 +164,8 @@ class SampleStepper(CompiledSteps):
             self.after_step(step_stats)
         width = len(self.step_stats)
         stacked = torch.stack(results)
-        if self.replica is not None:  # the whole minibatches' statistics; the priorities stay this rank's own
-            stacked[:, :width] = self.replica.mean(stacked[:, :width].contiguous())
+        # The whole minibatches' statistics (a group's average); the priorities stay this rank's own.
+        stacked[:, :width] = self.replica.mean(stacked[:, :width].contiguous())
         host = stacked.cpu().numpy()  # the one wait for the device
         per_step, priorities = host[:, :width], host[:, width:].astype(np.float64)
         rates = self.learning_rates()

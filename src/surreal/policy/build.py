@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 
 class ArtifactPolicy(Protocol):
-    """What an algorithm's policy class offers the artifact (ppo.py, ddpg.py, sac.py, es.py)."""
+    """What an algorithm's policy class offers the artifact (each algorithm folder's policy.py)."""
 
     def load_params(self, arrays: dict[str, Any]) -> None: ...
 

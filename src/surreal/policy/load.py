@@ -43,8 +43,8 @@ CHECKPOINT = re.compile(r"^ckpt-\d{10}\.pt$")
 
 
 class RecurrentPolicy(Protocol):
-    """What a recurrent algorithm's policy adds (algos/ppo.py `PPOPolicy` with `algo.recurrent`): the state of the
-    envs it acts for, built on demand, and its reset."""
+    """What a recurrent algorithm's policy adds (algos/ppo/policy.py `PPOPolicy` with `algo.recurrent`): the state of
+    the envs it acts for, built on demand, and its reset."""
 
     state: Any  # torch.Tensor [B, *state_shape], or None before the first act
 

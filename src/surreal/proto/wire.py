@@ -80,8 +80,8 @@ NO_VERSION = -1  # what an actor that holds no parameters yet runs (and a ps tha
 
 
 # A chunk's arrays nested under this key hold one row per env (`[K, ...]`) instead of one per step: what the
-# chunk's K columns start from, such as a recurrent policy's state at its first step (algos/ppo.py). Sent once per
-# chunk rather than once per step, which for an LSTM's state is most of a chunk's bytes.
+# chunk's K columns start from, such as a recurrent policy's state at its first step (algos/ppo/recurrent.py). Sent
+# once per chunk rather than once per step, which for an LSTM's state is most of a chunk's bytes.
 PER_ENV = "per_env"
 
 

@@ -91,7 +91,7 @@ class InferenceServer(Server):
         self.obs_dim = int(np.prod(obs_space.shape or (1,)))
         # Its own sampling stream, apart from every actor's (actor indices are 0..actors-1).
         self.policy = algo.make_policy(obs_space, act_space, algo_config(cfg), cfg.topology.actors + index)
-        from surreal.algos.ppo.learner import PPOPolicy
+        from surreal.algos.ppo.policy import PPOPolicy
 
         if not isinstance(self.policy, PPOPolicy):  # config/schema.py lets central mode serve PPO's policy alone
             raise ValueError(f"central inference serves PPO's policy, not {type(self.policy).__name__}")

@@ -174,8 +174,8 @@ class DeterministicActor(Protocol):
 
 @runtime_checkable
 class StatefulActor(Protocol):
-    """A policy whose actions depend on the episode so far (a recurrent one: algos/ppo.py): `evaluate` resets it
-    before the first step and, for the envs whose episode ended, after every step."""
+    """A policy whose actions depend on the episode so far (a recurrent one: algos/ppo/recurrent.py): `evaluate` resets
+    it before the first step and, for the envs whose episode ended, after every step."""
 
     def reset(self, done: np.ndarray | None = None) -> None:
         """Forget the episode so far: of the envs flagged in `done`, or of all (None: a new batch of envs)."""

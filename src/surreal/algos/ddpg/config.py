@@ -18,7 +18,7 @@ class DDPGConfig(OffPolicyConfig):
     updated every 2nd critic step, one gradient step per env step. TD3 (CleanRL's td3_continuous_action.py) is
     twin_critics=true target_policy_noise=0.2."""
 
-    module: ClassVar[str] = "surreal.algos.ddpg.learner"
+    module: ClassVar[str] = "surreal.algos.ddpg.algorithm"
 
     name: str = "ddpg"
     batch_size: int = 256  # transitions per gradient step, sampled from replay

@@ -19,7 +19,7 @@ class ESConfig(OnPolicyConfig):
     1,440 cores; the population here fits one machine and grows with `batch_size`. Shorter episodes:
     env.kwargs.max_episode_steps=N."""
 
-    module: ClassVar[str] = "surreal.algos.es.learner"
+    module: ClassVar[str] = "surreal.algos.es.algorithm"
     action_spaces: ClassVar[frozenset[str]] = frozenset({"box", "discrete"})  # Discrete: the argmax of the outputs
 
     name: str = "es"

@@ -22,7 +22,7 @@ class PPOConfig(StalenessConfig):
     update are update_epochs x batch_size / minibatch_size (320 here): when the batch grows with the actors, grow
     minibatch_size with it, so an update stays what the learner can afford (the chart's values do)."""
 
-    module: ClassVar[str] = "surreal.algos.ppo.learner"
+    module: ClassVar[str] = "surreal.algos.ppo.algorithm"
     action_spaces: ClassVar[frozenset[str]] = frozenset({"box", "discrete"})  # Discrete: a categorical head
 
     name: str = "ppo"

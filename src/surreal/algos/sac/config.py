@@ -24,7 +24,7 @@ NORMS = ("none", "layer", "batch_renorm")  # what may follow a hidden layer (sac
 class SACConfig(OffPolicyConfig):
     """SAC: twin soft Q critics, a tanh-squashed Gaussian actor, a learned entropy temperature."""
 
-    module: ClassVar[str] = "surreal.algos.sac.learner"
+    module: ClassVar[str] = "surreal.algos.sac.algorithm"
 
     name: str = "sac"
     batch_size: int = 256  # transitions per gradient step, sampled from replay

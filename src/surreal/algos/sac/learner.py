@@ -12,7 +12,7 @@ sees both distributions; with wider critics and Adam's beta1 0.5. Layer norm (`l
 of the recent recipes. Where a norm goes: layer norm before each hidden ReLU; batch renormalization on the
 input and after each hidden ReLU (CrossQ's placement).
 
-The rest is DDPG's off-policy path (algos/ddpg.py): actors compute n-step transitions (`NStepCollector`),
+The rest is DDPG's off-policy path (algos/offpolicy.py, sample_steps.py): actors compute n-step transitions,
 the learner steps through samples of several minibatches reading the device once, sends |TD error| back as
 priorities, skips a non-finite step inside fused Adam, and `compile=True` compiles the losses and, on CUDA,
 replays each kind of step as a CUDA graph. Sockets and loops live in the roles; this file is the math.
@@ -23,95 +23,19 @@ from __future__ import annotations
 import copy
 import functools
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import numpy as np
 import torch
 from gymnasium import spaces
 from torch import nn
 
-from surreal.algos.ddpg.learner import OffPolicyPolicy
-from surreal.algos.ddpg.learner import chunk_fields as chunk_fields  # SAC collects DDPG's n-step transitions
-from surreal.algos.ddpg.learner import make_collector as make_collector
-from surreal.algos.replica import Replica
+from surreal.algos.capture import load_optimizer_state
+from surreal.algos.replica import ALONE, Replica
 from surreal.algos.sac.config import SACConfig
-from surreal.algos.sample_steps import SampleStepper, load_optimizer_state, replay_tensors
+from surreal.algos.sac.nets import SquashedGaussianActor
+from surreal.algos.sample_steps import SampleStepper, replay_tensors
 from surreal.algos.stacked import StackedMLP
 from surreal.spaces import space_dims
-
-# -- networks -------------------------------------------------------------------------------------------
-
-
-class SquashedGaussianActor(nn.Module):
-    """a = tanh(mean + std * noise) * action_scale + action_bias, with log pi(a|s) in the [-1, 1] space."""
-
-    action_scale: torch.Tensor
-    action_bias: torch.Tensor
-
-    def __init__(self, obs_dim: int, act_space: spaces.Box, cfg: SACConfig) -> None:
-        super().__init__()
-        act_dim = int(act_space.shape[0])
-        self.net = StackedMLP([obs_dim, *cfg.hidden_sizes, 2 * act_dim], 1, cfg.actor_norm, cfg)
-        self.log_std_min, self.log_std_max = cfg.log_std_min, cfg.log_std_max
-        high = torch.as_tensor(act_space.high, dtype=torch.float32)
-        low = torch.as_tensor(act_space.low, dtype=torch.float32)
-        self.register_buffer("action_scale", (high - low) / 2.0)
-        self.register_buffer("action_bias", (high + low) / 2.0)
-
-    def forward(
-        self, obs: torch.Tensor, noise: torch.Tensor | None, train: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(actions, log-probabilities); `noise` None: the mean action (evaluation), log-probability NaN-free
-        but meaningless."""
-        mean, log_std = self.net(obs, train)[0].chunk(2, -1)
-        log_std = log_std.clamp(self.log_std_min, self.log_std_max)
-        if noise is None:
-            noise = torch.zeros_like(mean)
-        squashed = torch.tanh(mean + log_std.exp() * noise)
-        gaussian = -0.5 * noise.pow(2) - log_std - 0.5 * math.log(2 * math.pi)
-        log_prob = (gaussian - torch.log(1 - squashed.pow(2) + 1e-6)).sum(-1)
-        return squashed * self.action_scale + self.action_bias, log_prob
-
-
-class MeanAction(nn.Module):
-    """The squashed Gaussian actor's deterministic action (`forward` without noise, the evaluation mode)."""
-
-    def __init__(self, actor: SquashedGaussianActor) -> None:
-        super().__init__()
-        self.actor = actor
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.actor(obs, None)[0]
-
-
-# -- actor side -----------------------------------------------------------------------------------------
-
-
-class SACPolicy(OffPolicyPolicy):
-    """What an actor runs: a sample of pi(.|s), its own noise stream per actor. Evaluation takes the mean action."""
-
-    cfg: SACConfig
-    actor: SquashedGaussianActor
-
-    def __init__(
-        self, obs_space: spaces.Box, act_space: spaces.Box, cfg: SACConfig, actor_index: int, num_actors: int = 1
-    ) -> None:
-        del num_actors  # every actor samples from pi with its own noise stream
-        obs_dim, _ = space_dims(cfg, obs_space, act_space)
-        super().__init__(cfg, SquashedGaussianActor(obs_dim, act_space, cfg), act_space, actor_index)
-        self.mean_action = MeanAction(self.actor)
-
-    def explore(self, obs: torch.Tensor) -> np.ndarray:
-        noise = torch.from_numpy(self.rng.standard_normal((len(obs), len(self.low))).astype(np.float32))
-        return self.actor(obs, noise)[0].numpy()
-
-    def describe(self) -> dict[str, Any]:
-        described = super().describe()
-        described["network"]["norm"] = self.cfg.actor_norm
-        return described
-
-
-# -- learner side ---------------------------------------------------------------------------------------
 
 STEP_STATS = (
     "critic_loss",
@@ -143,7 +67,7 @@ class SACLearner(SampleStepper):
         device: torch.device,
         *,
         compile: bool = False,
-        replica: Replica | None = None,
+        replica: Replica = ALONE,
     ) -> None:
         """`compile`: compile the critic and actor losses and, on CUDA, replay each step as a CUDA graph. `replica`:
         this learner's rank in a data-parallel group."""
@@ -297,12 +221,4 @@ class SACLearner(SampleStepper):
         self.reset_steps()
 
 
-make_policy = SACPolicy
 make_learner = SACLearner
-
-
-if TYPE_CHECKING:  # mypy checks this module against the interface the roles call
-    from surreal.algos.interface import Algorithm
-    from surreal.algos.sac import learner as _this
-
-    _CHECKED: Algorithm = _this
