@@ -2,7 +2,7 @@
 the typed config that the chart's values.schema.json is generated from (infra/helm/values_schema.py).
 
 A key's doc is written once, beside the field in its dataclass (surreal/config/schema.py,
-surreal/algos/<name>_config.py), as comments: the comment lines directly above the field, then the comment on its
+surreal/algos/<name>/config.py), as comments: the comment lines directly above the field, then the comment on its
 own line. A comment line under a field belongs to the field below it, never to the one above. A subclass that
 redefines a field without a comment keeps its base class's doc (PPOConfig's `batch_size` reads AlgoConfig's). The
 source is read with `ast` and `tokenize` (standard library only: the config layer stays torch- and gymnasium-free),
