@@ -9,11 +9,9 @@ ports); `main` is the process shell: settings, sockets, /metrics, signals, and t
 regime (runtime/regimes/) supplies a feed that says what a reply counts, when work is ready and what follows
 an update, and each `step` takes a reply, runs the ready work and acts on the outcome (publish the
 parameters, with the observation-normalizer statistics inside; write a metrics row; checkpoint when the
-interval is reached or `checkpoint_interval_s` has passed); the cadences are the regime's (on-policy: every
-update publishes, `checkpoint_interval` counts updates; off-policy: every `publish_interval` gradient steps,
-and `checkpoint_interval` counts metrics rows). Checkpoints hold the algorithm's state and the feeds'
-`Counters`, so `--resume` continues from the latest with the same counters. At `total_env_steps` the shell
-evaluates and announces `done`; a learner resumed after it finished only announces `done`.
+interval is reached or `checkpoint_interval_s` has passed); the cadences are the regime's. Checkpoints hold the
+algorithm's state and the feeds' `Counters`, so `--resume` continues from the latest with the same counters. At
+`total_env_steps` the shell evaluates and announces `done`; a learner resumed after it finished only announces `done`.
 """
 
 from __future__ import annotations
@@ -125,9 +123,8 @@ class LearnerCore:
         self.skipped = 0
         self.recorder.counters(self.counters.env_steps, self.counters.updates, self.counters.stale_dropped)
         self.m_live = metrics.gauge("learner_live_actors", "actors heard from lately: what their shares follow")
-        self.feed = regime_of(cfg).learner_feed(
-            self.algo_learner, self.counters, batches.shards, batches.send_priorities
-        )
+        feed = regime_of(cfg).learner_feed  # the regime's half of the loop (runtime/regimes/)
+        self.feed = feed(self.algo_learner, self.counters, batches.shards, batches.send_priorities)
         if restored is None:
             self.checkpoint()  # from the start: a learner killed before its first interval resumes, not restarts
         elif restored.feed:  # older checkpoints held no feed
@@ -167,7 +164,7 @@ class LearnerCore:
             if outcome.publish:
                 self.publish()
             if outcome.stats is not None:
-                self._record(outcome.stats, outcome.update_s, outcome.row_fields)
+                self._write_row({**self.counters.row(), **outcome.row_fields}, outcome.stats, outcome.update_s)
             overdue = self.clock() - self.checkpoints.saved_at >= self.cfg.learner.checkpoint_interval_s
             if outcome.checkpoint_interval or overdue:
                 self.checkpoint()
@@ -181,9 +178,6 @@ class LearnerCore:
                 self.log.warning(
                     "update %d went non-finite and was skipped (%d so far)", self.counters.updates, self.skipped
                 )
-
-    def _record(self, stats: dict[str, float], update_s: float, row_fields: dict[str, Any]) -> None:
-        self._write_row({**self.counters.row(), **row_fields}, stats, update_s)
 
     def _record_warmup(self) -> None:
         """The warm-up's rows (the feed's counters as episodes finished before the first update), so a run shows its
