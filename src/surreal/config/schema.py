@@ -79,9 +79,9 @@ class Section:
 class AlgorithmRegistry(Mapping[str, "type[AlgoConfig]"]):
     """Algorithm name (the `algo` group option and the node's `name`) -> its config class.
 
-    Filled by `AlgoConfig.__init_subclass__`: the classes below register as they are defined, and the first
-    lookup imports every algorithm folder's `surreal.algos.<name>.config` (torch-free by rule: tests/test_layering.py),
-    whose classes register the same way. Nothing else lists the algorithms."""
+    Filled by `AlgoConfig.__init_subclass__`: the first lookup imports every algorithm folder's
+    `surreal.algos.<name>.config` (torch-free by rule: tests/test_layering.py), whose classes register as they are
+    defined. Nothing else lists the algorithms; the default one lists first."""
 
     CONFIG_PACKAGE = "surreal.algos"
     CONFIG_MODULE = "config"
