@@ -278,12 +278,22 @@ def test_loads_repeatedly_and_leaves_an_outer_hydra_alone():
 
 
 def test_config_imports_neither_torch_nor_gymnasium_for_any_algorithm():
-    """The replay and ps images carry neither: every algorithm's config (the registry imports the ones that live
-    beside their code, surreal/algos/<name>_config.py) must load without them."""
+    """The replay and ps images carry neither: every algorithm's config (the registry imports each algorithm folder's
+    surreal/algos/<name>/config.py) must load without them."""
     code = (
         "import sys, surreal.config as c; from surreal.config.schema import ALGORITHMS; "
         "[c.load_config([f'algo={name}']) for name in ALGORITHMS]; "
         "assert 'sac' in ALGORITHMS and not {'torch', 'gymnasium'} & set(sys.modules), sorted(sys.modules)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_the_registry_lists_the_default_algorithm_first_whatever_was_imported_first():
+    """`surreal config`, `surreal run --help`, docs/configuration.md and the chart's schema list the algorithms in the
+    registry's order, which must not follow whichever config module a process happened to import first."""
+    code = (
+        "import surreal.algos.sac.config, surreal.algos.es.config; from surreal.config.schema import ALGORITHMS; "
+        "assert list(ALGORITHMS) == ['ppo', 'ddpg', 'es', 'sac'], list(ALGORITHMS)"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 

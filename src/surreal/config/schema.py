@@ -103,8 +103,7 @@ class AlgorithmRegistry(Mapping[str, "type[AlgoConfig]"]):
         if not self._discovered:
             self._discovered = True  # first: a config module's own import may look an algorithm up
             package = importlib.import_module(self.CONFIG_PACKAGE)
-            folders = [m.name for m in pkgutil.iter_modules(package.__path__) if m.ispkg]
-            for folder in sorted(folders, key=lambda name: (name != DEFAULT_ALGO, name)):  # the default lists first
+            for folder in sorted(m.name for m in pkgutil.iter_modules(package.__path__) if m.ispkg):
                 if importlib.util.find_spec(f"{self.CONFIG_PACKAGE}.{folder}.{self.CONFIG_MODULE}") is not None:
                     importlib.import_module(f"{self.CONFIG_PACKAGE}.{folder}.{self.CONFIG_MODULE}")
         return self._classes
@@ -113,7 +112,8 @@ class AlgorithmRegistry(Mapping[str, "type[AlgoConfig]"]):
         return self._all()[name]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._all())
+        """The default algorithm first, then by name, whatever order their modules were imported in."""
+        return iter(sorted(self._all(), key=lambda name: (name != DEFAULT_ALGO, name)))
 
     def __len__(self) -> int:
         return len(self._all())

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from surreal.algos.es.learner import make_learner
+from surreal.algos.es.learner import ESLearner as make_learner
 from surreal.algos.es.policy import chunk_fields, make_collector, make_policy
 
 __all__ = ["chunk_fields", "make_collector", "make_learner", "make_policy"]

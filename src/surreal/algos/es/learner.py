@@ -57,9 +57,18 @@ class Adam:
 
 class ESLearner:
     def __init__(
-        self, obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg: ESConfig, device: torch.device
+        self,
+        obs_space: spaces.Space[Any],
+        act_space: spaces.Space[Any],
+        cfg: ESConfig,
+        device: torch.device,
+        *,
+        compile: bool = False,
+        replica: Replica = ALONE,
     ) -> None:
-        del device  # numpy on the CPU: an ES update is one matrix-vector product
+        """An ES update is one matrix-vector product in NumPy on the CPU: no device, nothing to compile, nor to split
+        among ranks (config validation refuses `learner.replicas` > 1)."""
+        del device, compile, replica
         obs_dim, act_dim = space_dims(cfg, obs_space, act_space)
         self.cfg = cfg
         self.net = FlatMLP(obs_dim, act_dim, list(cfg.hidden_sizes))
@@ -118,18 +127,3 @@ class ESLearner:
         self.optimizer.t = int(state["adam_t"])
         self.obs_rms.load({k: v.numpy() for k, v in state["obs_rms"].items()})
         self.updates = int(state["updates"])
-
-
-def make_learner(
-    obs_space: spaces.Space[Any],
-    act_space: spaces.Space[Any],
-    cfg: ESConfig,
-    device: torch.device,
-    *,
-    compile: bool = False,
-    replica: Replica = ALONE,
-) -> ESLearner:
-    """ES's update is one matrix-vector product on the CPU: nothing to compile, nor to split among ranks (config
-    validation refuses `learner.replicas` > 1)."""
-    del compile, replica
-    return ESLearner(obs_space, act_space, cfg, device)

@@ -41,7 +41,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -68,6 +68,7 @@ from surreal.runtime.regimes.common import (
     LiveActors,
     Outcome,
     PrioritiesHome,
+    Regime,
     SampleSource,
     VersionIntervals,
     Wait,
@@ -532,3 +533,7 @@ class ReplayRatioRegime:
         steps = self.cfg.learner.minibatches_per_sample
         batch = {k: np.concatenate([f[k] for f in flat])[: self.algo.batch_size * steps] for k in flat[0]}
         return lambda: learner.update(batch, steps)
+
+
+if TYPE_CHECKING:  # mypy checks the regime against what the runtime asks of one
+    _CHECKED: type[Regime[TransitionLearner]] = ReplayRatioRegime

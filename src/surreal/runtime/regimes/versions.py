@@ -23,7 +23,7 @@ fractional shares two of its turns), published in every blob; the
 configured count stands in until the first blob says otherwise. Between an actor's loss and the learner
 noticing, a batch can fall short by the lost actor's share while the others wait for the next version; an
 actor that has waited longer than it ever should (`VersionThrottle.stall_s`: 1.5 times the median interval
-between the versions it saw, at least a second; `actor.overdraft_after_s` before it has seen two; a "not modified"
+between the versions it saw, at least a second; `algo.overdraft_after_s` before it has seen two; a "not modified"
 from the ps at a newer version than it heard before says the learner moves on, and restarts that clock) takes
 one share more, so the batch fills from whoever is alive. The surplus waits in the feed's queue for the next batch,
 still bounded by `max_staleness`. Deterministic runs keep the configured count and never overdraw.
@@ -36,7 +36,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -52,6 +52,7 @@ from surreal.runtime.regimes.common import (
     LiveActors,
     Outcome,
     PrioritiesHome,
+    Regime,
     SampleSource,
     VersionIntervals,
     Wait,
@@ -399,3 +400,7 @@ class VersionsRegime:
 
     def trial_update(self, learner: ChunkLearner, chunks: list[Chunk]) -> Callable[[], object]:
         return lambda: learner.update(chunks, 0.0)
+
+
+if TYPE_CHECKING:  # mypy checks the regime against what the runtime asks of one
+    _CHECKED: type[Regime[ChunkLearner]] = VersionsRegime
