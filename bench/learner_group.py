@@ -9,14 +9,14 @@ NCCL on CUDA, each rank on cuda:<rank>), running the learner role's learner as t
 gradients all-reduced every minibatch step:
 
 - ppo (the default): every rank takes the whole batch and computes 1/K of every minibatch. The batch is real
-  experience, collected on HalfCheetah-v5 by every rank alike (same seeds, same chunks: bench/learner.py's
+  experience, collected on HalfCheetah-v5 by every rank alike (same seeds, same chunks: bench/learner_workload.py's
   `collect_chunks`; the PPO defaults: 2,048 transitions, minibatches of 64, 10 epochs; with `--large` 4,096
   transitions, minibatches of 1,024, 2 epochs). A row's rate is whole-batch updates per second.
 - ddpg, td3, sac (off-policy): every rank steps on samples of its own, as a rank of the role does (each samples its
   1/K of every minibatch from the replay): samples of `learner.minibatches_per_sample` minibatches of its share of
   the algorithm's default batch (256), drawn from real HalfCheetah-v5 transitions with the rank's own seed
-  (bench/learner.py's `transition_batches`), one call of the update per sample. A row's rate is gradient steps of
-  the whole minibatch per second.
+  (bench/learner_workload.py's `transition_batches`), one call of the update per sample. A row's rate is gradient
+  steps of the whole minibatch per second.
 
 Rows: `alone` (the learner as `learner.replicas=1` runs it, no process group), then each K of `--replicas` as a
 group of K (K=1: a group of one, what being a rank costs: the all-reduce, and no CUDA graph). A round starts
@@ -45,6 +45,16 @@ import torch
 import torch.distributed as dist
 
 from bench._runs import emit
+from bench.learner_workload import (
+    CHUNK_STEPS,
+    ENV_ID,
+    algo_module,
+    collect_chunks,
+    machine,
+    offpolicy_config,
+    ppo_config,
+    transition_batches,
+)
 from surreal.algos import get_algorithm
 from surreal.algos.interface import OffPolicyLearner, OnPolicyLearner
 from surreal.algos.replica import Replica, end_group_process
@@ -59,8 +69,6 @@ GROUP_TIMEOUT_S = 300.0  # every collective's
 def rank_main(args: argparse.Namespace) -> None:
     """One rank (or the learner alone, `--size 0`): collect, build, one untimed update, then `--updates` timed;
     rank 0 writes {"updates_per_s": ...} to `--result` (off-policy: gradient steps per second)."""
-    from bench.learner import CHUNK_STEPS, algo_module, collect_chunks, offpolicy_config, ppo_config, transition_batches
-
     torch.set_num_threads(args.threads)
     cfg: Any
     if args.algo == "ppo":
@@ -149,8 +157,6 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             for size in sizes:
                 rates[size].append(run_row(size, args, Path(folder)))
     median = {size: statistics.median(values) for size, values in rates.items()}
-    from bench.learner import ENV_ID, machine, offpolicy_config, ppo_config
-
     shape: dict[str, Any]
     if args.algo == "ppo":
         ppo = ppo_config(args.large)
