@@ -115,7 +115,7 @@ class AlgoConfig:
     # The flow-control rule that holds actors and learner together (runtime/regimes/): "staleness" and
     # "lockstep" are on-policy (FIFO replay, every chunk used once), "replay_ratio" is off-policy.
     flow_control: ClassVar[str] = "staleness"
-    # The spaces it takes (SPACE_KINDS): checked against the env once before any role starts (launch/preflight.py)
+    # The spaces it takes (SPACE_KINDS): checked against the env once before any role starts (run/preflight.py)
     # and again where a role builds the policy (surreal/spaces.py), so an env it cannot take is one line, not a crash.
     observation_spaces: ClassVar[frozenset[str]] = frozenset({"box"})
     action_spaces: ClassVar[frozenset[str]] = frozenset({"box"})
