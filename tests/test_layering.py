@@ -15,8 +15,11 @@ SRC = REPO / "src" / "surreal"
 # Lowest first. A module may import from its own layer and the layers below it, never from one above; a module is in
 # the layer of the longest name here that is it or a package holding it (`surreal` itself only as the package's face).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("errors", "fileio", "boundedjson", "metrics", "metricsfile", "envstate", "runstore", "conf")),
-    ("env families", ("envs_masked", "envs_robosuite")),
+    (
+        "foundation",
+        ("errors", "fileio", "boundedjson", "metrics", "metricsfile", "envstate", "runstore", "frames", "conf"),
+    ),
+    ("env families", ("envs_masked", "envs_robosuite", "envs_atari", "renderer")),
     ("proto", ("proto",)),
     ("config", ("config", "settings", "spaces", "runjson", "provenance")),
     ("envs", ("envs",)),

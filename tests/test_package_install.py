@@ -37,6 +37,10 @@ DEV_TOOLS = (
 
 
 def run(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 900) -> str:
+    """`args` run to success; by default without the caller's PYTHONPATH or virtualenv, which would point a fresh
+    venv's Python back at a checkout."""
+    if env is None:
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     done = subprocess.run(list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     assert done.returncode == 0, f"{' '.join(args)}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done.stdout

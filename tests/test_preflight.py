@@ -9,13 +9,14 @@ import sys
 import time
 
 import gymnasium as gym
+import numpy as np
 import pytest
 
 from surreal.commands.run import run_experiment
 from surreal.config import ConfigError, load_config
 from surreal.config.schema import ALGORITHMS
 from surreal.launch import local
-from surreal.run.preflight import budget_warnings
+from surreal.run.preflight import budget_warnings, checked
 from surreal.runjson import write_summary
 from surreal.spaces import check_spaces
 
@@ -93,6 +94,27 @@ def test_space_check_names_images_and_other_spaces():
     with pytest.raises(ConfigError, match="actions are MultiDiscrete$"):
         check_spaces(ppo, box, gym.spaces.MultiDiscrete([2, 3]), "Pong")
     check_spaces(ppo, box, gym.spaces.Discrete(4, start=1), "Pong")
+    frames = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    with pytest.raises(ConfigError, match=r"are Box\(4, 84, 84\) uint8 images; no algorithm takes images yet \("):
+        check_spaces(ppo, frames, gym.spaces.Discrete(6), "ALE/Pong-v5")
+    camera = gym.spaces.Dict({"pixels": gym.spaces.Box(0, 255, (3, 84, 84), np.uint8), "state": box})
+    with pytest.raises(ConfigError, match=r"are Dict\(pixels: Box\(3, 84, 84\) uint8 images, state: Box\(3,\)\); no"):
+        check_spaces(ALGORITHMS["sac"], camera, box, "robosuite:Lift")
+
+
+def test_a_chunk_larger_than_a_replay_message_is_refused_before_anything_starts():
+    """A shard counts and drops a message over replay.max_message_bytes: a chunk that can never fit is refused."""
+    fits = ["env=Pendulum-v1", "algo=sac", "actor.chunk_steps=4000", "replay.max_message_bytes=1048576"]
+    checked(load_config(fits))
+    with pytest.raises(ConfigError) as err:
+        checked(load_config([*fits[:2], "actor.chunk_steps=40000", fits[3]]))
+    line = str(err.value)
+    assert "\n" not in line, line
+    assert line.startswith("one chunk of actor.chunk_steps=40000 x topology.envs_per_actor=1 steps of Pendulum-v1"), (
+        line
+    )
+    assert line.endswith("more than replay.max_message_bytes=1,048,576; lower actor.chunk_steps or "
+                         "topology.envs_per_actor, or raise replay.max_message_bytes")  # fmt: skip
 
 
 # -- budget warnings ------------------------------------------------------------------------------------------
