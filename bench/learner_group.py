@@ -44,17 +44,8 @@ from typing import Any, cast
 import torch
 import torch.distributed as dist
 
+from bench import learner_workload as workload
 from bench._runs import emit
-from bench.learner_workload import (
-    CHUNK_STEPS,
-    ENV_ID,
-    algo_module,
-    collect_chunks,
-    machine,
-    offpolicy_config,
-    ppo_config,
-    transition_batches,
-)
 from surreal.algos import get_algorithm
 from surreal.algos.interface import OffPolicyLearner, OnPolicyLearner
 from surreal.algos.replica import Replica, end_group_process
@@ -72,11 +63,11 @@ def rank_main(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     cfg: Any
     if args.algo == "ppo":
-        cfg = ppo_config(args.large)
-        obs_space, act_space, chunks = collect_chunks("ppo", cfg, cfg.batch_size // CHUNK_STEPS)
+        cfg = workload.ppo_config(args.large)
+        obs_space, act_space, chunks = workload.collect_chunks("ppo", cfg, cfg.batch_size // workload.CHUNK_STEPS)
     else:
-        cfg = offpolicy_config(args.algo)[0]
-        obs_space, act_space, chunks = collect_chunks(algo_module(args.algo), cfg, 8)
+        cfg = workload.offpolicy_config(args.algo)[0]
+        obs_space, act_space, chunks = workload.collect_chunks(workload.algo_module(args.algo), cfg, 8)
     replica = None
     if args.size > 0:
         rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -88,7 +79,7 @@ def rank_main(args: argparse.Namespace) -> None:
         replica = Replica(rank, size)
     else:
         rank, device = 0, torch.device(args.device)
-    algo = get_algorithm(algo_module(args.algo))
+    algo = get_algorithm(workload.algo_module(args.algo))
     learner = algo.make_learner(obs_space, act_space, cfg, device, replica=replica)
     update: Callable[[int], object]
     per_call = 1
@@ -99,7 +90,7 @@ def rank_main(args: argparse.Namespace) -> None:
         off_policy = cast(OffPolicyLearner, learner)
         per_call = LearnerConfig().minibatches_per_sample
         size = max(args.size, 1)
-        samples = transition_batches(chunks, per_call * cfg.batch_size // size, 8, cfg.seed + 1000 * rank)
+        samples = workload.transition_batches(chunks, per_call * cfg.batch_size // size, 8, cfg.seed + 1000 * rank)
         update = lambda turn: off_policy.update(samples[turn % len(samples)], per_call)  # noqa: E731
 
     def barrier() -> None:
@@ -159,11 +150,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     median = {size: statistics.median(values) for size, values in rates.items()}
     shape: dict[str, Any]
     if args.algo == "ppo":
-        ppo = ppo_config(args.large)
+        ppo = workload.ppo_config(args.large)
         batch_size = ppo.batch_size
         shape = {"minibatch_size": ppo.minibatch_size, "update_epochs": ppo.update_epochs}
     else:  # a rate of gradient steps, each on a minibatch of batch_size (1/K of it sampled by each rank)
-        batch_size = offpolicy_config(args.algo)[0].batch_size
+        batch_size = workload.offpolicy_config(args.algo)[0].batch_size
         shape = {"unit": "gradient steps", "minibatches_per_sample": LearnerConfig().minibatches_per_sample}
     rows = [
         {
@@ -179,12 +170,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {
         "benchmark": "learner_group",
         "algo": args.algo,
-        "env": ENV_ID,
+        "env": workload.ENV_ID,
         "batch_size": batch_size,
         **shape,
         "updates_per_round": args.updates,
         "backend": "nccl" if args.device == "cuda" else "gloo",
-        "machine": machine(torch.device(args.device)),
+        "machine": workload.machine(torch.device(args.device)),
         "rows": rows,
     }
     if 1 in median and 2 in median:

@@ -1,6 +1,5 @@
-"""The learner benchmarks' workload (bench/learner.py, and each rank of bench/learner_group.py): real HalfCheetah-v5
-experience collected with the algorithm's own policy and collector, replay-shaped samples of it, each row's config,
-and the machine a result names."""
+"""The learner benchmarks' workload (bench/learner.py, bench/learner_group.py's ranks): real HalfCheetah-v5
+experience, replay-shaped samples of it, each row's config, and the machine a result names."""
 
 from __future__ import annotations
 

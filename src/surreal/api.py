@@ -46,7 +46,7 @@ from surreal.errors import ConfigError
 if TYPE_CHECKING:
     from surreal.config import ExperimentConfig
     from surreal.policy.load import Policy
-    from surreal.run import PreparedRun
+    from surreal.run.prepare import PreparedRun
 
 Mode = Literal["processes", "serial"]
 MODES = ("processes", "serial")
@@ -185,7 +185,9 @@ class Run:
             return self._process.poll() is None
         if self._thread is not None:
             return self._thread.is_alive()
-        return _launcher_pid(self.dir) is not None
+        from surreal.run.folder import launcher_pid
+
+        return launcher_pid(self.dir) is not None
 
     @property
     def status(self) -> str:
@@ -225,6 +227,8 @@ class Run:
         """Stop the run as Ctrl-C stops `surreal run`: the learner checkpoints, replay shards snapshot, and
         summary.json says `interrupted`. Returns once it is over (SIGKILL after `timeout_s`). Works on an opened
         run too, by signalling the launcher that holds its folder."""
+        from surreal.run.folder import launcher_pid
+
         if self._process is not None:
             if self._process.poll() is None:
                 self._process.send_signal(signal.SIGINT)
@@ -236,7 +240,7 @@ class Run:
         elif self._thread is not None:
             self._stop.set()
             self._thread.join(timeout_s)
-        elif (pid := _launcher_pid(self.dir)) is not None:
+        elif (pid := launcher_pid(self.dir)) is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGINT)
             with contextlib.suppress(TimeoutError):
@@ -272,19 +276,16 @@ class Run:
     # -- starting --------------------------------------------------------------------------------------------
 
     def _launch(self, prepared: PreparedRun, root: Path) -> None:
-        """A launcher of its own for the folder prepared here, as a child handed the folder's lock (run/start.py
-        `handed_over`), its output in logs/launcher.log after what the preparation said. The child gets SIGTERM (and
-        stops as on Ctrl-C) if the thread that started it dies, so no run outlives its owner unseen."""
+        """A launcher of its own for the folder prepared here, a child handed its lock (run/start.py), its output in
+        logs/launcher.log after what the preparation said. The child gets SIGTERM (and stops as on Ctrl-C) if the
+        thread that started it dies, so no run outlives its owner unseen."""
         from surreal.launch.supervisor import die_with
         from surreal.run.start import handed_over
 
         env = {**os.environ, "SURREAL_RUNS_ROOT": str(root), "PYTHONUNBUFFERED": "1"}
-        said = [
-            *(f"surreal: warning: {line}" for line in prepared.warnings),
-            *(f"[surreal] {n}" for n in prepared.notes),
-        ]
+        said = [f"surreal: warning: {w}\n" for w in prepared.warnings] + [f"[surreal] {n}\n" for n in prepared.notes]
         with prepared.lock, open(self.dir / "logs" / LAUNCHER_LOG, "a", encoding="utf-8") as log:
-            log.write("".join(f"{line}\n" for line in said))
+            log.write("".join(said))
             log.flush()
             self._process = subprocess.Popen(
                 handed_over(prepared),
@@ -298,9 +299,8 @@ class Run:
         _left_running_is_stopped(self)
 
     def _start_serial(self, prepared: PreparedRun) -> None:
-        """Run `prepared` in a thread of this process, holding the serial claim `start` took until it ends."""
-        # A daemon: at the script's end the interpreter does not wait for it to spend its budget; `_stop_runs_left`
-        # stops it (a checkpoint) and says so.
+        """Run `prepared` in a daemon thread, holding the serial claim `start` took: at the script's end the
+        interpreter does not wait for it to spend its budget; `_stop_runs_left` stops it (a checkpoint) and says so."""
         self._thread = threading.Thread(
             target=self._run_serial, args=(prepared,), name=f"surreal-{self.name}", daemon=True
         )
@@ -308,9 +308,8 @@ class Run:
         _left_running_is_stopped(self)
 
     def _run_serial(self, prepared: PreparedRun) -> None:
-        """The serial run in this thread (summary.json written however it ends: run/start.py); what it raised is
-        kept for `wait()`; releases the serial claim."""
-        from surreal.run import start
+        """The serial run in this thread; what it raised is kept for `wait()`; releases the serial claim."""
+        from surreal.run.start import start
 
         try:
             start(prepared, "serial", stop=lambda: "stopped by Run.stop()" if self._stop.is_set() else None)
@@ -369,8 +368,8 @@ def start(
 ) -> Run:
     """Start a run and return at once; `Run.wait()` blocks until it is over. Arguments as `train`'s."""
     from surreal.envs import env_ids_in, import_modules, modules_named
-    from surreal.run import RunComplete, prepare
     from surreal.run.folder import runs_root as default_root
+    from surreal.run.prepare import RunComplete, prepare
 
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
@@ -405,13 +404,6 @@ def start(
     return run
 
 
-def _launcher_pid(run_dir: Path) -> int | None:
-    """run/folder.py's `launcher_pid`, imported when first asked: the run service loads the config's Hydra."""
-    from surreal.run.folder import launcher_pid
-
-    return launcher_pid(run_dir)
-
-
 def _warn(lines: list[str]) -> None:
     """A budget a default eats (run/preflight.py), as the CLI prints it: a UserWarning each, at the caller."""
     for line in lines:
@@ -442,17 +434,4 @@ def train(
     and how it runs. imports: modules to import first (your envs' module, as `surreal run --import`): a resumed run
     folder whose config.yaml names a `module:Name` env is refused unless its module is named here, in `env=`, or
     already imported. Raises ConfigError (the CLI's message) before anything starts, RunFailed if the run fails."""
-    run = start(
-        algo,
-        env,
-        actors=actors,
-        steps=steps,
-        seed=seed,
-        overrides=overrides,
-        name=name,
-        mode=mode,
-        resume=resume,
-        runs_root=runs_root,
-        imports=imports,
-    )
-    return run.wait()
+    return start(**locals()).wait()  # every argument, as given

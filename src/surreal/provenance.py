@@ -1,6 +1,5 @@
-"""Where a run came from: the git commit and package versions it was started with, as reproduce.json records them
-and the policy artifact's header repeats (policy/build.py). A leaf: it imports nothing of the package but the run
-folder's JSON files, so the run service and the roles alike can ask."""
+"""Where a run came from: the git commit and package versions it started with, as reproduce.json records them and
+the policy artifact's header repeats. A leaf, so the run service and the roles alike can ask."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""A run or sweep folder's JSON files (summary.json, eval.json, reproduce.json, sweep.json): small objects written
-whole, read back bounded, since a folder may have been downloaded; and summary.json's content, which a launch writes
-when it ends however it ends, in processes (launch/local.py) or in one (run/start.py).
-
-Torch- and Hydra-free: the roles, the policy artifact's provenance, the launcher and the commands all read them.
+"""A run or sweep folder's JSON files (summary.json, eval.json, reproduce.json, sweep.json): written whole, read back
+bounded (a folder may have been downloaded); and summary.json's content, written when a launch ends however it ends.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """`surreal run [--serial] [--resume RUN] [overrides...]`: one experiment, prepared and started in this process by
-the run service (surreal/run/). What cannot run is one line and exit 2 before anything starts; a budget a default
-eats is a warning line; then the run's own lines, and its result.
-
-Exit code: 0 completed (or a resumed run with nothing left to do), 1 failed, 2 refused, 130 interrupted.
-"""
+the run service (surreal/run/). Exit code: 0 completed (or nothing left to resume), 1 failed, 2 refused, 130
+interrupted."""
 
 from __future__ import annotations
 
@@ -17,7 +14,8 @@ from surreal.config import ConfigError
 from surreal.envs import env_ids_in, import_modules, modules_named
 from surreal.launch.local import print_result
 from surreal.roles.common import StopFlag
-from surreal.run import RunComplete, prepare, start
+from surreal.run.prepare import RunComplete, prepare
+from surreal.run.start import start
 from surreal.runjson import EXIT_CODES, read_json
 
 
@@ -28,10 +26,9 @@ def run_experiment(
     imports: Sequence[str] = (),
     serial: bool = False,
 ) -> int:
-    """Run one experiment: its roles as supervised local processes, or with `serial` every role's core in this
-    process (run/serial.py: deterministic for a seed), into the same run folder and summary. `resume`: continue the
-    run in that folder (or bucket URI) instead; `overrides` may then only change its budget and how it runs.
-    `imports`: modules to import first (`--import`: the user's envs; an `env=` a resume names imports its own)."""
+    """One experiment: its roles as supervised local processes, or with `serial` every role's core in this process
+    (deterministic for a seed). `resume`: continue the run in that folder or bucket URI instead. `imports`: the
+    user's env modules (`--import`; a resume's `env=` imports its own)."""
     try:
         import_modules([*imports, *(modules_named(env_ids_in(overrides)) if resume is not None else [])])
         prepared = prepare(overrides, resume=resume, mode="serial" if serial else "processes")

@@ -1,5 +1,4 @@
-"""`python -m surreal.run RUN_DIR --lock-fd FD`: the launcher of a run folder another process prepared and handed
-over with its lock (run/start.py `main`)."""
+"""`python -m surreal.run RUN_DIR --lock-fd FD`: the launcher of a folder another process prepared (run/start.py)."""
 
 import sys
 

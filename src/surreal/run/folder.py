@@ -53,8 +53,7 @@ def run_name(cfg: ExperimentConfig) -> str:
 class RunFolderLock:
     """An exclusive lock on a run folder, held by the launcher that runs in it (released on exit, also when
     the launcher dies: the kernel drops a dead process's flock), so two launchers never share one folder.
-    `handed`: the lock's file descriptor, locked already by the process that prepared the run and passed to this
-    one, its launcher (run/start.py `handed_over`): the folder is never unlocked between the two."""
+    `handed`: its descriptor, locked by the process that prepared the run (run/start.py `handed_over`)."""
 
     def __init__(self, run_dir: Path, hint: str = "choose another name=", handed: int | None = None) -> None:
         if handed is not None:

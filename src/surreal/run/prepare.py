@@ -1,13 +1,9 @@
-"""`prepare`: an experiment made ready to start, once, in the caller's process (the CLI's `surreal run`, the API's
-`surreal.train`): its config composed and checked, the env built once (run/preflight.py), and its run folder made
-or reopened and locked. What cannot run is refused here as a ConfigError, one line, before any process exists.
+"""`prepare`: an experiment made ready to start, once, in the caller's process (`surreal run`, `surreal.train`):
+its config composed and checked, the env built once (run/preflight.py), its run folder made or reopened and locked.
+What cannot run is refused here, a ConfigError of one line, before any process exists.
 
-    prepared = prepare(["algo=sac", "env=Pendulum-v1"])            # a new run
-    prepared = prepare(["steps=200000"], resume="runs/pend-sac")   # a stopped run, continued
+    prepared = prepare(["algo=sac", "env=Pendulum-v1"])            # or prepare(["steps=200000"], resume="runs/x")
     summary = start(prepared)                                      # run/start.py
-
-A resumed run whose budget is spent already starts nothing: `RunComplete` says so, with the `steps=` that would
-extend it.
 """
 
 from __future__ import annotations
@@ -37,8 +33,7 @@ Mode = Literal["processes", "serial"]
 
 
 class RunComplete(Exception):
-    """A resumed run that already spent the budget it would resume with: nothing to start (the message says how to
-    extend it). `run_dir` is its folder."""
+    """A resumed run (in `run_dir`) whose budget is spent: nothing to start; the message says how to extend it."""
 
     def __init__(self, note: str, run_dir: Path) -> None:
         super().__init__(note)
@@ -47,18 +42,15 @@ class RunComplete(Exception):
 
 @dataclass
 class PreparedRun:
-    """A run folder ready to start: `cfg` is the config its roles run (checked, its replay laid out), written to
-    config.yaml; `lock` holds the folder until the run ends. `resume`: its roles resume from what the folder holds;
-    `resumed_at`: the env steps of the checkpoint they resume from (None: none restores). `run_uri`: the bucket it is
-    mirrored at. `warnings` (a budget a default eats) and `notes` (where a resumed run resumes) are for the caller
-    to say."""
+    """A run folder ready to start: `cfg`, the config its roles run (checked, its replay laid out), is config.yaml;
+    `lock` holds the folder. `resumed_at`: the env steps of the checkpoint a resumed run's roles resume from.
+    `warnings` (budgets a default eats) and `notes` (where a resumed run resumes) are the caller's to say."""
 
     dir: Path
     cfg: ExperimentConfig
     lock: RunFolderLock
     resume: bool = False
     resumed_at: int | None = None
-    run_uri: str | None = None
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -70,26 +62,23 @@ def prepare(
     mode: Mode = "processes",
     root: Path | None = None,
 ) -> PreparedRun:
-    """A new run of `overrides`, or with `resume` the run in that folder (a path, a name under the runs root, or a
-    bucket's run URI), its `overrides` then limited to its budget and how it runs (run/resume.py). `root`: the runs
-    root (default SURREAL_RUNS_ROOT or ./runs). The modules of the user's envs are imported by the caller first.
-    ConfigError: refused, nothing started; RunComplete: a resumed run with nothing left to do."""
+    """A new run of `overrides`, or the run `resume` names (a folder, a name under the runs `root`, a bucket's URI),
+    `overrides` then limited to its budget and how it runs (run/resume.py). The caller imports the user's env
+    modules first."""
     if resume is not None:
         return _reopen(resume, overrides, mode, root)
     cfg, warnings = checked(load_config(overrides))  # the env built once; the replay's layout resolved
     _refuse_for_mode(mode, cfg.run_uri, cfg.learner.replicas)
     run_dir, cfg, lock = create_run_folder(cfg, overrides, root)
-    return PreparedRun(run_dir, cfg, lock, run_uri=mirror_uri(cfg, run_dir), warnings=warnings)
+    return PreparedRun(run_dir, cfg, lock, warnings=warnings)
 
 
 def _reopen(where: str | os.PathLike[str], overrides: Sequence[str], mode: Mode, root: Path | None) -> PreparedRun:
-    """A stopped run's folder, reopened: a run mirrored in a bucket first gets what its local folder lacks from
-    there. Its config.yaml's env is made only if its id imports nothing the user did not name (`admit_env_id`),
-    since a run folder may have been downloaded as a policy file may."""
-    uri: str | None
+    """A stopped run's folder reopened, what it lacks pulled from its bucket first. Its env is made only if its id
+    imports nothing the user did not name (`admit_env_id`): a run folder may have been downloaded."""
     if is_uri(where):
         _refuse_for_mode(mode, str(where))
-        remote = uri = str(where).rstrip("/")
+        remote = str(where).rstrip("/")
         run_dir = fetch_run(remote)
         cfg = resume_config(run_dir, overrides)
         cfg = replace(cfg, name=run_name_of(remote), run_uri=remote.rpartition("/")[0])  # where it is mirrored now
@@ -97,8 +86,7 @@ def _reopen(where: str | os.PathLike[str], overrides: Sequence[str], mode: Mode,
         run_dir = find_run_dir(where, root)
         cfg = resume_config(run_dir, overrides)
         _refuse_for_mode(mode, cfg.run_uri, cfg.learner.replicas)
-        uri = mirror_uri(cfg, run_dir)
-        if uri is not None:
+        if (uri := mirror_uri(cfg, run_dir)) is not None:
             fetch_run(uri, run_dir=run_dir)  # what the folder lacks (deleted, or never here) comes from the bucket
     if (note := completed_note(where, run_dir, cfg)) is not None:
         raise RunComplete(note, run_dir)
@@ -108,7 +96,7 @@ def _reopen(where: str | os.PathLike[str], overrides: Sequence[str], mode: Mode,
     counters = checkpoint_counters(run_dir)  # where the learner will resume (it says so itself, too)
     resumed_at = None if counters is None else int(counters["env_steps"])
     notes.append(describe_resume(run_dir, cfg, counters))
-    return PreparedRun(run_dir, cfg, lock, True, resumed_at, uri, warnings, notes)
+    return PreparedRun(run_dir, cfg, lock, True, resumed_at, warnings, notes)
 
 
 def _refuse_for_mode(mode: Mode, run_uri: str | None, replicas: int = 1) -> None:

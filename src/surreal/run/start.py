@@ -1,14 +1,6 @@
-"""`start`: a prepared run folder (run/prepare.py) run to its end, summary.json written however it ends.
-
-    processes   every role a supervised local process (launch/local.py), stopped by SIGINT or SIGTERM; the launcher
-                prints its progress and its result
-    serial      every role's core in the calling thread on in-process ports, no sockets (run/serial.py: deterministic
-                for a seed), stopped between steps once `stop()` gives a reason; its log is logs/serial.log
-
-`surreal run` starts the run in its own process. `surreal.train(mode="processes")` hands the folder it prepared, and
-the folder's lock, to a launcher of its own instead (`handed_over`, then `main` in the child): the launcher takes
-signals in its own main thread and outlives no owner, and nothing is prepared twice.
-"""
+"""`start`: a prepared run folder (run/prepare.py) run to its end as supervised processes (launch/local.py) or
+serially in the calling thread (run/serial.py), summary.json written however it ends. `surreal.train` hands the
+folder it prepared, and its lock, to a child launcher instead (`handed_over`, `main`): nothing is prepared twice."""
 
 from __future__ import annotations
 
@@ -33,15 +25,13 @@ SERIAL_LOG = "serial.log"  # in <run>/logs/: a serial run's log (its learner's, 
 def start(
     prepared: PreparedRun, mode: Mode = "processes", *, live: bool = False, stop: Callable[[], str | None] | None = None
 ) -> dict[str, Any]:
-    """Run `prepared` to its end and release its folder; returns summary.json's content (status completed,
-    interrupted or failed). `live`: the launcher's progress line redrawn in place. `stop` (serial): asked between
-    steps, from any thread; the reason it returns ends the run with a checkpoint, as Ctrl-C ends a launcher's. A
-    serial run that raises has its summary written as failed and raises on (ConfigError: a checkpoint a process
-    learner wrote, which this world cannot continue)."""
+    """Run `prepared` to its end, release its folder and return summary.json's content. `live`: the launcher's
+    progress line redrawn in place. `stop` (serial): asked between steps, from any thread; a reason ends the run with
+    a checkpoint, as Ctrl-C does a launcher's. A serial run that raises is summarized as failed and raises on."""
     with prepared.lock:
         if mode == "processes":
             cfg, run_dir = prepared.cfg, prepared.dir
-            return launch(cfg, run_dir, live, prepared.resume, prepared.resumed_at, prepared.run_uri)
+            return launch(cfg, run_dir, live, prepared.resume, prepared.resumed_at, mirror_uri(cfg, run_dir))
         return _serial(prepared, stop)
 
 
@@ -69,12 +59,10 @@ def _serial(prepared: PreparedRun, stop: Callable[[], str | None] | None) -> dic
         if result is None:
             return summary("interrupted", stop() if stop is not None else None)
         return summary("completed", None)
-    except KeyboardInterrupt:
-        summary("interrupted", "KeyboardInterrupt")
-        raise
-    except BaseException as exc:
+    except BaseException as exc:  # summarized, then raised on
+        interrupted = isinstance(exc, KeyboardInterrupt)
         with contextlib.suppress(Exception):
-            summary("failed", f"{exc}")
+            summary("interrupted" if interrupted else "failed", "KeyboardInterrupt" if interrupted else f"{exc}")
         raise
     finally:
         log.removeHandler(handler)
@@ -82,8 +70,7 @@ def _serial(prepared: PreparedRun, stop: Callable[[], str | None] | None) -> dic
 
 
 def handed_over(prepared: PreparedRun) -> list[str]:
-    """The command of a child launcher that starts `prepared`'s roles (`main`), handed its folder and the lock's file
-    descriptor: pass that descriptor on (`subprocess.Popen(..., pass_fds=[prepared.lock.file.fileno()])`)."""
+    """The command of a child launcher (`main`) handed `prepared`: pass the lock's descriptor on (`pass_fds`)."""
     argv = [sys.executable, "-m", "surreal.run", str(prepared.dir), "--lock-fd", str(prepared.lock.file.fileno())]
     if prepared.resume:
         argv.append("--resume")
@@ -94,8 +81,7 @@ def handed_over(prepared: PreparedRun) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m surreal.run RUN_DIR --lock-fd FD [--resume] [--resumed-at STEPS]`: the child launcher of
-    `handed_over`. The folder's config.yaml is the config prepared (checked, its replay laid out); `surreal run`'s
-    exit code."""
+    `handed_over`, running config.yaml as prepared; `surreal run`'s exit code."""
     parser = argparse.ArgumentParser(prog="python -m surreal.run", description=main.__doc__)
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--lock-fd", type=int, required=True)
@@ -104,5 +90,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     lock = RunFolderLock(args.run_dir, handed=args.lock_fd)
     cfg = read_config(args.run_dir / "config.yaml")
-    prepared = PreparedRun(args.run_dir, cfg, lock, args.resume, args.resumed_at, mirror_uri(cfg, args.run_dir))
-    return EXIT_CODES[start(prepared)["status"]]
+    return EXIT_CODES[start(PreparedRun(args.run_dir, cfg, lock, args.resume, args.resumed_at))["status"]]
