@@ -435,7 +435,7 @@ helm-schema: $(STAMP)
 
 ## Rewrite docs/configuration.md, every config key with its type, default and doc, from the typed config.
 config-reference: $(STAMP)
-	$(PY) -m surreal.launch.catalog docs/configuration.md
+	$(PY) -m surreal.commands.catalog docs/configuration.md
 
 ## Rewrite the values table in the chart's README and docs/kubernetes.md from values.yaml's `# --` comments and the schema.
 chart-readme: $(STAMP)

@@ -178,7 +178,7 @@ def test_bad_ids_and_kwargs_are_one_line(env_id, kwargs, says):
 
 def test_every_algorithm_refuses_atari_frames_in_one_line_naming_the_images():
     from surreal.config.schema import ALGORITHMS
-    from surreal.launch.preflight import preflight
+    from surreal.run.preflight import preflight
 
     for name in ALGORITHMS:
         with pytest.raises(ConfigError) as err:
@@ -193,7 +193,7 @@ def test_every_algorithm_refuses_atari_frames_in_one_line_naming_the_images():
 def test_a_chunk_of_frames_too_large_for_a_replay_message_is_refused_in_one_line():
     """No algorithm takes images yet, so the check is driven with PPO's chunk layout over Pong's spaces directly: 256
     steps of two float32 stacks are 57.8 MB, under the default 64 MiB; two envs an actor are over it."""
-    from surreal.launch.preflight import check_chunk_size
+    from surreal.run.preflight import check_chunk_size
 
     env = AtariEnv(PONG)
     spaces = env.observation_space, env.action_space

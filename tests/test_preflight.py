@@ -1,5 +1,5 @@
 """What cannot run is refused before any role starts, in one line with exit 2, and a budget a default eats is said
-once at the start (launch/preflight.py)."""
+once at the start (run/preflight.py)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from surreal.commands.run import run_experiment
 from surreal.config import ConfigError, load_config
 from surreal.config.schema import ALGORITHMS
 from surreal.launch import local
-from surreal.launch.preflight import budget_warnings, checked
-from surreal.launch.runfolder import write_summary
+from surreal.run.preflight import budget_warnings, checked
+from surreal.runjson import write_summary
 from surreal.spaces import check_spaces
 
 REFUSALS = {
@@ -64,7 +65,7 @@ def test_a_refusal_starts_no_process(monkeypatch, tmp_path, case):
     monkeypatch.setenv("SURREAL_RUNS_ROOT", str(tmp_path / "runs"))
     monkeypatch.setattr(local.Supervisor, "start", lambda self, spec: started.append(spec))
     monkeypatch.setattr(local, "plan_processes", lambda *a, **k: pytest.fail("planned processes for a refused run"))
-    assert local.run_experiment(REFUSALS[case][0], live=False) == 2
+    assert run_experiment(REFUSALS[case][0], live=False) == 2
     assert started == [] and not (tmp_path / "runs").exists()
 
 
@@ -73,7 +74,7 @@ def test_the_refusal_path_imports_no_torch():
     code = (
         "import sys\n"
         "from surreal.config import ConfigError, load_config\n"
-        "from surreal.launch.preflight import preflight\n"
+        "from surreal.run.preflight import preflight\n"
         "try:\n"
         "    preflight(load_config(['algo=sac', 'env=CartPole-v1']))\n"
         "except ConfigError:\n"
@@ -156,7 +157,7 @@ def test_surreal_run_says_each_warning_once_at_the_start(monkeypatch, tmp_path, 
         "supervise",
         lambda cfg, run_dir, *_: write_summary(run_dir, cfg, 0.0, "interrupted", {}, "stopped by the test"),
     )
-    assert local.run_experiment(["algo=ddpg", "env=Hopper-v5", "steps=30000", "name=w"], live=False) == 130
+    assert run_experiment(["algo=ddpg", "env=Hopper-v5", "steps=30000", "name=w"], live=False) == 130
     err = capsys.readouterr().err
     assert err.count("surreal: warning: algo.learning_starts=25,000") == 1 and err.count("warning") == 1, err
 
@@ -168,8 +169,8 @@ def test_the_launcher_resolves_a_transition_replays_layout_and_refuses_one_its_s
     from surreal.algos import get_algorithm
     from surreal.config import algo_config
     from surreal.envs import env_spaces
-    from surreal.launch.preflight import checked
     from surreal.proto.wire import fields_of
+    from surreal.run.preflight import checked
 
     cfg, warnings = checked(load_config(["algo=sac", "env=Pendulum-v1", "steps=100000"]))
     assert warnings == [] and cfg.replay.mode == "uniform"

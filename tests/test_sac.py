@@ -19,7 +19,7 @@ from surreal.algos.sac.learner import SACLearner
 from surreal.algos.sample_steps import STEP_KEYS
 from surreal.algos.stacked import StackedMLP
 from surreal.config import ConfigError, algo_config, load_config
-from surreal.launch.serial import run_serial
+from surreal.run.serial import run_serial
 
 SMALL = ["algo.hidden_sizes=[32,32]", "algo.critic_hidden_sizes=[48,48]"]
 

@@ -29,7 +29,7 @@ What the adapter promises:
 
 - **Frames**: with `render_mode="rgb_array"` (what `surreal eval --video` asks for) robosuite's offscreen renderer
   is on and `render()` returns the `frontview` camera's image, 480 x 480 RGB (Gymnasium's MuJoCo size), upright;
-  MuJoCo draws it through the backend MUJOCO_GL names (EGL or OSMesa: launch/video.py chooses). The observation
+  MuJoCo draws it through the backend MUJOCO_GL names (EGL or OSMesa: commands/video.py chooses). The observation
   stays the low-dimensional vector.
 
 Defaults (`DEFAULT_KWARGS`, overridden by `env.kwargs`) are robosuite's benchmark settings: Panda, no renderer

@@ -4,7 +4,7 @@ MuJoCo (and robosuite's own GL contexts) fix their backend at import, from `MUJO
 leave the import unusable or crash the process, so each candidate is tried in a child process, once per process: the
 one `MUJOCO_GL` names, else EGL (a GPU driver's, or Mesa's), else OSMesa (Mesa's software rasterizer). The chosen one
 is set in `MUJOCO_GL` and `PYOPENGL_PLATFORM`, which the roles a launcher starts inherit. When none starts, the
-error names what each said, in one line, before any role starts (launch/preflight.py builds the env once).
+error names what each said, in one line, before any role starts (run/preflight.py builds the env once).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each algorithm's config declares the kinds it takes (`AlgoConfig.observation_spaces` / `.action_spaces`, names from
 `SPACE_KINDS`, so the config layer needs no gymnasium). The launcher checks them against the env it builds once before
-any role starts (launch/preflight.py); an algorithm checks them again where it builds its networks, so a role given
+any role starts (run/preflight.py); an algorithm checks them again where it builds its networks, so a role given
 an env it cannot take (a chart whose values skipped the launcher) says the same one line instead of a traceback.
 """
 

@@ -139,7 +139,7 @@ class AlgoConfig(Section):
     regime: ClassVar[str]
     kind: ClassVar[str]  # what the regime is, as `surreal run --help` says it: on-policy or off-policy
     replay_modes: ClassVar[tuple[str, ...]]  # the replay modes the regime learns from; the first is what `auto` picks
-    # The spaces it takes (SPACE_KINDS): checked against the env once before any role starts (launch/preflight.py)
+    # The spaces it takes (SPACE_KINDS): checked against the env once before any role starts (run/preflight.py)
     # and again where a role builds the policy (surreal/spaces.py), so an env it cannot take is one line, not a crash.
     observation_spaces: ClassVar[frozenset[str]] = frozenset({"box"})
     action_spaces: ClassVar[frozenset[str]] = frozenset({"box"})

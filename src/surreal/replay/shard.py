@@ -163,7 +163,7 @@ class ReplayShard:
 
     def state(self) -> dict[str, Any]:
         """Everything the shard holds (NumPy arrays, numbers, containers), for an exact resume in serial mode
-        (launch/serial.py): its buffer as a snapshot captures it (replay/snapshot.py), the sampling generator,
+        (run/serial.py): its buffer as a snapshot captures it (replay/snapshot.py), the sampling generator,
         and the books of the next report."""
         captured = capture(self.replay, guard=self.capacity, keep_empty=True)  # all copied: nothing writes now
         replay = (

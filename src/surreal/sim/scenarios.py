@@ -26,7 +26,7 @@ from gymnasium import spaces
 
 from surreal.algos import get_algorithm
 from surreal.config import ExperimentConfig, algo_config, load_config
-from surreal.launch.preflight import with_layout
+from surreal.run.preflight import with_layout
 from surreal.runtime.regimes import regime_of
 from surreal.runtime.regimes.replay_ratio import ReplayRatioRegime
 from surreal.runtime.regimes.versions import STALL_MIN_S, VersionsRegime

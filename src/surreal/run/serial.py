@@ -33,15 +33,15 @@ import torch
 from surreal.config import ConfigError, ExperimentConfig
 from surreal.envs import env_spaces, env_steps_bound
 from surreal.envstate import EnvStateUnsupported
-from surreal.launch.preflight import with_replay_layout
 from surreal.metrics import RoleMetrics
 from surreal.proto.wire import BlobMeta
 from surreal.replay.shard import ReplayShard
 from surreal.roles.actor import Actor
-from surreal.roles.evaluation import EVAL_FILE, finish, finished_before
+from surreal.roles.evaluation import EVAL_FILE
 from surreal.roles.evaluator import EvaluatorCore
-from surreal.roles.learner import LearnerCore
+from surreal.roles.learner import LearnerCore, finish, finished_before
 from surreal.roles.ports import InProcessParams, InProcessReplay
+from surreal.run.preflight import with_replay_layout
 
 
 class SerialStalled(RuntimeError):
