@@ -57,11 +57,6 @@ def rule_problems(rule: str, values: Mapping[str, Any], prefix: str = "algo.") -
     return [f"{prefix}{key} must be {rule} (got {value})" for key, value in values.items() if not RULES[rule](value)]
 
 
-def unmet(*rules: tuple[bool, str]) -> list[str]:
-    """The message of each (holds, message) rule that does not hold."""
-    return [message for holds, message in rules if not holds]
-
-
 class Section:
     """A section of the experiment (`prefix`: its keys' dotted prefix): its own value rules and those that tie it to
     the rest (`problems`), which `validate` lists with every other section's."""
@@ -157,29 +152,19 @@ class AlgoConfig(Section):
 
     def problems(self, cfg: ExperimentConfig) -> list[str]:
         """The algorithm's own value rules and its regime's; a subclass extends them."""
-        chunk, topology = self.chunk_size(cfg), cfg.topology
-        out = self.breaking("> 0", "batch_size") + unmet(
-            (self.name in ALGORITHMS, f"algo.name {self.name!r} is not one of {', '.join(ALGORITHMS)}"),
-            (
-                cfg.replay.mode in self.replay_modes,
-                f"{self.name} is {self.kind}: replay.mode must be {' or '.join(self.replay_modes)} "
-                f"(got {cfg.replay.mode!r})",
-            ),
-        )
+        out, chunk, mode = self.breaking("> 0", "batch_size"), self.chunk_size(cfg), cfg.replay.mode
+        if self.name not in ALGORITHMS:
+            out.append(f"algo.name {self.name!r} is not one of {', '.join(ALGORITHMS)}")
+        if mode not in self.replay_modes:
+            out.append(
+                f"{self.name} is {self.kind}: replay.mode must be {' or '.join(self.replay_modes)} (got {mode!r})"
+            )
         if cfg.learner.replicas > 1:
             out += self.replica_problems(cfg.learner.replicas)
-        if cfg.deterministic:
-            out += unmet(
-                (topology.actors == 1, f"deterministic=true needs topology.actors=1 (got {topology.actors})"),
-                (
-                    topology.replay_shards == 1,
-                    f"deterministic=true needs topology.replay_shards=1 (got {topology.replay_shards})",
-                ),
-                (
-                    chunk > 0 and self.batch_size % chunk == 0,
-                    f"deterministic=true needs algo.batch_size ({self.batch_size}) to be a multiple of "
-                    f"one actor message ({chunk} units)",
-                ),
+        if cfg.deterministic and not (chunk > 0 and self.batch_size % chunk == 0):
+            out.append(
+                f"deterministic=true needs algo.batch_size ({self.batch_size}) to be a multiple of one actor message "
+                f"({chunk} units)"
             )
         return out
 
@@ -363,27 +348,21 @@ class TopologyConfig(Section):
 
     def problems(self, cfg: ExperimentConfig) -> list[str]:
         out = self.breaking("> 0", "actors", "envs_per_actor", "replay_shards", "ps_replicas", "inference_workers")
-        modes = ", ".join(INFERENCE_MODES)
-        out += unmet(
-            (self.inference in INFERENCE_MODES, f"topology.inference must be one of {modes} (got {self.inference!r})")
-        )
-        if self.inference != "central":
-            return out
-        return out + unmet(
-            (
-                cfg.algo.central_inference(),
-                f"topology.inference=central runs PPO's MLP policy only (got algo {cfg.algo.name})",
-            ),
-            (
-                not cfg.deterministic,
-                "topology.inference=central needs deterministic=false (serial mode has no workers)",
-            ),
-            (
-                self.envs_per_actor <= cfg.inference.max_batch_envs,
-                f"topology.envs_per_actor ({self.envs_per_actor}) must fit inference.max_batch_envs "
-                f"({cfg.inference.max_batch_envs})",
-            ),
-        )
+        for key, value in (("actors", self.actors), ("replay_shards", self.replay_shards)):
+            if cfg.deterministic and value != 1:
+                out.append(f"deterministic=true needs topology.{key}=1 (got {value})")
+        if self.inference not in INFERENCE_MODES:
+            out.append(f"topology.inference must be one of {', '.join(INFERENCE_MODES)} (got {self.inference!r})")
+        elif self.inference == "central":
+            if not cfg.algo.central_inference():
+                out.append(f"topology.inference=central runs PPO's MLP policy only (got algo {cfg.algo.name})")
+            if cfg.deterministic:
+                out.append("topology.inference=central needs deterministic=false (serial mode has no workers)")
+            if self.envs_per_actor > (most := cfg.inference.max_batch_envs):
+                out.append(
+                    f"topology.envs_per_actor ({self.envs_per_actor}) must fit inference.max_batch_envs ({most})"
+                )
+        return out
 
 
 @dataclass
@@ -447,13 +426,10 @@ class ReplayConfig(Section):
     def problems(self, cfg: ExperimentConfig) -> list[str]:
         out = self.breaking("> 0", "capacity", "capacity_bytes", "priority_eps", "max_message_bytes", "max_frames")
         out += self.breaking(">= 0", "snapshot_interval_s") + self.breaking("in [0, 1]", "alpha", "beta")
-        out += unmet(
-            (self.mode in REPLAY_MODES, f"replay.mode must be one of {', '.join(REPLAY_MODES)} (got {self.mode!r})"),
-            (
-                self.capacity >= cfg.algo.batch_size,
-                f"replay.capacity ({self.capacity}) must hold one batch (algo.batch_size={cfg.algo.batch_size})",
-            ),
-        )
+        if self.mode not in REPLAY_MODES:
+            out.append(f"replay.mode must be one of {', '.join(REPLAY_MODES)} (got {self.mode!r})")
+        if self.capacity < (batch := cfg.algo.batch_size):
+            out.append(f"replay.capacity ({self.capacity}) must hold one batch (algo.batch_size={batch})")
         if self.layout is not None:
             from surreal.proto.wire import fields_of  # NumPy and the codec: only for a config that has a layout
 
@@ -531,17 +507,12 @@ class ChaosConfig(Section):
         return self.kill_every_s > 0 or (self.alive is not None and self.window_s > 0)
 
     def problems(self, cfg: ExperimentConfig) -> list[str]:
-        actors = cfg.topology.actors
-        return self.breaking(">= 0", "kill_every_s", "window_start_s", "window_s") + unmet(
-            (
-                self.alive is None or 0 <= self.alive <= actors,
-                f"chaos.alive must be between 0 and topology.actors={actors} (got {self.alive})",
-            ),
-            (
-                not (self.active and cfg.deterministic),
-                "chaos needs deterministic=false: killed actors are not replayable",
-            ),
-        )
+        out, actors = self.breaking(">= 0", "kill_every_s", "window_start_s", "window_s"), cfg.topology.actors
+        if self.alive is not None and not 0 <= self.alive <= actors:
+            out.append(f"chaos.alive must be between 0 and topology.actors={actors} (got {self.alive})")
+        if self.active and cfg.deterministic:
+            out.append("chaos needs deterministic=false: killed actors are not replayable")
+        return out
 
 
 @dataclass
@@ -552,7 +523,7 @@ class ExperimentConfig:
     run_uri: str | None = None
     algo: AlgoConfig = field(
         default_factory=lambda: ALGORITHMS[DEFAULT_ALGO]()
-    )  # typed by ALGORITHMS[algo.name] when loaded
+    )  # typed by ALGORITHMS[name] when loaded
     env: EnvConfig = field(default_factory=EnvConfig)
     seed: int = 1  # seeds every environment, network and random draw (deterministic=true: the same run bit for bit)
     total_env_steps: int = 1_000_000  # the training budget in env steps (the shorthand `steps=N`)
@@ -575,14 +546,13 @@ class ExperimentConfig:
         """The top-level keys' rules, then each section's (`Section.problems`)."""
         out = rule_problems("> 0", {"total_env_steps": self.total_env_steps}, "")
         out += rule_problems(">= 0", {"seed": self.seed}, "") + device_problems("device", self.device)
-        out += unmet(
-            (self.name is None or RUN_NAME.fullmatch(self.name) is not None, f"name={self.name!r} {RUN_NAME_RULE}")
-        )
+        if self.name is not None and RUN_NAME.fullmatch(self.name) is None:
+            out.append(f"name={self.name!r} {RUN_NAME_RULE}")
         if self.run_uri is not None:
             from surreal.runstore import uri_problem  # fsspec-free: URIs are only parsed here
 
-            problem = uri_problem(self.run_uri)
-            out += unmet((problem is None, f"run_uri: {problem}"))
+            if problem := uri_problem(self.run_uri):
+                out.append(f"run_uri: {problem}")
         sections: list[Section] = [self.env, self.topology, self.actor, self.inference, self.replay, self.learner]
         for section in [*sections, self.ps, self.chaos, self.algo]:
             out += section.problems(self)
@@ -596,7 +566,7 @@ class ExperimentConfig:
 
 
 def device_problems(key: str, device: str) -> list[str]:
-    return unmet((DEVICE.fullmatch(device) is not None, f"{key} must be auto, cpu, cuda or cuda:N (got {device!r})"))
+    return [] if DEVICE.fullmatch(device) else [f"{key} must be auto, cpu, cuda or cuda:N (got {device!r})"]
 
 
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:

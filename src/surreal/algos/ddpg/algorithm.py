@@ -2,8 +2,6 @@
 off-policy actors' shared n-step collector (algos/offpolicy.py), the learner's from learner.py. config.py's `module`
 names this module."""
 
-from __future__ import annotations
-
 from typing import TYPE_CHECKING
 
 from surreal.algos.ddpg.learner import DDPGLearner as make_learner

@@ -1,8 +1,6 @@
 """ES as the roles call it (surreal.algos.interface.Algorithm): the actor's side from policy.py, the learner's from
 learner.py. config.py's `module` names this module."""
 
-from __future__ import annotations
-
 from typing import TYPE_CHECKING
 
 from surreal.algos.es.learner import ESLearner as make_learner

@@ -2,8 +2,6 @@
 actors' shared n-step collector (algos/offpolicy.py), the learner's from learner.py. config.py's `module` names this
 module."""
 
-from __future__ import annotations
-
 from typing import TYPE_CHECKING
 
 from surreal.algos.offpolicy import chunk_fields, make_collector

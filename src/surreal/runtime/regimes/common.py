@@ -265,33 +265,30 @@ Learner = TypeVar("Learner", contravariant=True)  # the algorithm's learner, as 
 class Regime(Protocol[Learner]):
     """What the runtime asks of the regime the algorithm's config names (`AlgoConfig.regime`), built from the
     experiment: a role calls these and never asks which regime runs. `Learner` is the narrow interface its feed calls
-    on the algorithm's learner (versions.py's `ChunkLearner`, replay_ratio.py's `TransitionLearner`)."""
+    on the algorithm's learner (versions.py's `ChunkLearner`, replay_ratio.py's `TransitionLearner`).
+
+    sample_size      what the learner asks a replay shard for per request
+    actor_throttle   the actor's half, for actor index `actor` (its turn where shares are fractional), on `clock`
+    learner_feed     the learner's half, counting into `counters` (restored ones continue)
+    reply_layout     what every reply the learner takes must hold, given the algorithm's chunk `fields`
+    update_order     what rank 0 of a learner group orders the others before its update `learner.update(data, arg)`
+    follower         the regime as a later rank of the group; `open_source` opens its own samples, if it takes any
+    trial_update     one update as the feed runs it, on `chunks` (`sample_size` units), for timing a device
+    """
 
     @property
-    def sample_size(self) -> int:
-        """What the learner asks a replay shard for per request."""
-        ...
+    def sample_size(self) -> int: ...
 
-    def actor_throttle(self, clock: Callable[[], float], actor: int = 0) -> ActorThrottle:
-        """The actor's half, for actor index `actor` (its turn where shares are fractional), timing on `clock`."""
-        ...
+    def actor_throttle(self, clock: Callable[[], float], actor: int = 0) -> ActorThrottle: ...
 
-    def learner_feed(self, learner: Learner, counters: Counters, shards: int, priorities_home: PrioritiesHome) -> Feed:
-        """The learner's half, counting into `counters` (restored ones continue)."""
-        ...
+    def learner_feed(
+        self, learner: Learner, counters: Counters, shards: int, priorities_home: PrioritiesHome
+    ) -> Feed: ...
 
-    def reply_layout(self, fields: Fields) -> ReplyLayout:
-        """What every reply the learner takes must hold, given the algorithm's chunk `fields`."""
-        ...
+    def reply_layout(self, fields: Fields) -> ReplyLayout: ...
 
-    def update_order(self, data: Any, arg: Any) -> GroupOrder:
-        """What rank 0 of a learner group orders the other ranks before its update `learner.update(data, arg)`."""
-        ...
+    def update_order(self, data: Any, arg: Any) -> GroupOrder: ...
 
-    def follower(self, learner: Learner, open_source: Callable[[], SampleSource], shards: int) -> Follower:
-        """The regime as a follower rank of a learner group; `open_source` opens its own samples, where it takes any."""
-        ...
+    def follower(self, learner: Learner, open_source: Callable[[], SampleSource], shards: int) -> Follower: ...
 
-    def trial_update(self, learner: Learner, chunks: list[Chunk]) -> Callable[[], object]:
-        """One update as the feed runs it, on `chunks` (`sample_size` units), for timing a device."""
-        ...
+    def trial_update(self, learner: Learner, chunks: list[Chunk]) -> Callable[[], object]: ...
