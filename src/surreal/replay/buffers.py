@@ -77,34 +77,27 @@ class Storage(Protocol):
         """Store `chunk` (validated, `transitions` its T*K); the slots written, oldest first, which the sampler
         tracks. Raises `ProtocolError` (no reply could carry it) or ValueError (this storage cannot hold it), and
         then holds and counts nothing of it."""
-        ...
 
     def ready(self, threshold: int) -> bool:
         """Whether a request waiting for `threshold` transitions can be answered now."""
-        ...
 
     def refusal(self, batch_size: int, weighted: bool) -> str | None:
         """Why no reply of `batch_size` (with importance weights, if `weighted`) could ever be made; None if one can."""
-        ...
 
     def reply(self, report: ShardReport, slots: np.ndarray, weights: np.ndarray | None) -> FifoReply | TransitionReply:
         """The reply holding `slots` (a sampler's pick), counted as served."""
-        ...
 
     def stats(self) -> ReplayStats: ...
 
     def capture(self, guard: int) -> Capture:
         """Its state now, as a snapshot writes it; `guard`: rows of a ring copied ahead of its cursor."""
-        ...
 
     def restored(self, state: ShardState) -> Self:
         """A new storage of the same settings holding what `state` (a capture, read back) holds; KeyError, TypeError
         or ValueError when it does not fit."""
-        ...
 
     def describe(self) -> str:
         """What the role's start line says of it beside its mode and capacity."""
-        ...
 
 
 # -- on-policy ------------------------------------------------------------------------------------------

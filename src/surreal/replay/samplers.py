@@ -34,21 +34,17 @@ class Sampler(Protocol[S]):
 
     def on_add(self, slots: np.ndarray) -> None:
         """The storage wrote `slots`."""
-        ...
 
     def sample(self, storage: S, batch_size: int, rng: np.random.Generator) -> Picked: ...
 
     def update_priorities(self, storage: S, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> int:
         """How many applied; ValueError for an update this sampler cannot apply."""
-        ...
 
     def capture(self, size: int) -> Part:
         """Its state over the storage's `size` slots, as a snapshot writes it."""
-        ...
 
     def restored(self, state: ShardState, size: int) -> Self:
         """A new sampler of the same settings holding what `state` holds over `size` slots."""
-        ...
 
 
 class Unprioritized:

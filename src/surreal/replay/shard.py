@@ -217,9 +217,9 @@ class ReplayShard:
         captures them (all copied: nothing writes now), the sampling generator, and the books of the next report."""
         captured = self.capture(guard=self.capacity, keep_empty=True)
         assert captured is not None
-        arrays = {name: np.concatenate(pieces) for name, pieces in captured.arrays.items()}
+        saved = captured.joined()
         return {
-            "replay": {"books": dict(captured.books), "arrays": arrays},
+            "replay": {"books": dict(saved.books), "arrays": saved.arrays},
             "rng": self.rng.bit_generator.state,
             "priority_updates": self.sampler.updates,
             "env_steps_in": self.env_steps_in,

@@ -74,6 +74,10 @@ class Capture:
     transitions: int
     verify: Callable[[], None] | None = None
 
+    def joined(self) -> ShardState:
+        """What a file of it reads back as, without the file: each array's pieces joined (copied)."""
+        return ShardState(self.books, {name: np.concatenate(pieces) for name, pieces in self.arrays.items()})
+
 
 def _raw(array: np.ndarray) -> memoryview:
     """The array's bytes, without a copy for the contiguous arrays a shard holds."""

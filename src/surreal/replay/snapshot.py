@@ -149,7 +149,7 @@ def lower_thread_priority() -> None:
 class SnapshotSchedule:
     """When a shard takes a snapshot, without a clock or a disk (the simulator's shards keep the same one): every
     `interval_s` (0: never periodically; a FIFO never, module docstring) and when it stops, each time only if its
-    contents changed since the last (`change_token`)."""
+    contents changed since the last (`ReplayShard.change_token`)."""
 
     interval_s: float
     due: float
@@ -167,10 +167,14 @@ class SnapshotSchedule:
         self.due = now + self.interval_s
         return True
 
-    def changed(self, shard: ReplayShard) -> tuple[int, ...] | None:
-        """The change token to take a snapshot under, or None when nothing changed since the last."""
+    def take(self, shard: ReplayShard, guard: int) -> Capture | None:
+        """The shard's capture to write now (`guard`: `ReplayShard.capture`), or None when nothing changed since the
+        last snapshot or nothing is held."""
         token = shard.change_token()
-        return None if token == self.token else token
+        captured = None if token == self.token else shard.capture(guard)
+        if captured is not None:
+            self.token = token
+        return captured
 
 
 class Snapshots:
@@ -213,15 +217,11 @@ class Snapshots:
     def _begin(self, inline: bool = False) -> bool:
         """Capture on the loop and hand the write to the thread (`inline`: write it on the caller's, at the
         loop's priority: the last one, which the shard waits for anyway); False if there is nothing new."""
-        token = self.schedule.changed(self.shard)
-        if token is None:
-            return False
         self.started = time.perf_counter()
-        captured = self.shard.capture(self.guard)
+        captured = self.schedule.take(self.shard, self.guard)
         if captured is None:
             return False
-        self.pause_s = time.perf_counter() - self.started
-        self.schedule.token, self.transitions = token, captured.transitions
+        self.pause_s, self.transitions = time.perf_counter() - self.started, captured.transitions
         if inline:
             self.writing = Future()
             try:

@@ -238,13 +238,9 @@ class ReplayNode(Process):
         self._arm()
 
     def _take_snapshot(self) -> None:
-        token = self.schedule.changed(self.shard)
-        captured = None if token is None else self.shard.capture(guard=self.shard.capacity)
+        captured = self.schedule.take(self.shard, guard=self.shard.capacity)
         if captured is not None:
-            assert token is not None
-            self.schedule.token = token
-            arrays = {name: np.concatenate(pieces) for name, pieces in captured.arrays.items()}
-            self.snapshot = ShardState(captured.books, arrays)
+            self.snapshot = captured.joined()
 
     def held_lost(self, why: str) -> None:
         super().held_lost(why)
