@@ -36,7 +36,7 @@ $(RUN_STAMP): pyproject.toml
 	touch $(RUN_STAMP)
 
 $(STAMP): $(RUN_STAMP)
-	$(PY) -m pip install -q -e ".[robosuite,test,infra,export,video]"
+	$(PY) -m pip install -q -e ".[robosuite,atari,test,infra,export,video]"
 	touch $(STAMP)
 
 ## The virtualenv with the developer toolchain (`make run-venv`: only what running needs).
@@ -142,7 +142,8 @@ test-fast: $(STAMP) render-deps
 	$(PY) -m pytest -q -m "not slow and not system and not infra and not browser" $(PYTEST_ARGS)
 
 ## The timing-sensitive tests (processes, waits, runs read over time) 3 times as the machine is and 3 times with
-## every core kept busy, with each test's pass counts (FLAKY_ARGS="--runs 1 tests/test_x.py" to narrow it).
+## every core kept busy, with each test's pass counts (FLAKY_ARGS="--runs 1 tests/test_x.py" to narrow it;
+## FLAKY_ARGS="--runs 0 --loaded-runs 1 --default-tier": every test `make test` runs, once, with both cores busy).
 FLAKY_ARGS ?=
 test-flaky: $(STAMP) tools
 	$(PY) tests/flake_check.py $(FLAKY_ARGS)
@@ -434,7 +435,7 @@ helm-schema: $(STAMP)
 
 ## Rewrite docs/configuration.md, every config key with its type, default and doc, from the typed config.
 config-reference: $(STAMP)
-	$(PY) -m surreal.launch.catalog docs/configuration.md
+	$(PY) -m surreal.commands.catalog docs/configuration.md
 
 ## Rewrite the values table in the chart's README and docs/kubernetes.md from values.yaml's `# --` comments and the schema.
 chart-readme: $(STAMP)

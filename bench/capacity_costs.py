@@ -199,7 +199,8 @@ def ppo_update_s(batch: int, seconds: float, run_dir: Path, device: str = "cpu")
 def ddpg_step_s(seconds: float, run_dir: Path, device: str = "cpu") -> float:
     """Seconds of one DDPG gradient step (256 batch) through `LearnerCore`, on samples of 4 x 256 (CPU time on
     the CPU, wall time on a GPU)."""
-    from bench.learner import learner_core, one_update, transition_batches
+    from bench.learner import learner_core, one_update
+    from bench.learner_workload import transition_batches
 
     cfg, chunks = fleet_chunks("ddpg", 16)
     k, batch = DDPG_MINIBATCHES_PER_SAMPLE, cfg.algo.batch_size

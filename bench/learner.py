@@ -43,7 +43,6 @@ import copy
 import json
 import logging
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -60,23 +59,28 @@ from torch import nn, optim
 from torch.distributions import Normal
 
 from bench._runs import RESULTS, emit
+from bench.learner_workload import (
+    CHUNK_STEPS,
+    ENV_ID,
+    algo_module,
+    collect_chunks,
+    machine,
+    offpolicy_config,
+    ppo_config,
+    transition_batches,
+)
 from surreal.algos import get_algorithm
 from surreal.algos.ddpg import DeterministicActor, relu_mlp
 from surreal.algos.interface import OffPolicyLearner, OnPolicyLearner
 from surreal.algos.normalizer import RunningMeanStd
 from surreal.algos.ppo import ActorCritic
 from surreal.algos.sac_config import SACConfig
-from surreal.config import algo_config, load_config
+from surreal.config import load_config
 from surreal.config.schema import DDPGConfig, LearnerConfig, PPOConfig
-from surreal.envs import make_vec_env
 from surreal.metrics import RoleMetrics
-from surreal.proto.wire import IDS, SLOTS, Chunk, FifoReply, SampleReply, ShardReport, TransitionReply
+from surreal.proto.wire import Chunk, FifoReply, SampleReply, ShardReport, TransitionReply
 from surreal.roles.learner import LearnerCore
 from surreal.roles.ports import InProcessParams
-
-ENV_ID = "HalfCheetah-v5"
-CHUNK_STEPS = 256
-ACTORS = 2
 
 # -- the references: CleanRL's updates, written plainly ------------------------------------------------
 
@@ -305,35 +309,6 @@ class CleanRLSAC:
         return qf_loss.item(), (qf_a_values[0] - next_q_value).abs().detach().cpu().numpy()
 
 
-# -- experience -------------------------------------------------------------------------------------------
-
-
-def collect_chunks(algo: str, cfg: Any, num_chunks: int) -> tuple[Any, Any, list[Chunk]]:
-    """`num_chunks` real chunks of [CHUNK_STEPS, 1] from ACTORS actors taking turns, as replay hands them over."""
-    module = get_algorithm(algo)
-    collectors = []
-    for actor in range(ACTORS):
-        envs = make_vec_env(ENV_ID, 1, seed=cfg.seed + 100 * actor)
-        policy = module.make_policy(envs.single_observation_space, envs.single_action_space, cfg, actor, ACTORS)
-        collectors.append((envs, module.make_collector(envs, policy, cfg, actor, CHUNK_STEPS)))
-    chunks = [collectors[i % ACTORS][1].collect(0) for i in range(num_chunks)]
-    spaces = collectors[0][0].single_observation_space, collectors[0][0].single_action_space
-    for envs, _ in collectors:
-        envs.close()
-    return *spaces, chunks
-
-
-def transition_batches(chunks: list[Chunk], batch: int, count: int, seed: int) -> list[dict[str, np.ndarray]]:
-    """Uniform samples of `batch` transitions, the arrays a replay sample reply carries."""
-    pool = {
-        k: np.concatenate([c.arrays[k].reshape(-1, *c.arrays[k].shape[2:]) for c in chunks]) for k in chunks[0].arrays
-    }
-    rng = np.random.default_rng(seed)
-    size = len(pool["rewards"])
-    samples = (rng.integers(0, size, batch, dtype=np.int64) for _ in range(count))
-    return [{**{k: v[idx] for k, v in pool.items()}, SLOTS: idx, IDS: idx.astype(np.uint64) + 1} for idx in samples]
-
-
 # -- timing -----------------------------------------------------------------------------------------------
 
 
@@ -470,15 +445,6 @@ def learner_core(
     return holder[0]
 
 
-def ppo_config(large: bool) -> PPOConfig:
-    """PPO's defaults (CleanRL's: 2,048 transitions, minibatches of 64, 10 epochs), or with `large` the second row
-    (4,096, minibatches of 1,024, 2 epochs: Sample Factory's MuJoCo setting), where a step's work grows more with
-    its samples than a tiny minibatch's fixed per-step cost does."""
-    if large:
-        return PPOConfig(seed=1, batch_size=4096, minibatch_size=1024, update_epochs=2)
-    return PPOConfig(seed=1)
-
-
 def ppo_row(cfg: PPOConfig, device: torch.device, args: argparse.Namespace, sync: Callable[[], None]) -> dict:
     module = get_algorithm("ppo")
     obs_space, act_space, chunks = collect_chunks("ppo", cfg, cfg.batch_size // CHUNK_STEPS)
@@ -508,19 +474,6 @@ def ppo_row(cfg: PPOConfig, device: torch.device, args: argparse.Namespace, sync
         "hidden_sizes": list(cfg.hidden_sizes),
         **report(variants, cfg.batch_size, steps),
     }
-
-
-def algo_module(algo: str) -> str:
-    """The algorithm a row's name runs: TD3 is DDPG with its switches, CrossQ is SAC with its."""
-    return {"td3": "ddpg", "crossq": "sac"}.get(algo, algo)
-
-
-def offpolicy_config(algo: str) -> tuple[DDPGConfig | SACConfig, list[str]]:
-    """The config of a row and the overrides that make it (DDPG's and SAC's defaults, TD3's and CrossQ's switches)."""
-    switches = {"ddpg": [], "td3": ["algo.twin_critics=true", "algo.target_policy_noise=0.2"], "sac": []}
-    switches["crossq"] = ["preset=crossq"]  # conf/preset/crossq.yaml: the paper's 2048-wide critics and the rest
-    cfg = algo_config(load_config([f"algo={algo_module(algo)}", "seed=1", *switches[algo]], tasks=False))
-    return cast(DDPGConfig | SACConfig, cfg), switches[algo]
 
 
 def offpolicy_row(algo: str, device: torch.device, args: argparse.Namespace, sync: Callable[[], None]) -> dict:
@@ -577,23 +530,6 @@ def offpolicy_row(algo: str, device: torch.device, args: argparse.Namespace, syn
         "matmul_floor_ms_per_update": round(1e3 * floor_s, 4),
         "matmul_share_current": round(floor_s / variants[0].update_s, 3),
         **report(variants, cfg.batch_size, 1.0 + 1.0 / cfg.policy_delay),  # critic step + every 2nd actor step
-    }
-
-
-def machine(device: torch.device) -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if "model name" in line]
-        cpu = names[0] if names else cpu
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu
-    return {
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "device": str(device),
-        "device_name": name,
     }
 
 

@@ -9,14 +9,14 @@ NCCL on CUDA, each rank on cuda:<rank>), running the learner role's learner as t
 gradients all-reduced every minibatch step:
 
 - ppo (the default): every rank takes the whole batch and computes 1/K of every minibatch. The batch is real
-  experience, collected on HalfCheetah-v5 by every rank alike (same seeds, same chunks: bench/learner.py's
+  experience, collected on HalfCheetah-v5 by every rank alike (same seeds, same chunks: bench/learner_workload.py's
   `collect_chunks`; the PPO defaults: 2,048 transitions, minibatches of 64, 10 epochs; with `--large` 4,096
   transitions, minibatches of 1,024, 2 epochs). A row's rate is whole-batch updates per second.
 - ddpg, td3, sac (off-policy): every rank steps on samples of its own, as a rank of the role does (each samples its
   1/K of every minibatch from the replay): samples of `learner.minibatches_per_sample` minibatches of its share of
   the algorithm's default batch (256), drawn from real HalfCheetah-v5 transitions with the rank's own seed
-  (bench/learner.py's `transition_batches`), one call of the update per sample. A row's rate is gradient steps of
-  the whole minibatch per second.
+  (bench/learner_workload.py's `transition_batches`), one call of the update per sample. A row's rate is gradient
+  steps of the whole minibatch per second.
 
 Rows: `alone` (the learner as `learner.replicas=1` runs it, no process group), then each K of `--replicas` as a
 group of K (K=1: a group of one, what being a rank costs: the all-reduce, and no CUDA graph). A round starts
@@ -44,6 +44,7 @@ from typing import Any, cast
 import torch
 import torch.distributed as dist
 
+from bench import learner_workload as workload
 from bench._runs import emit
 from surreal.algos import get_algorithm
 from surreal.algos.interface import OffPolicyLearner, OnPolicyLearner
@@ -59,16 +60,14 @@ GROUP_TIMEOUT_S = 300.0  # every collective's
 def rank_main(args: argparse.Namespace) -> None:
     """One rank (or the learner alone, `--size 0`): collect, build, one untimed update, then `--updates` timed;
     rank 0 writes {"updates_per_s": ...} to `--result` (off-policy: gradient steps per second)."""
-    from bench.learner import CHUNK_STEPS, algo_module, collect_chunks, offpolicy_config, ppo_config, transition_batches
-
     torch.set_num_threads(args.threads)
     cfg: Any
     if args.algo == "ppo":
-        cfg = ppo_config(args.large)
-        obs_space, act_space, chunks = collect_chunks("ppo", cfg, cfg.batch_size // CHUNK_STEPS)
+        cfg = workload.ppo_config(args.large)
+        obs_space, act_space, chunks = workload.collect_chunks("ppo", cfg, cfg.batch_size // workload.CHUNK_STEPS)
     else:
-        cfg = offpolicy_config(args.algo)[0]
-        obs_space, act_space, chunks = collect_chunks(algo_module(args.algo), cfg, 8)
+        cfg = workload.offpolicy_config(args.algo)[0]
+        obs_space, act_space, chunks = workload.collect_chunks(workload.algo_module(args.algo), cfg, 8)
     replica = None
     if args.size > 0:
         rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -80,7 +79,7 @@ def rank_main(args: argparse.Namespace) -> None:
         replica = Replica(rank, size)
     else:
         rank, device = 0, torch.device(args.device)
-    algo = get_algorithm(algo_module(args.algo))
+    algo = get_algorithm(workload.algo_module(args.algo))
     learner = algo.make_learner(obs_space, act_space, cfg, device, replica=replica)
     update: Callable[[int], object]
     per_call = 1
@@ -91,7 +90,7 @@ def rank_main(args: argparse.Namespace) -> None:
         off_policy = cast(OffPolicyLearner, learner)
         per_call = LearnerConfig().minibatches_per_sample
         size = max(args.size, 1)
-        samples = transition_batches(chunks, per_call * cfg.batch_size // size, 8, cfg.seed + 1000 * rank)
+        samples = workload.transition_batches(chunks, per_call * cfg.batch_size // size, 8, cfg.seed + 1000 * rank)
         update = lambda turn: off_policy.update(samples[turn % len(samples)], per_call)  # noqa: E731
 
     def barrier() -> None:
@@ -149,15 +148,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             for size in sizes:
                 rates[size].append(run_row(size, args, Path(folder)))
     median = {size: statistics.median(values) for size, values in rates.items()}
-    from bench.learner import ENV_ID, machine, offpolicy_config, ppo_config
-
     shape: dict[str, Any]
     if args.algo == "ppo":
-        ppo = ppo_config(args.large)
+        ppo = workload.ppo_config(args.large)
         batch_size = ppo.batch_size
         shape = {"minibatch_size": ppo.minibatch_size, "update_epochs": ppo.update_epochs}
     else:  # a rate of gradient steps, each on a minibatch of batch_size (1/K of it sampled by each rank)
-        batch_size = offpolicy_config(args.algo)[0].batch_size
+        batch_size = workload.offpolicy_config(args.algo)[0].batch_size
         shape = {"unit": "gradient steps", "minibatches_per_sample": LearnerConfig().minibatches_per_sample}
     rows = [
         {
@@ -173,12 +170,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {
         "benchmark": "learner_group",
         "algo": args.algo,
-        "env": ENV_ID,
+        "env": workload.ENV_ID,
         "batch_size": batch_size,
         **shape,
         "updates_per_round": args.updates,
         "backend": "nccl" if args.device == "cuda" else "gloo",
-        "machine": machine(torch.device(args.device)),
+        "machine": workload.machine(torch.device(args.device)),
         "rows": rows,
     }
     if 1 in median and 2 in median:

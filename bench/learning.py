@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from bench._runs import RESULTS, WatchedRun, emit, machine
+from surreal.commands.plot import NoMetricsError, plot_run
 from surreal.config.schema import ALGORITHMS, NOT_IN_RUN_NAME
-from surreal.launch.plot import NoMetricsError, plot_run
 from surreal.metricsfile import read_evals
 
 # Published returns (MuJoCo v4 / v3 tasks; v5 differs only in details), per algorithm and task.

@@ -23,8 +23,8 @@ import numpy as np
 
 from bench._runs import RESULTS, WatchedRun, emit, machine
 from bench.learning import collect_row
+from surreal.commands.plot import overlay_figure, sweep_figure
 from surreal.config.schema import NOT_IN_RUN_NAME
-from surreal.launch.plot import overlay_figure, sweep_figure
 
 # What both policies of a seed run with: 4 envs in one actor, 128-step chunks (the recurrent policy's sequences), a
 # batch of 2,048 steps in minibatches of 512 (4 sequences), an evaluation every 15,000 env steps for the curves.

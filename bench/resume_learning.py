@@ -31,9 +31,9 @@ from pathlib import Path
 from bench._runs import RESULTS, WatchedRun, emit, kill_whole_run, machine
 from surreal.config import read_config
 from surreal.config.schema import NOT_IN_RUN_NAME
-from surreal.launch.resume import checkpoint_counters
 from surreal.metricsfile import read_metrics
 from surreal.policy.load import load_policy
+from surreal.run.resume import checkpoint_counters
 from surreal.runtime.rollout import evaluate
 
 DEFAULT_OVERRIDES = ["algo.learning_starts=1000", "algo.hidden_sizes=[64,64]", "actor.chunk_steps=32"]

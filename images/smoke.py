@@ -38,7 +38,7 @@ from typing import Any
 import yaml
 
 from surreal.launch.local import free_ports
-from surreal.launch.probe import read_learner
+from surreal.commands.probe import read_learner
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "infra" / "helm"))

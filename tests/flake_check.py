@@ -6,6 +6,7 @@ slow box, or only on a quiet one, shows up here as a pass count below the run co
 process per core at the tests' own priority, as another job on a shared CI machine would be.
 
     python tests/flake_check.py [--runs 3] [--loaded-runs 3] [pytest selection ...]
+    python tests/flake_check.py --runs 0 --loaded-runs 1 --default-tier     # `make test`'s tests, both cores busy
 """
 
 from __future__ import annotations
@@ -72,8 +73,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="runs on the machine as it is")
     parser.add_argument("--loaded-runs", type=int, default=3, help="runs with every core kept busy")
+    parser.add_argument("--default-tier", action="store_true", help="every test `make test` runs (-m 'not slow')")
     parser.add_argument("selection", nargs="*", default=list(TIMING_SENSITIVE), help="pytest files or node ids")
     args = parser.parse_args()
+    if args.default_tier:
+        args.selection = ["tests", "-m", "not slow"]
     passes: dict[str, Counter[str]] = {"as is": Counter(), "loaded": Counter()}
     runs = {"as is": args.runs, "loaded": args.loaded_runs}
     names: set[str] = set()

@@ -19,11 +19,11 @@ import pytest
 
 import surreal
 from conftest import REPO, wait_until
-from surreal.api import as_overrides, format_value, launcher_pid
+from surreal.api import as_overrides, format_value
 from surreal.config import ConfigError, load_config
-from surreal.launch.resume import checkpoint_counters
-from surreal.launch.runfolder import RunFolderLock, create_run_folder
 from surreal.metricsfile import read_metrics
+from surreal.run.folder import RunFolderLock, create_run_folder, launcher_pid
+from surreal.run.resume import checkpoint_counters
 from test_resume import differences, final_checkpoint, without_wall_times
 
 
@@ -246,6 +246,66 @@ def test_errors_raise_the_clis_one_line_messages_before_anything_starts(tmp_path
         finally:
             first.stop()
     assert first.status == "interrupted"
+
+
+COUNTED_ENVS = """
+import os
+
+import gymnasium as gym
+import numpy as np
+
+
+class Counted(gym.Env):
+    \"\"\"An env that notes each time it is built, and where: in a role (SURREAL_RUN_DIR set) or not.\"\"\"
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def __init__(self):
+        with open(os.environ["COUNTED_BUILDS"], "a") as f:
+            f.write(f"{os.getpid()} {'role' if os.environ.get('SURREAL_RUN_DIR') else 'preparation'}\\n")
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(3, np.float32), 0.0, False, False, {}
+
+
+gym.register("Counted-v0", entry_point=Counted, max_episode_steps=50)
+"""
+
+
+@pytest.mark.system
+def test_processes_mode_builds_the_env_once_here_and_refuses_here_without_a_launcher_or_its_log(
+    tmp_path, monkeypatch, nothing_left
+):
+    """`train(mode="processes")` prepares the run in this process (config, preflight: the env built once, run folder)
+    and hands the folder to its launcher, which builds nothing before the roles start; what cannot run is refused
+    by `start` itself, in one line, before any launcher or log exists."""
+    (tmp_path / "counted_envs.py").write_text(COUNTED_ENVS, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    builds = tmp_path / "builds"
+    monkeypatch.setenv("COUNTED_BUILDS", str(builds))
+    root = tmp_path / "runs"
+    small = {"algo.batch_size": 128, "algo.minibatch_size": 32, "actor.chunk_steps": 32, "device": "cpu"}
+    given = dict(env="counted_envs:Counted-v0", actors=1, overrides=small, runs_root=root, imports=["counted_envs"])
+
+    run = surreal.start(steps=10**7, name="counted", **given)
+    wait_until(lambda: builds.exists() and " role" in builds.read_text(), 180)  # the roles started
+    assert run.stop().status == "interrupted"
+    prepared = [line for line in builds.read_text().splitlines() if not line.endswith(" role")]
+    assert prepared == [f"{os.getpid()} preparation"], "the env built once, here, before any role started"
+
+    builds.unlink()
+    (root / "busy").mkdir()
+    with RunFolderLock(root / "busy"), pytest.raises(ConfigError, match="busy is in use by another launcher"):
+        surreal.start(steps=1000, name="busy", **given)
+    assert not (root / "busy" / "logs" / "launcher.log").exists(), "no launcher started, so no log to read"
+    assert builds.read_text().splitlines() == [f"{os.getpid()} preparation"]
+    assert processes_for(root) == []
 
 
 @pytest.mark.slow

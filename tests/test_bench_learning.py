@@ -9,7 +9,8 @@ import pytest
 from bench.learning import collect, first_at_target
 
 from surreal.config import load_config
-from surreal.launch.runfolder import create_run_folder, write_summary
+from surreal.run.folder import create_run_folder
+from surreal.runjson import write_summary
 
 
 @pytest.fixture

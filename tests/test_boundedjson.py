@@ -15,11 +15,11 @@ import torch
 
 from surreal.boundedjson import JsonBounds, JsonBoundsError, loads
 from surreal.config import ConfigError, load_config, read_config, save_config
-from surreal.launch.runfolder import RUN_JSON, read_json, read_json_strict
 from surreal.metricsfile import parse_row
 from surreal.proto.codec import Limits, ProtocolError, decode, encode
 from surreal.proto.wire import EXPERIENCE, Chunk, encode_chunk
 from surreal.replay.shard import ReplayShard
+from surreal.runjson import RUN_JSON, read_json, read_json_strict
 from surreal.runtime.checkpoint import MAX_DEPTH, CheckpointError, check_structure, load_checkpoint
 
 BOUNDS = JsonBounds(max_bytes=1 << 20, max_depth=8, max_items=1000, max_string=100)
@@ -72,7 +72,7 @@ def test_run_folder_json_and_metrics_rows_over_their_bounds_are_unreadable_not_a
         read_json_strict(tmp_path / "big.json")
     assert parse_row(deep) is None and parse_row('{"updates": 3, "loss": NaN}')["updates"] == 3
 
-    from surreal.policy.build import run_git_sha  # reads reproduce.json, as the learner and evaluator do
+    from surreal.provenance import run_git_sha  # reads reproduce.json, as the learner and evaluator do
 
     assert isinstance(run_git_sha(tmp_path), str)
 

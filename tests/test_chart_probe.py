@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from conftest import free_port
-from surreal.launch.probe import read_learner, wait_for_progress
+from surreal.commands.probe import read_learner, wait_for_progress
 from surreal.metrics import RoleMetrics
 
 
@@ -106,6 +106,6 @@ def test_the_command_exits_0_on_progress_and_1_without(learner_metrics) -> None:
 
 
 def test_the_probe_loads_no_torch() -> None:
-    code = "import sys; from surreal.cli import main; from surreal.launch import probe; print('torch' in sys.modules)"
+    code = "import sys; from surreal.cli import main; from surreal.commands import probe; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "False"

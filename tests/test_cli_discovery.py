@@ -13,10 +13,10 @@ import yaml
 
 import surreal
 from conftest import REPO
+from surreal.commands.catalog import config_listing, env_families, format_value
 from surreal.config import load_config, read_config
 from surreal.config.reference import experiment_keys, field_docs
 from surreal.config.schema import ALGORITHMS, AlgoConfig, ExperimentConfig
-from surreal.launch.catalog import config_listing, env_families, format_value
 
 
 def surreal_cli(*args: str, cwd=None) -> subprocess.CompletedProcess[str]:
@@ -126,7 +126,7 @@ def test_config_refuses_what_matches_nothing_in_one_line(args, says):
 def test_the_configuration_reference_page_is_what_the_typed_config_says(tmp_path):
     """docs/configuration.md is generated (`make config-reference`): a key added, removed, retyped, redefaulted or
     redocumented without regenerating it fails here, and the check itself catches a stale page."""
-    from surreal.launch.catalog import config_reference_markdown, main
+    from surreal.commands.catalog import config_reference_markdown, main
 
     page = REPO / "docs" / "configuration.md"
     assert page.read_text(encoding="utf-8") == config_reference_markdown(), "run `make config-reference`"

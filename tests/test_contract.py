@@ -39,14 +39,14 @@ from surreal.cli import main
 from surreal.config import ConfigError, algo_config, load_config
 from surreal.config.schema import ALGORITHMS, OffPolicyConfig
 from surreal.envs import env_spaces, make_env, make_vec_env
-from surreal.launch.preflight import preflight
-from surreal.launch.serial import run_serial
 from surreal.metricsfile import read_metrics
 from surreal.policy.artifact import FILE_NAME, POLICY_DIR, read_policy_file
 from surreal.policy.load import load_policy
 from surreal.proto.codec import flatten
 from surreal.proto.wire import check_fields
 from surreal.roles.evaluation import EVAL_SEED_OFFSET
+from surreal.run.preflight import preflight
+from surreal.run.serial import run_serial
 from surreal.runtime.checkpoint import CheckpointStore
 from surreal.runtime.rollout import evaluate
 from test_resume import differences, final_checkpoint, incarnations, without_wall_times

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import surreal
+from surreal.commands.plot import plot_run
 from surreal.config.schema import ALGORITHMS
-from surreal.launch.plot import plot_run
 
 pytestmark = [
     pytest.mark.system,  # serial runs of every algorithm

@@ -14,7 +14,6 @@ import torch
 
 from surreal.algos import get_algorithm
 from surreal.config import algo_config, load_config
-from surreal.launch.serial import run_serial
 from surreal.metrics import RoleMetrics
 from surreal.metricsfile import read_evals, read_metrics
 from surreal.proto.wire import BlobMeta, Chunk, FifoReply, SampleReply, ShardReport, TransitionReply
@@ -23,6 +22,7 @@ from surreal.roles.actor import Actor, Finish
 from surreal.roles.device import choose_device, update_seconds
 from surreal.roles.learner import LearnerCore
 from surreal.roles.ports import InProcessParams, InProcessReplay
+from surreal.run.serial import run_serial
 from surreal.runtime.regimes import actor_throttle
 from surreal.runtime.regimes.common import GOLDEN, MAX_HOLD_S, LiveActors, Wait
 from surreal.runtime.regimes.replay_ratio import (

@@ -16,11 +16,11 @@ import pytest
 import yaml
 
 from surreal.cli import main
+from surreal.commands.helm_values import write_values
 from surreal.config import ConfigError, load_config, read_config
-from surreal.launch.helm_values import write_values
-from surreal.launch.preflight import checked
-from surreal.launch.resume import changed_keys
-from surreal.launch.runfolder import create_run_folder
+from surreal.run.folder import create_run_folder
+from surreal.run.preflight import checked
+from surreal.run.resume import changed_keys
 from test_chart import CHART, VALUES_DIR, by_kind, env_of, experiment_of, find, helm
 
 pytestmark = pytest.mark.infra  # needs helm, under .tools/

@@ -321,8 +321,8 @@ def test_a_fifo_reply_keeps_its_honest_chunks_and_leaves_out_those_the_algorithm
 
 
 def ddpg_layout() -> dict:
-    """The layout the launcher resolves for DDPG on Pendulum-v1 (launch/preflight.py `checked`)."""
-    from surreal.launch.preflight import checked
+    """The layout the launcher resolves for DDPG on Pendulum-v1 (run/preflight.py `checked`)."""
+    from surreal.run.preflight import checked
 
     return checked(load_config(["algo=ddpg", "env=Pendulum-v1"]))[0].replay.layout
 

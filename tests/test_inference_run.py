@@ -40,12 +40,12 @@ def chunks_received(logs: Path) -> int:
     return sum(found)
 
 
-@pytest.mark.slow
+@pytest.mark.system  # the default tier's central-inference run: the topology at toy size
 def test_a_central_inference_run_completes_with_every_chunk_received(runs):  # noqa: F811
-    run = runs("central", *CENTRAL, "steps=4096")
+    run = runs("central", *CENTRAL, "algo.batch_size=512", "algo.minibatch_size=128", "steps=2048")
     summary = run.wait(300)
     assert summary["status"] == "completed", summary
-    assert summary["env_steps"] >= 4096 and summary["updates"] >= 4
+    assert summary["env_steps"] >= 2048 and summary["updates"] >= 4
     assert summary["restarts"] == {k: 0 for k in summary["restarts"]} and "inference-0" in summary["restarts"]
     logs = run.run_dir / "logs"
     assert "batches at version" in (logs / "inference-0.log").read_text(), "the worker acted"

@@ -1,5 +1,6 @@
-"""The package's layering, as docs/architecture.md states it: imports run downwards, and no role asks which
-algorithm it runs (the algorithm's config names its flow-control rule instead)."""
+"""The package's layering, as docs/architecture.md states it: imports run downwards through the layers below, with no
+import cycle anywhere in src/ or bench/ (type-only imports counted), and no role asks which algorithm it runs (the
+algorithm's config names its flow-control rule instead)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,43 @@ import ast
 import sys
 from pathlib import Path
 
-import pytest
-
 from surreal.config.schema import ALGORITHMS
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "surreal"
-UPPER = ("algos", "roles", "launch")
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src" / "surreal"
+# Lowest first. A module may import from its own layer and the layers below it, never from one above; a module is in
+# the layer of the longest name here that is it or a package holding it (`surreal` itself only as the package's face).
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "foundation",
+        ("errors", "fileio", "boundedjson", "metrics", "metricsfile", "envstate", "runstore", "frames", "conf"),
+    ),
+    ("env families", ("envs_masked", "envs_robosuite", "envs_atari", "renderer")),
+    ("proto", ("proto",)),
+    ("config", ("config", "settings", "spaces", "runjson", "provenance")),
+    ("envs", ("envs",)),
+    ("replay", ("replay",)),
+    ("runtime", ("runtime",)),
+    ("algos", ("algos",)),
+    ("policy", ("policy",)),
+    ("roles", ("roles",)),
+    ("launch", ("launch",)),
+    ("run", ("run",)),
+    ("sim", ("sim",)),
+    ("commands", ("commands",)),
+    ("front doors", ("api", "cli", "__main__", "")),
+)
+
+
+def layer_of(module: str) -> int | None:
+    """The index in LAYERS of `module` (`surreal.x.y`), None when no layer holds it."""
+    holders = [
+        (len(full), index)
+        for index, (_, names) in enumerate(LAYERS)
+        for full in (f"surreal.{name}" if name else "surreal" for name in names)
+        if module == full or (full != "surreal" and module.startswith(full + "."))
+    ]
+    return max(holders)[1] if holders else None
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -25,11 +57,23 @@ def imported_modules(path: Path) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("package", ["proto", "replay", "runtime"])
-def test_lower_layers_never_import_algorithms_roles_or_the_launcher(package):
-    for path in sorted((SRC / package).rglob("*.py")):
-        upward = {m for m in imported_modules(path) if m.split(".")[:2] in (["surreal", p] for p in UPPER)}
-        assert not upward, f"{path.relative_to(SRC)} imports {sorted(upward)}"
+def test_every_module_is_in_one_layer_and_imports_nothing_from_a_layer_above():
+    """Every import counts, type-only ones (`if TYPE_CHECKING:`) and those inside functions included: a lower layer
+    that names a higher one's type still depends on it."""
+    graph = import_graph(type_only=True)
+    assert "surreal.run.prepare" in graph["surreal.commands.run"], "the graph sees the run service"
+    unplaced = sorted(module for module in graph if module.startswith("surreal") and layer_of(module) is None)
+    assert not unplaced, f"modules in no layer of LAYERS: {unplaced}"
+    upward = []
+    for module, imported in sorted(graph.items()):
+        if not module.startswith("surreal"):
+            continue
+        for target in sorted(imported):
+            here, there = layer_of(module), layer_of(target)
+            assert here is not None and there is not None
+            if there > here:
+                upward.append(f"{module} ({LAYERS[here][0]}) imports {target} ({LAYERS[there][0]})")
+    assert not upward, "\n".join(upward)
 
 
 def test_roles_never_name_an_algorithms_config_class():
@@ -51,8 +95,8 @@ def test_an_algorithms_config_module_imports_only_the_config_layer():
     assert len(paths) > 1
     for path in paths:
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        modules = {a.name for node in runtime_imports(tree) if isinstance(node, ast.Import) for a in node.names}
-        modules |= {node.module for node in runtime_imports(tree) if isinstance(node, ast.ImportFrom) and node.module}
+        modules = {a.name for node in import_statements(tree) if isinstance(node, ast.Import) for a in node.names}
+        modules |= {node.module for node in import_statements(tree) if isinstance(node, ast.ImportFrom) and node.module}
         for module in modules - {"__future__"}:
             top = module.split(".")[0]
             if top == "surreal":
@@ -73,19 +117,23 @@ def test_roles_never_branch_on_the_regime():
 # -- no import cycles -----------------------------------------------------------------------------------
 
 
-def module_of(path: Path) -> str:
-    parts = ["surreal", *path.relative_to(SRC).with_suffix("").parts]
+def module_of(path: Path, root: Path, package: str) -> str:
+    parts = [package, *path.relative_to(root).with_suffix("").parts]
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+def import_statements(tree: ast.AST, type_only: bool = False) -> list[ast.Import | ast.ImportFrom]:
     """Every import statement that can run: at module level, in functions and in branches, but not under
-    `if TYPE_CHECKING:`, which only the type checker reads."""
+    `if TYPE_CHECKING:`, which only the type checker reads (with `type_only`, those too)."""
     found: list[ast.Import | ast.ImportFrom] = []
     stack = [tree]
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+        if (
+            not type_only
+            and isinstance(node, ast.If)
+            and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+        ):
             stack.extend(node.orelse)
             continue
         if isinstance(node, ast.Import | ast.ImportFrom):
@@ -94,16 +142,18 @@ def runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the `surreal` modules it imports. `from a import b` depends on module `a.b` when there is one,
-    else on `a`. A package's `__init__` is not counted as a dependency of its submodules: Python runs it first
-    in any case, and counting it would call every package that re-exports its submodules a cycle."""
-    modules = {module_of(path): path for path in SRC.rglob("*.py")}
+def import_graph(type_only: bool = False) -> dict[str, set[str]]:
+    """Module -> the modules of the package and of bench/ it imports (with `type_only`, also under TYPE_CHECKING).
+    `from a import b` depends on module `a.b` when there is one, else on `a`. A package's `__init__` is not counted
+    as a dependency of its submodules: Python runs it first in any case, and counting it would call every package
+    that re-exports its submodules a cycle."""
+    modules = {module_of(path, SRC, "surreal"): path for path in SRC.rglob("*.py")}
+    modules |= {module_of(path, REPO / "bench", "bench"): path for path in (REPO / "bench").rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         edges: set[str] = set()
-        for node in runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in import_statements(ast.parse(path.read_text(encoding="utf-8")), type_only):
             if isinstance(node, ast.Import):
                 edges.update(alias.name for alias in node.names)
                 continue
@@ -116,10 +166,14 @@ def import_graph() -> dict[str, set[str]]:
     return graph
 
 
-def test_no_import_cycle_in_the_package():
-    graph = import_graph()
-    assert "surreal.roles.learner" in graph["surreal.launch.serial"], "the graph sees module-level imports"
+def test_no_import_cycle_in_the_package_or_the_benchmarks():
+    """No module reaches itself through imports, type-only ones counted: each cycle names its path."""
+    graph = import_graph(type_only=True)
+    assert "surreal.roles.learner" in graph["surreal.run.serial"], "the graph sees module-level imports"
     assert "surreal.envs_robosuite" in graph["surreal.envs"], "and `from package import module`"
+    assert "bench.learner_workload" in graph["bench.learner_group"], "and the benchmarks"
+    assert "surreal.config" in graph["surreal.runjson"], "and type-only imports"
+    assert "surreal.config" not in import_graph()["surreal.runjson"], "which never run"
     done: set[str] = set()
 
     def visit(module: str, path: list[str]) -> None:

@@ -264,7 +264,7 @@ def test_a_rank_sigkilled_mid_run_restarts_the_group_from_rank_0s_checkpoint_wit
 
 def test_serial_mode_refuses_a_group_and_a_sweeps_values_put_it_on_the_chart(tmp_path):
     from surreal import api
-    from surreal.launch.helm_values import member_values
+    from surreal.commands.helm_values import member_values
 
     with pytest.raises(ConfigError, match="each rank is a process"):
         api.start(overrides=["learner.replicas=2"], mode="serial", runs_root=tmp_path)

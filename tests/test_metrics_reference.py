@@ -15,8 +15,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from surreal.config import load_config
 from surreal.config.schema import ALGORITHMS
-from surreal.launch.serial import run_serial
 from surreal.metricsfile import read_evals, read_metrics
+from surreal.run.serial import run_serial
 
 REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
 SUCCESS_ENV = "SurrealTestSuccessPendulum-v0"

@@ -7,8 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from surreal.config import load_config, save_config
-from surreal.launch.plot import (
+from surreal.commands.plot import (
     NoMetricsError,
     across_seeds,
     curve_figure,
@@ -17,7 +16,8 @@ from surreal.launch.plot import (
     plot_runs,
     sweep_figure,
 )
-from surreal.launch.sweep import plot_sweep
+from surreal.commands.sweep import plot_sweep
+from surreal.config import load_config, save_config
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

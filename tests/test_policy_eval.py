@@ -14,7 +14,7 @@ import pytest
 from surreal.cli import main
 from surreal.config import load_config
 from surreal.errors import install_extra
-from surreal.launch.serial import run_serial
+from surreal.run.serial import run_serial
 
 RUN = ["device=cpu", "algo=ppo", "env=InvertedPendulum-v5", "actors=1", "actor.chunk_steps=64", "algo.batch_size=128"]
 RUN += ["algo.minibatch_size=64", "algo.update_epochs=2", "steps=256", "seed=4", "learner.eval_episodes=3"]

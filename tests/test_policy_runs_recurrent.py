@@ -18,8 +18,8 @@ from surreal.algos import get_algorithm
 from surreal.cli import main
 from surreal.config import algo_config, load_config
 from surreal.envs import make_env
-from surreal.launch.serial import run_serial
 from surreal.policy.load import load_policy
+from surreal.run.serial import run_serial
 from surreal.runtime.checkpoint import CheckpointStore
 
 ENV_ID = "InvertedPendulumNoVel-v5"

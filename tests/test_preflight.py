@@ -1,5 +1,5 @@
 """What cannot run is refused before any role starts, in one line with exit 2, and a budget a default eats is said
-once at the start (launch/preflight.py)."""
+once at the start (run/preflight.py)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,15 @@ import sys
 import time
 
 import gymnasium as gym
+import numpy as np
 import pytest
 
+from surreal.commands.run import run_experiment
 from surreal.config import ConfigError, load_config
 from surreal.config.schema import ALGORITHMS
 from surreal.launch import local
-from surreal.launch.preflight import budget_warnings
-from surreal.launch.runfolder import write_summary
+from surreal.run.preflight import budget_warnings, checked
+from surreal.runjson import write_summary
 from surreal.spaces import check_spaces
 
 REFUSALS = {
@@ -63,7 +65,7 @@ def test_a_refusal_starts_no_process(monkeypatch, tmp_path, case):
     monkeypatch.setenv("SURREAL_RUNS_ROOT", str(tmp_path / "runs"))
     monkeypatch.setattr(local.Supervisor, "start", lambda self, spec: started.append(spec))
     monkeypatch.setattr(local, "plan_processes", lambda *a, **k: pytest.fail("planned processes for a refused run"))
-    assert local.run_experiment(REFUSALS[case][0], live=False) == 2
+    assert run_experiment(REFUSALS[case][0], live=False) == 2
     assert started == [] and not (tmp_path / "runs").exists()
 
 
@@ -72,7 +74,7 @@ def test_the_refusal_path_imports_no_torch():
     code = (
         "import sys\n"
         "from surreal.config import ConfigError, load_config\n"
-        "from surreal.launch.preflight import preflight\n"
+        "from surreal.run.preflight import preflight\n"
         "try:\n"
         "    preflight(load_config(['algo=sac', 'env=CartPole-v1']))\n"
         "except ConfigError:\n"
@@ -92,6 +94,27 @@ def test_space_check_names_images_and_other_spaces():
     with pytest.raises(ConfigError, match="actions are MultiDiscrete$"):
         check_spaces(ppo, box, gym.spaces.MultiDiscrete([2, 3]), "Pong")
     check_spaces(ppo, box, gym.spaces.Discrete(4, start=1), "Pong")
+    frames = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    with pytest.raises(ConfigError, match=r"are Box\(4, 84, 84\) uint8 images; no algorithm takes images yet \("):
+        check_spaces(ppo, frames, gym.spaces.Discrete(6), "ALE/Pong-v5")
+    camera = gym.spaces.Dict({"pixels": gym.spaces.Box(0, 255, (3, 84, 84), np.uint8), "state": box})
+    with pytest.raises(ConfigError, match=r"are Dict\(pixels: Box\(3, 84, 84\) uint8 images, state: Box\(3,\)\); no"):
+        check_spaces(ALGORITHMS["sac"], camera, box, "robosuite:Lift")
+
+
+def test_a_chunk_larger_than_a_replay_message_is_refused_before_anything_starts():
+    """A shard counts and drops a message over replay.max_message_bytes: a chunk that can never fit is refused."""
+    fits = ["env=Pendulum-v1", "algo=sac", "actor.chunk_steps=4000", "replay.max_message_bytes=1048576"]
+    checked(load_config(fits))
+    with pytest.raises(ConfigError) as err:
+        checked(load_config([*fits[:2], "actor.chunk_steps=40000", fits[3]]))
+    line = str(err.value)
+    assert "\n" not in line, line
+    assert line.startswith("one chunk of actor.chunk_steps=40000 x topology.envs_per_actor=1 steps of Pendulum-v1"), (
+        line
+    )
+    assert line.endswith("more than replay.max_message_bytes=1,048,576; lower actor.chunk_steps or "
+                         "topology.envs_per_actor, or raise replay.max_message_bytes")  # fmt: skip
 
 
 # -- budget warnings ------------------------------------------------------------------------------------------
@@ -134,7 +157,7 @@ def test_surreal_run_says_each_warning_once_at_the_start(monkeypatch, tmp_path, 
         "supervise",
         lambda cfg, run_dir, *_: write_summary(run_dir, cfg, 0.0, "interrupted", {}, "stopped by the test"),
     )
-    assert local.run_experiment(["algo=ddpg", "env=Hopper-v5", "steps=30000", "name=w"], live=False) == 130
+    assert run_experiment(["algo=ddpg", "env=Hopper-v5", "steps=30000", "name=w"], live=False) == 130
     err = capsys.readouterr().err
     assert err.count("surreal: warning: algo.learning_starts=25,000") == 1 and err.count("warning") == 1, err
 
@@ -146,8 +169,8 @@ def test_the_launcher_resolves_a_transition_replays_layout_and_refuses_one_its_s
     from surreal.algos import get_algorithm
     from surreal.config import algo_config
     from surreal.envs import env_spaces
-    from surreal.launch.preflight import checked
     from surreal.proto.wire import fields_of
+    from surreal.run.preflight import checked
 
     cfg, warnings = checked(load_config(["algo=sac", "env=Pendulum-v1", "steps=100000"]))
     assert warnings == [] and cfg.replay.mode == "uniform"

@@ -145,7 +145,7 @@ def check_surreal_command(argv: list[str]) -> None:
         overrides = [a for a in args.args if "=" in a]
     if args.command in ("run", "config") and not getattr(args, "resume", None):
         if getattr(args, "multirun", False):
-            from surreal.launch.sweep import expand
+            from surreal.commands.sweep import expand
 
             members, _ = expand(overrides)
         else:

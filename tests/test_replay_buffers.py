@@ -457,7 +457,7 @@ def test_a_layout_travels_as_plain_data_and_anything_else_is_refused():
 def test_a_shard_is_laid_out_from_its_config_without_torch_or_gymnasium(tmp_path):
     """The replay role reads the layout the launcher resolved from its config: no env, no algorithm, no torch."""
     from surreal.config import load_config, save_config
-    from surreal.launch.preflight import checked
+    from surreal.run.preflight import checked
 
     save_config(checked(load_config(["algo=ddpg", "env=Pendulum-v1"]))[0], tmp_path / "config.yaml")
     code = (

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from surreal.config import load_config
-from surreal.launch.serial import SerialResumeError, run_serial
 from surreal.metricsfile import read_metrics
+from surreal.run.serial import SerialResumeError, run_serial
 from surreal.runtime.checkpoint import CheckpointStore, unpack
 
 CASES = {

@@ -1,4 +1,4 @@
-"""`surreal run --resume` end to end (launch/resume.py): a run whose launcher and roles are all SIGKILLed at a seeded
+"""`surreal run --resume` end to end (run/resume.py): a run whose launcher and roles are all SIGKILLed at a seeded
 random point is resumed and completes its budget, its counters never going backwards and its replay coming back
 from the newest snapshot; and what cannot be resumed is refused in one line, before anything starts.
 
@@ -22,12 +22,12 @@ from bench._runs import kill_whole_run
 
 import surreal
 from conftest import wait_until
-from surreal.api import Run, launcher_pid
+from surreal.api import Run
 from surreal.config import load_config, read_config
 from surreal.launch.progress import ProgressView
-from surreal.launch.resume import changed_keys, checkpoint_counters, resume_config
-from surreal.launch.runfolder import RunFolderLock, create_run_folder
 from surreal.metricsfile import read_evals, read_metrics
+from surreal.run.folder import RunFolderLock, create_run_folder, launcher_pid
+from surreal.run.resume import changed_keys, checkpoint_counters, resume_config
 from test_local_run import DDPG_PENDULUM, LocalRun, assert_no_counter_goes_backwards, assert_replay_ratio_held
 
 KILL_SEED = 39  # draws where in the run the kill falls

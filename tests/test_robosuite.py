@@ -21,9 +21,9 @@ from surreal.cli import main
 from surreal.config import ConfigError, algo_config, load_config
 from surreal.envs import check_env_id, env_steps_bound, make_env, make_vec_env
 from surreal.envs_robosuite import RobosuiteEnv
-from surreal.launch.serial import SerialResumeError, run_serial
 from surreal.metricsfile import read_metrics
 from surreal.policy.load import load_policy
+from surreal.run.serial import SerialResumeError, run_serial
 from surreal.runtime.rollout import RolloutCollector
 
 LIFT = "robosuite:Lift"

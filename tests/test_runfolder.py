@@ -13,8 +13,10 @@ import pytest
 
 from surreal.config import ConfigError, load_config, read_config
 from surreal.launch.progress import Rates
-from surreal.launch.runfolder import PACKAGES, create_run_folder, git_state, run_name, write_summary
 from surreal.metricsfile import MetricsTail, parse_row, read_metrics
+from surreal.provenance import PACKAGES, git_state
+from surreal.run.folder import create_run_folder, run_name
+from surreal.runjson import write_summary
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -343,7 +343,7 @@ def test_a_path_inside_a_bucket_run_is_found_in_its_run_folder_and_copied_checke
 
 
 def test_a_sweeps_members_are_mirrored_in_a_folder_of_the_sweep():
-    from surreal.launch.sweep import in_sweep_folder
+    from surreal.commands.sweep import in_sweep_folder
 
     assert in_sweep_folder(["seed=1", "run_uri=s3://b/runs/", "algo=ddpg"], "pend-sweep") == [
         "seed=1",

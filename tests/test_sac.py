@@ -16,7 +16,7 @@ from torch import nn
 from surreal.algos import get_algorithm, sac
 from surreal.algos.sample_steps import STEP_KEYS
 from surreal.config import ConfigError, algo_config, load_config
-from surreal.launch.serial import run_serial
+from surreal.run.serial import run_serial
 
 SMALL = ["algo.hidden_sizes=[32,32]", "algo.critic_hidden_sizes=[48,48]"]
 

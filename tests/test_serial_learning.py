@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from surreal.config import load_config
-from surreal.launch.serial import run_serial
+from surreal.run.serial import run_serial
 
 BUDGET = 96 * 2048  # 196,608 env steps: whole batches, within 200k
 

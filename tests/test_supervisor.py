@@ -19,7 +19,8 @@ import psutil
 import pytest
 
 from conftest import wait_until
-from surreal.config import read_config
+from surreal.commands.run import run_experiment
+from surreal.config import load_config, read_config
 from surreal.launch import local
 from surreal.launch.supervisor import ProcessSpec, Supervisor
 from surreal.roles.common import EXIT_STOPPED, StopFlag
@@ -203,7 +204,7 @@ def test_a_child_with_a_grace_of_its_own_gets_that_long_after_sigterm(tmp_path):
     finally:
         supervisor.stop()
     assert reports == [], "it was given the time it needed and exited by itself"
-    assert local.plan_processes(local.load_config([]), tmp_path, {})[0].grace_s == local.REPLAY_GRACE_S
+    assert local.plan_processes(load_config([]), tmp_path, {})[0].grace_s == local.REPLAY_GRACE_S
 
 
 def test_children_die_with_a_kill_9ed_launcher(tmp_path):
@@ -274,7 +275,7 @@ FAKE_ROLE = """
 
 @pytest.fixture
 def fake_roles(tmp_path, monkeypatch):
-    """run_experiment with every role replaced by FAKE_ROLE; yields the runs root."""
+    """`surreal run` (commands/run.py) with every role replaced by FAKE_ROLE; yields the runs root."""
     monkeypatch.setenv("SURREAL_RUNS_ROOT", str(tmp_path / "runs"))
     monkeypatch.setattr(local, "ROLE_COMMAND", tuple(script(tmp_path, "fake_role", FAKE_ROLE)))
     yield tmp_path / "runs"
@@ -289,7 +290,7 @@ def test_run_experiment_starts_every_role_with_the_pod_contract_and_completes(fa
     monkeypatch.setenv("FAKE_MODE", "complete")
     monkeypatch.setenv("FAKE_PROCESSES", str(2 + 2 + 1 + 3))
     overrides = ["name=ok", "actors=3", "topology.replay_shards=2", "topology.ps_replicas=2", "steps=1536"]
-    assert local.run_experiment(overrides, live=False) == 0
+    assert run_experiment(overrides, live=False) == 0
     run_dir = (fake_roles / "ok").resolve()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["env_steps"] == 1536 and summary["updates"] == 3
@@ -318,7 +319,7 @@ def test_run_experiment_starts_every_role_with_the_pod_contract_and_completes(fa
 
 def test_run_experiment_stops_everything_on_sigint(fake_roles, monkeypatch, capsys):
     monkeypatch.setenv("FAKE_MODE", "interrupt")
-    assert local.run_experiment(["name=stopped", "actors=1"], live=False) == 130
+    assert run_experiment(["name=stopped", "actors=1"], live=False) == 130
     run_dir = fake_roles / "stopped"
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted"
     assert "interrupted (SIGINT received)" in capsys.readouterr().out
@@ -330,11 +331,11 @@ def test_a_resumed_run_starts_its_learner_with_resume_in_the_same_folder(fake_ro
     """`surreal run --resume`: the learner's very first start is `--resume` (not only its restarts), the roles get
     the run folder's config with the new budget, and reproduce.json records the resume."""
     monkeypatch.setenv("FAKE_MODE", "interrupt")
-    assert local.run_experiment(["name=again", "actors=1", "steps=1000"], live=False) == 130
+    assert run_experiment(["name=again", "actors=1", "steps=1000"], live=False) == 130
     run_dir = (fake_roles / "again").resolve()
     monkeypatch.setenv("FAKE_MODE", "complete")
     monkeypatch.setenv("FAKE_PROCESSES", str(1 + 1 + 1 + 1))
-    assert local.run_experiment(["steps=1536"], live=False, resume=run_dir) == 0
+    assert run_experiment(["steps=1536"], live=False, resume=run_dir) == 0
     learner = json.loads((run_dir / "fake-learner.json").read_text())
     assert learner["argv"] == ["learner", "--resume"]
     assert read_config(run_dir / "config.yaml").total_env_steps == 1536
@@ -348,7 +349,7 @@ def test_a_resumed_run_starts_its_learner_with_resume_in_the_same_folder(fake_ro
 def test_run_experiment_fails_when_a_role_exhausts_its_restarts(fake_roles, monkeypatch, capsys):
     monkeypatch.setenv("FAKE_MODE", "crash")
     monkeypatch.setattr(local, "MAX_RESTARTS", 1)
-    assert local.run_experiment(["name=broken", "actors=1"], live=False) == 1
+    assert run_experiment(["name=broken", "actors=1"], live=False) == 1
     summary = json.loads((fake_roles / "broken" / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["restarts"]["actor-0"] == 1
     assert "actor-0 exhausted its restarts" in summary["reason"]
@@ -358,7 +359,7 @@ def test_run_experiment_fails_when_a_role_exhausts_its_restarts(fake_roles, monk
 
 
 def test_bad_config_is_one_message_and_starts_nothing(fake_roles, capsys):
-    assert local.run_experiment(["topology.actorz=2"], live=False) == 2
+    assert run_experiment(["topology.actorz=2"], live=False) == 2
     err = capsys.readouterr().err
     assert err.startswith("surreal: ") and "topology.actorz" in err and "Traceback" not in err
     assert not fake_roles.exists()

@@ -1,4 +1,4 @@
-"""`surreal run --multirun` (launch/sweep.py): Hydra's basic-sweeper expansion, members refused before anything
+"""`surreal run --multirun` (commands/sweep.py): Hydra's basic-sweeper expansion, members refused before anything
 starts, the summary's numbers held to the members' eval.json, resuming a sweep's unfinished members, and (slow)
 three SAC seeds on Pendulum-v1 end to end."""
 
@@ -20,10 +20,10 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from conftest import wait_until
+from surreal.commands import sweep
 from surreal.config import load_config, save_config
-from surreal.launch import sweep
-from surreal.launch.runfolder import RunFolderLock
 from surreal.metricsfile import read_evals
+from surreal.run.folder import RunFolderLock
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -6,14 +6,16 @@
     print(run.summary["eval_return_mean"], len(run.metrics), run.dir)
     action = run.policy()(observation)
 
-A run is the very run `surreal run` makes: `mode="processes"` starts `surreal run` (its launcher and every role as
-supervised processes) as a child of this process; `mode="serial"` runs every role's core in this process
-(launch/serial.py: deterministic for a seed, for notebooks and tests). Either way the run folder is the same
-(`runs/<name>/`: config.yaml, metrics.jsonl, evals.jsonl, eval.json, checkpoints, summary.json), and `Run` reads
+A run is the very run `surreal run` makes, by the same run service (surreal/run/): the experiment is prepared here,
+once (config, preflight, run folder), then `mode="processes"` hands the prepared folder to a launcher of its own, a
+child of this process that starts and supervises every role; `mode="serial"` runs every role's core in a thread of
+this process (run/serial.py: deterministic for a seed, for notebooks and tests). Either way the run folder is the
+same (`runs/<name>/`: config.yaml, metrics.jsonl, evals.jsonl, eval.json, checkpoints, summary.json), and `Run` reads
 its results from there, so `Run.open` reads a run started from the CLI just as well.
 
 Errors are the CLI's: a config that cannot run raises `surreal.config.ConfigError` with the one line `surreal run`
-prints (checked here before anything starts), a run that fails raises `RunFailed` with the launcher's reason.
+prints (raised by the preparation, before anything starts), a run that fails raises `RunFailed` with the launcher's
+reason (summary.json's).
 
 A script that ends while a run it `start`ed still runs stops that run as Ctrl-C would (the learner checkpoints, the
 shards snapshot) and says so in one line on stderr, with how to resume it (`_stop_runs_left`): its launcher would
@@ -27,8 +29,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
-import logging
 import os
 import re
 import signal
@@ -37,7 +37,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -45,14 +45,12 @@ from surreal.errors import ConfigError
 
 if TYPE_CHECKING:
     from surreal.config import ExperimentConfig
-    from surreal.launch.runfolder import RunFolderLock
     from surreal.policy.load import Policy
+    from surreal.run.prepare import PreparedRun
 
 Mode = Literal["processes", "serial"]
 MODES = ("processes", "serial")
-LAUNCHER_LOG = "launcher.log"  # in <run>/logs/: what `surreal run` printed, for a run started here
-SERIAL_LOG = "serial.log"  # in <run>/logs/: a serial run's learner log
-LOCK_FILE = ".launcher.lock"  # held by the launcher (or serial run) in a run folder: launch/runfolder.py
+LAUNCHER_LOG = "launcher.log"  # in <run>/logs/: what the launcher of a run started here printed
 # How long `stop` waits for a launcher to stop its roles: its learner's and replay shards' grace periods
 # (launch/local.py LEARNER_GRACE_S, REPLAY_GRACE_S) and a margin; it returns as soon as the launcher is out.
 STOP_TIMEOUT_S = 240.0
@@ -120,8 +118,6 @@ class Run:
     def __init__(self, run_dir: str | os.PathLike[str]) -> None:
         self.dir = Path(run_dir).resolve()
         self._process: subprocess.Popen[bytes] | None = None
-        self._log_offset = 0  # where this session's lines start in logs/launcher.log
-        self._created_dir = False  # whether this object made the folder (removed again if the launcher refused)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._error: BaseException | None = None
@@ -132,7 +128,7 @@ class Run:
         """The run in an existing folder (started from here, the CLI or another machine). A folder is as untrusted
         as a policy file: its config.yaml's env is made (by `policy()` of a run without a policy artifact) only if
         its id imports nothing but `imports`, the modules you name (imported first) or have imported."""
-        from surreal.launch.resume import find_run_dir
+        from surreal.run.resume import find_run_dir
 
         run = cls(find_run_dir(path))
         run.imports = tuple(imports)
@@ -158,7 +154,7 @@ class Run:
     def summary(self) -> dict[str, Any] | None:
         """summary.json (status, env steps, wall time, final eval, restarts), written when a launch ends; None
         before. After `--resume`, the resumed session's."""
-        from surreal.launch.runfolder import read_json
+        from surreal.runjson import read_json
 
         return read_json(self.dir / "summary.json")
 
@@ -179,7 +175,7 @@ class Run:
     @property
     def final_eval(self) -> dict[str, Any] | None:
         """eval.json: the final deterministic evaluation (returns, mean, std, env steps); None before."""
-        from surreal.launch.runfolder import read_json
+        from surreal.runjson import read_json
 
         return read_json(self.dir / "eval.json")
 
@@ -189,6 +185,8 @@ class Run:
             return self._process.poll() is None
         if self._thread is not None:
             return self._thread.is_alive()
+        from surreal.run.folder import launcher_pid
+
         return launcher_pid(self.dir) is not None
 
     @property
@@ -197,6 +195,8 @@ class Run:
         (not started yet, or its launcher was killed: then summary.json, if any, is older than the launch)."""
         if self.running:
             return "running"
+        from surreal.run.folder import LOCK_FILE
+
         summary = self.summary
         if summary is None or _older(self.dir / "summary.json", self.dir / LOCK_FILE):
             return "unknown"
@@ -213,8 +213,8 @@ class Run:
 
     def wait(self, timeout_s: float | None = None) -> Run:
         """Block until the run is over; returns the run, completed or stopped. Raises `RunFailed` if it failed,
-        ConfigError if its launcher refused the config, TimeoutError after `timeout_s`. Ctrl-C here stops the
-        run (it saves its state: `resume=` continues it) and raises KeyboardInterrupt."""
+        ConfigError if a serial run was to continue a checkpoint it cannot, TimeoutError after `timeout_s`. Ctrl-C
+        here stops the run (it saves its state: `resume=` continues it) and raises KeyboardInterrupt."""
         try:
             self._join(timeout_s)
         except KeyboardInterrupt:
@@ -227,6 +227,8 @@ class Run:
         """Stop the run as Ctrl-C stops `surreal run`: the learner checkpoints, replay shards snapshot, and
         summary.json says `interrupted`. Returns once it is over (SIGKILL after `timeout_s`). Works on an opened
         run too, by signalling the launcher that holds its folder."""
+        from surreal.run.folder import launcher_pid
+
         if self._process is not None:
             if self._process.poll() is None:
                 self._process.send_signal(signal.SIGINT)
@@ -265,107 +267,55 @@ class Run:
             raise RunFailed(f"{self.dir}: {type(self._error).__name__}: {self._error}", self) from self._error
         if self._process is not None:
             code = self._process.returncode
-            if code == 2:
-                raise ConfigError(self._refusal())
             if code not in (0, 130):
                 reason = (self.summary or {}).get("reason") or f"the launcher exited with code {code}"
                 raise RunFailed(f"{self.dir}: {reason} (its lines: {self.dir / 'logs' / LAUNCHER_LOG})", self)
         elif self.status == "failed":
             raise RunFailed(f"{self.dir}: {(self.summary or {}).get('reason')}", self)
 
-    def _refusal(self) -> str:
-        """The launcher's one-line refusal (exit 2), from this session's part of its log; the folder goes again if
-        this object made it and the launcher wrote nothing else into it."""
-        log = self.dir / "logs" / LAUNCHER_LOG
-        try:
-            with open(log, "rb") as f:
-                f.seek(self._log_offset)
-                text = f.read().decode("utf-8", errors="replace")
-        except OSError:
-            text = ""
-        lines = [line.removeprefix("surreal: ") for line in text.strip().splitlines()]
-        if self._created_dir and [p.name for p in self.dir.rglob("*")] == ["logs", LAUNCHER_LOG]:
-            log.unlink()
-            (self.dir / "logs").rmdir()
-            self.dir.rmdir()
-        return "\n".join(lines) or f"surreal run refused the config of {self.dir}"
-
     # -- starting --------------------------------------------------------------------------------------------
 
-    def _launch(self, argv: list[str], root: Path) -> None:
-        """`surreal run <argv>` as a child, its output in logs/launcher.log. The child gets SIGTERM (and stops as
-        on Ctrl-C) if the thread that started it dies, so no run outlives its owner unseen."""
+    def _launch(self, prepared: PreparedRun, root: Path) -> None:
+        """A launcher of its own for the folder prepared here, a child handed its lock (run/start.py), its output in
+        logs/launcher.log after what the preparation said. The child gets SIGTERM (and stops as on Ctrl-C) if the
+        thread that started it dies, so no run outlives its owner unseen."""
         from surreal.launch.supervisor import die_with
+        from surreal.run.start import handed_over
 
-        logs = self.dir / "logs"
-        self._created_dir = not self.dir.exists()
-        logs.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "SURREAL_RUNS_ROOT": str(root), "PYTHONUNBUFFERED": "1"}
-        with open(logs / LAUNCHER_LOG, "ab") as log:
-            self._log_offset = log.tell()
+        said = [f"surreal: warning: {w}\n" for w in prepared.warnings] + [f"[surreal] {n}\n" for n in prepared.notes]
+        with prepared.lock, open(self.dir / "logs" / LAUNCHER_LOG, "a", encoding="utf-8") as log:
+            log.write("".join(said))
+            log.flush()
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "surreal", "run", *argv, "--no-progress"],
+                handed_over(prepared),
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 preexec_fn=die_with(os.getpid()),
+                pass_fds=[prepared.lock.file.fileno()],
             )
         _left_running_is_stopped(self)
 
-    def _start_serial(self, open_folder: Callable[[], tuple[ExperimentConfig, RunFolderLock]], resume: bool) -> None:
-        """Claim this process's one serial run, open the run folder (`open_folder`: the config and the folder's
-        lock) and run it in a thread; the claim goes with the thread, or at once if the folder cannot be opened."""
-        if not _SERIAL.acquire(blocking=False):
-            raise ConfigError("a serial run is already running in this process: wait for it (or use mode='processes')")
-        try:
-            cfg, lock = open_folder()
-        except BaseException:
-            _SERIAL.release()
-            raise
-        # A daemon: at the script's end the interpreter does not wait for it to spend its budget; `_stop_runs_left`
-        # stops it (a checkpoint) and says so.
+    def _start_serial(self, prepared: PreparedRun) -> None:
+        """Run `prepared` in a daemon thread, holding the serial claim `start` took: at the script's end the
+        interpreter does not wait for it to spend its budget; `_stop_runs_left` stops it (a checkpoint) and says so."""
         self._thread = threading.Thread(
-            target=self._run_serial, args=(cfg, lock, resume), name=f"surreal-{self.name}", daemon=True
+            target=self._run_serial, args=(prepared,), name=f"surreal-{self.name}", daemon=True
         )
         self._thread.start()
         _left_running_is_stopped(self)
 
-    def _run_serial(self, cfg: ExperimentConfig, lock: RunFolderLock, resume: bool) -> None:
-        """The serial run in this thread, summary.json at the end however it ends; releases the serial claim."""
-        from surreal.launch.resume import checkpoint_counters
-        from surreal.launch.runfolder import write_summary
-        from surreal.launch.serial import SerialResumeError, run_serial
+    def _run_serial(self, prepared: PreparedRun) -> None:
+        """The serial run in this thread; what it raised is kept for `wait()`; releases the serial claim."""
+        from surreal.run.start import start
 
-        log = logging.getLogger(f"surreal.serial.{self.name}")
-        handler = logging.FileHandler(self.dir / "logs" / SERIAL_LOG)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-        log.addHandler(handler)
-        log.setLevel(logging.INFO)
-        log.propagate = False
-        started = time.monotonic()
-        status, reason, resumed_at = "failed", None, None
         try:
-            with lock:
-                if resume and (counters := checkpoint_counters(self.dir)) is not None:
-                    resumed_at = int(counters["env_steps"])
-                try:
-                    result = run_serial(cfg, self.dir, log, resume=resume, stop=self._stop.is_set)
-                except SerialResumeError as exc:  # a process run's checkpoint: this world cannot be continued
-                    raise ConfigError(f"{self.dir}: {exc}; resume it with mode='processes'") from None
-                status = "completed" if result is not None else "interrupted"
-                reason = None if result is not None else "stopped by Run.stop()"
-                write_summary(self.dir, cfg, time.monotonic() - started, status, {}, reason, resumed_at)
-        except KeyboardInterrupt:
-            write_summary(self.dir, cfg, time.monotonic() - started, "interrupted", {}, "KeyboardInterrupt", resumed_at)
-            raise
-        except BaseException as exc:  # noqa: BLE001 - handed to wait(), which raises it
+            start(prepared, "serial", stop=lambda: "stopped by Run.stop()" if self._stop.is_set() else None)
+        except Exception as exc:  # noqa: BLE001 - handed to wait(), which raises it
             self._error = exc
-            with contextlib.suppress(Exception):
-                write_summary(self.dir, cfg, time.monotonic() - started, "failed", {}, f"{exc}", resumed_at)
         finally:
-            log.removeHandler(handler)
-            handler.close()
             _SERIAL.release()
 
 
@@ -389,22 +339,6 @@ def _stop_runs_left() -> None:
             file=sys.stderr,
             flush=True,
         )
-
-
-def launcher_pid(run_dir: Path) -> int | None:
-    """The pid of the launcher (or serial run) holding `run_dir`'s lock, None when none does."""
-    path = run_dir / LOCK_FILE
-    if not path.exists():
-        return None
-    with open(path, "a+", encoding="utf-8") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            text = f.read().strip()
-            return int(text) if text.isdigit() else -1
-        fcntl.flock(f, fcntl.LOCK_UN)
-        return None
 
 
 def _older(path: Path, than: Path) -> bool:
@@ -433,17 +367,15 @@ def start(
     imports: Sequence[str] = (),
 ) -> Run:
     """Start a run and return at once; `Run.wait()` blocks until it is over. Arguments as `train`'s."""
-    from surreal.config import load_config
-    from surreal.envs import admit_env_id, env_ids_in, import_modules, modules_named
-    from surreal.launch import runfolder
-    from surreal.launch.preflight import checked, preflight
-    from surreal.launch.resume import find_run_dir, reopen_run_folder, resume_config
+    from surreal.envs import env_ids_in, import_modules, modules_named
+    from surreal.run.folder import runs_root as default_root
+    from surreal.run.prepare import RunComplete, prepare
 
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
     if isinstance(resume, str) and "://" in resume:
         raise ConfigError(f"resume={resume!r}: a bucket's run resumes with `surreal run --resume {resume}`")
-    root = Path(runs_root).resolve() if runs_root is not None else runfolder.runs_root().resolve()
+    root = Path(runs_root if runs_root is not None else default_root()).resolve()
     items = as_overrides(overrides, algo=algo, env=env, actors=actors, steps=steps, seed=seed, name=name)
     imports = [*imports, *(resume.imports if isinstance(resume, Run) else ())]
     import_modules(imports, "imports=")
@@ -451,48 +383,29 @@ def start(
         if name is not None:
             raise ConfigError("name= names a new run; a resumed run keeps its folder")
         import_modules(modules_named(env_ids_in(items)), "env=")  # an env you name is yours to import
-        run = Run(find_run_dir(resume.dir if isinstance(resume, Run) else resume, root))
-        run.imports = tuple(imports)
-        cfg = resume_config(run.dir, items)  # ConfigError: an override that would change the experiment
-        admit_env_id(cfg.env.id, str(run.dir / "config.yaml"))  # a run folder chooses no module to import
-        if mode == "processes":
-            _warn(preflight(cfg))  # the launcher it starts resolves the rest
-        else:
-            cfg, warnings = checked(cfg)  # the config serial mode runs: its replay laid out
-            _warn(warnings)
-        if (pid := launcher_pid(run.dir)) is not None:
-            raise ConfigError(
-                f"{run.dir} is in use by another launcher (pid {pid}); it is still running; stop it first"
-            )
-        if mode == "processes":
-            run._launch(["--resume", str(run.dir), *items, *(f"--import={module}" for module in imports)], root)
-        else:
-            run._start_serial(lambda: (cfg, reopen_run_folder(run.dir, cfg, items)), resume=True)
-        return run
-    cfg = load_config(items)
-    # ConfigError: what cannot run, refused before anything starts (launch/preflight.py); serial mode runs the config
-    # `checked` resolves (its replay laid out), a launcher started here resolves its own.
+    if mode == "serial" and not _SERIAL.acquire(blocking=False):
+        raise ConfigError("a serial run is already running in this process: wait for it (or use mode='processes')")
+    try:
+        # ConfigError: what cannot run, refused before anything starts (surreal/run/prepare.py)
+        prepared = prepare(items, resume=resume.dir if isinstance(resume, Run) else resume, mode=mode, root=root)
+    except BaseException as exc:
+        if mode == "serial":
+            _SERIAL.release()
+        if isinstance(exc, RunComplete):  # resumed with its budget spent: nothing to start, its results are there
+            return Run.open(exc.run_dir, imports)
+        raise
+    _warn(prepared.warnings)
+    run = Run(prepared.dir)
+    run.imports = tuple(imports)
     if mode == "processes":
-        _warn(preflight(cfg))
+        run._launch(prepared, root)
     else:
-        cfg, warnings = checked(cfg)
-        _warn(warnings)
-    if cfg.run_uri is not None and mode != "processes":
-        raise ConfigError("run_uri (a run folder mirrored in a bucket) needs mode='processes': its roles mirror it")
-    if cfg.learner.replicas > 1 and mode != "processes":
-        raise ConfigError("learner.replicas > 1 needs mode='processes' (without --serial): each rank is a process")
-    run_name = runfolder.run_name(cfg)
-    run = Run(root / run_name)
-    runfolder.refuse_existing_run(run.dir)
-    if mode == "processes":
-        run._launch([*items, f"name={run_name}", *(f"--import={module}" for module in imports)], root)
-    else:
-        run._start_serial(lambda: runfolder.create_run_folder(cfg, items, root)[1:], resume=False)
+        run._start_serial(prepared)
     return run
 
 
 def _warn(lines: list[str]) -> None:
-    """A budget a default eats (launch/preflight.py), as the CLI prints it: a UserWarning each, at the caller."""
+    """A budget a default eats (run/preflight.py), as the CLI prints it: a UserWarning each, at the caller."""
     for line in lines:
         warnings.warn(line, UserWarning, stacklevel=4)
 
@@ -521,17 +434,4 @@ def train(
     and how it runs. imports: modules to import first (your envs' module, as `surreal run --import`): a resumed run
     folder whose config.yaml names a `module:Name` env is refused unless its module is named here, in `env=`, or
     already imported. Raises ConfigError (the CLI's message) before anything starts, RunFailed if the run fails."""
-    run = start(
-        algo,
-        env,
-        actors=actors,
-        steps=steps,
-        seed=seed,
-        overrides=overrides,
-        name=name,
-        mode=mode,
-        resume=resume,
-        runs_root=runs_root,
-        imports=imports,
-    )
-    return run.wait()
+    return start(**locals()).wait()  # every argument, as given

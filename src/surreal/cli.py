@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--resume",
         metavar="RUN_DIR",
         help="continue the run in this folder from its checkpoints and replay snapshots; overrides may change only "
-        "its budget (steps=) and how it runs (launch/resume.py)",
+        "its budget (steps=) and how it runs (run/resume.py)",
     )
     run.add_argument(
         "--multirun",
@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--serial",
         action="store_true",
         help="every role's core in this process on in-process ports, no sockets: deterministic for a seed "
-        "(launch/serial.py); the same run folder, resumable with --serial --resume",
+        "(run/serial.py); the same run folder, resumable with --serial --resume",
     )
 
     sim = commands.add_parser(
@@ -147,14 +147,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODULE",
         help="import MODULE first (your envs' module), for a --base file or --run whose env id names it; repeatable",
     )
-    from surreal.launch import policy_cli  # argparse only at import
+    from surreal.commands import policy  # argparse only at import
 
-    policy_cli.add_eval_arguments(commands.add_parser("eval", help="roll a trained policy out and score it"))
-    policy_cli.add_export_arguments(commands.add_parser("export", help="write a policy as ONNX or TorchScript"))
+    policy.add_eval_arguments(commands.add_parser("eval", help="roll a trained policy out and score it"))
+    policy.add_export_arguments(commands.add_parser("export", help="write a policy as ONNX or TorchScript"))
     probe = commands.add_parser("probe", help="health checks against a running experiment")
     checks = probe.add_subparsers(dest="check", required=True)
     progress = checks.add_parser("progress", help="wait until the learner's /metrics shows updates (helm test)")
-    from surreal.launch.probe import add_arguments as add_probe_arguments  # urllib and prometheus_client only
+    from surreal.commands.probe import add_arguments as add_probe_arguments  # urllib and prometheus_client only
 
     add_probe_arguments(progress)
     return parser
@@ -193,29 +193,25 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error("--serial runs one experiment: without --multirun")
             if args.jobs < 1:
                 parser.error(f"--jobs must be >= 1 (got {args.jobs})")
-            from surreal.launch.sweep import resume_sweep, run_sweep
+            from surreal.commands.sweep import resume_sweep, run_sweep
 
             if args.resume:
                 return resume_sweep(args.resume, args.overrides, args.jobs, args.imports)
             return run_sweep(args.overrides, args.jobs)
         if args.jobs != 1:
             parser.error("--jobs needs --multirun")
-        if args.serial:
-            from surreal.launch.local import run_serial_experiment
+        from surreal.commands.run import run_experiment
 
-            return run_serial_experiment(args.overrides, args.resume, args.imports)
-        from surreal.launch.local import run_experiment
-
-        return run_experiment(args.overrides, live=not args.no_progress, resume=args.resume, imports=args.imports)
+        return run_experiment(args.overrides, not args.no_progress, args.resume, args.imports, serial=args.serial)
     if args.command == "config":
         return config_main(args)
     if args.command == "sim":
-        from surreal.sim.cli import main as sim_main
+        from surreal.commands.sim import main as sim_main
 
         return sim_main(args.scenarios, args.list, args.seed, args.seeds)
     if args.command == "plot":
-        from surreal.launch.plot import plot_runs
-        from surreal.launch.sweep import is_sweep, plot_sweep
+        from surreal.commands.plot import plot_runs
+        from surreal.commands.sweep import is_sweep, plot_sweep
 
         try:
             args.run_dir = [cached_for_plot(where) for where in args.run_dir]
@@ -228,15 +224,15 @@ def main(argv: list[str] | None = None) -> int:
             print(plot_runs(args.run_dir, args.out))
         return 0
     if args.command in ("eval", "export"):
-        from surreal.launch import policy_cli
+        from surreal.commands import policy
 
-        return policy_cli.eval_main(args) if args.command == "eval" else policy_cli.export_main(args)
+        return policy.eval_main(args) if args.command == "eval" else policy.export_main(args)
     if args.command == "helm-values":
-        from surreal.launch.helm_values import main as helm_values_main
+        from surreal.commands.helm_values import main as helm_values_main
 
         return helm_values_main(args.overrides, args.out, args.name, args.base, args.imports, args.run)
     if args.command == "probe":
-        from surreal.launch.probe import main as probe_main
+        from surreal.commands.probe import main as probe_main
 
         return probe_main(args)
     parser.error(f"unknown command {args.command}")
@@ -245,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
 def cached_for_plot(where: str) -> str:
     """A run folder to plot: a local path as given; a bucket's (`s3://...`) as a checked local copy of the files a
     plot reads (surreal/runstore.py `cached_run`)."""
-    from surreal.launch.runfolder import bucket_error
+    from surreal.run.folder import bucket_error
     from surreal.runstore import PLOT_FILES, cached_run, is_uri
 
     if not is_uri(where):
@@ -263,14 +259,14 @@ def cached_for_plot(where: str) -> str:
 
 
 class RunHelp(argparse.Action):
-    """`surreal run -h`: the usage, then the algorithms, presets and env families there are (surreal.launch.catalog
+    """`surreal run -h`: the usage, then the algorithms, presets and env families there are (surreal.commands.catalog
     reads them from the registries and config folders, importing gymnasium only now)."""
 
     def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
         super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, **kwargs)
 
     def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
-        from surreal.launch.catalog import run_help_epilog
+        from surreal.commands.catalog import run_help_epilog
 
         parser.epilog = run_help_epilog()
         parser.print_help()
@@ -297,7 +293,7 @@ def print_job_config(overrides: list[str], sweep: bool = False) -> int:
         if not sweep:
             print(config_yaml(load_config(overrides)), end="")
             return 0
-        from surreal.launch.sweep import expand
+        from surreal.commands.sweep import expand
 
         members, _ = expand(overrides)
         texts = [f"--- # {' '.join(member)}\n{config_yaml(load_config(member))}" for member in members]
@@ -329,9 +325,9 @@ def add_config_command(commands: Any) -> None:
 def config_main(args: argparse.Namespace) -> int:
     import difflib
 
+    from surreal.commands.catalog import composed_listing, config_listing, known_prefixes
     from surreal.config.loading import compose_config
     from surreal.config.schema import ALGORITHMS
-    from surreal.launch.catalog import composed_listing, config_listing, known_prefixes
 
     overrides = [a for a in args.args if "=" in a or a.startswith("~")]
     prefixes = [a for a in args.args if a not in overrides]

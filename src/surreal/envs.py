@@ -12,7 +12,14 @@ warning, so it cannot be filtered here.
 masked (`envs_masked.py`), registered with Gymnasium when this module is imported.
 
 Ids starting `robosuite:` (`robosuite:Lift`) are robosuite tasks, built by the adapter in `envs_robosuite.py`
-and stepped through the same vector env; robosuite itself is imported only then.
+and stepped through the same vector env; robosuite itself is imported only then. Ids starting `ALE/` (`ALE/Pong-v5`)
+are Atari games with the standard preprocessing (`envs_atari.py`); ale-py is imported only then.
+
+Training envs and evaluation envs: `training=` (default True) says which an env is for. It changes only what an env
+does for training's sake and would distort a score: an Atari game's reward clipping and episodic life
+(`envs_atari.py`); every other env is the same either way. Experience for learning (the actor's envs, a trial
+update's) is `training=True`; an evaluation (`runtime.rollout.evaluate`: the learner's final one, the evaluator's,
+`surreal eval`) is `training=False`; building an env only to read its spaces may pass either.
 
 A `module:Name` id makes `gym.make` import `module` first, which runs its top-level code: that is how the user's own
 envs register, and it must stay the user's choice. An id read from a file (a policy artifact, a checkpoint's or a run
@@ -33,7 +40,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from surreal import envs_masked, envs_robosuite
+from surreal import envs_atari, envs_masked, envs_robosuite
 from surreal.config import ConfigError, ExperimentConfig
 
 envs_masked.register()  # InvertedPendulumNoVel-v5 and the other velocity-masked tasks, as Gymnasium ids
@@ -48,15 +55,18 @@ def make_vec_env(
     seed: int,
     env_kwargs: dict[str, Any] | None = None,
     wrap: EnvWrapper | None = None,
+    *,
+    training: bool = True,
 ) -> gym.vector.VectorEnv:
     """K environments stepped in this process (an actor's envs are small; one core per actor). Env i is
     seeded with seed + i, so actors given disjoint seed ranges never replay the same episodes. `wrap`: each env
-    built as `make_env` builds it (gym.make, which is what gym.make_vec builds too), then wrapped."""
+    built as `make_env` builds it (gym.make, which is what gym.make_vec builds too), then wrapped. `training`: for
+    learning (True) or for evaluation (module docstring)."""
     envs: gym.vector.VectorEnv
-    if wrap is not None or envs_robosuite.is_robosuite_id(env_id):
+    if wrap is not None or is_adapter_id(env_id):
 
         def make(i: int) -> gym.Env:
-            env = build_env(env_id, env_kwargs)
+            env = build_env(env_id, env_kwargs, training=training)
             return env if wrap is None else wrap(env, i)
 
         fns = [partial(make, i) for i in range(num_envs)]
@@ -74,16 +84,23 @@ def make_vec_env(
     return envs
 
 
-def build_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> gym.Env:
-    """One environment as `gym.make` builds it (a robosuite id: the adapter), not reset yet."""
+def is_adapter_id(env_id: str) -> bool:
+    """An id this package builds itself (robosuite, Atari) rather than `gym.make`."""
+    return envs_robosuite.is_robosuite_id(env_id) or envs_atari.is_atari_id(env_id)
+
+
+def build_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, training: bool = True) -> gym.Env:
+    """One environment as `gym.make` builds it (a robosuite id, an Atari id: the adapter), not reset yet."""
     if envs_robosuite.is_robosuite_id(env_id):
         return envs_robosuite.RobosuiteEnv(env_id, **(env_kwargs or {}))
+    if envs_atari.is_atari_id(env_id):
+        return envs_atari.AtariEnv(env_id, training=training, **(env_kwargs or {}))
     return gym.make(env_id, **(env_kwargs or {}))
 
 
-def make_env(env_id: str, seed: int, env_kwargs: dict[str, Any] | None = None) -> gym.Env:
-    """One environment, reset with `seed`, for evaluation and for reading the spaces."""
-    env = build_env(env_id, env_kwargs)
+def make_env(env_id: str, seed: int, env_kwargs: dict[str, Any] | None = None, *, training: bool = True) -> gym.Env:
+    """One environment, reset with `seed`, for evaluation (`training=False`) and for reading the spaces."""
+    env = build_env(env_id, env_kwargs, training=training)
     env.reset(seed=seed)
     return env
 
@@ -151,9 +168,12 @@ def check_env_id(env_id: str, env_kwargs: dict[str, Any] | None = None) -> None:
     importing the module of a `module:Name` id, as `gym.make` would). Checked before any process starts,
     so a typo is one clear line instead of every role crash-looping. A robosuite id is checked against
     robosuite's tasks, and its `env_kwargs` against the task's parameters (Gymnasium ids' kwargs are not:
-    `gym.make` accepts any)."""
+    `gym.make` accepts any). An Atari id is checked against ale-py's games and the preset's settings."""
     if envs_robosuite.is_robosuite_id(env_id):
         envs_robosuite.check(env_id, env_kwargs)
+        return
+    if envs_atari.is_atari_id(env_id):
+        envs_atari.check(env_id, env_kwargs)
         return
     module, sep, name = env_id.rpartition(":")
     if sep:
@@ -171,10 +191,18 @@ def check_env_id(env_id: str, env_kwargs: dict[str, Any] | None = None) -> None:
 
 def env_steps_bound(cfg: ExperimentConfig) -> int | None:
     """The most env steps one unit of this experiment's data may claim: the algorithm's
-    `max_env_steps_per_unit`, given the env's registered time limit (a robosuite task's: its horizon)."""
-    if envs_robosuite.is_robosuite_id(cfg.env.id):
-        return cfg.algo.max_env_steps_per_unit(envs_robosuite.horizon(cfg.env.kwargs))
-    module, sep, name = cfg.env.id.rpartition(":")
+    `max_env_steps_per_unit`, given the env's episode limit (`episode_limit`)."""
+    return cfg.algo.max_env_steps_per_unit(episode_limit(cfg.env.id, cfg.env.kwargs))
+
+
+def episode_limit(env_id: str, env_kwargs: dict[str, Any] | None = None) -> int | None:
+    """The most steps one episode takes: the registered time limit, a robosuite task's horizon, an Atari game's
+    frame cap over its frame skip; None when the env has none."""
+    if envs_robosuite.is_robosuite_id(env_id):
+        return envs_robosuite.horizon(env_kwargs)
+    if envs_atari.is_atari_id(env_id):
+        return envs_atari.max_episode_steps(env_kwargs)
+    module, sep, name = env_id.rpartition(":")
     if sep:
         importlib.import_module(module)  # a `module:Name` id registers its envs on import, as gym.make does
-    return cfg.algo.max_env_steps_per_unit(gym.spec(name if sep else cfg.env.id).max_episode_steps)
+    return gym.spec(name if sep else env_id).max_episode_steps

@@ -1,5 +1,5 @@
 """An actor's environments mid-episode, saved and put back, so a resumed serial run steps on exactly as one
-never stopped (launch/serial.py).
+never stopped (run/serial.py).
 
 Per environment of a `make_vec_env` vector env (Gymnasium ids only: SAME_STEP autoreset keeps no pending
 reset in the vector env, so its sub-envs are the whole state):

@@ -2,7 +2,7 @@
 
 Each algorithm's config declares the kinds it takes (`AlgoConfig.observation_spaces` / `.action_spaces`, names from
 `SPACE_KINDS`, so the config layer needs no gymnasium). The launcher checks them against the env it builds once before
-any role starts (launch/preflight.py); an algorithm checks them again where it builds its networks, so a role given
+any role starts (run/preflight.py); an algorithm checks them again where it builds its networks, so a role given
 an env it cannot take (a chart whose values skipped the launcher) says the same one line instead of a traceback.
 """
 
@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from gymnasium import spaces
 
 from surreal.config.schema import ALGORITHMS, SPACE_KINDS, AlgoConfig
 from surreal.errors import ConfigError
+
+PIXELS_DOC = "docs/environments.md, Pixel observations"  # what works with pixels today, and what is coming
 
 
 def space_kind(space: spaces.Space[Any]) -> str | None:
@@ -25,12 +28,27 @@ def space_kind(space: spaces.Space[Any]) -> str | None:
     return None
 
 
+def is_image(space: spaces.Space[Any]) -> bool:
+    """A uint8 Box of two or more dimensions: frames (an Atari stack, a camera's channels-first image)."""
+    return isinstance(space, spaces.Box) and space.dtype == np.uint8 and len(space.shape) >= 2
+
+
+def has_images(space: spaces.Space[Any]) -> bool:
+    """An image, or a Dict holding one."""
+    if isinstance(space, spaces.Dict):
+        return any(has_images(sub) for sub in space.spaces.values())
+    return is_image(space)
+
+
 def describe(space: spaces.Space[Any]) -> str:
-    """A space in a few characters: `Box(17,)`, `Discrete(2)`, `Box(96, 96, 3)`, `Dict`; bounds left out."""
+    """A space in a few characters: `Box(17,)`, `Discrete(2)`, `Box(96, 96, 3)`, `Box(4, 84, 84) uint8 images`,
+    `Dict(pixels: Box(3, 84, 84) uint8 images, state: Box(60,))`; bounds left out."""
     if isinstance(space, spaces.Box):
-        return f"Box{space.shape}"
+        return f"Box{space.shape} uint8 images" if is_image(space) else f"Box{space.shape}"
     if isinstance(space, spaces.Discrete):
         return f"Discrete({space.n})" if space.start == 0 else f"Discrete({space.n}, start={space.start})"
+    if isinstance(space, spaces.Dict):
+        return f"Dict({', '.join(f'{key}: {describe(sub)}' for key, sub in space.spaces.items())})"
     return type(space).__name__
 
 
@@ -56,6 +74,8 @@ def check_spaces(
         attr = "observation_spaces" if what == "observations" else "action_spaces"
         others = sorted(n for n, cls in ALGORITHMS.items() if kind is not None and kind in getattr(cls, attr))
         hint = f"; {' and '.join(others)} take{'s' if len(others) == 1 else ''} them" if others else ""
+        if not others and has_images(space):
+            hint = f"; no algorithm takes images yet ({PIXELS_DOC})"
         raise ConfigError(f"algo={name} takes {_kinds(takes)} {what}; {env_id}'s {what} are {describe(space)}{hint}")
 
 

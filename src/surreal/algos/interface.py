@@ -32,7 +32,7 @@ class Collector(Protocol):
 
     def state(self) -> dict[str, Any]:
         """Everything the next `collect` continues from but the envs (envstate.py saves those): NumPy arrays,
-        numbers and containers, for an exact resume (launch/serial.py)."""
+        numbers and containers, for an exact resume (run/serial.py)."""
         ...
 
     def load_state(self, state: dict[str, Any]) -> None: ...

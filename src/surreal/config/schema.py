@@ -115,7 +115,7 @@ class AlgoConfig:
     # The flow-control rule that holds actors and learner together (runtime/regimes/): "staleness" and
     # "lockstep" are on-policy (FIFO replay, every chunk used once), "replay_ratio" is off-policy.
     flow_control: ClassVar[str] = "staleness"
-    # The spaces it takes (SPACE_KINDS): checked against the env once before any role starts (launch/preflight.py)
+    # The spaces it takes (SPACE_KINDS): checked against the env once before any role starts (run/preflight.py)
     # and again where a role builds the policy (surreal/spaces.py), so an env it cannot take is one line, not a crash.
     observation_spaces: ClassVar[frozenset[str]] = frozenset({"box"})
     action_spaces: ClassVar[frozenset[str]] = frozenset({"box"})
@@ -340,8 +340,8 @@ class ESConfig(AlgoConfig):
 
 @dataclass
 class EnvConfig:
-    id: str = "HalfCheetah-v5"  # a Gymnasium id (`surreal run --help` lists them) or robosuite:<Task>
-    kwargs: dict[str, Any] = field(default_factory=dict)  # passed to gymnasium.make (robosuite: to suite.make)
+    id: str = "HalfCheetah-v5"  # a Gymnasium id (`surreal run --help` lists them), robosuite:<Task> or ALE/<Game>-v5
+    kwargs: dict[str, Any] = field(default_factory=dict)  # passed to gymnasium.make (robosuite, ALE ids: the adapter)
 
 
 @dataclass
@@ -573,6 +573,14 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
 
         try:
             check(cfg.env.id, cfg.env.kwargs)
+        except ConfigError as exc:
+            problems.append(str(exc))
+    if cfg.env.id.startswith("ALE/") and importlib.util.find_spec("ale_py") is not None:
+        # The same for an Atari game's preset settings (envs_atari.py); ale-py is imported only for ALE ids.
+        from surreal.envs_atari import check as check_atari
+
+        try:
+            check_atari(cfg.env.id, cfg.env.kwargs)
         except ConfigError as exc:
             problems.append(str(exc))
     need(DEVICE.fullmatch(cfg.device) is not None, f"device must be auto, cpu, cuda or cuda:N (got {cfg.device!r})")

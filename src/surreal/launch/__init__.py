@@ -1,1 +1,1 @@
-"""`surreal run`: an experiment as supervised local processes, with a run folder and live progress."""
+"""A prepared run's roles as supervised local processes (local.py, supervisor.py), with chaos and live progress."""

@@ -1,11 +1,12 @@
-"""`surreal run`: replay shards, ps replicas, the learner and N actors as local supervised processes (and, with
-`topology.inference=central`, the inference workers the actors send their observations to).
+"""A prepared run folder's roles as local supervised processes (`surreal run`, `surreal.train(mode="processes")`):
+replay shards, ps replicas, the learner and N actors (and, with `topology.inference=central`, the inference workers
+the actors send their observations to). The run service (surreal/run/) prepares the folder first.
 
 Every role is started exactly as a pod starts it (`python -m surreal role <name>` plus `SURREAL_*`
 variables), on loopback ports the OS hands out. Actors that crash are restarted with backoff; a crashed
 learner is restarted with `--resume` from its last checkpoint; replay and ps are restarted on the same
 ports (actors and the learner reconnect by themselves), a replay shard with what its last snapshot in
-`<run dir>/replay/` held. A run folder can be resumed (`surreal run --resume`, launch/resume.py), also once
+`<run dir>/replay/` held. A run folder can be resumed (`surreal run --resume`, run/resume.py), also once
 completed and with a larger budget, so its snapshots stay when the run ends (the result says how much disk
 they take). A learner, shard or ps stopped by a signal from outside (a drain, a preemption notice) saves its
 state and is started again at once, which counts as no failure; the launcher's own stop gives the learner and
@@ -23,30 +24,19 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from surreal.config import ConfigError, ExperimentConfig, load_config
-from surreal.envs import admit_env_id, env_ids_in, import_modules, modules_named
+from surreal.config import ExperimentConfig
 from surreal.launch.chaos import Chaos
-from surreal.launch.preflight import checked
 from surreal.launch.progress import ProgressView, format_duration
-from surreal.launch.resume import (
-    checkpoint_counters,
-    completed_note,
-    describe_resume,
-    fetch_run,
-    find_run_dir,
-    reopen_run_folder,
-    resume_config,
-)
-from surreal.launch.runfolder import EXIT_CODES, RunFolderLock, create_run_folder, mirror_uri, write_summary
 from surreal.launch.supervisor import ProcessSpec, Restart, Supervisor
 from surreal.proto.curve import CurveKeys
 from surreal.roles.common import StopFlag
-from surreal.runstore import LAUNCHER, Mirror, is_uri, run_name_of
+from surreal.runjson import write_summary
+from surreal.runstore import LAUNCHER, Mirror
 from surreal.runtime.limits import raise_open_files
 from surreal.settings import ReplayEndpoint, Settings, group_env
 
@@ -222,123 +212,20 @@ def supervise(
     return write_summary(run_dir, cfg, wall_s, status, supervisor.restarts(), reason, resumed_at)
 
 
-def run_experiment(
-    overrides: list[str],
-    live: bool = True,
-    resume: str | os.PathLike[str] | None = None,
-    imports: Sequence[str] = (),
-) -> int:
-    """Run one experiment locally. Exit code: 0 completed, 1 failed, 2 bad config, 130 interrupted.
-    `resume`: continue the run in that folder instead (launch/resume.py); `overrides` may then only change its
-    budget and how it runs. `imports`: modules to import first (`--import`: the user's envs)."""
-    if resume is not None:
-        return resume_experiment(resume, overrides, live, imports)
-    try:
-        import_modules(imports)
-        cfg = load_config(overrides)
-        # The env built once: what cannot run is refused before any process starts; the replay's layout resolved.
-        cfg, warnings = checked(cfg)
-        run_dir, cfg, lock = create_run_folder(cfg, overrides)
-    except ConfigError as exc:
-        print(f"surreal: {exc}", file=sys.stderr)
-        return 2
-    for warning in warnings:
-        print(f"surreal: warning: {warning}", file=sys.stderr, flush=True)
-    return launch(cfg, run_dir, lock, live, run_uri=mirror_uri(cfg, run_dir))
-
-
-def run_serial_experiment(
-    overrides: list[str], resume: str | os.PathLike[str] | None = None, imports: Sequence[str] = ()
-) -> int:
-    """`surreal run --serial`: every role's core in this process, no sockets (launch/serial.py: the real cores on
-    in-process ports, deterministic for a seed), into the same run folder and summary. Exit codes as
-    `run_experiment`'s; SIGTERM or Ctrl-C stops it with a checkpoint, and `--resume` continues it."""
-    from surreal import api
-
-    try:
-        if resume is not None:
-            run_dir = find_run_dir(resume)
-            if (note := completed_note(resume, run_dir, resume_config(run_dir, overrides))) is not None:
-                print(f"[surreal] {note}", flush=True)
-                return 0
-        run = api.start(overrides=overrides, mode="serial", resume=resume, imports=imports)
-    except ConfigError as exc:
-        print(f"surreal: {exc}", file=sys.stderr)
-        return 2
-    print(f"[surreal] {run.name}: every role in this process (--serial); log in {run.dir / 'logs'}", flush=True)
-    status = "completed"
-    with StopFlag() as stop:
-        while run.running:
-            if stop:
-                run.stop()
-                break
-            stop.wait(POLL_S)
-    try:
-        run.wait()
-    except api.RunFailed:
-        status = "failed"
-    except ConfigError as exc:  # a checkpoint this world cannot continue
-        print(f"surreal: {exc}", file=sys.stderr)
-        return 2
-    summary = run.summary
-    if summary is not None:
-        print_result(summary)
-        status = summary["status"]
-    return EXIT_CODES.get(status, 1)
-
-
-def resume_experiment(
-    where: str | os.PathLike[str], overrides: list[str], live: bool = True, imports: Sequence[str] = ()
-) -> int:
-    """`surreal run --resume <run folder or its bucket URI> [budget overrides]`: the same launch, every role
-    resuming; a run mirrored in a bucket first gets what its local folder lacks from there. Its config.yaml's env is
-    made only if its id imports nothing the user did not name (`imports`, an `env=` override: `admit_env_id`), since
-    a run folder may have been downloaded as a policy file may."""
-    try:
-        import_modules([*imports, *modules_named(env_ids_in(overrides))])
-        uri: str | None
-        if is_uri(where):
-            remote = uri = str(where).rstrip("/")
-            run_dir = fetch_run(remote)
-            cfg = resume_config(run_dir, overrides)
-            cfg = replace(cfg, name=run_name_of(remote), run_uri=remote.rpartition("/")[0])  # where it is mirrored now
-        else:
-            run_dir = find_run_dir(where)
-            cfg = resume_config(run_dir, overrides)
-            uri = mirror_uri(cfg, run_dir)
-            if uri is not None:
-                fetch_run(uri, run_dir=run_dir)  # what the folder lacks (deleted, or never here) comes from the bucket
-        if (note := completed_note(where, run_dir, cfg)) is not None:
-            print(f"[surreal] {note}", flush=True)
-            return 0
-        admit_env_id(cfg.env.id, str(run_dir / "config.yaml"))
-        cfg, warnings = checked(cfg)
-        lock = reopen_run_folder(run_dir, cfg, overrides)
-    except ConfigError as exc:
-        print(f"surreal: {exc}", file=sys.stderr)
-        return 2
-    for warning in warnings:
-        print(f"surreal: warning: {warning}", file=sys.stderr, flush=True)
-    counters = checkpoint_counters(run_dir)  # where the learner will resume (it says so itself, too)
-    print(f"[surreal] {describe_resume(run_dir, cfg, counters)}", flush=True)
-    resumed_at = None if counters is None else int(counters["env_steps"])
-    return launch(cfg, run_dir, lock, live, resume=True, resumed_at=resumed_at, run_uri=uri)
-
-
 def launch(
     cfg: ExperimentConfig,
     run_dir: Path,
-    lock: RunFolderLock,
     live: bool,
     resume: bool = False,
     resumed_at: int | None = None,
     run_uri: str | None = None,
-) -> int:
-    """Start every role of `cfg` in `run_dir` (held by `lock`, released at the end), supervise until the run is
-    over, write summary.json. `resume`: the learner starts with `--resume` (a resumed run; without a checkpoint
-    to restore it starts afresh and cuts metrics.jsonl back to nothing); `resumed_at`: the env steps of the
-    checkpoint it resumes from, for the progress line and summary.json. `run_uri`: the run folder's mirror in a
-    bucket (the roles keep their parts there; the launcher adds the summary and logs at the end)."""
+) -> dict[str, Any]:
+    """Start every role of `cfg` in `run_dir` (prepared and locked: run/prepare.py), supervise until the run is
+    over, write summary.json and print the result; returns the summary. `resume`: the learner starts with
+    `--resume` (a resumed run; without a checkpoint to restore it starts afresh and cuts metrics.jsonl back to
+    nothing); `resumed_at`: the env steps of the checkpoint it resumes from, for the progress line and summary.json.
+    `run_uri`: the run folder's mirror in a bucket (the roles keep their parts there; the launcher adds the summary
+    and logs at the end)."""
     topo = cfg.topology
     raise_open_files()  # ports for every actor are chosen at once; the roles inherit the raised limit
     print(
@@ -349,7 +236,7 @@ def launch(
     )
     # Unix sockets live in a short folder of their own: a socket path must stay under ~100 characters. The launch's
     # CURVE keys live beside them, readable by this user only and gone when the launch ends (`launch_keys`).
-    with lock, tempfile.TemporaryDirectory(prefix="surreal-") as private, StopFlag() as stop:
+    with tempfile.TemporaryDirectory(prefix="surreal-") as private, StopFlag() as stop:
         keys = launch_keys(Path(private))
         specs = plan_processes(cfg, run_dir, os.environ, Path(private), resume=resume, run_uri=run_uri, curve_dir=keys)
         summary = supervise(cfg, run_dir, specs, stop, live, resumed_at)
@@ -357,7 +244,7 @@ def launch(
             Mirror.open(run_uri, run_dir, LAUNCHER).push()  # a failure is logged: the run's own parts are there
             summary["run_uri"] = run_uri
         print_result(summary)
-    return EXIT_CODES[summary["status"]]
+    return summary
 
 
 def launch_keys(private: Path) -> Path:

@@ -143,17 +143,6 @@ def surreal_version() -> str:
         return "unknown"
 
 
-def run_git_sha(run_dir: Path | None) -> str:
-    """The commit a run was trained from: reproduce.json's (the launcher wrote it), else this checkout's."""
-    from surreal.launch.runfolder import git_state, read_json
-
-    if run_dir is not None:
-        sha = (read_json(run_dir / "reproduce.json") or {}).get("git_sha")  # bounded: the folder may be downloaded
-        if isinstance(sha, str):
-            return sha
-    return git_state()[0]
-
-
 class PolicyRecorder:
     """Writes the artifact for an experiment's parameter blobs (the learner's latest, the evaluator's best)."""
 

@@ -239,7 +239,8 @@ def artifact_from_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, np.n
     from surreal.algos import get_algorithm
     from surreal.config import ConfigError, algo_config, read_config
     from surreal.envs import admit_env_id, make_env
-    from surreal.policy.build import PolicyRecorder, run_git_sha
+    from surreal.policy.build import PolicyRecorder
+    from surreal.provenance import run_git_sha
 
     run_dir = path.parent.parent
     try:

@@ -56,7 +56,7 @@ class SavedReplay(TypedDict):
 
 
 class ShardCheckpoint(TypedDict):
-    """Everything a shard holds, for an exact resume in serial mode (launch/serial.py)."""
+    """Everything a shard holds, for an exact resume in serial mode (run/serial.py)."""
 
     replay: SavedReplay | None  # None: an empty transition replay, in checkpoints written before it was captured
     rng: Mapping[str, Any] | None  # the sampling generator's; None: a FIFO's, in checkpoints written before it had one

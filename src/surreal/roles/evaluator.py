@@ -48,9 +48,10 @@ from surreal.envs import env_spaces
 from surreal.metrics import RoleMetrics
 from surreal.metricsfile import EVALS_FILE, read_evals
 from surreal.policy.artifact import BEST_DIR, FILE_NAME, POLICY_DIR, ArtifactError, read_policy_file
-from surreal.policy.build import PolicyRecorder, evaluation_section, run_git_sha
+from surreal.policy.build import PolicyRecorder, evaluation_section
 from surreal.proto.curve import WireContext
 from surreal.proto.wire import Params
+from surreal.provenance import run_git_sha
 from surreal.roles.common import StopFlag, count_errors, hold_until_stopped, param_client, setup_logging
 from surreal.roles.evaluation import evaluate_params
 from surreal.roles.ports import ParamsIn

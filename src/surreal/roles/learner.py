@@ -5,7 +5,7 @@
 
 `LearnerCore` is that loop without sockets (serial mode, `bench.learner` and the tests drive it on in-process
 ports); `main` is the process shell: settings, sockets, /metrics, signals, and the end of training
-(roles/evaluation.py). The core never asks which algorithm or regime it runs: the experiment's flow-control
+(`finish`). The core never asks which algorithm or regime it runs: the experiment's flow-control
 regime (runtime/regimes/) supplies a feed that says what a reply counts, when work is ready and what follows
 an update, and each `step` takes a reply, runs the ready work and acts on the outcome (publish the
 parameters, with the observation-normalizer statistics inside; write a metrics row; checkpoint when the
@@ -19,6 +19,7 @@ evaluates and announces `done`; a learner resumed after it finished only announc
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import random
 import signal
@@ -38,17 +39,19 @@ from surreal.algos.interface import OffPolicyLearner, OnPolicyLearner
 from surreal.algos.replica import end_group_process
 from surreal.config import ExperimentConfig, algo_config, config_from_env, save_config
 from surreal.envs import env_spaces
+from surreal.fileio import atomic_write_text
 from surreal.metrics import RoleMetrics
 from surreal.metricsfile import METRICS_FILE
 from surreal.policy.artifact import FILE_NAME, POLICY_DIR, ArtifactError
-from surreal.policy.build import PolicyRecorder, run_git_sha
+from surreal.policy.build import PolicyRecorder, evaluation_section
 from surreal.proto.channels import ParamPublisher
 from surreal.proto.curve import REFUSED_HELP, REFUSED_METRIC, WireContext
 from surreal.proto.wire import BlobMeta, GroupOrder
+from surreal.provenance import run_git_sha
 from surreal.replay.shard import message_limits
 from surreal.roles.common import EXIT_STOPPED, StopFlag, count_errors, hold_until_stopped, setup_logging
 from surreal.roles.device import choose_device, update_seconds
-from surreal.roles.evaluation import finish, finished_before
+from surreal.roles.evaluation import EVAL_FILE, evaluate_params
 from surreal.roles.learner_group import (
     LeaderLearner,
     LearnerGroup,
@@ -278,6 +281,33 @@ class LearnerCore:
 
     def close(self) -> None:
         self.recorder.close()
+
+
+# -- the end of training: a last checkpoint, the deterministic policy evaluated on fresh seeds (roles/evaluation.py),
+# eval.json, the final policy artifact with that score in its header, and a final blob marked `done` (actors stop on
+# it). The shell (`learn`) and serial mode (run/serial.py) call it; the core itself only learns.
+
+
+def finished_before(core: LearnerCore) -> bool:
+    """Resumed after training ended (eval.json written): announce `done` without evaluating again."""
+    return core.reached_total and (core.run_dir / EVAL_FILE).exists()
+
+
+def finish(core: LearnerCore) -> dict[str, Any]:
+    """Checkpoint, evaluate the deterministic policy, write eval.json, tell actors training is over; returns
+    eval.json's content."""
+    core.checkpoint()
+    cfg, counters = core.cfg, core.counters
+    policy = core.algo.make_policy(core.obs_space, core.act_space, algo_config(cfg), 0, 1)
+    evaluation = evaluate_params(cfg, policy, core.algo_learner.params())
+    result = evaluation.report(env_steps=counters.env_steps, updates=counters.updates)
+    atomic_write_text(core.run_dir / EVAL_FILE, json.dumps(result, indent=2))
+    core.save_policy(evaluation_section(result, cfg.seed, counters.env_steps))
+    core.recorder.evaluation(result, counters.env_steps)
+    mean, std = result["eval_return_mean"], result["eval_return_std"]
+    core.log.info("eval over %d episodes: %.1f +- %.1f", result["eval_episodes"], mean, std)
+    core.announce_done()
+    return result
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

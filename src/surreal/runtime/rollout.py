@@ -202,7 +202,7 @@ def evaluate(
     """Full episodes of the deterministic policy. Each of up to 10 parallel envs runs a fixed quota of
     episodes, so short episodes are not over-represented; env i starts from `seed + i`. `wrap` wraps each env
     (told its index and quota: `surreal eval --video` records those episodes), which changes no episode. A
-    `StatefulActor` starts every episode afresh."""
+    `StatefulActor` starts every episode afresh. The envs are evaluation envs (`make_vec_env(training=False)`)."""
     quotas = np.array(eval_quotas(episodes))
     n = len(quotas)
     done_count = np.zeros(n, np.int64)
@@ -210,7 +210,12 @@ def evaluate(
     returns: list[float] = []
     successes: list[bool | None] = []
     envs = make_vec_env(
-        env_id, n, seed, env_kwargs, None if wrap is None else lambda env, i: wrap(env, i, int(quotas[i]))
+        env_id,
+        n,
+        seed,
+        env_kwargs,
+        None if wrap is None else lambda env, i: wrap(env, i, int(quotas[i])),
+        training=False,  # game scores: an Atari game's rewards unclipped, its episodes whole games
     )
     obs, _ = envs.reset(seed=[seed + i for i in range(n)])  # type: ignore[arg-type]  # per-env seeds are documented
     stateful = policy if isinstance(policy, StatefulActor) else None

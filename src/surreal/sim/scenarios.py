@@ -26,7 +26,7 @@ from gymnasium import spaces
 
 from surreal.algos import get_algorithm
 from surreal.config import ExperimentConfig, algo_config, load_config
-from surreal.launch.preflight import with_layout
+from surreal.run.preflight import with_layout
 from surreal.runtime.regimes.versions import STALL_MIN_S
 from surreal.sim.hostile import PARKERS, HostileActor, HostileLearnerPeer, HostileParker, HostileShard
 from surreal.sim.ledger import ChunkId, Ledger, Window, chunks_in

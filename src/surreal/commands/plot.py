@@ -21,9 +21,9 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from surreal.launch.runfolder import read_eval
 from surreal.metricsfile import read_evals, read_metrics
 from surreal.policy.artifact import BEST_DIR, FILE_NAME, POLICY_DIR, ArtifactError, read_policy_file
+from surreal.runjson import read_eval
 
 
 class NoMetricsError(SystemExit):
@@ -45,7 +45,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> str:
 
 def plot_runs(run_dirs: Sequence[str | Path], out: str | Path | None = None) -> str:
     """One run as `plot_run` draws it; several overlaid (`overlay_figure`), by default as overlay.png in the
-    folder that holds them all. (A sweep's folder: launch/sweep.py `plot_sweep`.)"""
+    folder that holds them all. (A sweep's folder: commands/sweep.py `plot_sweep`.)"""
     dirs = [Path(d) for d in run_dirs]
     if len(dirs) == 1:
         return plot_run(dirs[0], out)

@@ -33,14 +33,14 @@ import torch
 from surreal.config import ConfigError, ExperimentConfig
 from surreal.envs import env_spaces, env_steps_bound
 from surreal.envstate import EnvStateUnsupported
-from surreal.launch.preflight import with_replay_layout
 from surreal.metrics import RoleMetrics
 from surreal.replay.shard import ReplayShard, ShardCheckpoint
 from surreal.roles.actor import Actor, ActorState, SavedParams, loaded_params, saved_params
-from surreal.roles.evaluation import EVAL_FILE, finish, finished_before
+from surreal.roles.evaluation import EVAL_FILE
 from surreal.roles.evaluator import EvaluatorCore
-from surreal.roles.learner import LearnerCore
+from surreal.roles.learner import LearnerCore, finish, finished_before
 from surreal.roles.ports import InProcessParams, InProcessReplay
+from surreal.run.preflight import with_replay_layout
 
 
 class SerialStalled(RuntimeError):

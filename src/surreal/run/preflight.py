@@ -21,7 +21,9 @@ Resolved (`checked`): a transition replay's layout, `replay.layout`, from the al
 env's spaces (`with_replay_layout`), so the shards, which have neither torch nor gymnasium, are laid out by the
 experiment and not by whichever peer's chunk comes first. That imports the algorithm's module (torch), after every
 refusal above: a refusal stays as fast as it was. A layout whose `replay.capacity` transitions exceed
-`replay.capacity_bytes`, or whose replies could not fit `replay.max_frames`, is refused here rather than by every shard.
+`replay.capacity_bytes`, or whose replies could not fit `replay.max_frames`, is refused here rather than by every shard,
+and so is a chunk (`actor.chunk_steps` x `topology.envs_per_actor` steps, laid out by the algorithm's `chunk_fields`)
+larger than `replay.max_message_bytes` (`check_chunk_size`): every shard would drop it.
 """
 
 from __future__ import annotations
@@ -35,12 +37,11 @@ from typing import Any
 
 import gymnasium as gym
 
-from surreal import envs_robosuite
 from surreal.config import ConfigError, ExperimentConfig, algo_config
 from surreal.config.schema import LearnerConfig, OffPolicyConfig
-from surreal.envs import check_env_id, make_env
-from surreal.proto.wire import SAMPLE_ARRAYS, Fields, layout_of
-from surreal.spaces import check_spaces
+from surreal.envs import check_env_id, episode_limit, is_adapter_id, make_env
+from surreal.proto.wire import PER_ENV, SAMPLE_ARRAYS, Fields, layout_of
+from surreal.spaces import check_spaces, describe
 
 UNEXPECTED_KEYWORD = re.compile(r"unexpected keyword argument '([^']+)'")
 MAKE_KWARGS = ("max_episode_steps", "disable_env_checker", "render_mode")  # what gym.make itself takes
@@ -53,9 +54,45 @@ def preflight(cfg: ExperimentConfig) -> list[str]:
 
 
 def checked(cfg: ExperimentConfig) -> tuple[ExperimentConfig, list[str]]:
-    """`preflight`, and the config the roles run: `cfg` with its replay layout resolved (`with_replay_layout`)."""
+    """`preflight`, and the config the roles run: `cfg` with its replay layout resolved (`with_replay_layout`), once
+    its chunks are known to fit a replay message (`check_chunk_size`)."""
     observation_space, action_space, warnings = _refusals(cfg)
+    check_chunk_size(cfg, observation_space, action_space)
     return with_replay_layout(cfg, observation_space, action_space), warnings
+
+
+def chunk_nbytes(cfg: ExperimentConfig, fields: Fields) -> int | None:
+    """The bytes of the arrays of one chunk an actor sends: `actor.chunk_steps` x `topology.envs_per_actor` cells of
+    the algorithm's `chunk_fields`, and one `PER_ENV` entry per env. None for an algorithm whose chunks are not
+    rollouts (no `obs` field: ES ships returns and noise offsets)."""
+    if "obs" not in fields:
+        return None
+    cells = cfg.actor.chunk_steps * cfg.topology.envs_per_actor
+    size = 0
+    for name, f in fields.items():
+        count = cfg.topology.envs_per_actor if name.startswith(f"{PER_ENV}/") else cells
+        size += count * f.dtype.itemsize * math.prod(f.shape)
+    return size
+
+
+def check_chunk_size(cfg: ExperimentConfig, observation_space: Any, action_space: Any) -> None:
+    """ConfigError, one line, when one chunk of this experiment cannot fit `replay.max_message_bytes`: a shard would
+    count every chunk as oversized and drop it, and the run would never learn. Images are where this bites (a chunk
+    of 256 Atari steps is 58 MB as float stacks). Imports the algorithm's module (its `chunk_fields`)."""
+    from surreal.algos import get_algorithm
+
+    fields = get_algorithm(cfg.algo.name).chunk_fields(observation_space, action_space, algo_config(cfg))
+    size = chunk_nbytes(cfg, fields)
+    limit = cfg.replay.max_message_bytes
+    if size is None or size <= limit:
+        return
+    obs = fields["obs"]
+    raise ConfigError(
+        f"one chunk of actor.chunk_steps={cfg.actor.chunk_steps} x topology.envs_per_actor="
+        f"{cfg.topology.envs_per_actor} steps of {cfg.env.id} (observations {describe(observation_space)}, sent as "
+        f"{obs.dtype} {obs.shape}, twice a step) is {size:,} bytes, more than replay.max_message_bytes={limit:,}; "
+        "lower actor.chunk_steps or topology.envs_per_actor, or raise replay.max_message_bytes"
+    )
 
 
 def _refusals(cfg: ExperimentConfig) -> tuple[gym.Space[Any], gym.Space[Any], list[str]]:
@@ -113,8 +150,8 @@ def probe_env(cfg: ExperimentConfig) -> tuple[gym.Space[Any], gym.Space[Any], in
     except Exception as exc:  # anything the env's constructor or first reset raises: a missing dependency, a bad value
         raise ConfigError(f"env.id={env_id!r} does not build with env.kwargs={kwargs or {}}: {_detail(exc)}") from None
     try:
-        if envs_robosuite.is_robosuite_id(env_id):
-            limit: int | None = envs_robosuite.horizon(kwargs)
+        if is_adapter_id(env_id):
+            limit: int | None = episode_limit(env_id, kwargs)
         else:
             limit = env.spec.max_episode_steps if env.spec is not None else None
         return env.observation_space, env.action_space, limit

@@ -2,7 +2,7 @@
 
     surreal eval runs/my-run                                   the run's final evaluation again (its seed, its episodes)
     surreal eval runs/my-run/policy/best --episodes 20 --seed 7
-    surreal eval runs/my-run --video videos/                   MP4s of the episodes, their eval.json (launch/video.py)
+    surreal eval runs/my-run --video videos/                   MP4s of the episodes, their eval.json (commands/video.py)
     surreal export runs/my-run --format onnx                   runs/my-run/policy/policy.onnx (+ .json)
 
 `surreal eval` rolls the policy out with `surreal.runtime.rollout.evaluate`, the function the learner's final
@@ -109,7 +109,7 @@ def peek_env_id(path: str) -> str | None:
 
 def run_eval(args: argparse.Namespace) -> tuple[dict[str, Any], Path | None]:
     """The evaluation `surreal eval` runs and prints, and where its result is written (`result_file`)."""
-    from surreal.launch import video
+    from surreal.commands import video
 
     if args.episodes is not None and args.episodes < 1:
         raise EvalError(f"--episodes must be >= 1 (got {args.episodes})")
@@ -192,9 +192,9 @@ def one_line(exc: BaseException) -> str:
 
 
 def eval_main(args: argparse.Namespace) -> int:
-    from surreal.launch.runfolder import write_json
-    from surreal.launch.video import VideoError
+    from surreal.commands.video import VideoError
     from surreal.policy.artifact import ArtifactError
+    from surreal.runjson import write_json
 
     try:
         result, out = run_eval(args)

@@ -16,16 +16,11 @@ from __future__ import annotations
 
 import importlib
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from surreal.errors import install_extra
 
-RENDERERS = ("egl", "osmesa")  # MuJoCo's offscreen OpenGL backends, tried in this order unless MUJOCO_GL says one
-RENDER_PROBE = "import mujoco; c = mujoco.GLContext(16, 16); c.make_current(); c.free()"
-RENDER_PROBE_TIMEOUT_S = 120.0
 INSTALL = install_extra("video")
 
 
@@ -63,30 +58,15 @@ def needs_mujoco_gl(env_id: str) -> bool:
 
 
 def choose_renderer() -> str:
-    """Set MUJOCO_GL (and PyOpenGL's platform) to an offscreen backend that starts on this machine: the one
-    MUJOCO_GL names, else EGL, else OSMesa. Each is tried in a child process (a backend that fails can leave
-    MuJoCo's import in this one unusable); VideoError names what each said when none starts."""
-    named = os.environ.get("MUJOCO_GL")
-    failures = []
-    for backend in (named,) if named else RENDERERS:
-        env = {**os.environ, "MUJOCO_GL": backend, "PYOPENGL_PLATFORM": backend}
-        try:
-            probe = subprocess.run(
-                [sys.executable, "-c", RENDER_PROBE], env=env, capture_output=True, text=True,
-                timeout=RENDER_PROBE_TIMEOUT_S,
-            )  # fmt: skip
-        except subprocess.TimeoutExpired:
-            failures.append(f"{backend}: no answer in {RENDER_PROBE_TIMEOUT_S:.0f} s")
-            continue
-        if probe.returncode == 0:
-            os.environ["MUJOCO_GL"] = os.environ["PYOPENGL_PLATFORM"] = backend
-            return backend
-        lines = [line for line in probe.stderr.strip().splitlines() if line.strip()]
-        failures.append(f"{backend}: {lines[-1] if lines else f'exit {probe.returncode}'}")
-    raise VideoError(
-        f"--video: no offscreen renderer starts ({'; '.join(failures)}); install Debian's libosmesa6 "
-        "(make render-deps) or a GPU driver with EGL"
-    )
+    """Set MUJOCO_GL to an offscreen backend that starts on this machine (surreal/renderer.py, which robosuite's
+    cameras share); VideoError naming what each said when none starts."""
+    from surreal.renderer import RendererUnavailable
+    from surreal.renderer import choose_renderer as choose
+
+    try:
+        return choose("--video")
+    except RendererUnavailable as exc:
+        raise VideoError(str(exc)) from None
 
 
 def check_frames(env_id: str, env_kwargs: dict[str, Any], seed: int) -> tuple[int, ...]:

@@ -41,18 +41,10 @@ from hydra.errors import HydraException
 from surreal.config import ConfigError, load_config, read_config
 from surreal.config.schema import NOT_IN_RUN_NAME, RUN_NAME, RUN_NAME_RULE
 from surreal.envs import admit_env_id, check_env_id, env_ids_in, import_modules, modules_named
-from surreal.launch.runfolder import (
-    EXIT_CODES,
-    RunFolderLock,
-    read_eval,
-    read_json,
-    read_json_strict,
-    run_name,
-    runs_root,
-    write_json,
-)
 from surreal.launch.supervisor import ProcessSpec, Supervisor
 from surreal.roles.common import StopFlag
+from surreal.run.folder import RunFolderLock, run_name, runs_root
+from surreal.runjson import EXIT_CODES, read_eval, read_json, read_json_strict, write_json
 
 SWEEP_FILE = "sweep.json"
 POLL_S = 0.5
@@ -166,7 +158,7 @@ def create_sweep_folder(name: str | None, members: list[Member], overrides: Sequ
 
 
 def read_plan(sweep_dir: Path) -> dict[str, Any]:
-    """sweep.json, bounded before it is parsed (launch/runfolder.py `RUN_JSON`); ConfigError, one line, when it is
+    """sweep.json, bounded before it is parsed (runjson.py `RUN_JSON`); ConfigError, one line, when it is
     missing, over its bounds or holds no list of members."""
     try:
         plan = read_json_strict(sweep_dir / SWEEP_FILE)
@@ -425,8 +417,8 @@ def is_sweep(path: Path) -> bool:
 
 
 def plot_sweep(sweep_dir: Path, out: str | Path | None = None, summary: dict[str, Any] | None = None) -> str:
-    """curves.png (or `out`): each setting's mean and spread across its seeds (launch/plot.py `sweep_figure`)."""
-    from surreal.launch.plot import sweep_figure
+    """curves.png (or `out`): each setting's mean and spread across its seeds (commands/plot.py `sweep_figure`)."""
+    from surreal.commands.plot import sweep_figure
 
     summary = summary or sweep_summary(sweep_dir)
     groups = [(s["label"], [sweep_dir / m["name"] for m in s["members"]]) for s in summary["settings"]]
@@ -437,8 +429,8 @@ def plot_sweep(sweep_dir: Path, out: str | Path | None = None, summary: dict[str
 
 def write_sweep_summary(sweep_dir: Path) -> dict[str, Any]:
     """summary.json, summary.md, summary.csv and curves.png in the sweep folder; returns summary.json's content."""
+    from surreal.commands.plot import NoMetricsError
     from surreal.fileio import atomic_write_text
-    from surreal.launch.plot import NoMetricsError
 
     summary = sweep_summary(sweep_dir)
     write_json(sweep_dir / "summary.json", summary)

@@ -3,7 +3,7 @@
     surreal helm-values --base infra/helm/values/ddpg.yaml --out sweep/ --name pend seed=1,2,3 algo.actor_lr=1e-4,3e-4
     for f in sweep/pend-*.yaml; do helm install "$(basename "$f" .yaml)" infra/helm/surreal-chart -f "$f"; done
 
-The overrides are `surreal run --multirun`'s (Hydra's grammar and basic sweeper, launch/sweep.py `expand`); each
+The overrides are `surreal run --multirun`'s (Hydra's grammar and basic sweeper, commands/sweep.py `expand`); each
 member's file is the base values with the member's overrides written into `experiment:` (what the chart's ConfigMap
 carries to every role) and the topology into the chart's own keys (`actors=4` and `topology.actors` set
 `actors.replicas`; `topology.envs_per_actor`, `replay_shards`, `ps_replicas` set `actors.envsPerActor`,
@@ -14,7 +14,7 @@ written: a bad key is one line here, not a crash-looping pod. A member's file is
 maps releases to their overrides.
 
 The checks are `surreal run`'s: each member's experiment is read as the roles read it, then put through the same
-preflight (launch/preflight.py `checked`: the env built once, its spaces against the algorithm's), so a misspelt env
+preflight (run/preflight.py `checked`: the env built once, its spaces against the algorithm's), so a misspelt env
 id or DDPG on CartPole is the very line `surreal run` prints (exit 2), and nothing is written; its budget warnings are
 printed as `surreal run` prints them. An off-policy member's replay layout, resolved there, is written into
 `experiment.replay.layout` (the replay pods have neither the env nor torch). So the env's package must be installed
@@ -43,11 +43,11 @@ from typing import Any, cast
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
+from surreal.commands.sweep import expand
 from surreal.config import ConfigError, ExperimentConfig, read_config
 from surreal.config.loading import ALIASES
 from surreal.fileio import atomic_write_text
-from surreal.launch.runfolder import write_json
-from surreal.launch.sweep import expand
+from surreal.runjson import write_json
 
 # The experiment's topology is the chart's to set (values.schema.json refuses `experiment.topology`).
 CHART_KEYS = {
@@ -98,12 +98,12 @@ def _algo_name(experiment: dict[str, Any]) -> str:
 
 def check_experiment(values: dict[str, Any], where: str) -> tuple[ExperimentConfig, list[str]]:
     """The member's experiment read as the roles will (its topology from the chart's keys, as the chart's ConfigMap
-    adds it), then through `surreal run`'s preflight (launch/preflight.py `checked`): (the config the roles run, its
+    adds it), then through `surreal run`'s preflight (run/preflight.py `checked`): (the config the roles run, its
     transition replay's layout resolved, and its budget warnings), or ConfigError with `surreal run`'s message. The
     env's id must import nothing the user did not name (`admit_env_id`; `where`: the file it came from). The caller
     names the member where a sweep has several."""
     from surreal.envs import admit_env_id
-    from surreal.launch.preflight import checked  # gymnasium: only when files are about to be written
+    from surreal.run.preflight import checked  # gymnasium: only when files are about to be written
 
     experiment = copy.deepcopy(values.get("experiment", {}))
     if "topology" in experiment:

@@ -232,7 +232,7 @@ def _width() -> int:
 REFERENCE_HEADER = """# Configuration reference
 
 Every key `surreal run` (and `surreal.train(overrides=...)`) takes, with its type, its packaged default and its doc.
-Generated from the typed config by `make config-reference` (`python -m surreal.launch.catalog`); a test fails when
+Generated from the typed config by `make config-reference` (`python -m surreal.commands.catalog`); a test fails when
 this page and the code differ. In a terminal, `surreal config [PREFIX] [--algo NAME]` prints the same.
 
 Overrides are Hydra's syntax: `surreal run algo=sac env=Hopper-v5 algo.lr=1e-3 topology.actors=4`. The shorthands
@@ -281,12 +281,12 @@ def _table(keys: list[ConfigKey]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m surreal.launch.catalog PATH [--check]`: write the configuration reference to PATH, or with `--check`
+    """`python -m surreal.commands.catalog PATH [--check]`: write the configuration reference to PATH, or with `--check`
     exit 1 when PATH differs from it."""
     import argparse
     from pathlib import Path
 
-    parser = argparse.ArgumentParser(prog="python -m surreal.launch.catalog", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m surreal.commands.catalog", description=main.__doc__)
     parser.add_argument("path", type=Path)
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args(argv)

@@ -29,8 +29,6 @@ snapshots.
 from __future__ import annotations
 
 import os
-import sys
-import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -40,15 +38,9 @@ from omegaconf import OmegaConf
 
 from surreal.config import ConfigError, ExperimentConfig, algo_config, read_config, save_config
 from surreal.config.loading import apply_overrides, dotted_items
-from surreal.launch.runfolder import (
-    RunFolderLock,
-    bucket_error,
-    git_state,
-    mirror_uri,
-    read_json,
-    runs_root,
-    write_json,
-)
+from surreal.provenance import resumed_record
+from surreal.run.folder import RunFolderLock, bucket_error, mirror_uri, runs_root
+from surreal.runjson import read_json, write_json
 from surreal.runstore import RemoteRun, run_name_of
 
 # What a resumed run may change: its budget and how it is run, never what it learns. Everything else in
@@ -173,7 +165,7 @@ def checkpoint_counters(run_dir: Path) -> dict[str, Any] | None:
 def completed_note(where: str | os.PathLike[str], run_dir: Path, cfg: ExperimentConfig) -> str | None:
     """The one line `--resume` says instead of starting anything when the run already spent the budget it would
     resume with (`cfg`'s): its final evaluation is written (eval.json) and its newest checkpoint is at the budget, so
-    the learner would only announce `done` (roles/evaluation.py `finished_before`). None: there is training to do."""
+    the learner would only announce `done` (roles/learner.py `finished_before`). None: there is training to do."""
     if not (run_dir / "eval.json").is_file():
         return None
     counters = checkpoint_counters(run_dir)
@@ -186,33 +178,29 @@ def completed_note(where: str | os.PathLike[str], run_dir: Path, cfg: Experiment
     )
 
 
-def reopen_run_folder(run_dir: Path, cfg: ExperimentConfig, overrides: Sequence[str]) -> RunFolderLock:
+def reopen_run_folder(
+    run_dir: Path, cfg: ExperimentConfig, overrides: Sequence[str]
+) -> tuple[RunFolderLock, list[str]]:
     """Lock the run folder for this launcher, write the (budget-)updated config.yaml the roles read, and add
-    this resume to reproduce.json's `resumes`. Returns the lock to hold while the run lasts."""
+    this resume to reproduce.json's `resumes`. Returns the lock to hold while the run lasts, and a note when the
+    code changed since the run started."""
     try:
         lock = RunFolderLock(run_dir, hint="it is still running; stop it first")
     except OSError as exc:
         raise ConfigError(f"cannot open the run folder {run_dir}: {exc.strerror or exc}") from None
     save_config(cfg, run_dir / "config.yaml")
     reproduce_path = run_dir / "reproduce.json"
-    reproduce = read_json(reproduce_path) or {}  # bounded (runfolder.RUN_JSON): a run folder may be downloaded
-    sha, dirty = git_state()
-    started = reproduce.get("git_sha")
+    reproduce = read_json(reproduce_path) or {}  # bounded (runjson.RUN_JSON): a run folder may be downloaded
+    resumed = resumed_record(overrides)
+    started, sha = reproduce.get("git_sha"), resumed["git_sha"]
+    notes = []
     if isinstance(started, str) and started not in ("unknown", sha):
-        print(f"[surreal] note: the code changed since this run started (git {started[:12]} -> {sha[:12]})")
+        notes.append(f"note: the code changed since this run started (git {started[:12]} -> {sha[:12]})")
     if not isinstance(reproduce.get("resumes"), list):
         reproduce["resumes"] = []
-    reproduce["resumes"].append(
-        {
-            "resumed_at": round(time.time(), 3),
-            "git_sha": sha,
-            "git_dirty": dirty,
-            "command": sys.argv,
-            "overrides": list(overrides),
-        }
-    )
+    reproduce["resumes"].append(resumed)
     write_json(reproduce_path, reproduce)
-    return lock
+    return lock, notes
 
 
 def describe_resume(run_dir: Path, cfg: ExperimentConfig, counters: dict[str, Any] | None) -> str:
