@@ -30,40 +30,44 @@ from typing import Any
 import numpy as np
 
 from bench._runs import emit, machine
-from surreal.replay import make_replay
-from surreal.replay.buffers import TransitionReplay
-from surreal.replay.snapshot import Snapshots, SnapshotStore, restore
+from surreal.proto.codec import Message
+from surreal.proto.wire import Chunk, encode_chunk
+from surreal.replay.buffers import TransitionStorage
+from surreal.replay.shard import ReplayShard
+from surreal.replay.snapshot import Snapshots, SnapshotStore
 
 OBS, ACT = 17, 6
 CHUNK = 1000
 log = logging.getLogger("bench.replay_snapshot")
 
 
-def chunk(rng: np.random.Generator) -> dict[str, np.ndarray]:
+def chunk(rng: np.random.Generator) -> Message:
     """One actor message of DDPG n-step transitions, time-major [T, 1, ...]."""
-    return {
+    arrays = {
         "obs": rng.standard_normal((CHUNK, 1, OBS), dtype=np.float32),
         "actions": rng.standard_normal((CHUNK, 1, ACT), dtype=np.float32),
         "rewards": rng.standard_normal((CHUNK, 1), dtype=np.float32),
         "next_obs": rng.standard_normal((CHUNK, 1, OBS), dtype=np.float32),
         "discounts": np.full((CHUNK, 1), 0.99, np.float32),
     }
+    return encode_chunk(Chunk(arrays, 0, 0), "bench")
 
 
-def full_shard(mode: str, transitions: int) -> TransitionReplay:
-    replay = make_replay(mode, transitions)
-    assert isinstance(replay, TransitionReplay)
+def full_shard(mode: str, transitions: int) -> ReplayShard:
+    shard = ReplayShard(mode, transitions)
     rng = np.random.default_rng(0)
     data = [chunk(rng) for _ in range(8)]  # reused: content does not matter, bytes do
     for i in range(transitions // CHUNK):
-        replay.add_chunk(data[i % len(data)], {}, CHUNK)
-    if mode == "prioritized":  # priorities that differ slot to slot, as a learner's would
-        slots = np.arange(transitions)
-        replay.update_priorities(slots, replay.storage.ids, rng.exponential(1.0, transitions))
-    return replay
+        shard.add(data[i % len(data)])
+    if mode == "prioritized":  # priorities that differ slot to slot, as a learner's would, a sample's worth at a time
+        assert isinstance(shard.storage, TransitionStorage)
+        for start in range(0, transitions, 4096):
+            slots = np.arange(start, min(start + 4096, transitions))
+            shard.update_priorities(slots, shard.storage.ids[slots], rng.exponential(1.0, len(slots)))
+    return shard
 
 
-def ingest(replay: TransitionReplay, snapshots: Snapshots | None, rate: float, seconds: float) -> dict[str, float]:
+def ingest(replay: ReplayShard, snapshots: Snapshots | None, rate: float, seconds: float) -> dict[str, float]:
     """Add a chunk every CHUNK / `rate` s for `seconds` (with `snapshots`: until one snapshot is written),
     ticking the schedule in between as the role's loop does; how late the latest chunk went in is the stall."""
     rng = np.random.default_rng(1)
@@ -74,7 +78,7 @@ def ingest(replay: TransitionReplay, snapshots: Snapshots | None, rate: float, s
         now = time.perf_counter()
         if now >= due:
             latest = max(latest, now - due)
-            replay.add_chunk(data[added % len(data)], {}, CHUNK)
+            replay.add(data[added % len(data)])
             added += 1
             due += CHUNK / rate
         else:
@@ -102,16 +106,16 @@ def measure(mode: str, transitions: int, rate: float, folder: Path) -> dict[str,
     baseline = ingest(replay, None, rate, 3.0)
     snapshots = Snapshots(store, replay, interval_s=1e-9, log=log)  # due at once
     during = ingest(replay, snapshots, rate, 0.0)
-    replay.add_chunk(chunk(np.random.default_rng(2)), {}, CHUNK)  # something new for the final one
+    replay.add(chunk(np.random.default_rng(2)))  # something new for the final one
     start = time.perf_counter()
     final = snapshots.final()
     final_write_s = time.perf_counter() - start
     snapshots.close()
     assert final is not None
     drop_from_page_cache(final.path)
-    fresh = make_replay(mode, transitions)
+    fresh = ReplayShard(mode, transitions)
     start = time.perf_counter()
-    assert store.restore(lambda state: restore(fresh, state), log) == final.path
+    assert store.restore(fresh.restore, log) == final.path
     load_s = time.perf_counter() - start
     assert fresh.stats() == replay.stats()
     return {

@@ -146,7 +146,8 @@ def test_a_chunk_whose_metadata_nests_as_deep_as_msgpack_allows_is_stored_withou
     assert len(frames[0]) < Limits().max_header_bytes
     shard = ReplayShard("fifo", 100)
     assert shard.add(decode(frames)) == 8
-    assert "deep" not in shard.replay.fifo.items[0].meta
+    captured = shard.capture(guard=0)
+    assert captured is not None and "deep" not in captured.books["items"][0]["meta"], "nor does its snapshot's"
     reply = shard.sample(8)
     assert len(reply.chunks) == 1
 

@@ -383,10 +383,10 @@ def test_actor_core_sends_its_shares_waits_and_resumes_on_a_new_version():
         blob = get_algorithm("ppo").make_learner(*spaces, algo_config(cfg), torch.device("cpu")).params()
         params.publish(BlobMeta(0, "inc"), blob)
         sum(actor.step() for _ in range(20))
-        assert shard.replay.stats()["size"] == 4 * 64, "share 2 (256 / (2 actors x 64)) x rollout_ahead 2"
+        assert shard.stats()["size"] == 4 * 64, "share 2 (256 / (2 actors x 64)) x rollout_ahead 2"
         params.publish(BlobMeta(1, "inc"), blob)
         progressed = sum(actor.step() for _ in range(20))
-        assert shard.replay.stats()["size"] == 6 * 64 and progressed == 3, "one fetch, then one more share"
+        assert shard.stats()["size"] == 6 * 64 and progressed == 3, "one fetch, then one more share"
         params.publish(BlobMeta(2, "inc", done=True), blob)
         actor.step()
         assert actor.core.done
@@ -418,10 +418,10 @@ def test_a_preempted_actor_gives_a_refused_chunk_one_more_try():
             actor.fetch()
             assert not actor.step() and actor.core.unsent is not None, "backpressure: the chunk waits"
             replay.open = opens
-            held = shard.replay.stats()["size"]
+            held = shard.stats()["size"]
             if opens:
                 assert actor.flush() and actor.core.unsent is None and actor.core.chunks_sent == 1
-                assert shard.replay.stats()["size"] == held + 32
+                assert shard.stats()["size"] == held + 32
             else:
                 assert not actor.flush(), "still refused: one chunk would be lost"
                 replay.open = True

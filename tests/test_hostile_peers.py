@@ -168,7 +168,7 @@ def test_a_shard_refuses_at_once_what_it_could_never_serve_and_parks_the_rest():
         assert transitions.refusal(SampleRequest(19_500, ready_at=1)) is None  # the layout is not known yet
         transitions.add(encode_chunk(experience(0), ""))
         assert transitions.refusal(SampleRequest(19_500, ready_at=1)) == "reply_too_large"
-        most = transitions.replay.max_batch()
+        most = transitions.storage.max_batch(transitions.sampler.weighted)
         assert transitions.refusal(SampleRequest(most, ready_at=1)) is None
         assert transitions.refusal(SampleRequest(most + 1, ready_at=1)) == "reply_too_large"
         # What it serves at its largest passes the learner's limit.

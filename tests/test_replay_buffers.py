@@ -15,27 +15,46 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from surreal.proto.codec import Limits, ProtocolError, header_cost
+from surreal.proto.wire import Chunk, ShardReport, chunk_meta, encode_chunk
 from surreal.replay import (
     ChunkFifo,
+    InOrder,
     PrioritizedSampler,
     SumTree,
     TransitionStorage,
     UniformSampler,
     flatten_time_major,
-    make_replay,
 )
-from surreal.replay.buffers import REPLY_HEADER_RESERVE, FifoReplay
+from surreal.replay.buffers import REPLY_HEADER_RESERVE
+from surreal.replay.shard import ReplayShard
 
 
 def chunk(value: float, T: int = 4, K: int = 2) -> dict[str, np.ndarray]:
     return {"obs": np.full((T, K, 3), value, np.float32), "rewards": np.full((T, K), value, np.float32)}
 
 
-def filled(mode: str, capacity: int, n: int, **kwargs):
-    """A replay holding transitions x = 0..n-1 in slots 0..n-1 (one chunk, T = n, K = 1)."""
-    replay = make_replay(mode, capacity, **kwargs)
-    replay.add_chunk({"x": np.arange(float(n)).reshape(n, 1)}, {}, n)
+def message(arrays: dict, version: int = 0):
+    """The experience message an actor sends for `arrays`."""
+    return encode_chunk(Chunk(arrays, version, 0), "")
+
+
+def filled(mode: str, capacity: int, n: int, **kwargs) -> ReplayShard:
+    """A shard holding transitions x = 0..n-1 in slots 0..n-1 (one chunk, T = n, K = 1)."""
+    replay = ReplayShard(mode, capacity, **kwargs)
+    replay.add(message({"x": np.arange(float(n)).reshape(n, 1)}))
     return replay
+
+
+def tagged(value: float, i: int, T: int = 4, episodes: int = 0) -> tuple[Chunk, int]:
+    """A chunk whose version is `i`, with `episodes` finished episodes in its metadata, and its T*K."""
+    returns, lengths = [1.0] * episodes, [1] * episodes
+    return Chunk(chunk(value, T), i, 0, returns, lengths), T * 2
+
+
+def take(fifo: ChunkFifo, max_transitions: int) -> list[int]:
+    """The versions of the chunks one reply of `max_transitions` takes, in order (`InOrder` picks them)."""
+    slots, _ = InOrder().sample(fifo, max_transitions, np.random.default_rng())
+    return [c.version for c in fifo.reply(ShardReport(0, 0), slots, None).chunks]
 
 
 # -- FIFO -------------------------------------------------------------------------------------------------
@@ -44,65 +63,66 @@ def filled(mode: str, capacity: int, n: int, **kwargs):
 def test_fifo_serves_each_chunk_once_in_order_and_drops_oldest_when_full():
     fifo = ChunkFifo(capacity_transitions=40)
     for i in range(7):  # 8 transitions each: the 6th and 7th evict the two oldest
-        fifo.add(chunk(i), {"i": i}, 8)
+        fifo.add(*tagged(i, i))
     assert (fifo.dropped_transitions, fifo.dropped_chunks, fifo.size, fifo.num_chunks) == (16, 2, 40, 5)
-    assert [item.meta["i"] for item in fifo.take(max_transitions=16)] == [2, 3]
-    assert [item.meta["i"] for item in fifo.take(max_transitions=17)] == [4, 5], "stops before exceeding"
-    assert [item.meta["i"] for item in fifo.take(1)] == [6], "at least one chunk even if larger than asked"
-    assert fifo.take(1000) == [] and fifo.size == 0 and fifo.num_chunks == 0
+    assert take(fifo, 16) == [2, 3]
+    assert take(fifo, 17) == [4, 5], "stops before exceeding"
+    assert take(fifo, 1) == [6], "at least one chunk even if larger than asked"
+    assert take(fifo, 1000) == [] and fifo.size == 0 and fifo.num_chunks == 0
     assert (fifo.added_transitions, fifo.served_transitions) == (56, 40)
 
 
 def test_fifo_rejects_oversize_chunks_and_respects_the_frame_budget():
     fifo = ChunkFifo(capacity_transitions=100, reply=Limits(max_frames=5))
     for i in range(5):
-        fifo.add(chunk(i), {"i": i}, 8)
-    fifo.add(chunk(9, T=60), {"i": 9}, 120)  # bigger than the whole capacity: refused, queue untouched
+        fifo.add(*tagged(i, i))
+    fifo.add(*tagged(9, 9, T=60))  # bigger than the whole capacity: refused, queue untouched
     assert (fifo.dropped_transitions, fifo.dropped_chunks, fifo.size, fifo.num_chunks) == (120, 1, 40, 5)
-    assert [item.meta["i"] for item in fifo.take(1000)] == [0, 1]  # two arrays per chunk
-    assert [item.meta["i"] for item in fifo.take(1000)] == [2, 3]
+    assert take(fifo, 1000) == [0, 1]  # two arrays per chunk
+    assert take(fifo, 1000) == [2, 3]
     with pytest.raises(ValueError):
-        fifo.add(chunk(0), {}, -1)
+        fifo.add(tagged(0, 0)[0], -1)
     with pytest.raises(ProtocolError, match="too_large_for_reply"):  # refused when it arrives, never lost later
-        ChunkFifo(100, reply=Limits(max_frames=1)).add(chunk(0), {}, 8)
+        ChunkFifo(100, reply=Limits(max_frames=1)).add(*tagged(0, 0))
 
 
 def test_fifo_replies_keep_to_the_receivers_byte_and_header_limits():
-    size = chunk(0)["obs"].nbytes + chunk(0)["rewards"].nbytes + header_cost({"i": 0}, chunk(0))
+    one = tagged(0, 0)[0]
+    size = chunk(0)["obs"].nbytes + chunk(0)["rewards"].nbytes + header_cost(chunk_meta(one, ""), chunk(0))
     fifo = ChunkFifo(100, reply=Limits(max_bytes=REPLY_HEADER_RESERVE + 3 * size + 10))
     for i in range(6):
-        fifo.add(chunk(i), {"i": i}, 8)
-    assert [item.meta["i"] for item in fifo.take(1000)] == [0, 1, 2], "three chunks' bytes fit, four do not"
-    header = header_cost({"i": 0, "episode_returns": [1.0] * 500}, chunk(0))
+        fifo.add(*tagged(i, i))
+    assert take(fifo, 1000) == [0, 1, 2], "three chunks' bytes fit, four do not"
+    header = header_cost(chunk_meta(tagged(0, 0, episodes=500)[0], ""), chunk(0))
     wordy = ChunkFifo(100, reply=Limits(max_header_bytes=REPLY_HEADER_RESERVE + 2 * header + 10))
     for i in range(4):
-        wordy.add(chunk(i), {"i": i, "episode_returns": [1.0] * 500}, 8)
-    assert [item.meta["i"] for item in wordy.take(1000)] == [0, 1], "the reply's header stays under its limit"
+        wordy.add(*tagged(i, i, episodes=500))
+    assert take(wordy, 1000) == [0, 1], "the reply's header stays under its limit"
     with pytest.raises(ProtocolError, match="too_large_for_reply"):
-        wordy.add(chunk(0), {"episode_returns": [1.0] * 5000}, 8)
+        wordy.add(*tagged(0, 0, episodes=5000))
 
 
 def test_capacity_in_bytes_evicts_the_oldest_chunks_and_bounds_a_transition_layout():
     per_chunk = chunk(0)["obs"].nbytes + chunk(0)["rewards"].nbytes
     fifo = ChunkFifo(1000, capacity_bytes=3 * per_chunk)
     for i in range(5):
-        fifo.add(chunk(i), {"i": i}, 8)
-    assert [item.meta["i"] for item in fifo.take(1000)] == [2, 3, 4] and fifo.dropped_chunks == 2
+        fifo.add(*tagged(i, i))
+    assert take(fifo, 1000) == [2, 3, 4] and fifo.dropped_chunks == 2
     storage = TransitionStorage(1000, capacity_bytes=1000 * 4)
     with pytest.raises(ValueError, match="exceed"):
-        storage.add({"x": np.zeros((3, 2), np.float32)})  # 8 bytes a transition: 8,000 > 4,000
+        storage.write({"x": np.zeros((3, 2), np.float32)})  # 8 bytes a transition: 8,000 > 4,000
     assert not storage.data
 
 
-def test_fifo_facade_serves_whole_chunks_in_order_and_keeps_the_books():
-    replay = make_replay("fifo", capacity=20)
-    assert isinstance(replay, FifoReplay) and not replay.ready(1)
+def test_a_fifo_shard_serves_whole_chunks_in_order_and_keeps_the_books():
+    replay = ReplayShard("fifo", capacity=20)
+    assert isinstance(replay.storage, ChunkFifo) and isinstance(replay.sampler, InOrder) and not replay.ready(1)
     for i in range(3):
-        replay.add_chunk(chunk(i), {"version": i}, 8)  # the third evicts the first
+        replay.add(message(chunk(i), version=i))  # the third evicts the first
     assert replay.ready(1000)
-    items = replay.fifo.take(1000)
-    assert [item.meta for item in items] == [{"version": 1}, {"version": 2}]
-    assert items[1].arrays["obs"][0, 0, 0] == 2.0 and not replay.ready(1)
+    chunks = replay.sample(1000).chunks
+    assert [c.version for c in chunks] == [1, 2]
+    assert chunks[1].arrays["obs"][0, 0, 0] == 2.0 and not replay.ready(1)
     stats = replay.stats()
     assert stats == {"size": 0, "capacity": 20, "added": 24, "served": 16, "dropped": 8}
     assert stats["added"] == stats["size"] + stats["served"] + stats["dropped"]
@@ -115,12 +135,12 @@ def test_fifo_facade_serves_whole_chunks_in_order_and_keeps_the_books():
 
 def test_ring_storage_wraps_and_ids_detect_overwrites():
     storage = TransitionStorage(capacity=5)
-    assert list(storage.add({"x": np.arange(3.0)})) == [0, 1, 2]
-    assert list(storage.add({"x": np.arange(3.0, 7.0)})) == [3, 4, 0, 1] and storage.size == 5
+    assert list(storage.write({"x": np.arange(3.0)})) == [0, 1, 2]
+    assert list(storage.write({"x": np.arange(3.0, 7.0)})) == [3, 4, 0, 1] and storage.size == 5
     assert list(storage.data["x"]) == [5.0, 6.0, 2.0, 3.0, 4.0]
     assert list(storage.ids) == [6, 7, 3, 4, 5], "ids are global insertion numbers"
-    assert list(storage.add({"x": np.zeros(0)})) == [] and storage.added == 7
-    slots = storage.add({"x": np.arange(100.0, 112.0)})  # more than capacity: the newest 5 are kept
+    assert list(storage.write({"x": np.zeros(0)})) == [] and storage.added == 7
+    slots = storage.write({"x": np.arange(100.0, 112.0)})  # more than capacity: the newest 5 are kept
     assert list(slots) == [2, 3, 4, 0, 1] and storage.added == 19
     assert list(storage.gather(slots)["x"]) == [107.0, 108.0, 109.0, 110.0, 111.0]
     assert list(storage.ids[slots]) == [15, 16, 17, 18, 19]
@@ -128,7 +148,7 @@ def test_ring_storage_wraps_and_ids_detect_overwrites():
 
 def test_storage_rejects_batches_that_do_not_match_the_first_layout():
     storage = TransitionStorage(capacity=8)
-    storage.add({"obs": np.zeros((2, 3), np.float32), "done": np.zeros(2, bool)})
+    storage.write({"obs": np.zeros((2, 3), np.float32), "done": np.zeros(2, bool)})
     bad = [
         {"obs": np.zeros((2, 3), np.float64), "done": np.zeros(2, bool)},  # dtype
         {"obs": np.zeros((2, 4), np.float32), "done": np.zeros(2, bool)},  # trailing shape
@@ -139,7 +159,7 @@ def test_storage_rejects_batches_that_do_not_match_the_first_layout():
     ]
     for batch in bad:
         with pytest.raises(ValueError):
-            storage.add(batch)
+            storage.write(batch)
     assert storage.size == 2 and storage.added == 2, "a rejected batch writes nothing"
 
 
@@ -156,22 +176,23 @@ def test_flatten_time_major_keeps_transition_order_and_checks_the_lead_dims():
         flatten_time_major({"a": np.zeros(3)})
 
 
-def test_transition_facade_returns_nested_batches_with_slots_and_ids():
-    replay = make_replay("uniform", capacity=10, seed=3)
+def test_a_transition_shard_returns_nested_batches_with_slots_and_ids():
+    replay = ReplayShard("uniform", capacity=10, seed=3)
     assert not replay.ready(1)
     T, K = 3, 2
-    replay.add_chunk({"obs": np.arange(6.0).reshape(T, K, 1), "extra": {"logp": -np.arange(6.0).reshape(T, K)}}, {}, 6)
+    replay.add(message({"obs": np.arange(6.0).reshape(T, K, 1), "extra": {"logp": -np.arange(6.0).reshape(T, K)}}))
     assert replay.ready(6) and not replay.ready(7)
-    arrays = replay.sample(32)
+    arrays = replay.sample(32).transitions
     assert sorted(arrays) == ["extra", "ids", "obs", "slots"] and len(arrays["slots"]) == 32
     assert arrays["slots"].dtype == np.int64 and arrays["ids"].dtype == np.uint64
     np.testing.assert_array_equal(arrays["obs"][:, 0], arrays["slots"])
     np.testing.assert_array_equal(arrays["extra"]["logp"], -arrays["slots"])
     np.testing.assert_array_equal(arrays["ids"], arrays["slots"] + 1)
-    for bad in ({"ids": np.zeros((1, 1))}, {"obs": np.zeros((1, 1, 1)), "extra": {"logp": np.zeros((1, 1))}}):
-        with pytest.raises(ValueError):  # reserved key; announced count (2) differs from T*K (1)
-            replay.add_chunk(bad, {}, 2)
-    replay.add_chunk({"obs": np.zeros((4, 2, 1)), "extra": {"logp": np.zeros((4, 2))}}, {}, 8)
+    with pytest.raises(ValueError, match="reserved"):
+        replay.add(message({"ids": np.zeros((1, 1))}))
+    with pytest.raises(ValueError):  # the count announced differs from the chunk's T*K
+        replay.storage.add(Chunk({"obs": np.zeros((1, 1, 1)), "extra": {"logp": np.zeros((1, 1))}}, 0, 0), 2)
+    replay.add(message({"obs": np.zeros((4, 2, 1)), "extra": {"logp": np.zeros((4, 2))}}))
     assert replay.stats() == {"size": 10, "capacity": 10, "added": 14, "served": 32, "dropped": 4}
     with pytest.raises(ValueError):
         replay.update_priorities(np.zeros(1, np.int64), np.ones(1, np.uint64), np.ones(1))
@@ -182,9 +203,9 @@ def test_transition_facade_returns_nested_batches_with_slots_and_ids():
 
 def test_uniform_sampling_covers_the_filled_slots_evenly():
     storage = TransitionStorage(capacity=16)
-    storage.add({"x": np.zeros(10)})  # slots 10..15 are empty and must never be drawn
+    storage.write({"x": np.zeros(10)})  # slots 10..15 are empty and must never be drawn
     rng = np.random.default_rng(0)
-    counts = np.bincount(UniformSampler().sample(storage, 100_000, rng), minlength=16)
+    counts = np.bincount(UniformSampler().sample(storage, 100_000, rng)[0], minlength=16)
     assert counts[10:].sum() == 0
     expected = counts.sum() / 10
     chi2 = ((counts[:10] - expected) ** 2 / expected).sum()
@@ -193,13 +214,13 @@ def test_uniform_sampling_covers_the_filled_slots_evenly():
 
 def test_prioritized_sampling_is_proportional_to_priority_to_the_alpha():
     alpha, eps = 0.7, 1e-3
-    replay = filled("prioritized", capacity=8, n=6, alpha=alpha, beta=0.5, eps=eps, seed=1)
+    replay = filled("prioritized", capacity=8, n=6, alpha=alpha, beta=0.5, priority_eps=eps, seed=1)
     errors = np.array([1.0, -2.0, 4.0, 8.0, 0.5, 0.0])  # the sign of a TD error is irrelevant
     assert replay.update_priorities(np.arange(6), replay.storage.ids[:6].copy(), errors) == 6
     draws, batch = 200_000, 1000
     counts = np.zeros(8)
     for _ in range(draws // batch):
-        counts += np.bincount(replay.sample(batch)["slots"], minlength=8)
+        counts += np.bincount(replay.sample(batch).transitions["slots"], minlength=8)
     p = (np.abs(errors) + eps) ** alpha
     p /= p.sum()
     assert counts[6:].sum() == 0
@@ -210,33 +231,33 @@ def test_prioritized_sampling_is_proportional_to_priority_to_the_alpha():
 
 def test_importance_weights_follow_the_formula():
     alpha, beta, eps = 0.6, 0.4, 0.01
-    replay = filled("prioritized", capacity=6, n=4, alpha=alpha, beta=beta, eps=eps, seed=2)
+    replay = filled("prioritized", capacity=6, n=4, alpha=alpha, beta=beta, priority_eps=eps, seed=2)
     errors = np.array([1.0, 2.0, 3.0, 4.0])
     replay.update_priorities(np.arange(4), replay.storage.ids[:4].copy(), errors)
-    arrays = replay.sample(64)
+    arrays = replay.sample(64).transitions
     p = (errors + eps) ** alpha
     P = p / p.sum()
     w = (4 * P) ** -beta
     assert arrays["weights"].dtype == np.float32
     np.testing.assert_allclose(arrays["weights"], (w / w.max())[arrays["slots"]], rtol=1e-6)
     replay.sampler.beta = 1.0  # annealed by the learner
-    arrays = replay.sample(64)
+    arrays = replay.sample(64).transitions
     np.testing.assert_allclose(arrays["weights"], (p.min() / p)[arrays["slots"]], rtol=1e-6)
 
 
 def test_new_transitions_enter_at_the_largest_priority_seen():
-    replay = filled("prioritized", capacity=4, n=2, alpha=0.5, eps=1e-6)
+    replay = filled("prioritized", capacity=4, n=2, alpha=0.5, priority_eps=1e-6)
     replay.update_priorities(np.arange(2), replay.storage.ids[:2].copy(), np.array([9.0, 0.25]))
-    replay.add_chunk({"x": np.ones((1, 1))}, {}, 1)
+    replay.add(message({"x": np.ones((1, 1))}))
     tree = replay.sampler.tree
     assert tree.get(np.array([2]))[0] == pytest.approx((9.0 + 1e-6) ** 0.5)
     assert tree.min == pytest.approx((0.25 + 1e-6) ** 0.5)
 
 
 def test_priority_updates_for_overwritten_or_empty_slots_are_skipped():
-    replay = filled("prioritized", capacity=4, n=3, alpha=1.0, eps=1e-6)
+    replay = filled("prioritized", capacity=4, n=3, alpha=1.0, priority_eps=1e-6)
     stale = replay.storage.ids.copy()  # [1, 2, 3, 0]
-    replay.add_chunk({"x": np.ones((2, 1))}, {}, 2)  # ids 4, 5 overwrite slots 3 and 0
+    replay.add(message({"x": np.ones((2, 1))}))  # ids 4, 5 overwrite slots 3 and 0
     tree = replay.sampler.tree
     before = tree.get(np.arange(4)).copy()
     applied = replay.update_priorities(np.arange(4), stale, np.full(4, 50.0))
@@ -342,13 +363,13 @@ def test_halfcheetah_sized_adds_wrap_correctly_and_print_their_rate():
     shapes = {"obs": (17,), "next_obs": (17,), "actions": (6,), "rewards": ()}
     base = {k: rng.standard_normal((T, K, *s), dtype=np.float32) for k, s in shapes.items()}
     for mode in ("uniform", "prioritized"):
-        replay = make_replay(mode, capacity + 500)  # not a multiple of the chunk: adds straddle the wrap
+        replay = ReplayShard(mode, capacity + 500)  # not a multiple of the chunk: adds straddle the wrap
         start = time.perf_counter()
         for i in range(300):
             base["rewards"][:, 0] = i  # tag each chunk
-            replay.add_chunk({**base, "terminated": np.zeros((T, K), bool)}, {}, T * K)
+            replay.add(message({**base, "terminated": np.zeros((T, K), bool)}))
         rate = 300 * T * K / (time.perf_counter() - start)
-        arrays = replay.sample(4096)
+        arrays = replay.sample(4096).transitions
         ids = arrays["ids"].astype(np.int64)
         np.testing.assert_array_equal(arrays["rewards"], (ids - 1) // T)
         np.testing.assert_array_equal(arrays["obs"], base["obs"][(ids - 1) % T, 0])
@@ -362,11 +383,11 @@ def test_a_shard_is_built_from_the_whole_replay_config():
 
     config = ReplayConfig(mode="fifo", capacity=500, capacity_bytes=12_345, max_frames=7, max_message_bytes=99_999)
     shard = ReplayShard.of(config, seed=0, shard=3)
-    assert isinstance(shard.replay, FifoReplay) and (shard.shard, shard.capacity) == (3, 500)
-    assert shard.replay.fifo.capacity_bytes == 12_345 and shard.replay.fifo.reply == message_limits(config)
+    assert isinstance(shard.storage, ChunkFifo) and (shard.shard, shard.capacity) == (3, 500)
+    assert shard.storage.capacity_bytes == 12_345 and shard.storage.reply_limits == message_limits(config)
     assert (message_limits(config).max_frames, message_limits(config).max_bytes) == (7, 99_999)
     prioritized = ReplayShard.of(ReplayConfig(mode="prioritized", alpha=0.7, beta=0.5, priority_eps=0.01), seed=0)
-    sampler = prioritized.replay.sampler
+    sampler = prioritized.sampler
     assert isinstance(sampler, PrioritizedSampler) and (sampler.alpha, sampler.beta, sampler.eps) == (0.7, 0.5, 0.01)
 
 
@@ -384,9 +405,11 @@ def declared() -> dict:
 def test_a_declared_layout_lays_a_shard_out_at_start_and_its_first_chunk_is_checked_like_any(mode):
     """Laid out by the experiment, a transition replay knows its reply's size before any chunk, refuses a first
     chunk of other fields (it would have laid the storage out for every later one), and takes the honest ones."""
-    replay = make_replay(mode, 100, layout=declared())
+    replay = ReplayShard(mode, 100, layout=declared())
     assert set(replay.storage.data) == {"obs", "rewards"} and replay.storage.data["obs"].shape == (100, 3)
-    assert replay.max_batch() == (Limits().max_bytes - REPLY_HEADER_RESERVE) // (16 + 12 + 4 + 4 * (mode != "uniform"))
+    weighted = mode != "uniform"
+    per_transition = 16 + 12 + 4 + 4 * weighted
+    assert replay.storage.max_batch(weighted) == (Limits().max_bytes - REPLY_HEADER_RESERVE) // per_transition
     hostile = [
         {**chunk(1.0), "obs": np.ones((4, 2, 4), np.float32)},  # one more observation dimension
         {**chunk(1.0), "extra": np.ones((4, 2), np.float32)},  # one more field
@@ -395,20 +418,20 @@ def test_a_declared_layout_lays_a_shard_out_at_start_and_its_first_chunk_is_chec
     ]
     for arrays in hostile:
         with pytest.raises(ValueError):
-            replay.add_chunk(arrays, {}, 8)
+            replay.add(message(arrays))
     assert replay.storage.size == 0 and replay.stats()["added"] == 0
-    replay.add_chunk(chunk(2.0), {}, 8)
-    assert replay.storage.size == 8 and np.all(replay.sample(4)["obs"] == 2.0)
+    replay.add(message(chunk(2.0)))
+    assert replay.storage.size == 8 and np.all(replay.sample(4).transitions["obs"] == 2.0)
 
 
 def test_a_declared_layout_that_the_capacity_cannot_hold_or_a_reply_carry_is_refused_at_start():
     with pytest.raises(ValueError, match="exceed 1000 bytes"):
-        make_replay("uniform", 100, capacity_bytes=1000, layout=declared())
+        ReplayShard("uniform", 100, capacity_bytes=1000, layout=declared())
     from surreal.proto.wire import Field
 
     wide = {f"f{i}": Field(np.dtype(np.float32)) for i in range(10)}
     with pytest.raises(ValueError, match="exceeds 8 frames"):
-        make_replay("uniform", 100, reply=Limits(max_frames=8), layout=wide)
+        ReplayShard("uniform", 100, reply=Limits(max_frames=8), layout=wide)
 
 
 def test_a_layout_travels_as_plain_data_and_anything_else_is_refused():
@@ -442,7 +465,7 @@ def test_a_shard_is_laid_out_from_its_config_without_torch_or_gymnasium(tmp_path
         "from surreal.config import read_config\n"
         "from surreal.replay.shard import ReplayShard\n"
         f"shard = ReplayShard.of(read_config({str(tmp_path / 'config.yaml')!r}).replay, 0)\n"
-        "assert shard.replay.storage.data['obs'].shape == (100_000, 3), shard.replay.storage.data.keys()\n"
+        "assert shard.storage.data['obs'].shape == (100_000, 3), shard.storage.data.keys()\n"
         "assert 'torch' not in sys.modules and 'gymnasium' not in sys.modules, 'the replay image has neither'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 
 from surreal.config import ConfigError, load_config
+from surreal.proto.wire import Chunk, encode_chunk
+from surreal.replay.buffers import TransitionStorage
 from surreal.replay.shard import ReplayShard
 from surreal.roles.replay import open_snapshots
 from surreal.runstore import (
@@ -203,9 +205,8 @@ def test_a_replay_shards_snapshot_comes_back_whole_on_a_new_disk(tmp_path, s3_bu
     snapshots = open_snapshots(cfg, tmp_path / "node-a", first, uri)
     rng = np.random.default_rng(0)
     for i in range(40):  # 320 transitions into 300: the ring wraps
-        first.replay.add_chunk(
-            {"obs": rng.normal(size=(4, 2, 3)).astype(np.float32), "rew": rng.normal(size=(4, 2))}, {"version": i}, 8
-        )
+        arrays = {"obs": rng.normal(size=(4, 2, 3)).astype(np.float32), "rew": rng.normal(size=(4, 2))}
+        first.add(encode_chunk(Chunk(arrays, i, 0), ""))
     assert snapshots.final() is not None
     snapshots.close()
     listed = manifest(uri, "replay-0")["files"]
@@ -213,11 +214,12 @@ def test_a_replay_shards_snapshot_comes_back_whole_on_a_new_disk(tmp_path, s3_bu
 
     second = ReplayShard.of(cfg.replay, cfg.seed, 0)
     open_snapshots(cfg, tmp_path / "node-b", second, uri).close()
-    a, b = first.replay, second.replay
+    a, b = first.storage, second.storage
+    assert isinstance(a, TransitionStorage) and isinstance(b, TransitionStorage)
     assert b.stats()["size"] == 300 and a.stats() == b.stats()
-    for key, array in a.storage.data.items():  # type: ignore[union-attr]
-        np.testing.assert_array_equal(array, b.storage.data[key])  # type: ignore[union-attr]
-    np.testing.assert_array_equal(a.storage.ids, b.storage.ids)  # type: ignore[union-attr]
+    for key, array in a.data.items():
+        np.testing.assert_array_equal(array, b.data[key])
+    np.testing.assert_array_equal(a.ids, b.ids)
 
 
 def test_a_fifo_snapshot_restored_once_leaves_the_bucket_too(tmp_path, s3_bucket):
@@ -227,7 +229,7 @@ def test_a_fifo_snapshot_restored_once_leaves_the_bucket_too(tmp_path, s3_bucket
     uri = f"{s3_bucket}/runs/fifo"
     first = ReplayShard.of(cfg.replay, cfg.seed, 0)
     snapshots = open_snapshots(cfg, tmp_path / "a", first, uri)
-    first.replay.add_chunk({"obs": np.ones((4, 1, 3), np.float32)}, {"version": 0}, 4)
+    first.add(encode_chunk(Chunk({"obs": np.ones((4, 1, 3), np.float32)}, 0, 0), ""))
     assert snapshots.final() is not None
     snapshots.close()
     second = ReplayShard.of(cfg.replay, cfg.seed, 0)

@@ -52,7 +52,8 @@ from surreal.proto.wire import (
     encode_sample_reply,
     supersedes,
 )
-from surreal.replay.buffers import MAX_PRIORITY, PrioritizedSampler, TransitionStorage
+from surreal.replay.buffers import TransitionStorage
+from surreal.replay.samplers import MAX_PRIORITY, PrioritizedSampler
 from surreal.replay.shard import ReplayShard
 from surreal.roles import ps as ps_role
 from surreal.roles import replay as replay_role
@@ -304,7 +305,7 @@ def test_a_replay_shard_refuses_bad_content_and_keeps_its_books_right():
 
 def test_a_huge_priority_is_clamped_so_other_weights_stay_meaningful():
     storage, sampler = TransitionStorage(8), PrioritizedSampler(8, alpha=0.6, beta=0.4, eps=1e-6)
-    slots = storage.add({"x": np.zeros((8, 1), np.float32)})
+    slots = storage.write({"x": np.zeros((8, 1), np.float32)})
     sampler.on_add(slots)
     sampler.update_priorities(storage, slots, storage.ids[slots], np.array([1e308] + [1.0] * 7))
     _, weights = sampler.sample(storage, 64, np.random.default_rng(0))

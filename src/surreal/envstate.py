@@ -17,7 +17,8 @@ inexactly.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypedDict
 
 import gymnasium as gym
 import numpy as np
@@ -27,7 +28,23 @@ class EnvStateUnsupported(TypeError):
     """The env keeps physics this module cannot save."""
 
 
-def _physics(env: gym.Env) -> dict[str, Any]:
+class Physics(TypedDict, total=False):
+    """A MuJoCo env's integration state, or a classic-control env's `state` (and Pendulum's `last_u`)."""
+
+    mujoco: np.ndarray
+    state: np.ndarray
+    last_u: np.ndarray
+
+
+class EnvState(TypedDict):
+    """One environment's state: its physics, its generator's (`bit_generator.state`), each wrapper's step count."""
+
+    physics: Physics
+    rng: Mapping[str, Any]
+    elapsed_steps: list[int | None]
+
+
+def _physics(env: gym.Env) -> Physics:
     model, data = getattr(env, "model", None), getattr(env, "data", None)
     if model is not None and data is not None and type(model).__module__.startswith("mujoco"):
         import mujoco
@@ -37,14 +54,14 @@ def _physics(env: gym.Env) -> dict[str, Any]:
         mujoco.mj_getState(model, data, state, spec)
         return {"mujoco": state}
     if isinstance(getattr(env, "state", None), np.ndarray | tuple | list):
-        physics = {"state": np.array(env.state)}  # type: ignore[attr-defined]
+        physics: Physics = {"state": np.array(env.state)}  # type: ignore[attr-defined]
         if getattr(env, "last_u", None) is not None:
             physics["last_u"] = np.array(env.last_u)  # type: ignore[attr-defined]
         return physics
     raise EnvStateUnsupported(f"{env.spec.id if env.spec else type(env).__name__}: its physics cannot be saved")
 
 
-def _load_physics(env: gym.Env, physics: dict[str, Any]) -> None:
+def _load_physics(env: gym.Env, physics: Physics) -> None:
     if "mujoco" in physics:
         import mujoco
 
@@ -64,7 +81,7 @@ def _wrappers(env: gym.Env) -> list[gym.Env]:
     return chain
 
 
-def env_state(env: gym.Env) -> dict[str, Any]:
+def env_state(env: gym.Env) -> EnvState:
     """One environment's state (the wrapper chain `gym.make` builds, down to the env itself)."""
     chain = _wrappers(env)
     inner = chain[-1]
@@ -75,7 +92,7 @@ def env_state(env: gym.Env) -> dict[str, Any]:
     }
 
 
-def load_env_state(env: gym.Env, state: dict[str, Any]) -> None:
+def load_env_state(env: gym.Env, state: EnvState) -> None:
     chain = _wrappers(env)
     inner = chain[-1]
     _load_physics(inner, state["physics"])
@@ -85,14 +102,14 @@ def load_env_state(env: gym.Env, state: dict[str, Any]) -> None:
             wrapper._elapsed_steps = steps  # type: ignore[attr-defined]
 
 
-def vec_env_state(envs: gym.vector.VectorEnv) -> list[dict[str, Any]]:
+def vec_env_state(envs: gym.vector.VectorEnv) -> list[EnvState]:
     """Every sub-env's state, in order (a `SyncVectorEnv` with SAME_STEP autoreset, as `make_vec_env` builds)."""
     if not isinstance(envs, gym.vector.SyncVectorEnv) or envs.autoreset_mode != gym.vector.AutoresetMode.SAME_STEP:
         raise EnvStateUnsupported("only a SyncVectorEnv with SAME_STEP autoreset holds all its state in its envs")
     return [env_state(env) for env in envs.envs]
 
 
-def load_vec_env_state(envs: gym.vector.VectorEnv, states: list[dict[str, Any]]) -> None:
+def load_vec_env_state(envs: gym.vector.VectorEnv, states: list[EnvState]) -> None:
     sub_envs = envs.envs  # type: ignore[attr-defined]
     if len(states) != len(sub_envs):
         raise ValueError(f"state of {len(states)} envs for a vector env of {len(sub_envs)}")

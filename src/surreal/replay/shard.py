@@ -10,7 +10,8 @@ live-actor count of flow control reach it). Torch-free.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -24,14 +25,19 @@ from surreal.proto.wire import (
     SampleRequest,
     ShardReport,
     TransitionReply,
-    chunk_from_meta,
-    chunk_meta,
     decode_chunk,
     fields_of,
 )
-from surreal.replay.buffers import DEFAULT_CAPACITY_BYTES, DEFAULT_REPLY, FifoReplay, TransitionReplay, make_replay
-from surreal.replay.snapfile import ShardState
-from surreal.replay.snapshot import capture, restore
+from surreal.replay.buffers import (
+    DEFAULT_CAPACITY_BYTES,
+    DEFAULT_REPLY,
+    ChunkFifo,
+    ReplayStats,
+    Storage,
+    TransitionStorage,
+)
+from surreal.replay.samplers import InOrder, PrioritizedSampler, Sampler, UniformSampler
+from surreal.replay.snapfile import Capture, ShardState
 
 MAX_FORWARDED_EPISODES = 1000  # finished episodes held for the next reply; older ones are only on the actors' metrics
 
@@ -42,7 +48,30 @@ def message_limits(config: ReplayConfig) -> Limits:
     return Limits(max_frames=config.max_frames, max_bytes=config.max_message_bytes)
 
 
+class SavedReplay(TypedDict):
+    """A shard's storage and sampler as its snapshot holds them (`ReplayShard.capture`), the arrays joined."""
+
+    books: dict[str, Any]
+    arrays: dict[str, np.ndarray]
+
+
+class ShardCheckpoint(TypedDict):
+    """Everything a shard holds, for an exact resume in serial mode (run/serial.py)."""
+
+    replay: SavedReplay | None  # None: an empty transition replay, in checkpoints written before it was captured
+    rng: Mapping[str, Any] | None  # the sampling generator's; None: a FIFO's, in checkpoints written before it had one
+    priority_updates: int
+    env_steps_in: int
+    finished_returns: list[float]
+    finished_lengths: list[int]
+    finished_successes: list[bool]
+    actors_heard: list[int]
+
+
 class ReplayShard:
+    """A storage and a sampler, composed TorchRL-style (replay/buffers.py, replay/samplers.py): `fifo` is a
+    `ChunkFifo` read `InOrder`, `uniform` and `prioritized` a `TransitionStorage` with that sampler."""
+
     def __init__(
         self,
         mode: str,
@@ -57,14 +86,23 @@ class ReplayShard:
         max_steps_per_unit: int | None = None,
         layout: Fields | None = None,
     ) -> None:
-        """`reply`: the learner's limits, which every reply keeps to (replay/buffers.py);
-        `max_steps_per_unit`: the algorithm's bound on the env steps a chunk may claim (`decode_chunk`);
-        `layout`: a transition shard's declared fields (`replay.layout`), laid out now."""
+        """`capacity` in transitions and in bytes; `reply`: the learner's limits, which a FIFO reply's packing keeps
+        to and a transition replay's layout and batch sizes are held to; `max_steps_per_unit`: the algorithm's bound
+        on the env steps a chunk may claim (`decode_chunk`); `layout`: a transition shard's declared fields
+        (`replay.layout`), laid out now (a FIFO keeps chunks whole and has none: the learner checks its chunks')."""
         self.shard, self.mode, self.capacity = shard, mode, capacity
         self.max_steps_per_unit = max_steps_per_unit
-        self.replay = make_replay(
-            mode, capacity, alpha, beta, priority_eps, seed + 7919 * shard, capacity_bytes, reply, layout
-        )
+        self.storage: Storage
+        self.sampler: Sampler[Any]
+        if mode == "fifo":
+            self.storage, self.sampler = ChunkFifo(capacity, capacity_bytes, reply), InOrder()
+        elif mode in ("uniform", "prioritized"):
+            self.storage = TransitionStorage(capacity, capacity_bytes, reply, layout)
+            prioritized = mode == "prioritized"
+            self.sampler = PrioritizedSampler(capacity, alpha, beta, priority_eps) if prioritized else UniformSampler()
+        else:
+            raise ValueError(f"unknown replay mode {mode!r}: fifo, uniform or prioritized")
+        self.rng = np.random.default_rng(seed + 7919 * shard)
         self.forward_episodes = mode != "fifo"
         self.env_steps_in = 0
         self.finished_returns: deque[float] = deque(maxlen=MAX_FORWARDED_EPISODES)
@@ -93,7 +131,7 @@ class ReplayShard:
         (a chunk this storage cannot hold); nothing is stored or counted then."""
         chunk = decode_chunk(message, self.max_steps_per_unit)
         n = chunk.size
-        self.replay.add_chunk(chunk.arrays, chunk_meta(chunk, chunk.incarnation), n)
+        self.sampler.on_add(self.storage.add(chunk, n))
         self.env_steps_in += chunk.env_steps
         if self.forward_episodes:
             self.finished_returns.extend(chunk.episode_returns)
@@ -104,35 +142,22 @@ class ReplayShard:
         return n
 
     def ready(self, batch_size: int) -> bool:
-        return self.replay.ready(batch_size)
+        return self.storage.ready(batch_size)
 
     def refusal(self, request: SampleRequest) -> str | None:
         """Why this shard could never answer `request` with data, as the reason its error reply carries; None
         when it can. Asked when a request arrives (it is refused at once, never parked) and again just before
-        it is served (a transition replay without a declared layout knows its reply's size only once data came).
-
-        A transition replay draws `batch_size` with replacement, so the batch may exceed what it holds, but the
-        reply must pass the learner's byte limit: the gather, the index arrays and the reply are all sized by
-        it. A FIFO reply carries at most the whole FIFO: a bigger batch is no request an honest learner makes
-        (the config holds `algo.batch_size` to the capacity)."""
+        it is served (a transition replay without a declared layout knows its reply's size only once data came)."""
         if request.threshold > self.capacity:
             return "over_capacity"  # the data it waits for can never be held
-        if isinstance(self.replay, FifoReplay):
-            return "over_capacity" if request.batch_size > self.capacity else None
-        if request.batch_size > self.replay.max_batch():
-            return "reply_too_large"
-        return None
+        return self.storage.refusal(request.batch_size, self.sampler.weighted)
 
     def sample(self, batch_size: int, episodes: bool = True) -> FifoReply | TransitionReply:
         """A reply holding data (call `ready` first) and the shard's progress: whole chunks (a FIFO, at most
         `batch_size` transitions but at least one chunk) or a batch of `batch_size` sampled transitions.
         `episodes`: the report hands over the finished episodes (`report`)."""
-        if isinstance(self.replay, FifoReplay):
-            items = self.replay.fifo.take(batch_size)
-            # The metadata is what `add` accepted: rebuilt into chunks, not checked against arrays again.
-            chunks = [chunk_from_meta(item.arrays, item.meta, item.n_transitions) for item in items]
-            return FifoReply(self.report(episodes), chunks)
-        return TransitionReply(self.report(episodes), self.replay.sample(batch_size))
+        slots, weights = self.sampler.sample(self.storage, batch_size, self.rng)
+        return self.storage.reply(self.report(episodes), slots, weights)
 
     def empty_reply(self, episodes: bool = True) -> EmptyReply:
         """What a request the shard could not answer with data in time gets: its progress only."""
@@ -156,29 +181,47 @@ class ReplayShard:
     def update_priorities(self, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> int:
         """Raises ValueError for an update this shard cannot apply (a FIFO or uniform replay, a slot out of range,
         more entries than a reply of it carries)."""
-        return self.replay.update_priorities(slots, ids, priorities)
+        return self.sampler.update_priorities(self.storage, slots, ids, priorities)
 
-    def stats(self) -> dict[str, int]:
-        return self.replay.stats()
+    def stats(self) -> ReplayStats:
+        return self.storage.stats()
 
-    def state(self) -> dict[str, Any]:
-        """Everything the shard holds (NumPy arrays, numbers, containers), for an exact resume in serial mode
-        (run/serial.py): its buffer as a snapshot captures it (replay/snapshot.py), the sampling generator,
-        and the books of the next report."""
-        captured = capture(self.replay, guard=self.capacity, keep_empty=True)  # all copied: nothing writes now
-        replay = (
-            None
-            if captured is None
-            else {
-                "books": captured.books,
-                "arrays": {name: np.concatenate(pieces) for name, pieces in captured.arrays.items()},
-            }
-        )
-        sampled = self.replay if isinstance(self.replay, TransitionReplay) else None  # a FIFO draws no numbers
+    def change_token(self) -> tuple[int, ...]:
+        """Equal tokens: nothing a snapshot holds has changed in between."""
+        stats = self.storage.stats()
+        return stats["size"], stats["added"], stats["served"], stats["dropped"], self.sampler.updates
+
+    def capture(self, guard: int, keep_empty: bool = False) -> Capture | None:
+        """The storage's and the sampler's state now, or None when it holds nothing worth a file; `guard`: rows of
+        a transition ring copied ahead of its cursor (the rest is read from the live ring when the capture is
+        written); `keep_empty`: the books of an empty one too (an exact resume keeps a FIFO's counts)."""
+        captured = self.storage.capture(guard)
+        if not (captured.transitions or keep_empty):
+            return None
+        books, arrays = self.sampler.capture(captured.transitions)
+        captured.books = {**captured.books, **books}
+        captured.arrays.update(arrays)
+        return captured
+
+    def restore(self, state: ShardState) -> int:
+        """Put `state` into this shard (a fresh one) all at once: built aside, swapped in only when complete, so a
+        state that does not fit raises (KeyError, TypeError, ValueError) and leaves the shard as it was. Returns
+        the transitions restored."""
+        storage = self.storage.restored(state)
+        held = storage.stats()["size"]
+        self.sampler, self.storage = self.sampler.restored(state, held), storage
+        return held
+
+    def state(self) -> ShardCheckpoint:
+        """Everything the shard holds (NumPy arrays, numbers, containers): its storage and sampler as a snapshot
+        captures them (all copied: nothing writes now), the sampling generator, and the books of the next report."""
+        captured = self.capture(guard=self.capacity, keep_empty=True)
+        assert captured is not None
+        saved = captured.joined()
         return {
-            "replay": replay,
-            "rng": None if sampled is None else sampled.rng.bit_generator.state,
-            "priority_updates": 0 if sampled is None else sampled.priority_updates,
+            "replay": {"books": dict(saved.books), "arrays": saved.arrays},
+            "rng": self.rng.bit_generator.state,
+            "priority_updates": self.sampler.updates,
             "env_steps_in": self.env_steps_in,
             "finished_returns": list(self.finished_returns),
             "finished_lengths": list(self.finished_lengths),
@@ -186,13 +229,13 @@ class ReplayShard:
             "actors_heard": sorted(self.actors_heard),
         }
 
-    def load_state(self, state: dict[str, Any]) -> None:
+    def load_state(self, state: ShardCheckpoint) -> None:
         """Put `state` into this shard, a fresh one built with the same settings."""
         if state["replay"] is not None:
-            restore(self.replay, ShardState(state["replay"]["books"], state["replay"]["arrays"]))
-        if isinstance(self.replay, TransitionReplay):
-            self.replay.rng.bit_generator.state = state["rng"]
-            self.replay.priority_updates = state["priority_updates"]
+            self.restore(ShardState(state["replay"]["books"], state["replay"]["arrays"]))
+        if state["rng"] is not None:
+            self.rng.bit_generator.state = state["rng"]
+        self.sampler.updates = state["priority_updates"]
         self.env_steps_in = state["env_steps_in"]
         self.finished_returns.extend(state["finished_returns"])
         self.finished_lengths.extend(state["finished_lengths"])

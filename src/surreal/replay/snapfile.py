@@ -56,11 +56,27 @@ class SnapshotError(ValueError):
 class ShardState:
     """What a snapshot holds besides its identity: the buffer's books (JSON values) and its named arrays."""
 
-    books: dict[str, Any]
+    books: Mapping[str, Any]
     arrays: dict[str, np.ndarray]
 
 
 Pieces = Sequence[np.ndarray]  # one array as consecutive pieces along its first axis (written without joining them)
+
+
+@dataclass
+class Capture:
+    """A shard's state as of the capture, ready to write: its books (a storage's and its sampler's `TypedDict`s, one
+    JSON object), `arrays` in pieces, some still in the live ring, the `transitions` held, and `verify`, which raises
+    when ingest may have overwritten a row those pieces read from (replay/buffers.py `Overrun`)."""
+
+    books: Mapping[str, Any]
+    arrays: dict[str, list[np.ndarray]]
+    transitions: int
+    verify: Callable[[], None] | None = None
+
+    def joined(self) -> ShardState:
+        """What a file of it reads back as, without the file: each array's pieces joined (copied)."""
+        return ShardState(self.books, {name: np.concatenate(pieces) for name, pieces in self.arrays.items()})
 
 
 def _raw(array: np.ndarray) -> memoryview:
@@ -71,7 +87,7 @@ def _raw(array: np.ndarray) -> memoryview:
 def write_snapshot(
     path: Path,
     identity: dict[str, Any],
-    books: dict[str, Any],
+    books: Mapping[str, Any],
     arrays: Mapping[str, Pieces],
     verify: Callable[[], None] | None = None,
 ) -> int:

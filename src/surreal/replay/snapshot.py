@@ -1,6 +1,7 @@
 """Replay snapshots: a shard's contents, priorities and books on disk, so a restarted shard is not empty.
 
-What is captured, per buffer:
+What is captured (`ReplayShard.capture`: each storage and sampler captures its own, replay/buffers.py and
+replay/samplers.py):
 
 - transitions (uniform, prioritized): the used part of every storage array, the insertion ids, the cursor
   and counters, and for a prioritized sampler each slot's priority and the largest seen. A snapshot is taken
@@ -39,135 +40,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from surreal.proto.codec import flatten, unflatten
-from surreal.replay.buffers import (
-    ChunkFifo,
-    FifoReplay,
-    PrioritizedSampler,
-    Replay,
-    TransitionReplay,
-    TransitionStorage,
-)
-from surreal.replay.snapfile import ShardState, SnapshotError, read_snapshot, write_snapshot
+from surreal.replay.buffers import Overrun
+from surreal.replay.shard import ReplayShard
+from surreal.replay.snapfile import Capture, ShardState, SnapshotError, read_snapshot, write_snapshot
 
 KEEP = 2
 PATTERN = re.compile(r"^replay-(\d{10})\.snap$")
-
-
-# -- capture and restore --------------------------------------------------------------------------------
-
 GUARD_ROWS = 1 << 16  # the first guard band: ~0.5 s of ingest at 100k transitions/s, 11 MB of HalfCheetah rows
-
-
-class Overrun(RuntimeError):
-    """Ingest overwrote more of the ring than the guard band held while a snapshot was being read from it."""
-
-
-@dataclass
-class Capture:
-    """A shard's state as of the capture, ready to write: `arrays` in pieces, some still in the live ring, and
-    `verify`, which raises `Overrun` when ingest may have overwritten a row those pieces read from."""
-
-    books: dict[str, Any]
-    arrays: dict[str, list[np.ndarray]]
-    transitions: int
-    verify: Callable[[], None] | None = None
-
-
-def _capture_transitions(replay: TransitionReplay, guard: int) -> Capture:
-    storage = replay.storage
-    size, capacity, added = storage.size, storage.capacity, storage.added
-    # Ingest fills the free slots, then overwrites the snapshot's rows from `first` on, in ring order.
-    free = capacity - size
-    first = (storage.cursor + free) % capacity
-    guarded = min(guard, size)
-    band = (first + np.arange(guarded)) % capacity
-    arrays: dict[str, list[np.ndarray]] = {}
-    for key, live in storage.data.items():
-        copy = np.take(live, band, axis=0)
-        if first + guarded <= size:  # the band lies inside [0, size)
-            pieces = [live[:first], copy, live[first + guarded : size]]
-        else:  # a full ring's band wraps past its end: `head` of its rows at the end, the rest at the start
-            head = size - first
-            pieces = [copy[head:], live[guarded - head : first], copy[:head]]
-        arrays[f"data/{key}"] = pieces
-    arrays["ids"] = [storage.ids[:size].copy()]
-    books: dict[str, Any] = {"size": size, "cursor": storage.cursor, "added": added, "served": replay.served}
-    if isinstance(replay.sampler, PrioritizedSampler):
-        arrays["priorities"] = [replay.sampler.tree.head(size)]
-        books["max_priority"] = replay.sampler.max_priority
-
-    def verify() -> None:
-        # Read on the snapshot thread once it is done reading: an add counts itself before it writes a row.
-        written = storage.added - added
-        if written > free + guarded:
-            raise Overrun(f"{written} transitions arrived, the guard band held {free + guarded}")
-
-    return Capture(books, arrays, size, verify)
-
-
-def _capture_fifo(replay: FifoReplay) -> Capture:
-    fifo = replay.fifo
-    items: list[dict[str, Any]] = []
-    arrays: dict[str, list[np.ndarray]] = {}
-    for i, item in enumerate(fifo.items):
-        items.append({"meta": item.meta, "transitions": item.n_transitions})
-        arrays.update((f"fifo/{i}/{name}", [array]) for name, array in flatten(item.arrays))
-    books = {
-        "items": items,
-        "added": fifo.added_transitions,
-        "served": fifo.served_transitions,
-        "dropped": fifo.dropped_transitions,
-        "dropped_chunks": fifo.dropped_chunks,
-    }
-    return Capture(books, arrays, fifo.size)
-
-
-def capture(replay: Replay, guard: int = GUARD_ROWS, keep_empty: bool = False) -> Capture | None:
-    """`replay`'s state now, or None when it holds nothing worth a file; `guard`: rows of a transition ring
-    copied ahead of its cursor (the rest is read from the live ring when the capture is written);
-    `keep_empty`: an empty FIFO's books too (an exact resume keeps its counts)."""
-    if isinstance(replay, TransitionReplay):
-        return _capture_transitions(replay, guard) if replay.storage.size else None
-    return _capture_fifo(replay) if replay.fifo.num_chunks or keep_empty else None
-
-
-def change_token(replay: Replay) -> tuple[int, ...]:
-    """Equal tokens: nothing a snapshot holds has changed in between."""
-    extra = (replay.priority_updates,) if isinstance(replay, TransitionReplay) else ()
-    return (*replay.stats().values(), *extra)
-
-
-def restore(replay: Replay, state: ShardState) -> int:
-    """Put `state` into `replay` (a fresh one) all at once: built aside, swapped in only when complete, so a
-    state that does not fit raises (KeyError, TypeError, ValueError) and leaves `replay` as it was. Returns
-    the transitions restored."""
-    books, arrays = state.books, state.arrays
-    if isinstance(replay, TransitionReplay):
-        # Into the declared layout, if any: a snapshot of other fields (a shard a hostile first chunk laid out before
-        # layouts were declared) does not fit, and is set aside.
-        storage = TransitionStorage(replay.storage.capacity, replay.storage.capacity_bytes, replay.storage.layout)
-        data = {name.removeprefix("data/"): a for name, a in arrays.items() if name.startswith("data/")}
-        storage.restore(data, arrays["ids"].astype(np.uint64), int(books["added"]), int(books["cursor"]))
-        sampler = replay.sampler
-        if isinstance(sampler, PrioritizedSampler):
-            sampler = PrioritizedSampler(storage.capacity, sampler.alpha, sampler.beta, sampler.eps)
-            sampler.tree.update(np.arange(storage.size), arrays["priorities"])
-            sampler.max_priority = float(books["max_priority"])
-        replay.storage, replay.sampler, replay.served = storage, sampler, int(books["served"])
-        return storage.size
-    old = replay.fifo
-    fifo = ChunkFifo(old.capacity, old.capacity_bytes, old.reply)
-    for i, item in enumerate(books["items"]):
-        prefix = f"fifo/{i}/"
-        chunk = [(name.removeprefix(prefix), a) for name, a in arrays.items() if name.startswith(prefix)]
-        fifo.add(unflatten(chunk), item["meta"], int(item["transitions"]))
-    fifo.added_transitions, fifo.served_transitions = int(books["added"]), int(books["served"])
-    fifo.dropped_transitions, fifo.dropped_chunks = int(books["dropped"]), int(books["dropped_chunks"])
-    replay.fifo = fifo
-    return fifo.size
 
 
 # -- the folder -----------------------------------------------------------------------------------------
@@ -270,16 +149,16 @@ def lower_thread_priority() -> None:
 class SnapshotSchedule:
     """When a shard takes a snapshot, without a clock or a disk (the simulator's shards keep the same one): every
     `interval_s` (0: never periodically; a FIFO never, module docstring) and when it stops, each time only if its
-    contents changed since the last (`change_token`)."""
+    contents changed since the last (`ReplayShard.change_token`)."""
 
     interval_s: float
     due: float
     token: tuple[int, ...]  # what the newest snapshot holds (a restored shard's: what it read)
 
     @classmethod
-    def of(cls, replay: Replay, interval_s: float, now: float) -> SnapshotSchedule:
-        interval_s = 0.0 if isinstance(replay, FifoReplay) else interval_s
-        return cls(interval_s, now + interval_s, change_token(replay))
+    def of(cls, shard: ReplayShard, interval_s: float, now: float) -> SnapshotSchedule:
+        interval_s = 0.0 if shard.storage.served_once else interval_s
+        return cls(interval_s, now + interval_s, shard.change_token())
 
     def periodic(self, now: float) -> bool:
         """Whether a periodic snapshot is due at `now` (the next is then one interval away)."""
@@ -288,23 +167,27 @@ class SnapshotSchedule:
         self.due = now + self.interval_s
         return True
 
-    def changed(self, replay: Replay) -> tuple[int, ...] | None:
-        """The change token to take a snapshot under, or None when nothing changed since the last."""
-        token = change_token(replay)
-        return None if token == self.token else token
+    def take(self, shard: ReplayShard, guard: int) -> Capture | None:
+        """The shard's capture to write now (`guard`: `ReplayShard.capture`), or None when nothing changed since the
+        last snapshot or nothing is held."""
+        token = shard.change_token()
+        captured = None if token == self.token else shard.capture(guard)
+        if captured is not None:
+            self.token = token
+        return captured
 
 
 class Snapshots:
-    """Snapshots of one shard's replay on disk, as `SnapshotSchedule` says: `tick` from the shard's loop,
+    """Snapshots of one shard on disk, as `SnapshotSchedule` says: `tick` from the shard's loop,
     `final` on the way out (SIGTERM). One at a time; the write runs on a thread of its own, at a lower
     priority than the loop (`lower_thread_priority`)."""
 
-    def __init__(self, store: SnapshotStore, replay: Replay, interval_s: float, log: logging.Logger) -> None:
-        self.store, self.replay, self.log = store, replay, log
+    def __init__(self, store: SnapshotStore, shard: ReplayShard, interval_s: float, log: logging.Logger) -> None:
+        self.store, self.shard, self.log = store, shard, log
         self.executor = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="replay-snapshot", initializer=lower_thread_priority
         )
-        self.schedule = SnapshotSchedule.of(replay, interval_s, time.monotonic())
+        self.schedule = SnapshotSchedule.of(shard, interval_s, time.monotonic())
         self.guard = GUARD_ROWS
         self.writing: Future[tuple[Path, int]] | None = None
         self.started = 0.0
@@ -334,15 +217,11 @@ class Snapshots:
     def _begin(self, inline: bool = False) -> bool:
         """Capture on the loop and hand the write to the thread (`inline`: write it on the caller's, at the
         loop's priority: the last one, which the shard waits for anyway); False if there is nothing new."""
-        token = self.schedule.changed(self.replay)
-        if token is None:
-            return False
         self.started = time.perf_counter()
-        captured = capture(self.replay, self.guard)
+        captured = self.schedule.take(self.shard, self.guard)
         if captured is None:
             return False
-        self.pause_s = time.perf_counter() - self.started
-        self.schedule.token, self.transitions = token, captured.transitions
+        self.pause_s, self.transitions = time.perf_counter() - self.started, captured.transitions
         if inline:
             self.writing = Future()
             try:

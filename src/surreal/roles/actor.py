@@ -23,7 +23,7 @@ import argparse
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from surreal.algos import get_algorithm
 from surreal.algos.interface import Collector
 from surreal.config import ExperimentConfig, algo_config, config_from_env
 from surreal.envs import make_vec_env
-from surreal.envstate import load_vec_env_state, vec_env_state
+from surreal.envstate import EnvState, load_vec_env_state, vec_env_state
 from surreal.metrics import RoleMetrics
 from surreal.proto.channels import ExperienceSender, InferenceClient
 from surreal.proto.curve import WireContext
@@ -82,6 +82,40 @@ class Finish:
 
 
 Action = Collect | Send | Fetch | Finish
+
+
+class SavedParams(TypedDict):
+    """A parameter blob in a checkpoint (an actor's loaded one, the in-process ps's held one)."""
+
+    blob: dict[str, Any]  # `BlobMeta`'s fields
+    arrays: dict[str, Any]
+
+
+def saved_params(params: Params | None) -> SavedParams | None:
+    return None if params is None else {"blob": asdict(params.blob), "arrays": params.arrays}
+
+
+def loaded_params(saved: SavedParams | None) -> Params | None:
+    return None if saved is None else Params(BlobMeta(**saved["blob"]), saved["arrays"])
+
+
+class ActorCoreState(TypedDict):
+    """What an actor's decisions continue from: its throttle's counts, the chunks sent, a chunk backpressure kept
+    (`Chunk`'s fields)."""
+
+    throttle: dict[str, Any]
+    chunks_sent: int
+    unsent: dict[str, Any] | None
+
+
+class ActorState(ActorCoreState):
+    """Everything an actor's next step continues from, for an exact resume in serial mode (a process actor needs
+    none of it: it is rebuilt from the ps): its envs mid-episode, its collector's state (the algorithm's), the
+    parameters its policy runs."""
+
+    envs: list[EnvState]
+    collector: dict[str, Any]
+    loaded: SavedParams | None
 
 
 class ActorCore:
@@ -152,11 +186,11 @@ class ActorCore:
         if self.flush_tries is None:
             self.flush_tries = 1
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> ActorCoreState:
         unsent = None if self.unsent is None else {f.name: getattr(self.unsent, f.name) for f in fields(Chunk)}
         return {"throttle": self.throttle.state(), "chunks_sent": self.chunks_sent, "unsent": unsent}
 
-    def load_state(self, state: dict[str, Any]) -> None:
+    def load_state(self, state: ActorCoreState) -> None:
         self.throttle.load_state(state["throttle"])
         self.chunks_sent = state["chunks_sent"]
         self.unsent = None if state["unsent"] is None else Chunk(**state["unsent"])
@@ -289,20 +323,18 @@ class Actor:
             self.m_version.set(reply.blob.version)
         return self.core.answered(reply)
 
-    def state(self) -> dict[str, Any]:
-        """Everything the next step continues from (NumPy arrays, numbers, containers), for an exact resume in
-        serial mode; a process actor needs none of it (it is rebuilt from the ps)."""
-        loaded = None if self.loaded is None else {"blob": asdict(self.loaded.blob), "arrays": self.loaded.arrays}
+    def state(self) -> ActorState:
+        """Everything the next step continues from (NumPy arrays, numbers, containers)."""
         return {
             "envs": vec_env_state(self.envs),
             "collector": self.collector.state(),
-            "loaded": loaded,
+            "loaded": saved_params(self.loaded),
             **self.core.state(),
         }
 
-    def load_state(self, state: dict[str, Any]) -> None:
-        if state["loaded"] is not None:
-            params = Params(BlobMeta(**state["loaded"]["blob"]), state["loaded"]["arrays"])
+    def load_state(self, state: ActorState) -> None:
+        params = loaded_params(state["loaded"])
+        if params is not None:
             self.policy.load_params(params.arrays)
             self.loaded = params
             self.core.answered(params)

@@ -46,9 +46,8 @@ from surreal.proto.wire import (
     TransitionReply,
     encode_sample_reply,
 )
-from surreal.replay.buffers import TransitionReplay
 from surreal.replay.shard import ReplayShard, message_limits
-from surreal.replay.snapshot import Snapshots, SnapshotStore, Written, restore
+from surreal.replay.snapshot import Snapshots, SnapshotStore, Written
 from surreal.roles.common import StopFlag
 from surreal.roles.parking import FairParking
 from surreal.roles.server import Server, endpoint, serve_main
@@ -254,9 +253,7 @@ class ReplayServer(Server):
 
     def describe(self) -> str:
         where = f", snapshots in {self.snapshots.store.directory}" if self.snapshots is not None else ""
-        replay = self.replay.replay
-        if isinstance(replay, TransitionReplay):
-            where += ", laid out by replay.layout" if replay.storage.layout else ", laid out by its first chunk"
+        where += self.replay.storage.describe()
         return (
             f"shard {self.replay.shard} ({self.replay.mode}, capacity {self.replay.capacity}{where}) "
             f"experience {endpoint(self.pull)} sample {endpoint(self.router)}"
@@ -340,15 +337,15 @@ def open_snapshots(
     if mirror is not None:
         mirror.pull()
     start = time.perf_counter()
-    restored = store.restore(lambda state: restore(shard.replay, state), log)
+    restored = store.restore(shard.restore, log)
     if restored is None:
         log.info("no replay snapshot to restore in %s: starting empty", store.directory)
     else:
         held = shard.stats()["size"]
         log.info("restored %d transitions from %s in %.2f s", held, restored, time.perf_counter() - start)
-        if shard.mode == "fifo":
+        if shard.storage.served_once:
             store.clear()
-    return Snapshots(store, shard.replay, cfg.replay.snapshot_interval_s, log)
+    return Snapshots(store, shard, cfg.replay.snapshot_interval_s, log)
 
 
 def main(args: argparse.Namespace) -> int:

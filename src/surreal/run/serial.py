@@ -23,9 +23,9 @@ import json
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast, final
 
 import numpy as np
 import torch
@@ -34,9 +34,8 @@ from surreal.config import ConfigError, ExperimentConfig
 from surreal.envs import env_spaces, env_steps_bound
 from surreal.envstate import EnvStateUnsupported
 from surreal.metrics import RoleMetrics
-from surreal.proto.wire import BlobMeta
-from surreal.replay.shard import ReplayShard
-from surreal.roles.actor import Actor
+from surreal.replay.shard import ReplayShard, ShardCheckpoint
+from surreal.roles.actor import Actor, ActorState, SavedParams, loaded_params, saved_params
 from surreal.roles.evaluation import EVAL_FILE
 from surreal.roles.evaluator import EvaluatorCore
 from surreal.roles.learner import LearnerCore, finish, finished_before
@@ -52,10 +51,53 @@ class SerialResumeError(RuntimeError):
     """The checkpoint to resume from holds no serial world (a process learner wrote it)."""
 
 
-def global_rng_state() -> dict[str, Any]:
+class NumpyRngState(TypedDict):
+    """NumPy's legacy generator (`np.random.get_state`), by name."""
+
+    kind: str
+    keys: np.ndarray
+    pos: int
+    has_gauss: int
+    cached: float
+
+
+class PythonRngState(TypedDict):
+    """Python's generator (`random.getstate`), by name."""
+
+    version: int
+    words: list[int]
+    gauss: float | None
+
+
+class GlobalRngState(TypedDict):
+    torch: np.ndarray
+    numpy: NumpyRngState
+    python: PythonRngState
+
+
+@final
+class WorldState(TypedDict):
+    """A serial run's world besides its learner, in each learner checkpoint (`extra`)."""
+
+    learner_incarnation: str
+    ps_blob: SavedParams | None
+    replay: ShardCheckpoint
+    actors: list[ActorState]
+    rng: GlobalRngState
+
+
+@final
+class UnsavedWorld(TypedDict):
+    """Why the world could not be saved (an env whose physics cannot be)."""
+
+    unsupported: str
+
+
+def global_rng_state() -> GlobalRngState:
     """The process-wide generators (torch's, NumPy's legacy one, Python's)."""
     version, words, gauss = random.getstate()
-    kind, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
+    legacy = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state(legacy=True))
+    kind, keys, pos, has_gauss, cached = legacy
     return {
         "torch": torch.get_rng_state().numpy(),
         "numpy": {"kind": kind, "keys": keys, "pos": pos, "has_gauss": has_gauss, "cached": cached},
@@ -63,7 +105,7 @@ def global_rng_state() -> dict[str, Any]:
     }
 
 
-def load_global_rng_state(state: dict[str, Any]) -> None:
+def load_global_rng_state(state: GlobalRngState) -> None:
     torch.set_rng_state(torch.from_numpy(np.array(state["torch"], np.uint8)))
     n = state["numpy"]
     np.random.set_state((n["kind"], np.array(n["keys"], np.uint32), n["pos"], n["has_gauss"], n["cached"]))
@@ -78,25 +120,24 @@ class SerialWorld:
     def __init__(self, learner: LearnerCore, actors: list[Actor], shard: ReplayShard, params: InProcessParams) -> None:
         self.learner, self.actors, self.shard, self.params = learner, actors, shard, params
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> WorldState | UnsavedWorld:
         """The world as it stands; where an env's physics cannot be saved (robosuite, Box2D), only why, so the
         run still checkpoints its learner and a resume says it cannot continue this world exactly."""
         try:
             actors = [actor.state() for actor in self.actors]
         except EnvStateUnsupported as unsupported:
             return {"unsupported": str(unsupported)}
-        held = self.params.latest
         return {
             # A learner's incarnation is a fresh random name per process; the world resumed keeps the one its
             # actors' throttles count under (a new one would reset their shares: a distributed restart).
             "learner_incarnation": self.learner.incarnation,
-            "ps_blob": None if held is None else {"blob": asdict(held.blob), "arrays": held.arrays},
+            "ps_blob": saved_params(self.params.latest),
             "replay": self.shard.state(),
             "actors": actors,
             "rng": global_rng_state(),
         }
 
-    def load(self, state: dict[str, Any]) -> None:
+    def load(self, state: WorldState | UnsavedWorld) -> None:
         if "unsupported" in state:
             raise SerialResumeError(f"this run's serial state was not saved: {state['unsupported']}")
         if len(state["actors"]) != len(self.actors):
@@ -104,8 +145,8 @@ class SerialWorld:
                 f"the checkpoint holds {len(state['actors'])} actors, the config {len(self.actors)}"
             )
         self.learner.incarnation = state["learner_incarnation"]
-        if (blob := state["ps_blob"]) is not None:
-            self.params.publish(BlobMeta(**blob["blob"]), blob["arrays"])
+        if (held := loaded_params(state["ps_blob"])) is not None:
+            self.params.publish(held.blob, held.arrays)
         self.shard.load_state(state["replay"])
         for actor, actor_state in zip(self.actors, state["actors"], strict=True):
             actor.load_state(actor_state)
@@ -144,7 +185,7 @@ def run_serial(
         load_global_rng_state(generators)
     try:
         if learner.restored_extra is not None:
-            world.load(learner.restored_extra)
+            world.load(cast(WorldState | UnsavedWorld, learner.restored_extra))  # what `world.state` wrote
         elif learner.counters.updates > 0:
             raise SerialResumeError(f"the checkpoint at update {learner.counters.updates} holds no serial state")
         else:

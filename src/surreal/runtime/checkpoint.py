@@ -24,10 +24,10 @@ import os
 import re
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict, cast
 
 import numpy as np
 import torch
@@ -139,7 +139,7 @@ class CheckpointStore:
         found = [(int(m.group(1)), p) for p in self.directory.iterdir() if (m := PATTERN.match(p.name))]
         return [p for _, p in sorted(found)]
 
-    def save(self, step: int, state: dict[str, Any]) -> Path:
+    def save(self, step: int, state: Mapping[str, Any]) -> Path:
         final = self.directory / f"ckpt-{step:010d}.pt"
         with atomic_writer(final, durable=True) as f:  # fsynced, the rename too: survives a power cut
             torch.save(state, f)
@@ -163,6 +163,16 @@ class CheckpointStore:
         return None
 
 
+class LearnerCheckpoint(TypedDict):
+    """A learner checkpoint's content: the algorithm's `state_dict`, the counters (`Counters`), and, through `pack`,
+    what the feed holds and what the driver adds."""
+
+    learner: dict[str, Any]
+    counters: dict[str, Any]
+    feed: NotRequired[Any]  # absent from checkpoints older than feeds
+    extra: NotRequired[Any]  # only where the driver adds state (serial mode's world)
+
+
 @dataclass
 class Restored:
     """What a learner checkpoint gave back besides the algorithm's state (loaded in place)."""
@@ -181,11 +191,11 @@ class LearnerCheckpoints:
         self, directory: Path, keep: int, log: logging.Logger, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.store, self.log, self.clock = CheckpointStore(directory, keep), log, clock
-        self.extra_state: Callable[[], dict[str, Any]] | None = None
+        self.extra_state: Callable[[], Mapping[str, Any]] | None = None
         self.saved_at = clock()
 
     def save(self, step: int, algo_state: dict[str, Any], counters: dict[str, Any], feed: dict[str, Any]) -> None:
-        state = {"learner": algo_state, "counters": counters, "feed": pack(feed)}
+        state: LearnerCheckpoint = {"learner": algo_state, "counters": counters, "feed": pack(feed)}
         if self.extra_state is not None:
             state["extra"] = pack(self.extra_state())
         self.store.save(step, state)
@@ -195,9 +205,11 @@ class LearnerCheckpoints:
         """The newest checkpoint that restores whole (damaged ones are set aside); None: none does."""
         restored: list[Restored] = []
 
-        def apply(state: dict[str, Any]) -> None:
-            unpacked = {key: unpack(state[key]) for key in ("feed", "extra") if key in state}  # damaged: set aside
+        def apply(loaded: dict[str, Any]) -> None:
+            state = cast(LearnerCheckpoint, loaded)  # what `save` wrote; a key missing raises: set aside
+            feed = unpack(state["feed"]) if "feed" in state else {}
+            extra = unpack(state["extra"]) if "extra" in state else None
             load_algo_state(state["learner"])
-            restored.append(Restored(dict(state["counters"]), unpacked.get("feed", {}), unpacked.get("extra")))
+            restored.append(Restored(dict(state["counters"]), feed, extra))
 
         return restored[-1] if self.store.restore(apply, self.log) is not None else None

@@ -54,7 +54,7 @@ from surreal.proto.wire import (
 )
 from surreal.replay.shard import ReplayShard
 from surreal.replay.snapfile import ShardState
-from surreal.replay.snapshot import SnapshotSchedule, capture, restore
+from surreal.replay.snapshot import SnapshotSchedule
 from surreal.roles.actor import FLUSH_S, IDLE_S, SEND_TIMEOUT_S, ActorCore, Collect, Fetch, Finish, Send
 from surreal.roles.common import EXIT_STOPPED
 from surreal.roles.learner import DRAIN_S, LearnerCore
@@ -196,11 +196,11 @@ class ReplayNode(Process):
         cfg = self.cfg
         self.shard = ReplayShard.of(cfg.replay, cfg.seed + self.incarnation, self.index, steps_bound(cfg))
         if self.snapshot is not None:
-            restore(self.shard.replay, self.snapshot)
-            if self.shard.mode == "fifo":
+            self.shard.restore(self.snapshot)
+            if self.shard.storage.served_once:
                 self.snapshot = None  # a FIFO's snapshot is removed once restored
         self.core = ReplayCore(self.shard, self._answer, lambda reason, peer: None)
-        self.schedule = SnapshotSchedule.of(self.shard.replay, self.snapshot_interval_s, self.world.now)
+        self.schedule = SnapshotSchedule.of(self.shard, self.snapshot_interval_s, self.world.now)
         self.timer_at = None
         self.stopping = False
         self._arm()
@@ -238,13 +238,9 @@ class ReplayNode(Process):
         self._arm()
 
     def _take_snapshot(self) -> None:
-        token = self.schedule.changed(self.shard.replay)
-        captured = None if token is None else capture(self.shard.replay, guard=self.shard.capacity)
+        captured = self.schedule.take(self.shard, guard=self.shard.capacity)
         if captured is not None:
-            assert token is not None
-            self.schedule.token = token
-            arrays = {name: np.concatenate(pieces) for name, pieces in captured.arrays.items()}
-            self.snapshot = ShardState(captured.books, arrays)
+            self.snapshot = captured.joined()
 
     def held_lost(self, why: str) -> None:
         super().held_lost(why)
@@ -265,8 +261,8 @@ class ReplayNode(Process):
 
 def fifo_chunks(shard: ReplayShard) -> list[ChunkId]:
     """The honest chunks a FIFO shard holds (none for a transition replay)."""
-    fifo = getattr(shard.replay, "fifo", None)
-    return [] if fifo is None else [c for item in fifo.items if (c := chunk_id(item.arrays)) is not None]
+    held = getattr(shard.storage, "items", ())  # a FIFO's
+    return [c for item in held if (c := chunk_id(item.chunk.arrays)) is not None]
 
 
 # -- ps -------------------------------------------------------------------------------------------------
