@@ -11,11 +11,9 @@ Each simulated actor is what `roles/actor.py` is on the wire, minus the environm
   HalfCheetah-v5 rollout (bench/rollouts.py) with the PPO or DDPG arrays and episode metadata an actor sends,
   ready `chunk_steps * envs_per_actor / rate` seconds after their stepping began (R: one actor's env steps/s)
   and stamped with the parameter version the actor holds;
-- the real actor's decisions: `ActorCore`, event by event (its `next_action`: collect, send, ask the ps with or
-  without a hold, finish), so flow control (shares and overdraft on-policy, the env-step budget off-policy), the
-  fetch cadence, backpressure and the SIGTERM flush are the core's, with the real actor's timings
-  (`SEND_TIMEOUT_S`, `FLUSH_S`, `IDLE_S`); a fetch waits up to `fetch_timeout_s` (plus its hold) and is asked
-  again of the other replicas when a ps connection breaks (ParamClient's monitor socket), as `Actor` does.
+- the real actor's driver: `ActorDriver` over `ActorCore` on the ZMQ poller (roles/loop.py `ZmqLoop`), all of this
+  process's actors on one loop, so flow control, the fetch cadence and each fetch's timing, backpressure and the
+  SIGTERM flush are the real actor's own code, with its timings (`SEND_TIMEOUT_S`, `FLUSH_S`, `IDLE_S`).
 
 What differs: no policy runs (a blob's arrays are decoded and validated, not loaded into a network) and chunks
 repeat the recording. `--delay-ms` holds each fetch request and each reply in this process for that long (one
@@ -33,8 +31,6 @@ fetch timeouts, replies dropped by reason, seconds blocked, chunks lost on stop.
 from __future__ import annotations
 
 import argparse
-import heapq
-import itertools
 import json
 import math
 import os
@@ -42,7 +38,6 @@ import signal
 import time
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,11 +50,12 @@ from bench.rollouts import load as load_rollout
 from surreal.config import ExperimentConfig, config_from_env
 from surreal.config.schema import OffPolicyConfig
 from surreal.fileio import atomic_write_text
-from surreal.proto.channels import SEND_POLL_S, ExperienceSender, ParamClient, frames_of, send
-from surreal.proto.codec import Limits
+from surreal.proto.channels import ExperienceSender, ParamClient
+from surreal.proto.codec import Limits, Message
 from surreal.proto.curve import WireContext
-from surreal.proto.wire import Chunk, NotModified, Params, ParamsRequest
-from surreal.roles.actor import FLUSH_S, IDLE_S, SEND_TIMEOUT_S, ActorCore, Collect, Fetch, Finish, Send
+from surreal.proto.wire import Chunk, Params
+from surreal.roles.actor import FLUSH_S, SEND_TIMEOUT_S, ActorCore, ActorDriver, ActorEvents, ActorSockets
+from surreal.roles.loop import ZmqLoop
 from surreal.runtime.limits import raise_open_files
 from surreal.settings import Settings
 
@@ -141,24 +137,115 @@ class Recording:
 # -- one simulated actor --------------------------------------------------------------------------------
 
 
-@dataclass
-class SimActor:
-    """One simulated actor: the real `ActorCore`, its sockets, and what its event loop is waiting for."""
+class RecordedActor(ActorEvents):
+    """One simulated actor's rollout (chunks from the recording, `T * K / rate` seconds each) and what its driver
+    tells this process's counters."""
 
-    index: int
-    sender: ExperienceSender
-    client: ParamClient
-    core: ActorCore
-    position: int
-    collecting: bool = False
-    fetching: int | None = None  # id of the fetch in flight
-    request: list[Any] | None = None  # its frames (sent again if a ps connection breaks)
-    fetch_sent_at: float = 0.0
-    fetch_after: str = ""  # "wait": asked because the throttle held it; "sent": the cadence after a chunk
-    blocked_since: float | None = None
-    finished: bool = False
-    late: list[Params | NotModified] = field(default_factory=list)  # answers to fetches that timed out
-    outbox: list[tuple[float, Any, list[Any]]] = field(default_factory=list)  # requests to send, --delay-ms replies
+    def __init__(self, fleet: Fleet, index: int, position: int) -> None:
+        self.fleet, self.index, self.position = fleet, index, position
+        self.seconds = fleet.recording.T * fleet.recording.K / fleet.rate
+
+    def collect(self, version: int) -> Chunk:
+        arrays, returns, lengths = self.fleet.recording.chunk(self.position)
+        self.position += self.fleet.recording.T
+        return Chunk(arrays, version, self.index, list(returns), list(lengths))
+
+    def load(self, params: Params) -> None:
+        del params  # no policy runs
+
+    def sent(self, chunk: Chunk) -> None:
+        c = self.fleet.c
+        c["chunks_sent"] += 1
+        c["env_steps_sent"] += chunk.env_steps
+        if self.fleet.measuring:
+            c["env_steps_sent_measured"] += chunk.env_steps
+
+    def refused(self) -> None:
+        self.fleet.c["send_blocked"] += 1
+
+    def timed_out(self) -> None:
+        self.fleet.c["fetch_timeouts"] += 1
+
+    def finished(self, lost: Chunk | None) -> None:
+        self.fleet.c["lost_on_stop"] += lost is not None
+
+
+class MeasuredSockets(ActorSockets):
+    """A simulated actor's `ActorSockets`, its fetches timed (from its request leaving to its answer coming off
+    the socket), the seconds its chunks waited for room counted, and with `--delay-ms` each request and reply held
+    that long in this process."""
+
+    def __init__(self, fleet: Fleet, experience: ExperienceSender, params: ParamClient) -> None:
+        super().__init__(fleet.loop, experience, params)
+        self.fleet = fleet
+        self.asked_at = 0.0  # when the request of the fetch out left
+        self.held = False  # whether it is a held fetch (a long poll)
+        self.blocked_since: float | None = None
+
+    def send_chunk(self, message: Message) -> bool:
+        ok = super().send_chunk(message)
+        now = time.monotonic()
+        if not ok and self.blocked_since is None:
+            self.blocked_since = now
+        elif ok and self.blocked_since is not None:
+            self.fleet.c["blocked_s"] += now - self.blocked_since  # type: ignore[assignment]
+            self.blocked_since = None
+        return ok
+
+    def ask_ps(self, message: Message) -> bool:
+        self.held = bool(message.meta.get("hold_ms"))
+        if self.fleet.delay_s <= 0:
+            return self._ask(message)
+        self.loop.at(time.monotonic() + self.fleet.delay_s, lambda: self._delayed(message))
+        return True
+
+    def _ask(self, message: Message) -> bool:
+        ok = super().ask_ps(message)
+        if ok:
+            self.asked_at = time.monotonic()  # when it left, not when this loop got to it
+        else:
+            self.fleet.c["fetch_send_retries"] += 1
+        return ok
+
+    def _delayed(self, message: Message) -> None:
+        if not self._ask(message) and self.driver is not None:
+            self.driver.core.asked(False)
+            self.driver.kick()
+
+    def on_frames(self, frames: list[zmq.Frame]) -> None:
+        arrived = self.loop.arrived_at
+        if self.fleet.delay_s > 0:
+            self.loop.at(arrived + self.fleet.delay_s, lambda: self._measured(frames, arrived + self.fleet.delay_s))
+        else:
+            self._measured(frames, arrived)
+
+    def _measured(self, frames: list[zmq.Frame], now: float) -> None:
+        reply = self.params.decode(frames)
+        driver = self.driver
+        if reply is None or driver is None:
+            return
+        fleet, core = self.fleet, driver.core
+        first = now
+        if isinstance(reply, Params) and (reply.blob.version, reply.blob.incarnation) != (
+            core.version,
+            core.incarnation,
+        ):
+            fleet.c["blobs"] += 1
+            first = fleet.first_seen.setdefault((reply.blob.incarnation, reply.blob.version), now)
+            if len(fleet.first_seen) > 64:
+                fleet.first_seen.pop(next(iter(fleet.first_seen)))
+            # A held fetch whose blob reached this process before the request left was answered from what
+            # the ps held (its wake version had come): timed as a fetch answered at once, not as fan-out.
+            if core.fetch is not None and self.held and first >= self.asked_at and fleet.measuring:
+                fleet.fanout[hist_bin((now - first) * 1000)] += 1
+                fleet.trace.fetch(first, now, "fanout")
+        if core.fetch is not None:  # else a late answer to a fetch that timed out: the next fetch takes it
+            fleet.c["fetches"] += 1
+            fleet.c["held_fetches"] += self.held
+            if (not self.held or first < self.asked_at) and fleet.measuring:  # the ps answered from what it held
+                fleet.hist[hist_bin((now - self.asked_at) * 1000)] += 1
+                fleet.trace.fetch(self.asked_at, now, "at_once")
+        driver.on_reply(reply)
 
 
 class StatsFile:
@@ -185,6 +272,8 @@ class StatsFile:
 
 
 class Fleet:
+    """This process's simulated actors: each an `ActorDriver` with its own sockets, all on one `ZmqLoop`."""
+
     def __init__(
         self,
         settings: Settings,
@@ -195,287 +284,68 @@ class Fleet:
         stats_path: Path,
         delay_s: float,
     ) -> None:
-        self.cfg = cfg
-        self.rate = rate
+        self.cfg, self.rate, self.delay_s = cfg, rate, delay_s
         self.stats_file = StatsFile(stats_path)
         self.measure_flag = stats_path.with_suffix(".measure")
-        self.delay_s = delay_s
         self.recording = Recording(cfg, load_rollout(cfg.env.id))
         self.ctx = WireContext(settings.curve_keys)  # CURVE when the services speak it (SURREAL_CURVE_DIR)
         self.ctx.set(zmq.MAX_SOCKETS, max(1024, 4 * count + 64))  # a context option (setsockopt is a socket default)
-        self.limits = Limits(max_bytes=cfg.ps.max_message_bytes)
         self.drops: Counter[str] = Counter()
-        ps_addrs = [settings.connect(a) for a in settings.ps_addrs]
-        stride = self.recording.T * 7 + 13  # spread the actors over the recording
-        self.actors = [
-            SimActor(
-                i,
-                ExperienceSender(self.ctx, settings.experience_addrs),
-                ParamClient(self.ctx, ps_addrs, self.limits, on_error=self._drop),
-                ActorCore.of(cfg, i),
-                position=i * stride,
-            )
-            for i in range(first, first + count)
-        ]
-        self.by_dealer = {a.client.sock: a for a in self.actors}
-        self.by_monitor = {a.client.monitor: a for a in self.actors}
-        self.by_pusher = {a.sender.sock: a for a in self.actors}
-        self.poller = zmq.Poller()
-        for a in self.actors:
-            self.poller.register(a.client.sock, zmq.POLLIN)
-            self.poller.register(a.client.monitor, zmq.POLLIN)
-        self.timers: list[tuple[float, int, str, SimActor, int]] = []
-        self._seq = itertools.count()
-        self._fetch_ids = itertools.count(1)
-        self.stopping = False
-        self.started = time.time()
+        self.c: Counter[str] = Counter()
         self.hist = np.zeros(HIST_BINS, np.int64)  # fetches the ps answered at once: request to answer
         self.fanout = np.zeros(HIST_BINS, np.int64)  # held fetches answered by a new blob: first arrival to this one
         self.first_seen: dict[tuple[str, int], float] = {}
         self.measuring = False
-        self.c: Counter[str] = Counter()
         self.trace = LoopTrace()  # slow fetches and what this process was doing (bench/fleet_trace.py)
+        self.loop = ZmqLoop()
+        limits = Limits(max_bytes=cfg.ps.max_message_bytes)
+        ps_addrs = [settings.connect(a) for a in settings.ps_addrs]
+        stride = self.recording.T * 7 + 13  # spread the actors over the recording
+        self.sockets: list[MeasuredSockets] = []
+        self.drivers: list[ActorDriver] = []
+        for i in range(first, first + count):
+            experience = ExperienceSender(self.ctx, settings.experience_addrs)
+            sockets = MeasuredSockets(self, experience, ParamClient(self.ctx, ps_addrs, limits, on_error=self._drop))
+            actor = RecordedActor(self, i, position=i * stride)
+            core = ActorCore.of(cfg, i, self.loop.now)
+            self.drivers.append(sockets.attach(ActorDriver(core, self.loop, sockets, actor, actor)))
+            self.sockets.append(sockets)
 
     def _drop(self, reason: str) -> None:
         self.drops[reason] += 1
 
-    # -- timers -------------------------------------------------------------------------------------------
-
-    def at(self, when: float, what: str, actor: SimActor, token: int = 0) -> None:
-        heapq.heappush(self.timers, (when, next(self._seq), what, actor, token))
-
-    # -- ActorCore, event by event --------------------------------------------------------------------
-
-    def step(self, a: SimActor, now: float) -> None:
-        """Do what the core says next, unless a chunk is being stepped, a fetch or a blocked send is pending."""
-        if a.finished or a.collecting or a.fetching is not None or a.blocked_since is not None:
-            return
-        action = a.core.next_action()
-        if isinstance(action, Collect):
-            a.collecting = True
-            self.at(now + self.recording.T * self.recording.K / self.rate, "collected", a)
-        elif isinstance(action, Send):
-            self.try_send(a, now, action)
-        elif isinstance(action, Fetch):
-            self.fetch(a, now, action)
-        else:
-            assert isinstance(action, Finish)
-            a.finished = True
-            self.c["lost_on_stop"] += action.lost is not None
-
-    def collected(self, a: SimActor, now: float) -> None:
-        a.collecting = False
-        arrays, returns, lengths = self.recording.chunk(a.position)
-        a.position += self.recording.T
-        a.core.collected(Chunk(arrays, a.core.version, a.index, list(returns), list(lengths)))
-        self.step(a, now)
-
-    def try_send(self, a: SimActor, now: float, action: Send) -> None:
-        if not a.sender.send(action.chunk, action.incarnation, 0.0):
-            if a.blocked_since is None:
-                a.blocked_since = now
-                self.poller.register(a.sender.sock, zmq.POLLOUT)
-                self.at(now + SEND_TIMEOUT_S, "blocked", a, a.core.chunks_sent)
-            return
-        if a.blocked_since is not None:
-            self.c["blocked_s"] += now - a.blocked_since  # type: ignore[assignment]
-            a.blocked_since = None
-            self.poller.unregister(a.sender.sock)
-        chunk = a.core.sent(True)
-        assert chunk is not None
-        self.c["chunks_sent"] += 1
-        self.c["env_steps_sent"] += chunk.env_steps
-        if self.measuring:
-            self.c["env_steps_sent_measured"] += chunk.env_steps
-        self.step(a, now)
-
-    def blocked(self, a: SimActor, now: float, sent_then: int) -> None:
-        """SEND_TIMEOUT_S after a refused chunk: still refused is one refused try, as `Actor` counts it (the core
-        then decides: wait on, or, stopping, give the chunk up)."""
-        if a.blocked_since is None or a.core.chunks_sent != sent_then:
-            return
-        self.c["send_blocked"] += 1
-        a.core.sent(False)
-        action = a.core.next_action()
-        if isinstance(action, Finish):
-            self.poller.unregister(a.sender.sock)
-            a.blocked_since, a.finished = None, True
-            self.c["lost_on_stop"] += action.lost is not None
-            return
-        self.at(now + SEND_TIMEOUT_S, "blocked", a, sent_then)
-
-    # -- parameters -------------------------------------------------------------------------------------
-
-    def fetch(self, a: SimActor, now: float, action: Fetch) -> None:
-        a.fetching, a.fetch_sent_at = next(self._fetch_ids), now
-        a.fetch_after = "wait" if action.hold_s > 0 else "sent"
-        hold_ms = math.ceil(action.hold_s * 1000) if action.hold_s > 0 else 0
-        a.request = frames_of(
-            ParamsRequest(action.version, action.incarnation, hold_ms, action.wake_version).to_message()
-        )
-        a.client.disconnects()  # those before this request took none of it
-        a.outbox.append((now, a.fetching, a.request))
-        self.at(now + self.delay_s, "send_request", a, a.fetching)
-        self.at(now + self.cfg.actor.fetch_timeout_s + hold_ms / 1000, "fetch_timeout", a, a.fetching)
-        if a.late:  # a late answer waiting in the socket is what this fetch reads first, as ParamClient's does
-            self.answered(a, a.late.pop(0), now)
-
-    def send_request(self, a: SimActor, token: int, now: float) -> None:
-        """Send a fetch's request; a socket with no ps connected yet is tried again every SEND_POLL_S until the
-        fetch times out, as `channels.send` retries within ParamClient's timeout."""
-        for item in [x for x in a.outbox if x[1] == token]:
-            a.outbox.remove(item)
-            if a.fetching != token:
-                continue
-            if not send(a.client.sock, item[2], 0.0):
-                self.c["fetch_send_retries"] += 1
-                a.outbox.append(item)
-                self.at(now + SEND_POLL_S, "send_request", a, token)
-            else:
-                a.fetch_sent_at = time.monotonic()  # when it left, not when this loop got to it
-
-    def on_reply(self, a: SimActor, frames: list[Any], now: float) -> None:
-        reply = a.client.decode(frames)
-        if reply is None:
-            return
-        if isinstance(reply, Params) and (reply.blob.version, reply.blob.incarnation) != (
-            a.core.version,
-            a.core.incarnation,
-        ):
-            self.c["blobs"] += 1
-            first = self.first_seen.setdefault((reply.blob.incarnation, reply.blob.version), now)
-            if len(self.first_seen) > 64:
-                self.first_seen.pop(next(iter(self.first_seen)))
-            # A held fetch whose blob reached this process before the request left was answered from what
-            # the ps held (its wake version had come): timed as a fetch answered at once, not as fan-out.
-            if a.fetching is not None and a.fetch_after == "wait" and first >= a.fetch_sent_at and self.measuring:
-                self.fanout[hist_bin((now - first) * 1000)] += 1
-                self.trace.fetch(first, now, "fanout")
-        if a.fetching is None:  # a late answer to a fetch that timed out: the next fetch takes it
-            a.late.append(reply)
-            return
-        at_once = a.fetch_after != "wait" or (
-            isinstance(reply, Params)
-            and self.first_seen.get((reply.blob.incarnation, reply.blob.version), now) < a.fetch_sent_at
-        )
-        if at_once and self.measuring:  # the service time of a fetch the ps answers from what it holds
-            self.hist[hist_bin((now - a.fetch_sent_at) * 1000)] += 1
-            self.trace.fetch(a.fetch_sent_at, now, "at_once")
-        self.answered(a, reply, now)
-
-    def answered(self, a: SimActor, reply: Params | NotModified | None, now: float) -> None:
-        """The core takes the fetch's outcome; a held fetch that brought nothing newer pauses IDLE_S, as the
-        shell pauses after `Actor.step` returned False."""
-        assert a.fetching is not None
-        self.c["fetches"] += 1
-        if a.fetch_after == "wait":
-            self.c["held_fetches"] += 1
-        held, a.fetching = a.fetch_after == "wait", None
-        if not a.core.answered(reply) and held:
-            self.at(now + IDLE_S, "step", a)
-        else:
-            self.step(a, now)
-
-    def fetch_timeout(self, a: SimActor, now: float, token: int) -> None:
-        if a.fetching != token:
-            return
-        self.c["fetch_timeouts"] += 1
-        self.c["fetches"] -= 1  # `answered` counts what came back
-        self.answered(a, None, now)
-
-    def disconnected(self, a: SimActor) -> None:
-        """A ps connection broke: a fetch waiting may have gone with it, and is asked of the others again."""
-        if a.client.disconnects() and a.fetching is not None and a.request is not None:
-            send(a.client.sock, a.request, 0.0)
-
-    # -- the loop ---------------------------------------------------------------------------------------
-
     def run(self, stop: list[bool]) -> None:
         now = time.monotonic()
-        for i, a in enumerate(self.actors):  # actors start over the first second, as processes would
-            self.at(now + i / max(1, len(self.actors)), "step", a)
-        next_stats = now
+        for i, driver in enumerate(self.drivers):  # actors start over the first second, as processes would
+            self.loop.at(now + i / max(1, len(self.drivers)), driver.kick)
+        self._stats()
         flush_until: float | None = None
-        while True:
-            now = time.monotonic()
-            if stop[0] and not self.stopping:
-                self.stopping = True
-                for a in self.actors:  # SIGTERM: the core finishes the chunk being stepped and flushes
-                    a.core.stop()
-                    a.fetching = None  # nothing more to wait for from the ps
-                    self.step(a, now)
-            if self.stopping and all(a.finished or a.core.done for a in self.actors):
+        while not all(driver.finished for driver in self.drivers):
+            if stop[0] and flush_until is None:  # SIGTERM: each core finishes the chunk being stepped and flushes
+                flush_until = time.monotonic() + max(SEND_TIMEOUT_S, self.recording.T * self.recording.K / self.rate)
+                flush_until += 2.0
+                for driver in self.drivers:
+                    driver.stop()
+            if flush_until is not None and time.monotonic() > flush_until:
+                self.c["lost_on_stop"] += sum(1 for d in self.drivers if not d.finished and d.core.unsent is not None)
                 break
-            if self.stopping and flush_until is None:
-                flush_until = now + max(SEND_TIMEOUT_S, self.recording.T * self.recording.K / self.rate) + 2.0
-            if flush_until is not None and now > flush_until:
-                self.c["lost_on_stop"] += sum(1 for a in self.actors if a.core.unsent is not None)
-                break
-            if not self.stopping and all(a.core.done for a in self.actors):
-                break
-            timeout = 0.05 if not self.timers else min(0.05, max(0.0, self.timers[0][0] - now))
-            asked_until = now + math.ceil(timeout * 1000) / 1000
-            ready = self.poller.poll(math.ceil(timeout * 1000))
-            woke = time.monotonic()
-            # Every answer is taken off its socket, and timed, before any is handled: an actor's answer is not
-            # late for the other simulated actors' blobs this process decodes first (each real actor has a
-            # process of its own).
-            arrived: list[tuple[float, SimActor, list[Any]]] = []
-            for sock, event in ready:
-                if event & zmq.POLLIN and sock in self.by_dealer:
-                    a = self.by_dealer[sock]
-                    while True:
-                        try:
-                            frames = sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
-                        except zmq.Again:
-                            break
-                        arrived.append((time.monotonic(), a, frames))
-            for sock, event in ready:
-                if event & zmq.POLLIN and sock in self.by_monitor:
-                    self.disconnected(self.by_monitor[sock])
-                if event & zmq.POLLOUT and sock in self.by_pusher:
-                    a = self.by_pusher[sock]
-                    action = a.core.next_action() if a.core.unsent is not None else None
-                    if isinstance(action, Send):
-                        self.try_send(a, time.monotonic(), action)
-            for at, a, frames in arrived:
-                if self.delay_s > 0:
-                    self.at(at + self.delay_s, "reply", a, 0)
-                    a.outbox.append((at + self.delay_s, -1, frames))
-                else:
-                    self.on_reply(a, frames, at)
-            now = time.monotonic()
-            while self.timers and self.timers[0][0] <= now:
-                _, _, what, a, token = heapq.heappop(self.timers)
-                now = max(now, time.monotonic())
-                if what == "step":
-                    self.step(a, now)
-                elif what == "collected":
-                    self.collected(a, now)
-                elif what == "blocked":
-                    self.blocked(a, now, token)
-                elif what == "fetch_timeout":
-                    self.fetch_timeout(a, now, token)
-                elif what == "send_request":
-                    self.send_request(a, token, now)
-                elif what == "reply":
-                    item = next(x for x in a.outbox if x[1] == -1)
-                    a.outbox.remove(item)
-                    self.on_reply(a, item[2], item[0])  # arrived when its delay ended
-            self.trace.turn(asked_until, woke, time.monotonic())
-            if now >= next_stats:
-                self.measuring = self.measuring or self.measure_flag.exists()
-                self.write_stats()
-                next_stats = now + STATS_EVERY_S
+            self.loop.turn()
+            self.trace.turn(self.loop.asked_until, self.loop.woke_at, time.monotonic())
+
+    def _stats(self) -> None:
+        self.measuring = self.measuring or self.measure_flag.exists()
+        self.write_stats()
+        self.loop.at(time.monotonic() + STATS_EVERY_S, self._stats)
 
     def write_stats(self, final: bool = False) -> None:
+        cores = [driver.core for driver in self.drivers]
         stats = {
             "pid": os.getpid(),
             "final": final,
-            "actors": len(self.actors),
-            "with_params": sum(a.core.version >= 0 for a in self.actors),
-            "have_sent": sum(a.core.chunks_sent > 0 for a in self.actors),
-            "done": sum(a.core.done for a in self.actors),
+            "actors": len(cores),
+            "with_params": sum(core.version >= 0 for core in cores),
+            "have_sent": sum(core.chunks_sent > 0 for core in cores),
+            "done": sum(core.done for core in cores),
             "measuring": self.measuring,
             "counters": dict(self.c),
             "dropped": dict(self.drops),
@@ -488,9 +358,9 @@ class Fleet:
         self.stats_file.write(stats, final)
 
     def close(self) -> None:
-        for a in self.actors:
-            a.client.close()
-            a.sender.close(FLUSH_S)  # queued chunks get FLUSH_S to reach a shard, as a stopping actor's do
+        for sockets in self.sockets:
+            sockets.params.close()
+            sockets.experience.close(FLUSH_S)  # queued chunks get FLUSH_S to reach a shard, as a stopping actor's do
         self.ctx.term()
         self.write_stats(final=True)
 

@@ -16,12 +16,30 @@ from surreal.algos import get_algorithm
 from surreal.config import algo_config, load_config
 from surreal.metrics import RoleMetrics
 from surreal.metricsfile import read_evals, read_metrics
-from surreal.proto.wire import BlobMeta, Chunk, FifoReply, SampleReply, ShardReport, TransitionReply
+from surreal.proto.channels import SEND_POLL_S
+from surreal.proto.codec import Message
+from surreal.proto.wire import NO_VERSION, BlobMeta, Chunk, FifoReply, Params, SampleReply, ShardReport, TransitionReply
 from surreal.replay.shard import ReplayShard
-from surreal.roles.actor import Actor, Finish
+from surreal.roles.actor import (
+    IDLE_S,
+    PAUSE,
+    REPLY,
+    RETRY,
+    SEND_TIMEOUT_S,
+    Actor,
+    ActorCore,
+    ActorDriver,
+    Collect,
+    Fetch,
+    Finish,
+    Idle,
+    Load,
+    Send,
+)
 from surreal.roles.device import choose_device, update_seconds
 from surreal.roles.learner import LearnerCore
-from surreal.roles.ports import InProcessParams, InProcessReplay
+from surreal.roles.loop import InlineLoop
+from surreal.roles.ports import InProcessActorPorts, InProcessParams, InProcessReplay
 from surreal.run.serial import run_serial
 from surreal.runtime.regimes import regime_of
 from surreal.runtime.regimes.common import GOLDEN, MAX_HOLD_S, LiveActors, Wait
@@ -372,24 +390,44 @@ def test_shard_env_steps_add_up_across_shards_and_a_restarted_shard():
 # -- the cores, in process ------------------------------------------------------------------------------
 
 
+def serial_actor(cfg, replay: InProcessReplay, params: InProcessParams) -> tuple[Actor, ActorDriver, InlineLoop]:
+    """Actor 0 of `cfg` as serial mode runs it: its driver on an inline loop, on in-process ports."""
+    loop = InlineLoop()
+    actor = Actor(cfg, 0, RoleMetrics("actor", 0), loop)
+    ports = InProcessActorPorts(replay, params)
+    driver = ports.attach(actor.drive(ports))
+    driver.start()
+    return actor, driver, loop
+
+
+def turns_with_progress(loop: InlineLoop, driver: ActorDriver, turns: int) -> int:
+    """Of `turns` turns, those in which a chunk went out or a blob was loaded."""
+    progressed = 0
+    for _ in range(turns):
+        before = driver.progress
+        loop.turn()
+        progressed += driver.progress > before
+    return progressed
+
+
 def test_actor_core_sends_its_shares_waits_and_resumes_on_a_new_version():
     cfg = load_config(["env=InvertedPendulum-v5", "actors=2", "actor.chunk_steps=64", "algo.batch_size=256"])
     shard = ReplayShard("fifo", 10_000)
     params = InProcessParams()
-    actor = Actor(cfg, 0, InProcessReplay(shard), params, RoleMetrics("actor", 0))
+    actor, driver, loop = serial_actor(cfg, InProcessReplay(shard), params)
     try:
-        assert not actor.step(), "no parameters yet: nothing to run"
+        assert not turns_with_progress(loop, driver, 1), "no parameters yet: nothing to run"
         spaces = actor.envs.single_observation_space, actor.envs.single_action_space
         blob = get_algorithm("ppo").make_learner(*spaces, algo_config(cfg), torch.device("cpu")).params()
         params.publish(BlobMeta(0, "inc"), blob)
-        sum(actor.step() for _ in range(20))
+        turns_with_progress(loop, driver, 20)
         assert shard.stats()["size"] == 4 * 64, "share 2 (256 / (2 actors x 64)) x rollout_ahead 2"
         params.publish(BlobMeta(1, "inc"), blob)
-        progressed = sum(actor.step() for _ in range(20))
+        progressed = turns_with_progress(loop, driver, 20)
         assert shard.stats()["size"] == 6 * 64 and progressed == 3, "one fetch, then one more share"
         params.publish(BlobMeta(2, "inc", done=True), blob)
-        actor.step()
-        assert actor.core.done
+        turns_with_progress(loop, driver, 2)
+        assert actor.core.done and driver.finished
     finally:
         actor.close()
 
@@ -399,36 +437,108 @@ class ClosedThenOpenReplay(InProcessReplay):
 
     open = False
 
-    def send(self, chunk: Chunk, incarnation: str, timeout_s: float = 0.0) -> bool:
-        return self.open and super().send(chunk, incarnation, timeout_s)
+    def offer(self, message: Message) -> bool:
+        return self.open and super().offer(message)
 
 
 def test_a_preempted_actor_gives_a_refused_chunk_one_more_try():
+    """A refused chunk waits a window (SEND_TIMEOUT_S) for room, is tried again as it ends, and only then counts as
+    refused; stopped, the actor gives a chunk refused before one more window and its last try, not two."""
     cfg = load_config(["env=InvertedPendulum-v5", "actors=1", "actor.chunk_steps=32", "algo.batch_size=64"])
     shard = ReplayShard("fifo", 10_000)
     for opens in (True, False):
         replay, params = ClosedThenOpenReplay(shard), InProcessParams()
-        actor = Actor(cfg, 0, replay, params, RoleMetrics("actor", 0))
+        actor, driver, loop = serial_actor(cfg, replay, params)
         try:
             spaces = actor.envs.single_observation_space, actor.envs.single_action_space
             params.publish(
                 BlobMeta(0, "inc"),
                 get_algorithm("ppo").make_learner(*spaces, algo_config(cfg), torch.device("cpu")).params(),
             )
-            actor.fetch()
-            assert not actor.step() and actor.core.unsent is not None, "backpressure: the chunk waits"
+            assert turns_with_progress(loop, driver, 2) == 1, "the blob loaded; the chunk refused"
+            assert actor.core.unsent is not None and not actor.core.refused, "backpressure: the chunk waits its window"
+            loop.turn()
+            assert actor.core.refused and actor.m_blocked._value.get() == 1, "refused a whole window and its last try"
             replay.open = opens
             held = shard.stats()["size"]
+            driver.stop()
+            loop.turn()  # the window running ends: its last try
             if opens:
-                assert actor.flush() and actor.core.unsent is None and actor.core.chunks_sent == 1
+                assert driver.finished and actor.lost is None and actor.core.chunks_sent == 1
                 assert shard.stats()["size"] == held + 32
             else:
-                assert not actor.flush(), "still refused: one chunk would be lost"
-                replay.open = True
-                assert not actor.flush(), "one more try, not two"
+                assert driver.finished and actor.lost is not None, "still refused: one more try, not two"
                 assert actor.core.next_action() == Finish(actor.core.unsent), "it finishes, saying what was lost"
         finally:
             actor.close()
+
+
+def core_at(clock: FakeClock, *overrides: str) -> ActorCore:
+    cfg = load_config(["actors=1", "actor.chunk_steps=64", "algo.batch_size=64", "actor.fetch_timeout_s=2", *overrides])
+    return ActorCore.of(cfg, 0, clock)
+
+
+def blob(version: int, incarnation: str = "a") -> Params:
+    return Params(BlobMeta(version, incarnation), {})
+
+
+def test_an_actor_fetch_times_out_at_its_timeout_plus_its_hold_and_a_late_answer_is_read_by_the_next():
+    clock = FakeClock()
+    core = core_at(clock)
+    first = core.next_action()
+    assert isinstance(first, Fetch) and first.request.hold_ms > 0, "no parameters yet: a long poll"
+    core.asked(True)
+    wait = core.next_action()
+    assert isinstance(wait, Idle) and wait.until == clock.now + 2 + first.request.hold_ms / 1000
+    clock.now = wait.until
+    assert core.on_timeout() == REPLY, "no answer in time"
+    assert core.next_action() == Idle(clock.now + IDLE_S), "a held fetch that brought nothing: a pause"
+    core.on_reply(blob(3))  # the answer to the fetch that timed out, late
+    assert core.version == NO_VERSION, "kept for the next fetch, not taken as it came"
+    clock.now += IDLE_S
+    assert core.on_timeout() == PAUSE
+    again = core.next_action()
+    assert isinstance(again, Fetch), "the pause over, it asks again"
+    core.asked(True)
+    assert core.next_action() == Load(blob(3)) and core.version == 3, "the late answer is what the fetch reads first"
+
+
+def test_an_actor_asks_again_when_a_ps_connection_breaks_or_no_replica_took_its_request():
+    clock = FakeClock()
+    core = core_at(clock)
+    request = core.next_action()
+    assert isinstance(request, Fetch)
+    core.asked(False)  # no replica connected
+    retry = core.next_action()
+    assert isinstance(retry, Idle) and retry.until == pytest.approx(clock.now + SEND_POLL_S)
+    clock.now = retry.until
+    assert core.on_timeout() == RETRY and core.next_action() == request, "asked again shortly"
+    core.asked(True)
+    deadline = core.next_action()
+    core.disconnected()  # the replica holding it went away
+    assert core.next_action() == request, "asked again at once, of the others"
+    core.asked(True)
+    assert core.next_action() == deadline, "the same fetch: its deadline stands"
+
+
+def test_a_refused_chunk_goes_as_soon_as_there_is_room_within_its_window():
+    clock = FakeClock()
+    core = core_at(clock)
+    core.next_action()
+    core.asked(True)
+    core.on_reply(blob(0))
+    assert isinstance(core.next_action(), Load)
+    collect = core.next_action()
+    assert isinstance(collect, Collect)
+    core.collected(Chunk({"rewards": np.zeros((64, 1))}, version=0, actor=0))
+    send = core.next_action()
+    assert isinstance(send, Send) and core.sent(False) is None
+    window = core.next_action()
+    assert window == Idle(clock.now + SEND_TIMEOUT_S, room=True), "it waits for room, up to its window"
+    clock.now += 0.3
+    core.on_room()
+    assert core.next_action() == send, "room: tried at once"
+    assert core.sent(True) is not None and core.chunks_sent == 1 and not core.refused
 
 
 def serial(tmp_path, name: str, *overrides: str) -> dict:
@@ -636,7 +746,7 @@ def small_ppo(tmp_path, *overrides: str):
         ]
     )
     replay, params = InProcessReplay(ReplayShard("fifo", 10_000)), InProcessParams()
-    actor = Actor(cfg, 0, replay, params, RoleMetrics("actor", 0))
+    actor, driver, loop = serial_actor(cfg, replay, params)
 
     def learner(resume: bool) -> LearnerCore:
         return LearnerCore(cfg, tmp_path, replay, params, RoleMetrics("learner", 0), resume, logging.getLogger("t"))
@@ -648,7 +758,7 @@ def small_ppo(tmp_path, *overrides: str):
             if core.counters.updates >= target:
                 return
             if not core.step(0.0):
-                actor.step()
+                loop.turn()
         raise AssertionError("no progress")
 
     return learner, train, actor

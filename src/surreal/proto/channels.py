@@ -81,7 +81,10 @@ SEND_POLL_S = 0.05  # `send`'s wait for room between tries
 STOP_POLL_S = 0.05  # how often a stoppable wait (`ParamClient` with `stopped`) looks at the stop flag
 RECONNECT_IVL_MAX_MS = 2000
 PUBLISH_HWM = 4  # blobs the learner's PUB queues per ps (a newer one supersedes them)
+SUBSCRIBE_HWM = 4  # blobs a ps's SUB queues (`param_subscriber`)
 REPUBLISH_S = 1.0  # how often the learner sends its latest blob again (`ParamPublisher`)
+EXPERIENCE_HWM = 4  # chunks an actor's PUSH queues per shard (`ExperienceSender`)
+LOST_AFTER_S = 5.0  # a shard that answered nothing this long while asked lost the requests (`ShardRequests`)
 
 
 def frames_of(message: Message) -> list[Any]:
@@ -186,12 +189,16 @@ class ExperienceSender:
     over the shards that are connected and not full (ZMQ_IMMEDIATE keeps messages off shards that are
     down). `send` returning False is backpressure: every shard is full or unreachable."""
 
-    def __init__(self, ctx: zmq.Context, addresses: Sequence[str], hwm: int = 4) -> None:
+    def __init__(self, ctx: zmq.Context, addresses: Sequence[str], hwm: int = EXPERIENCE_HWM) -> None:
         self.sock = connect_socket(ctx, zmq.PUSH, addresses, sndhwm=hwm, immediate=True)
 
     def send(self, chunk: Chunk, incarnation: str, timeout_s: float) -> bool:
         """Ship one chunk made with learner `incarnation`'s parameters; False: backpressure for `timeout_s`."""
-        return send(self.sock, frames_of(encode_chunk(chunk, incarnation)), timeout_s)
+        return self.offer(encode_chunk(chunk, incarnation), timeout_s)
+
+    def offer(self, message: Message, timeout_s: float = 0.0) -> bool:
+        """Ship one experience message; False: backpressure for `timeout_s` (0: no room now)."""
+        return send(self.sock, frames_of(message), timeout_s)
 
     def close(self, linger_s: float = 0.0) -> None:
         """`linger_s` > 0: messages still queued get that long to reach a shard (a preempted actor's last
@@ -273,7 +280,7 @@ class SampleClient:
         addresses: Sequence[str],
         limits: Limits,
         prefetch: int = 2,
-        lost_after_s: float = 5.0,
+        lost_after_s: float = LOST_AFTER_S,
         on_error: ErrorSink = ignore_error,
         ready_at: int | None = None,
         max_steps_per_unit: int | None = None,
@@ -491,13 +498,46 @@ class ParamPublisher:
 
 def param_subscriber(ctx: zmq.Context, address: str) -> zmq.Socket:
     """ps side: SUB to the learner, keeping only a few blobs queued (a newer one supersedes them)."""
-    sock = connect_socket(ctx, zmq.SUB, [address], rcvhwm=4)
+    sock = connect_socket(ctx, zmq.SUB, [address], rcvhwm=SUBSCRIBE_HWM)
     sock.setsockopt(zmq.SUBSCRIBE, b"")
     return sock
 
 
 # ----------------------------------------------------------------------------------------------------
 # Parameters out: actor DEALER <-> ps ROUTER
+
+
+@dataclass
+class ParamFetch:
+    """One "newer than v?" request out at the ps replicas, without the socket (an actor's core keeps the same books,
+    roles/actor.py): it is over at `deadline` (the timeout plus its hold), and its request must go (again) while
+    `send` says so: at first, after a replica's connection broke (the request may have gone with it: `broken`), and
+    `SEND_POLL_S` after no replica took it (none connected: `asked(False)`)."""
+
+    request: ParamsRequest
+    deadline: float
+    send: bool = True
+    retry_at: float | None = None
+
+    @classmethod
+    def of(cls, request: ParamsRequest, timeout_s: float, now: float) -> ParamFetch:
+        return cls(request, now + timeout_s + request.hold_ms / 1000)
+
+    def asked(self, ok: bool, now: float) -> None:
+        """The request went (`ok`), or no replica could take it now."""
+        self.send, self.retry_at = False, None if ok else now + SEND_POLL_S
+
+    def broken(self) -> None:
+        self.send = True
+
+    def retry(self) -> None:
+        """`retry_at` came: the request goes again."""
+        self.send, self.retry_at = True, None
+
+    @property
+    def due(self) -> float:
+        """When the next thing happens to it: the retry, or its end."""
+        return self.deadline if self.retry_at is None else min(self.deadline, self.retry_at)
 
 
 class ParamClient:
@@ -549,24 +589,22 @@ class ParamClient:
     ) -> Params | NotModified | None:
         """A blob that supersedes (`version`, `incarnation`), the ps's "not modified" (saying what it holds), or
         None when no answer came in time (counted as FETCH_TIMEOUT) or the process stops (not counted)."""
-        deadline = time.monotonic() + timeout_s + hold_s
         hold_ms = math.ceil(hold_s * 1000) if hold_s > 0 else 0
-        request = frames_of(ParamsRequest(int(version), incarnation, hold_ms, wake_version).to_message())
+        request = ParamsRequest(int(version), incarnation, hold_ms, wake_version)
+        fetch, frames = ParamFetch.of(request, timeout_s, time.monotonic()), frames_of(request.to_message())
         self.disconnects()  # those before this request took none of it
         stopping = self.stopped or (lambda: False)
-        if send(self.sock, request, timeout_s, self.stopped):
-            while (remaining := deadline - time.monotonic()) > 0:
-                if stopping():
-                    return None
-                slice_s = remaining if self.stopped is None else min(remaining, STOP_POLL_S)
-                ready = dict(self.poller.poll(math.ceil(slice_s * 1000)))
-                if self.monitor in ready and self.disconnects():
-                    send(self.sock, request, 0.0)  # perhaps lost with that replica: asked again of the others
-                if self.sock not in ready:
-                    continue
-                reply = self.decode(self.sock.recv_multipart(copy=False))
-                if reply is not None:
-                    return reply
+        while (now := time.monotonic()) < fetch.deadline and not stopping():
+            if fetch.retry_at is not None and now >= fetch.retry_at:
+                fetch.retry()
+            if fetch.send:
+                fetch.asked(send(self.sock, frames, 0.0), now)
+            wait_s = max(0.0, fetch.due - time.monotonic())
+            ready = dict(self.poller.poll(math.ceil(min(wait_s, STOP_POLL_S if self.stopped else wait_s) * 1000)))
+            if self.monitor in ready and self.disconnects():
+                fetch.broken()  # perhaps lost with that replica: asked again of the others
+            if self.sock in ready and (reply := self.decode(self.sock.recv_multipart(copy=False))) is not None:
+                return reply
         if not stopping():
             self.on_error(FETCH_TIMEOUT)
         return None

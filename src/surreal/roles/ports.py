@@ -1,26 +1,29 @@
-"""The four ports a role core talks to, one per path of the dataflow:
+"""The ports a role core talks to, one per path of the dataflow:
 
-    experience out   actor -> replay        ExperienceOut   channels.ExperienceSender | InProcessReplay
-    batches in       replay -> learner      BatchesIn       channels.SampleClient     | InProcessReplay
-    parameters out   learner -> ps          ParamsOut       channels.ParamPublisher   | InProcessParams
-    parameters in    ps -> actor            ParamsIn        channels.ParamClient      | InProcessParams
+    experience out   actor -> replay        ActorPorts      actor.ActorSockets (ExperienceSender) | InProcessActorPorts
+    parameters in    ps -> actor            ActorPorts      actor.ActorSockets (ParamClient)      | InProcessActorPorts
+    batches in       replay -> learner      BatchesIn       channels.SampleClient                 | InProcessReplay
+    parameters out   learner -> ps          ParamsOut       channels.ParamPublisher               | InProcessParams
+    parameters in    ps -> evaluator        ParamsIn        channels.ParamClient                  | InProcessParams
 
 The ZMQ ports are proto/channels.py's clients, which put proto/wire.py's typed content on the sockets; the
 in-process ones here drive the replay's and the ps's own cores (`ReplayCore`, `PsCore`) in memory, so serial
 mode and the tests run the very cores the processes run (the learner's process reads its batches through
-`channels.BackgroundBatches`, a `SampleClient` on a thread of its own). A port never raises for what a peer
+`channels.BackgroundBatches`, a `SampleClient` on a thread of its own). An actor's ports take messages without
+waiting and its driver is told what comes back (roles/actor.py `ActorPorts`). A port never raises for what a peer
 sent: bad content is counted by reason (`on_error`) and dropped.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from surreal.proto.codec import Message
 from surreal.proto.wire import (
     BlobMeta,
-    Chunk,
     FifoReply,
     NotModified,
     Params,
@@ -29,18 +32,14 @@ from surreal.proto.wire import (
     SampleReply,
     SampleRequest,
     TransitionReply,
-    encode_chunk,
     encode_params,
 )
 from surreal.replay.shard import ReplayShard
 from surreal.roles.ps import PsCore
 from surreal.roles.replay import ReplayCore
 
-
-class ExperienceOut(Protocol):
-    def send(self, chunk: Chunk, incarnation: str, timeout_s: float) -> bool:
-        """Ship one chunk; False: backpressure (every shard full or unreachable) for `timeout_s`."""
-        ...
+if TYPE_CHECKING:
+    from surreal.roles.actor import ActorDriver
 
 
 class BatchesIn(Protocol):
@@ -102,9 +101,9 @@ class InProcessReplay:
         self.asked = False
         self.reply: SampleReply | None = None
 
-    def send(self, chunk: Chunk, incarnation: str, timeout_s: float = 0.0) -> bool:
-        del timeout_s
-        self.core.on_experience(encode_chunk(chunk, incarnation))
+    def offer(self, message: Message) -> bool:
+        """An actor's experience message, stored at once (the shard evicts: never full)."""
+        self.core.on_experience(message)
         return True
 
     def next(self, batch_size: int, timeout_s: float = 0.0) -> SampleReply | None:
@@ -169,3 +168,29 @@ class InProcessParams:
     def _answered(self, peer: object, reply: object) -> None:
         assert isinstance(reply, Params | NotModified), reply
         self.reply = reply
+
+
+class InProcessActorPorts:
+    """An actor's ports in one process: chunks into an `InProcessReplay`, requests answered at once by an
+    `InProcessParams` (without their hold: one thread), the answer handed to the driver (`attach`) there and then."""
+
+    def __init__(self, replay: InProcessReplay, params: InProcessParams) -> None:
+        self.replay, self.params = replay, params
+        self.on_reply: Callable[[Params | NotModified], None] | None = None
+
+    def attach(self, driver: ActorDriver) -> ActorDriver:
+        self.on_reply = driver.on_reply
+        return driver
+
+    def send_chunk(self, message: Message) -> bool:
+        return self.replay.offer(message)
+
+    def ask_ps(self, message: Message) -> bool:
+        request = ParamsRequest.from_message(message)
+        reply = self.params.fetch(request.version, request.incarnation)
+        if self.on_reply is not None:
+            self.on_reply(reply)
+        return True
+
+    def watch_room(self) -> None:
+        pass  # never refused

@@ -60,6 +60,7 @@ MAX_PENDING = 64
 # still gets one: that other's newest is answered `too_many_pending` (roles/parking.py), so peers that park many
 # requests, several of them at their cap, never starve one that parks a few.
 MAX_PENDING_PER_PEER = 16
+PULL_HWM = 64  # chunks a shard's PULL queues from each actor
 BURST = 64  # messages taken from one socket per poll: experience floods must let sample requests in
 STOP_DRAIN_S = 0.5  # on SIGTERM, the longest it takes the chunks already at its socket before its last snapshot
 
@@ -195,7 +196,7 @@ class ReplayServer(Server):
         self.core = ReplayCore(replay, self._answer, self.drop)
         self.snapshots = snapshots
         self.experience_limits = accepting(limits, frozenset({EXPERIENCE}))
-        self.pull = self.bind(ctx, zmq.PULL, experience_bind, EXPERIENCE, limits, rcvhwm=64)
+        self.pull = self.bind(ctx, zmq.PULL, experience_bind, EXPERIENCE, limits, rcvhwm=PULL_HWM)
         self.listen(self.pull, self._on_experience, BURST)
         router = self.bind(ctx, zmq.ROUTER, sample_bind, "sample", limits, sndhwm=64, rcvhwm=256)
         self.serve_requests(router, BURST, accepting(limits, REPLAY_REQUESTS), self._answer)

@@ -39,7 +39,8 @@ from surreal.roles.actor import Actor, ActorState, SavedParams, loaded_params, s
 from surreal.roles.evaluation import EVAL_FILE
 from surreal.roles.evaluator import EvaluatorCore
 from surreal.roles.learner import LearnerCore, finish, finished_before
-from surreal.roles.ports import InProcessParams, InProcessReplay
+from surreal.roles.loop import InlineLoop
+from surreal.roles.ports import InProcessActorPorts, InProcessParams, InProcessReplay
 from surreal.run.preflight import with_replay_layout
 
 
@@ -176,7 +177,9 @@ def run_serial(
     params = InProcessParams()
     learner = LearnerCore(cfg, run_dir, replay, params, RoleMetrics("learner", 0), resume=resume, log=log)
     one_thread = replace(cfg, algo=cfg.algo.one_thread())  # the actors' regime as one thread runs it
-    actors = [Actor(one_thread, i, replay, params, RoleMetrics("actor", i)) for i in range(cfg.topology.actors)]
+    loop = InlineLoop()
+    actors = [Actor(one_thread, i, RoleMetrics("actor", i), loop) for i in range(cfg.topology.actors)]
+    drivers = [(ports := InProcessActorPorts(replay, params)).attach(actor.drive(ports)) for actor in actors]
     world = SerialWorld(learner, actors, shard, params)
     evaluator = None
     if cfg.evaluates_while_training:  # its policy's initial weights drawn aside: the run's generators go on as without
@@ -194,6 +197,8 @@ def run_serial(
         if resume and finished_before(learner):  # resumed after it finished: evaluated already, as a process learner
             result: dict[str, Any] = json.loads((run_dir / EVAL_FILE).read_text(encoding="utf-8"))
             return result
+        for driver in drivers:
+            driver.start()
         while not learner.reached_total:
             stopping = stop is not None and stop()
             if stopping or (stop_after_updates is not None and learner.counters.updates >= stop_after_updates):
@@ -203,7 +208,9 @@ def run_serial(
                 if evaluator is not None:
                     evaluator.step(hold_s=0.0, timeout_s=0.0)  # no hold: one thread
                 continue
-            if not any([actor.step() for actor in actors]):  # every actor steps: a list, not a generator
+            progress = sum(driver.progress for driver in drivers)
+            loop.turn()  # every actor's turn
+            if sum(driver.progress for driver in drivers) == progress:
                 raise SerialStalled(f"no progress at {learner.counters.env_steps} env steps")
         return finish(learner)
     finally:

@@ -48,14 +48,13 @@ from surreal.proto.wire import (
     SampleReply,
     SampleRequest,
     decode_params_reply,
-    encode_chunk,
     encode_params,
     encode_sample_reply,
 )
 from surreal.replay.shard import ReplayShard
 from surreal.replay.snapfile import ShardState
 from surreal.replay.snapshot import SnapshotSchedule
-from surreal.roles.actor import FLUSH_S, IDLE_S, SEND_TIMEOUT_S, ActorCore, Collect, Fetch, Finish, Send
+from surreal.roles.actor import FLUSH_S, ActorCore, ActorDriver, ActorEvents
 from surreal.roles.common import EXIT_STOPPED
 from surreal.roles.learner import DRAIN_S, LearnerCore
 from surreal.roles.ps import PsCore
@@ -645,11 +644,41 @@ class ScriptedChunks:
         return Chunk(arrays, version, actor, [-1.0] * episodes, [EPISODE_STEPS] * episodes)
 
 
+class ScriptedActor(ActorEvents):
+    """An actor's envs and policy as the simulator scripts them (`ScriptedChunks`, each taking `T * K / rate`
+    virtual seconds of the actor's work; a restarted actor's chunks get new serials), and what its driver tells the
+    ledger: each chunk sent, a chunk lost on stop; a stopped actor's PUSH lingers FLUSH_S, then its process ends."""
+
+    def __init__(self, node: ActorNode, chunks: ScriptedChunks, rate: float) -> None:
+        self.node, self.chunks = node, chunks
+        self.seconds = chunks.env_steps / rate
+        self.serial = 0
+
+    def collect(self, version: int) -> Chunk:
+        self.node.work_s += self.seconds  # stepping its envs: the actor's work
+        self.serial += 1
+        return self.chunks.chunk(self.node.index, self.serial - 1, version)
+
+    def load(self, params: Params) -> None:
+        del params  # no policy runs
+
+    def sent(self, chunk: Chunk) -> None:
+        node = self.node
+        node.ledger.chunk_sent(chunk, node.fleet.alive, node.world.now)
+
+    def finished(self, lost: Chunk | None) -> None:
+        node = self.node
+        if lost is not None:
+            node.ledger.lost_on_stop += 1
+        if node.core.flush_tries is not None:
+            node.at(node.world.now + FLUSH_S, lambda: node.exit(0))
+
+
 class ActorNode(Process):
-    """`ActorCore` driven event by event: a chunk takes `T * K / rate` virtual seconds to collect; a send goes
-    to the next shard whose pipe has room (ZMQ's PUSH round-robin; none: backpressure, tried again after
-    SEND_TIMEOUT_S), a fetch to the next ps replica up (DEALER round-robin) and times out after `fetch_timeout_s`
-    plus its hold; a reply that comes after its fetch timed out is taken by the next fetch (ParamClient's)."""
+    """An actor: `ActorDriver` (roles/actor.py) on this node's loop with a `SimRollout`; its ports are the
+    simulated pipes: a chunk goes to the next shard whose pipe has room (ZMQ's PUSH round-robin over the shards
+    connected and not full; none: backpressure), a request to the next ps replica up (DEALER round-robin). A
+    replica that ends tells it (a broken connection); the ledger hears of each chunk sent and each lost on stop."""
 
     def __init__(
         self,
@@ -666,153 +695,75 @@ class ActorNode(Process):
         start_at: float = 0.0,
     ) -> None:
         super().__init__(world, net, f"actor-{index}", ledger)
-        self.index, self.cfg, self.chunks, self.shards, self.ps = index, cfg, chunks, shards, ps
-        self.rate, self.fleet = rate, fleet
-        self.serial = 0  # the ledger's: a restarted actor's chunks get new serials
+        self.index, self.cfg, self.shards, self.ps, self.fleet = index, cfg, shards, ps, fleet
+        self.scripted = ScriptedActor(self, chunks, rate)
         for shard in shards:
             net.pipe(self, shard, cap=PUSH_HWM)
-        self.finished = False
+        self.driver: ActorDriver | None = None
         self.alive = False
         world.at(start_at, self._first_start)
+
+    @property
+    def finished(self) -> bool:
+        return self.driver is not None and self.driver.finished
+
+    @property
+    def core(self) -> ActorCore:
+        assert self.driver is not None
+        return self.driver.core
 
     def _first_start(self) -> None:
         self.start()
         self.boot(resumed=False)
 
     def boot(self, resumed: bool) -> None:
-        self.core = ActorCore.of(self.cfg, self.index, self.world.clock)
+        core = ActorCore.of(self.cfg, self.index, self.world.clock)
+        self.driver = ActorDriver(core, self, self, self.scripted, self.scripted)
         self.fleet.changed(+1)
-        self.finished = False
-        self.collecting = False
-        self.fetching: tuple[int, bool] | None = None  # (token, held)
-        self.token = 0
-        self.fetch_deadline = 0.0
-        self.timer_pending = False
-        self.mailbox: deque[Params | NotModified] = deque()
         self.next_shard = self.world.rng.randrange(len(self.shards))
         self.next_ps = self.world.rng.randrange(len(self.ps))
-        self.act()
+        self.driver.kick()
 
-    def act(self, incarnation: int | None = None) -> None:
-        if (incarnation is not None and incarnation != self.incarnation) or not self.alive or self.finished:
-            return
-        if self.collecting or self.fetching is not None:
-            return
-        core = self.core
-        while True:
-            action = core.next_action()
-            if isinstance(action, Collect):
-                self.collecting = True
-                self.work_s += self.chunks.env_steps / self.rate  # stepping its envs: the actor's work
-                self.world.after(self.chunks.env_steps / self.rate, self._collected, self.incarnation)
-                return
-            if isinstance(action, Send):
-                shard = self._pick_shard()
-                if shard is None:
-                    core.sent(False)
-                    self.world.after(SEND_TIMEOUT_S, self.act, self.incarnation)
-                    return
-                message = encode_chunk(action.chunk, action.incarnation)
-                self.send(shard, message, message_bytes(message) if self.bandwidth or shard.bandwidth else 0)
-                chunk = core.sent(True)
-                assert chunk is not None
-                self.ledger.chunk_sent(chunk, self.fleet.alive, self.world.now)
-                continue
-            if isinstance(action, Fetch):
-                self._fetch(action)
-                return
-            assert isinstance(action, Finish)
-            self.finished = True
-            if action.lost is not None:
-                self.ledger.lost_on_stop += 1
-            if core.flush_tries is not None:
-                self.world.after(FLUSH_S, self.exit, 0)  # its PUSH lingers, then the process ends
-            return
+    # -- its ports --------------------------------------------------------------------------------------
 
-    def _pick_shard(self) -> Node | None:
+    def send_chunk(self, message: Message) -> bool:
         for i in range(len(self.shards)):
             shard = self.shards[(self.next_shard + i) % len(self.shards)]
             if self.net.connected(self, shard) and not self.net.pipe(self, shard).full:
                 self.next_shard = (self.next_shard + i + 1) % len(self.shards)
-                return shard
-        return None
+                return self.send(shard, message, message_bytes(message) if self.bandwidth or shard.bandwidth else 0)
+        return False
 
-    def _collected(self, incarnation: int) -> None:
-        if incarnation != self.incarnation or not self.alive:
-            return
-        self.collecting = False
-        self.core.collected(self.chunks.chunk(self.index, self.serial, self.core.version))
-        self.serial += 1
-        self.act()
-
-    def _fetch(self, action: Fetch) -> None:
-        hold_ms = math.ceil(action.hold_s * 1000) if action.hold_s > 0 else 0
-        request = ParamsRequest(action.version, action.incarnation, hold_ms, action.wake_version).to_message()
-        self.token += 1
-        self.fetching = (self.token, action.hold_s > 0)
-        self.request = request
-        self._ask(request)
-        self.fetch_deadline = self.world.now + self.cfg.actor.fetch_timeout_s + hold_ms / 1000
-        if not self.timer_pending:  # one timer per actor, moved on lazily: most fetches are answered
-            self.timer_pending = True
-            self.world.at(self.fetch_deadline, self._fetch_timeout, self.incarnation)
-        if self.mailbox:  # a late answer waiting in the socket is what this fetch reads first
-            self._answered(self.mailbox.popleft())
-
-    def _ask(self, request: Message) -> None:
+    def ask_ps(self, message: Message) -> bool:
         replicas = len(self.ps)
         for i in range(replicas):
             ps = self.ps[(self.next_ps + i) % replicas]
             if ps.alive:  # DEALER: the next connected replica
                 self.next_ps = (self.next_ps + i + 1) % replicas
-                self.net.send(self, ps, request)
-                return
+                return self.net.send(self, ps, message)
+        return False
 
-    def disconnected(self, peer: Node) -> None:
-        if peer in self.ps and self.fetching is not None:
-            self._ask(self.request)  # ParamClient: the request may have gone with that replica
+    def watch_room(self) -> None:
+        pass  # the window's end tries again
+
+    # -- what it hears ----------------------------------------------------------------------------------
 
     def receive(self, src: Node, message: Message) -> None:
         try:
             reply = decode_params_reply(message)
         except ProtocolError:
             return
-        if self.fetching is None:
-            self.mailbox.append(reply)
-        else:
-            self._answered(reply)
+        if self.driver is not None:
+            self.driver.on_reply(reply)
 
-    def _answered(self, reply: Params | NotModified | None) -> None:
-        assert self.fetching is not None
-        held = self.fetching[1]
-        self.fetching = None
-        got = self.core.answered(reply)
-        if held and not got:
-            self.world.after(IDLE_S, self.act, self.incarnation)  # Actor.step returned False: the shell pauses
-        else:
-            self.act()
-
-    def _fetch_timeout(self, incarnation: int) -> None:
-        if incarnation != self.incarnation:
-            return
-        self.timer_pending = False
-        if self.fetching is None:
-            return
-        if self.world.now < self.fetch_deadline:  # a later fetch's
-            self.timer_pending = True
-            self.world.at(self.fetch_deadline, self._fetch_timeout, self.incarnation)
-            return
-        self._answered(None)
+    def disconnected(self, peer: Node) -> None:
+        if peer in self.ps and self.driver is not None:
+            self.driver.on_disconnect()  # ParamClient's monitor: the request may have gone with that replica
 
     def sigterm(self) -> None:
         """Finish the chunk being collected, send it (a refused one gets one more try), linger, exit 0."""
-        if not self.alive or self.finished:
-            return
-        self.core.stop()
-        if self.fetching is not None:
-            self.fetching = None
-        if not self.collecting:
-            self.act()
+        if self.alive and self.driver is not None and not self.driver.finished:
+            self.driver.stop()
 
     def exit(self, code: int, killed: bool = False) -> None:
         if not killed and not self.alive:

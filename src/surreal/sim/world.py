@@ -100,6 +100,22 @@ class Node:
         self.running = False
         net.nodes[name] = self
 
+    def now(self) -> float:
+        return self.world.now
+
+    def at(self, when: float, fn: Callable[[], None]) -> None:
+        """The loop a role's driver runs on in this node (roles/loop.py): `fn()` at `when`, once the node's work and
+        any pause are over, unless the process it belongs to (this incarnation) has ended by then."""
+        self.world.at(when, self._call, self.incarnation, fn)
+
+    def _call(self, incarnation: int, fn: Callable[[], None]) -> None:
+        if incarnation != self.incarnation or not self.alive:
+            return
+        if self.world.now < max(self.busy_until, self.paused_until):
+            self.world.at(max(self.busy_until, self.paused_until), self._call, incarnation, fn)
+            return
+        fn()
+
     def spend(self, seconds: float) -> None:
         """Work of `seconds` from now (or from the end of the work before): messages wait until it is done."""
         self.busy_until = max(self.world.now, self.busy_until) + seconds
