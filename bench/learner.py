@@ -421,6 +421,11 @@ class RepeatingBatches:
     def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None:
         del shard, slots, ids, priorities
 
+    outstanding = 0
+
+    def stop_asking(self) -> None:
+        pass
+
     def drain(self, timeout_s: float) -> list[SampleReply]:
         del timeout_s
         return []

@@ -841,7 +841,7 @@ def test_the_learner_core_counts_and_survives_updates_that_go_non_finite(tmp_pat
     with caplog.at_level(logging.WARNING):
         assert core.step(0.0) and core.step(0.0)
     core.close()
-    assert core.skipped == 2 and "went non-finite and was skipped" in caplog.text
+    assert core.recorder.skipped == 2 and "went non-finite and was skipped" in caplog.text
     assert metrics.registry.get_sample_value("surreal_learner_updates_skipped_total", metrics.labels) == 2
     for name, value in core.algo_learner.params()["policy"].items():
         np.testing.assert_array_equal(value, before[name])

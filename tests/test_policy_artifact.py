@@ -266,7 +266,7 @@ def test_a_learner_keeps_its_last_finite_policy_and_the_evaluator_its_best(tmp_p
     from surreal.policy.artifact import BEST_DIR, POLICY_DIR
     from surreal.proto.wire import BlobMeta, Params
     from surreal.roles.evaluator import BestPolicy, EvalRow
-    from surreal.roles.learner import LearnerCore
+    from surreal.roles.learner import save_policy
 
     cfg = load_config(OVERRIDES)
     learner = get_algorithm("ppo").make_learner(*spaces(cfg), algo_config(cfg), torch.device("cpu"))
@@ -279,12 +279,12 @@ def test_a_learner_keeps_its_last_finite_policy_and_the_evaluator_its_best(tmp_p
         algo_learner=SimpleNamespace(params=lambda: finite),
         log=logging.getLogger("test.learner"),
     )
-    path = LearnerCore.save_policy(core)
+    path = save_policy(core)  # type: ignore[arg-type]
     assert path == tmp_path / POLICY_DIR / FILE_NAME
     kept = path.read_bytes()
     core.algo_learner.params, core.counters.updates = (lambda: poisoned), 2
     with caplog.at_level(logging.WARNING, "test.learner"):
-        assert LearnerCore.save_policy(core) is None
+        assert save_policy(core) is None  # type: ignore[arg-type]
     assert path.read_bytes() == kept and "kept as it was" in caplog.text and "NaN" in caplog.text
     assert sorted(p.name for p in path.parent.iterdir()) == [FILE_NAME], "nothing half-written beside it"
 

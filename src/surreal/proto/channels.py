@@ -426,6 +426,15 @@ class BackgroundBatches:
     def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None:
         self._priorities.put((shard, slots, ids, priorities))
 
+    @property
+    def outstanding(self) -> int:
+        """1 while requests may be out (the thread does not say how many), 0 once asking stopped and every reply
+        came (it is queued for `next` or `drain`) or the thread ended."""
+        return int(self._thread.is_alive() and not self._drained.is_set())
+
+    def stop_asking(self) -> None:
+        self._draining.set()
+
     def drain(self, timeout_s: float) -> list[SampleReply]:
         """Ask the shards no more, wait up to `timeout_s` for the replies to the requests still out, and return
         every reply not taken yet: a stopping learner checkpoints their data instead of losing it."""

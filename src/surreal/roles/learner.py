@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import random
 import signal
 import time
@@ -26,7 +27,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -44,7 +45,7 @@ from surreal.policy.artifact import FILE_NAME, POLICY_DIR, ArtifactError
 from surreal.policy.build import PolicyRecorder, evaluation_section
 from surreal.proto.channels import ParamPublisher
 from surreal.proto.curve import REFUSED_HELP, REFUSED_METRIC, WireContext
-from surreal.proto.wire import BlobMeta, GroupOrder
+from surreal.proto.wire import BlobMeta
 from surreal.provenance import run_git_sha
 from surreal.replay.shard import message_limits
 from surreal.roles.common import EXIT_STOPPED, StopFlag, count_errors, hold_until_stopped, setup_logging
@@ -59,9 +60,10 @@ from surreal.roles.learner_group import (
     replay_batches,
     run_follower,
 )
+from surreal.roles.loop import Alarm, Loop, ZmqLoop
 from surreal.roles.ports import BatchesIn, ParamsOut
 from surreal.runstore import LEARNER, open_mirror
-from surreal.runtime.checkpoint import LearnerCheckpoints, Restored
+from surreal.runtime.checkpoint import LearnerCheckpoints
 from surreal.runtime.recorder import Recorder, WallTime, truncate_metrics
 from surreal.runtime.regimes import Counters, Outcome, regime_of
 from surreal.settings import Settings
@@ -70,6 +72,7 @@ RECEIVE_TIMEOUT_S = 0.05  # longest wait for a sample reply before the loop serv
 IDLE_S = 0.005  # the shell's pause when a step did nothing (an off-policy learner ahead of its replay ratio)
 DONE_LINGER_S = 1.0  # keep answering late-subscribing ps replicas with the final blob this long
 DRAIN_S = 5.0  # on a stop, the longest wait for the replies to the sample requests still out
+SERVICE_S = 0.05  # how often a finished learner answers late ps subscriptions with its `done` blob
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:
@@ -83,7 +86,7 @@ def seed_everything(seed: int, deterministic: bool) -> None:
 
 class LearnerCore:
     """Replies into the regime's feed, the ready work run, its outcome acted on: parameters out, metrics rows,
-    checkpoints."""
+    checkpoints. Its life around that (running, draining, finishing, done) is `LearnerDriver`'s."""
 
     def __init__(
         self,
@@ -110,21 +113,31 @@ class LearnerCore:
         self.device = device or choose_device(cfg, lambda device: update_seconds(cfg, device), log)
         self.obs_space, self.act_space = spaces or env_spaces(cfg)
         self.algo = get_algorithm(cfg.algo.name)
-        self.given_learner = algo_learner
-        self.algo_learner = self._new_algo_learner()
+
+        def made() -> OnPolicyLearner | OffPolicyLearner:
+            spaces, compile = (self.obs_space, self.act_space), cfg.learner.compile
+            return algo_learner or self.algo.make_learner(*spaces, algo_config(cfg), self.device, compile=compile)
+
+        self.algo_learner = made()
         self.checkpoints = LearnerCheckpoints(run_dir / "checkpoints", cfg.learner.keep_checkpoints, log, clock)
         self.policy_recorder = PolicyRecorder(cfg, self.obs_space, self.act_space, run_git_sha(run_dir))
         self.on_checkpoint: Callable[[], None] | None = None  # the shell's: mirror the run folder to its bucket
-        self.counters = Counters()
-        restored = self._restore() if resume else None
+        c = self.counters = Counters()
+        restored = self.checkpoints.restore(self.algo_learner.load_state_dict) if resume else None
+        if restored is not None:
+            c = self.counters = Counters(**restored.counters)
+            log.info("resumed at update %d, %d env steps, version %d", c.updates, c.env_steps, c.version)
+        elif resume:
+            log.info("--resume: no checkpoint restores, starting fresh")
+            self.algo_learner = made()  # a checkpoint that failed half-way may have loaded part of its state
+        if resume:  # the run continues from the checkpoint: the rows written after it go (a warm-up's too)
+            truncate_metrics(run_dir / METRICS_FILE, {"updates": c.updates, "env_steps": c.env_steps})
         self.restored_extra = restored.extra if restored else None  # the driver's state (serial mode's world)
         self.incarnation = uuid.uuid4().hex[:12]
         # Resumed: TensorBoard hides what an earlier incarnation wrote after this checkpoint, as metrics.jsonl drops it.
-        self.recorder = Recorder(run_dir, metrics, purge_step=self.counters.env_steps + 1 if restored else None)
+        self.recorder = Recorder(run_dir, metrics, purge_step=c.env_steps + 1 if restored else None)
         self.wall = WallTime(metrics)
-        self.m_skipped = metrics.counter("learner_updates_skipped_total", "updates undone for going non-finite")
-        self.skipped = 0
-        self.recorder.counters(self.counters.env_steps, self.counters.updates, self.counters.stale_dropped)
+        self.recorder.counters(c.env_steps, c.updates, c.stale_dropped)
         self.m_live = metrics.gauge("learner_live_actors", "actors heard from lately: what their shares follow")
         feed = regime_of(cfg).learner_feed  # the regime's half of the loop (runtime/regimes/)
         self.feed = feed(self.algo_learner, self.counters, batches.shards, batches.send_priorities)
@@ -133,15 +146,13 @@ class LearnerCore:
         elif restored.feed:  # older checkpoints held no feed
             self.feed.load_state(restored.feed)
 
-    # -- the loop ------------------------------------------------------------------------------------
-
     @property
     def reached_total(self) -> bool:
         return self.counters.env_steps >= self.cfg.total_env_steps
 
     def step(self, timeout_s: float = RECEIVE_TIMEOUT_S) -> bool:
         """Take a sample reply (unless work is ready), run the work the feed has ready, act on the outcome.
-        False: nothing happened, nor can at once (the shell pauses; serial mode steps the actors)."""
+        False: nothing happened, nor can at once (the driver pauses; serial mode's actors take their turn)."""
         with self.wall.phase("io"):
             self.params_out.service()
         if not self.feed.ready():
@@ -162,7 +173,7 @@ class LearnerCore:
 
     def _act_on(self, outcome: Outcome) -> None:
         """What follows an update: parameters out, a metrics row, a checkpoint, as the feed says (and the timer)."""
-        self._note_skipped(outcome.skipped)
+        self.recorder.skipped_updates(outcome.skipped, self.counters.updates, self.log)
         with self.wall.phase("io"):
             if outcome.publish:
                 self.publish()
@@ -171,16 +182,6 @@ class LearnerCore:
             overdue = self.clock() - self.checkpoints.saved_at >= self.cfg.learner.checkpoint_interval_s
             if outcome.checkpoint_interval or overdue:
                 self.checkpoint()
-
-    def _note_skipped(self, updates: int) -> None:
-        """Count (and log, now and then) updates the algorithm undid because they went non-finite."""
-        for _ in range(updates):
-            self.m_skipped.inc()
-            self.skipped += 1
-            if self.skipped == 1 or self.skipped % 100 == 0:
-                self.log.warning(
-                    "update %d went non-finite and was skipped (%d so far)", self.counters.updates, self.skipped
-                )
 
     def _record_warmup(self) -> None:
         """The warm-up's rows (the feed's counters as episodes finished before the first update), so a run shows its
@@ -210,78 +211,58 @@ class LearnerCore:
         return actors
 
     def announce_done(self) -> None:
-        """Publish the final blob marked `done`. It gets a version of its own: a ps replaces its blob only for a
-        newer version, and an actor asks for one newer than it runs, so under the last update's version `done`
-        would reach no actor that already has it."""
+        """Publish the final blob marked `done`, under a version of its own: no ps or actor that holds the last
+        update's version would take it under that one."""
         self.counters.version += 1
         self.publish(done=True)
-
-    # -- state ---------------------------------------------------------------------------------------
-
-    def _new_algo_learner(self) -> OnPolicyLearner | OffPolicyLearner:
-        if self.given_learner is not None:
-            return self.given_learner
-        return self.algo.make_learner(
-            self.obs_space, self.act_space, algo_config(self.cfg), self.device, compile=self.cfg.learner.compile
-        )
-
-    def _restore(self) -> Restored | None:
-        """Restore the newest checkpoint that restores; None: none does, start afresh."""
-        restored = self.checkpoints.restore(self.algo_learner.load_state_dict)
-        if restored is None:
-            self.log.info("--resume: no checkpoint restores, starting fresh")
-            # A checkpoint that failed half-way may have loaded part of its state: start from a new learner.
-            self.algo_learner = self._new_algo_learner()
-            truncate_metrics(self.run_dir / METRICS_FILE, {"updates": 0, "env_steps": 0})
-            return None
-        c = self.counters = Counters(**restored.counters)
-        self.log.info("resumed at update %d, %d env steps, version %d", c.updates, c.env_steps, c.version)
-        # The run continues from this checkpoint: the rows written after it go (a warm-up's have no update to tell).
-        truncate_metrics(self.run_dir / METRICS_FILE, {"updates": c.updates, "env_steps": c.env_steps})
-        return restored
 
     def checkpoint(self) -> None:
         """The resume state, and beside it the policy artifact of the same parameters (`save_policy`)."""
         c = self.counters
         self.checkpoints.save(c.updates, self.algo_learner.state_dict(), asdict(c), self.feed.state())
-        self.save_policy()
+        save_policy(self)
         if self.on_checkpoint is not None:
             self.on_checkpoint()
 
-    def save_policy(self, evaluation: dict[str, Any] | None = None) -> Path | None:
-        """policy/policy.safetensors: the current parameters as a policy artifact (surreal/policy/artifact.py),
-        with `evaluation` (the header's section) when they were just evaluated. Parameters holding NaN or an
-        infinity are not written (a reader would refuse them): the log says so and the last finite artifact stays;
-        None then."""
-        c = self.counters
-        try:
-            return self.policy_recorder.save(
-                self.run_dir / POLICY_DIR / FILE_NAME,
-                self.algo_learner.params(),
-                version=c.version,
-                env_steps=c.env_steps,
-                updates=c.updates,
-                evaluation=evaluation,
-            )
-        except ArtifactError as exc:
-            self.log.warning("policy artifact at update %d kept as it was: %s", c.updates, exc)
-            return None
-
-    def stop(self, drain_s: float = DRAIN_S) -> None:
-        """Stopped by a signal (a preemption, a drain): the replies the shards already sent are taken (their chunks
-        would go with the process otherwise), then a checkpoint holds everything taken."""
-        for reply in self.batches.drain(drain_s):
+    def take_replies(self) -> None:
+        """Stopping on a signal (a preemption, a drain): the replies the shards sent are taken as they come (their
+        chunks would go with the process otherwise), for the checkpoint that ends it."""
+        for reply in self.batches.drain(0.0):
             self.feed.take(reply)
         self._record_warmup()
-        self.checkpoint()
 
     def close(self) -> None:
         self.recorder.close()
 
 
-# -- the end of training: a last checkpoint, the deterministic policy evaluated on fresh seeds (roles/evaluation.py),
-# eval.json, the final policy artifact with that score in its header, and a final blob marked `done` (actors stop on
-# it). The shell (`learn`) and serial mode (run/serial.py) call it; the core itself only learns.
+def save_policy(core: LearnerCore, evaluation: dict[str, Any] | None = None) -> Path | None:
+    """policy/policy.safetensors: the learner's current parameters as a policy artifact (surreal/policy/artifact.py),
+    with `evaluation` (the header's section) when they were just evaluated. Parameters holding NaN or an infinity are
+    not written (a reader would refuse them): the log says so and the last finite artifact stays; None then."""
+    c, path, params = core.counters, core.run_dir / POLICY_DIR / FILE_NAME, core.algo_learner.params()
+    counts = {"version": c.version, "env_steps": c.env_steps, "updates": c.updates}
+    try:
+        return core.policy_recorder.save(path, params, **counts, evaluation=evaluation)
+    except ArtifactError as exc:
+        core.log.warning("policy artifact at update %d kept as it was: %s", c.updates, exc)
+        return None
+
+
+# -- the learner's life: its core on a loop ----------------------------------------------------------------
+
+RUNNING, DRAINING, DONE, STOPPED = "running", "draining", "done", "stopped"
+
+
+class Followers(Protocol):
+    """What a learner group's rank 0 tells the other ranks besides its updates (roles/learner_group.py)."""
+
+    def heartbeat(self) -> None:
+        """Rank 0 waits for data: the others' wait must stay within the group's timeout."""
+        ...
+
+    def stop(self) -> None: ...
+
+    def finish(self) -> None: ...
 
 
 def finished_before(core: LearnerCore) -> bool:
@@ -289,21 +270,146 @@ def finished_before(core: LearnerCore) -> bool:
     return core.reached_total and (core.run_dir / EVAL_FILE).exists()
 
 
-def finish(core: LearnerCore) -> dict[str, Any]:
-    """Checkpoint, evaluate the deterministic policy, write eval.json, tell actors training is over; returns
-    eval.json's content."""
-    core.checkpoint()
+def evaluate_final(core: LearnerCore) -> dict[str, Any]:
+    """The end of training's evaluation: the deterministic policy on fresh seeds (roles/evaluation.py), eval.json,
+    the final policy artifact with that score in its header; returns eval.json's content."""
     cfg, counters = core.cfg, core.counters
     policy = core.algo.make_policy(core.obs_space, core.act_space, algo_config(cfg), 0, 1)
     evaluation = evaluate_params(cfg, policy, core.algo_learner.params())
     result = evaluation.report(env_steps=counters.env_steps, updates=counters.updates)
     atomic_write_text(core.run_dir / EVAL_FILE, json.dumps(result, indent=2))
-    core.save_policy(evaluation_section(result, cfg.seed, counters.env_steps))
+    save_policy(core, evaluation_section(result, cfg.seed, counters.env_steps))
     core.recorder.evaluation(result, counters.env_steps)
     mean, std = result["eval_return_mean"], result["eval_return_std"]
     core.log.info("eval over %d episodes: %.1f +- %.1f", result["eval_episodes"], mean, std)
-    core.announce_done()
     return result
+
+
+class LearnerDriver:
+    """`LearnerCore`'s life on a loop (roles/loop.py), written once for the process, serial mode and the simulator:
+
+    running    a step whenever work may be ready (asked `stopping()` before each); none ready: `idle_s`, or
+               until `wake` (a reply came); with `step_turns`, each step a turn of its own (the simulator, whose
+               updates cost virtual time)
+    draining   on a stop: no more sample requests, the replies still out taken as they come (up to DRAIN_S), then
+               a checkpoint holds them and the group is told `stop`: STOPPED
+    finishing  at `total_env_steps`: the group told `finish`, a checkpoint, `evaluate` (where there is one), the
+               `done` blob; resumed after that (eval.json written) only the `done` blob
+    done       the parameters port serviced every `service_s` (late ps replicas get `done`) for `linger_s`
+               (inf: until `stopping()`), then `over`
+
+    `on_step(stepped)` follows each step (a group's heartbeat, serial mode's evaluator, the simulator's ledger);
+    `on_end(finished)` comes as it stops or finishes, before any linger (the shell closes its run-folder mirror)."""
+
+    def __init__(
+        self,
+        core: LearnerCore,
+        loop: Loop,
+        *,
+        receive_timeout_s: float = 0.0,
+        idle_s: float = IDLE_S,
+        step_turns: bool = False,
+        stopping: Callable[[], bool] = lambda: False,
+        evaluate: Callable[[LearnerCore], dict[str, Any]] | None = evaluate_final,
+        followers: Followers | None = None,
+        linger_s: float = 0.0,
+        service_s: float = SERVICE_S,
+        on_step: Callable[[bool], None] = lambda stepped: None,
+        on_end: Callable[[bool], None] = lambda finished: None,
+    ) -> None:
+        self.core, self.loop, self.stopping, self.followers = core, loop, stopping, followers
+        self.receive_timeout_s, self.idle_s, self.step_turns = receive_timeout_s, idle_s, step_turns
+        self.evaluate, self.linger_s, self.service_s = evaluate, linger_s, service_s
+        self.on_step, self.on_end = on_step, on_end
+        self.state, self.asked_to_stop = RUNNING, False
+        self.steps = 0  # steps that did something (serial mode's stall check)
+        self.result: dict[str, Any] | None = None  # eval.json's content, once finished
+        self.over = False
+        self.until = 0.0  # the end of the drain, or of the linger
+        self.alarm = Alarm(loop, self.kick)
+
+    def start(self, publish: bool = True) -> None:
+        """`publish`: the parameters go out first (not where a restored world's ps holds them already)."""
+        if self.evaluate is not None and finished_before(self.core):
+            self.core.log.info(
+                "already finished at %d env steps (eval.json): not evaluating again", self.core.counters.env_steps
+            )
+            self.result = json.loads((self.core.run_dir / EVAL_FILE).read_text(encoding="utf-8"))
+            self._finished(evaluated=True)
+        elif publish:
+            self.core.publish()
+        self.alarm.set(self.loop.now())
+
+    def stop(self) -> None:
+        """Stopped from outside (a simulated SIGTERM): no more sample requests; once the step in progress ends,
+        drain, checkpoint, end."""
+        if self.state == RUNNING:
+            self.core.batches.stop_asking()
+            self.asked_to_stop = True
+            self.alarm.set(self.loop.now())
+
+    def wake(self) -> None:
+        """Something came (a sample reply): look again now."""
+        if self.state in (RUNNING, DRAINING):
+            self.alarm.set(self.loop.now())
+
+    def kick(self) -> None:
+        core = self.core
+        while self.state == RUNNING:
+            if core.reached_total:
+                self._finished(evaluated=False)
+            elif self.asked_to_stop or self.stopping():
+                self._drain()
+            elif not self._step():
+                return
+        now = self.loop.now()
+        if self.state == DRAINING:
+            waiting = core.batches.outstanding and now < self.until  # read first: what came before is queued
+            core.take_replies()
+            if waiting:
+                self.alarm.set(min(self.until, now + self.idle_s))  # a reply or the deadline ends it
+                return
+            core.checkpoint()
+            self.state, self.over = STOPPED, True
+            if self.followers is not None:
+                self.followers.stop()
+            self.on_end(False)
+        elif self.state == DONE:
+            core.params_out.service()
+            if now >= self.until or (self.linger_s == math.inf and self.stopping()):
+                self.over = True
+            else:
+                self.alarm.set(now + self.service_s)
+
+    def _step(self) -> bool:
+        """One step; False: the loop comes back (none was ready: after `idle_s` or a reply; or each is a turn)."""
+        stepped = self.core.step(self.receive_timeout_s)
+        if self.followers is not None:
+            self.followers.heartbeat()
+        self.on_step(stepped)
+        if not stepped:
+            self.alarm.set(self.loop.now() + self.idle_s)
+            return False
+        self.steps += 1
+        if self.step_turns:
+            self.alarm.set(self.loop.now())
+            return False
+        return True
+
+    def _drain(self) -> None:
+        self.state, self.until = DRAINING, self.loop.now() + DRAIN_S
+        self.core.batches.stop_asking()
+
+    def _finished(self, evaluated: bool) -> None:
+        if self.followers is not None:  # the other ranks are done before rank 0 evaluates
+            self.followers.finish()
+        if not evaluated:
+            self.core.checkpoint()
+            if self.evaluate is not None:
+                self.result = self.evaluate(self.core)
+        self.core.announce_done()
+        self.state, self.until = DONE, self.loop.now() + self.linger_s
+        self.on_end(True)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -377,47 +483,29 @@ def learn(args: argparse.Namespace) -> int:
         core.device,
         port,
     )
-    finished = False
-    try:
-        if finished_before(core):
-            log.info("already finished at %d env steps (eval.json): not evaluating again", core.counters.env_steps)
-            if group is not None:
-                group.send(GroupOrder("finish"))
-            core.announce_done()
-        else:
-            core.publish()
-            while not stop and not core.reached_total:
-                stepped = core.step()
-                if group is not None:
-                    group.heartbeat()
-                if not stepped:
-                    time.sleep(IDLE_S)
-            if stop:
-                started = time.monotonic()
-                core.stop()
-                if group is not None:
-                    group.send(GroupOrder("stop"))
-                name = signal.Signals(stop.signal).name if stop.signal else "a signal"
-                log.info(
-                    "stopped by %s (a preemption, drain or shutdown): checkpoint at update %d written in %.2f s",
-                    name,
-                    core.counters.updates,
-                    time.monotonic() - started,
-                )
-            else:
-                if group is not None:  # the other ranks are done before rank 0 evaluates
-                    group.send(GroupOrder("finish"))
-                finish(core)
-        finished = not stop
+    loop = ZmqLoop()  # timers only: the sample replies come through BackgroundBatches' queue
+
+    def ended(finished: bool) -> None:
         if mirror is not None:  # the last checkpoint, eval.json and the final policy, before anything waits
             mirror.close()
-        if finished:
-            deadline = time.monotonic() + DONE_LINGER_S  # late-subscribing ps replicas still get `done`
-            while time.monotonic() < deadline:
-                params_out.service()
-                time.sleep(0.05)
-            if settings.hold_when_done:
-                hold_until_stopped(stop, log, params_out.service)
+        if not finished:
+            name = signal.Signals(stop.signal).name if stop.signal else "a signal"
+            took_s = loop.now() - driver.until + DRAIN_S
+            log.info(
+                "stopped by %s (a preemption, drain or shutdown): checkpoint at update %d written in %.2f s",
+                *(name, core.counters.updates, took_s),
+            )
+        elif settings.hold_when_done:
+            log.info("training done: holding until stopped (SURREAL_HOLD_WHEN_DONE=1)")
+
+    linger_s = math.inf if settings.hold_when_done else DONE_LINGER_S  # late-subscribing ps replicas get `done`
+    driver = LearnerDriver(
+        core, loop, receive_timeout_s=RECEIVE_TIMEOUT_S, stopping=lambda: bool(stop), followers=group,
+        linger_s=linger_s, on_end=ended,
+    )  # fmt: skip
+    try:
+        driver.start()
+        loop.run(lambda: driver.over)
     finally:
         if group is not None:
             group.close()
@@ -426,6 +514,7 @@ def learn(args: argparse.Namespace) -> int:
         params_out.close()
         ctx.term()
         metrics.close()
+    finished = driver.state == DONE
     c = core.counters
     log.info("%s at %d env steps, %d updates", "finished" if finished else "stopped", c.env_steps, c.updates)
     return 0 if finished else EXIT_STOPPED

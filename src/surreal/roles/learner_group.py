@@ -161,6 +161,14 @@ class LearnerGroup:
         if time.monotonic() - self.sent_at >= self.heartbeat_s:
             self.send(GroupOrder("heartbeat"))
 
+    def stop(self) -> None:
+        """Rank 0 checkpointed on a signal: the others stop (started again with the group)."""
+        self.send(GroupOrder("stop"))
+
+    def finish(self) -> None:
+        """Training is done: the others end before rank 0 evaluates."""
+        self.send(GroupOrder("finish"))
+
     def _order_limit(self) -> int:
         return self.limits.max_bytes + (self.limits.max_frames + 1) * 8 + 4
 

@@ -52,6 +52,15 @@ class BatchesIn(Protocol):
 
     def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None: ...
 
+    @property
+    def outstanding(self) -> int:
+        """Sample requests out and not answered yet."""
+        ...
+
+    def stop_asking(self) -> None:
+        """A stopping learner's first call: no more sample requests (its driver waits for those `outstanding`)."""
+        ...
+
     def drain(self, timeout_s: float) -> list[SampleReply]:
         """A stopping learner's last call: ask no more, and return the replies the shards sent (those still on
         their way get up to `timeout_s`)."""
@@ -119,9 +128,14 @@ class InProcessReplay:
         assert isinstance(reply, FifoReply | TransitionReply), reply  # no deadline passes, nothing is refused
         self.asked, self.reply = False, reply
 
+    outstanding = 0  # `next` hands a reply over the moment the core answers: none is ever on its way
+
+    def stop_asking(self) -> None:
+        pass
+
     def drain(self, timeout_s: float = 0.0) -> list[SampleReply]:
         del timeout_s
-        return []  # `next` hands a reply over the moment the core answers: none is ever on its way
+        return []
 
     def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None:
         del shard

@@ -19,7 +19,6 @@ the replay shard's contents and generator, the blob the ps holds, the process-wi
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 from collections.abc import Callable
@@ -36,9 +35,8 @@ from surreal.envstate import EnvStateUnsupported
 from surreal.metrics import RoleMetrics
 from surreal.replay.shard import ReplayShard, ShardCheckpoint
 from surreal.roles.actor import Actor, ActorState, SavedParams, loaded_params, saved_params
-from surreal.roles.evaluation import EVAL_FILE
 from surreal.roles.evaluator import EvaluatorCore
-from surreal.roles.learner import LearnerCore, finish, finished_before
+from surreal.roles.learner import LearnerCore, LearnerDriver
 from surreal.roles.loop import InlineLoop
 from surreal.roles.ports import InProcessActorPorts, InProcessParams, InProcessReplay
 from surreal.run.preflight import with_replay_layout
@@ -186,33 +184,31 @@ def run_serial(
         generators = global_rng_state()
         evaluator = EvaluatorCore(cfg, params, run_dir)
         load_global_rng_state(generators)
+
+    def stopping() -> bool:
+        asked = stop is not None and stop()
+        return asked or (stop_after_updates is not None and learner.counters.updates >= stop_after_updates)
+
+    def stepped(progressed: bool) -> None:
+        if progressed and evaluator is not None:
+            evaluator.step(hold_s=0.0, timeout_s=0.0)  # no hold: one thread
+
+    driver = LearnerDriver(learner, loop, stopping=stopping, on_step=stepped)
     try:
         if learner.restored_extra is not None:
             world.load(cast(WorldState | UnsavedWorld, learner.restored_extra))  # what `world.state` wrote
         elif learner.counters.updates > 0:
             raise SerialResumeError(f"the checkpoint at update {learner.counters.updates} holds no serial state")
-        else:
-            learner.publish()
         learner.checkpoints.extra_state = world.state
-        if resume and finished_before(learner):  # resumed after it finished: evaluated already, as a process learner
-            result: dict[str, Any] = json.loads((run_dir / EVAL_FILE).read_text(encoding="utf-8"))
-            return result
-        for driver in drivers:
-            driver.start()
-        while not learner.reached_total:
-            stopping = stop is not None and stop()
-            if stopping or (stop_after_updates is not None and learner.counters.updates >= stop_after_updates):
-                learner.checkpoint()
-                return None
-            if learner.step(timeout_s=0.0):
-                if evaluator is not None:
-                    evaluator.step(hold_s=0.0, timeout_s=0.0)  # no hold: one thread
-                continue
-            progress = sum(driver.progress for driver in drivers)
-            loop.turn()  # every actor's turn
-            if sum(driver.progress for driver in drivers) == progress:
+        driver.start(publish=learner.restored_extra is None)  # a restored world's ps holds its blob
+        for actor_driver in drivers:
+            actor_driver.start()
+        while not driver.over:  # the learner's turn (it steps until it can do nothing), then every actor's
+            progress = driver.steps + sum(actor_driver.progress for actor_driver in drivers)
+            loop.turn()
+            if not driver.over and driver.steps + sum(d.progress for d in drivers) == progress:
                 raise SerialStalled(f"no progress at {learner.counters.env_steps} env steps")
-        return finish(learner)
+        return driver.result
     finally:
         for actor in actors:
             actor.close()

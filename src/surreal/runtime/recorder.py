@@ -10,6 +10,7 @@ one event file.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -135,6 +136,16 @@ class Recorder:
         self.m_return = m.gauge("learner_train_return_mean", "mean return of recent training episodes")
         self.m_stat = m.gauge("learner_stat", "last update's statistics", ["name"])
         self.m_update_s = m.gauge("learner_update_seconds", "wall time of the last update")
+        self.m_skipped = m.counter("learner_updates_skipped_total", "updates undone for going non-finite")
+        self.skipped = 0
+
+    def skipped_updates(self, skipped: int, updates: int, log: logging.Logger) -> None:
+        """Count (and log, now and then) `skipped` updates the algorithm undid for going non-finite, at `updates`."""
+        for _ in range(skipped):
+            self.m_skipped.inc()
+            self.skipped += 1
+            if self.skipped == 1 or self.skipped % 100 == 0:
+                log.warning("update %d went non-finite and was skipped (%d so far)", updates, self.skipped)
 
     def counters(self, env_steps: int, updates: int, stale_dropped: int) -> None:
         """The gauges the chart's `helm test` reads (also right after a resume, before any update)."""

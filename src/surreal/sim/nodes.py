@@ -56,7 +56,7 @@ from surreal.replay.snapfile import ShardState
 from surreal.replay.snapshot import SnapshotSchedule
 from surreal.roles.actor import FLUSH_S, ActorCore, ActorDriver, ActorEvents
 from surreal.roles.common import EXIT_STOPPED
-from surreal.roles.learner import DRAIN_S, LearnerCore
+from surreal.roles.learner import DONE, RECEIVE_TIMEOUT_S, LearnerCore, LearnerDriver
 from surreal.roles.ps import PsCore
 from surreal.roles.replay import ReplayCore
 from surreal.runtime.regimes import regime_of
@@ -70,7 +70,6 @@ PUB_HWM = 8  # the learner's PUB (SNDHWM 4) and a ps's SUB (RCVHWM 4): blobs a s
 PUSH_HWM = 4 + 64  # an actor's PUSH (SNDHWM 4) and a shard's PULL (RCVHWM 64), per actor and shard
 REPUBLISH_S = 1.0  # channels.ParamPublisher's: the latest blob again, for a ps that lost one
 LOST_AFTER_S = 5.0  # channels.SampleClient's: a shard silent this long while asked has lost the requests
-LEARNER_IDLE_S = 0.5  # how often an idle learner looks again (it also wakes at each reply)
 STOP_DRAIN_WINDOW_S = 0.005  # a stopping shard takes what reaches its socket this long (then it is empty)
 SIGKILL = -9
 
@@ -421,6 +420,9 @@ class SimBatches:
     def _error(self, reason: str) -> None:
         self.errors[reason] = self.errors.get(reason, 0) + 1
 
+    def stop_asking(self) -> None:
+        self.asking = False
+
     def next(self, batch_size: int, timeout_s: float) -> SampleReply | None:
         del batch_size, timeout_s
         self.top_up()
@@ -474,8 +476,9 @@ class SimParamsOut:
 
 
 class LearnerNode(Process):
-    """`LearnerCore` on the simulated ports with a scripted learner; SIGTERM waits for the update it is in and the
-    replies on their way, then `LearnerCore.stop` checkpoints, and the supervisor restarts it with `--resume`."""
+    """A learner: `LearnerDriver` (roles/learner.py) on this node's loop, its core on the simulated ports with a
+    scripted learner whose updates cost virtual time (its next step waits for them), no evaluation at the end. A
+    SIGTERM drains and checkpoints as the process does; the supervisor restarts it with `--resume`."""
 
     def __init__(
         self,
@@ -498,18 +501,18 @@ class LearnerNode(Process):
         for p in ps:
             p.learners.append(self)
             net.pipe(self, p, cap=PUB_HWM, lossy=True)
-        self.stopping = False
-        self.finished = False
-        self.next_tick: float | None = None
         self.updates_seen = 0
         self.released = True  # no core yet
         self.progressed: Callable[[], None] | None = None  # told after each step that moved the counters on
         self.boot(resumed=False)
 
+    @property
+    def finished(self) -> bool:
+        return self.driver.state == DONE
+
     def boot(self, resumed: bool) -> None:
         self.release()  # a killed incarnation's writers, which its process would have taken with it
         cfg = self.cfg
-        self.stopping, self.next_tick = False, None
         self.batches = SimBatches(self, self.shard_nodes, self.layout, cfg.algo.batch_size)
         self.params_out = SimParamsOut(self, self.ps)
         self.scripted = ScriptedLearner(self, self.params)
@@ -521,43 +524,21 @@ class LearnerNode(Process):
         self.core.incarnation = f"learner-{self.incarnation}"  # a seed replays exactly: no random names
         self.released = False
         self.ledger.updates_written(self.updates_seen, self.core.counters.updates, self.world.now)
-        self.core.publish()
-        self.wake()
+        self.driver = LearnerDriver(
+            self.core, self, idle_s=RECEIVE_TIMEOUT_S, step_turns=True, evaluate=None, linger_s=math.inf,
+            service_s=REPUBLISH_S, on_step=self._stepped, on_end=self._ended,
+        )  # fmt: skip
+        self.driver.start()
 
-    def wake(self, at: float | None = None) -> None:
-        at = max(self.world.now, self.busy_until, self.paused_until, self.world.now if at is None else at)
-        if self.next_tick is not None and self.next_tick <= at:
-            return
-        self.next_tick = at
-        self.world.at(at, self._tick, self.incarnation, at)
-
-    def _tick(self, incarnation: int, at: float) -> None:
-        if incarnation != self.incarnation or not self.alive or at != self.next_tick:
-            return
-        self.next_tick = None
-        now = self.world.now
-        if now < max(self.busy_until, self.paused_until):
-            self.wake()
-            return
-        if self.stopping:
-            self._stop_when_drained()
-            return
-        core = self.core
-        if self.finished:
-            self.params_out.service()  # a finished learner holds and re-sends its `done` blob
-            self.wake(now + REPUBLISH_S)
-            return
-        if core.reached_total:
-            core.checkpoint()
-            core.announce_done()
-            self.finished = True
-            self.wake(now + REPUBLISH_S)
-            return
-        if core.step(0.0):
+    def _stepped(self, stepped: bool) -> None:
+        if stepped:
             self._note_counters()
-            self.wake()
-        else:
-            self.wake(now + LEARNER_IDLE_S)
+
+    def _ended(self, finished: bool) -> None:
+        if not finished:  # stopped: checkpointed, its process exits
+            self._note_counters()
+            self.release()
+            self.exit(EXIT_STOPPED)
 
     def _note_counters(self) -> None:
         c = self.core.counters
@@ -574,32 +555,12 @@ class LearnerNode(Process):
 
     def receive(self, src: Node, message: Message) -> None:
         self.batches.take(src, message)
-        if self.stopping:
-            self._stop_when_drained()
-        elif self.next_tick is None or self.next_tick > max(self.world.now, self.busy_until):
-            self.wake()
+        self.driver.wake()
 
     def sigterm(self) -> None:
-        """A preemption: finish the update in progress, take what is on its way (up to DRAIN_S), checkpoint, exit."""
-        if self.stopping or not self.alive:
-            return
-        self.stopping = True
-        self.batches.asking = False
-        self.drain_deadline = max(self.world.now, self.busy_until) + DRAIN_S
-        self.wake()
-        self.wake(self.drain_deadline)
-
-    def _stop_when_drained(self) -> None:
-        now = self.world.now
-        if now < self.busy_until or not self.alive:
-            self.wake()
-            return
-        if self.batches.outstanding and now < self.drain_deadline:
-            return  # a reply or the deadline wakes it
-        self.core.stop(0.0)
-        self._note_counters()
-        self.release()
-        self.exit(EXIT_STOPPED)
+        """A preemption: the update in progress ends, the replies on their way are taken, a checkpoint, exit."""
+        if self.alive:
+            self.driver.stop()
 
     def release(self) -> None:
         """Close the core's run-folder writers (the metrics file, TensorBoard's thread) once: on a stop, when the
