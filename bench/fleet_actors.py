@@ -37,6 +37,7 @@ import os
 import signal
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -141,11 +142,16 @@ class RecordedActor(ActorEvents):
     """One simulated actor's rollout (chunks from the recording, `T * K / rate` seconds each) and what its driver
     tells this process's counters."""
 
+    blocking = False
+
     def __init__(self, fleet: Fleet, index: int, position: int) -> None:
         self.fleet, self.index, self.position = fleet, index, position
         self.seconds = fleet.recording.T * fleet.recording.K / fleet.rate
 
-    def collect(self, version: int) -> Chunk:
+    def collect(self, version: int, done: Callable[[Chunk], None]) -> None:
+        self.fleet.loop.at(time.monotonic() + self.seconds, lambda: done(self._chunk(version)))
+
+    def _chunk(self, version: int) -> Chunk:
         arrays, returns, lengths = self.fleet.recording.chunk(self.position)
         self.position += self.fleet.recording.T
         return Chunk(arrays, version, self.index, list(returns), list(lengths))

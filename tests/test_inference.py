@@ -14,8 +14,9 @@ import zmq
 from conftest import free_port
 from surreal.config import algo_config, load_config
 from surreal.envs import env_spaces
-from surreal.proto.channels import INFERENCE_TIMEOUT, NOT_READY, InferenceClient, bind_socket
-from surreal.proto.wire import BlobMeta, Params
+from surreal.proto.channels import INFERENCE_TIMEOUT, NOT_READY, InferenceClient, ParamClient, bind_socket, frames_of
+from surreal.proto.codec import Limits, decode
+from surreal.proto.wire import BlobMeta, NotModified, Params, ParamsRequest, encode_params
 from surreal.roles.common import StopFlag
 from surreal.roles.inference import InferenceServer
 
@@ -23,17 +24,29 @@ ADDR = "tcp://127.0.0.1:{}"
 
 
 class FakePs:
-    """A ParamClient's `fetch`: nothing, until `params` is set."""
+    """A ps on loopback that answers every request at once: "not modified" until `params` is set, then the blob."""
 
-    def __init__(self) -> None:
+    def __init__(self, ctx: zmq.Context) -> None:
         self.params: Params | None = None
+        self.address = ADDR.format(free_port())
+        self.sock = bind_socket(ctx, zmq.ROUTER, self.address)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
 
-    def fetch(self, version: int, incarnation: str, timeout_s: float, *args: object) -> Params | None:
-        del version, incarnation, timeout_s, args
-        return self.params
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            if not self.sock.poll(50):
+                continue
+            identity, *frames = self.sock.recv_multipart()
+            request = ParamsRequest.from_message(decode(frames, Limits()))
+            reply = encode_params(self.params) if self.params else NotModified(request.version, "").to_message()
+            self.sock.send_multipart([identity, *frames_of(reply)])
 
     def close(self) -> None:
-        pass
+        self.stop.set()
+        self.thread.join(10)
+        self.sock.close(0)
 
 
 def blob(cfg) -> Params:
@@ -49,9 +62,9 @@ def worker() -> Iterator[tuple[InferenceServer, FakePs, str]]:
         ["env=Pendulum-v1", "topology.inference=central", "inference.max_batch_envs=8", "inference.max_wait_ms=60000"]
     )
     ctx = zmq.Context()
-    ps = FakePs()
+    ps = FakePs(ctx)
     address = ADDR.format(free_port())
-    server = InferenceServer(ctx, cfg, address, ps)  # type: ignore[arg-type]
+    server = InferenceServer(ctx, cfg, address, ParamClient(ctx, [ps.address], Limits()))
     stop = StopFlag()
     thread = threading.Thread(target=server.run, args=(stop,), daemon=True)
     thread.start()
@@ -60,6 +73,7 @@ def worker() -> Iterator[tuple[InferenceServer, FakePs, str]]:
     thread.join(10)
     assert not thread.is_alive()
     server.close()
+    ps.close()
     ctx.destroy(0)
 
 

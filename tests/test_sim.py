@@ -40,7 +40,7 @@ def test_the_suite_holds_at_least_twenty_scenarios_including_a_thousand_actors_f
     assert big.actors == 1024 and big.min_duration_s >= 600 and big.churn is not None
 
 
-@pytest.mark.parametrize("name", ["ppo-ps-killed", "ddpg-learner-paused"])
+@pytest.mark.parametrize("name", ["ppo-ps-killed", "ddpg-learner-paused", "ppo-central-inference-worker-killed"])
 @pytest.mark.system
 def test_a_seed_replays_exactly_and_another_seed_runs_differently(name):
     scenario = SCENARIOS[name]
@@ -127,6 +127,23 @@ def test_a_hostile_first_chunk_starves_a_shard_it_lays_out(monkeypatch):
     monkeypatch.setattr(scenarios, "with_layout", lambda cfg, fields: cfg)
     report = run(dataclasses.replace(SCENARIOS["ddpg-hostile-peers"], deadline_s=30.0), seed=1)
     assert report.stats["env_steps"] == 0 and "completes" in report.violations, report.summary()
+
+
+@pytest.mark.parametrize("name", ["ppo-central-inference-worker-killed", "ppo-central-inference-slow-worker"])
+@pytest.mark.system
+def test_actors_leave_a_killed_or_slow_inference_worker_for_the_next(name):
+    report = run(SCENARIOS[name], seed=1)
+    assert report.ok, report.summary()
+    assert report.stats["inference_failovers"] > 0, "the fault reached the actors"
+
+
+def test_actors_that_never_leave_a_slow_inference_worker_break_the_completion_invariant(monkeypatch):
+    """`InferenceTurns.failed` without its failover: the actors of the slow worker wait 3 s a step."""
+    from surreal.proto.channels import InferenceTurns
+
+    monkeypatch.setattr(InferenceTurns, "failed", lambda self: None)
+    report = run(dataclasses.replace(SCENARIOS["ppo-central-inference-slow-worker"], deadline_s=60.0), seed=1)
+    assert "completes" in report.violations, report.summary()
 
 
 def test_a_run_that_never_ends_breaks_the_completion_invariant():

@@ -636,6 +636,32 @@ class ParamClient:
 # Central inference: actor DEALER <-> inference worker ROUTER
 
 
+@dataclass
+class InferenceTurns:
+    """Which inference worker an actor asks, under which request id, without the sockets (the simulator's actors
+    keep the same books): actor i starts at worker i mod N and stays there while it answers; a request with no reply
+    within its timeout goes to the next worker (round robin) under a new id, so a late reply to the old one is
+    dropped; a worker that holds no parameters yet is asked again after NOT_READY_PAUSE_S."""
+
+    workers: int
+    turn: int
+    request_id: int = 0
+    failovers: int = 0
+
+    @classmethod
+    def of(cls, actor: int, workers: int) -> InferenceTurns:
+        return cls(workers, actor % workers)
+
+    def next_request(self) -> int:
+        self.request_id += 1
+        return self.request_id
+
+    def failed(self) -> None:
+        """No reply in time: the next worker's turn."""
+        self.turn = (self.turn + 1) % self.workers
+        self.failovers += 1
+
+
 class InferenceClient:
     """Actor side of `topology.inference=central`. One DEALER per inference worker (ZMQ_IMMEDIATE: nothing queues
     for a worker that is down), so the actor chooses where each request goes: actor i starts at worker i mod N and
@@ -657,9 +683,11 @@ class InferenceClient:
         self.limits = accepting(Limits(), INFERENCE_REPLIES)
         self.socks = [connect_socket(ctx, zmq.DEALER, [a], sndhwm=4, rcvhwm=4, immediate=True) for a in addresses]
         self.actor, self.timeout_s, self.on_error = actor, timeout_s, on_error
-        self.turn = actor % len(addresses)
-        self.request_id = 0
-        self.failovers = 0
+        self.turns = InferenceTurns.of(actor, len(addresses))
+
+    @property
+    def failovers(self) -> int:
+        return self.turns.failovers
 
     def act(
         self, obs: np.ndarray, version: int, incarnation: str, stopped: Callable[[], bool] = lambda: False
@@ -673,9 +701,9 @@ class InferenceClient:
 
     def _try(self, obs: np.ndarray, version: int, incarnation: str) -> InferReply | None:
         """One request to the current worker; None (and the next worker's turn, unless it was only not ready)."""
-        self.request_id += 1
-        request = InferRequest(self.actor, self.request_id, version, incarnation, obs)
-        sock = self.socks[self.turn]
+        request_id = self.turns.next_request()
+        request = InferRequest(self.actor, request_id, version, incarnation, obs)
+        sock = self.socks[self.turns.turn]
         deadline = time.monotonic() + self.timeout_s
         if send(sock, frames_of(request.to_message()), self.timeout_s):
             while (remaining := deadline - time.monotonic()) > 0:
@@ -691,11 +719,10 @@ class InferenceClient:
                         return None
                     self.on_error(exc.reason)
                     continue
-                if reply.request == self.request_id:
+                if reply.request == request_id:
                     return reply
         self.on_error(INFERENCE_TIMEOUT)
-        self.turn = (self.turn + 1) % len(self.socks)
-        self.failovers += 1
+        self.turns.failed()
         return None
 
     def close(self) -> None:

@@ -29,7 +29,6 @@ import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
-from functools import partial
 from typing import Any, Protocol, TypedDict
 
 import numpy as np
@@ -342,14 +341,15 @@ class ActorPorts(Protocol):
 
 class Rollout(Protocol):
     """What makes an actor's chunks: its envs and policy (the process, serial mode), a recording (bench.fleet), a
-    script (the simulator)."""
+    script (the simulator). `blocking`: a chunk is stepped on the loop's own thread, the call taking the time it
+    takes; else the rollout schedules its steps on the loop (their time simulated) and calls `done` then."""
 
     @property
-    def seconds(self) -> float:
-        """How long a chunk takes on the loop's clock; 0: `collect` itself takes that time."""
-        ...
+    def blocking(self) -> bool: ...
 
-    def collect(self, version: int) -> Chunk: ...
+    def collect(self, version: int, done: Callable[[Chunk], None]) -> None:
+        """Step a chunk with the parameters of `version`; `done(chunk)` once it is stepped."""
+        ...
 
     def load(self, params: Params) -> None: ...
 
@@ -372,7 +372,7 @@ class ActorEvents:
 
 class ActorDriver:
     """`ActorCore` on a loop: each action done as the core says, the waits on an `Alarm`, what the host is told
-    handed to the core. A chunk stepped on the loop's own thread (`Rollout.seconds` 0) starts a turn of its own, so
+    handed to the core. A chunk stepped on the loop's own thread (`Rollout.blocking`) starts a turn of its own, so
     the loop serves what came meanwhile (serial mode's actors take turns with the learner, one chunk each)."""
 
     def __init__(
@@ -407,14 +407,13 @@ class ActorDriver:
                     self.ports.watch_room()
                 return
             if isinstance(action, Collect):
-                if acted and self.rollout.seconds <= 0:
+                if acted and self.rollout.blocking:
                     self.loop.at(self.loop.now(), self.kick)
                     return
-                if self.rollout.seconds > 0:
-                    self.collecting = True
-                    self.loop.at(self.loop.now() + self.rollout.seconds, partial(self._collected, action.version))
+                self.collecting = True
+                self.rollout.collect(action.version, self._collected)
+                if self.collecting:  # its steps are on the loop: `_collected` goes on
                     return
-                core.collected(self.rollout.collect(action.version))
             elif isinstance(action, Send):
                 chunk = core.sent(self.ports.send_chunk(encode_chunk(action.chunk, action.incarnation)))
                 if chunk is not None:
@@ -431,9 +430,9 @@ class ActorDriver:
                 return
             acted = True
 
-    def _collected(self, version: int) -> None:
+    def _collected(self, chunk: Chunk) -> None:
         self.collecting = False
-        self.core.collected(self.rollout.collect(version))
+        self.core.collected(chunk)
         self.kick()
 
     def _timed_out(self) -> None:
@@ -545,7 +544,7 @@ class Actor(ActorEvents):
     metrics the driver's `ActorEvents`. With `inference` (central mode) the policy is a `RemotePolicy` over the
     inference workers; the actor keeps its envs. `loop`: what its driver runs on (`drive`)."""
 
-    seconds = 0.0  # stepping the envs takes the time it takes
+    blocking = True  # stepping the envs takes the time it takes
 
     def __init__(
         self,
@@ -583,11 +582,11 @@ class Actor(ActorEvents):
     def drive(self, ports: ActorPorts) -> ActorDriver:
         return ActorDriver(self.core, self.loop, ports, self, self)
 
-    def collect(self, version: int) -> Chunk:
+    def collect(self, version: int, done: Callable[[Chunk], None]) -> None:
         chunk = self.collector.collect(version)
         if self.remote is not None:  # labelled with the oldest parameters that made one of its steps
             chunk.version = min(chunk.version, self.remote.take_version() or chunk.version)
-        return chunk
+        done(chunk)
 
     def load(self, params: Params) -> None:
         self.policy.load_params(params.arrays)

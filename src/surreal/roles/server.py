@@ -1,5 +1,5 @@
-"""What the replay and ps servers share: a poll loop over their sockets, counted drops, ROUTER replies,
-and the shell that runs one as a role.
+"""What the replay, ps and inference servers share: a loop over their sockets (roles/loop.py `ZmqLoop`, whose timers
+they use too), counted drops, ROUTER replies, and the shell that runs one as a role.
 
 A server registers each socket it reads with a handler and a burst bound: one poll drains up to that
 many messages from a socket before the next socket gets its turn, so a flood on one (experience) cannot
@@ -13,7 +13,6 @@ servers built on it.
 from __future__ import annotations
 
 import logging
-import math
 import signal
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
@@ -27,6 +26,7 @@ from surreal.proto.codec import Limits, Message, ProtocolError, decode
 from surreal.proto.curve import REFUSED_HELP, REFUSED_METRIC, HandshakeWatch, WireContext
 from surreal.proto.wire import ErrorReply
 from surreal.roles.common import EXIT_STOPPED, StopFlag, setup_logging
+from surreal.roles.loop import ZmqLoop
 from surreal.runtime.limits import raise_open_files
 from surreal.settings import Settings
 
@@ -54,16 +54,16 @@ class Server:
         self.m_refused = metrics.counter(REFUSED_METRIC, REFUSED_HELP, ["socket", "reason"])
         self.refused = 0
         self.logged_refusals: set[str] = set()
-        self.poller = zmq.Poller()
-        self._handlers: list[tuple[zmq.Socket, Handler, int | None]] = []
+        self.loop = ZmqLoop()  # its sockets and timers (roles/loop.py)
+        self._sockets: list[zmq.Socket] = []
 
     # -- registration ---------------------------------------------------------------------------------
 
     def listen(self, sock: zmq.Socket, handler: Handler, burst: int | None) -> None:
         """Hand each message arriving on `sock` to `handler`, at most `burst` per poll (None: until the
         socket is empty). Sockets are served in the order they were registered."""
-        self.poller.register(sock, zmq.POLLIN)
-        self._handlers.append((sock, handler, burst))
+        self.loop.listen(sock, handler, burst)
+        self._sockets.append(sock)
 
     def bind(
         self,
@@ -94,17 +94,15 @@ class Server:
     # -- the loop -------------------------------------------------------------------------------------
 
     def poll_once(self, timeout_s: float) -> None:
-        events = dict(self.poller.poll(math.ceil(timeout_s * 1000)))
-        for sock, handler, burst in self._handlers:
-            if sock in events:
-                _drain(sock, handler, burst)
+        """One turn of its loop: what arrived within `timeout_s` (or by the next timer) handled, due timers run."""
+        self.loop.turn(timeout_s)
 
     def run(self, stop: StopFlag) -> None:
         while not stop:
             self.poll_once(POLL_S)
 
     def close(self) -> None:
-        for sock, _, _ in self._handlers:
+        for sock in self._sockets:
             sock.close(0)
         self.metrics.close()
 
@@ -181,17 +179,6 @@ class Server:
         message = self.decoded(frames[1:], self.request_limits, identity)
         if message is not None:
             self.on_request(identity, message)
-
-
-def _drain(sock: zmq.Socket, handler: Handler, burst: int | None) -> None:
-    received = 0
-    while burst is None or received < burst:
-        try:
-            frames = sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
-        except zmq.Again:
-            break
-        handler(frames)
-        received += 1
 
 
 def endpoint(sock: zmq.Socket) -> str:

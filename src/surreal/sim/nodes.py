@@ -14,6 +14,7 @@ supervises its roles.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections import deque
@@ -27,12 +28,13 @@ import numpy as np
 from surreal.config import ExperimentConfig
 from surreal.launch.supervisor import RestartPolicy
 from surreal.metrics import RoleMetrics
-from surreal.proto.channels import ShardRequests, reply_with_data
+from surreal.proto.channels import NOT_READY_PAUSE_S, InferenceTurns, ShardRequests, reply_with_data
 from surreal.proto.codec import Message, ProtocolError, flatten
 from surreal.proto.wire import (
     ERROR,
     EXPERIENCE,
     FIFO_REPLY,
+    NO_VERSION,
     PARAMS,
     TRANSITION_REPLY,
     BlobMeta,
@@ -40,6 +42,8 @@ from surreal.proto.wire import (
     ErrorReply,
     Fields,
     FifoReply,
+    InferReply,
+    InferRequest,
     NotModified,
     Params,
     ParamsRequest,
@@ -56,6 +60,7 @@ from surreal.replay.snapfile import ShardState
 from surreal.replay.snapshot import SnapshotSchedule
 from surreal.roles.actor import FLUSH_S, ActorCore, ActorDriver, ActorEvents
 from surreal.roles.common import EXIT_STOPPED
+from surreal.roles.inference import InferenceCore, InferenceDriver
 from surreal.roles.learner import DONE, RECEIVE_TIMEOUT_S, LearnerCore, LearnerDriver
 from surreal.roles.ps import PsCore
 from surreal.roles.replay import ReplayCore
@@ -316,6 +321,82 @@ class PsNode(Process):
         self.spend(self.costs.blob_s if isinstance(reply, Message) else self.costs.not_modified_s)
         dst = self.net.nodes[peer]
         self.send(dst, message, message_bytes(message) if dst.bandwidth or self.bandwidth else 0)
+
+
+# -- inference workers ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InferenceCosts:
+    """Virtual seconds a worker's forward pass takes: a fixed part and one per observation; `slow` multiplies them
+    (a slow worker: a loaded GPU, a noisy neighbour)."""
+
+    batch_s: float = 0.001
+    per_env_s: float = 0.00002
+    slow: float = 1.0
+
+
+class InferenceNode(Process):
+    """An inference worker: `InferenceDriver` (roles/inference.py) on this node's loop; its policy is a script
+    whose forward pass costs `InferenceCosts` (the node is busy meanwhile: requests queue), its ps requests go to the
+    next ps replica up."""
+
+    restart = "always"
+
+    def __init__(
+        self,
+        world: World,
+        net: Network,
+        index: int,
+        cfg: ExperimentConfig,
+        ps: Sequence[Node],
+        ledger: Ledger,
+        obs_dim: int,
+        act_dim: int,
+        costs: InferenceCosts,
+    ) -> None:
+        super().__init__(world, net, f"inference-{index}", ledger)
+        self.cfg, self.ps, self.obs_dim, self.act_dim, self.costs = cfg, ps, obs_dim, act_dim, costs
+        self.boot(resumed=False)
+
+    def boot(self, resumed: bool) -> None:
+        self.next_ps = self.world.rng.randrange(len(self.ps))
+        core = InferenceCore.of(self.cfg, self._act, self._answer, self._ask, lambda params: None)
+        self.driver = InferenceDriver(core, self)
+        self.driver.start()
+
+    def _act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        costs = self.costs
+        self.spend(costs.slow * (costs.batch_s + costs.per_env_s * len(obs)))
+        actions = np.zeros((len(obs), self.act_dim), np.float32)
+        return actions, {"actions": actions, "logprobs": np.zeros(len(obs), np.float32)}
+
+    def _answer(self, peer: Any, reply: Any) -> None:
+        self.send(self.net.nodes[peer], reply.to_message())
+
+    def _ask(self, request: ParamsRequest) -> bool:
+        replicas = len(self.ps)
+        for i in range(replicas):
+            ps = self.ps[(self.next_ps + i) % replicas]
+            if ps.alive:
+                self.next_ps = (self.next_ps + i + 1) % replicas
+                return self.net.send(self, ps, request.to_message())
+        return False
+
+    def receive(self, src: Node, message: Message) -> None:
+        if src in self.ps:
+            with contextlib.suppress(ProtocolError):
+                self.driver.on_reply(decode_params_reply(message))
+            return
+        try:
+            request = InferRequest.from_message(message, self.obs_dim)
+        except ProtocolError:
+            return
+        self.driver.on_request(src.name, request)
+
+    def disconnected(self, peer: Node) -> None:
+        if peer in self.ps:
+            self.driver.on_disconnect()
 
 
 # -- learner --------------------------------------------------------------------------------------------
@@ -610,13 +691,18 @@ class ScriptedActor(ActorEvents):
     virtual seconds of the actor's work; a restarted actor's chunks get new serials), and what its driver tells the
     ledger: each chunk sent, a chunk lost on stop; a stopped actor's PUSH lingers FLUSH_S, then its process ends."""
 
+    blocking = False
+
     def __init__(self, node: ActorNode, chunks: ScriptedChunks, rate: float) -> None:
         self.node, self.chunks = node, chunks
         self.seconds = chunks.env_steps / rate
         self.serial = 0
 
-    def collect(self, version: int) -> Chunk:
+    def collect(self, version: int, done: Callable[[Chunk], None]) -> None:
         self.node.work_s += self.seconds  # stepping its envs: the actor's work
+        self.node.at(self.node.now() + self.seconds, lambda: done(self._chunk(version)))
+
+    def _chunk(self, version: int) -> Chunk:
         self.serial += 1
         return self.chunks.chunk(self.node.index, self.serial - 1, version)
 
@@ -633,6 +719,69 @@ class ScriptedActor(ActorEvents):
             node.ledger.lost_on_stop += 1
         if node.core.flush_tries is not None:
             node.at(node.world.now + FLUSH_S, lambda: node.exit(0))
+
+
+class RemoteScriptedActor(ScriptedActor):
+    """A central-mode actor's rollout (`topology.inference=central`): each of a chunk's T steps asks an inference
+    worker for its K actions (`InferenceTurns`, as `InferenceClient` keeps them: its worker while it answers, the
+    next one after `request_timeout_s`, the same one again after NOT_READY_PAUSE_S while it holds no parameters),
+    then steps its envs for its share of the chunk's time; the chunk is labelled with the oldest version that acted.
+    Stopping, a step that no worker answered abandons the chunk and ends the process (roles/actor.py
+    `InferenceStopped`)."""
+
+    def __init__(self, node: ActorNode, chunks: ScriptedChunks, rate: float, workers: Sequence[Node]) -> None:
+        super().__init__(node, chunks, rate)
+        self.workers, self.turns = workers, InferenceTurns.of(node.index, len(workers))
+        self.timeout_s = node.cfg.inference.request_timeout_s
+        self.step_s = self.seconds / chunks.T
+        self.obs = np.zeros((chunks.K, node.obs_dim), np.float32)
+        self.asked: int | None = None  # the request out
+        self.steps, self.oldest, self.version = 0, NO_VERSION, NO_VERSION
+        self.done: Callable[[Chunk], None] = lambda chunk: None
+
+    def collect(self, version: int, done: Callable[[Chunk], None]) -> None:
+        self.version, self.done, self.steps, self.oldest = version, done, 0, version
+        self._ask()
+
+    def _ask(self) -> None:
+        node = self.node
+        request_id = self.turns.next_request()
+        self.asked = request_id
+        request = InferRequest(node.index, request_id, node.core.version, node.core.incarnation, self.obs)
+        node.net.send(node, self.workers[self.turns.turn], request.to_message())
+        node.at(node.now() + self.timeout_s, lambda: self._timed_out(request_id))
+
+    def on_reply(self, message: Message) -> None:
+        node, request_id = self.node, self.asked
+        if request_id is None:
+            return
+        try:
+            reply = InferReply.from_message(message, self.chunks.K)
+        except ProtocolError as exc:
+            if exc.reason == "error_reply":  # the worker holds no parameters yet: it is asked again shortly
+                self.asked = None
+                node.at(node.now() + NOT_READY_PAUSE_S, self._ask)
+            return
+        if reply.request != request_id:
+            return  # a late reply to a request that timed out
+        self.asked, self.steps, self.oldest = None, self.steps + 1, min(self.oldest, reply.version)
+        node.work_s += self.step_s  # stepping its envs with these actions
+        if self.steps < self.chunks.T:
+            node.at(node.now() + self.step_s, self._ask)
+            return
+        chunk = self._chunk(self.version)
+        chunk.version = min(chunk.version, self.oldest)
+        node.at(node.now() + self.step_s, lambda: self.done(chunk))
+
+    def _timed_out(self, request_id: int) -> None:
+        if self.asked != request_id:
+            return
+        self.asked = None
+        self.turns.failed()
+        if self.node.core.flush_tries is not None:  # stopping, and no worker answered: the chunk is abandoned
+            self.node.exit(0)
+        else:
+            self._ask()
 
 
 class ActorNode(Process):
@@ -654,10 +803,15 @@ class ActorNode(Process):
         rate: float,
         fleet: Fleet,
         start_at: float = 0.0,
+        workers: Sequence[Node] = (),
+        obs_dim: int = 0,
     ) -> None:
         super().__init__(world, net, f"actor-{index}", ledger)
         self.index, self.cfg, self.shards, self.ps, self.fleet = index, cfg, shards, ps, fleet
-        self.scripted = ScriptedActor(self, chunks, rate)
+        self.workers, self.obs_dim = workers, obs_dim
+        self.scripted = (
+            RemoteScriptedActor(self, chunks, rate, workers) if workers else ScriptedActor(self, chunks, rate)
+        )
         for shard in shards:
             net.pipe(self, shard, cap=PUSH_HWM)
         self.driver: ActorDriver | None = None
@@ -710,6 +864,9 @@ class ActorNode(Process):
     # -- what it hears ----------------------------------------------------------------------------------
 
     def receive(self, src: Node, message: Message) -> None:
+        if src in self.workers and isinstance(self.scripted, RemoteScriptedActor):
+            self.scripted.on_reply(message)
+            return
         try:
             reply = decode_params_reply(message)
         except ProtocolError:

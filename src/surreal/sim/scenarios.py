@@ -36,9 +36,12 @@ from surreal.sim.nodes import (
     ActorNode,
     Costs,
     Fleet,
+    InferenceCosts,
+    InferenceNode,
     LearnerNode,
     Process,
     PsNode,
+    RemoteScriptedActor,
     ReplayNode,
     ScriptedChunks,
     ServiceCosts,
@@ -109,6 +112,9 @@ class Scenario:
     service_costs: ServiceCosts = ServiceCosts()  # the shards' and ps replicas' time per event (none: instant)
     env_dims: tuple[int, int] = PENDULUM  # observation and action sizes: what chunks, samples and blobs weigh
     hidden_sizes: str | None = "[16]"  # the policy's widths (None: the algorithm's default)
+    inference_workers: int = 0  # central inference (`topology.inference=central`) with this many workers; 0: none
+    inference_costs: InferenceCosts = InferenceCosts()
+    slow_worker: float = 1.0  # what inference-0's costs are multiplied by
 
     def config(self) -> ExperimentConfig:
         overrides = [
@@ -124,6 +130,8 @@ class Scenario:
             "learner.keep_checkpoints=1",
             *([f"algo.hidden_sizes={self.hidden_sizes}"] if self.hidden_sizes else []),
         ]
+        if self.inference_workers:
+            overrides += ["topology.inference=central", f"topology.inference_workers={self.inference_workers}"]
         if self.algo == "ppo":
             overrides += ["algo.batch_size=2048", "algo.minibatch_size=256", "replay.capacity=16384"]
         elif self.algo == "es":
@@ -194,6 +202,19 @@ class Sim:
         if "shard" in scenario.hostile:  # among the learner's shards only: actors push to the honest ones
             self.shards.append(HostileShard(world, net, len(self.shards), cfg, fields))
         self.ps = [PsNode(world, net, i, ledger, scenario.service_costs) for i in range(scenario.ps)]
+        self.workers: list[Node] = [
+            InferenceNode(
+                world,
+                net,
+                i,
+                cfg,
+                self.ps,
+                ledger,
+                *scenario.env_dims,
+                replace(scenario.inference_costs, slow=scenario.slow_worker if i == 0 else 1.0),
+            )  # fmt: skip
+            for i in range(scenario.inference_workers)
+        ]
         params = _blob_params(cfg, self.spaces)
         self.learner = LearnerNode(
             world, net, cfg, run_dir, self.spaces, fields, params, self.shards, self.ps, ledger,
@@ -230,7 +251,7 @@ class Sim:
         s = self.scenario
         self.actors[index] = ActorNode(
             self.world, self.net, index, self.cfg, self.chunks, self.honest_shards, self.ps, self.ledger, s.rate,
-            self.fleet, start_at,
+            self.fleet, start_at, self.workers, s.env_dims[0],
         )  # fmt: skip
 
     def apply(self, fault: Fault) -> None:
@@ -349,6 +370,9 @@ class Sim:
                 if isinstance(n, Process) and n.policy.restarts
             },
             "done_at": ledger.done_at,
+            "inference_failovers": sum(
+                a.scripted.turns.failovers for a in self.actors.values() if isinstance(a.scripted, RemoteScriptedActor)
+            ),
         }
 
 
@@ -576,6 +600,37 @@ ON_POLICY = [
     ),
 ]
 
+CENTRAL_INFERENCE = [
+    Scenario(
+        "ppo-central-inference-worker-killed",
+        "PPO, 16 actors acting through 2 inference workers; worker 0 is killed (SIGKILL) at 10 s and restarted: "
+        "the requests it held time out and go to worker 1, and every chunk is made with actions.",
+        actors=16,
+        inference_workers=2,
+        total_env_steps=40_000,
+        faults=(Fault(10.0, "kill", ("inference-0",)),),
+    ),
+    Scenario(
+        "ppo-central-inference-slow-worker",
+        "PPO, 16 actors, 2 inference workers, worker 0 so slow (3 s a batch) that its actors' requests time out: "
+        "they go to worker 1 and stay there.",
+        actors=16,
+        inference_workers=2,
+        total_env_steps=40_000,
+        slow_worker=3000.0,
+    ),
+    Scenario(
+        "ppo-central-inference-ps-killed",
+        "PPO, 16 actors, 2 inference workers, 2 ps; ps 0 killed at 8 s: the workers ask the other replica, and "
+        "catch up to the versions their actors run.",
+        actors=16,
+        ps=2,
+        inference_workers=2,
+        total_env_steps=40_000,
+        faults=(Fault(8.0, "kill", _ps(0)),),
+    ),
+]
+
 OFF_POLICY = [
     Scenario(
         "ddpg-16-steady",
@@ -667,4 +722,4 @@ OFF_POLICY = [
     ),
 ]
 
-SCENARIOS: dict[str, Scenario] = {scenario.name: scenario for scenario in [*ON_POLICY, *OFF_POLICY]}
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in [*ON_POLICY, *CENTRAL_INFERENCE, *OFF_POLICY]}
