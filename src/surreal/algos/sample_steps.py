@@ -94,16 +94,15 @@ class SampleStepper(CompiledSteps):
 
     def params(self) -> dict[str, Any]:
         """The actor's weights (with any running statistics), and whether actors should still act uniformly at
-        random (no update yet): what `OffPolicyPolicy.load_params` takes (algos/ddpg.py)."""
+        random (no update yet): what `OffPolicyPolicy.load_params` takes."""
         actor = {k: v.detach().cpu().numpy() for k, v in self.actor.state_dict().items()}
         return {"actor": actor, "warmup": np.array(self.updates == 0)}
 
-    # -- the machinery ------------------------------------------------------------------------------------
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """Each optimizer under its checkpoint key (`actor_optimizer`, `critic_optimizer`, ...)."""
+        raise NotImplementedError
 
-    @staticmethod
-    def step_size(optimizer: torch.optim.Optimizer) -> float:
-        """The learning rate `optimizer` steps with (one group each here)."""
-        return float(optimizer.param_groups[0]["lr"])
+    # -- the machinery ------------------------------------------------------------------------------------
 
     def fused_adam(self, parameters: Any, lr: float, beta1: float = 0.9) -> torch.optim.Adam:
         """Adam, fused: one kernel per step for all parameters, and safe to capture in a CUDA graph. Its
@@ -183,6 +182,9 @@ class SampleStepper(CompiledSteps):
         return out, priorities.reshape(-1)
 
     def learning_rates(self) -> dict[str, float]:
-        """Each optimizer's step size (`actor_lr`, `critic_lr`, ...), logged with every step's statistics as SB3 logs
-        its learning rate: a subclass names its optimizers."""
-        raise NotImplementedError
+        """Each optimizer's step size (`actor_lr`, `critic_lr`, ...; one group each), logged with every step's
+        statistics as SB3 logs its learning rate."""
+        return {
+            f"{key.removesuffix('_optimizer')}_lr": float(o.param_groups[0]["lr"])
+            for key, o in self.optimizers().items()
+        }
