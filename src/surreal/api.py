@@ -13,13 +13,9 @@ this process (run/serial.py: deterministic for a seed, for notebooks and tests).
 same (`runs/<name>/`: config.yaml, metrics.jsonl, evals.jsonl, eval.json, checkpoints, summary.json), and `Run` reads
 its results from there, so `Run.open` reads a run started from the CLI just as well.
 
-Errors are the CLI's: a config that cannot run raises `surreal.config.ConfigError` with the one line `surreal run`
-prints (raised by the preparation, before anything starts), a run that fails raises `RunFailed` with the launcher's
-reason (summary.json's).
-
-A script that ends while a run it `start`ed still runs stops that run as Ctrl-C would (the learner checkpoints, the
-shards snapshot) and says so in one line on stderr, with how to resume it (`_stop_runs_left`): its launcher would
-otherwise be ended without a word, and a serial run would keep the script from exiting until its budget was spent.
+Errors are the CLI's (`train`). A script that ends while a run it `start`ed still runs stops that run as Ctrl-C would
+(`_stop_runs_left`): its launcher would otherwise be ended without a word, and a serial run would keep the script from
+exiting until its budget was spent.
 
 Importing `surreal` loads none of this; this module imports Hydra, torch and the launcher only when a run is
 made or read.
@@ -394,7 +390,8 @@ def start(
         if isinstance(exc, RunComplete):  # resumed with its budget spent: nothing to start, its results are there
             return Run.open(exc.run_dir, imports)
         raise
-    _warn(prepared.warnings)
+    for line in prepared.warnings:  # a budget a default eats (run/preflight.py), as the CLI prints it
+        warnings.warn(line, UserWarning, stacklevel=3)
     run = Run(prepared.dir)
     run.imports = tuple(imports)
     if mode == "processes":
@@ -402,12 +399,6 @@ def start(
     else:
         run._start_serial(prepared)
     return run
-
-
-def _warn(lines: list[str]) -> None:
-    """A budget a default eats (run/preflight.py), as the CLI prints it: a UserWarning each, at the caller."""
-    for line in lines:
-        warnings.warn(line, UserWarning, stacklevel=4)
 
 
 def train(
