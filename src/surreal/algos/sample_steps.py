@@ -4,8 +4,7 @@ in place.
 
 Why one class: the learner role hands an off-policy learner a sample of k minibatches (runtime/regimes/
 replay_ratio.py); stepping through it without a host sync, skipping a diverged step inside fused Adam, and
-replaying each kind of step as a CUDA graph are the same machinery whatever the losses are. An algorithm
-subclasses `SampleStepper` and supplies its losses, its `train_step`, its statistics and its sample tensors.
+replaying each kind of step as a CUDA graph are the same machinery whatever the losses are.
 
 In a data-parallel group (`learner.replicas` > 1, algos/replica.py) each rank steps through a sample of its own
 (its share of every minibatch), draws its share of the whole minibatch's noise (`randn`), averages every step's
