@@ -111,13 +111,13 @@ class Run:
 
     Results are read from the folder whenever asked, so they follow a run that is still going."""
 
-    def __init__(self, run_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, run_dir: str | os.PathLike[str], imports: Sequence[str] = ()) -> None:
         self.dir = Path(run_dir).resolve()
         self._process: subprocess.Popen[bytes] | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._error: BaseException | None = None
-        self.imports: tuple[str, ...] = ()  # modules the user named for this run's env (`open`, `start`)
+        self.imports = tuple(imports)  # modules the user named for this run's env (`open`, `start`)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], imports: Sequence[str] = ()) -> Run:
@@ -126,9 +126,7 @@ class Run:
         its id imports nothing but `imports`, the modules you name (imported first) or have imported."""
         from surreal.run.resume import find_run_dir
 
-        run = cls(find_run_dir(path))
-        run.imports = tuple(imports)
-        return run
+        return cls(find_run_dir(path), imports)
 
     def __repr__(self) -> str:
         return f"Run({str(self.dir)!r}, status={self.status!r})"
@@ -392,8 +390,7 @@ def start(
         raise
     for line in prepared.warnings:  # a budget a default eats (run/preflight.py), as the CLI prints it
         warnings.warn(line, UserWarning, stacklevel=3)
-    run = Run(prepared.dir)
-    run.imports = tuple(imports)
+    run = Run(prepared.dir, imports)
     if mode == "processes":
         run._launch(prepared, root)
     else:
