@@ -16,7 +16,7 @@ maps releases to their overrides.
 The checks are `surreal run`'s: each member's experiment is read as the roles read it, then put through the same
 preflight (run/preflight.py `checked`: the env built once, its spaces against the algorithm's), so a misspelt env
 id or DDPG on CartPole is the very line `surreal run` prints (exit 2), and nothing is written; its budget warnings are
-printed as `surreal run` prints them. An off-policy member's replay layout, resolved there, is written into
+printed as `surreal run` prints them. A member's replay layout, resolved there, is written into
 `experiment.replay.layout` (the replay pods have neither the env nor torch). So the env's package must be installed
 where this runs, and an id naming a module not typed here needs `--import`.
 
@@ -172,10 +172,10 @@ def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 def lay_out_replay(values: dict[str, Any], cfg: ExperimentConfig) -> None:
-    """Write a transition replay's layout, resolved as `surreal run` resolves it (`check_experiment`), into the
-    member's experiment (`experiment.replay.layout`): the replay pods have neither the env nor torch, and without it
-    a shard is laid out by its first chunk. A FIFO needs none; a base's or a run's layout goes either way (for another
-    env perhaps)."""
+    """Write the replay's layout, resolved as `surreal run` resolves it (`check_experiment`), into the member's
+    experiment (`experiment.replay.layout`): the replay pods have neither the env nor torch, and without it a
+    transition shard is laid out by its first chunk and a FIFO takes any well-formed chunk. A base's or a run's layout
+    goes either way (for another env perhaps)."""
     experiment = values.setdefault("experiment", {})
     replay = experiment.get("replay")
     if isinstance(replay, dict):

@@ -2,7 +2,9 @@
 
 - `ChunkFifo`: on-policy. Whole `Chunk`s, as validated on arrival, served once each in arrival order, oldest dropped
   (and counted) when the capacity in transitions or bytes would be exceeded; a reply packs chunks only up to the
-  receiver's limits, and a chunk that could never fit one is refused when it arrives.
+  receiver's limits, and a chunk that could never fit one is refused when it arrives. With the experiment's declared
+  layout (`replay.layout`: the algorithm's chunk fields), a chunk that differs (a frame of another shape or dtype,
+  an index past its frames) is refused on arrival, before it takes any of the queue's bytes.
 - `TransitionStorage`: off-policy ring buffer of transitions, preallocated at start from the experiment's declared
   layout (the algorithm's chunk fields over the env's spaces: `replay.layout`, which the launcher resolves) or, where
   none was declared, from the first batch, with a monotonic insertion id per slot so a priority update for a slot
@@ -34,8 +36,10 @@ from surreal.proto.wire import (
     FifoReply,
     ShardReport,
     TransitionReply,
+    check_fields,
     chunk_from_meta,
     chunk_meta,
+    is_per_chunk,
     lead_dims,
 )
 from surreal.replay.snapfile import Capture, ShardState
@@ -49,11 +53,15 @@ NO_SLOTS = np.zeros(0, np.int64)
 def flatten_time_major(arrays: dict[str, Any]) -> dict[str, np.ndarray]:
     """A chunk's [T, K, ...] arrays (nested dicts allowed) -> [T*K, ...] transitions keyed by a/b paths
     (the codec's names), every array sharing the chunk's leading [T, K] (`lead_dims`). A chunk with `PER_ENV`
-    arrays (a recurrent policy's, whose steps only make sense in sequence) is no set of transitions: ValueError."""
+    arrays (a recurrent policy's, whose steps only make sense in sequence) is no set of transitions, nor is one with
+    `PER_CHUNK` arrays (frames its steps index): ValueError."""
     if PER_ENV in arrays:
         raise ValueError(f"a chunk with {PER_ENV} arrays is learned from whole, not as separate transitions")
     t, k = lead_dims(arrays)
-    return {name: array.reshape(t * k, *array.shape[2:]) for name, array in flatten(arrays)}
+    leaves = flatten(arrays)
+    if any(is_per_chunk(name) for name, _ in leaves):
+        raise ValueError("a chunk of frames and their indices is not stored as separate transitions")
+    return {name: array.reshape(t * k, *array.shape[2:]) for name, array in leaves}
 
 
 class ReplayStats(TypedDict):
@@ -137,13 +145,20 @@ class ChunkFifo:
     served_once = True
 
     def __init__(
-        self, capacity_transitions: int, capacity_bytes: int = DEFAULT_CAPACITY_BYTES, reply: Limits = DEFAULT_REPLY
+        self,
+        capacity_transitions: int,
+        capacity_bytes: int = DEFAULT_CAPACITY_BYTES,
+        reply: Limits = DEFAULT_REPLY,
+        layout: Fields | None = None,
     ) -> None:
+        """`layout`: the fields every chunk must hold (`replay.layout`); None takes any well-formed chunk and leaves
+        the check to the learner."""
         if capacity_transitions < 1:
             raise ValueError(f"capacity must be >= 1 (got {capacity_transitions})")
         self.capacity = capacity_transitions
         self.capacity_bytes = capacity_bytes
         self.reply_limits = reply  # the receiver's limits: every reply must pass its decode
+        self.layout = layout
         self._items: deque[FifoItem] = deque()
         self.size = 0
         self.size_bytes = 0
@@ -162,11 +177,14 @@ class ChunkFifo:
         return tuple(self._items)
 
     def add(self, chunk: Chunk, transitions: int) -> np.ndarray:
-        """Append a chunk. One that no reply could carry is refused (`ProtocolError`), so it is never lost
-        later; one larger than the whole capacity could never be held, so it is dropped (counted)."""
+        """Append a chunk. One that no reply could carry, or that differs from the layout, is refused
+        (`ProtocolError`), so it is never lost later; one larger than the whole capacity could never be held, so it is
+        dropped (counted)."""
         if transitions < 0:
             raise ValueError(f"transitions must be >= 0 (got {transitions})")
         leaves = flatten(chunk.arrays)
+        if self.layout is not None:
+            check_fields(dict(leaves), self.layout, 2, "bad_chunk_fields")
         nbytes = sum(array.nbytes for _, array in leaves)
         header = header_cost(chunk_meta(chunk, chunk.incarnation), chunk.arrays)
         item = FifoItem(chunk, transitions, len(leaves), nbytes, header)
@@ -262,7 +280,7 @@ class ChunkFifo:
     def restored(self, state: ShardState) -> ChunkFifo:
         """Each chunk's metadata is checked again as the wire checks it (`chunk_from_meta`)."""
         books = cast(FifoBooks, state.books)
-        fifo = ChunkFifo(self.capacity, self.capacity_bytes, self.reply_limits)
+        fifo = ChunkFifo(self.capacity, self.capacity_bytes, self.reply_limits, self.layout)
         for i, entry in enumerate(books["items"]):
             prefix = f"fifo/{i}/"
             arrays = unflatten(
@@ -275,7 +293,7 @@ class ChunkFifo:
         return fifo
 
     def describe(self) -> str:
-        return ""
+        return ", chunks held to replay.layout" if self.layout else ""
 
 
 # -- off-policy -----------------------------------------------------------------------------------------
