@@ -86,7 +86,7 @@ IMAGE_STAND_INS = [
 LEFT_OUT = {
     "mink": "robosuite's whole-body IK helper: never imported by a single-arm task with the default OSC controller",
     "qpsolvers": "robosuite lists it for mink's IK only; never imported by the tasks",
-    "opencv-python": "the GPU image has opencv-python-headless, the same cv2 (robosuite renders with it, Atari resizes)",
+    "opencv-python": "the GPU image has opencv-python-headless, the same cv2 (robosuite renders, Atari resizes)",
     "pynput": "robosuite's keyboard teleoperation device only",
 }
 
