@@ -48,7 +48,7 @@ from surreal.replay.buffers import ChunkFifo
 from surreal.replay.shard import ReplayShard
 from surreal.roles.replay import ReplayCore
 from surreal.runtime.checkpoint import CheckpointStore
-from surreal.runtime.frame_chunks import FRAMES_FIELD, NEXT_INDEX, OBS_INDEX, unpack
+from surreal.runtime.frame_chunks import FRAMES_FIELD, NEXT_INDEX, OBS_INDEX, frame_fields, unpack
 from surreal.runtime.rollout import RolloutCollector
 
 PONG, BREAKOUT = "ALE/Pong-v5", "ALE/Breakout-v5"
@@ -307,6 +307,36 @@ def test_a_pong_sized_chunk_keeps_to_the_replays_byte_limits_and_survives_its_sn
         assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(flatten(got.arrays), flatten(sent), strict=True))
 
 
+def test_a_layout_of_frames_survives_the_config_and_a_bad_index_is_refused():
+    """`replay.layout` carries PPO's frame fields through the config (plain data) and back; an index field must name
+    a per-chunk field of the layout."""
+    fields = chunk_fields(*spaces_of(), PPOConfig())
+    assert fields[OBS_INDEX].index_of == FRAMES_FIELD and fields_of(layout_of(fields)) == fields
+    assert fields_of(json.loads(json.dumps(layout_of(fields)))) == fields
+    assert frame_fields((3, 84, 84))[FRAMES_FIELD].shape == (84, 84)
+    for index_of in ("rewards", "per_chunk/missing"):
+        bad = layout_of(fields)
+        bad[OBS_INDEX]["index_of"] = index_of
+        with pytest.raises(ValueError, match="index_of must name a per-chunk field"):
+            fields_of(bad)
+
+
+def test_a_cnn_learners_checkpoint_resumes_its_next_update_exactly(tmp_path):
+    """The learner's state (no observation statistics for images) through a weights-only save and load: the next
+    update is the one the learner that never stopped makes."""
+    cfg = PPOConfig(batch_size=64, minibatch_size=32, update_epochs=1)
+    spaces, chunks = pong_chunks(cfg, 4, seed=4)
+    learner = PPOLearner(*spaces, cfg, torch.device("cpu"))
+    learner.update(chunks[:2], 0.1)
+    assert "obs_rms" not in learner.state_dict() and "obs_norm" not in learner.params()
+    torch.save(learner.state_dict(), tmp_path / "ckpt.pt")
+    resumed = PPOLearner(*spaces, cfg, torch.device("cpu"))
+    resumed.load_state_dict(torch.load(tmp_path / "ckpt.pt", weights_only=True))
+    assert resumed.update(chunks[2:], 0.5) == learner.update(chunks[2:], 0.5)
+    for (name, a), (_, b) in zip(learner.model.state_dict().items(), resumed.model.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+
+
 def test_the_first_minibatch_of_an_update_sees_what_the_actor_saw():
     """The actor's policy acted on the env's stacks and recorded their log-probabilities; the learner scores the
     stacks it rebuilt from the frames with the same parameters: the ratio is one (approx_kl 0 to float rounding)
@@ -514,3 +544,54 @@ def test_surreal_eval_scores_games_and_records_pong(trained, tmp_path):
     recorded = json.loads((tmp_path / "v.json").read_text())
     assert [Path(p).name for p in recorded["videos"]] == ["env0-episode-1.mp4"]
     assert (videos / "env0-episode-1.mp4").stat().st_size > 1000
+
+
+# -- the learner's compiled and GPU paths --------------------------------------------------------------------------
+
+
+def pong_chunks(cfg: PPOConfig, count: int, seed: int) -> tuple[Any, list[Chunk]]:
+    """Pong's spaces and `count` packed chunks of 32 steps x 2 envs from a scripted collector."""
+    spaces = spaces_of(PONG, **SHORT)
+    envs = make_vec_env(PONG, 2, seed, SHORT)
+    collector = RolloutCollector(envs, Scripted(int(spaces[1].n), 2, seed), 32, 0, frames=True)
+    chunks = [collector.collect(0) for _ in range(count)]
+    envs.close()
+    return spaces, chunks
+
+
+@pytest.mark.slow
+def test_the_compiled_cnn_update_matches_the_eager_one():
+    """`learner.compile=true` compiles the loss with the encoder in it (inductor on the CPU: a minute or more here);
+    two updates give the eager numbers to 1e-4."""
+    cfg = PPOConfig(batch_size=64, minibatch_size=32, update_epochs=2)
+    spaces, chunks = pong_chunks(cfg, 4, seed=2)
+    eager, compiled = (PPOLearner(*spaces, cfg, torch.device("cpu"), compile=c) for c in (False, True))
+    for batch in (chunks[:2], chunks[2:]):
+        stats_eager, stats_compiled = eager.update(batch, 0.1), compiled.update(batch, 0.1)
+    assert compiled.compile, "the compiled step fell back to eager"
+    assert stats_compiled == pytest.approx(stats_eager, abs=1e-4)
+    for (name, a), (_, b) in zip(eager.model.state_dict().items(), compiled.model.state_dict().items(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-4, msg=name)
+
+
+@pytest.mark.gpu
+def test_cuda_cnn_update_channels_last_compiled_and_bf16():
+    """On CUDA the learner's convolutions run channels-last; the compiled (graph-captured) update gives the eager
+    numbers, and bf16 autocast a finite first update near float32's."""
+    cfg = PPOConfig(batch_size=64, minibatch_size=32, update_epochs=2)
+    spaces, chunks = pong_chunks(cfg, 4, seed=3)
+    cuda = torch.device("cuda")
+    eager, graphed = (PPOLearner(*spaces, cfg, cuda, compile=c) for c in (False, True))
+    assert eager.model.encoder.channels_last
+    conv = next(m for m in eager.model.modules() if isinstance(m, torch.nn.Conv2d))
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+    first = None
+    for progress, batch in ((0.1, chunks[:2]), (0.6, chunks[2:])):
+        stats_eager, stats_graphed = eager.update(batch, progress), graphed.update(batch, progress)
+        first = first or stats_eager
+    assert graphed.compile and graphed.step_fn.graph is not None
+    assert stats_graphed == pytest.approx(stats_eager, abs=1e-3)
+    bf16 = PPOLearner(*spaces, PPOConfig(batch_size=64, minibatch_size=32, update_epochs=2, autocast="bf16"), cuda)
+    stats = bf16.update(chunks[:2], 0.1)
+    assert stats["nonfinite_skipped"] == 0.0
+    assert stats["value_loss"] == pytest.approx(first["value_loss"], rel=0.1)

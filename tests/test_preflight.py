@@ -29,6 +29,14 @@ REFUSALS = {
         ["env=FrozenLake-v1"],
         "algo=ppo takes flat Box or uint8 (C, H, W) image observations; FrozenLake-v1's",
     ),
+    "images for an MLP algorithm": (
+        ["algo=sac", "env=ALE/Pong-v5"],
+        "algo=sac takes flat Box observations; ALE/Pong-v5's observations are Box(4, 84, 84) uint8 images; ppo takes",
+    ),
+    "images too large for a replay message": (
+        ["env=ALE/Pong-v5", "topology.envs_per_actor=5"],
+        "steps of ALE/Pong-v5 (observations Box(4, 84, 84) uint8 images, sent as each frame once, at most every",
+    ),
     "a kwarg the env does not take": (["env=Pendulum-v1", "env.kwargs.gravity=9.8"], "env.kwargs.gravity is not a"),
     "a kwarg with a near name": (["env=Pendulum-v1", "env.kwargs.gg=9.8"], "did you mean g?"),
     "an env that fails to build": (
