@@ -20,14 +20,10 @@ actors could send, on the cores the values file requests), and says whether the 
 1,024 actors takes 5-15 s of wall time on a 2-core box, sizing one about 30 s more, 15,000 actors about 3 minutes.
 
 `--check` predicts every point of bench/results/fleet.2core.json (bench.fleet's simulated actors at the rate it
-set, against the real services on this box: learner on the CPU, one shard, one ps, Unix sockets) and of every
-GPU machine's bench/results/throughput.<gpu>-16core.json (real actors, 4 envs each; GPU learner), prints the
-error of each against its target (20 % and 25 %) and writes everything to bench/results/capacity.2core.json
-(under a minute). A point is predicted from its cluster description only (actors, rate, batch rule, topology);
-nothing is read from its measured outcome. On a GPU machine the 1-actor point is a calibration, not a check:
-with the learner measured there (`--measure-learner`), it gives an actor's rate in the system, which that
-machine's shared cores hold below the raw rate; without (the H100 file), it gives the learner's cost
-(`gpu_box_check` says which, and why).
+set, against the real services on this box) and of every GPU machine's bench/results/throughput.<gpu>-16core.json
+(`gpu_box_check`: its 1-actor point calibrates), prints the error of each against its target (20 % and 25 %) and
+writes everything to bench/results/capacity.2core.json. A point is predicted from its cluster description only
+(actors, rate, batch rule, topology); nothing is read from its measured outcome.
 """
 
 from __future__ import annotations

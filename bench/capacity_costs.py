@@ -1,20 +1,10 @@
 """The capacity model's per-component costs: short micro-benchmarks (`--measure`) and figures read from other
 results files, each with its source.
 
-Measured here, each the fastest of a few rounds of one thread's CPU time (another program's load slows the wall
-clock and, less, the CPU time; this box is shared, say so next to any figure):
-
-- actor: one env and the PPO policy as an actor starts it, stepping (bench.throughput's raw actor), HalfCheetah-v5
-  and, where robosuite imports, robosuite Lift;
-- learner (cpu): the learner role's `LearnerCore` in-process (bench.learner's harness) on chunks of 64 steps cut
-  from the recorded HalfCheetah-v5 rollout, one per actor as bench.fleet sends them: PPO at two batches under the
-  fleet's rule (minibatch = batch / 32, 10 epochs) gives the per-step and per-sample costs; DDPG's gradient step
-  on replay-shaped samples of 4 x 256;
-- replay shard: chunks framed as an actor sends them, decoded and stored by `ReplayShard` (ingest), and sample
-  replies drawn and framed (egress);
-- ps: a `ParamServer` replica on inproc sockets in a thread of its own, saturated (64 DEALERs keep 8 requests
-  each in flight), answering with the PPO policy's real blob ("params") or "not modified", per CPU second of its
-  own thread.
+Measured here (`actor_rate`, `learner_costs`, `shard_rates`, `ps_rates`), each the fastest of a few rounds of one
+thread's CPU time (another program's load slows the wall clock and, less, the CPU time; this box is shared, say so
+next to any figure). The learner's is the learner role's `LearnerCore` in-process (bench.learner's harness) on chunks
+of 64 steps cut from the recorded HalfCheetah-v5 rollout, one per actor as bench.fleet sends them.
 
 On a GPU machine (`--measure-learner cuda`, bench/gpu.sh part3): the same two PPO updates and the DDPG step on
 the GPU, compiled and replayed as CUDA graphs as that part's system runs are, by the wall clock with the device

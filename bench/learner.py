@@ -479,9 +479,8 @@ def ppo_row(cfg: PPOConfig, device: torch.device, args: argparse.Namespace, sync
 
 
 def offpolicy_row(algo: str, device: torch.device, args: argparse.Namespace, sync: Callable[[], None]) -> dict:
-    """DDPG, TD3 (DDPG with its switches), SAC or CrossQ (SAC with its switches): the learner, the learner core and
-    CleanRL's update on the same samples (for CrossQ, CleanRL's SAC update with critics as wide: what the switches
-    cost or save at that width)."""
+    """DDPG, TD3, SAC or CrossQ: the learner, the learner core and CleanRL's update on the same samples (module
+    docstring)."""
     cfg, switches = offpolicy_config(algo)
     module_name = algo_module(algo)
     k = LearnerConfig().minibatches_per_sample  # what the learner asks a shard for: k minibatches per sample

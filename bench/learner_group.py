@@ -68,8 +68,8 @@ def rank_main(args: argparse.Namespace) -> None:
     else:
         cfg = workload.offpolicy_config(args.algo)[0]
         obs_space, act_space, chunks = workload.collect_chunks(workload.algo_module(args.algo), cfg, 8)
-    replica = ALONE
-    if args.size > 0:
+    replica, grouped = ALONE, args.size > 0
+    if grouped:
         rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if args.device == "cuda" else torch.device("cpu")
         backend = "nccl" if device.type == "cuda" else "gloo"
@@ -96,7 +96,7 @@ def rank_main(args: argparse.Namespace) -> None:
     def barrier() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        if replica is not None:
+        if grouped:
             dist.barrier()
 
     update(0)
@@ -109,7 +109,7 @@ def rank_main(args: argparse.Namespace) -> None:
     if rank == 0:
         rate = args.updates * per_call / elapsed
         Path(args.result).write_text(json.dumps({"updates_per_s": rate, "seconds": elapsed}))
-    if replica is not None:
+    if grouped:
         dist.destroy_process_group()
         end_group_process(0)
 

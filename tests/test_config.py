@@ -8,6 +8,7 @@ from dataclasses import replace
 from importlib import resources
 
 import pytest
+import yaml
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
@@ -25,7 +26,7 @@ from surreal.config import (
     save_config,
     validate,
 )
-from surreal.config.loading import _hydra, schema_node
+from surreal.config.loading import MOVED_KEYS, _hydra, schema_node
 from surreal.config.schema import ALGORITHMS
 
 
@@ -304,3 +305,28 @@ def test_a_preset_that_picks_the_algorithm_types_the_overrides_by_it():
     assert (cfg.algo.name, cfg.algo.critic_hidden_sizes, cfg.algo.critic_norm) == ("sac", [64, 64], "batch_renorm")
     with pytest.raises(ConfigError, match="unknown config key 'algo.lr'"):
         load_config(["preset=crossq", "algo.lr=1e-3"])
+
+
+@pytest.mark.parametrize("algo", ["ppo", "es"])
+def test_a_config_file_written_before_the_regime_keys_moved_is_read_with_them_moved(tmp_path, algo):
+    """A run folder's config.yaml from before `actor.rollout_ahead`, `learner.max_staleness` and
+    `actor.overdraft_after_s` moved to the regime's section (`algo.*`) still resumes: the values move with them, and a
+    lock-step ES, which has no rollout_ahead, drops the one it never used."""
+    path = tmp_path / "config.yaml"
+    save_config(load_config([f"algo={algo}"]), path)
+    data = yaml.safe_load(path.read_text())
+    for old in MOVED_KEYS:
+        section, _, key = old.partition(".")
+        data["algo"].pop(key, None)
+        data[section][key] = {"rollout_ahead": 3, "max_staleness": 7, "overdraft_after_s": 12.5}[key]
+    path.write_text(yaml.safe_dump(data))
+    cfg = read_config(path)
+    assert cfg.algo.overdraft_after_s == 12.5
+    assert getattr(cfg.algo, "rollout_ahead", 3) == 3 and getattr(cfg.algo, "max_staleness", 7) == 7
+    assert algo == "es" or (cfg.algo.rollout_ahead, cfg.algo.max_staleness) == (3, 7)
+
+
+@pytest.mark.parametrize("old", sorted(MOVED_KEYS))
+def test_an_override_of_a_moved_key_names_where_it_went(old):
+    with pytest.raises(ConfigError, match=rf"^{old}=3: {old} moved to {MOVED_KEYS[old]}: write {MOVED_KEYS[old]}=3$"):
+        load_config([old + "=3"])

@@ -11,6 +11,7 @@ first use, so `import surreal` itself loads neither torch nor Hydra (a replay or
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -31,21 +32,15 @@ if TYPE_CHECKING:
     from surreal.errors import ConfigError
     from surreal.policy.load import Policy, PolicyError, load_policy
 
-_API = frozenset({"Run", "RunFailed", "start", "train"})
-_POLICY = frozenset({"load_policy", "Policy", "PolicyError"})
+# Each name and the module that defines it, imported on first use.
+_LAZY = {
+    "ConfigError": "surreal.errors",
+    **dict.fromkeys(("Run", "RunFailed", "start", "train"), "surreal.api"),
+    **dict.fromkeys(("Policy", "PolicyError", "load_policy"), "surreal.policy.load"),
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name == "ConfigError":
-        from surreal.errors import ConfigError
-
-        return ConfigError
-    if name in _API:
-        from surreal import api
-
-        return getattr(api, name)
-    if name in _POLICY:
-        from surreal.policy import load
-
-        return getattr(load, name)
-    raise AttributeError(f"module 'surreal' has no attribute {name!r}")
+    if name not in _LAZY:
+        raise AttributeError(f"module 'surreal' has no attribute {name!r}")
+    return getattr(importlib.import_module(_LAZY[name]), name)

@@ -13,13 +13,9 @@ this process (run/serial.py: deterministic for a seed, for notebooks and tests).
 same (`runs/<name>/`: config.yaml, metrics.jsonl, evals.jsonl, eval.json, checkpoints, summary.json), and `Run` reads
 its results from there, so `Run.open` reads a run started from the CLI just as well.
 
-Errors are the CLI's: a config that cannot run raises `surreal.config.ConfigError` with the one line `surreal run`
-prints (raised by the preparation, before anything starts), a run that fails raises `RunFailed` with the launcher's
-reason (summary.json's).
-
-A script that ends while a run it `start`ed still runs stops that run as Ctrl-C would (the learner checkpoints, the
-shards snapshot) and says so in one line on stderr, with how to resume it (`_stop_runs_left`): its launcher would
-otherwise be ended without a word, and a serial run would keep the script from exiting until its budget was spent.
+Errors are the CLI's (`train`). A script that ends while a run it `start`ed still runs stops that run as Ctrl-C would
+(`_stop_runs_left`): its launcher would otherwise be ended without a word, and a serial run would keep the script from
+exiting until its budget was spent.
 
 Importing `surreal` loads none of this; this module imports Hydra, torch and the launcher only when a run is
 made or read.
@@ -115,13 +111,13 @@ class Run:
 
     Results are read from the folder whenever asked, so they follow a run that is still going."""
 
-    def __init__(self, run_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, run_dir: str | os.PathLike[str], imports: Sequence[str] = ()) -> None:
         self.dir = Path(run_dir).resolve()
         self._process: subprocess.Popen[bytes] | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._error: BaseException | None = None
-        self.imports: tuple[str, ...] = ()  # modules the user named for this run's env (`open`, `start`)
+        self.imports = tuple(imports)  # modules the user named for this run's env (`open`, `start`)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], imports: Sequence[str] = ()) -> Run:
@@ -130,9 +126,7 @@ class Run:
         its id imports nothing but `imports`, the modules you name (imported first) or have imported."""
         from surreal.run.resume import find_run_dir
 
-        run = cls(find_run_dir(path))
-        run.imports = tuple(imports)
-        return run
+        return cls(find_run_dir(path), imports)
 
     def __repr__(self) -> str:
         return f"Run({str(self.dir)!r}, status={self.status!r})"
@@ -394,20 +388,14 @@ def start(
         if isinstance(exc, RunComplete):  # resumed with its budget spent: nothing to start, its results are there
             return Run.open(exc.run_dir, imports)
         raise
-    _warn(prepared.warnings)
-    run = Run(prepared.dir)
-    run.imports = tuple(imports)
+    for line in prepared.warnings:  # a budget a default eats (run/preflight.py), as the CLI prints it
+        warnings.warn(line, UserWarning, stacklevel=3)
+    run = Run(prepared.dir, imports)
     if mode == "processes":
         run._launch(prepared, root)
     else:
         run._start_serial(prepared)
     return run
-
-
-def _warn(lines: list[str]) -> None:
-    """A budget a default eats (run/preflight.py), as the CLI prints it: a UserWarning each, at the caller."""
-    for line in lines:
-        warnings.warn(line, UserWarning, stacklevel=4)
 
 
 def train(

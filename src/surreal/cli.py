@@ -50,6 +50,8 @@ ENVIRONMENT_HELP = "Addresses and identity come from SURREAL_* environment varia
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from surreal.commands import policy  # argparse only at import
+
     parser = argparse.ArgumentParser(prog="surreal", description="Distributed deep reinforcement learning.")
     parser.add_argument("--version", action="version", version=f"surreal {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -87,14 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
         "runs/<sweep>/<member>, then a summary table and curves (with --resume: the sweep's unfinished members)",
     )
     run.add_argument("--jobs", type=int, default=1, metavar="N", help="with --multirun: members run N at a time")
-    run.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="import MODULE first (your envs' module): with --resume, a run folder whose config.yaml names a "
-        "MODULE:Name env id is refused without it (an env= you type names its module itself); repeatable",
+    policy.add_import_argument(
+        run,
+        "with --resume, a run folder whose config.yaml names a MODULE:Name env id is refused without it (an env= you "
+        "type names its module itself)",
     )
     run.add_argument(
         "--serial",
@@ -139,16 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     values.add_argument(
         "--name", help="release name prefix: releases are <name>-000, -001, ... (default: sweep; with --run, the run's)"
     )
-    values.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="import MODULE first (your envs' module), for a --base file or --run whose env id names it; repeatable",
-    )
-    from surreal.commands import policy  # argparse only at import
-
+    policy.add_import_argument(values, "for a --base file or --run whose env id names it")
     policy.add_eval_arguments(commands.add_parser("eval", help="roll a trained policy out and score it"))
     policy.add_export_arguments(commands.add_parser("export", help="write a policy as ONNX or TorchScript"))
     probe = commands.add_parser("probe", help="health checks against a running experiment")

@@ -4,13 +4,6 @@ Vector envs use SAME_STEP autoreset: the observation returned on a done step is 
 episode's first one and the real final observation is in ``infos["final_obs"]``, which is what a
 time-limit bootstrap needs (docs/architecture.md: ``next_obs`` holds the final observation).
 
-MuJoCo's "compiler attribute 'settotalmass' is deprecated" message (HalfCheetah's XML) is printed by
-MuJoCo's C library (and appended to MUJOCO_LOG.TXT in the working directory), not raised as a Python
-warning, so it cannot be filtered here.
-
-`<Task>NoVel-v5` ids (`InvertedPendulumNoVel-v5`, `HalfCheetahNoVel-v5`, ...) are MuJoCo tasks with their velocities
-masked (`envs_masked.py`), registered with Gymnasium when this module is imported.
-
 Ids starting `robosuite:` (`robosuite:Lift`) are robosuite tasks, built by the adapter in `envs_robosuite.py`
 and stepped through the same vector env; robosuite itself is imported only then. Ids starting `ALE/` (`ALE/Pong-v5`)
 are Atari games with the standard preprocessing (`envs_atari.py`); ale-py is imported only then.

@@ -51,6 +51,7 @@ import gymnasium as gym
 import numpy as np
 
 from surreal.errors import ConfigError, install_extra
+from surreal.renderer import choose_renderer
 
 PREFIX = "robosuite:"
 DEFAULT_KWARGS: dict[str, Any] = {
@@ -159,12 +160,6 @@ def check_camera(kwargs: dict[str, Any]) -> None:
     taken = [key for key in CAMERA_KWARGS if key in kwargs]
     if taken:
         raise ConfigError(f"env.kwargs.{taken[0]} is set by env.kwargs.camera: leave it out")
-
-
-def choose_renderer(purpose: str) -> str:
-    from surreal.renderer import choose_renderer as choose
-
-    return choose(purpose)
 
 
 def horizon(env_kwargs: dict[str, Any] | None) -> int:

@@ -1,7 +1,6 @@
 """A training step replayed as one CUDA graph instead of hundreds of kernel launches (PPO's minibatch step,
 DDPG's critic and actor step): the launch overhead, not the arithmetic, is what small-MLP updates spend
-their time on, on a GPU above all. `CompiledSteps`: when a learner captures its steps, and its eager fallback;
-`load_optimizer_state`: a checkpoint's optimizer state restored into the tensors a captured graph reads."""
+their time on, on a GPU above all."""
 
 from __future__ import annotations
 

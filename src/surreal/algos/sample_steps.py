@@ -4,8 +4,7 @@ in place.
 
 Why one class: the learner role hands an off-policy learner a sample of k minibatches (runtime/regimes/
 replay_ratio.py); stepping through it without a host sync, skipping a diverged step inside fused Adam, and
-replaying each kind of step as a CUDA graph are the same machinery whatever the losses are. An algorithm
-subclasses `SampleStepper` and supplies its losses, its `train_step`, its statistics and its sample tensors.
+replaying each kind of step as a CUDA graph are the same machinery whatever the losses are.
 
 In a data-parallel group (`learner.replicas` > 1, algos/replica.py) each rank steps through a sample of its own
 (its share of every minibatch), draws its share of the whole minibatch's noise (`randn`), averages every step's
@@ -94,16 +93,15 @@ class SampleStepper(CompiledSteps):
 
     def params(self) -> dict[str, Any]:
         """The actor's weights (with any running statistics), and whether actors should still act uniformly at
-        random (no update yet): what `OffPolicyPolicy.load_params` takes (algos/ddpg.py)."""
+        random (no update yet): what `OffPolicyPolicy.load_params` takes."""
         actor = {k: v.detach().cpu().numpy() for k, v in self.actor.state_dict().items()}
         return {"actor": actor, "warmup": np.array(self.updates == 0)}
 
-    # -- the machinery ------------------------------------------------------------------------------------
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """Each optimizer under its checkpoint key (`actor_optimizer`, `critic_optimizer`, ...)."""
+        raise NotImplementedError
 
-    @staticmethod
-    def step_size(optimizer: torch.optim.Optimizer) -> float:
-        """The learning rate `optimizer` steps with (one group each here)."""
-        return float(optimizer.param_groups[0]["lr"])
+    # -- the machinery ------------------------------------------------------------------------------------
 
     def fused_adam(self, parameters: Any, lr: float, beta1: float = 0.9) -> torch.optim.Adam:
         """Adam, fused: one kernel per step for all parameters, and safe to capture in a CUDA graph. Its
@@ -183,6 +181,9 @@ class SampleStepper(CompiledSteps):
         return out, priorities.reshape(-1)
 
     def learning_rates(self) -> dict[str, float]:
-        """Each optimizer's step size (`actor_lr`, `critic_lr`, ...), logged with every step's statistics as SB3 logs
-        its learning rate: a subclass names its optimizers."""
-        raise NotImplementedError
+        """Each optimizer's step size (`actor_lr`, `critic_lr`, ...; one group each), logged with every step's
+        statistics as SB3 logs its learning rate."""
+        return {
+            f"{key.removesuffix('_optimizer')}_lr": float(o.param_groups[0]["lr"])
+            for key, o in self.optimizers().items()
+        }

@@ -84,7 +84,7 @@ class StackedLayerNorm(nn.Module):
 class StackedMLP(nn.Module):
     """`n` ReLU MLPs of one shape as one module (twin critics; the actor is n = 1): each layer's weights are
     stacked [n, in, out], so all members run in one batched matmul per layer. Every member is initialized
-    as nn.Linear initializes its layers. `norm` as sac.py's module docstring places it."""
+    as nn.Linear initializes its layers. `norm` as sac/learner.py's docstring places it."""
 
     def __init__(self, sizes: list[int], n: int, norm: str = "none", cfg: SACConfig | None = None) -> None:
         super().__init__()

@@ -8,25 +8,17 @@ member's file is the base values with the member's overrides written into `exper
 carries to every role) and the topology into the chart's own keys (`actors=4` and `topology.actors` set
 `actors.replicas`; `topology.envs_per_actor`, `replay_shards`, `ps_replicas` set `actors.envsPerActor`,
 `replay.shards`, `ps.replicas`; `learner.replicas` sets `learner.replicas`), so the workloads and the config cannot
-disagree. Every member's experiment is read back with `read_config`, as the roles will read it, before any file is
-written: a bad key is one line here, not a crash-looping pod. A member's file is named after its release,
-`<name>-<index>`, short enough that the chart's object names (`<release>-surreal-<role>`) stay apart; members.json
-maps releases to their overrides.
+disagree. A member's file is named after its release, `<name>-<index>`, short enough that the chart's object names
+(`<release>-surreal-<role>`) stay apart; members.json maps releases to their overrides.
 
-The checks are `surreal run`'s: each member's experiment is read as the roles read it, then put through the same
-preflight (run/preflight.py `checked`: the env built once, its spaces against the algorithm's), so a misspelt env
-id or DDPG on CartPole is the very line `surreal run` prints (exit 2), and nothing is written; its budget warnings are
-printed as `surreal run` prints them. A member's replay layout, resolved there, is written into
-`experiment.replay.layout` (the replay pods have neither the env nor torch). So the env's package must be installed
-where this runs, and an id naming a module not typed here needs `--import`.
+Before any file is written, every member goes through `surreal run`'s checks (`check_experiment`), so a bad key, a
+misspelt env id or DDPG on CartPole is the very line `surreal run` prints (exit 2), not a crash-looping pod; the env's
+package must therefore be installed where this runs, and an id naming a module not typed here needs `--import`.
 
     surreal helm-values --run runs/first                     # the laptop run's experiment, as chart values
 
-`--run RUN_DIR` starts from a run folder's config.yaml (every key resolved) instead of an empty experiment: its
-topology becomes the chart's keys, the learner's replicas `learner.replicas`, central inference
-`inference.replicas`, and what the loader adds (the algorithm's copy of the seed) or the release names (`name`) is
-left out, so the run's own experiment is valid chart values in one command (`run_values`); overrides still apply
-on top, swept or not. Its releases are named after the run unless `--name` says.
+`--run RUN_DIR` starts from a run folder's experiment instead of an empty one (`run_values`); overrides still apply on
+top, swept or not. Its releases are named after the run unless `--name` says.
 """
 
 from __future__ import annotations

@@ -108,9 +108,7 @@ def sweep_figure(groups: Sequence[tuple[str, Sequence[Path]]], title: str = "swe
     kind = "eval" if all(k == "eval" for _, found in curves for k, _, _ in found) else "train"
     if kind == "train":  # one kind of curve throughout: a sweep mixing both draws train returns
         curves = collect(train=True)
-    fig = Figure(figsize=(7, 4.2))
-    FigureCanvasAgg(fig)
-    ax = fig.subplots()
+    fig, ax = _axes()
     for i, (label, found) in enumerate(curves):
         series = [(xs, ys) for _, xs, ys in found]
         color = f"C{i % 10}"
@@ -132,9 +130,7 @@ def overlay_figure(run_dirs: Sequence[Path]) -> Figure:
     final eval as points, labelled by folder (parent/folder where names repeat)."""
     names = [d.name for d in run_dirs]
     labels = [f"{d.parent.name}/{d.name}" if names.count(d.name) > 1 else d.name for d in run_dirs]
-    fig = Figure(figsize=(7, 4.2))
-    FigureCanvasAgg(fig)
-    ax = fig.subplots()
+    fig, ax = _axes()
     drawn = 0
     for i, (run_dir, label) in enumerate(zip(run_dirs, labels, strict=True)):
         color = f"C{i % 10}"
@@ -162,9 +158,7 @@ def curve_figure(run_dir: Path) -> Figure:
     if not rows:
         raise NoMetricsError(f"surreal plot: {metrics} has no training returns yet (no episode finished)")
 
-    fig = Figure(figsize=(7, 4.2))
-    FigureCanvasAgg(fig)
-    ax = fig.subplots()
+    fig, ax = _axes()
     _series(ax, rows, "train_return_mean", label="train return (last 20 episodes)")
     evals = read_evals(run_dir)
     episodes = evals[-1]["eval_episodes"] if evals else "?"
@@ -205,6 +199,13 @@ def curve_figure(run_dir: Path) -> Figure:
         more_handles, more_labels = rate.get_legend_handles_labels()
         handles, labels = handles + more_handles, labels + more_labels
     return _finish(fig, ax, "episode return", _title(run_dir), handles, labels)
+
+
+def _axes() -> tuple[Figure, Axes]:
+    """Every plot's figure, on an Agg canvas of its own (module docstring), and its axis."""
+    fig = Figure(figsize=(7, 4.2))
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots()
 
 
 def _finish(fig: Figure, ax: Axes, ylabel: str, title: str, *legend: Any, **legend_style: Any) -> Figure:

@@ -55,18 +55,14 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
     add_import_argument(parser)
 
 
-def add_import_argument(parser: argparse.ArgumentParser) -> None:
+def add_import_argument(
+    parser: argparse.ArgumentParser,
+    use: str = "a policy or run folder naming a MODULE:Name env id is refused without it",
+) -> None:
     """`--import MODULE` (repeatable): a module to import first, whose envs a file's `MODULE:Name` env id may then
-    use; a file never chooses a module to import (surreal/envs.py `admit_env_id`)."""
-    parser.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="import MODULE first (your envs' module): a policy or run folder naming a MODULE:Name env id is refused "
-        "without it; repeatable",
-    )
+    use (`use` says when); a file never chooses a module to import (surreal/envs.py `admit_env_id`)."""
+    text = f"import MODULE first (your envs' module): {use}; repeatable"
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE", help=text)
 
 
 def _fits(policy: Any, env_id: str, env_kwargs: dict[str, Any]) -> None:
@@ -124,11 +120,8 @@ def run_eval(args: argparse.Namespace) -> tuple[dict[str, Any], Path | None]:
 
     try:
         import_modules([*args.imports, *modules_named([args.env])])  # what the user named: --import, --env's module
-    except ConfigError as exc:
-        raise EvalError(str(exc)) from None
-    header, tensors, source = read_policy(args.policy)
-    env_id = args.env or header["env"]["id"]
-    try:
+        header, tensors, source = read_policy(args.policy)  # an ArtifactError passes: not a ConfigError
+        env_id = args.env or header["env"]["id"]
         admit_env_id(env_id, source)  # the policy's own id: made only if it imports nothing unnamed
     except ConfigError as exc:
         raise EvalError(str(exc)) from None

@@ -5,11 +5,8 @@
     every family                                       moviepy (its imageio-ffmpeg) writes the MP4s: the `video` extra
 
 What a recording needs is checked before anything is evaluated or written, each missing piece named in one line
-(`VideoError`; `surreal eval` exits 2 with it): moviepy (`check_recorder`), an offscreen OpenGL backend for the
-MuJoCo families (`choose_renderer`, which must run before MuJoCo is imported: its backend is fixed at import), and
-one frame of the env itself, reset as the evaluation resets it (`check_frames`: pygame missing, a renderer that
-starts but draws nothing, an env that renders no frames at all). robosuite tasks render through the adapter's
-offscreen camera (envs_robosuite.py).
+(`VideoError`; `surreal eval` exits 2 with it). The renderer must be chosen before MuJoCo is imported: its backend is
+fixed at import.
 """
 
 from __future__ import annotations

@@ -55,6 +55,14 @@ from surreal.fileio import atomic_write_text
 CONFIG_MODULE = "surreal.conf"
 CONFIG_NAME = "experiment"
 ALIASES = {"actors": "topology.actors", "env": "env.id", "steps": "total_env_steps"}
+# Keys that moved, old -> new: the flow-control regime's knobs went to its config section (`algo.*`). A config file
+# written before (a run folder's config.yaml, chart values) is read with them moved, where the algorithm has them; an
+# override naming an old key is told the new one.
+MOVED_KEYS = {
+    "actor.rollout_ahead": "algo.rollout_ahead",
+    "learner.max_staleness": "algo.max_staleness",
+    "actor.overdraft_after_s": "algo.overdraft_after_s",
+}
 GROUPS = ("algo", "preset")  # Hydra config groups: `algo=ddpg`, `preset=ppo-cleanrl` choose a file, not a value
 # Names people reach for that are not an algorithm or a preset here, and what to type instead.
 CHOICE_ALIASES = {
@@ -288,12 +296,26 @@ def read_config(path: str | os.PathLike[str]) -> ExperimentConfig:
     if name not in ALGORITHMS:
         raise ConfigError(f"algo.name: {name!r} is not a known algorithm (known: {', '.join(ALGORITHMS)})")
     defaults = OmegaConf.structured(load_config([f"algo={name}"], tasks=False))  # a file is read as it is written
+    _move_keys(node, defaults)
     try:
         merged = OmegaConf.merge(defaults, node)
     except OmegaConfBaseException as exc:
         raise ConfigError(f"config {path}: {_short(exc, name)}") from None
     assert isinstance(merged, DictConfig)
     return _to_config(merged)
+
+
+def _move_keys(node: DictConfig, schema: DictConfig) -> None:
+    """A file written before a key moved (MOVED_KEYS): its value goes to the new key where the algorithm has it (a
+    lock-step ES has no rollout_ahead: the old value is dropped, as it never applied)."""
+    for old, new in MOVED_KEYS.items():
+        section, _, key = old.partition(".")
+        held = node.get(section)
+        if not isinstance(held, DictConfig) or key not in held:
+            continue
+        value = held.pop(key)
+        if OmegaConf.select(schema, new, default=None) is not None and OmegaConf.select(node, new) is None:
+            OmegaConf.update(node, new, value, force_add=True)
 
 
 def config_from_env(environ: Mapping[str, str] | None = None) -> ExperimentConfig:
@@ -472,6 +494,8 @@ def _check_keys(overrides: list[str], algo: str | None = None, typed: Sequence[s
             checked.append(item)
         elif bare.startswith("hydra.") or "@" in bare:
             checked.append(item)
+        elif bare in MOVED_KEYS:
+            problems.append(f"{original}: {bare} moved to {MOVED_KEYS[bare]}: write {MOVED_KEYS[bare]}={value}")
         elif bare == "algo.seed":
             problems.append("algo.seed follows the top-level seed: set seed=N instead")
         elif bare.startswith("algo.") and algo not in ALGORITHMS:

@@ -221,11 +221,9 @@ def launch(
     run_uri: str | None = None,
 ) -> dict[str, Any]:
     """Start every role of `cfg` in `run_dir` (prepared and locked: run/prepare.py), supervise until the run is
-    over, write summary.json and print the result; returns the summary. `resume`: the learner starts with
-    `--resume` (a resumed run; without a checkpoint to restore it starts afresh and cuts metrics.jsonl back to
-    nothing); `resumed_at`: the env steps of the checkpoint it resumes from, for the progress line and summary.json.
-    `run_uri`: the run folder's mirror in a bucket (the roles keep their parts there; the launcher adds the summary
-    and logs at the end)."""
+    over, write summary.json and print the result; returns the summary. `resume`, `run_uri`: as `plan_processes`
+    takes them (the launcher adds the summary and logs to the bucket at the end); `resumed_at`: the env steps of the
+    checkpoint it resumes from, for the progress line and summary.json."""
     topo = cfg.topology
     raise_open_files()  # ports for every actor are chosen at once; the roles inherit the raised limit
     print(

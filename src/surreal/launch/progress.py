@@ -12,7 +12,6 @@ import sys
 import time
 from collections import deque
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from rich import box
@@ -73,9 +72,7 @@ class ProgressView:
             self._live.start()
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._live is not None:
             self._live.stop()
 

@@ -24,7 +24,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Literal
 
 from surreal.roles.common import EXIT_STOPPED
@@ -202,9 +201,7 @@ class Supervisor:
     def __enter__(self) -> Supervisor:
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def start(self, spec: ProcessSpec) -> None:

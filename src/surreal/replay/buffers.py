@@ -1,15 +1,11 @@
 """Replay storages, TorchRL-style: a storage holds a shard's data, a sampler (replay/samplers.py) picks from it.
 
-- `ChunkFifo`: on-policy. Whole `Chunk`s, as validated on arrival, served once each in arrival order, oldest dropped
-  (and counted) when the capacity in transitions or bytes would be exceeded; a reply packs chunks only up to the
-  receiver's limits, and a chunk that could never fit one is refused when it arrives. With the experiment's declared
-  layout (`replay.layout`: the algorithm's chunk fields), a chunk that differs (a frame of another shape or dtype,
-  an index past its frames) is refused on arrival, before it takes any of the queue's bytes.
-- `TransitionStorage`: off-policy ring buffer of transitions, preallocated at start from the experiment's declared
-  layout (the algorithm's chunk fields over the env's spaces: `replay.layout`, which the launcher resolves) or, where
-  none was declared, from the first batch, with a monotonic insertion id per slot so a priority update for a slot
-  that was overwritten since it was sampled can be recognised and ignored. With a layout, no peer's first chunk
-  decides what every later one must look like: one that differs is refused like any other.
+- `ChunkFifo`: on-policy. Whole `Chunk`s, as validated on arrival, served once each in arrival order; with the
+  experiment's declared layout (`replay.layout`), a chunk that differs (a frame of another shape or dtype, an index
+  past its frames) is refused on arrival, before it takes any of the queue's bytes.
+- `TransitionStorage`: off-policy ring buffer of transitions, laid out at start by the experiment's declared layout
+  (`replay.layout`, which the launcher resolves), so no peer's first chunk decides what every later one must look
+  like: one that differs is refused like any other.
 
 Both keep the `Storage` protocol replay/shard.py composes with a sampler, and their state as a snapshot holds it
 (`capture`, `restored`; replay/snapshot.py writes and reads it), their books a `TypedDict`. proto/wire.py frames

@@ -1,12 +1,6 @@
-"""Replay samplers, TorchRL-style: which of a storage's slots a reply takes (replay/buffers.py holds the data).
-
-- `InOrder` (a `ChunkFifo`'s): the oldest chunks, each once, as many as one reply carries.
-- `UniformSampler` (a `TransitionStorage`'s): slots uniformly with replacement.
-- `PrioritizedSampler` (a `TransitionStorage`'s): proportional prioritization (Schaul et al. 2016): slots by
-  priority, importance weights, and the learner's priority updates.
-
-Each keeps the `Sampler` protocol and its state as a snapshot holds it (`capture`, `restored`): a prioritized
-sampler's books are a `TypedDict`, the others have none. Numpy only.
+"""Replay samplers, TorchRL-style: which of a storage's slots a reply takes (replay/buffers.py holds the data). Each
+keeps the `Sampler` protocol and its state as a snapshot holds it (`capture`, `restored`): a prioritized sampler's
+books are a `TypedDict`, the others have none. Numpy only.
 """
 
 from __future__ import annotations

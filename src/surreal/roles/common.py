@@ -90,7 +90,13 @@ def end_process(code: int) -> NoReturn:
     still do (tear down torch's and every imported module's objects) takes a role with torch loaded 0.7 s of a core
     on a quiet box and 2-3 s on a busy 2-core one: a stopping run waits for it role by role (actors, then the
     learner, then the services), so a Ctrl-C took several seconds more than the roles' own stop. Logs and the
-    standard streams are flushed first; the kernel closes the rest."""
+    standard streams are flushed first, and a coverage measurement of the process (the test suite's) saves its data,
+    which it would have done at exit; the kernel closes the rest."""
+    measuring = sys.modules.get("coverage")
+    current = measuring.Coverage.current() if measuring is not None else None
+    if current is not None:
+        current.stop()
+        current.save()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         stream.flush()

@@ -97,12 +97,6 @@ def launcher_pid(run_dir: Path) -> int | None:
         return None
 
 
-def refuse_existing_run(run_dir: Path) -> None:
-    """A folder that already holds a run (metrics.jsonl) is not started in again: `--resume` continues it."""
-    if (run_dir / "metrics.jsonl").exists():
-        raise ConfigError(f"{run_dir} already holds a run; choose another name= (or continue it: --resume {run_dir})")
-
-
 def mirror_uri(cfg: ExperimentConfig, run_dir: Path) -> str | None:
     """Where a run folder is mirrored: `<run_uri>/<name>` (surreal/runstore.py); None without `run_uri`."""
     return None if cfg.run_uri is None else join(cfg.run_uri, cfg.name or run_dir.name)
@@ -147,7 +141,10 @@ def create_run_folder(
     except OSError as exc:
         raise ConfigError(f"cannot create the run folder {run_dir}: {exc.strerror or exc}") from None
     try:
-        refuse_existing_run(run_dir)
+        if (run_dir / "metrics.jsonl").exists():
+            raise ConfigError(
+                f"{run_dir} already holds a run; choose another name= (or continue it: --resume {run_dir})"
+            )
         if (uri := mirror_uri(cfg, run_dir)) is not None:
             refuse_existing_remote_run(uri)
     except ConfigError:

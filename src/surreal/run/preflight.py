@@ -5,26 +5,12 @@ budget that a default eats is said in one line, before a process, a port or a ru
     warnings = preflight(cfg)           # ConfigError: refused; else the warnings to print
     cfg, warnings = checked(cfg)        # the same, and the config the roles run: its replay layout resolved
 
-Refused (ConfigError, one line): an env id that is not registered (`check_env_id`), an env that does not build with
-its `env.kwargs` (a keyword its constructor does not take, a missing dependency such as Box2D, anything its
-constructor or first reset raises), and spaces the algorithm does not take (its config's `observation_spaces` /
-`action_spaces`, surreal/spaces.py). The env is built once, here, as every role would build it; torch is never
-imported, so a refusal costs an interpreter, Hydra and the env's own import (under a second for MuJoCo; robosuite's
-import and scene take a few).
-
-Warned (`budget_warnings`): an off-policy warm-up (`algo.learning_starts`) that leaves at most half the budget to
-learn from, an evaluator interval set above the budget (not the default's: a short run simply has no evaluator),
-and an on-policy batch that can take more env steps than the whole budget. `surreal run` prints them; a Python
-caller gets them as strings.
-
-Resolved (`checked`): the replay's layout, `replay.layout`, from the algorithm's `chunk_fields` over the env's spaces
-(`with_replay_layout`), so the shards, which have neither torch nor gymnasium, are laid out by the experiment and not
-by whichever peer's chunk comes first (a transition replay), or hold every chunk to it (a FIFO). That imports the
-algorithm's module (torch), after every refusal above: a refusal stays as fast as it was. A layout whose
-`replay.capacity` transitions exceed `replay.capacity_bytes`, or whose replies could not fit `replay.max_frames`, is
-refused here rather than by every shard, and so is a chunk (`actor.chunk_steps` x `topology.envs_per_actor` steps,
-laid out by the algorithm's `chunk_fields`) that can be larger than `replay.max_message_bytes` (`check_chunk_size`):
-every shard would drop it. Image observations with central inference are refused too (not served yet).
+The env is built once, here, as every role would build it (`probe_env`), and the refusals import no torch, so a
+refusal costs an interpreter, Hydra and the env's own import. Only then is the algorithm's module (torch) imported, for
+the replay's layout (`with_replay_layout`: the shards, which have neither torch nor gymnasium, are laid out by the
+experiment and not by whichever peer's chunk comes first, or, a FIFO, hold every chunk to it) and the chunk's size
+(`check_chunk_size`, a chunk of frames priced at the most it can hold): a layout or a chunk no shard could hold is
+refused here rather than by every shard. Image observations with central inference are refused too (not served yet).
 """
 
 from __future__ import annotations

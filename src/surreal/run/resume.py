@@ -20,10 +20,7 @@ and at least every `learner.checkpoint_interval_s`) and a transition replay's la
 `replay.snapshot_interval_s`, 30 s by default). A run the launcher stopped (Ctrl-C, SIGTERM) loses nothing:
 the learner checkpoints and every shard writes a last snapshot on the way out, a FIFO's chunks included.
 
-A run mirrored in a bucket (`run_uri`) resumes from there too: `--resume s3://...` makes `<runs root>/<name>` its
-local cache and pulls what that lacks before any role starts (each role would pull its own part anyway: a pod has no
-launcher), so with nothing left on local disk the run comes back as it was at its last mirrored checkpoint and
-snapshots.
+A run mirrored in a bucket (`run_uri`) resumes from there too (`fetch_run`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,4 @@
-"""DDPG (and TD3) as the roles call it (surreal.algos.interface.Algorithm): the actor's side from policy.py and the
-off-policy actors' shared n-step collector (algos/offpolicy.py), the learner's from learner.py. config.py's `module`
-names this module."""
+"""DDPG (and TD3) as the roles call it (surreal.algos.interface.Algorithm), with the off-policy actors' collector."""
 
 from typing import TYPE_CHECKING
 

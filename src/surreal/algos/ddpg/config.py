@@ -1,5 +1,4 @@
-"""DDPG's (and TD3's) hyperparameters: torch-free, so the replay and ps roles read them too (the registry imports
-this file)."""
+"""DDPG's (and TD3's) hyperparameters, torch-free (the registry imports this file)."""
 
 from __future__ import annotations
 

@@ -44,9 +44,6 @@ class DDPGLearner(SampleStepper):
         compile: bool = False,
         replica: Replica = ALONE,
     ) -> None:
-        """`compile`: compile the critic and actor losses and, on CUDA, replay each step as a CUDA graph (the first
-        update then pays the compilation); off, the same step runs eagerly. `replica`: this learner's rank in a
-        data-parallel group."""
         obs_dim, act_dim = space_dims(cfg, obs_space, act_space)
         super().__init__(cfg, device, compile, replica)
         hidden = list(cfg.hidden_sizes)
@@ -61,8 +58,8 @@ class DDPGLearner(SampleStepper):
         self.critic_optimizer = self.fused_adam(self.critics.parameters(), cfg.critic_lr)
         self.reset_steps()
 
-    def learning_rates(self) -> dict[str, float]:
-        return {"actor_lr": self.step_size(self.actor_optimizer), "critic_lr": self.step_size(self.critic_optimizer)}
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"actor_optimizer": self.actor_optimizer, "critic_optimizer": self.critic_optimizer}
 
     def sample_tensors(self, arrays: dict[str, Any], steps: int) -> dict[str, torch.Tensor]:
         """The sample's replay tensors, plus the target-smoothing noise of every step, drawn at once."""
@@ -142,8 +139,7 @@ class DDPGLearner(SampleStepper):
             "critics": self.critics.state_dict(),
             "actor_target": self.actor_target.state_dict(),
             "critics_target": self.critics_target.state_dict(),
-            "actor_optimizer": self.actor_optimizer.state_dict(),
-            "critic_optimizer": self.critic_optimizer.state_dict(),
+            **{key: optimizer.state_dict() for key, optimizer in self.optimizers().items()},
             "generator": self.generator.get_state(),
             "updates": self.updates,
             "last_actor_loss": self.last_actor_stats["actor_loss"],
@@ -157,12 +153,9 @@ class DDPGLearner(SampleStepper):
         self.critics.load_state_dict(state["critics"])
         self.actor_target.load_state_dict(state["actor_target"])
         self.critics_target.load_state_dict(state["critics_target"])
-        load_optimizer_state(self.actor_optimizer, state["actor_optimizer"])
-        load_optimizer_state(self.critic_optimizer, state["critic_optimizer"])
+        for key, optimizer in self.optimizers().items():
+            load_optimizer_state(optimizer, state[key])
         self.generator.set_state(state["generator"])
         self.updates = int(state["updates"])
         self.last_actor_stats = {"actor_loss": float(state.get("last_actor_loss", float("nan")))}
         self.reset_steps()
-
-
-make_learner = DDPGLearner

@@ -68,6 +68,3 @@ class DDPGPolicy(OffPolicyPolicy):
     def load_sampling_state(self, state: dict[str, Any]) -> None:
         super().load_sampling_state(state)
         self.ou_state = np.array(state["ou_state"], np.float32) if "ou_state" in state else None
-
-
-make_policy = DDPGPolicy

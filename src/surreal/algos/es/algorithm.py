@@ -1,5 +1,4 @@
-"""ES as the roles call it (surreal.algos.interface.Algorithm): the actor's side from policy.py, the learner's from
-learner.py. config.py's `module` names this module."""
+"""ES as the roles call it (surreal.algos.interface.Algorithm)."""
 
 from typing import TYPE_CHECKING
 

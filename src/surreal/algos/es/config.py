@@ -1,5 +1,4 @@
-"""OpenAI-ES's hyperparameters: torch-free, so the replay and ps roles read them too (the registry imports this
-file)."""
+"""OpenAI-ES's hyperparameters, torch-free (the registry imports this file)."""
 
 from __future__ import annotations
 

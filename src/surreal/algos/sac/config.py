@@ -1,4 +1,4 @@
-"""SAC's hyperparameters: torch-free, so the replay and ps roles read them too (the registry imports this file).
+"""SAC's hyperparameters, torch-free (the registry imports this file).
 
 Soft Actor-Critic (Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications",
 https://arxiv.org/abs/1812.05905). Defaults are the paper's (Appendix D, Table 1) as Stable-Baselines3's SAC implements
@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from surreal.config.schema import ExperimentConfig, OffPolicyConfig
 
-NORMS = ("none", "layer", "batch_renorm")  # what may follow a hidden layer (sac.py says where each goes)
+NORMS = ("none", "layer", "batch_renorm")  # what may follow a hidden layer (sac/learner.py says where each goes)
 
 
 @dataclass

@@ -12,10 +12,8 @@ sees both distributions; with wider critics and Adam's beta1 0.5. Layer norm (`l
 of the recent recipes. Where a norm goes: layer norm before each hidden ReLU; batch renormalization on the
 input and after each hidden ReLU (CrossQ's placement).
 
-The rest is DDPG's off-policy path (algos/offpolicy.py, sample_steps.py): actors compute n-step transitions,
-the learner steps through samples of several minibatches reading the device once, sends |TD error| back as
-priorities, skips a non-finite step inside fused Adam, and `compile=True` compiles the losses and, on CUDA,
-replays each kind of step as a CUDA graph. Sockets and loops live in the roles; this file is the math.
+The rest is DDPG's off-policy path (algos/offpolicy.py, sample_steps.py). Sockets and loops live in the roles; this
+file is the math.
 """
 
 from __future__ import annotations
@@ -51,7 +49,7 @@ ACTOR_STATS = ("actor_loss", "alpha_loss", "entropy")  # NaN in a critic-only st
 
 
 class SACLearner(SampleStepper):
-    """The SAC update, shaped as DDPG's (algos/ddpg.py `DDPGLearner` says why): one call steps through a
+    """The SAC update, shaped as DDPG's (ddpg/learner.py's `DDPGLearner` says why): one call steps through a
     sample of several minibatches and reads the device once; both critics are one module; a non-finite
     step is skipped inside fused Adam; the exploration noise of every step is drawn up front, so each step
     is a fixed-shape function of its inputs that `compile=True` compiles and, on CUDA, replays as a graph.
@@ -69,8 +67,6 @@ class SACLearner(SampleStepper):
         compile: bool = False,
         replica: Replica = ALONE,
     ) -> None:
-        """`compile`: compile the critic and actor losses and, on CUDA, replay each step as a CUDA graph. `replica`:
-        this learner's rank in a data-parallel group."""
         obs_dim, act_dim = space_dims(cfg, obs_space, act_space)
         super().__init__(cfg, device, compile, replica)
         self.act_dim = act_dim
@@ -90,9 +86,6 @@ class SACLearner(SampleStepper):
         self.critic_optimizer = adam(self.critics.parameters(), cfg.critic_lr)
         self.alpha_optimizer = adam([self.log_alpha], cfg.alpha_lr) if cfg.autotune_alpha else None
         self.reset_steps()
-
-    def learning_rates(self) -> dict[str, float]:
-        return {f"{name.removesuffix('_optimizer')}_lr": self.step_size(o) for name, o in self.optimizers().items()}
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         out: dict[str, torch.optim.Optimizer] = {"actor_optimizer": self.actor_optimizer}
@@ -219,6 +212,3 @@ class SACLearner(SampleStepper):
         self.updates = int(state["updates"])
         self.last_actor_stats = {k: float(v) for k, v in state["last_actor_stats"].items()}
         self.reset_steps()
-
-
-make_learner = SACLearner

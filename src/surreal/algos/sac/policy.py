@@ -36,6 +36,3 @@ class SACPolicy(OffPolicyPolicy):
         described = super().describe()
         described["network"]["norm"] = self.cfg.actor_norm
         return described
-
-
-make_policy = SACPolicy
