@@ -30,7 +30,7 @@ import os
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -47,12 +47,13 @@ def _actor_alone(envs: int, steps: int, out: Any) -> None:
     try:
         import torch
 
+        from surreal.algos.ppo.config import PPOConfig
         from surreal.algos.ppo.policy import PPOPolicy, make_collector
         from surreal.config import algo_config, load_config
         from surreal.envs import make_vec_env
 
         torch.set_num_threads(1)
-        cfg = algo_config(load_config(["preset=ppo-atari", f"env={ENV_ID}"]))
+        cfg = cast(PPOConfig, algo_config(load_config(["preset=ppo-atari", f"env={ENV_ID}"])))
         vec = make_vec_env(ENV_ID, envs, 0)
         policy = PPOPolicy(vec.single_observation_space, vec.single_action_space, cfg, 0)
         collector = make_collector(vec, policy, cfg, 0, steps)
@@ -110,6 +111,7 @@ def learner_alone(device: str, updates: int, compile: bool, extra: list[str]) ->
     Pong chunks: `batch_size` transitions in chunks of `actor.chunk_steps` x `topology.envs_per_actor`."""
     import torch
 
+    from surreal.algos.ppo.config import PPOConfig
     from surreal.algos.ppo.learner import PPOLearner
     from surreal.config import algo_config, load_config
     from surreal.envs import make_vec_env
@@ -117,7 +119,7 @@ def learner_alone(device: str, updates: int, compile: bool, extra: list[str]) ->
     from surreal.runtime.frame_chunks import NEXT_INDEX, OBS_INDEX
 
     experiment = load_config(["preset=ppo-atari", f"env={ENV_ID}", *extra])
-    cfg = algo_config(experiment)
+    cfg = cast(PPOConfig, algo_config(experiment))
     if device == "cpu":
         torch.set_num_threads(1)  # as the learner role runs on a CPU (learner.torch_threads)
     vec = make_vec_env(ENV_ID, 1, 0)

@@ -24,9 +24,10 @@ PPO's chunks were before frames; the FIFO held those as they came).
 
 Compression end to end (`compression`, `--end-to-end`): a serial loop of PPO on Pong, collect -> encode -> frames ->
 decode -> `PPOLearner.update` (preset=ppo-atari, one chunk a batch), with the frame bytes compressed after encoding and
-decompressed after decoding (lz4, zstd level 1) or not, the configurations interleaved over `--rounds`: env steps/s of
-the whole loop and of its actor side (collect and send) alone. The wire carries no compression (src/surreal does not
-compress): this measures what it would cost and save where the bytes never leave the box.
+decompressed after decoding (lz4, zstd level 1) or not, the configurations interleaved over `--rounds` (each round
+starting with the next): env steps/s of the whole loop and of its actor side (collect and send) alone, and the
+milliseconds the compression and decompression themselves take a chunk. The wire carries no compression
+(src/surreal does not compress): this measures what it would cost and save where the bytes never leave the box.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -163,13 +164,14 @@ def ppo_chunks(chunks: int, seed: int) -> tuple[list[Any], Any, Any]:
     acting), the policy, and the experiment's algorithm config."""
     import torch
 
+    from surreal.algos.ppo.config import PPOConfig
     from surreal.algos.ppo.policy import PPOPolicy, make_collector
     from surreal.config import algo_config, load_config
     from surreal.envs import make_vec_env
 
     torch.set_num_threads(1)
     experiment = load_config(["preset=ppo-atari", "env=ALE/Pong-v5"])
-    cfg = algo_config(experiment)
+    cfg = cast(PPOConfig, algo_config(experiment))
     envs = make_vec_env("ALE/Pong-v5", experiment.topology.envs_per_actor, seed)
     policy = PPOPolicy(envs.single_observation_space, envs.single_action_space, cfg, 0)
     collector = make_collector(envs, policy, cfg, 0, experiment.actor.chunk_steps)
@@ -237,19 +239,24 @@ def end_to_end(chunks: int, rounds: int) -> dict[str, Any]:
     loop: dict[str, list[float]] = {name: [] for name in configurations}
     actor: dict[str, list[float]] = {name: [] for name in configurations}
     sent: dict[str, list[int]] = {name: [] for name in configurations}
-    for _ in range(rounds):
-        for name, codec in configurations.items():
+    codec_ms: dict[str, list[float]] = {name: [] for name in configurations}
+    names = list(configurations)
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:  # each round starts with the next one
+            codec = configurations[name]
             steps, actor_s, started = 0, 0.0, time.perf_counter()
             for _ in range(chunks):
                 begun = time.perf_counter()
                 chunk = collector.collect(0)
                 message = [bytes(memoryview(frame)) for frame in frames_of(encode_chunk(chunk, ""))]
+                squeezing = time.perf_counter()
                 if codec is not None:  # the sender compresses each frame of the message
                     message = [codec[0](frame) for frame in message]
                 actor_s += time.perf_counter() - begun
                 sent[name].append(sum(len(frame) for frame in message))
                 if codec is not None:  # the receiver decompresses before it decodes
                     message = [codec[1](frame) for frame in message]
+                codec_ms[name].append((time.perf_counter() - squeezing) * 1e3)
                 learner.update([decode_chunk(decode(message))], 0.0)
                 steps += chunk.size
             loop[name].append(steps / (time.perf_counter() - started))
@@ -267,6 +274,7 @@ def end_to_end(chunks: int, rounds: int) -> dict[str, Any]:
         "env_steps_per_s_rounds": {name: [round(r, 1) for r in rates] for name, rates in loop.items()},
         "actor_side_env_steps_per_s": actor_median,
         "wire_bytes_per_env_step": {name: round(sum(b) / steps, 1) for name, b in sent.items()},
+        "codec_ms_per_chunk": {name: round(statistics.median(ms), 2) for name, ms in codec_ms.items()},
         "loop_over_none": {name: round(median[name] / median["none"], 3) for name in median},
         "actor_side_over_none": {name: round(actor_median[name] / actor_median["none"], 3) for name in actor_median},
     }

@@ -134,8 +134,8 @@ class PPOLearner(CompiledSteps):
         stacks = []
         for chunk in chunks:
             packed = frame_chunk(chunk.arrays)
-            frames = packed.frames if packed.frames.flags.writeable else packed.frames.copy()  # a received message's
-            frames = torch.from_numpy(frames).to(self.device)
+            array = packed.frames if packed.frames.flags.writeable else packed.frames.copy()  # a received message's
+            frames = torch.from_numpy(array).to(self.device)
             index = torch.from_numpy(np.stack([packed.obs_index, packed.next_index])).to(self.device)
             stacks.append(frames[index.long()])  # [2, T, K, S, H, W]
         return torch.cat(stacks, dim=2)
