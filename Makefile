@@ -157,7 +157,7 @@ browser:
 ## The inner loop: the default tier without its whole-system runs, the infra tools (helm, checkov, ...) or a browser,
 ## and no lint, types or packaging (`make lint typecheck` has those). Under 5 minutes on 2 cores.
 test-fast: $(STAMP) render-deps
-	$(PY) -m pytest -q -m "not slow and not system and not infra and not browser" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n auto -m "not slow and not system and not infra and not browser" $(PYTEST_ARGS)
 
 ## The timing-sensitive tests (processes, waits, runs read over time) 3 times as the machine is and 3 times with
 ## every core kept busy, with each test's pass counts (FLAKY_ARGS="--runs 1 tests/test_x.py" to narrow it;
