@@ -19,6 +19,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
+from bench.frames import RandomPolicy
 
 from surreal.algos.encoders import ImpalaCNN, NatureCNN, make_encoder
 from surreal.algos.ppo.config import ENCODERS, PPOConfig
@@ -78,28 +79,13 @@ def spaces_of(env_id: str = PONG, **kwargs: Any) -> tuple[Any, Any]:
         envs.close()
 
 
-class Scripted:
+class Scripted(RandomPolicy):
     """Actions from a seeded generator, whatever the observations: two collectors given equal envs step them alike.
     Records what PPO's policy records."""
 
-    def __init__(self, actions: int, envs: int, seed: int) -> None:
-        self.n, self.envs, self.rng = actions, envs, np.random.default_rng(seed)
-
     def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        actions = self.rng.integers(0, self.n, self.envs)
+        actions, _ = super().act(obs)
         return actions, {"actions": actions.astype(np.int64), "logprobs": np.zeros(self.envs, np.float32)}
-
-    def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
-        return self.act(obs)[0]
-
-    def episode_done(self, done: np.ndarray) -> None:
-        pass
-
-    def sampling_state(self) -> dict[str, Any]:
-        return {}
-
-    def load_sampling_state(self, state: dict[str, Any]) -> None:
-        pass
 
 
 def wired(chunk: Chunk, limits: Limits | None = None) -> Chunk:
