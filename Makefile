@@ -113,12 +113,11 @@ COV_DIR ?= build/coverage
 coverage: $(STAMP) tools render-deps browser
 	rm -rf $(COV_DIR) && mkdir -p $(COV_DIR)/default $(COV_DIR)/long
 	COVERAGE_RCFILE=$(CURDIR)/tests/coveragerc COVERAGE_FILE=$(CURDIR)/$(COV_DIR)/default/.coverage \
-		$(PY) -m pytest -q -m "not slow" --cov --cov-report= $(PYTEST_ARGS)
+		$(PY) -m pytest -q -m "not slow" --cov --cov-config=tests/coveragerc --cov-report= $(PYTEST_ARGS)
 	COVERAGE_RCFILE=$(CURDIR)/tests/coveragerc COVERAGE_FILE=$(CURDIR)/$(COV_DIR)/long/.coverage \
-		$(PY) -m pytest -q -m slow --long-results $(LONG_RESULTS) --cov --cov-report= $(PYTEST_ARGS)
+		$(PY) -m pytest -q -m slow --long-results $(LONG_RESULTS) --cov --cov-config=tests/coveragerc --cov-report= $(PYTEST_ARGS)
+	@# pytest-cov has combined each tier's process files into the tier's .coverage by now
 	for tier in default long; do \
-		COVERAGE_RCFILE=$(CURDIR)/tests/coveragerc COVERAGE_FILE=$(CURDIR)/$(COV_DIR)/$$tier/.coverage \
-			$(PY) -m coverage combine -q --keep $(COV_DIR)/$$tier && \
 		COVERAGE_RCFILE=$(CURDIR)/tests/coveragerc COVERAGE_FILE=$(CURDIR)/$(COV_DIR)/$$tier/.coverage \
 			$(PY) -m coverage json -q -o $(COV_DIR)/$$tier.json || exit 1; \
 	done
