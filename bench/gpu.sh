@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU figure of the docs' results tables (docs/benchmarks.md and the algorithm pages), in parts that each fit one device call (10 minutes).
 #
-#   bench/gpu.sh PART... OUT_DIR          on the GPU machine, from the repository root (PART: part1 ... part11)
+#   bench/gpu.sh PART... OUT_DIR          on the GPU machine, from the repository root (PART: part1 ... part12)
 #   bench/gpu.sh --dry [PART...] OUT_DIR  every part (or those named) at toy sizes on this machine's CPU
 #
 # Through the device tool, after `make gpu-kit` here (the wheels the GPU machine's Python lacks, in .gpu-kit/):
@@ -32,6 +32,10 @@
 #   part10 CrossQ (preset=crossq) the same -> learning-crossq-HalfCheetah-v5.T.json
 #   part11 bench.inference, 14 actors x 4 envs on Pendulum-v1: per-actor against central inference (one worker; it
 #          runs the policy on its CPU), a 64-64 and a 3x1024 MLP -> inference.T.json
+#   part12 Atari: bench.atari_ppo, PPO from pixels on ALE/Pong-v5 (preset=ppo-atari), 14 actors x 8 envs, the CNN
+#          learner on the GPU compiled (channels-last): env frames/s with learning on against raw ale-py on 14
+#          cores, and the learner's samples/s alone -> atari-ppo.T.json; the same learner alone under
+#          algo.autocast=bf16 -> atari-ppo-bf16.T.json (its system run short)
 #
 # T is the machine (TAG, default from the GPU: h100-16core, h200-16core; `dry` with --dry). A step that fails is
 # logged and the part goes on with the next; the exit status says whether any failed.
@@ -49,7 +53,7 @@ cd "$REPO"
 PY=${PYTHON:-python3}
 KIT=${KIT:-.gpu-kit}
 SITE=${SITE:-/tmp/surreal-kit}
-ALL_PARTS=(part1 part2 part3 part4 part5 part6 part7 part8 part9 part10 part11)
+ALL_PARTS=(part1 part2 part3 part4 part5 part6 part7 part8 part9 part10 part11 part12)
 
 DRY=0
 PARTS=()
@@ -68,8 +72,8 @@ unset 'POSITIONAL[-1]'
 for part in "${POSITIONAL[@]}"; do
 	case "$part" in
 	all) PARTS+=("${ALL_PARTS[@]}") ;;
-	part[1-9] | part1[01]) PARTS+=("$part") ;;
-	*) echo "unknown part $part (part1 ... part11, or all)" >&2 && usage ;;
+	part[1-9] | part1[012]) PARTS+=("$part") ;;
+	*) echo "unknown part $part (part1 ... part12, or all)" >&2 && usage ;;
 	esac
 done
 if [ ${#PARTS[@]} -eq 0 ]; then
@@ -182,6 +186,10 @@ if [ "$DRY" = 1 ]; then
 		learner.eval_episodes=1 env.kwargs.horizon=20)
 	PYTEST_SELECT=(-m "not slow")
 	INFERENCE_SIZE=(--actors 2 --envs 2 --seconds 2 --warmup 1)
+	# One actor, a 128-transition batch of 16-step chunks, a 20 s window (the toy learner's first updates).
+	ATARI_SIZE=(--actors 1 --seconds 20 --raw-frames 2000 --raw-cores 1 --actor-steps 8 --learner-updates 1
+		algo.batch_size=128 algo.minibatch_size=64 algo.update_epochs=1 actor.chunk_steps=16)
+	ATARI_BF16_SIZE=("${ATARI_SIZE[@]}")
 else
 	GPU=cuda
 	LEARNER_SIZE=(--seconds 20)
@@ -205,12 +213,14 @@ else
 	PYTEST_SELECT=()
 	# 14 actors + the worker + the learner (device=cpu in every configuration alike) on the 16 cores.
 	INFERENCE_SIZE=(--actors 14 --envs 4 --seconds 40 --warmup 15)
+	ATARI_SIZE=(--actors 14 --seconds 240 --raw-cores 14 --learner-updates 5)
+	ATARI_BF16_SIZE=(--actors 14 --seconds 60 --raw-cores 14 --learner-updates 5)
 fi
 TD3=(algo.twin_critics=true algo.target_policy_noise=0.2)
 
 part1() {
 	step pytest-cuda 200 "$PY" -m pytest -q -p no:cacheprovider -o addopts= "${PYTEST_SELECT[@]}" \
-		--junitxml "$WORK/junit.xml" tests/test_ppo.py tests/test_ppo_recurrent.py tests/test_ddpg.py tests/test_sac.py tests/test_flow.py tests/test_inference.py \
+		--junitxml "$WORK/junit.xml" tests/test_ppo.py tests/test_ppo_recurrent.py tests/test_ppo_pixels.py tests/test_ddpg.py tests/test_sac.py tests/test_flow.py tests/test_inference.py \
 		-k "cuda or compile or device_auto or minibatches_have_one_shape"
 	pytest_json "$WORK/junit.xml" "$OUT_DIR/pytest-cuda.$T.json" 2>&1 | tee -a "$LOG" || FAILED+=(pytest-json)
 	step learner-gpu 330 "$PY" -m bench.learner --device "$GPU" "${COMPILE[@]}" "${LEARNER_SIZE[@]}" \
@@ -272,6 +282,15 @@ part10() {
 part11() {
 	step inference 530 "$PY" -m bench.inference --env Pendulum-v1 "${INFERENCE_SIZE[@]}" --workers 1 \
 		--machine "$T" --runs-root "$WORK/runs" --out "$OUT_DIR/inference.$T.json"
+}
+
+# PPO from pixels (docs/gpu.md, "Atari"): the system's env frames/s against raw ale-py on as many cores, and the CNN
+# learner alone, in float32 and then under bf16 autocast.
+part12() {
+	step atari-ppo 480 "$PY" -m bench.atari_ppo --device "$GPU" "${COMPILE[@]}" "${ATARI_SIZE[@]}" \
+		--runs-root "$WORK/runs" --out "$OUT_DIR/atari-ppo.$T.json"
+	step atari-ppo-bf16 300 "$PY" -m bench.atari_ppo --device "$GPU" "${COMPILE[@]}" --autocast bf16 \
+		"${ATARI_BF16_SIZE[@]}" --runs-root "$WORK/runs" --out "$OUT_DIR/atari-ppo-bf16.$T.json"
 }
 
 # -- run ----------------------------------------------------------------------------------------------------------

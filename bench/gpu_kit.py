@@ -1,4 +1,4 @@
-"""The GPU kit: the wheels a lent GPU machine's Python lacks for the actor, learner, replay and robosuite paths.
+"""The GPU kit: the wheels a lent GPU machine's Python lacks for the actor, learner, replay, robosuite and Atari paths.
 
     python -m bench.gpu_kit [--kit .gpu-kit] [--limit-mib 64] [--pip-args "..."] [--no-smoke]   (make gpu-kit)
 
@@ -15,7 +15,7 @@ and carried folders per call. This builds, on a machine with pip and an index, t
    gripper and mount and every arena, object and texture, and nothing of the other robots, grippers, bases or
    bullet_data (`robosuite-<version>-0panda-py3-none-any.whl`): every task with `robots: Panda` (our default)
    loads; another robot does not;
-3. checks the kit is complete: every requirement of the project (its dependencies, `rl` and `robosuite`
+3. checks the kit is complete: every requirement of the project (its dependencies, `rl`, `robosuite` and `atari`
    extras) and of every kit wheel, followed through extras, is in the kit at a matching version, in the GPU
    image's package list (GPU_IMAGE, KINDS.md of 2026-11-17; its own versions) or in LEFT_OUT with the reason;
    every wheel's tags fit CPython 3.12 on manylinux x86_64; one version per package;
@@ -70,6 +70,7 @@ KIT = {
     "pyopengl": "mujoco",
     "robosuite": "the Robotics Suite tasks (robosuite extra), repacked with the Panda's assets only",
     "termcolor": "robosuite's logging",
+    "ale-py": "the Atari games (atari extra; its wheel ships the ROMs)",
 }
 SOURCE_ONLY = {"antlr4-python3-runtime"}  # built into a pure-Python wheel here
 SLIM = {"robosuite"}
@@ -85,7 +86,7 @@ IMAGE_STAND_INS = [
 LEFT_OUT = {
     "mink": "robosuite's whole-body IK helper: never imported by a single-arm task with the default OSC controller",
     "qpsolvers": "robosuite lists it for mink's IK only; never imported by the tasks",
-    "opencv-python": "the GPU image has opencv-python-headless, the same cv2 (robosuite uses it only to render)",
+    "opencv-python": "the GPU image has opencv-python-headless, the same cv2 (robosuite renders, Atari resizes)",
     "pynput": "robosuite's keyboard teleoperation device only",
 }
 
@@ -263,7 +264,8 @@ def wheel_requirements(wheel: Path) -> list[Requirement]:
 
 def project_requirements() -> list[Requirement]:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    return [Requirement(r) for r in (*project["dependencies"], *project["optional-dependencies"]["robosuite"])]
+    extras = project["optional-dependencies"]
+    return [Requirement(r) for r in (*project["dependencies"], *extras["robosuite"], *extras["atari"])]
 
 
 def check(kit: Path) -> list[str]:

@@ -84,6 +84,7 @@ def main() -> None:
     ppo_cfg = cast(PPOConfig, algo_config(cfg))
     learner = ppo.make_learner(*spaces, ppo_cfg, torch.device("cpu"))
     seen = observations(cfg.env.id, 2000)
+    assert learner.obs_rms is not None, "flat observations have a normalizer"
     learner.obs_rms.update(seen)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / FILE_NAME

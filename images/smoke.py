@@ -37,8 +37,8 @@ from typing import Any
 
 import yaml
 
-from surreal.launch.local import free_ports
 from surreal.commands.probe import read_learner
+from surreal.launch.local import free_ports
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "infra" / "helm"))

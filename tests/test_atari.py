@@ -176,36 +176,43 @@ def test_bad_ids_and_kwargs_are_one_line(env_id, kwargs, says):
     assert says in str(err.value) and "\n" not in str(err.value)
 
 
-def test_every_algorithm_refuses_atari_frames_in_one_line_naming_the_images():
+def test_ppo_takes_atari_frames_and_every_other_algorithm_refuses_them_in_one_line_naming_ppo():
+    """PPO declares the image kind (a convolutional encoder); DDPG, SAC and ES are MLPs on flat vectors."""
     from surreal.config.schema import ALGORITHMS
     from surreal.run.preflight import preflight
 
-    for name in ALGORITHMS:
+    assert preflight(load_config(["algo=ppo", "env=ALE/Pong-v5"])) == []
+    others = [name for name in ALGORITHMS if name != "ppo"]
+    assert sorted(others) == ["ddpg", "es", "sac"]
+    for name in others:
         with pytest.raises(ConfigError) as err:
             preflight(load_config([f"algo={name}", "env=ALE/Pong-v5"]))
         line = str(err.value)
         assert "\n" not in line
-        assert line.startswith(f"algo={name} takes flat Box observations; ALE/Pong-v5's observations are ")
-        assert line.endswith("Box(4, 84, 84) uint8 images; no algorithm takes images yet (docs/environments.md, "
-                             "Pixel observations)")  # fmt: skip
+        assert line == (
+            f"algo={name} takes flat Box observations; ALE/Pong-v5's observations are Box(4, 84, 84) uint8 images; "
+            "ppo takes them"
+        )
 
 
 def test_a_chunk_of_frames_too_large_for_a_replay_message_is_refused_in_one_line():
-    """No algorithm takes images yet, so the check is driven with PPO's chunk layout over Pong's spaces directly: 256
-    steps of two float32 stacks are 57.8 MB, under the default 64 MiB; two envs an actor are over it."""
+    """A chunk of frames is priced at the most it can hold, every step's two stacks whole (what each frame once
+    stores when every step ends an episode): 256 steps of 4 envs are 57.8 MB of frames, under the default 64 MiB;
+    5 envs are over it, and refused before anything starts."""
     from surreal.run.preflight import check_chunk_size
 
     env = AtariEnv(PONG)
     spaces = env.observation_space, env.action_space
-    check_chunk_size(load_config(["env=ALE/Pong-v5"]), *spaces)
+    check_chunk_size(load_config(["env=ALE/Pong-v5", "topology.envs_per_actor=4"]), *spaces)
     with pytest.raises(ConfigError) as err:
-        check_chunk_size(load_config(["env=ALE/Pong-v5", "topology.envs_per_actor=2"]), *spaces)
+        check_chunk_size(load_config(["env=ALE/Pong-v5", "topology.envs_per_actor=5"]), *spaces)
     line = str(err.value)
     assert "\n" not in line and line.startswith(
-        "one chunk of actor.chunk_steps=256 x topology.envs_per_actor=2 steps of ALE/Pong-v5 (observations Box(4, 84, "
-        "84) uint8 images, sent as float32 (4, 84, 84), twice a step) is 115,614,720 bytes, more than "
-        "replay.max_message_bytes=67,108,864"
+        "one chunk of actor.chunk_steps=256 x topology.envs_per_actor=5 steps of ALE/Pong-v5 (observations Box(4, 84, "
+        "84) uint8 images, sent as each frame once, at most every step's stacks whole) can be "
     ), line
+    assert line.endswith("more than replay.max_message_bytes=67,108,864; lower actor.chunk_steps or "
+                         "topology.envs_per_actor, or raise replay.max_message_bytes"), line  # fmt: skip
 
 
 def test_the_env_passes_gymnasiums_environment_checker():

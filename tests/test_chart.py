@@ -337,6 +337,17 @@ def test_robosuite_lift_values_run_the_lift_sac_preset(tmp_path: Path) -> None:
     assert (chart.env, chart.replay.capacity) == (preset.env, preset.replay.capacity)
 
 
+def test_ppo_atari_values_run_the_ppo_atari_preset(tmp_path: Path) -> None:
+    """The chart's Pong experiment is `preset=ppo-atari` (CleanRL's ppo_atari), 8 envs an actor as the preset's."""
+    pytest.importorskip("ale_py")
+    path = tmp_path / "pong.yaml"
+    path.write_text(yaml.safe_dump(experiment_of(render(VALUES_DIR / "ppo-atari.yaml"))))
+    chart, preset = read_config(path), load_config(["preset=ppo-atari", "env=ALE/Pong-v5"])
+    assert replace(chart.algo, seed=0) == replace(preset.algo, seed=0)
+    assert (chart.env, chart.actor.chunk_steps) == (preset.env, preset.actor.chunk_steps)
+    assert chart.topology.envs_per_actor == preset.topology.envs_per_actor
+
+
 def test_topology_and_workloads_follow_the_role_sizes() -> None:
     docs = render(sets=("actors.replicas=5", "actors.envsPerActor=3", "replay.shards=4", "ps.replicas=2"))
     assert experiment_of(docs)["topology"] == {"actors": 5, "envs_per_actor": 3, "replay_shards": 4, "ps_replicas": 2}

@@ -39,7 +39,6 @@ from surreal.cli import main
 from surreal.config import ConfigError, algo_config, load_config
 from surreal.config.schema import ALGORITHMS, OffPolicyConfig
 from surreal.envs import env_spaces, make_env, make_vec_env
-from surreal.metricsfile import read_metrics
 from surreal.policy.artifact import FILE_NAME, POLICY_DIR, read_policy_file
 from surreal.policy.load import load_policy
 from surreal.proto.codec import flatten
@@ -49,7 +48,7 @@ from surreal.run.preflight import preflight
 from surreal.run.serial import run_serial
 from surreal.runtime.checkpoint import CheckpointStore
 from surreal.runtime.rollout import evaluate
-from test_resume import differences, final_checkpoint, incarnations, without_wall_times
+from test_resume import assert_resumed_as_straight, final_checkpoint
 
 # The env a variant learns on, by the action-space kind it takes; and how far above a uniformly random policy's
 # return on the same episodes its deterministic evaluation must end (a random policy scores about 5-10 on
@@ -416,9 +415,4 @@ def test_a_serial_run_stopped_and_resumed_ends_as_the_run_never_stopped(tmp_path
         assert samples and any(0 < s["used"] < s["minibatches"] for s in samples), "a sample is half used"
     assert run_serial(cfg, resumed, resume=True, stop_after_updates=n) is None
 
-    a, b = final_checkpoint(straight), final_checkpoint(resumed)
-    assert a["counters"]["updates"] == b["counters"]["updates"] >= n
-    assert len(incarnations(a)) == 1 and len(incarnations(b)) == 1
-    assert differences(a, b) == []
-    rows_a, rows_b = read_metrics(straight / "metrics.jsonl"), read_metrics(resumed / "metrics.jsonl")
-    assert rows_a and without_wall_times(rows_a) == without_wall_times(rows_b)
+    assert_resumed_as_straight(straight, resumed, n)

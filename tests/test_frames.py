@@ -4,10 +4,9 @@ serves (obs, next_obs) of stored transitions until their frames are overwritten.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
+from bench.frames import RandomPolicy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -15,28 +14,6 @@ from hypothesis.extra import numpy as hnp
 from surreal.frames import FrameChunk, FrameRing, naive_nbytes, split
 
 CHUNK_STEPS, ENVS, CHUNKS = 128, 2, 3
-
-
-class RandomPolicy:
-    """Uniform random actions: what matters here is the observations the collector records."""
-
-    def __init__(self, n: int, envs: int) -> None:
-        self.n, self.envs, self.rng = n, envs, np.random.default_rng(0)
-
-    def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        return self.rng.integers(0, self.n, self.envs), {}
-
-    def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
-        return self.act(obs)[0]
-
-    def episode_done(self, done: np.ndarray) -> None:
-        pass
-
-    def sampling_state(self) -> dict[str, Any]:
-        return {}
-
-    def load_sampling_state(self, state: dict[str, Any]) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +25,7 @@ def pong_chunks() -> list[dict[str, np.ndarray]]:
     from surreal.runtime.rollout import RolloutCollector
 
     envs = make_vec_env("ALE/Pong-v5", ENVS, seed=3, env_kwargs={"max_num_frames_per_episode": 400})
-    collector = RolloutCollector(envs, RandomPolicy(6, ENVS), CHUNK_STEPS, 0)  # type: ignore[arg-type]
+    collector = RolloutCollector(envs, RandomPolicy(6, ENVS, 0), CHUNK_STEPS, 0)  # type: ignore[arg-type]
     chunks = []
     for _ in range(CHUNKS):
         arrays = collector.collect(0).arrays

@@ -22,6 +22,17 @@ SCRIPT = REPO / "bench" / "gpu.sh"
 LEARNER_KEYS = {"benchmark", "env", "machine", "rows"}
 THROUGHPUT_KEYS = {"benchmark", "env", "device", "points", "actors", "system_env_steps_per_s", "efficiency"}
 LEARNING_KEYS = {"benchmark", "algo", "env", "steps", "actors", "overrides", "runs", "eval_return_mean"}
+ATARI_KEYS = {
+    "bench",
+    "machine",
+    "game",
+    "actors",
+    "device",
+    "raw_frames_per_s",
+    "system",
+    "efficiency",
+    "learner_alone",
+}
 EXPECTED = {
     "pytest-cuda": {"benchmark", "torch", "device_name", "tests", "passed", "failed", "error", "skipped", "cases"},
     "learner": LEARNER_KEYS,
@@ -39,6 +50,8 @@ EXPECTED = {
     "throughput-robosuite-Lift": THROUGHPUT_KEYS,
     "learning-ddpg-robosuite-Lift": LEARNING_KEYS,
     "inference": {"bench", "machine", "env", "actors", "envs_per_actor", "inference_workers", "networks"},
+    "atari-ppo": ATARI_KEYS,
+    "atari-ppo-bf16": ATARI_KEYS,
 }
 
 
@@ -56,7 +69,7 @@ def test_the_dry_run_writes_every_result_file_of_every_part(tmp_path: Path) -> N
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     written = {p.name for p in out.glob("*.json")}
     assert written == {f"{name}.dry.json" for name in EXPECTED}
-    assert {p.name for p in out.glob("*.log")} == {f"gpu-part{n}.dry.log" for n in range(1, 12)}
+    assert {p.name for p in out.glob("*.log")} == {f"gpu-part{n}.dry.log" for n in range(1, 13)}
     results = {name: json.loads((out / f"{name}.dry.json").read_text()) for name in EXPECTED}
     for name, keys in EXPECTED.items():
         assert keys <= results[name].keys(), f"{name}: missing {keys - results[name].keys()}"
@@ -92,14 +105,19 @@ def test_the_dry_run_writes_every_result_file_of_every_part(tmp_path: Path) -> N
     for row in networks.values():
         assert row["per_actor"]["env_steps_per_s"] > 0 and row["central"]["env_steps_per_s"] > 0, row
         assert row["central_over_per_actor"] == row["central"]["env_steps_per_s"] / row["per_actor"]["env_steps_per_s"]
+    # part12: raw ale-py and the CNN learner alone measured (a toy window may hold too few updates for a system rate).
+    for name in ("atari-ppo", "atari-ppo-bf16"):
+        atari = results[name]
+        assert atari["raw_frames_per_s"]["mean"] > 0 and atari["learner_alone"]["samples_per_s"] > 0, atari
+    assert results["atari-ppo-bf16"]["learner_alone"]["autocast"] == "bf16"
 
 
 def test_a_real_run_names_its_parts_and_needs_the_kit(tmp_path: Path) -> None:
     """Without --dry a part must be named (each fills one device call), and the kit must be there."""
     no_part = gpu_sh(str(tmp_path / "out"), tmp_path=tmp_path, timeout=60)
     assert no_part.returncode == 2 and "name the part" in no_part.stderr
-    bad = gpu_sh("part12", str(tmp_path / "out"), tmp_path=tmp_path, timeout=60)
-    assert bad.returncode == 2 and "unknown part part12" in bad.stderr
+    bad = gpu_sh("part13", str(tmp_path / "out"), tmp_path=tmp_path, timeout=60)
+    assert bad.returncode == 2 and "unknown part part13" in bad.stderr
     env = {**os.environ, "KIT": str(tmp_path / "no-kit"), "PYTHON": sys.executable, "TMPDIR": str(tmp_path)}
     no_kit = subprocess.run(
         ["bash", str(SCRIPT), "part1", str(tmp_path / "out")], cwd=REPO, env=env, capture_output=True, text=True

@@ -157,10 +157,11 @@ def test_a_release_installed_again_under_its_name_resumes_its_run():
     assert set(claims["pend-001"][0]).isdisjoint(claims["pend-000"][0])
 
 
-def test_an_off_policy_members_replay_is_laid_out_by_its_experiment_and_a_fifo_has_no_layout(tmp_path):
-    """The replay pods have neither the env nor torch: `surreal helm-values` resolves an off-policy member's layout
-    as `surreal run` does (its env built once) and the chart carries it to the shards in the experiment; the base's
-    own layout, for another env perhaps, never survives. An on-policy member's FIFO keeps chunks whole: none."""
+def test_a_members_replay_is_laid_out_by_its_experiment(tmp_path):
+    """The replay pods have neither the env nor torch: `surreal helm-values` resolves a member's layout as `surreal
+    run` does (its env built once) and the chart carries it to the shards in the experiment; the base's own layout,
+    for another env perhaps, never survives. An off-policy member's shards are laid out by it, an on-policy member's
+    FIFO holds every chunk to it."""
     from surreal.algos import get_algorithm
     from surreal.config import algo_config, load_config
     from surreal.envs import env_spaces
@@ -179,7 +180,10 @@ def test_an_off_policy_members_replay_is_laid_out_by_its_experiment_and_a_fifo_h
     [(release, path, _)] = write_values(
         ["algo=ppo", "env=Pendulum-v1", "replay.mode=fifo"], tmp_path / "p", "ppo", base
     )
-    assert "layout" not in experiment_of(template(release, path)).get("replay", {})
+    ppo = load_config(["algo=ppo", "env=Pendulum-v1"])
+    assert fields_of(experiment_of(template(release, path))["replay"]["layout"]) == get_algorithm("ppo").chunk_fields(
+        *env_spaces(ppo), algo_config(ppo)
+    )
 
 
 def test_a_base_whose_env_names_a_module_needs_import(tmp_path):

@@ -273,8 +273,9 @@ def test_a_live_learner_counts_and_drops_malformed_transition_replies_and_keeps_
 
 
 def test_a_fifo_reply_keeps_its_honest_chunks_and_leaves_out_those_the_algorithm_cannot_take():
-    """A FIFO shard cannot check an algorithm's fields (it knows neither env nor algorithm): the learner leaves out
-    each chunk that lacks them, or whose ES noise offset lies past the table, and keeps the rest of the reply."""
+    """A FIFO shard without the experiment's layout (a config no launcher prepared: it knows neither env nor
+    algorithm) cannot check an algorithm's fields: the learner leaves out each chunk that lacks them, or whose ES noise
+    offset lies past the table, and keeps the rest of the reply."""
     from surreal.algos import get_algorithm
     from surreal.config import algo_config
     from surreal.envs import env_spaces

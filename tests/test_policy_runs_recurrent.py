@@ -21,45 +21,18 @@ from surreal.envs import make_env
 from surreal.policy.load import load_policy
 from surreal.run.serial import run_serial
 from surreal.runtime.checkpoint import CheckpointStore
+from test_contract import roll as contract_roll
 
 ENV_ID = "InvertedPendulumNoVel-v5"
 RUN = ["algo=ppo", f"env={ENV_ID}", "device=cpu", "actors=1", "seed=11", "topology.envs_per_actor=2"]
 RUN += ["actor.chunk_steps=32", "algo.batch_size=128", "algo.minibatch_size=64", "algo.update_epochs=2", "steps=384"]
 RUN += ["algo.hidden_sizes=[16,16]", "algo.rnn_hidden_size=16", "learner.eval_episodes=12"]  # envs 0, 1: 2 episodes
 
-# Whole episodes in 3 envs: `act` for the batch, `reset(done)` for the envs whose episode ended. Run as it is here and
-# in a fresh process, so both roll the same loop.
-ROLL = """
-import numpy as np
-from surreal.envs import make_vec_env
 
-def roll(act, reset, env_id, steps=300, seed=0):
-    envs = make_vec_env(env_id, 3, seed)
-    obs, _ = envs.reset(seed=[seed, seed + 1, seed + 2])
-    reset(None)
-    actions, ends = [], 0
-    for _ in range(steps):
-        actions.append(act(obs))
-        obs, _, terminated, truncated, _ = envs.step(actions[-1])
-        done = terminated | truncated
-        ends += int(done.sum())
-        if done.any():
-            reset(done)
-    envs.close()
-    return np.array(actions), ends
-"""
-ACT_IN_A_FRESH_PROCESS = (
-    ROLL
-    + """
-import sys, surreal
-policy = surreal.load_policy(sys.argv[1])
-actions, _ = roll(policy.act, policy.reset, sys.argv[2])
-np.save(sys.argv[3], actions)
-"""
-)
-namespace: dict = {}
-exec(ROLL, namespace)
-roll = namespace["roll"]
+def roll(act, reset, env_id, seed=0):
+    """The contract's loop over whole episodes in 3 envs (tests/test_contract.py), 300 steps: a GRU's episodes here
+    are short."""
+    return contract_roll(act, reset, env_id, steps=300, seed=seed)
 
 
 def learners_policy(cfg, run_dir: Path):

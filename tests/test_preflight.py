@@ -25,7 +25,18 @@ REFUSALS = {
         ["algo=ddpg", "env=CartPole-v1"],
         "algo=ddpg takes flat Box actions; CartPole-v1's actions are Discrete(2); es and ppo take them",
     ),
-    "discrete observations": (["env=FrozenLake-v1"], "algo=ppo takes flat Box observations; FrozenLake-v1's"),
+    "discrete observations": (
+        ["env=FrozenLake-v1"],
+        "algo=ppo takes flat Box or uint8 (C, H, W) image observations; FrozenLake-v1's",
+    ),
+    "images for an MLP algorithm": (
+        ["algo=sac", "env=ALE/Pong-v5"],
+        "algo=sac takes flat Box observations; ALE/Pong-v5's observations are Box(4, 84, 84) uint8 images; ppo takes",
+    ),
+    "images too large for a replay message": (
+        ["env=ALE/Pong-v5", "topology.envs_per_actor=5"],
+        "steps of ALE/Pong-v5 (observations Box(4, 84, 84) uint8 images, sent as each frame once, at most every",
+    ),
     "a kwarg the env does not take": (["env=Pendulum-v1", "env.kwargs.gravity=9.8"], "env.kwargs.gravity is not a"),
     "a kwarg with a near name": (["env=Pendulum-v1", "env.kwargs.gg=9.8"], "did you mean g?"),
     "an env that fails to build": (
@@ -95,10 +106,14 @@ def test_space_check_names_images_and_other_spaces():
         check_spaces(ppo, box, gym.spaces.MultiDiscrete([2, 3]), "Pong")
     check_spaces(ppo, box, gym.spaces.Discrete(4, start=1), "Pong")
     frames = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
-    with pytest.raises(ConfigError, match=r"are Box\(4, 84, 84\) uint8 images; no algorithm takes images yet \("):
-        check_spaces(ppo, frames, gym.spaces.Discrete(6), "ALE/Pong-v5")
+    check_spaces(ppo, frames, gym.spaces.Discrete(6), "ALE/Pong-v5")  # PPO's encoder takes channels-first images
+    with pytest.raises(ConfigError, match=r"are Box\(4, 84, 84\) uint8 images; ppo takes them$"):
+        check_spaces(ALGORITHMS["ddpg"], frames, box, "ALE/Pong-v5")
+    channels_last = gym.spaces.Box(0, 255, (96, 96, 3), np.uint8)  # CarRacing's
+    with pytest.raises(ConfigError, match=r"are Box\(96, 96, 3\) uint8 images; images are taken as one channels-fir"):
+        check_spaces(ppo, channels_last, box, "CarRacing-v3")
     camera = gym.spaces.Dict({"pixels": gym.spaces.Box(0, 255, (3, 84, 84), np.uint8), "state": box})
-    with pytest.raises(ConfigError, match=r"are Dict\(pixels: Box\(3, 84, 84\) uint8 images, state: Box\(3,\)\); no"):
+    with pytest.raises(ConfigError, match=r"are Dict\(pixels: Box\(3, 84, 84\) uint8 images, state: Box\(3,\)\); ima"):
         check_spaces(ALGORITHMS["sac"], camera, box, "robosuite:Lift")
 
 
@@ -164,8 +179,9 @@ def test_surreal_run_says_each_warning_once_at_the_start(monkeypatch, tmp_path, 
 
 def test_the_launcher_resolves_a_transition_replays_layout_and_refuses_one_its_shards_cannot_hold():
     """`checked` is `preflight` and the config the roles run: an off-policy experiment's replay laid out from its
-    algorithm's chunk fields over the env's spaces (a shard has neither torch nor gymnasium to do it), none for a
-    FIFO; a layout whose capacity exceeds the shard's bytes is refused here, in one line, not by every shard."""
+    algorithm's chunk fields over the env's spaces (a shard has neither torch nor gymnasium to do it), and a FIFO's,
+    which holds every chunk to it; a layout whose capacity exceeds the shard's bytes is refused here, in one line, not
+    by every shard."""
     from surreal.algos import get_algorithm
     from surreal.config import algo_config
     from surreal.envs import env_spaces
@@ -175,7 +191,10 @@ def test_the_launcher_resolves_a_transition_replays_layout_and_refuses_one_its_s
     cfg, warnings = checked(load_config(["algo=sac", "env=Pendulum-v1", "steps=100000"]))
     assert warnings == [] and cfg.replay.mode == "uniform"
     assert fields_of(cfg.replay.layout) == get_algorithm("sac").chunk_fields(*env_spaces(cfg), algo_config(cfg))
-    assert checked(load_config(["algo=ppo", "env=Pendulum-v1"]))[0].replay.layout is None
+    ppo = load_config(["algo=ppo", "env=Pendulum-v1"])
+    assert fields_of(checked(ppo)[0].replay.layout) == get_algorithm("ppo").chunk_fields(
+        *env_spaces(ppo), algo_config(ppo)
+    )
     with pytest.raises(ConfigError, match=r"replay.capacity=100,000 transitions of 36 bytes .* exceed"):
         checked(load_config(["algo=ddpg", "env=Pendulum-v1", "replay.capacity_bytes=1000000"]))
     with pytest.raises(ConfigError, match="replay.layout: obs: dtype object is not one the wire carries"):

@@ -88,6 +88,17 @@ def without_wall_times(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: v for k, v in row.items() if not k.startswith("time")} for row in rows]
 
 
+def assert_resumed_as_straight(straight: Path, resumed: Path, updates: int) -> None:
+    """The run stopped and resumed ended where the straight run did: the same final checkpoint to the bit, one
+    incarnation each (the resume carried the run on, it did not start one), the same metrics but wall times."""
+    a, b = final_checkpoint(straight), final_checkpoint(resumed)
+    assert a["counters"]["updates"] == b["counters"]["updates"] >= updates
+    assert len(incarnations(a)) == 1 and len(incarnations(b)) == 1
+    assert differences(a, b) == []
+    rows_a, rows_b = read_metrics(straight / "metrics.jsonl"), read_metrics(resumed / "metrics.jsonl")
+    assert rows_a and without_wall_times(rows_a) == without_wall_times(rows_b)
+
+
 def test_a_lock_step_run_stopped_and_resumed_ends_as_the_run_never_stopped(tmp_path):
     torch.set_num_threads(1)
     overrides, k, n = CASES["ppo"]
@@ -103,12 +114,7 @@ def test_a_lock_step_run_stopped_and_resumed_ends_as_the_run_never_stopped(tmp_p
     assert elapsed, "mid-episode at the stop"
     assert run_serial(cfg, resumed, resume=True, stop_after_updates=n) is None
 
-    a, b = final_checkpoint(straight), final_checkpoint(resumed)
-    assert a["counters"]["updates"] == b["counters"]["updates"] >= n
-    assert len(incarnations(a)) == 1 and len(incarnations(b)) == 1
-    assert differences(a, b) == []
-    rows_a, rows_b = read_metrics(straight / "metrics.jsonl"), read_metrics(resumed / "metrics.jsonl")
-    assert rows_a and without_wall_times(rows_a) == without_wall_times(rows_b)
+    assert_resumed_as_straight(straight, resumed, n)
 
 
 def test_a_serial_resume_refuses_a_checkpoint_without_the_serial_world(tmp_path):

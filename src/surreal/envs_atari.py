@@ -128,12 +128,14 @@ def is_atari_id(env_id: str) -> bool:
 
 def import_ale() -> ModuleType:
     """ale_py, imported (which registers the `ALE/` ids with Gymnasium); ConfigError with the install line when the
-    extra is missing."""
+    extra is missing. The emulator's banner on stderr is turned off: its warnings and errors still print, and a
+    refusal at start stays one line."""
     try:
         import ale_py
         import cv2  # noqa: F401  - the frames' resize
     except ImportError as exc:
         raise ConfigError(f"Atari games need the extra: {INSTALL} ({exc})") from None
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Warning)
     return ale_py
 
 

@@ -20,12 +20,25 @@ PIXELS_DOC = "docs/environments.md, Pixel observations"  # what works with pixel
 
 
 def space_kind(space: spaces.Space[Any]) -> str | None:
-    """ "box" for a 1-D Box, "discrete" for a Discrete, None for anything else (images, Dict, MultiDiscrete...)."""
+    """ "box" for a 1-D Box, "discrete" for a Discrete, "image" for a channels-first uint8 image (`is_channels_first`),
+    None for anything else (channels-last images, Dict, MultiDiscrete...)."""
     if isinstance(space, spaces.Box) and len(space.shape) == 1:
         return "box"
     if isinstance(space, spaces.Discrete):
         return "discrete"
+    if is_channels_first(space):
+        return "image"
     return None
+
+
+def is_channels_first(space: spaces.Space[Any]) -> bool:
+    """A uint8 image (C, H, W) with fewer planes than rows or columns: an Atari stack (4, 84, 84), a camera's (3, 84,
+    84). What a convolutional encoder takes; a channels-last image such as CarRacing's (96, 96, 3) is not one."""
+    shape = tuple(space.shape or ())
+    if not is_image(space) or len(shape) != 3:
+        return False
+    planes, height, width = shape
+    return bool(planes < height and planes < width)
 
 
 def is_image(space: spaces.Space[Any]) -> bool:
@@ -75,14 +88,15 @@ def check_spaces(
         others = sorted(n for n, cls in ALGORITHMS.items() if kind is not None and kind in getattr(cls, attr))
         hint = f"; {' and '.join(others)} take{'s' if len(others) == 1 else ''} them" if others else ""
         if not others and has_images(space):
-            hint = f"; no algorithm takes images yet ({PIXELS_DOC})"
+            hint = f"; images are taken as one channels-first uint8 Box (C, H, W), not this ({PIXELS_DOC})"
         raise ConfigError(f"algo={name} takes {_kinds(takes)} {what}; {env_id}'s {what} are {describe(space)}{hint}")
 
 
 def space_dims(
     algo: AlgoConfig, observation_space: spaces.Space[Any], action_space: spaces.Space[Any]
 ) -> tuple[int, int]:
-    """(observation size, output size) after `check_spaces`: a 1-D Box's size, or one output per Discrete action."""
+    """(observation size, output size) after `check_spaces`: a 1-D Box's size (an image's planes), or one output per
+    Discrete action."""
     check_spaces(algo, observation_space, action_space)
     outputs = int(action_space.n) if isinstance(action_space, spaces.Discrete) else int(action_space.shape[0])  # type: ignore[index]
-    return int(observation_space.shape[0]), outputs  # type: ignore[index]  # a 1-D Box
+    return int(observation_space.shape[0]), outputs  # type: ignore[index]  # a 1-D Box or an image

@@ -164,10 +164,10 @@ def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 def lay_out_replay(values: dict[str, Any], cfg: ExperimentConfig) -> None:
-    """Write a transition replay's layout, resolved as `surreal run` resolves it (`check_experiment`), into the
-    member's experiment (`experiment.replay.layout`): the replay pods have neither the env nor torch, and without it
-    a shard is laid out by its first chunk. A FIFO needs none; a base's or a run's layout goes either way (for another
-    env perhaps)."""
+    """Write the replay's layout, resolved as `surreal run` resolves it (`check_experiment`), into the member's
+    experiment (`experiment.replay.layout`): the replay pods have neither the env nor torch, and without it a
+    transition shard is laid out by its first chunk and a FIFO takes any well-formed chunk. A base's or a run's layout
+    goes either way (for another env perhaps)."""
     experiment = values.setdefault("experiment", {})
     replay = experiment.get("replay")
     if isinstance(replay, dict):

@@ -38,7 +38,7 @@ RUN_NAME_RULE = "must be a folder name of at most 100 characters: letters, digit
 DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 # The kinds of Gymnasium space an algorithm may declare it takes (`AlgoConfig.observation_spaces`, `.action_spaces`),
 # as a user reads them. surreal/spaces.py says which kind a space is; the names keep this module gymnasium-free.
-SPACE_KINDS = {"box": "flat Box", "discrete": "Discrete"}
+SPACE_KINDS = {"box": "flat Box", "discrete": "Discrete", "image": "uint8 (C, H, W) image"}
 INFERENCE_MODES = ("per_actor", "central")  # `topology.inference`
 # The value rules of `validate` and of the algorithms' `problems`, as their messages state them.
 RULES: dict[str, Callable[[Any], bool]] = {

@@ -21,12 +21,16 @@ tensor must be finite; a writer refuses what a reader would. The header (format 
                              the spaces rebuilds the policy: nothing else of the run is needed
     env                      {"id", "kwargs"}: what `surreal eval` rolls the policy out in
     observation_space,       {"type": "box", "shape", "dtype", "low", "high"} (bounds as lists, "inf"/"-inf"
-    action_space             where infinite) or {"type": "discrete", "n", "start"}
+    action_space             where infinite; one value each where every element shares it, as a uint8 image's
+                             0 and 255 do) or {"type": "discrete", "n", "start"}; a Box's dtype is float32, float64
+                             or uint8 (images, channels first)
     action_head              how actions come out: {"type": "box", "squash": "none"|"tanh", "clip": bool}; a
                              categorical head would be {"type": "discrete", "select": "argmax"}
     network                  {"kind", "hidden_sizes", "activation", "parameters", "tensors": {name: shape}}; a
                              recurrent PPO policy's kind is "lstm" or "gru", with "rnn_hidden_size" and the per-env
-                             "state_shape" [L, H] its `act` keeps (hidden_sizes: the heads' MLPs on the cell's output)
+                             "state_shape" [L, H] its `act` keeps (hidden_sizes: the heads' MLPs on the cell's output);
+                             a PPO policy on images is "cnn" (or its cell's kind) with "encoder" ("nature" or
+                             "impala") and "features" (the encoder's width, which linear heads take)
     normalizer               null, or {"tensors": {"mean", "var", "count"}, "clip", "epsilon", "count"}: observations
                              enter the network as clip((obs - mean) / sqrt(var + epsilon), -clip, clip)
     parameter_version,       the blob's version, the env steps and updates behind it (updates null where the
@@ -89,6 +93,8 @@ HEADER_TYPES: dict[str, type | tuple[type, ...]] = {  # every header field but t
     "surreal_version": str,
 }
 HEADER_KEYS = frozenset({"format", "format_version", *HEADER_TYPES})
+BOX_DTYPES = ("float32", "float64", "uint8")  # a Box space's dtypes the header holds (uint8: images)
+MAX_BOX_ELEMENTS = 1 << 24  # a 4096 x 4096 image: its one-value bounds must not stand for an allocation of any size
 EVALUATION_KEYS = frozenset({"return_mean", "return_std", "episodes", "success_rate", "seed", "env_steps"})
 
 # safetensors dtype names <-> NumPy (the ones a parameter blob holds).
@@ -316,18 +322,21 @@ def _bounds(values: np.ndarray) -> list[float | str]:
     return [float(v) if math.isfinite(v) else ("inf" if v > 0 else "-inf") for v in np.asarray(values, float).ravel()]
 
 
+def _compact(values: list[float | str]) -> list[float | str]:
+    """One value for bounds every element shares (an image's 0 and 255): 28,224 numbers for an Atari stack's."""
+    return values[:1] if len(values) > 1 and all(v == values[0] for v in values) else values
+
+
 def encode_space(space: Any) -> dict[str, Any]:
-    """A Gymnasium Box or Discrete space as JSON (infinite bounds as "inf"/"-inf")."""
+    """A Gymnasium Box or Discrete space as JSON (infinite bounds as "inf"/"-inf"; a uint8 Box's shared bounds as one
+    value each)."""
     from gymnasium import spaces
 
     if isinstance(space, spaces.Box):
-        return {
-            "type": "box",
-            "shape": list(space.shape),
-            "dtype": str(space.dtype),
-            "low": _bounds(space.low),
-            "high": _bounds(space.high),
-        }
+        low, high = _bounds(space.low), _bounds(space.high)
+        if space.dtype == np.uint8:
+            low, high = _compact(low), _compact(high)
+        return {"type": "box", "shape": list(space.shape), "dtype": str(space.dtype), "low": low, "high": high}
     if isinstance(space, spaces.Discrete):
         return {"type": "discrete", "n": int(space.n), "start": int(space.start)}
     raise ValueError(f"the policy artifact holds Box and Discrete spaces, not {type(space).__name__}")
@@ -341,12 +350,16 @@ def decode_space(data: Any, what: str) -> Any:
     try:
         if kind == "box" and set(data) == {"type", "shape", "dtype", "low", "high"}:
             shape = tuple(data["shape"])
-            dtype = np.dtype(data["dtype"]) if data["dtype"] in ("float32", "float64") else None
-            if dtype is None or not _ints(data["shape"]):
-                raise ValueError("a float32 or float64 Box with a shape of non-negative ints")
+            dtype = np.dtype(data["dtype"]) if data["dtype"] in BOX_DTYPES else None
+            if dtype is None or not _ints(data["shape"]) or math.prod(shape) > MAX_BOX_ELEMENTS:
+                raise ValueError(f"a {', '.join(BOX_DTYPES)} Box of at most {MAX_BOX_ELEMENTS:,} elements")
             low, high = (np.array([float(v) for v in data[k]], np.float64) for k in ("low", "high"))
-            if low.size != math.prod(shape) or high.size != low.size:
+            size = math.prod(shape)
+            if low.size not in (1, size) or high.size not in (1, size):
                 raise ValueError(f"bounds of {low.size} and {high.size} values for shape {list(shape)}")
+            if dtype == np.uint8 and not ((low >= 0).all() and (high <= 255).all() and (low <= high).all()):
+                raise ValueError("uint8 bounds outside [0, 255]")
+            low, high = np.broadcast_to(low, size), np.broadcast_to(high, size)
             return spaces.Box(low.reshape(shape).astype(dtype), high.reshape(shape).astype(dtype), shape, dtype)
         if kind == "discrete" and set(data) == {"type", "n", "start"}:
             if not (type(data["n"]) is int and data["n"] > 0 and type(data["start"]) is int):

@@ -205,12 +205,19 @@ def network_floor(algo_cfg: AlgoConfig, obs_space: Any, act_space: Any) -> int:
     """Parameters the policy network must have at least, from the config and spaces alone, before anything is built:
     every algorithm's policy maps observations through its `hidden_sizes` (after its recurrent cell, if any) to the
     actions, so it holds at least one weight per pair of adjacent widths. A file whose tensors hold fewer could never
-    match it, and a config naming huge widths over small tensors is refused here rather than allocated."""
-    widths = [_width(obs_space)]
+    match it, and a config naming huge widths over small tensors is refused here rather than allocated. Images go
+    through the algorithm's encoder instead (`encoder_widths`: its dense layer, which grows with the image), whose
+    features linear heads take."""
+    encoder_widths = getattr(algo_cfg, "encoder_widths", None)
+    images = len(obs_space.shape or ()) == 3 and obs_space.dtype == np.uint8
+    if encoder_widths is not None and images:
+        widths = [int(w) for w in encoder_widths(tuple(obs_space.shape))]
+    else:
+        widths, images = [_width(obs_space)], False
     recurrent = getattr(algo_cfg, "recurrent", None)
     if recurrent:
         widths.append(int(getattr(algo_cfg, "rnn_hidden_size", 0)))
-    widths += [int(h) for h in getattr(algo_cfg, "hidden_sizes", [])]
+    widths += [] if images else [int(h) for h in getattr(algo_cfg, "hidden_sizes", [])]
     widths.append(_width(act_space))
     return sum(a * b for a, b in zip(widths, widths[1:], strict=False))
 

@@ -1,9 +1,10 @@
 """`surreal export RUN|POLICY --format onnx|torchscript [--out FILE]`: the deterministic policy as a standalone file.
 
-The file maps a float32 batch of observations `obs` [batch, *obs_shape] (the batch dimension dynamic) to the
-deterministic actions `actions` [batch, *action_shape] (float32), with the observation normalizer and the action
-squashing or clipping folded in: the module `Policy.module()` returns (algos/inference.py), so it computes what
-`Policy.act` computes (to float32 rounding of the input: tests/test_policy_export.py holds it within 1e-5).
+The file maps a float32 batch of observations `obs` [batch, *obs_shape] (the batch dimension dynamic; uint8 for a
+policy on images, which the file divides by 255 itself) to the deterministic actions `actions` [batch, *action_shape]
+(float32), with the observation normalizer and the action squashing or clipping folded in: the module
+`Policy.module()` returns (algos/inference.py), so it computes what `Policy.act` computes (to float32 rounding of the
+input: tests/test_policy_export.py holds it within 1e-5).
 
     ONNX          torch.onnx's exporter (torch.export based, opset 18); run it with ONNX Runtime or any ONNX
                   runtime. The input and output names and shapes are also in the model's metadata_props.
@@ -27,6 +28,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from surreal.errors import install_extra
 from surreal.fileio import atomic_write_text, atomic_writer
 from surreal.policy.load import Policy
@@ -44,7 +47,7 @@ def _float32_module(policy: Policy) -> Any:
     import torch
 
     class Float32Actions(torch.nn.Module):
-        """float32 observations in, float32 actions out, whatever dtype the action space has."""
+        """float32 (images: uint8) observations in, float32 actions out, whatever dtype the action space has."""
 
         def __init__(self, inner: torch.nn.Module) -> None:
             super().__init__()
@@ -67,8 +70,9 @@ def _float32_module(policy: Policy) -> Any:
 def signature(policy: Policy) -> dict[str, Any]:
     """The exported file's input and output (and a recurrent policy's state in and out): names, shapes ("batch" for
     the dynamic dimension), dtypes."""
+    obs_dtype = "uint8" if policy.obs_dtype == np.uint8 else "float32"
     out = {
-        "input": {"name": INPUT_NAME, "shape": ["batch", *policy.observation_space.shape], "dtype": "float32"},
+        "input": {"name": INPUT_NAME, "shape": ["batch", *policy.observation_space.shape], "dtype": obs_dtype},
         "output": {"name": OUTPUT_NAME, "shape": ["batch", *policy.action_space.shape], "dtype": "float32"},
     }
     if policy.state_shape is not None:
@@ -82,7 +86,8 @@ def _examples(policy: Policy) -> tuple[Any, ...]:
     """What the exporters trace the module with: a batch of 2 observations (and states)."""
     import torch
 
-    obs = torch.zeros((2, *policy.observation_space.shape), dtype=torch.float32)
+    dtype = torch.uint8 if policy.obs_dtype == np.uint8 else torch.float32
+    obs = torch.zeros((2, *policy.observation_space.shape), dtype=dtype)
     return (obs,) if policy.state_shape is None else (obs, torch.zeros((2, *policy.state_shape)))
 
 

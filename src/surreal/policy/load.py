@@ -72,20 +72,23 @@ class Policy:
         self.env_kwargs: dict[str, Any] = dict(header["env"]["kwargs"])
         self._policy = policy
         self._obs_shape = tuple(self.observation_space.shape)
+        # What observations are taken as: a float64 array (the network's preprocessing makes float32 of it, as the
+        # actors' normalizer does), or the uint8 an image is (the encoder divides it by 255).
+        self.obs_dtype = np.dtype(np.uint8 if self.observation_space.dtype == np.uint8 else np.float64)
         # A recurrent policy's per-env state shape (L, H), which it keeps itself; None: actions depend on obs alone.
         self.state_shape: tuple[int, ...] | None = getattr(policy, "state_shape", None)
-        self._forward = self._deterministic_forward(policy, self._obs_shape, self.state_shape)
+        self._forward = self._deterministic_forward(policy, self._obs_shape, self.state_shape, self.obs_dtype)
 
     @staticmethod
     def _deterministic_forward(
-        policy: ArtifactPolicy, obs_shape: tuple[int, ...], state_shape: tuple[int, ...] | None
+        policy: ArtifactPolicy, obs_shape: tuple[int, ...], state_shape: tuple[int, ...] | None, obs_dtype: np.dtype
     ) -> Callable[[np.ndarray], np.ndarray]:
         if getattr(policy, "numpy_forward", False):
             return policy.act_deterministic
         import torch
 
         module = policy.inference_module().requires_grad_(False)
-        example = torch.zeros((2, *obs_shape), dtype=torch.float64)
+        example = torch.from_numpy(np.zeros((2, *obs_shape), obs_dtype))
         inputs = example if state_shape is None else (example, torch.zeros((2, *state_shape)))
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")  # torch.jit.trace's deprecation notice: the traced graph is what we want
@@ -107,8 +110,8 @@ class Policy:
         return recurrent_forward
 
     def act(self, obs: Any, deterministic: bool = True) -> np.ndarray:
-        """Actions for one observation (shape = the observation space's) or a batch ([B, *shape])."""
-        x = np.asarray(obs, dtype=np.float64)
+        """Actions for one observation (shape = the observation space's) or a batch ([B, *shape]); images as uint8."""
+        x = np.asarray(obs, dtype=self.obs_dtype)
         if x.shape == self._obs_shape:  # one observation
             return (self._forward(x[None]) if deterministic else self._policy.act(x[None])[0])[0]
         if x.shape[1:] != self._obs_shape or x.ndim != len(self._obs_shape) + 1:
@@ -130,9 +133,9 @@ class Policy:
         return _Stochastic(self)
 
     def module(self) -> Any:
-        """The deterministic policy as an eager torch module: float observations [B, *shape] in, actions out; a
-        recurrent policy's takes and returns its state as well: (obs, state [B, *state_shape]) -> (actions, state),
-        the state zeros at an episode's start."""
+        """The deterministic policy as an eager torch module: float observations [B, *shape] (uint8 images) in,
+        actions out; a recurrent policy's takes and returns its state as well: (obs, state [B, *state_shape]) ->
+        (actions, state), the state zeros at an episode's start."""
         return self._policy.inference_module()
 
     def __repr__(self) -> str:

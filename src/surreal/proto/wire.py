@@ -83,6 +83,10 @@ NO_VERSION = -1  # what an actor that holds no parameters yet runs (and a ps tha
 # chunk's K columns start from, such as a recurrent policy's state at its first step (algos/ppo/recurrent.py). Sent
 # once per chunk rather than once per step, which for an LSTM's state is most of a chunk's bytes.
 PER_ENV = "per_env"
+# A chunk's arrays nested under this key have a length of their own (`[N, ...]`), neither T nor K: what its steps
+# index into, such as each distinct frame of a chunk of stacked pixel observations, carried once (runtime/
+# frame_chunks.py). A field that indexes one names it (`Field.index_of`), and every index is checked against its N.
+PER_CHUNK = "per_chunk"
 
 
 @dataclass
@@ -115,16 +119,21 @@ def is_per_env(name: str) -> bool:
     return name.startswith(PER_ENV + "/")
 
 
+def is_per_chunk(name: str) -> bool:
+    """Whether a flat array name (`a/b`) is one of a chunk's `PER_CHUNK` arrays."""
+    return name.startswith(PER_CHUNK + "/")
+
+
 def lead_dims(arrays: Arrays) -> tuple[int, int]:
     """The `[T, K]` every array of a chunk starts with (nested dicts allowed; the `PER_ENV` ones start with its
-    `[K]`); ValueError otherwise.
+    `[K]`, the `PER_CHUNK` ones have a length of their own); ValueError otherwise.
 
     Two arrays with the same T*K but different [T, K] would be paired up transition by transition in the
     wrong order, so the leading dims must agree exactly."""
     leaves = flatten(arrays)
-    steps = [(name, array) for name, array in leaves if not is_per_env(name)]
+    steps = [(name, array) for name, array in leaves if not is_per_env(name) and not is_per_chunk(name)]
     if not steps:
-        raise ValueError("chunk has no arrays" if not leaves else "chunk has only per-env arrays")
+        raise ValueError("chunk has no arrays" if not leaves else "chunk has only per-env or per-chunk arrays")
     lead = steps[0][1].shape[:2]
     for name, array in steps:
         if array.ndim < 2 or array.shape[:2] != lead:
@@ -132,6 +141,8 @@ def lead_dims(arrays: Arrays) -> tuple[int, int]:
     for name, array in leaves:
         if is_per_env(name) and (array.ndim < 1 or array.shape[:1] != lead[1:]):
             raise ValueError(f"{name}: shape {array.shape} does not start with the chunk's K = {lead[1]}")
+        if is_per_chunk(name) and array.ndim < 1:
+            raise ValueError(f"{name}: a per-chunk array needs a leading dimension")
     return int(lead[0]), int(lead[1])
 
 
@@ -315,28 +326,33 @@ SLOTS, IDS, WEIGHTS = SAMPLE_ARRAYS  # their names; a uniform shard leaves out W
 @dataclass(frozen=True)
 class Field:
     """One array of an algorithm's experience, per unit (a chunk's [T, K] cell, one stored transition; for a chunk's
-    `PER_ENV` fields, one of its K columns): its dtype, its shape, and for an integer field the values it may take
-    (inclusive; None: any its dtype holds)."""
+    `PER_ENV` fields, one of its K columns; for its `PER_CHUNK` fields, one of their N rows): its dtype, its shape,
+    for an integer field the values it may take (inclusive; None: any its dtype holds), and for an index into a
+    `PER_CHUNK` field that field's name (`index_of`: every value must be a row of the same chunk's array)."""
 
     dtype: np.dtype
     shape: tuple[int, ...] = ()
     low: int | None = None
     high: int | None = None
+    index_of: str | None = None
 
 
 Fields = Mapping[str, Field]  # by flat name (`a/b`, as the codec names nested arrays)
 
 MAX_LAYOUT_FIELDS = 256  # fields of one transition a layout may declare (a reply carries one frame each)
 MAX_LAYOUT_ELEMENTS = 1 << 24  # elements of one field (a 4096 x 4096 frame)
+LAYOUT_KEYS = frozenset({"dtype", "shape", "low", "high", "index_of"})
 
 
 def layout_of(fields: Fields) -> dict[str, dict[str, Any]]:
     """`fields` as plain data a config holds (`replay.layout`): {name: {"dtype", "shape", "low", "high"}}, the dtype
     by its NumPy name. What the launcher resolves from the algorithm and the env, for a replay that has neither."""
-    return {
-        name: {"dtype": f.dtype.name, "shape": list(f.shape), "low": f.low, "high": f.high}
-        for name, f in fields.items()
-    }
+    layout: dict[str, dict[str, Any]] = {}
+    for name, f in fields.items():
+        layout[name] = {"dtype": f.dtype.name, "shape": list(f.shape), "low": f.low, "high": f.high}
+        if f.index_of is not None:
+            layout[name]["index_of"] = f.index_of
+    return layout
 
 
 def fields_of(layout: Mapping[str, Any]) -> dict[str, Field]:
@@ -348,8 +364,8 @@ def fields_of(layout: Mapping[str, Any]) -> dict[str, Field]:
     for name, spec in layout.items():
         if not isinstance(name, str) or not name or any(not part for part in name.split("/")):
             raise ValueError(f"field name {str(name)[:40]!r} is not a/b names")
-        if not isinstance(spec, Mapping) or set(spec) - {"dtype", "shape", "low", "high"} or "dtype" not in spec:
-            raise ValueError(f"{name}: not {{dtype, shape, low, high}}")
+        if not isinstance(spec, Mapping) or set(spec) - LAYOUT_KEYS or "dtype" not in spec:
+            raise ValueError(f"{name}: not {{dtype, shape, low, high, index_of}}")
         try:
             dtype = np.dtype(str(spec["dtype"]))
         except TypeError:
@@ -366,7 +382,10 @@ def fields_of(layout: Mapping[str, Any]) -> dict[str, Field]:
         low, high = spec.get("low"), spec.get("high")
         if any(bound is not None and type(bound) is not int for bound in (low, high)):
             raise ValueError(f"{name}: bounds must be ints or null")
-        fields[name] = Field(dtype, tuple(shape), low, high)
+        index_of = spec.get("index_of")
+        if index_of is not None and (dtype.kind not in "iu" or index_of not in layout or not is_per_chunk(index_of)):
+            raise ValueError(f"{name}: index_of must name a per-chunk field of the layout, from an integer field")
+        fields[name] = Field(dtype, tuple(shape), low, high, index_of)
     return fields
 
 
@@ -386,19 +405,26 @@ class ReplyLayout:
 
 def check_fields(leaves: Mapping[str, np.ndarray], fields: Fields, lead: int, reason: str) -> None:
     """`leaves` (flat names) are exactly `fields`: each of its dtype, of its shape after `lead` leading dims (a
-    chunk's `PER_ENV` arrays: one fewer, they have no T), and within its bounds. Raises `ProtocolError(reason)`."""
+    chunk's `PER_ENV` arrays: one fewer, they have no T; its `PER_CHUNK` arrays: their own N), within its bounds, and
+    an index (`index_of`) a row of the array it indexes. Raises `ProtocolError(reason)`."""
     if leaves.keys() != fields.keys():
         missing, extra = sorted(fields.keys() - leaves.keys()), sorted(leaves.keys() - fields.keys())
         raise ProtocolError(reason, f"fields missing {missing[:4]}, unexpected {extra[:4]}")
     for name, spec in fields.items():
         array = leaves[name]
-        skip = lead - 1 if is_per_env(name) else lead
-        if array.dtype != spec.dtype or array.shape[skip:] != spec.shape:
+        skip = 1 if is_per_chunk(name) else lead - 1 if is_per_env(name) else lead
+        if array.dtype != spec.dtype or array.ndim < skip or array.shape[skip:] != spec.shape:
             raise ProtocolError(reason, f"{name}: {array.dtype}{array.shape[skip:]}, not {spec.dtype}{spec.shape}")
+        high = spec.high
+        if spec.index_of is not None:
+            rows = len(leaves[spec.index_of])
+            high = rows - 1 if high is None else min(high, rows - 1)
         if array.size and (
-            (spec.low is not None and array.min() < spec.low) or (spec.high is not None and array.max() > spec.high)
+            (spec.low is not None and array.min() < spec.low)
+            or (high is not None and array.max() > high)
+            or (spec.index_of is not None and array.min() < 0)
         ):
-            raise ProtocolError(reason, f"{name} outside [{spec.low}, {spec.high}]")
+            raise ProtocolError(reason, f"{name} outside [{spec.low}, {high}]")
 
 
 @dataclass

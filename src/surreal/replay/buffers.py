@@ -1,6 +1,8 @@
 """Replay storages, TorchRL-style: a storage holds a shard's data, a sampler (replay/samplers.py) picks from it.
 
-- `ChunkFifo`: on-policy. Whole `Chunk`s, as validated on arrival, served once each in arrival order.
+- `ChunkFifo`: on-policy. Whole `Chunk`s, as validated on arrival, served once each in arrival order; with the
+  experiment's declared layout (`replay.layout`), a chunk that differs (a frame of another shape or dtype, an index
+  past its frames) is refused on arrival, before it takes any of the queue's bytes.
 - `TransitionStorage`: off-policy ring buffer of transitions, laid out at start by the experiment's declared layout
   (`replay.layout`, which the launcher resolves), so no peer's first chunk decides what every later one must look
   like: one that differs is refused like any other.
@@ -30,8 +32,10 @@ from surreal.proto.wire import (
     FifoReply,
     ShardReport,
     TransitionReply,
+    check_fields,
     chunk_from_meta,
     chunk_meta,
+    is_per_chunk,
     lead_dims,
 )
 from surreal.replay.snapfile import Capture, ShardState
@@ -45,11 +49,15 @@ NO_SLOTS = np.zeros(0, np.int64)
 def flatten_time_major(arrays: dict[str, Any]) -> dict[str, np.ndarray]:
     """A chunk's [T, K, ...] arrays (nested dicts allowed) -> [T*K, ...] transitions keyed by a/b paths
     (the codec's names), every array sharing the chunk's leading [T, K] (`lead_dims`). A chunk with `PER_ENV`
-    arrays (a recurrent policy's, whose steps only make sense in sequence) is no set of transitions: ValueError."""
+    arrays (a recurrent policy's, whose steps only make sense in sequence) is no set of transitions, nor is one with
+    `PER_CHUNK` arrays (frames its steps index): ValueError."""
     if PER_ENV in arrays:
         raise ValueError(f"a chunk with {PER_ENV} arrays is learned from whole, not as separate transitions")
     t, k = lead_dims(arrays)
-    return {name: array.reshape(t * k, *array.shape[2:]) for name, array in flatten(arrays)}
+    leaves = flatten(arrays)
+    if any(is_per_chunk(name) for name, _ in leaves):
+        raise ValueError("a chunk of frames and their indices is not stored as separate transitions")
+    return {name: array.reshape(t * k, *array.shape[2:]) for name, array in leaves}
 
 
 class ReplayStats(TypedDict):
@@ -133,13 +141,20 @@ class ChunkFifo:
     served_once = True
 
     def __init__(
-        self, capacity_transitions: int, capacity_bytes: int = DEFAULT_CAPACITY_BYTES, reply: Limits = DEFAULT_REPLY
+        self,
+        capacity_transitions: int,
+        capacity_bytes: int = DEFAULT_CAPACITY_BYTES,
+        reply: Limits = DEFAULT_REPLY,
+        layout: Fields | None = None,
     ) -> None:
+        """`layout`: the fields every chunk must hold (`replay.layout`); None takes any well-formed chunk and leaves
+        the check to the learner."""
         if capacity_transitions < 1:
             raise ValueError(f"capacity must be >= 1 (got {capacity_transitions})")
         self.capacity = capacity_transitions
         self.capacity_bytes = capacity_bytes
         self.reply_limits = reply  # the receiver's limits: every reply must pass its decode
+        self.layout = layout
         self._items: deque[FifoItem] = deque()
         self.size = 0
         self.size_bytes = 0
@@ -158,11 +173,14 @@ class ChunkFifo:
         return tuple(self._items)
 
     def add(self, chunk: Chunk, transitions: int) -> np.ndarray:
-        """Append a chunk. One that no reply could carry is refused (`ProtocolError`), so it is never lost
-        later; one larger than the whole capacity could never be held, so it is dropped (counted)."""
+        """Append a chunk. One that no reply could carry, or that differs from the layout, is refused
+        (`ProtocolError`), so it is never lost later; one larger than the whole capacity could never be held, so it is
+        dropped (counted)."""
         if transitions < 0:
             raise ValueError(f"transitions must be >= 0 (got {transitions})")
         leaves = flatten(chunk.arrays)
+        if self.layout is not None:
+            check_fields(dict(leaves), self.layout, 2, "bad_chunk_fields")
         nbytes = sum(array.nbytes for _, array in leaves)
         header = header_cost(chunk_meta(chunk, chunk.incarnation), chunk.arrays)
         item = FifoItem(chunk, transitions, len(leaves), nbytes, header)
@@ -258,7 +276,7 @@ class ChunkFifo:
     def restored(self, state: ShardState) -> ChunkFifo:
         """Each chunk's metadata is checked again as the wire checks it (`chunk_from_meta`)."""
         books = cast(FifoBooks, state.books)
-        fifo = ChunkFifo(self.capacity, self.capacity_bytes, self.reply_limits)
+        fifo = ChunkFifo(self.capacity, self.capacity_bytes, self.reply_limits, self.layout)
         for i, entry in enumerate(books["items"]):
             prefix = f"fifo/{i}/"
             arrays = unflatten(
@@ -271,7 +289,7 @@ class ChunkFifo:
         return fifo
 
     def describe(self) -> str:
-        return ""
+        return ", chunks held to replay.layout" if self.layout else ""
 
 
 # -- off-policy -----------------------------------------------------------------------------------------

@@ -88,14 +88,14 @@ class ReplayShard:
     ) -> None:
         """`capacity` in transitions and in bytes; `reply`: the learner's limits, which a FIFO reply's packing keeps
         to and a transition replay's layout and batch sizes are held to; `max_steps_per_unit`: the algorithm's bound
-        on the env steps a chunk may claim (`decode_chunk`); `layout`: a transition shard's declared fields
-        (`replay.layout`), laid out now (a FIFO keeps chunks whole and has none: the learner checks its chunks')."""
+        on the env steps a chunk may claim (`decode_chunk`); `layout`: the declared fields (`replay.layout`): a
+        transition shard is laid out by them now, a FIFO holds every chunk to them (the learner checks them again)."""
         self.shard, self.mode, self.capacity = shard, mode, capacity
         self.max_steps_per_unit = max_steps_per_unit
         self.storage: Storage
         self.sampler: Sampler[Any]
         if mode == "fifo":
-            self.storage, self.sampler = ChunkFifo(capacity, capacity_bytes, reply), InOrder()
+            self.storage, self.sampler = ChunkFifo(capacity, capacity_bytes, reply, layout), InOrder()
         elif mode in ("uniform", "prioritized"):
             self.storage = TransitionStorage(capacity, capacity_bytes, reply, layout)
             prioritized = mode == "prioritized"

@@ -8,8 +8,9 @@ budget that a default eats is said in one line, before a process, a port or a ru
 The env is built once, here, as every role would build it (`probe_env`), and the refusals import no torch, so a
 refusal costs an interpreter, Hydra and the env's own import. Only then is the algorithm's module (torch) imported, for
 the replay's layout (`with_replay_layout`: the shards, which have neither torch nor gymnasium, are laid out by the
-experiment and not by whichever peer's chunk comes first) and the chunk's size (`check_chunk_size`): a layout or a
-chunk no shard could hold is refused here rather than by every shard.
+experiment and not by whichever peer's chunk comes first, or, a FIFO, hold every chunk to it) and the chunk's size
+(`check_chunk_size`, a chunk of frames priced at the most it can hold): a layout or a chunk no shard could hold is
+refused here rather than by every shard. Image observations with central inference are refused too (not served yet).
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ import gymnasium as gym
 from surreal.config import ConfigError, ExperimentConfig, algo_config
 from surreal.config.schema import LearnerConfig
 from surreal.envs import check_env_id, episode_limit, is_adapter_id, make_env
-from surreal.proto.wire import PER_ENV, SAMPLE_ARRAYS, Fields, layout_of
-from surreal.spaces import check_spaces, describe
+from surreal.proto.wire import PER_ENV, SAMPLE_ARRAYS, Fields, is_per_chunk, layout_of
+from surreal.spaces import check_spaces, describe, is_image
 
 UNEXPECTED_KEYWORD = re.compile(r"unexpected keyword argument '([^']+)'")
 MAKE_KWARGS = ("max_episode_steps", "disable_env_checker", "render_mode")  # what gym.make itself takes
@@ -48,15 +49,27 @@ def checked(cfg: ExperimentConfig) -> tuple[ExperimentConfig, list[str]]:
 
 
 def chunk_nbytes(cfg: ExperimentConfig, fields: Fields) -> int | None:
-    """The bytes of the arrays of one chunk an actor sends: `actor.chunk_steps` x `topology.envs_per_actor` cells of
-    the algorithm's `chunk_fields`, and one `PER_ENV` entry per env. None for an algorithm whose chunks are not
-    rollouts (no `obs` field: ES ships returns and noise offsets)."""
-    if "obs" not in fields:
+    """The most bytes the arrays of one chunk an actor sends can take: `actor.chunk_steps` x `topology.envs_per_actor`
+    cells of the algorithm's `chunk_fields`, one `PER_ENV` entry per env, and a `PER_CHUNK` array (a chunk's frames)
+    as long as every index into it could make it: each step's stacks whole, none shared (what `frames.split` stores
+    when every step ends an episode; a game's chunks hold about one frame a step). None for an algorithm whose chunks
+    are not rollouts (neither `obs` nor frames: ES ships returns and noise offsets)."""
+    if "obs" not in fields and not any(is_per_chunk(name) for name in fields):
         return None
     cells = cfg.actor.chunk_steps * cfg.topology.envs_per_actor
+    rows = {name: 0 for name in fields if is_per_chunk(name)}
+    for f in fields.values():
+        if f.index_of is not None:
+            rows[f.index_of] += cells * math.prod(f.shape)
     size = 0
     for name, f in fields.items():
-        count = cfg.topology.envs_per_actor if name.startswith(f"{PER_ENV}/") else cells
+        count = (
+            rows[name]
+            if is_per_chunk(name)
+            else cfg.topology.envs_per_actor
+            if name.startswith(f"{PER_ENV}/")
+            else cells
+        )
         size += count * f.dtype.itemsize * math.prod(f.shape)
     return size
 
@@ -64,7 +77,7 @@ def chunk_nbytes(cfg: ExperimentConfig, fields: Fields) -> int | None:
 def check_chunk_size(cfg: ExperimentConfig, observation_space: Any, action_space: Any) -> None:
     """ConfigError, one line, when one chunk of this experiment cannot fit `replay.max_message_bytes`: a shard would
     count every chunk as oversized and drop it, and the run would never learn. Images are where this bites (a chunk
-    of 256 Atari steps is 58 MB as float stacks). Imports the algorithm's module (its `chunk_fields`)."""
+    of 1,024 Atari steps can be 58 MB even as each frame once). Imports the algorithm's module (its `chunk_fields`)."""
     from surreal.algos import get_algorithm
 
     fields = get_algorithm(cfg.algo.name).chunk_fields(observation_space, action_space, algo_config(cfg))
@@ -72,11 +85,16 @@ def check_chunk_size(cfg: ExperimentConfig, observation_space: Any, action_space
     limit = cfg.replay.max_message_bytes
     if size is None or size <= limit:
         return
-    obs = fields["obs"]
+    obs = fields.get("obs")
+    sent = (
+        "as each frame once, at most every step's stacks whole"
+        if obs is None
+        else f"as {obs.dtype} {obs.shape}, twice a step"
+    )
     raise ConfigError(
         f"one chunk of actor.chunk_steps={cfg.actor.chunk_steps} x topology.envs_per_actor="
-        f"{cfg.topology.envs_per_actor} steps of {cfg.env.id} (observations {describe(observation_space)}, sent as "
-        f"{obs.dtype} {obs.shape}, twice a step) is {size:,} bytes, more than replay.max_message_bytes={limit:,}; "
+        f"{cfg.topology.envs_per_actor} steps of {cfg.env.id} (observations {describe(observation_space)}, sent "
+        f"{sent}) can be {size:,} bytes, more than replay.max_message_bytes={limit:,}; "
         "lower actor.chunk_steps or topology.envs_per_actor, or raise replay.max_message_bytes"
     )
 
@@ -85,18 +103,23 @@ def _refusals(cfg: ExperimentConfig) -> tuple[gym.Space[Any], gym.Space[Any], li
     check_env_id(cfg.env.id, cfg.env.kwargs)
     observation_space, action_space, max_episode_steps = probe_env(cfg)
     check_spaces(cfg.algo, observation_space, action_space, cfg.env.id)
+    if cfg.topology.inference == "central" and is_image(observation_space):
+        raise ConfigError(
+            f"topology.inference=central does not serve image observations yet ({cfg.env.id}'s are "
+            f"{describe(observation_space)}); use topology.inference=per_actor"
+        )
     return observation_space, action_space, budget_warnings(cfg, max_episode_steps)
 
 
 def with_replay_layout(cfg: ExperimentConfig, observation_space: Any, action_space: Any) -> ExperimentConfig:
-    """`cfg` with `replay.layout` resolved for a transition replay (the algorithm's `chunk_fields` over these
-    spaces; imports the algorithm's module), None for a FIFO (it keeps chunks whole). ConfigError, one line, when
-    the shard could not hold or serve that layout."""
-    if cfg.replay.mode == "fifo":
-        return replace(cfg, replay=replace(cfg.replay, layout=None))
+    """`cfg` with `replay.layout` resolved (the algorithm's `chunk_fields` over these spaces; imports the algorithm's
+    module): a transition replay is laid out by it, a FIFO holds every chunk to it. ConfigError, one line, when a
+    transition shard could not hold or serve that layout."""
     from surreal.algos import get_algorithm
 
     fields = get_algorithm(cfg.algo.name).chunk_fields(observation_space, action_space, algo_config(cfg))
+    if cfg.replay.mode == "fifo":  # whole chunks, nothing preallocated: the layout only checks them
+        return replace(cfg, replay=replace(cfg.replay, layout=layout_of(fields)))
     return with_layout(cfg, fields)
 
 

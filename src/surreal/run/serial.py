@@ -168,7 +168,7 @@ def run_serial(
     log = log or logging.getLogger("surreal.serial")
     if cfg.topology.inference != "per_actor":
         raise ConfigError("topology.inference=central needs inference workers: run it without --serial")
-    if cfg.replay.mode != "fifo" and cfg.replay.layout is None:  # a config the launcher did not prepare
+    if cfg.replay.layout is None:  # a config the launcher did not prepare
         cfg = with_replay_layout(cfg, *env_spaces(cfg))
     shard = ReplayShard.of(cfg.replay, cfg.seed, max_steps_per_unit=env_steps_bound(cfg))
     replay = InProcessReplay(shard, ready_at=cfg.algo.batch_size)  # off-policy: learn once a minibatch is held

@@ -20,6 +20,8 @@ import numpy as np
 
 from surreal.envs import make_vec_env
 from surreal.proto.wire import PER_ENV, Chunk
+from surreal.runtime.frame_chunks import pack
+from surreal.spaces import is_image
 
 
 class Policy(Protocol):
@@ -57,7 +59,9 @@ class RolloutCollector:
     so an episode may span chunks and is reported, whole, in the chunk where it ends.
 
     `per_env(K)`: what each chunk also records once per env, before its first step, under `PER_ENV` (a recurrent
-    policy's state, which the learner unrolls each env's column of the chunk from)."""
+    policy's state, which the learner unrolls each env's column of the chunk from). Observations are recorded as
+    float32, or as the uint8 they are for images; `frames`: an image chunk carries each frame once and the indices
+    of each step's stacks instead of `obs` and `next_obs` (runtime/frame_chunks.py `pack`)."""
 
     def __init__(
         self,
@@ -66,12 +70,17 @@ class RolloutCollector:
         chunk_steps: int,
         actor_index: int,
         per_env: Callable[[int], dict[str, np.ndarray]] | None = None,
+        frames: bool = False,
     ) -> None:
         self.envs = envs
         self.policy = policy
         self.chunk_steps = chunk_steps
         self.actor_index = actor_index
         self.per_env = per_env
+        self.obs_dtype = np.dtype(np.uint8 if is_image(envs.single_observation_space) else np.float32)
+        if frames and self.obs_dtype != np.uint8:
+            raise ValueError(f"frames=True packs uint8 images, not {envs.single_observation_space}")
+        self.frames = frames
         self.num_envs = envs.num_envs
         self.chunk_size = chunk_steps * envs.num_envs
         self.obs, _ = envs.reset()
@@ -84,8 +93,8 @@ class RolloutCollector:
         obs_shape = self.envs.single_observation_space.shape
         assert obs_shape is not None, "Box observations have a shape"
         arrays: dict[str, Any] = {
-            "obs": np.empty((T, K, *obs_shape), np.float32),
-            "next_obs": np.empty((T, K, *obs_shape), np.float32),
+            "obs": np.empty((T, K, *obs_shape), self.obs_dtype),
+            "next_obs": np.empty((T, K, *obs_shape), self.obs_dtype),
             "rewards": np.empty((T, K), np.float32),
             "terminated": np.empty((T, K), bool),
             "truncated": np.empty((T, K), bool),
@@ -122,6 +131,8 @@ class RolloutCollector:
             if done.any():
                 self.policy.episode_done(done)
             self.obs = next_obs
+        if self.frames:
+            arrays = pack(arrays)
         return Chunk(arrays, version, self.actor_index, returns, lengths, episode_successes=all_or_none(successes))
 
     def state(self) -> dict[str, Any]:

@@ -8,6 +8,10 @@ from typing import ClassVar
 from surreal.config.schema import ExperimentConfig, StalenessConfig
 
 RECURRENT_CELLS = ("lstm", "gru")  # `algo.recurrent`
+# `algo.encoder`: the convolutional encoders of algos/encoders.py (which this torch-free file does not import), and
+# the features each gives the heads.
+ENCODERS = {"nature": 512, "impala": 256}
+AUTOCAST = ("bf16",)  # `algo.autocast`
 
 
 @dataclass
@@ -23,6 +27,8 @@ class PPOConfig(StalenessConfig):
     minibatch_size with it, so an update stays what the learner can afford (the chart's values do)."""
 
     module: ClassVar[str] = "surreal.algos.ppo.algorithm"
+    # An image: a convolutional encoder (`encoder`) in front of the heads; a flat Box: the MLPs of `hidden_sizes`.
+    observation_spaces: ClassVar[frozenset[str]] = frozenset({"box", "image"})
     action_spaces: ClassVar[frozenset[str]] = frozenset({"box", "discrete"})  # Discrete: a categorical head
 
     name: str = "ppo"
@@ -40,10 +46,20 @@ class PPOConfig(StalenessConfig):
     vf_coef: float = 0.25  # weight of the value loss (CleanRL: 0.5)
     max_grad_norm: float = 0.5  # global gradient-norm clip
     target_kl: float | None = None  # stop an update's epochs early once the approximate KL passes this; null: never
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])  # tanh MLP widths of actor and critic each
+    # tanh MLP widths of actor and critic each, on flat observations; on an image encoder's features the heads are
+    # single linear layers (CleanRL's ppo_atari), so these are not used
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
     log_std_init: float = -0.5  # the state-independent log-std's start (Tianshou's MuJoCo PPO; CleanRL 0)
-    obs_norm: bool = True  # normalize observations by running mean and std (the statistics travel to the actors)
+    # Normalize flat observations by running mean and std (the statistics travel to the actors). Images are never
+    # normalized: they stay uint8 until the encoder divides them by 255, whatever this says
+    obs_norm: bool = True
     obs_clip: float = 10.0  # clip normalized observations to +-this
+    # The convolutional encoder of image observations (algos/encoders.py): nature (Mnih et al. 2015's CNN, 512
+    # features) | impala (Espeholt et al. 2018's 15-layer ResNet, 256 features). Flat observations have none
+    encoder: str = "nature"
+    # bf16: the update's forward passes under torch.autocast in bfloat16 (a GPU's tensor cores; the parameters, the
+    # optimizer and the loss's reductions stay float32). null: float32 throughout
+    autocast: str | None = None
     reward_scale: bool = True  # divide rewards by the running std of the discounted return
     reward_clip: float = 10.0  # clip scaled rewards to +-this
     # lstm | gru: a recurrent cell over the observations feeding both heads, trained by truncated backpropagation
@@ -68,6 +84,10 @@ class PPOConfig(StalenessConfig):
         out += self.breaking("in [0, 1]", "gae_lambda")
         out += self.breaking("> 0 or null", "target_kl")
         out += self.bad_sizes("hidden_sizes")
+        if self.encoder not in ENCODERS:
+            out.append(f"algo.encoder must be one of {', '.join(ENCODERS)} (got {self.encoder!r})")
+        if self.autocast is not None and self.autocast not in AUTOCAST:
+            out.append(f"algo.autocast must be one of {', '.join(AUTOCAST)} or null (got {self.autocast!r})")
         if self.minibatch_size > self.batch_size:
             out.append(f"algo.minibatch_size ({self.minibatch_size}) must be <= algo.batch_size ({self.batch_size})")
         if self.recurrent is not None and self.recurrent not in RECURRENT_CELLS:
@@ -78,6 +98,17 @@ class PPOConfig(StalenessConfig):
                 f" with algo.recurrent: a minibatch is minibatch_size // chunk_steps whole chunk sequences"
             )
         return out
+
+    def encoder_widths(self, shape: tuple[int, ...]) -> list[int]:
+        """The widths of the encoder's dense layer for images of `shape` (C, H, W): the values its convolutions make
+        of one image, and its features (algos/encoders.py builds the same; the policy artifact's reader bounds a
+        network by them before it builds one)."""
+        _, height, width = shape
+        if self.encoder == "nature":  # 8x8 stride 4, 4x4 stride 2, 3x3 stride 1; 64 channels
+            side = lambda n: max(0, ((n - 8) // 4 + 1 - 4) // 2 + 1 - 2)
+            return [64 * side(height) * side(width), ENCODERS["nature"]]
+        eighth = lambda n: (((n + 1) // 2 + 1) // 2 + 1) // 2  # three stride-2 max pools, rounded up; 32 channels
+        return [32 * eighth(height) * eighth(width), ENCODERS["impala"]]
 
     def central_inference(self) -> bool:
         return self.recurrent is None  # an MLP policy: one for every actor, its sampling per worker

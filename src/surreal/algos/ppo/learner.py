@@ -25,10 +25,13 @@ from torch import nn
 from surreal.algos.capture import CapturedStep, CompiledSteps, load_optimizer_state
 from surreal.algos.normalizer import RunningMeanStd
 from surreal.algos.ppo.config import PPOConfig
+from surreal.algos.ppo.encoded import EncodedModel
 from surreal.algos.ppo.nets import Batch
 from surreal.algos.ppo.policy import Model, make_model
 from surreal.algos.replica import ALONE, Replica
 from surreal.proto.wire import PER_ENV, Chunk
+from surreal.runtime.frame_chunks import frame_chunk, is_packed
+from surreal.spaces import is_channels_first
 
 Array = TypeVar("Array", np.ndarray, torch.Tensor)
 
@@ -91,7 +94,13 @@ class PPOLearner(CompiledSteps):
         self.replica = replica
         torch.manual_seed(cfg.seed)
         self.model: Model = make_model(obs_space, act_space, cfg).to(device)  # checks the spaces
-        obs_dim = int(obs_space.shape[0])  # type: ignore[index]  # a flat Box
+        # Images are never normalized (the encoder divides the uint8 by 255); on a GPU their convolutions run on
+        # channels-last tensors (the weights converted here, each batch in the encoder), cuDNN's fastest layout.
+        self.normalizes = cfg.obs_norm and not is_channels_first(obs_space)
+        if isinstance(self.model, EncodedModel) and device.type == "cuda":
+            self.model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # a documented form
+            self.model.encoder.channels_last = True
+        self.autocast = torch.bfloat16 if cfg.autocast == "bf16" else None
         self.compile = compile
         # A captured graph reads the learning rate from a device tensor, so annealing needs no re-capture.
         capture = self.captures()
@@ -99,7 +108,8 @@ class PPOLearner(CompiledSteps):
         # fused: one kernel per step for all parameters (the update is hundreds of tiny steps, so per-tensor
         # overhead dominates, on CPU and GPU alike); fused Adam is also safe to capture in a CUDA graph.
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=lr, eps=1e-5, fused=True, capturable=capture)
-        self.obs_rms = RunningMeanStd((obs_dim,))
+        # A flat Box's statistics (they travel with the parameters); images have none.
+        self.obs_rms = None if is_channels_first(obs_space) else RunningMeanStd(tuple(obs_space.shape or ()))
         self.ret_rms = RunningMeanStd(())
         self.return_carry: dict[int, torch.Tensor] = {}  # discounted return so far, per actor, per env
         self.generator = torch.Generator().manual_seed(cfg.seed)  # minibatch shuffles
@@ -115,9 +125,27 @@ class PPOLearner(CompiledSteps):
         """One `PER_ENV` array of chunks, side by side along K ([K_total, ...]), on the device."""
         return torch.from_numpy(np.concatenate([c.arrays[PER_ENV][key] for c in chunks])).to(self.device)
 
+    def _observations(self, chunks: Sequence[Chunk]) -> torch.Tensor:
+        """s_t and s'_t of chunks of one length T, side by side along K, as one tensor [2, T, K_total, ...] on the
+        device: float32 vectors, or uint8 images whose stacks each chunk's frames and indices rebuild there
+        (runtime/frame_chunks.py; the indices are checked against the frames by the wire and the FIFO)."""
+        if not is_packed(chunks[0].arrays):
+            return torch.stack([self._stack(chunks, "obs"), self._stack(chunks, "next_obs")])
+        stacks = []
+        for chunk in chunks:
+            packed = frame_chunk(chunk.arrays)
+            array = packed.frames if packed.frames.flags.writeable else packed.frames.copy()  # a received message's
+            frames = torch.from_numpy(array).to(self.device)
+            index = torch.from_numpy(np.stack([packed.obs_index, packed.next_index])).to(self.device)
+            stacks.append(frames[index.long()])  # [2, T, K, S, H, W]
+        return torch.cat(stacks, dim=2)
+
     def _normalize(self, obs: torch.Tensor) -> torch.Tensor:
-        """RunningMeanStd.normalize on the device, in float64 as the actors compute it, so both agree."""
-        if not self.cfg.obs_norm:
+        """RunningMeanStd.normalize on the device, in float64 as the actors compute it, so both agree. Images stay
+        uint8."""
+        if obs.dtype == torch.uint8:
+            return obs
+        if not self.normalizes or self.obs_rms is None:
             return obs.float()
         mean, var = (torch.from_numpy(stat).to(self.device) for stat in (self.obs_rms.mean, self.obs_rms.var))
         return ((obs.double() - mean) / torch.sqrt(var + 1e-8)).clamp(-self.cfg.obs_clip, self.cfg.obs_clip).float()
@@ -172,7 +200,7 @@ class PPOLearner(CompiledSteps):
         reward scaling and GAE each run once over the whole batch; then the update's entries, as the model's mode
         cuts them (transitions, or sequences with their start states)."""
         cfg = self.cfg
-        observations = self._normalize(torch.stack([self._stack(chunks, "obs"), self._stack(chunks, "next_obs")]))
+        observations = self._normalize(self._observations(chunks))
         terminated, truncated = self._stack(chunks, "terminated"), self._stack(chunks, "truncated")
         done = terminated | truncated
         per_env = {key: self._stack_per_env(chunks, key) for key in chunks[0].arrays.get(PER_ENV, {})}
@@ -207,10 +235,14 @@ class PPOLearner(CompiledSteps):
         model's minibatch is N whole sequences, scored step by step once its cell is unrolled over them (CleanRL's
         ppo_atari_lstm)."""
         cfg = self.cfg
-        head, b = self.model.per_step(minibatch)
-        obs, actions, logprobs, advantages, returns, values = (b[k] for k in MINIBATCH_KEYS)
-        newlogprob, entropy = head.log_prob_entropy(obs, actions)
-        newvalue = head.value(obs)
+        # `algo.autocast`: the forward passes in bfloat16 where autocast lowers them (convolutions, linear layers);
+        # what they give the loss is float32 again.
+        with torch.autocast(self.device.type, dtype=self.autocast or torch.bfloat16, enabled=self.autocast is not None):
+            head, b = self.model.per_step(minibatch)
+            obs, actions, logprobs, advantages, returns, values = (b[k] for k in MINIBATCH_KEYS)
+            newlogprob, entropy = head.log_prob_entropy(obs, actions)
+            newvalue = head.value(obs)
+        newlogprob, entropy, newvalue = newlogprob.float(), entropy.float(), newvalue.float()
         logratio = newlogprob - logprobs  # against the behavior policy the actor ran
         ratio = logratio.exp()
         with torch.no_grad():
@@ -325,7 +357,7 @@ class PPOLearner(CompiledSteps):
             self.return_carry = return_carry
         else:
             # Statistics move only after the update, so this batch was normalized as its actors saw it.
-            if cfg.obs_norm:
+            if self.normalizes and self.obs_rms is not None:
                 for chunk in chunks:
                     raw = np.asarray(chunk.arrays["obs"])
                     self.obs_rms.update(raw.reshape(-1, raw.shape[-1]))
@@ -368,6 +400,8 @@ class PPOLearner(CompiledSteps):
         bit-for-bit as the learner does. The state_dict's keys say the head: `actor_mean.*` and `actor_logstd`
         for Box actions, `actor_logits.*` for Discrete ones; `critic.*` either way."""
         policy = {k: v.detach().cpu().numpy() for k, v in self.model.state_dict().items()}
+        if self.obs_rms is None:  # images: nothing to normalize with
+            return {"policy": policy}
         return {"policy": policy, "obs_norm": self.obs_rms.state()}
 
     def state_dict(self) -> dict[str, Any]:
@@ -376,7 +410,7 @@ class PPOLearner(CompiledSteps):
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "obs_rms": as_tensors(self.obs_rms.state()),
+            **({} if self.obs_rms is None else {"obs_rms": as_tensors(self.obs_rms.state())}),
             "ret_rms": as_tensors(self.ret_rms.state()),
             "return_carry": {str(k): v for k, v in self.return_carry.items()},
             "generator": self.generator.get_state(),  # the only torch RNG an update draws from
@@ -386,7 +420,8 @@ class PPOLearner(CompiledSteps):
         self.model.load_state_dict(state["model"])
         load_optimizer_state(self.optimizer, state["optimizer"], ours=("lr",))  # the lr tensor a graph reads
         as_arrays = lambda state: {k: v.numpy() for k, v in state.items()}
-        self.obs_rms.load(as_arrays(state["obs_rms"]))
+        if self.obs_rms is not None:
+            self.obs_rms.load(as_arrays(state["obs_rms"]))
         self.ret_rms.load(as_arrays(state["ret_rms"]))
         self.return_carry = {int(k): v.to(self.device, torch.float64) for k, v in state["return_carry"].items()}
         self.generator.set_state(state["generator"])

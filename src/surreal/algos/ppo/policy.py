@@ -11,37 +11,53 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from surreal.algos.encoders import Encoder, make_encoder
 from surreal.algos.inference import AsFloat32, NormalizeObservations, action_head, description
 from surreal.algos.normalizer import RunningMeanStd
 from surreal.algos.ppo.config import RECURRENT_CELLS, PPOConfig
+from surreal.algos.ppo.encoded import EncodedModel
 from surreal.algos.ppo.nets import ActorCritic, CategoricalActorCritic, FeedForward
 from surreal.algos.ppo.recurrent import RecurrentActorCritic, rnn_state_shape
 from surreal.proto.wire import PER_ENV, Field, Fields
+from surreal.runtime.frame_chunks import frame_fields
 from surreal.runtime.rollout import RolloutCollector
-from surreal.spaces import space_dims
+from surreal.spaces import is_channels_first, space_dims
 
-Model = FeedForward | RecurrentActorCritic
+Model = FeedForward | RecurrentActorCritic | EncodedModel
 
 
 def make_model(obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg: PPOConfig) -> Model:
     """The actor-critic for these spaces: Gaussian for Box actions, categorical for Discrete ones; with
-    `cfg.recurrent`, on the output of an LSTM or GRU cell instead of the observation."""
+    `cfg.recurrent`, on the output of an LSTM or GRU cell instead of the observation. Image observations go through
+    `cfg.encoder` first, whose features the cell or the heads (single linear layers, CleanRL's ppo_atari) take."""
     obs_dim, outputs = space_dims(cfg, obs_space, act_space)
+    encoder: Encoder | None = None
+    hidden_sizes = list(cfg.hidden_sizes)
+    if is_channels_first(obs_space):
+        try:
+            encoder = make_encoder(cfg.encoder, tuple(obs_space.shape or ()))
+        except RuntimeError as exc:  # a convolution larger than the image
+            raise ValueError(f"algo.encoder={cfg.encoder} cannot take images of {obs_space.shape}: {exc}") from None
+        obs_dim, hidden_sizes = encoder.features, []
     n_in = cfg.rnn_hidden_size if cfg.recurrent else obs_dim
     head: FeedForward
     if isinstance(act_space, spaces.Discrete):
-        head = CategoricalActorCritic(n_in, outputs, list(cfg.hidden_sizes))
+        head = CategoricalActorCritic(n_in, outputs, hidden_sizes)
     else:
-        head = ActorCritic(n_in, outputs, list(cfg.hidden_sizes), cfg.log_std_init)
-    if cfg.recurrent is None:
-        return head
-    if cfg.recurrent not in RECURRENT_CELLS:
-        raise ValueError(f"algo.recurrent must be one of {', '.join(RECURRENT_CELLS)} or null (got {cfg.recurrent!r})")
-    return RecurrentActorCritic(cfg.recurrent, obs_dim, cfg.rnn_hidden_size, head)
+        head = ActorCritic(n_in, outputs, hidden_sizes, cfg.log_std_init)
+    model: FeedForward | RecurrentActorCritic = head
+    if cfg.recurrent is not None:
+        if cfg.recurrent not in RECURRENT_CELLS:
+            raise ValueError(
+                f"algo.recurrent must be one of {', '.join(RECURRENT_CELLS)} or null (got {cfg.recurrent!r})"
+            )
+        model = RecurrentActorCritic(cfg.recurrent, obs_dim, cfg.rnn_hidden_size, head)
+    return model if encoder is None else EncodedModel(encoder, model)
 
 
 class PPOPolicy:
-    """The policy an actor runs: CPU, no gradients, the learner's normalizer statistics.
+    """The policy an actor runs: CPU, no gradients, the learner's normalizer statistics (none for images, which
+    go to the encoder as the uint8 they are).
 
     A recurrent policy also keeps `state`, the recurrent state of each of the B envs it acts for ([B, L, H], None
     until its first act): every `act` or `act_deterministic` advances it, `reset` (and `episode_done`, which the
@@ -52,7 +68,9 @@ class PPOPolicy:
     ) -> None:
         self.cfg = cfg
         self.model = make_model(obs_space, act_space, cfg).requires_grad_(False).eval()
-        self.obs_rms = RunningMeanStd(obs_space.shape)  # type: ignore[arg-type]  # a flat Box: (obs_dim,)
+        self.images = is_channels_first(obs_space)
+        # A flat Box's statistics, which travel with the parameters; None for images (never normalized).
+        self.obs_rms = None if self.images else RunningMeanStd(obs_space.shape)  # type: ignore[arg-type]  # (obs_dim,)
         self.act_space = act_space
         # Actors sample differently, and reproducibly: each has its own seeded generator (exploration is
         # not scaled per actor; the recorded logprob is under the very distribution sampled from).
@@ -73,9 +91,12 @@ class PPOPolicy:
     def load_params(self, arrays: dict[str, Any]) -> None:
         """`arrays` as `PPOLearner.params` made them (the codec restores the nesting of `policy/<key>`)."""
         self.model.load_state_dict({k: torch.as_tensor(np.array(v)) for k, v in arrays["policy"].items()})
-        self.obs_rms.load(arrays["obs_norm"])
+        if self.obs_rms is not None:
+            self.obs_rms.load(arrays["obs_norm"])
 
     def _input(self, obs: np.ndarray) -> torch.Tensor:
+        if self.obs_rms is None:  # images: uint8 to the device, where the encoder divides them
+            return torch.from_numpy(np.ascontiguousarray(obs, np.uint8)).to(self.device)
         x = self.obs_rms.normalize(obs, self.cfg.obs_clip) if self.cfg.obs_norm else obs.astype(np.float32)
         return torch.from_numpy(x).to(self.device)
 
@@ -139,24 +160,33 @@ class PPOPolicy:
     def params(self) -> dict[str, Any]:
         """The blob `load_params` takes, as this policy holds it."""
         policy = {k: v.cpu().numpy() for k, v in self.model.state_dict().items()}
-        return {"policy": policy, "obs_norm": self.obs_rms.state()}
+        return {"policy": policy} if self.obs_rms is None else {"policy": policy, "obs_norm": self.obs_rms.state()}
 
     def inference_module(self) -> nn.Module:
         """`act_deterministic` as one torch module (algos/inference.py), over copies of the weights: observations
         in, actions out; a recurrent policy's takes and returns the state too ((obs, state) -> (actions, state))."""
         cfg = self.cfg
-        preprocess = NormalizeObservations(self.obs_rms, cfg.obs_clip) if cfg.obs_norm else AsFloat32()
+        preprocess: nn.Module = AsFloat32()
+        if self.obs_rms is None:
+            preprocess = nn.Identity()  # the encoder takes the images as they come
+        elif cfg.obs_norm:
+            preprocess = NormalizeObservations(self.obs_rms, cfg.obs_clip)
         return self.model.deterministic(preprocess, action_head(self.act_space)[0]).eval()
 
     def describe(self) -> dict[str, Any]:
         """The network, action head and normalizer, as the policy artifact's header states them."""
         cfg = self.cfg
         network: dict[str, Any] = {"kind": "mlp", "hidden_sizes": list(cfg.hidden_sizes), "activation": "tanh"}
+        if self.images:
+            # The encoder on the uint8 images (divided by 255 inside), then linear heads on its features.
+            features = self.model.encoder.features if isinstance(self.model, EncodedModel) else 0
+            network = {"kind": "cnn", "encoder": cfg.encoder, "features": features, "hidden_sizes": []}
+            network["activation"] = "relu"
         if self.state_shape is not None:
-            # The cell, then the heads' MLPs on its output (`hidden_sizes`).
+            # The cell, then the heads on its output (`hidden_sizes`; an encoder's in front of the cell).
             network = {**network, "kind": cfg.recurrent, "rnn_hidden_size": cfg.rnn_hidden_size}
             network["state_shape"] = list(self.state_shape)
-        return description(network, self.act_space, cfg.obs_norm, cfg.obs_clip)
+        return description(network, self.act_space, cfg.obs_norm and not self.images, cfg.obs_clip)
 
     def episode_done(self, done: np.ndarray) -> None:
         """A recurrent policy starts the next episode of these envs from a zero state; an MLP keeps nothing."""
@@ -185,24 +215,28 @@ def make_policy(
 def make_collector(
     envs: gym.vector.VectorEnv, policy: PPOPolicy, cfg: PPOConfig, actor_index: int, chunk_steps: int
 ) -> RolloutCollector:
-    """A recurrent policy's chunks also hold, per env, the state its column starts from (`PER_ENV`)."""
+    """A recurrent policy's chunks also hold, per env, the state its column starts from (`PER_ENV`); image
+    observations travel as each frame once (runtime/frame_chunks.py)."""
     per_env = policy.chunk_start if cfg.recurrent else None
-    return RolloutCollector(envs, policy, chunk_steps, actor_index, per_env=per_env)
+    return RolloutCollector(envs, policy, chunk_steps, actor_index, per_env=per_env, frames=policy.images)
 
 
 def chunk_fields(obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg: PPOConfig) -> Fields:
     """One step of a `RolloutCollector` chunk as `PPOPolicy.act` records it: what every chunk the learner takes
     must hold, field by field (proto/wire.py `ReplyLayout`); a Discrete action is an index the head has a logit for.
     A recurrent policy's chunks also hold each env's start state (`PER_ENV`/rnn_state, one per column, not per step:
-    where its episodes start follows from the done flags)."""
+    where its episodes start follows from the done flags). Image observations are each frame once and the indices of
+    every step's stacks (runtime/frame_chunks.py `frame_fields`) instead of `obs` and `next_obs`."""
     f32, obs = np.dtype(np.float32), tuple(obs_space.shape or ())
     if isinstance(act_space, spaces.Discrete):
         actions = Field(np.dtype(np.int64), (), 0, int(act_space.n) - 1)
     else:
         actions = Field(f32, tuple(act_space.shape or ()))
+    observations = (
+        frame_fields(obs) if is_channels_first(obs_space) else {"obs": Field(f32, obs), "next_obs": Field(f32, obs)}
+    )
     return {
-        "obs": Field(f32, obs),
-        "next_obs": Field(f32, obs),
+        **observations,
         "rewards": Field(f32),
         "terminated": Field(np.dtype(bool)),
         "truncated": Field(np.dtype(bool)),
