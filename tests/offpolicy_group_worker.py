@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,6 @@ from surreal.proto.wire import GroupOrder, SampleReply, ShardReport, TransitionR
 from surreal.replay.shard import message_limits
 from surreal.roles.learner import LearnerCore
 from surreal.roles.learner_group import (
-    GroupLeader,
     GroupPlace,
     LeaderLearner,
     LearnerGroup,
@@ -105,9 +103,7 @@ def main(algo: str, run_dir: Path, out: Path) -> None:
         from surreal.envs import env_spaces
 
         spaces = env_spaces(cfg)
-        leader = LeaderLearner(
-            make_rank_learner(cfg, spaces, cpu, group), GroupLeader.of(cfg, group.send, time.monotonic)
-        )
+        leader = LeaderLearner(make_rank_learner(cfg, spaces, cpu, group), group, regime_of(cfg))
         core = LearnerCore(cfg, run_dir, replay, InProcessParams(), RoleMetrics("learner", 0), False, log, spaces,
                            leader, device=cpu)  # fmt: skip
         group.share_state(core.algo_learner)

@@ -37,7 +37,6 @@ LOG_TAIL_LINES = 20
 LOG_TAIL_BYTES = 64 * 1024  # enough for 20 lines of traceback; a long log is never read whole
 STOP_ORDER = ("actor", "learner", "ps", "replay")
 WAIT_STEP_S = 0.05
-MAX_RESTARTS = 5  # failures a child may restart after (a stop on a signal and a chaos kill are none)
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -62,7 +61,7 @@ class ProcessSpec:
     argv: list[str]
     env: dict[str, str]
     restart: Restart = "on-failure"
-    max_restarts: int = MAX_RESTARTS
+    max_restarts: int = 5
     resume_argv: list[str] | None = None
     grace_s: float | None = None
     group: str | None = None
@@ -136,12 +135,6 @@ class Exit:
     why: str
     failed: bool = False
     counted: bool = False
-
-    @property
-    def takes_group_down(self) -> bool:
-        """A failure of a group's member (a learner group's rank) stops the others still running: it cannot go on
-        without them, and all start again together (not counted against theirs)."""
-        return self.counted or self.failed
 
 
 @dataclass
@@ -276,7 +269,7 @@ class Supervisor:
             )
         elif exit.counted or exit.failed:
             self._show_exit(child, exit.why)
-        if exit.takes_group_down and child.spec.group is not None:
+        if (exit.counted or exit.failed) and child.spec.group is not None:
             self._restart_group(child)
 
     def _restart_group(self, failed: _Child) -> None:

@@ -52,7 +52,6 @@ from surreal.roles.common import EXIT_STOPPED, StopFlag, count_errors, hold_unti
 from surreal.roles.device import choose_device, update_seconds
 from surreal.roles.evaluation import EVAL_FILE, evaluate_params
 from surreal.roles.learner_group import (
-    GroupLeader,
     LeaderLearner,
     LearnerGroup,
     group_device,
@@ -461,13 +460,12 @@ def learn(args: argparse.Namespace) -> int:
         config_file = settings.run_dir / "config.yaml"
         if settings.config_path is None or settings.config_path.resolve() != config_file.resolve():
             save_config(cfg, config_file)  # a pod's run folder: the experiment it runs now (the ConfigMap's)
-    group, group_leader, leader, device = None, None, None, None
+    group, leader, device = None, None, None
     if place is not None:  # rank 0 of a group: its learner orders every update to the other ranks first
         device = group_device(cfg, place)
         group = LearnerGroup(place, device, cfg.learner.group_timeout_s, limits)
         log.info("rank 0 of a learner group of %d at %s:%d", place.size, place.master_addr, place.master_port)
-        group_leader = GroupLeader.of(cfg, group.send, time.monotonic)
-        leader = LeaderLearner(make_rank_learner(cfg, spaces, device, group), group_leader)
+        leader = LeaderLearner(make_rank_learner(cfg, spaces, device, group), group, regime_of(cfg))
     core = LearnerCore(
         cfg, settings.run_dir, batches, params_out, metrics, args.resume, log, spaces, leader, device=device
     )
@@ -502,7 +500,7 @@ def learn(args: argparse.Namespace) -> int:
 
     linger_s = math.inf if settings.hold_when_done else DONE_LINGER_S  # late-subscribing ps replicas get `done`
     driver = LearnerDriver(
-        core, loop, receive_timeout_s=RECEIVE_TIMEOUT_S, stopping=lambda: bool(stop), followers=group_leader,
+        core, loop, receive_timeout_s=RECEIVE_TIMEOUT_S, stopping=lambda: bool(stop), followers=group,
         linger_s=linger_s, on_end=ended,
     )  # fmt: skip
     try:

@@ -35,7 +35,7 @@ import io
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -44,6 +44,7 @@ import torch
 import torch.distributed as dist
 
 from surreal.algos import get_algorithm
+from surreal.algos.interface import OffPolicyLearner, OnPolicyLearner
 from surreal.algos.replica import Replica, bytes_from_rank_0
 from surreal.config import ExperimentConfig, algo_config
 from surreal.envs import env_spaces, env_steps_bound
@@ -58,7 +59,6 @@ from surreal.runtime.regimes import Follower, Regime, regime_of
 from surreal.settings import Settings
 
 GROUP_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")
-HEARTBEAT_MAX_S = 5.0  # rank 0's heartbeats come at least this often (a quarter of the group's timeout if sooner)
 STATE_LIMIT_BYTES = 1 << 34  # a learner's state (weights, optimizer moments): far above any MLP's
 
 
@@ -114,7 +114,7 @@ class LearnerGroup:
         layout: ReplyLayout | None = None,
     ) -> None:
         """`layout`: what the chunks of an on-policy order must hold (the algorithm's fields; ranks 1..K-1)."""
-        self.place, self.device, self.limits, self.layout, self.timeout_s = place, device, limits, layout, timeout_s
+        self.place, self.device, self.limits, self.layout = place, device, limits, layout
         timeout = timedelta(seconds=timeout_s)
         backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda":
@@ -129,6 +129,8 @@ class LearnerGroup:
         LearnerGroup.joined = True
         self.orders = None if backend == "gloo" else dist.new_group(backend="gloo", timeout=timeout)
         self.replica = Replica(place.rank, place.size)
+        self.heartbeat_s = min(5.0, timeout_s / 4)
+        self.sent_at = time.monotonic()
 
     @property
     def leader(self) -> bool:
@@ -137,8 +139,10 @@ class LearnerGroup:
     # -- bytes from rank 0 to every rank ------------------------------------------------------------------
 
     def _from_rank_0(self, payload: bytes | None, limit: int) -> bytes:
-        """`payload` (rank 0's) on every rank (algos/replica.py's `bytes_from_rank_0`)."""
-        return bytes_from_rank_0(payload, limit, self.orders)
+        """`payload` (rank 0's) on every rank (algos/replica.py's `bytes_from_rank_0`), the time noted."""
+        out = bytes_from_rank_0(payload, limit, self.orders)
+        self.sent_at = time.monotonic()
+        return out
 
     def send(self, order: GroupOrder) -> None:
         """Rank 0: the order to every other rank."""
@@ -150,6 +154,20 @@ class LearnerGroup:
         order's chunks hold the algorithm's fields). Raises (a timeout, a peer gone, a bad order) rather than guess."""
         payload = self._from_rank_0(None, self._order_limit())
         return decode_group_order(decode(unpack_frames(payload, self.limits), self.limits), self.layout)
+
+    def heartbeat(self) -> None:
+        """Rank 0, waiting for data: an empty order when the last one is `heartbeat_s` old, so the other ranks'
+        wait stays inside the timeout."""
+        if time.monotonic() - self.sent_at >= self.heartbeat_s:
+            self.send(GroupOrder("heartbeat"))
+
+    def stop(self) -> None:
+        """Rank 0 checkpointed on a signal: the others stop (started again with the group)."""
+        self.send(GroupOrder("stop"))
+
+    def finish(self) -> None:
+        """Training is done: the others end before rank 0 evaluates."""
+        self.send(GroupOrder("finish"))
 
     def _order_limit(self) -> int:
         return self.limits.max_bytes + (self.limits.max_frames + 1) * 8 + 4
@@ -199,76 +217,16 @@ def replay_batches(
     )
 
 
-# -- the group's rules, without torch.distributed: the process and the simulator keep them alike --------------
-
-
-class GroupLeader:
-    """Rank 0's orders to the other ranks (`send` carries one: a process's `LearnerGroup`, the simulator's pipes):
-    before each update the same update (the regime says what the order carries: `update_order`); while rank 0 waits
-    for data, a heartbeat once the last order is `heartbeat_s` old, so the others' wait stays within the group's
-    timeout; `stop` (rank 0 checkpointed on a signal: the group starts again) and `finish` (training is done: the
-    others end before rank 0 evaluates). What a `LearnerDriver` tells its followers."""
-
-    def __init__(
-        self, send: Callable[[GroupOrder], None], regime: Regime[Any], heartbeat_s: float, clock: Callable[[], float]
-    ) -> None:
-        self.send, self.regime, self.heartbeat_s, self.clock = send, regime, heartbeat_s, clock
-        self.sent_at = clock()
-
-    @classmethod
-    def of(cls, cfg: ExperimentConfig, send: Callable[[GroupOrder], None], clock: Callable[[], float]) -> GroupLeader:
-        return cls(send, regime_of(cfg), min(HEARTBEAT_MAX_S, cfg.learner.group_timeout_s / 4), clock)
-
-    def order(self, order: GroupOrder) -> None:
-        self.send(order)
-        self.sent_at = self.clock()
-
-    def update(self, data: Any, arg: Any) -> None:
-        self.order(self.regime.update_order(data, arg))
-
-    def heartbeat(self) -> None:
-        if self.clock() - self.sent_at >= self.heartbeat_s:
-            self.order(GroupOrder("heartbeat"))
-
-    def stop(self) -> None:
-        self.order(GroupOrder("stop"))
-
-    def finish(self) -> None:
-        self.order(GroupOrder("finish"))
-
-
-class GroupFollower:
-    """A rank after the first: rank 0's orders carried out (`work`, the regime's follower) until one says `stop` or
-    `finish` (`on_order` returns it). Each order is due within `timeout_s` of the one before (`due`: rank 0's
-    heartbeats keep an idle group inside it); none by then, the group is broken and this rank fails, to start again
-    with the whole group (a process's collective raises; the simulator's rank exits non-zero)."""
-
-    def __init__(self, work: Follower, timeout_s: float, clock: Callable[[], float]) -> None:
-        self.work, self.timeout_s, self.clock = work, timeout_s, clock
-        self.last = clock()
-        self.updates = 0
-
-    @property
-    def due(self) -> float:
-        return self.last + self.timeout_s
-
-    def on_order(self, order: GroupOrder) -> str | None:
-        self.last = self.clock()
-        if order.op == "update":
-            self.work.update(order)
-            self.updates += 1
-        return order.op if order.op in ("stop", "finish") else None
-
-
 class LeaderLearner:
-    """Rank 0's learner: before each update, the same update ordered to the other ranks (`GroupLeader.update`).
-    Everything else is the algorithm's learner's (parameters, checkpoints, statistics)."""
+    """Rank 0's learner: before each update, the same update ordered to the other ranks (the regime says what the
+    order carries: `update_order`). Everything else is the algorithm's learner's (parameters, checkpoints,
+    statistics)."""
 
-    def __init__(self, learner: Any, leader: GroupLeader) -> None:
-        self.learner, self.leader = learner, leader
+    def __init__(self, learner: OnPolicyLearner | OffPolicyLearner, group: LearnerGroup, regime: Regime[Any]) -> None:
+        self.learner, self.group, self.regime = learner, group, regime
 
     def update(self, data: Any, arg: Any) -> Any:
-        self.leader.update(data, arg)
+        self.group.send(self.regime.update_order(data, arg))
         return self.learner.update(data, arg)
 
     def __getattr__(self, name: str) -> Any:
@@ -290,22 +248,21 @@ def follow(group: LearnerGroup, work: Follower, log: logging.Logger, metrics: Ro
         m_sampled = metrics.counter(
             "learner_group_sampled_transitions_total", "transitions this rank sampled from the replay itself"
         )
-    follower = GroupFollower(work, group.timeout_s, time.monotonic)  # here the collectives time out themselves
-    counted = 0
+    updates, counted = 0, 0
     while True:
-        updates = follower.updates
-        end = follower.on_order(group.receive_order())
-        if end is not None:
-            log.info("rank %d: %s after %d updates%s", group.place.rank, end, follower.updates, _sampled_note(work))
-            return end
-        if follower.updates == updates:
-            continue  # a heartbeat
-        m_updates.inc()
-        if m_sampled is not None and work.sampled is not None:
-            m_sampled.inc(work.sampled - counted)
-            counted = work.sampled
-        if follower.updates == 1 or follower.updates % 100 == 0:
-            log.info("rank %d: %d updates%s", group.place.rank, follower.updates, _sampled_note(work))
+        order = group.receive_order()
+        if order.op == "update":
+            work.update(order)
+            updates += 1
+            m_updates.inc()
+            if m_sampled is not None and work.sampled is not None:
+                m_sampled.inc(work.sampled - counted)
+                counted = work.sampled
+            if updates == 1 or updates % 100 == 0:
+                log.info("rank %d: %d updates%s", group.place.rank, updates, _sampled_note(work))
+        elif order.op in ("stop", "finish"):
+            log.info("rank %d: %s after %d updates%s", group.place.rank, order.op, updates, _sampled_note(work))
+            return order.op
 
 
 def _sampled_note(work: Follower) -> str:
