@@ -6,16 +6,21 @@ A scenario's verdict is the simulation's, on a virtual clock: it cannot depend o
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from surreal.cli import main as cli_main
+from surreal.proto import channels
 from surreal.proto.wire import Chunk, NotModified
+from surreal.roles import replay as replay_role
 from surreal.roles.ps import PsCore
 from surreal.runtime.regimes import replay_ratio, versions
+from surreal.sim import nodes
 from surreal.sim.ledger import Ledger, chunk_id, tag
 from surreal.sim.scenarios import SCENARIOS, Fault, Scenario, run
 from surreal.sim.world import Network, Node, World
@@ -40,7 +45,15 @@ def test_the_suite_holds_at_least_twenty_scenarios_including_a_thousand_actors_f
     assert big.actors == 1024 and big.min_duration_s >= 600 and big.churn is not None
 
 
-@pytest.mark.parametrize("name", ["ppo-ps-killed", "ddpg-learner-paused", "ppo-central-inference-worker-killed"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ppo-ps-killed",
+        "ddpg-learner-paused",
+        "ppo-central-inference-worker-killed",
+        "ppo-central-inference-slow-worker",
+    ],
+)
 @pytest.mark.system
 def test_a_seed_replays_exactly_and_another_seed_runs_differently(name):
     scenario = SCENARIOS[name]
@@ -48,6 +61,42 @@ def test_a_seed_replays_exactly_and_another_seed_runs_differently(name):
     assert first.fingerprint == again.fingerprint and first.events == again.events
     assert first.stats == again.stats
     assert other.fingerprint != first.fingerprint
+
+
+# The shells' transport constants the simulated network and supervisor run on (sim/nodes.py imports each).
+SHELL_CONSTANTS = {
+    "surreal.proto.channels": ("REPUBLISH_S", "LOST_AFTER_S", "PUBLISH_HWM", "SUBSCRIBE_HWM", "EXPERIENCE_HWM",
+                               "NOT_READY_PAUSE_S"),
+    "surreal.roles.replay": ("PULL_HWM",),
+    "surreal.roles.actor": ("FLUSH_S",),
+    "surreal.roles.learner": ("RECEIVE_TIMEOUT_S",),
+    "surreal.launch.supervisor": ("MAX_RESTARTS",),
+}  # fmt: skip
+SIM_OWN_CONSTANTS = {"STOP_DRAIN_WINDOW_S", "SIGKILL", "EPISODE_STEPS"}  # the simulator's models, no shell's
+
+
+def test_the_simulator_imports_the_shells_constants_and_restates_none():
+    """Each shell constant comes from its module; a number written out in sim/nodes.py is one of the simulator's
+    own, so a copied constant (`REPUBLISH_S = 1.0`, `PUSH_HWM = 4 + 64`) fails here, and with it the drift the
+    copy would allow."""
+    tree = ast.parse(Path(nodes.__file__).read_text())
+    imported = {
+        (node.module, alias.name) for node in tree.body if isinstance(node, ast.ImportFrom) for alias in node.names
+    }
+    missing = [(module, name) for module, names in SHELL_CONSTANTS.items() for name in names
+               if (module, name) not in imported]  # fmt: skip
+    assert not missing, f"sim/nodes.py does not import {missing}"
+    written = {
+        target.id
+        for node in tree.body
+        if isinstance(node, ast.Assign) and all(isinstance(n, (ast.Constant, ast.operator, ast.BinOp, ast.UnaryOp,
+                                                               ast.unaryop)) for n in ast.walk(node.value))
+        for target in node.targets
+        if isinstance(target, ast.Name) and target.id.isupper()
+    }  # fmt: skip
+    assert written <= SIM_OWN_CONSTANTS, f"numbers written out in sim/nodes.py: {sorted(written - SIM_OWN_CONSTANTS)}"
+    assert nodes.PUB_HWM == channels.PUBLISH_HWM + channels.SUBSCRIBE_HWM
+    assert nodes.PUSH_HWM == channels.EXPERIENCE_HWM + replay_role.PULL_HWM
 
 
 @pytest.mark.system

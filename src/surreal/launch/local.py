@@ -32,7 +32,7 @@ from typing import Any
 from surreal.config import ExperimentConfig
 from surreal.launch.chaos import Chaos
 from surreal.launch.progress import ProgressView, format_duration
-from surreal.launch.supervisor import ProcessSpec, Restart, Supervisor
+from surreal.launch.supervisor import MAX_RESTARTS, ProcessSpec, Restart, Supervisor
 from surreal.proto.curve import CurveKeys
 from surreal.roles.common import StopFlag
 from surreal.runjson import write_summary
@@ -42,7 +42,6 @@ from surreal.settings import ReplayEndpoint, Settings, group_env
 
 ROLE_COMMAND = (sys.executable, "-m", "surreal", "role")  # what a pod's container runs
 LOOPBACK = "127.0.0.1"
-MAX_RESTARTS = 5  # per process
 POLL_S = 0.2
 # SIGTERM to SIGKILL for a replay shard, which writes its final snapshot first: a full 1 M-transition
 # HalfCheetah shard takes 0.85 s on a busy 2-core box (bench/results/replay_snapshot.2core.json), after up to

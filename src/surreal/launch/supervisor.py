@@ -37,6 +37,7 @@ LOG_TAIL_LINES = 20
 LOG_TAIL_BYTES = 64 * 1024  # enough for 20 lines of traceback; a long log is never read whole
 STOP_ORDER = ("actor", "learner", "ps", "replay")
 WAIT_STEP_S = 0.05
+MAX_RESTARTS = 5  # failures a child may restart after (a stop on a signal and a chaos kill are none)
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -61,7 +62,7 @@ class ProcessSpec:
     argv: list[str]
     env: dict[str, str]
     restart: Restart = "on-failure"
-    max_restarts: int = 5
+    max_restarts: int = MAX_RESTARTS
     resume_argv: list[str] | None = None
     grace_s: float | None = None
     group: str | None = None

@@ -26,9 +26,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from surreal.config import ExperimentConfig
-from surreal.launch.supervisor import RestartPolicy
+from surreal.launch.supervisor import MAX_RESTARTS, RestartPolicy
 from surreal.metrics import RoleMetrics
-from surreal.proto.channels import NOT_READY_PAUSE_S, InferenceTurns, ShardRequests, reply_with_data
+from surreal.proto.channels import (
+    EXPERIENCE_HWM,
+    LOST_AFTER_S,
+    NOT_READY_PAUSE_S,
+    PUBLISH_HWM,
+    REPUBLISH_S,
+    SUBSCRIBE_HWM,
+    InferenceTurns,
+    ShardRequests,
+    reply_with_data,
+)
 from surreal.proto.codec import Message, ProtocolError, flatten
 from surreal.proto.wire import (
     ERROR,
@@ -63,7 +73,7 @@ from surreal.roles.common import EXIT_STOPPED
 from surreal.roles.inference import InferenceCore, InferenceDriver
 from surreal.roles.learner import DONE, RECEIVE_TIMEOUT_S, LearnerCore, LearnerDriver
 from surreal.roles.ps import PsCore
-from surreal.roles.replay import ReplayCore
+from surreal.roles.replay import PULL_HWM, ReplayCore
 from surreal.runtime.regimes import regime_of
 from surreal.sim.ledger import ChunkId, Ledger, chunk_id, chunks_in, tag, tagged_field
 from surreal.sim.world import Network, Node, World
@@ -71,10 +81,8 @@ from surreal.sim.world import Network, Node, World
 if TYPE_CHECKING:
     import gymnasium as gym
 
-PUB_HWM = 8  # the learner's PUB (SNDHWM 4) and a ps's SUB (RCVHWM 4): blobs a slow ps may have queued
-PUSH_HWM = 4 + 64  # an actor's PUSH (SNDHWM 4) and a shard's PULL (RCVHWM 64), per actor and shard
-REPUBLISH_S = 1.0  # channels.ParamPublisher's: the latest blob again, for a ps that lost one
-LOST_AFTER_S = 5.0  # channels.SampleClient's: a shard silent this long while asked has lost the requests
+PUB_HWM = PUBLISH_HWM + SUBSCRIBE_HWM  # the learner's PUB and a ps's SUB: blobs a slow ps may have queued
+PUSH_HWM = EXPERIENCE_HWM + PULL_HWM  # an actor's PUSH and a shard's PULL, per actor and shard
 STOP_DRAIN_WINDOW_S = 0.005  # a stopping shard takes what reaches its socket this long (then it is empty)
 SIGKILL = -9
 
@@ -104,7 +112,7 @@ class Process(Node):
         super().__init__(world, net, name)
         self.ledger = ledger
         self.timer_at: float | None = None  # when `arm`'s pending timer fires
-        self.policy = RestartPolicy(self.restart, max_restarts=5)  # type: ignore[arg-type]
+        self.policy = RestartPolicy(self.restart, max_restarts=MAX_RESTARTS)  # type: ignore[arg-type]
         self.exits: list[int] = []
 
     def boot(self, resumed: bool) -> None:
