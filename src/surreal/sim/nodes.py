@@ -1,10 +1,13 @@
-"""The roles in the simulator: each node drives a role's own core, as its ZMQ shell does, on the simulated network.
+"""The roles in the simulator: each node is the loop its role's driver runs on (roles/loop.py), and drives the same
+core its ZMQ shell does, on the simulated network; what is left here is what the simulator supplies instead.
 
-    ActorNode    roles/actor.py   ActorCore       a scripted rollout in place of the envs and the policy
-    ReplayNode   roles/replay.py  ReplayCore      + replay/shard.py ReplayShard, replay/snapshot.py SnapshotSchedule
-    PsNode       roles/ps.py      PsCore
-    LearnerNode  roles/learner.py LearnerCore     + its feed (runtime/regimes/); a scripted learner in place of the
-                                                  algorithm's update, which costs virtual time
+    ActorNode      roles/actor.py      ActorDriver, ActorCore          a scripted rollout in place of the envs and the
+                                                                       policy (central mode: a step asks a worker)
+    ReplayNode     roles/replay.py     ReplayCore                      + replay/shard.py ReplayShard, SnapshotSchedule
+    PsNode         roles/ps.py         PsCore
+    InferenceNode  roles/inference.py  InferenceDriver, InferenceCore  a forward pass that costs virtual time
+    LearnerNode    roles/learner.py    LearnerDriver, LearnerCore      + its feed (runtime/regimes/); a scripted learner
+                                                                       whose update costs virtual time
 
 Messages are proto/wire.py's, built by its encoders and read by its validating decoders on each side, as over ZMQ
 (only the codec's bytes are skipped). A node's process is started, stopped by SIGTERM and killed by SIGKILL as the
