@@ -91,7 +91,7 @@ def gym_vector(kind: str, envs: int) -> Any:
 
 
 def envpool_vector(envs: int, threads: int, **overrides: Any) -> Any:
-    import envpool  # type: ignore[import-not-found]
+    import envpool
 
     settings = {
         "repeat_action_probability": 0.25,
