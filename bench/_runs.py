@@ -41,13 +41,14 @@ class WatchedRun:
     """A `surreal run` subprocess; `rows` holds (arrival time, metrics row) of the rows updates wrote, as the learner
     writes them (the warm-up's rows, before the first update, are not counted: start-up is skipped in update rows)."""
 
-    def __init__(self, name: str, overrides: list[str], runs_root: Path) -> None:
+    def __init__(self, name: str, overrides: list[str], runs_root: Path, module: str = "surreal") -> None:
+        """`module`: what `python -m` runs with `run` and the overrides (bench.plaintext_run: it without CURVE)."""
         self.run_dir = runs_root / name
         runs_root.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "SURREAL_RUNS_ROOT": str(runs_root), "PYTHONUNBUFFERED": "1"}
         self.console = open(runs_root / f"{name}.console.log", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "surreal", "run", f"name={name}", *overrides, "--no-progress"],
+            [sys.executable, "-m", module, "run", f"name={name}", *overrides, "--no-progress"],
             env=env,
             stdout=self.console,
             stderr=subprocess.STDOUT,

@@ -9,9 +9,10 @@
   `envs_atari.AtariEnv`, training envs of the machado preset), K=8 envs; on 2 cores two such processes of 4 envs.
 - **reference**: the same SyncVectorEnv over Gymnasium's own wrappers (AtariPreprocessing + FrameStackObservation +
   ClipReward), which `AtariEnv` matches frame for frame (tests/test_atari.py): what driving the emulator directly saves.
-- **envpool**: EnvPool 1.2.5's C++ thread pool (`envpool.make_gymnasium("Pong-v5")`), the same preprocessing settings
-  (sticky 0.25, 30 no-ops, no fire reset, reward clipping, 84x84 gray, 4 frames, skip 4), K=8 envs, 1 and 2 threads
-  in one process pinned to 1 and 2 cores. Measured only if envpool is installed (it is not a project dependency).
+- **envpool**: EnvPool's C++ thread pool (`envpool.make_gymnasium("Pong-v5")`; the version installed is recorded),
+  the same preprocessing settings (sticky 0.25, 30 no-ops, no fire reset, reward clipping, 84x84 gray, 4 frames,
+  skip 4), K=8 envs, 1 and 2 threads in one process pinned to 1 and 2 cores. Measured only if envpool is installed
+  (it is not a project dependency).
 - **ale_vector**: ale-py's own `AtariVectorEnv` (the same C++ design, shipped in the ale-py wheel), same settings.
 
 Frames are emulator frames: an env step is 4. Each configuration runs once per round and the rounds interleave them
@@ -29,6 +30,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +93,7 @@ def gym_vector(kind: str, envs: int) -> Any:
 
 
 def envpool_vector(envs: int, threads: int, **overrides: Any) -> Any:
-    import envpool  # type: ignore[import-not-found]
+    import envpool
 
     settings = {
         "repeat_action_probability": 0.25,
@@ -296,7 +298,7 @@ def main() -> None:
             "frames_per_s_rounds": rounds,
             "ratios": ratios,
             "preprocessing_vs_surreal": preprocessing,
-            "envpool": "1.2.5" if have_envpool else "not installed: not measured",
+            "envpool": metadata.version("envpool") if have_envpool else "not installed: not measured",
         },
         Path(args.out),
     )

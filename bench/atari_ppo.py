@@ -77,7 +77,10 @@ def actor_alone(envs: int, steps: int) -> float:
     return float(rate)
 
 
-def system(actors: int, device: str, seconds: float, extra: list[str], runs_root: Path) -> dict[str, Any]:
+def system(
+    actors: int, device: str, seconds: float, extra: list[str], runs_root: Path, module: str = "surreal"
+) -> dict[str, Any]:
+    """The system run's figures; `module`: as `WatchedRun` takes it."""
     overrides = [
         "preset=ppo-atari",
         f"env={ENV_ID}",
@@ -89,7 +92,7 @@ def system(actors: int, device: str, seconds: float, extra: list[str], runs_root
         "learner.eval_interval=0",  # the system alone: no evaluator taking cores
         *extra,
     ]
-    run = WatchedRun(f"atari-ppo-{actors}-{int(time.time())}", overrides, runs_root)
+    run = WatchedRun(f"atari-ppo-{actors}-{int(time.time())}", overrides, runs_root, module)
     run.run_for(seconds)
     steady = [row for _, row in run.rows[2:]]
     phases = {p: sum(row.get(f"time_{p}_s", 0.0) for row in steady) for p in ("update", "wait", "io")}
@@ -103,6 +106,7 @@ def system(actors: int, device: str, seconds: float, extra: list[str], runs_root
         "learner_wait_share": round(phases["wait"] / total, 3) if total else float("nan"),
         "learner_transitions_per_update_s": round(sum(batch) / phases["update"], 1) if phases["update"] else None,
         "overrides": overrides,
+        "run_dir": str(run.run_dir),
     }
 
 
