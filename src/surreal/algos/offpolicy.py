@@ -16,10 +16,16 @@ from torch import nn
 from surreal.algos.inference import AsFloat32, DeterministicPolicy
 from surreal.proto.wire import Chunk, Field, Fields
 from surreal.runtime.rollout import Policy, RolloutCollector
+from surreal.spaces import is_image
 
 if TYPE_CHECKING:
     from surreal.algos.ddpg.config import DDPGConfig
     from surreal.algos.sac.config import SACConfig
+
+
+def as_input(obs: np.ndarray) -> torch.Tensor:
+    """Observations as the actor network takes them: images as the uint8 they are, vectors as float32."""
+    return torch.from_numpy(obs if obs.dtype == np.uint8 else obs.astype(np.float32))
 
 
 class OffPolicyPolicy:
@@ -48,20 +54,23 @@ class OffPolicyPolicy:
         if self.warmup:
             actions = self.rng.uniform(self.low, self.high, (len(obs), len(self.low))).astype(np.float32)
         else:
-            actions = self.explore(torch.from_numpy(obs.astype(np.float32)))
+            actions = self.explore(as_input(obs))
         return actions, {"actions": actions}
 
     @torch.no_grad()
     def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
-        return self.mean_action(torch.from_numpy(obs.astype(np.float32))).numpy()
+        return self.mean_action(as_input(obs)).numpy()
 
     def params(self) -> dict[str, Any]:
         """The blob `load_params` takes, as this policy holds it."""
         return {"actor": {k: v.numpy() for k, v in self.actor.state_dict().items()}, "warmup": np.array(self.warmup)}
 
     def inference_module(self) -> nn.Module:
-        """`act_deterministic` as one torch module (algos/inference.py), over copies of the weights."""
-        return DeterministicPolicy(AsFloat32(), copy.deepcopy(self.mean_action)).eval()
+        """`act_deterministic` as one torch module (algos/inference.py), over copies of the weights; images go in as
+        the uint8 they are (the encoder divides them)."""
+        images = getattr(self.actor, "encoder", None) is not None
+        preprocess = nn.Identity() if images else AsFloat32()
+        return DeterministicPolicy(preprocess, copy.deepcopy(self.mean_action)).eval()
 
     def describe(self) -> dict[str, Any]:
         """The network and action head, as the policy artifact's header states them (no normalizer)."""
@@ -117,11 +126,12 @@ def chunk_fields(obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig) 
     sample reply the learner takes must hold, field by field (proto/wire.py `ReplyLayout`)."""
     del cfg  # the same fields whatever n
     f32, obs, act = np.dtype(np.float32), tuple(obs_space.shape), tuple(act_space.shape)
+    observed = np.dtype(np.uint8) if is_image(obs_space) else f32  # images as the uint8 they are
     return {
-        "obs": Field(f32, obs),
+        "obs": Field(observed, obs),
         "actions": Field(f32, act),
         "rewards": Field(f32),
-        "next_obs": Field(f32, obs),
+        "next_obs": Field(observed, obs),
         "discounts": Field(f32),
     }
 

@@ -27,6 +27,7 @@ import gymnasium as gym
 from surreal.config import ConfigError, ExperimentConfig, algo_config
 from surreal.config.schema import LearnerConfig
 from surreal.envs import check_env_id, episode_limit, is_adapter_id, make_env
+from surreal.envs_pixels import wants_pixels
 from surreal.proto.wire import PER_ENV, SAMPLE_ARRAYS, Fields, is_per_chunk, layout_of
 from surreal.spaces import check_spaces, describe, is_image
 
@@ -159,7 +160,7 @@ def probe_env(cfg: ExperimentConfig) -> tuple[gym.Space[Any], gym.Space[Any], in
     except Exception as exc:  # anything the env's constructor or first reset raises: a missing dependency, a bad value
         raise ConfigError(f"env.id={env_id!r} does not build with env.kwargs={kwargs or {}}: {_detail(exc)}") from None
     try:
-        if is_adapter_id(env_id):
+        if is_adapter_id(env_id) or wants_pixels(kwargs):
             limit: int | None = episode_limit(env_id, kwargs)
         else:
             limit = env.spec.max_episode_steps if env.spec is not None else None

@@ -14,6 +14,18 @@ ENCODERS = {"nature": 512, "impala": 256}
 AUTOCAST = ("bf16",)  # `algo.autocast`
 
 
+def encoder_widths(encoder: str, shape: tuple[int, ...]) -> list[int]:
+    """The widths of `encoder`'s dense layer for images of `shape` (C, H, W): the values its convolutions make of one
+    image, and its features (algos/encoders.py builds the same; the policy artifact's reader bounds a network by them
+    before it builds one). PPO's and SAC's `algo.encoder`."""
+    _, height, width = shape
+    if encoder == "nature":  # 8x8 stride 4, 4x4 stride 2, 3x3 stride 1; 64 channels
+        side = lambda n: max(0, ((n - 8) // 4 + 1 - 4) // 2 + 1 - 2)
+        return [64 * side(height) * side(width), ENCODERS["nature"]]
+    eighth = lambda n: (((n + 1) // 2 + 1) // 2 + 1) // 2  # three stride-2 max pools, rounded up; 32 channels
+    return [32 * eighth(height) * eighth(width), ENCODERS["impala"]]
+
+
 @dataclass
 class PPOConfig(StalenessConfig):
     """PPO (Schulman et al. 2017, https://arxiv.org/abs/1707.06347). Defaults are CleanRL's ppo_continuous_action.py
@@ -100,15 +112,8 @@ class PPOConfig(StalenessConfig):
         return out
 
     def encoder_widths(self, shape: tuple[int, ...]) -> list[int]:
-        """The widths of the encoder's dense layer for images of `shape` (C, H, W): the values its convolutions make
-        of one image, and its features (algos/encoders.py builds the same; the policy artifact's reader bounds a
-        network by them before it builds one)."""
-        _, height, width = shape
-        if self.encoder == "nature":  # 8x8 stride 4, 4x4 stride 2, 3x3 stride 1; 64 channels
-            side = lambda n: max(0, ((n - 8) // 4 + 1 - 4) // 2 + 1 - 2)
-            return [64 * side(height) * side(width), ENCODERS["nature"]]
-        eighth = lambda n: (((n + 1) // 2 + 1) // 2 + 1) // 2  # three stride-2 max pools, rounded up; 32 channels
-        return [32 * eighth(height) * eighth(width), ENCODERS["impala"]]
+        """The widths of the encoder's dense layer for images of `shape` (C, H, W) (`encoder_widths`)."""
+        return encoder_widths(self.encoder, shape)
 
     def central_inference(self) -> bool:
         return self.recurrent is None  # an MLP policy: one for every actor, its sampling per worker
