@@ -29,6 +29,7 @@ from surreal.config.schema import LearnerConfig
 from surreal.envs import check_env_id, episode_limit, is_adapter_id, make_env
 from surreal.envs_pixels import wants_pixels
 from surreal.proto.wire import PER_ENV, SAMPLE_ARRAYS, Fields, is_per_chunk, layout_of
+from surreal.replay.frame_storage import stored_nbytes
 from surreal.spaces import check_spaces, describe, is_image
 
 UNEXPECTED_KEYWORD = re.compile(r"unexpected keyword argument '([^']+)'")
@@ -132,8 +133,9 @@ def with_layout(cfg: ExperimentConfig, fields: Fields) -> ExperimentConfig:
             f"{cfg.algo.name}'s {len(fields)} transition fields and a reply's {len(SAMPLE_ARRAYS)} index arrays "
             f"exceed replay.max_frames={cfg.replay.max_frames}"
         )
-    per_transition = sum(f.dtype.itemsize * math.prod(f.shape) for f in fields.values())
-    if per_transition * cfg.replay.capacity > cfg.replay.capacity_bytes:
+    stored = stored_nbytes(fields, cfg.replay.capacity)  # a chunk of frames: each frame once (replay/frame_storage.py)
+    if stored > cfg.replay.capacity_bytes:
+        per_transition = math.ceil(stored / cfg.replay.capacity)
         raise ConfigError(
             f"replay.capacity={cfg.replay.capacity:,} transitions of {per_transition:,} bytes ({cfg.algo.name} on "
             f"{cfg.env.id}) exceed replay.capacity_bytes={cfg.replay.capacity_bytes:,}; lower the capacity or raise "

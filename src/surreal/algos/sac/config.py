@@ -66,6 +66,9 @@ class SACConfig(OffPolicyConfig):
     # Images (DrQ): the convolutional encoder (algos/encoders.py: nature, impala), trained by the critics' loss only
     encoder: str = "nature"
     augment_pad: int = 4  # random shift: each image padded by this many pixels (edge repeated), cropped back; 0: none
+    # The planes of one frame of a stacked image (3: RGB renders, env.kwargs.pixels): each frame travels and is stored
+    # once; a count that does not divide the image's planes stores each plane as a frame
+    frame_planes: int = 3
 
     def problems(self, cfg: ExperimentConfig) -> list[str]:
         out = super().problems(cfg)
@@ -86,6 +89,7 @@ class SACConfig(OffPolicyConfig):
         if self.encoder not in ENCODERS:
             out.append(f"algo.encoder must be one of {', '.join(ENCODERS)} (got {self.encoder!r})")
         out += self.breaking(">= 0", "augment_pad")
+        out += self.breaking("> 0", "frame_planes")
         if self.joint_forward and self.target_network:
             out.append("algo.joint_forward=true takes Q(s', a') from the critic itself: set algo.target_network=false")
         return out

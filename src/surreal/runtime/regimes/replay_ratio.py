@@ -58,6 +58,7 @@ from surreal.proto.wire import (
     TransitionReply,
 )
 from surreal.replay.buffers import flatten_time_major
+from surreal.runtime.frame_chunks import served_fields
 from surreal.runtime.regimes.common import (
     GOLDEN,
     HOLD_S,
@@ -511,7 +512,8 @@ class ReplayRatioRegime:
 
     def reply_layout(self, fields: Fields) -> ReplyLayout:
         """A sample's `sample_size` transitions, with weights where the replay is prioritized."""
-        return ReplyLayout(fields, self.sample_size, self.cfg.replay.mode == "prioritized")
+        # A chunk of frames is served as transitions of whole stacks (replay/frame_storage.py).
+        return ReplyLayout(served_fields(fields), self.sample_size, self.cfg.replay.mode == "prioritized")
 
     def update_order(self, data: dict[str, Any], arg: int) -> GroupOrder:
         """Only the gradient steps: every rank steps on minibatches it sampled itself."""
