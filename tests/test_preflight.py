@@ -38,6 +38,10 @@ REFUSALS = {
         ["env=ALE/Pong-v5", "topology.envs_per_actor=5"],
         "steps of ALE/Pong-v5 (observations Box(4, 84, 84) uint8 images, sent as each frame once, at most every",
     ),
+    "a sample of pixel transitions too large for a replay message": (
+        ["algo=sac", "env=InvertedPendulum-v5", "+env.kwargs.pixels=true"],
+        "one sample of algo.batch_size=256 x learner.minibatches_per_sample=4 transitions of InvertedPendulum-v5",
+    ),
     "a kwarg the env does not take": (["env=Pendulum-v1", "env.kwargs.gravity=9.8"], "env.kwargs.gravity is not a"),
     "a kwarg with a near name": (["env=Pendulum-v1", "env.kwargs.gg=9.8"], "did you mean g?"),
     "an env that fails to build": (

@@ -122,7 +122,7 @@ def n_step_transitions(arrays: dict[str, np.ndarray], n: int, gamma: float) -> d
     }
 
 
-def chunk_fields(obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig) -> Fields:
+def chunk_fields(obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig | SACConfig) -> Fields:
     """One transition as `n_step_transitions` makes it, what a chunk's cell and a stored transition hold: what every
     sample reply the learner takes must hold, field by field (proto/wire.py `ReplyLayout`)."""
     f32, obs, act = np.dtype(np.float32), tuple(obs_space.shape), tuple(act_space.shape)
