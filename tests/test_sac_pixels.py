@@ -343,3 +343,12 @@ def test_the_cnn_sac_exports_take_uint8_and_agree_with_the_artifact_within_1e_5(
         script_actions = torch.jit.load(str(tmp_path / "p.pt"))(torch.from_numpy(flat)).numpy()
     for actions in (onnx_actions, script_actions):
         assert np.abs(actions - expected).max() <= 1e-5
+
+
+def test_surreal_eval_scores_the_cnn_sac_policy_and_records_its_camera(trained, tmp_path):
+    _, run_dir, _ = trained
+    out = tmp_path / "eval"
+    assert main(["eval", str(run_dir), "--episodes", "2", "--video", str(out)]) == 0
+    scored = json.loads((out / "eval.json").read_text())
+    assert scored["eval_episodes"] == 2 and scored["eval_return_mean"] > 0
+    assert len(list(out.glob("*.mp4"))) == 2
