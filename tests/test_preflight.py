@@ -42,6 +42,10 @@ REFUSALS = {
         ["algo=sac", "env=InvertedPendulum-v5", "+env.kwargs.pixels=true"],
         "one sample of algo.batch_size=256 x learner.minibatches_per_sample=4 transitions of InvertedPendulum-v5",
     ),
+    "frames in a prioritized replay": (
+        ["preset=drq", "env=InvertedPendulum-v5", "+env.kwargs.pixels=true", "replay.mode=prioritized"],
+        "replay.mode=prioritized does not store frames",
+    ),
     "a kwarg the env does not take": (["env=Pendulum-v1", "env.kwargs.gravity=9.8"], "env.kwargs.gravity is not a"),
     "a kwarg with a near name": (["env=Pendulum-v1", "env.kwargs.gg=9.8"], "did you mean g?"),
     "an env that fails to build": (

@@ -161,3 +161,9 @@ class FrameRing:
         if not self.valid(index).all():
             raise ValueError(f"a stack names frames outside [{self.oldest}, {self.end}): overwritten or never stored")
         return self.frames[index % self.capacity]
+
+
+def as_planes(stacks: np.ndarray, frame_ndim: int) -> np.ndarray:
+    """Stacks of frames of `frame_ndim` dimensions as the env's planes: [..., S, planes, H, W] -> [..., S x planes, H,
+    W]; stacks of one-plane frames ([..., S, H, W]) as they are."""
+    return stacks.reshape(*stacks.shape[:-4], -1, *stacks.shape[-2:]) if frame_ndim == 3 else stacks

@@ -27,8 +27,9 @@ from typing import Any, TypedDict, cast
 
 import numpy as np
 
-from surreal.frames import FrameChunk, FrameRing
+from surreal.frames import FrameChunk, FrameRing, as_planes
 from surreal.proto.codec import Limits, unflatten
+from surreal.proto.frame_fields import FRAMES, FRAMES_FIELD, NEXT_INDEX, OBS_INDEX
 from surreal.proto.wire import IDS, PER_CHUNK, SAMPLE_ARRAYS, SLOTS, WEIGHTS, Chunk, Field, Fields, TransitionReply
 from surreal.replay.buffers import (
     DEFAULT_CAPACITY_BYTES,
@@ -39,14 +40,13 @@ from surreal.replay.buffers import (
     flatten_time_major,
 )
 from surreal.replay.snapfile import Capture, ShardState
-from surreal.runtime.frame_chunks import FRAMES, FRAMES_FIELD, NEXT_INDEX, OBS_INDEX, as_planes
 
 FRAME_SLACK = 0.1  # frames the ring holds beyond one per transition, as a share of the capacity
 ABSOLUTE = np.dtype(np.int64)  # a stored stack's frame numbers: counted from the ring's first frame, never reused
 
 
 def has_frames(layout: Fields | None) -> bool:
-    """Whether a declared layout's chunks carry frames and indices (`frame_chunks.frame_fields`)."""
+    """Whether a declared layout's chunks carry frames and indices (`proto/frame_fields.py`)."""
     return layout is not None and FRAMES_FIELD in layout
 
 
@@ -76,7 +76,7 @@ def stored_nbytes(layout: Fields, capacity: int) -> int:
 
 class FrameBooks(TypedDict):
     """A frame replay's books in a snapshot (its arrays: `data/<name>` rows oldest first, `ids`, `frames` from
-    `frames_from` on, and `chunks`, the eviction books)."""
+    `frames_from` on, and `chunk_ends`, the eviction books)."""
 
     size: int
     added: int
@@ -194,7 +194,7 @@ class FrameStorage(TransitionStorage):
             first = int(min(arrays[f"data/{OBS_INDEX}"][0].min(), arrays[f"data/{NEXT_INDEX}"][0].min()))
         numbers = np.arange(first, self.ring.end)
         arrays["frames"] = [self.ring.frames[numbers % self.ring.capacity]]
-        arrays["chunks"] = [np.array(self.chunks, np.int64).reshape(-1, 2)]
+        arrays["chunk_ends"] = [np.array(self.chunks, np.int64).reshape(-1, 2)]
         books: FrameBooks = {
             "size": self.size,
             "added": self.added,
@@ -232,7 +232,7 @@ class FrameStorage(TransitionStorage):
         storage.ids[:size] = ids
         storage.size, storage.cursor = size, size % self.capacity
         storage.added, storage.served = int(books["added"]), int(books["served"])
-        storage.chunks = deque((int(a), int(b)) for a, b in state.arrays["chunks"])
+        storage.chunks = deque((int(a), int(b)) for a, b in state.arrays["chunk_ends"])
         return storage
 
     def describe(self) -> str:

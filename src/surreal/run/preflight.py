@@ -28,10 +28,10 @@ from surreal.config import ConfigError, ExperimentConfig, algo_config
 from surreal.config.schema import LearnerConfig, OffPolicyConfig
 from surreal.envs import check_env_id, episode_limit, is_adapter_id, make_env
 from surreal.envs_pixels import wants_pixels
+from surreal.proto.frame_fields import served_fields
 from surreal.proto.wire import PER_ENV, SAMPLE_ARRAYS, Fields, is_per_chunk, layout_of
 from surreal.replay.buffers import REPLY_HEADER_RESERVE
-from surreal.replay.frame_storage import stored_nbytes
-from surreal.runtime.frame_chunks import served_fields
+from surreal.replay.frame_storage import has_frames, stored_nbytes
 from surreal.spaces import check_spaces, describe, is_image
 
 UNEXPECTED_KEYWORD = re.compile(r"unexpected keyword argument '([^']+)'")
@@ -158,6 +158,11 @@ def with_layout(cfg: ExperimentConfig, fields: Fields) -> ExperimentConfig:
         raise ConfigError(
             f"{cfg.algo.name}'s {len(fields)} transition fields and a reply's {len(SAMPLE_ARRAYS)} index arrays "
             f"exceed replay.max_frames={cfg.replay.max_frames}"
+        )
+    if has_frames(fields) and cfg.replay.mode == "prioritized":
+        raise ConfigError(
+            f"replay.mode=prioritized does not store frames ({cfg.env.id}'s images are stored each frame once, sampled "
+            "uniformly); use replay.mode=uniform"
         )
     stored = stored_nbytes(fields, cfg.replay.capacity)  # a chunk of frames: each frame once (replay/frame_storage.py)
     if stored > cfg.replay.capacity_bytes:

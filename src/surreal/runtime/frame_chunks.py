@@ -10,7 +10,8 @@ eight times over for a 4-stack); `pack` replaces both with
 
 (a stack of RGB renders, `envs_pixels.py`, is S frames of 3 planes: `frames` is then [N, 3, H, W], `frame_planes`),
 
-and `unpack` (or `stacks`, on the learner's device) gives the stacks back bit for bit. For an Atari stack that is
+and `unpack` (or `stacks`, on the learner's device) gives the stacks back bit for bit. The fields' names and shapes
+are proto/frame_fields.py's (the replay reads them too). For an Atari stack that is
 about one frame an env step; a camera image shares nothing with the previous one but is still carried once where
 `obs` and `next_obs` held it twice. The fields (`frame_fields`) are what an algorithm's `chunk_fields` declares,
 so the wire, the FIFO (`replay.layout`) and the learner refuse a chunk whose frames have another shape or dtype, or
@@ -21,41 +22,32 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
+from surreal.frames import FrameChunk, as_planes, split
+from surreal.proto.frame_fields import (
+    FRAMES,
+    FRAMES_FIELD,
+    NEXT_INDEX,
+    OBS_INDEX,
+    frame_fields,
+    frame_planes,
+    served_fields,
+)
+from surreal.proto.wire import PER_CHUNK
 
-from surreal.frames import INDEX_DTYPE, UINT8, FrameChunk, split
-from surreal.proto.wire import PER_CHUNK, Field, Fields
-
-FRAMES = "frames"  # under PER_CHUNK
-FRAMES_FIELD = f"{PER_CHUNK}/{FRAMES}"
-OBS_INDEX, NEXT_INDEX = "obs_index", "next_index"
-
-
-def frame_planes(obs_shape: tuple[int, ...], planes: int) -> int:
-    """The planes of one frame: `planes` (3 for a stack of RGB renders) where it divides the observation's, else 1."""
-    return planes if planes >= 1 and obs_shape[0] % planes == 0 else 1
-
-
-def frame_fields(obs_shape: tuple[int, ...], planes: int = 1) -> Fields:
-    """The fields that stand for `obs` and `next_obs` of image observations of `obs_shape` ((S x planes, H, W)):
-    frames of one plane (an Atari stack's) or of `planes` (a stack of RGB renders: `frame_planes`)."""
-    planes = frame_planes(obs_shape, planes)
-    stack = obs_shape[0] // planes
-    frame = tuple(obs_shape[1:]) if planes == 1 else (planes, *obs_shape[1:])
-    index = Field(INDEX_DTYPE, (stack,), 0, None, FRAMES_FIELD)
-    return {FRAMES_FIELD: Field(UINT8, frame), OBS_INDEX: index, NEXT_INDEX: index}
-
-
-def served_fields(fields: Fields) -> Fields:
-    """What a transition replay serves for chunks of `fields`: frames and indices give back `obs` and `next_obs`
-    (uint8 stacks, replay/frame_storage.py rebuilds them); other fields as they are."""
-    if FRAMES_FIELD not in fields:
-        return fields
-    frame, stack = fields[FRAMES_FIELD].shape, fields[OBS_INDEX].shape[0]
-    planes = frame[0] * stack if len(frame) == 3 else stack
-    image = Field(UINT8, (planes, *frame[-2:]))
-    out = {k: f for k, f in fields.items() if k not in (FRAMES_FIELD, OBS_INDEX, NEXT_INDEX)}
-    return {"obs": image, **out, "next_obs": image}
+__all__ = [
+    "FRAMES",
+    "FRAMES_FIELD",
+    "NEXT_INDEX",
+    "OBS_INDEX",
+    "as_planes",
+    "frame_chunk",
+    "frame_fields",
+    "frame_planes",
+    "is_packed",
+    "pack",
+    "served_fields",
+    "unpack",
+]
 
 
 def is_packed(arrays: dict[str, Any]) -> bool:
@@ -96,9 +88,3 @@ def unpack(arrays: dict[str, Any]) -> dict[str, Any]:
     frame_ndim = chunk.frames.ndim - 1
     out["obs"], out["next_obs"] = as_planes(chunk.obs(), frame_ndim), as_planes(chunk.next_obs(), frame_ndim)
     return out
-
-
-def as_planes(stacks: np.ndarray, frame_ndim: int) -> np.ndarray:
-    """Stacks of frames of `frame_ndim` dimensions as the env's planes: [..., S, planes, H, W] -> [..., S x planes, H,
-    W]; stacks of one-plane frames ([..., S, H, W]) as they are."""
-    return stacks.reshape(*stacks.shape[:-4], -1, *stacks.shape[-2:]) if frame_ndim == 3 else stacks

@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from surreal.algos.ppo.config import ENCODERS
-from surreal.algos.ppo.config import encoder_widths as widths_of
+from surreal.config.encoders import ENCODERS
+from surreal.config.encoders import encoder_widths as widths_of
 from surreal.config.schema import ExperimentConfig, OffPolicyConfig
 
 NORMS = ("none", "layer", "batch_renorm")  # what may follow a hidden layer (sac/learner.py says where each goes)
@@ -95,7 +95,7 @@ class SACConfig(OffPolicyConfig):
         return out
 
     def encoder_widths(self, shape: tuple[int, ...]) -> list[int]:
-        """The widths of the encoder's dense layer for images of `shape` (C, H, W): ppo/config.py's `encoder_widths`."""
+        """The widths of the encoder's dense layer for images of `shape` (C, H, W) (config/encoders.py)."""
         return widths_of(self.encoder, shape)
 
     def replica_problems(self, replicas: int) -> list[str]:

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from surreal.config.schema import ExperimentConfig, OffPolicyConfig
+from surreal.proto.frame_fields import served_fields
 from surreal.proto.wire import (
     IDS,
     SLOTS,
@@ -58,7 +59,6 @@ from surreal.proto.wire import (
     TransitionReply,
 )
 from surreal.replay.buffers import flatten_time_major
-from surreal.runtime.frame_chunks import served_fields
 from surreal.runtime.regimes.common import (
     GOLDEN,
     HOLD_S,
