@@ -1,7 +1,7 @@
 """DrQ-SAC from pixels against the same SAC from state, on InvertedPendulum-v5: the learning curves side by side.
 
     nice -n 10 python -m bench.pixel_sac [--steps 10000] [--seed 1] [--timeout 4200]
-    python -m bench.pixel_sac --combine STATE.json PIXELS.json       # two finished bench.learning results
+    python -m bench.pixel_sac --combine STATE.json PIXELS.json [PIXELS.json ...]   # finished bench.learning results
 
 Both runs are `bench.learning` runs (one actor, the evaluator every 1,000 env steps, 5 episodes), started at the same
 time on the same box with the same SAC settings (`COMMON`: DrQ's Adam 1e-3, tau 0.01, temperature from 0.1, learning
@@ -64,13 +64,14 @@ def side(result: dict[str, Any], repeat: int) -> dict[str, Any]:
     }
 
 
-def combine(state: dict[str, Any], pixels: dict[str, Any]) -> dict[str, Any]:
+def combine(state: dict[str, Any], pixels: list[dict[str, Any]]) -> dict[str, Any]:
+    """One state run and the pixel runs (a seed each) as the result file holds them."""
     return {
         "benchmark": "pixel_sac",
         "env": ENV,
-        "machine": pixels["machine"],
+        "machine": state["machine"],
         "state": side(state, 1),
-        "pixels": side(pixels, ACTION_REPEAT),
+        "pixels": [side(run, ACTION_REPEAT) for run in pixels],
     }
 
 
@@ -80,11 +81,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=4200)
     parser.add_argument("--runs-root", type=Path, default=RESULTS / "runs" / "pixel-sac")
-    parser.add_argument("--combine", nargs=2, type=Path, metavar=("STATE", "PIXELS"))
+    parser.add_argument("--combine", nargs="+", type=Path, metavar="RESULT", help="the state run's, then pixel runs'")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     if args.combine:
-        state, pixels = (json.loads(path.read_text()) for path in args.combine)
+        state, *pixels = (json.loads(path.read_text()) for path in args.combine)
         emit(combine(state, pixels), args.out)
         return
     outs = {kind: args.runs_root / f"{kind}.json" for kind in ("state", "pixels")}
@@ -100,7 +101,7 @@ def main() -> None:
         runs.append(subprocess.Popen(command))  # one runs folder each: both start within the same second
     for run in runs:
         run.wait()
-    emit(combine(json.loads(outs["state"].read_text()), json.loads(outs["pixels"].read_text())), args.out)
+    emit(combine(json.loads(outs["state"].read_text()), [json.loads(outs["pixels"].read_text())]), args.out)
 
 
 if __name__ == "__main__":

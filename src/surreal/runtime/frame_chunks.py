@@ -8,10 +8,9 @@ eight times over for a 4-stack); `pack` replaces both with
     obs_index          int32 [T, K, S]   obs[t, k] is frames[obs_index[t, k]]
     next_index         int32 [T, K, S]   next_obs[t, k] is frames[next_index[t, k]]
 
-(a stack of RGB renders, `envs_pixels.py`, is S frames of 3 planes: `frames` is then [N, 3, H, W], `frame_planes`),
-
-and `unpack` (or `stacks`, on the learner's device) gives the stacks back bit for bit. The fields' names and shapes
-are proto/frame_fields.py's (the replay reads them too). For an Atari stack that is
+and `unpack` (or `stacks`, on the learner's device) gives the stacks back bit for bit. A stack of RGB renders
+(`envs_pixels.py`) is S frames of 3 planes each (`frames` [N, 3, H, W], `frame_planes`). The fields' names and shapes
+are proto/frame_fields.py's, which the replay reads too; this module packs and unpacks. For an Atari stack that is
 about one frame an env step; a camera image shares nothing with the previous one but is still carried once where
 `obs` and `next_obs` held it twice. The fields (`frame_fields`) are what an algorithm's `chunk_fields` declares,
 so the wire, the FIFO (`replay.layout`) and the learner refuse a chunk whose frames have another shape or dtype, or
