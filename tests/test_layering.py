@@ -19,7 +19,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "foundation",
         ("errors", "fileio", "boundedjson", "metrics", "metricsfile", "envstate", "runstore", "frames", "conf"),
     ),
-    ("env families", ("envs_masked", "envs_robosuite", "envs_atari", "renderer")),
+    ("env families", ("envs_masked", "envs_robosuite", "envs_atari", "envs_pixels", "renderer")),
     ("proto", ("proto",)),
     ("config", ("config", "settings", "spaces", "runjson", "provenance")),
     ("envs", ("envs",)),

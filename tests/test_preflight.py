@@ -30,12 +30,21 @@ REFUSALS = {
         "algo=ppo takes flat Box or uint8 (C, H, W) image observations; FrozenLake-v1's",
     ),
     "images for an MLP algorithm": (
-        ["algo=sac", "env=ALE/Pong-v5"],
-        "algo=sac takes flat Box observations; ALE/Pong-v5's observations are Box(4, 84, 84) uint8 images; ppo takes",
+        ["algo=ddpg", "env=InvertedPendulum-v5", "+env.kwargs.pixels=true"],
+        "algo=ddpg takes flat Box observations; InvertedPendulum-v5's observations are Box(9, 84, 84) uint8 images; "
+        "ppo and sac take them",
     ),
     "images too large for a replay message": (
         ["env=ALE/Pong-v5", "topology.envs_per_actor=5"],
         "steps of ALE/Pong-v5 (observations Box(4, 84, 84) uint8 images, sent as each frame once, at most every",
+    ),
+    "a sample of pixel transitions too large for a replay message": (
+        ["algo=sac", "env=InvertedPendulum-v5", "+env.kwargs.pixels=true"],
+        "one sample of algo.batch_size=256 x learner.minibatches_per_sample=4 transitions of InvertedPendulum-v5",
+    ),
+    "frames in a prioritized replay": (
+        ["preset=drq", "env=InvertedPendulum-v5", "+env.kwargs.pixels=true", "replay.mode=prioritized"],
+        "replay.mode=prioritized does not store frames",
     ),
     "a kwarg the env does not take": (["env=Pendulum-v1", "env.kwargs.gravity=9.8"], "env.kwargs.gravity is not a"),
     "a kwarg with a near name": (["env=Pendulum-v1", "env.kwargs.gg=9.8"], "did you mean g?"),
@@ -107,7 +116,7 @@ def test_space_check_names_images_and_other_spaces():
     check_spaces(ppo, box, gym.spaces.Discrete(4, start=1), "Pong")
     frames = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
     check_spaces(ppo, frames, gym.spaces.Discrete(6), "ALE/Pong-v5")  # PPO's encoder takes channels-first images
-    with pytest.raises(ConfigError, match=r"are Box\(4, 84, 84\) uint8 images; ppo takes them$"):
+    with pytest.raises(ConfigError, match=r"are Box\(4, 84, 84\) uint8 images; ppo and sac take them$"):
         check_spaces(ALGORITHMS["ddpg"], frames, box, "ALE/Pong-v5")
     channels_last = gym.spaces.Box(0, 255, (96, 96, 3), np.uint8)  # CarRacing's
     with pytest.raises(ConfigError, match=r"are Box\(96, 96, 3\) uint8 images; images are taken as one channels-fir"):

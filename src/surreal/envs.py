@@ -6,7 +6,8 @@ time-limit bootstrap needs (docs/architecture.md: ``next_obs`` holds the final o
 
 Ids starting `robosuite:` (`robosuite:Lift`) are robosuite tasks, built by the adapter in `envs_robosuite.py`
 and stepped through the same vector env; robosuite itself is imported only then. Ids starting `ALE/` (`ALE/Pong-v5`)
-are Atari games with the standard preprocessing (`envs_atari.py`); ale-py is imported only then.
+are Atari games with the standard preprocessing (`envs_atari.py`); ale-py is imported only then. A Gymnasium MuJoCo
+id with `env.kwargs.pixels=true` is the task seen through its camera, stacked renders (`envs_pixels.py`).
 
 Training envs and evaluation envs: `training=` (default True) says which an env is for. It changes only what an env
 does for training's sake and would distort a score: an Atari game's reward clipping and episodic life
@@ -33,7 +34,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from surreal import envs_atari, envs_masked, envs_robosuite
+from surreal import envs_atari, envs_masked, envs_pixels, envs_robosuite
 from surreal.config import ConfigError, ExperimentConfig
 
 envs_masked.register()  # InvertedPendulumNoVel-v5 and the other velocity-masked tasks, as Gymnasium ids
@@ -56,7 +57,7 @@ def make_vec_env(
     built as `make_env` builds it (gym.make, which is what gym.make_vec builds too), then wrapped. `training`: for
     learning (True) or for evaluation (module docstring)."""
     envs: gym.vector.VectorEnv
-    if wrap is not None or is_adapter_id(env_id):
+    if wrap is not None or is_adapter_id(env_id) or envs_pixels.wants_pixels(env_kwargs):
 
         def make(i: int) -> gym.Env:
             env = build_env(env_id, env_kwargs, training=training)
@@ -88,6 +89,8 @@ def build_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, training
         return envs_robosuite.RobosuiteEnv(env_id, **(env_kwargs or {}))
     if envs_atari.is_atari_id(env_id):
         return envs_atari.AtariEnv(env_id, training=training, **(env_kwargs or {}))
+    if envs_pixels.wants_pixels(env_kwargs):
+        return envs_pixels.PixelEnv(env_id, **(env_kwargs or {}))
     return gym.make(env_id, **(env_kwargs or {}))
 
 
@@ -168,6 +171,9 @@ def check_env_id(env_id: str, env_kwargs: dict[str, Any] | None = None) -> None:
     if envs_atari.is_atari_id(env_id):
         envs_atari.check(env_id, env_kwargs)
         return
+    if envs_pixels.wants_pixels(env_kwargs):
+        envs_pixels.check(env_id, env_kwargs)
+        return
     module, sep, name = env_id.rpartition(":")
     if sep:
         try:
@@ -195,6 +201,8 @@ def episode_limit(env_id: str, env_kwargs: dict[str, Any] | None = None) -> int 
         return envs_robosuite.horizon(env_kwargs)
     if envs_atari.is_atari_id(env_id):
         return envs_atari.max_episode_steps(env_kwargs)
+    if envs_pixels.wants_pixels(env_kwargs):
+        return envs_pixels.max_episode_steps(env_id, env_kwargs)
     module, sep, name = env_id.rpartition(":")
     if sep:
         importlib.import_module(module)  # a `module:Name` id registers its envs on import, as gym.make does

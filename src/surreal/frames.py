@@ -10,8 +10,9 @@ its observation and of its next observation (Dopamine's replay rebuilds stacks f
 
 `split` decides what to store by comparing frames, not by trusting done flags: an observation that continues the
 previous step's next observation reuses its indices, a next observation whose first S-1 frames are its observation's
-last S-1 adds one frame, and anything else (a reset's stack, which FrameStackObservation pads with its first frame)
-is stored whole with repeated frames stored once. So `split` then `obs()`/`next_obs()` gives back exactly what went
+last S-1 adds one frame, and anything else (a reset's stack, which FrameStackObservation pads with its first frame; an
+n-step transition's bootstrap stack, n steps ahead) is looked up frame by frame: a frame the chunk already holds,
+byte for byte, is stored once. So `split` then `obs()`/`next_obs()` gives back exactly what went
 in, for any input (tests/test_frames.py checks arbitrary arrays as well as real episodes), and is compact for what
 an env actually produces: N = K x (S + T) frames plus about two per episode end, i.e. 1 + S/T frames per env step
 (1.016 at T=256), against 2S for the naive layout.
@@ -79,15 +80,22 @@ def split(obs: np.ndarray, next_obs: np.ndarray) -> FrameChunk:
         )
     T, K, S = obs.shape[:3]
     frames: list[np.ndarray] = []
+    seen: dict[bytes, int] = {}  # each stored frame's bytes -> its index: a frame seen before is not stored again
     obs_index = np.empty((T, K, S), INDEX_DTYPE)
     next_index = np.empty((T, K, S), INDEX_DTYPE)
 
+    def intern(frame: np.ndarray) -> int:
+        key = frame.tobytes()
+        index = seen.get(key)
+        if index is None:
+            frames.append(frame)
+            index = seen[key] = len(frames) - 1
+        return index
+
     def store(stack: np.ndarray, out: np.ndarray) -> None:
-        """A stack that continues nothing: its frames, a frame equal to the one before it stored once."""
+        """A stack that continues nothing: each of its frames, stored unless the chunk holds it already."""
         for s in range(S):
-            if s == 0 or not np.array_equal(stack[s], stack[s - 1]):
-                frames.append(stack[s])
-            out[s] = len(frames) - 1
+            out[s] = intern(stack[s])
 
     for k in range(K):
         for t in range(T):
@@ -98,11 +106,8 @@ def split(obs: np.ndarray, next_obs: np.ndarray) -> FrameChunk:
                 store(o, obs_index[t, k])
             if S > 1 and np.array_equal(n[:-1], o[1:]):
                 next_index[t, k, :-1] = obs_index[t, k, 1:]
-                if np.array_equal(n[-1], o[-1]):  # no new frame (a game that ended within a frame skip)
-                    next_index[t, k, -1] = obs_index[t, k, -1]
-                else:
-                    frames.append(n[-1])
-                    next_index[t, k, -1] = len(frames) - 1
+                next_index[t, k, -1] = intern(n[-1])  # the frame before it again where no new one came (a game
+                # that ended within a frame skip)
             else:
                 store(n, next_index[t, k])
     stacked = np.stack(frames) if frames else np.empty((0, *obs.shape[3:]), obs.dtype)
@@ -156,3 +161,9 @@ class FrameRing:
         if not self.valid(index).all():
             raise ValueError(f"a stack names frames outside [{self.oldest}, {self.end}): overwritten or never stored")
         return self.frames[index % self.capacity]
+
+
+def as_planes(stacks: np.ndarray, frame_ndim: int) -> np.ndarray:
+    """Stacks of frames of `frame_ndim` dimensions as the env's planes: [..., S, planes, H, W] -> [..., S x planes, H,
+    W]; stacks of one-plane frames ([..., S, H, W]) as they are."""
+    return stacks.reshape(*stacks.shape[:-4], -1, *stacks.shape[-2:]) if frame_ndim == 3 else stacks

@@ -15,11 +15,18 @@ from torch import nn
 
 from surreal.algos.inference import AsFloat32, DeterministicPolicy
 from surreal.proto.wire import Chunk, Field, Fields
+from surreal.runtime.frame_chunks import frame_fields, pack
 from surreal.runtime.rollout import Policy, RolloutCollector
+from surreal.spaces import is_channels_first
 
 if TYPE_CHECKING:
     from surreal.algos.ddpg.config import DDPGConfig
     from surreal.algos.sac.config import SACConfig
+
+
+def as_input(obs: np.ndarray) -> torch.Tensor:
+    """Observations as the actor network takes them: images as the uint8 they are, vectors as float32."""
+    return torch.from_numpy(obs if obs.dtype == np.uint8 else obs.astype(np.float32))
 
 
 class OffPolicyPolicy:
@@ -48,20 +55,23 @@ class OffPolicyPolicy:
         if self.warmup:
             actions = self.rng.uniform(self.low, self.high, (len(obs), len(self.low))).astype(np.float32)
         else:
-            actions = self.explore(torch.from_numpy(obs.astype(np.float32)))
+            actions = self.explore(as_input(obs))
         return actions, {"actions": actions}
 
     @torch.no_grad()
     def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
-        return self.mean_action(torch.from_numpy(obs.astype(np.float32))).numpy()
+        return self.mean_action(as_input(obs)).numpy()
 
     def params(self) -> dict[str, Any]:
         """The blob `load_params` takes, as this policy holds it."""
         return {"actor": {k: v.numpy() for k, v in self.actor.state_dict().items()}, "warmup": np.array(self.warmup)}
 
     def inference_module(self) -> nn.Module:
-        """`act_deterministic` as one torch module (algos/inference.py), over copies of the weights."""
-        return DeterministicPolicy(AsFloat32(), copy.deepcopy(self.mean_action)).eval()
+        """`act_deterministic` as one torch module (algos/inference.py), over copies of the weights; images go in as
+        the uint8 they are (the encoder divides them)."""
+        images = getattr(self.actor, "encoder", None) is not None
+        preprocess = nn.Identity() if images else AsFloat32()
+        return DeterministicPolicy(preprocess, copy.deepcopy(self.mean_action)).eval()
 
     def describe(self) -> dict[str, Any]:
         """The network and action head, as the policy artifact's header states them (no normalizer)."""
@@ -112,26 +122,24 @@ def n_step_transitions(arrays: dict[str, np.ndarray], n: int, gamma: float) -> d
     }
 
 
-def chunk_fields(obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig) -> Fields:
+def chunk_fields(obs_space: spaces.Box, act_space: spaces.Box, cfg: DDPGConfig | SACConfig) -> Fields:
     """One transition as `n_step_transitions` makes it, what a chunk's cell and a stored transition hold: what every
     sample reply the learner takes must hold, field by field (proto/wire.py `ReplyLayout`)."""
-    del cfg  # the same fields whatever n
     f32, obs, act = np.dtype(np.float32), tuple(obs_space.shape), tuple(act_space.shape)
-    return {
-        "obs": Field(f32, obs),
-        "actions": Field(f32, act),
-        "rewards": Field(f32),
-        "next_obs": Field(f32, obs),
-        "discounts": Field(f32),
-    }
+    rest = {"actions": Field(f32, act), "rewards": Field(f32), "discounts": Field(f32)}
+    if is_channels_first(obs_space):  # each frame once, and the stacks' indices (runtime/frame_chunks.py)
+        return {**frame_fields(obs, getattr(cfg, "frame_planes", 1)), **rest}
+    return {"obs": Field(f32, obs), **rest, "next_obs": Field(f32, obs)}
 
 
 class NStepCollector:
     """Wraps the rollout collector: turns each chunk into n-step transitions, carrying the last n-1 steps
     of every environment into the next chunk so no transition is cut short by a chunk boundary."""
 
-    def __init__(self, inner: RolloutCollector, n: int, gamma: float) -> None:
+    def __init__(self, inner: RolloutCollector, n: int, gamma: float, planes: int | None = None) -> None:
+        """`planes`: image observations, packed as frames of that many planes (`frame_chunks.pack`); None: vectors."""
         self.inner = inner
+        self.planes = planes
         self.n = n
         self.gamma = gamma
         self.chunk_size = inner.chunk_size
@@ -143,8 +151,9 @@ class NStepCollector:
         if self.carry is not None:
             raw = {k: np.concatenate([self.carry[k], v]) for k, v in raw.items()}
         self.carry = {k: v[len(v) - (self.n - 1) :] for k, v in raw.items()} if self.n > 1 else None
+        transitions = n_step_transitions(raw, self.n, self.gamma)
         return Chunk(
-            n_step_transitions(raw, self.n, self.gamma),
+            transitions if self.planes is None else pack(transitions, self.planes),
             chunk.version,
             chunk.actor,
             chunk.episode_returns,
@@ -167,5 +176,6 @@ class NStepCollector:
 def make_collector(
     envs: gym.vector.VectorEnv, policy: Policy, cfg: DDPGConfig | SACConfig, actor_index: int, chunk_steps: int
 ) -> NStepCollector:
-    """DDPG's and SAC's: the actors compute n-step transitions."""
-    return NStepCollector(RolloutCollector(envs, policy, chunk_steps, actor_index), cfg.n_step, cfg.gamma)
+    """DDPG's and SAC's: the actors compute n-step transitions (of images: each frame once, `chunk_fields`)."""
+    planes = getattr(cfg, "frame_planes", 1) if is_channels_first(envs.single_observation_space) else None
+    return NStepCollector(RolloutCollector(envs, policy, chunk_steps, actor_index), cfg.n_step, cfg.gamma, planes)

@@ -31,11 +31,15 @@ Step = Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]]  #
 
 def replay_tensors(arrays: dict[str, Any], steps: int, device: torch.device) -> dict[str, torch.Tensor]:
     """A sample's replay arrays on `device` as [steps, minibatch, ...] tensors (weights all ones where the
-    replay is uniform and sends none)."""
-    out = {k: torch.as_tensor(np.asarray(arrays[k], np.float32)) for k in STEP_KEYS if k in arrays}
+    replay is uniform and sends none); images stay uint8 (the encoder divides them on the device), the rest float32."""
+    out = {k: torch.as_tensor(_as_stepped(np.asarray(arrays[k]))) for k in STEP_KEYS if k in arrays}
     if "weights" not in out:
         out["weights"] = torch.ones_like(out["rewards"])
     return {k: v.to(device, non_blocking=True).unflatten(0, (steps, -1)) for k, v in out.items()}
+
+
+def _as_stepped(array: np.ndarray) -> np.ndarray:
+    return array if array.dtype == np.uint8 else array.astype(np.float32, copy=False)
 
 
 class SampleStepper(CompiledSteps):
@@ -82,14 +86,18 @@ class SampleStepper(CompiledSteps):
         loss, q_first, target = self.critic_loss_fn(**b)
         self.critic_optimizer.zero_grad()  # to None: inside a capture, backward then takes the grads from its pool
         loss.backward()
-        bad = self.agree(self.critics.parameters(), ~torch.isfinite(loss))
+        bad = self.agree(self.critic_parameters(), ~torch.isfinite(loss))
         self.critic_optimizer.found_inf.copy_(bad)  # type: ignore[attr-defined]
         # After the backward, never before: a compiled backward may read the running statistics the loss read.
         self.critics.commit()
         if self.cfg.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.critics.parameters(), self.cfg.max_grad_norm, foreach=True)
+            torch.nn.utils.clip_grad_norm_(self.critic_parameters(), self.cfg.max_grad_norm, foreach=True)
         self.critic_optimizer.step()
         return loss, q_first, (q_first - target).detach().abs(), bad
+
+    def critic_parameters(self) -> list[torch.nn.Parameter]:
+        """What the critics' loss trains: the critics (and, for SAC on images, the shared encoder: sac/learner.py)."""
+        return list(self.critics.parameters())
 
     def params(self) -> dict[str, Any]:
         """The actor's weights (with any running statistics), and whether actors should still act uniformly at

@@ -36,6 +36,7 @@ from surreal.replay.buffers import (
     Storage,
     TransitionStorage,
 )
+from surreal.replay.frame_storage import FrameStorage, has_frames
 from surreal.replay.samplers import InOrder, PrioritizedSampler, Sampler, UniformSampler
 from surreal.replay.snapfile import Capture, ShardState
 
@@ -70,7 +71,8 @@ class ShardCheckpoint(TypedDict):
 
 class ReplayShard:
     """A storage and a sampler, composed TorchRL-style (replay/buffers.py, replay/samplers.py): `fifo` is a
-    `ChunkFifo` read `InOrder`, `uniform` and `prioritized` a `TransitionStorage` with that sampler."""
+    `ChunkFifo` read `InOrder`, `uniform` and `prioritized` a `TransitionStorage` with that sampler (`uniform` of
+    chunks of frames: a `FrameStorage`, replay/frame_storage.py)."""
 
     def __init__(
         self,
@@ -96,6 +98,10 @@ class ReplayShard:
         self.sampler: Sampler[Any]
         if mode == "fifo":
             self.storage, self.sampler = ChunkFifo(capacity, capacity_bytes, reply, layout), InOrder()
+        elif mode in ("uniform", "prioritized") and has_frames(layout):
+            if mode == "prioritized":
+                raise ValueError("replay.mode=prioritized does not store frames (a frame replay samples uniformly)")
+            self.storage, self.sampler = FrameStorage(capacity, capacity_bytes, reply, layout), UniformSampler()
         elif mode in ("uniform", "prioritized"):
             self.storage = TransitionStorage(capacity, capacity_bytes, reply, layout)
             prioritized = mode == "prioritized"

@@ -25,9 +25,13 @@ from typing import Any
 import gymnasium as gym
 
 from surreal.config import ConfigError, ExperimentConfig, algo_config
-from surreal.config.schema import LearnerConfig
+from surreal.config.schema import LearnerConfig, OffPolicyConfig
 from surreal.envs import check_env_id, episode_limit, is_adapter_id, make_env
+from surreal.envs_pixels import wants_pixels
+from surreal.proto.frame_fields import served_fields
 from surreal.proto.wire import PER_ENV, SAMPLE_ARRAYS, Fields, is_per_chunk, layout_of
+from surreal.replay.buffers import REPLY_HEADER_RESERVE
+from surreal.replay.frame_storage import has_frames, stored_nbytes
 from surreal.spaces import check_spaces, describe, is_image
 
 UNEXPECTED_KEYWORD = re.compile(r"unexpected keyword argument '([^']+)'")
@@ -45,6 +49,7 @@ def checked(cfg: ExperimentConfig) -> tuple[ExperimentConfig, list[str]]:
     its chunks are known to fit a replay message (`check_chunk_size`)."""
     observation_space, action_space, warnings = _refusals(cfg)
     check_chunk_size(cfg, observation_space, action_space)
+    check_sample_size(cfg, observation_space, action_space)
     return with_replay_layout(cfg, observation_space, action_space), warnings
 
 
@@ -99,6 +104,29 @@ def check_chunk_size(cfg: ExperimentConfig, observation_space: Any, action_space
     )
 
 
+def check_sample_size(cfg: ExperimentConfig, observation_space: Any, action_space: Any) -> None:
+    """ConfigError, one line, when one sample a learner asks a transition replay for (`algo.batch_size` x
+    `learner.minibatches_per_sample` transitions, its stacks whole) cannot fit `replay.max_message_bytes`: the shard
+    would refuse every request. Images are where this bites (SAC's 256 x 4 transitions of two 9 x 84 x 84 stacks are
+    130 MB)."""
+    from surreal.algos import get_algorithm
+
+    if cfg.replay.mode == "fifo" or not isinstance(cfg.algo, OffPolicyConfig):
+        return
+    fields = served_fields(get_algorithm(cfg.algo.name).chunk_fields(observation_space, action_space, algo_config(cfg)))
+    per_transition = sum(f.dtype.itemsize * math.prod(f.shape) for f in fields.values())
+    per_transition += sum(dtype.itemsize for dtype in SAMPLE_ARRAYS.values())
+    transitions = cfg.algo.batch_size // cfg.learner.replicas * cfg.learner.minibatches_per_sample
+    limit = cfg.replay.max_message_bytes - REPLY_HEADER_RESERVE
+    if transitions * per_transition > limit:
+        raise ConfigError(
+            f"one sample of algo.batch_size={cfg.algo.batch_size} x learner.minibatches_per_sample="
+            f"{cfg.learner.minibatches_per_sample} transitions of {cfg.env.id} ({per_transition:,} bytes each, stacks "
+            f"whole) is {transitions * per_transition:,} bytes, more than replay.max_message_bytes="
+            f"{cfg.replay.max_message_bytes:,}; lower either or raise replay.max_message_bytes"
+        )
+
+
 def _refusals(cfg: ExperimentConfig) -> tuple[gym.Space[Any], gym.Space[Any], list[str]]:
     check_env_id(cfg.env.id, cfg.env.kwargs)
     observation_space, action_space, max_episode_steps = probe_env(cfg)
@@ -131,8 +159,14 @@ def with_layout(cfg: ExperimentConfig, fields: Fields) -> ExperimentConfig:
             f"{cfg.algo.name}'s {len(fields)} transition fields and a reply's {len(SAMPLE_ARRAYS)} index arrays "
             f"exceed replay.max_frames={cfg.replay.max_frames}"
         )
-    per_transition = sum(f.dtype.itemsize * math.prod(f.shape) for f in fields.values())
-    if per_transition * cfg.replay.capacity > cfg.replay.capacity_bytes:
+    if has_frames(fields) and cfg.replay.mode == "prioritized":
+        raise ConfigError(
+            f"replay.mode=prioritized does not store frames ({cfg.env.id}'s images are stored each frame once, sampled "
+            "uniformly); use replay.mode=uniform"
+        )
+    stored = stored_nbytes(fields, cfg.replay.capacity)  # a chunk of frames: each frame once (replay/frame_storage.py)
+    if stored > cfg.replay.capacity_bytes:
+        per_transition = math.ceil(stored / cfg.replay.capacity)
         raise ConfigError(
             f"replay.capacity={cfg.replay.capacity:,} transitions of {per_transition:,} bytes ({cfg.algo.name} on "
             f"{cfg.env.id}) exceed replay.capacity_bytes={cfg.replay.capacity_bytes:,}; lower the capacity or raise "
@@ -159,7 +193,7 @@ def probe_env(cfg: ExperimentConfig) -> tuple[gym.Space[Any], gym.Space[Any], in
     except Exception as exc:  # anything the env's constructor or first reset raises: a missing dependency, a bad value
         raise ConfigError(f"env.id={env_id!r} does not build with env.kwargs={kwargs or {}}: {_detail(exc)}") from None
     try:
-        if is_adapter_id(env_id):
+        if is_adapter_id(env_id) or wants_pixels(kwargs):
             limit: int | None = episode_limit(env_id, kwargs)
         else:
             limit = env.spec.max_episode_steps if env.spec is not None else None

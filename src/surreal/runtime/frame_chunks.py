@@ -8,7 +8,9 @@ eight times over for a 4-stack); `pack` replaces both with
     obs_index          int32 [T, K, S]   obs[t, k] is frames[obs_index[t, k]]
     next_index         int32 [T, K, S]   next_obs[t, k] is frames[next_index[t, k]]
 
-and `unpack` (or `stacks`, on the learner's device) gives the stacks back bit for bit. For an Atari stack that is
+and `unpack` (or `stacks`, on the learner's device) gives the stacks back bit for bit. A stack of RGB renders
+(`envs_pixels.py`) is S frames of 3 planes each (`frames` [N, 3, H, W], `frame_planes`). The fields' names and shapes
+are proto/frame_fields.py's, which the replay reads too; this module packs and unpacks. For an Atari stack that is
 about one frame an env step; a camera image shares nothing with the previous one but is still carried once where
 `obs` and `next_obs` held it twice. The fields (`frame_fields`) are what an algorithm's `chunk_fields` declares,
 so the wire, the FIFO (`replay.layout`) and the learner refuse a chunk whose frames have another shape or dtype, or
@@ -19,19 +21,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from surreal.frames import INDEX_DTYPE, UINT8, FrameChunk, split
-from surreal.proto.wire import PER_CHUNK, Field, Fields
+from surreal.frames import FrameChunk, as_planes, split
+from surreal.proto.frame_fields import (
+    FRAMES,
+    FRAMES_FIELD,
+    NEXT_INDEX,
+    OBS_INDEX,
+    frame_fields,
+    frame_planes,
+    served_fields,
+)
+from surreal.proto.wire import PER_CHUNK
 
-FRAMES = "frames"  # under PER_CHUNK
-FRAMES_FIELD = f"{PER_CHUNK}/{FRAMES}"
-OBS_INDEX, NEXT_INDEX = "obs_index", "next_index"
-
-
-def frame_fields(obs_shape: tuple[int, ...]) -> Fields:
-    """The fields that stand for `obs` and `next_obs` of image observations of `obs_shape` ((S, H, W) planes)."""
-    planes, frame = obs_shape[0], tuple(obs_shape[1:])
-    index = Field(INDEX_DTYPE, (planes,), 0, None, FRAMES_FIELD)
-    return {FRAMES_FIELD: Field(UINT8, frame), OBS_INDEX: index, NEXT_INDEX: index}
+__all__ = [
+    "FRAMES",
+    "FRAMES_FIELD",
+    "NEXT_INDEX",
+    "OBS_INDEX",
+    "as_planes",
+    "frame_chunk",
+    "frame_fields",
+    "frame_planes",
+    "is_packed",
+    "pack",
+    "served_fields",
+    "unpack",
+]
 
 
 def is_packed(arrays: dict[str, Any]) -> bool:
@@ -39,9 +54,15 @@ def is_packed(arrays: dict[str, Any]) -> bool:
     return OBS_INDEX in arrays
 
 
-def pack(arrays: dict[str, Any]) -> dict[str, Any]:
-    """`arrays` with `obs` and `next_obs` (uint8 [T, K, S, ...]) replaced by each frame once and the indices."""
-    chunk = split(arrays["obs"], arrays["next_obs"])
+def pack(arrays: dict[str, Any], planes: int = 1) -> dict[str, Any]:
+    """`arrays` with `obs` and `next_obs` (uint8 [T, K, S x planes, H, W]) replaced by each frame (of `planes`
+    planes, `frame_planes`) once and the indices."""
+    obs, next_obs = arrays["obs"], arrays["next_obs"]
+    planes = frame_planes(obs.shape[2:], planes)
+    if planes > 1:  # [T, K, S, planes, H, W]: a frame is its planes together
+        obs = obs.reshape(*obs.shape[:2], -1, planes, *obs.shape[3:])
+        next_obs = next_obs.reshape(obs.shape)
+    chunk = split(obs, next_obs)
     out = {k: v for k, v in arrays.items() if k not in ("obs", "next_obs")}
     per_chunk = dict(out.get(PER_CHUNK, {}))
     per_chunk[FRAMES] = chunk.frames
@@ -63,5 +84,6 @@ def unpack(arrays: dict[str, Any]) -> dict[str, Any]:
     per_chunk = {k: v for k, v in out.pop(PER_CHUNK).items() if k != FRAMES}
     if per_chunk:
         out[PER_CHUNK] = per_chunk
-    out["obs"], out["next_obs"] = chunk.obs(), chunk.next_obs()
+    frame_ndim = chunk.frames.ndim - 1
+    out["obs"], out["next_obs"] = as_planes(chunk.obs(), frame_ndim), as_planes(chunk.next_obs(), frame_ndim)
     return out

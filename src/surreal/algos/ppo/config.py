@@ -5,12 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from surreal.config.encoders import ENCODERS, encoder_widths
 from surreal.config.schema import ExperimentConfig, StalenessConfig
 
 RECURRENT_CELLS = ("lstm", "gru")  # `algo.recurrent`
-# `algo.encoder`: the convolutional encoders of algos/encoders.py (which this torch-free file does not import), and
-# the features each gives the heads.
-ENCODERS = {"nature": 512, "impala": 256}
 AUTOCAST = ("bf16",)  # `algo.autocast`
 
 
@@ -100,15 +98,8 @@ class PPOConfig(StalenessConfig):
         return out
 
     def encoder_widths(self, shape: tuple[int, ...]) -> list[int]:
-        """The widths of the encoder's dense layer for images of `shape` (C, H, W): the values its convolutions make
-        of one image, and its features (algos/encoders.py builds the same; the policy artifact's reader bounds a
-        network by them before it builds one)."""
-        _, height, width = shape
-        if self.encoder == "nature":  # 8x8 stride 4, 4x4 stride 2, 3x3 stride 1; 64 channels
-            side = lambda n: max(0, ((n - 8) // 4 + 1 - 4) // 2 + 1 - 2)
-            return [64 * side(height) * side(width), ENCODERS["nature"]]
-        eighth = lambda n: (((n + 1) // 2 + 1) // 2 + 1) // 2  # three stride-2 max pools, rounded up; 32 channels
-        return [32 * eighth(height) * eighth(width), ENCODERS["impala"]]
+        """The widths of the encoder's dense layer for images of `shape` (C, H, W) (`encoder_widths`)."""
+        return encoder_widths(self.encoder, shape)
 
     def central_inference(self) -> bool:
         return self.recurrent is None  # an MLP policy: one for every actor, its sampling per worker

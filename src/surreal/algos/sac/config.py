@@ -8,6 +8,12 @@ twin critics, Adam 3e-4 for actor, critics and temperature, tau 0.005 every step
 log-std clamped to [-20, 2]. learning_starts 10,000 is RL Baselines3 Zoo's MuJoCo setting (hyperparams/sac.yml; SB3's
 own default is 100). The switches reproduce CrossQ (Bhatt et al. 2024, https://arxiv.org/abs/1902.05605) and the
 network options of the recent recipes: `preset=crossq` sets them.
+
+From pixels (an image observation, channels-first uint8), SAC is DrQ (Kostrikov et al. 2020, "Image Augmentation Is
+All You Need", https://arxiv.org/abs/2004.13649; DrQ-v2, Yarats et al. 2021, https://arxiv.org/abs/2107.09645): a
+convolutional encoder (`encoder`, algos/encoders.py) shared by the actor and the critics and trained by the critics'
+loss only, random shifts of `augment_pad` pixels on every image a step reads, and a target encoder under the target
+critics. DrQ's own settings that differ from the state defaults are `preset=drq`'s.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from surreal.config.encoders import ENCODERS
+from surreal.config.encoders import encoder_widths as widths_of
 from surreal.config.schema import ExperimentConfig, OffPolicyConfig
 
 NORMS = ("none", "layer", "batch_renorm")  # what may follow a hidden layer (sac/learner.py says where each goes)
@@ -25,6 +33,8 @@ class SACConfig(OffPolicyConfig):
     """SAC: twin soft Q critics, a tanh-squashed Gaussian actor, a learned entropy temperature."""
 
     module: ClassVar[str] = "surreal.algos.sac.algorithm"
+    # An image: DrQ's shared encoder (`encoder`) in front of the actor's and the critics' MLPs; a flat Box: the MLPs.
+    observation_spaces: ClassVar[frozenset[str]] = frozenset({"box", "image"})
 
     name: str = "sac"
     batch_size: int = 256  # transitions per gradient step, sampled from replay
@@ -53,6 +63,12 @@ class SACConfig(OffPolicyConfig):
     log_std_min: float = -20.0  # the lower clamp of the actor's log-std
     log_std_max: float = 2.0  # the upper clamp of the actor's log-std
     max_grad_norm: float | None = None  # gradient-norm clip of each network; null: none
+    # Images (DrQ): the convolutional encoder (algos/encoders.py: nature, impala), trained by the critics' loss only
+    encoder: str = "nature"
+    augment_pad: int = 4  # random shift: each image padded by this many pixels (edge repeated), cropped back; 0: none
+    # The planes of one frame of a stacked image (3: RGB renders, env.kwargs.pixels): each frame travels and is stored
+    # once; a count that does not divide the image's planes stores each plane as a frame
+    frame_planes: int = 3
 
     def problems(self, cfg: ExperimentConfig) -> list[str]:
         out = super().problems(cfg)
@@ -70,9 +86,17 @@ class SACConfig(OffPolicyConfig):
         if not self.log_std_min < self.log_std_max:
             out.append(f"algo.log_std_min ({self.log_std_min}) must be < algo.log_std_max ({self.log_std_max})")
         out += self.breaking("> 0 or null", "max_grad_norm")
+        if self.encoder not in ENCODERS:
+            out.append(f"algo.encoder must be one of {', '.join(ENCODERS)} (got {self.encoder!r})")
+        out += self.breaking(">= 0", "augment_pad")
+        out += self.breaking("> 0", "frame_planes")
         if self.joint_forward and self.target_network:
             out.append("algo.joint_forward=true takes Q(s', a') from the critic itself: set algo.target_network=false")
         return out
+
+    def encoder_widths(self, shape: tuple[int, ...]) -> list[int]:
+        """The widths of the encoder's dense layer for images of `shape` (C, H, W) (config/encoders.py)."""
+        return widths_of(self.encoder, shape)
 
     def replica_problems(self, replicas: int) -> list[str]:
         """Batch renormalization normalizes by the batch's statistics: a rank sees only its share, so the ranks'

@@ -12,6 +12,13 @@ sees both distributions; with wider critics and Adam's beta1 0.5. Layer norm (`l
 of the recent recipes. Where a norm goes: layer norm before each hidden ReLU; batch renormalization on the
 input and after each hidden ReLU (CrossQ's placement).
 
+From pixels (DrQ, sac/config.py): the actor is `EncodedActor`, the shared encoder then the Gaussian head. A step
+shifts its images at random (`random_shift`, offsets drawn up front with the noise), encodes the observations once
+with gradients for the critics' loss, which alone trains the encoder (its parameters are in the critics' optimizer),
+and the next observations once without, by the target encoder that follows the encoder as the target critics follow
+the critics; the actor's loss takes the observations' features detached, so it moves only the head (DrQ-v2's reuse
+of the critic's encoding). The critics and the losses are the state path's, on features.
+
 The rest is DDPG's off-policy path (algos/offpolicy.py, sample_steps.py). Sockets and loops live in the roles; this
 file is the math.
 """
@@ -30,7 +37,7 @@ from torch import nn
 from surreal.algos.capture import load_optimizer_state
 from surreal.algos.replica import ALONE, Replica
 from surreal.algos.sac.config import SACConfig
-from surreal.algos.sac.nets import SquashedGaussianActor
+from surreal.algos.sac.nets import EncodedActor, make_actor, random_shift
 from surreal.algos.sample_steps import SampleStepper, replay_tensors
 from surreal.algos.stacked import StackedMLP
 from surreal.spaces import space_dims
@@ -70,8 +77,16 @@ class SACLearner(SampleStepper):
         obs_dim, act_dim = space_dims(cfg, obs_space, act_space)
         super().__init__(cfg, device, compile, replica)
         self.act_dim = act_dim
-        self.actor = SquashedGaussianActor(obs_dim, act_space, cfg).to(device)
+        self.actor = make_actor(obs_space, act_space, cfg).to(device)
+        # On images the losses see features: the head takes them, the critics' input is them.
+        self.head = self.actor.head if isinstance(self.actor, EncodedActor) else self.actor
+        self.encoder = self.actor.encoder if isinstance(self.actor, EncodedActor) else None
+        obs_dim = obs_dim if self.encoder is None else self.encoder.features
         self.critics = StackedMLP([obs_dim + act_dim, *cfg.critic_hidden_sizes, 1], 2, cfg.critic_norm, cfg).to(device)
+        # DrQ's target encoder under the target critics (without target networks, the encoder itself, no gradient).
+        self.encoder_target = None
+        if self.encoder is not None:
+            self.encoder_target = copy.deepcopy(self.encoder).requires_grad_(False) if cfg.target_network else None
         self.critics_target = copy.deepcopy(self.critics).requires_grad_(False) if cfg.target_network else None
         self.log_alpha = nn.Parameter(torch.tensor(math.log(cfg.alpha_init), device=device))
         self.log_alpha.requires_grad_(cfg.autotune_alpha)
@@ -81,9 +96,12 @@ class SACLearner(SampleStepper):
         if self.critics_target is not None:
             self.targets = [*self.critics_target.parameters(), *self.critics_target.statistics()]
             self.sources = [*self.critics.parameters(), *self.critics.statistics()]
+        if self.encoder is not None and self.encoder_target is not None:
+            self.targets += list(self.encoder_target.parameters())
+            self.sources += list(self.encoder.parameters())
         adam = functools.partial(self.fused_adam, beta1=cfg.adam_beta1)
-        self.actor_optimizer = adam(self.actor.parameters(), cfg.actor_lr)
-        self.critic_optimizer = adam(self.critics.parameters(), cfg.critic_lr)
+        self.actor_optimizer = adam(self.head.parameters(), cfg.actor_lr)
+        self.critic_optimizer = adam(self.critic_parameters(), cfg.critic_lr)
         self.alpha_optimizer = adam([self.log_alpha], cfg.alpha_lr) if cfg.autotune_alpha else None
         self.reset_steps()
 
@@ -94,14 +112,38 @@ class SACLearner(SampleStepper):
             out["alpha_optimizer"] = self.alpha_optimizer
         return out
 
+    def critic_parameters(self) -> list[nn.Parameter]:
+        """The critics' and, on images, the encoder's: what the critics' loss trains."""
+        encoder = [] if self.encoder is None else list(self.encoder.parameters())
+        return [*self.critics.parameters(), *encoder]
+
     def sample_tensors(self, arrays: dict[str, Any], steps: int) -> dict[str, torch.Tensor]:
         """The sample's replay tensors, plus the policy noise of every step, drawn at once: `noise`
         [steps, 2, minibatch, |A|], the first for the next actions of the critic's target, the second for the
-        actor's loss."""
+        actor's loss; on images with `augment_pad`, `shifts` [steps, 2, minibatch, 2], each image's crop offset
+        (observation, next observation)."""
         out = replay_tensors(arrays, steps, self.device)
         batch = out["rewards"].shape[1]
         out["noise"] = self.randn((steps, 2, batch, self.act_dim), batch_dim=2)
+        if self.encoder is not None and self.cfg.augment_pad:
+            high = 2 * self.cfg.augment_pad + 1
+            shape = (steps, 2, batch, 2)
+            out["shifts"] = torch.randint(0, high, shape, generator=self.generator, device=self.device)
         return out
+
+    def encode(self, b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The minibatch with its images as features (module docstring): the observations' through the encoder with
+        gradients, the next observations' through the target encoder without; each image shifted first."""
+        assert self.encoder is not None
+        shifts = b.get("shifts")
+        pad = self.cfg.augment_pad
+        obs, next_obs = b["obs"], b["next_obs"]
+        if shifts is not None:
+            obs, next_obs = random_shift(obs, shifts[0], pad), random_shift(next_obs, shifts[1], pad)
+        with torch.no_grad():
+            next_features = (self.encoder_target or self.encoder)(next_obs)
+        rest = {k: v for k, v in b.items() if k != "shifts"}
+        return {**rest, "obs": self.encoder(obs), "next_obs": next_features}
 
     # -- the step -----------------------------------------------------------------------------------
 
@@ -119,7 +161,7 @@ class SACLearner(SampleStepper):
         the critics, against r + discount * (min over critics of Q(s', a') - alpha log pi(a'|s')), a' ~ pi."""
         alpha = self.log_alpha.detach().exp()
         with torch.no_grad():
-            next_actions, next_log_prob = self.actor(next_obs, noise[0])
+            next_actions, next_log_prob = self.head(next_obs, noise[0])
         if self.cfg.joint_forward:  # CrossQ: one batch, so batch renormalization sees both distributions
             both = self.critics(
                 torch.cat([torch.cat([obs, actions], -1), torch.cat([next_obs, next_actions], -1)]), True
@@ -141,7 +183,7 @@ class SACLearner(SampleStepper):
         a ~ pi reparametrized, through the critics' input only; the temperature's loss pushes the policy's
         entropy towards the target (Stable-Baselines3's form, on log alpha)."""
         alpha = self.log_alpha.detach().exp()
-        actions, log_prob = self.actor(obs, noise[1], True)
+        actions, log_prob = self.head(obs, noise[1], True)
         q_values = self.critics(torch.cat([obs, actions], -1), False, frozen=2).squeeze(-1)
         actor_loss = (alpha * log_prob - q_values.min(0).values).mean()
         alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
@@ -153,22 +195,24 @@ class SACLearner(SampleStepper):
         the device; nothing here waits for it."""
         cfg = self.cfg
         alpha = self.log_alpha.detach().exp()
+        if self.encoder is not None:
+            b = self.encode(b)
         loss, q_first, td_errors, critic_bad = self.critic_step(b)
         nan = torch.full((), float("nan"), device=self.device)
         actor_loss, alpha_loss, entropy = nan, nan, nan
         if update_actor:
-            actor_loss, alpha_loss, log_prob = self.actor_loss_fn(b["obs"], b["noise"])
+            actor_loss, alpha_loss, log_prob = self.actor_loss_fn(b["obs"].detach(), b["noise"])
             stepped = [self.actor_optimizer, *([self.alpha_optimizer] if self.alpha_optimizer else [])]
             for optimizer in stepped:
                 optimizer.zero_grad()
             (actor_loss + alpha_loss).backward()  # disjoint: alpha is detached in one, log pi in the other
             bad = critic_bad | ~torch.isfinite(actor_loss) | ~torch.isfinite(alpha_loss)
-            bad = self.agree([*self.actor.parameters(), self.log_alpha], bad)
+            bad = self.agree([*self.head.parameters(), self.log_alpha], bad)
             for optimizer in stepped:
                 optimizer.found_inf.copy_(bad)  # type: ignore[attr-defined]
             self.actor.net.commit()
             if cfg.max_grad_norm is not None:
-                nn.utils.clip_grad_norm_(self.actor.parameters(), cfg.max_grad_norm, foreach=True)
+                nn.utils.clip_grad_norm_(self.head.parameters(), cfg.max_grad_norm, foreach=True)
             for optimizer in stepped:
                 optimizer.step()
             entropy = -log_prob.mean()
@@ -195,6 +239,8 @@ class SACLearner(SampleStepper):
         }
         if self.critics_target is not None:
             state["critics_target"] = self.critics_target.state_dict()
+        if self.encoder_target is not None:
+            state["encoder_target"] = self.encoder_target.state_dict()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -204,6 +250,8 @@ class SACLearner(SampleStepper):
         self.critics.load_state_dict(state["critics"])
         if self.critics_target is not None:
             self.critics_target.load_state_dict(state["critics_target"])
+        if self.encoder_target is not None:
+            self.encoder_target.load_state_dict(state["encoder_target"])
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
         for key, optimizer in self.optimizers().items():

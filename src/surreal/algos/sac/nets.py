@@ -1,6 +1,7 @@
 """SAC's actor network: a Gaussian squashed by tanh into the action bounds, its log-probability corrected for the
 squashing (Stable-Baselines3's), and its mean action. Its MLP and the critics are algos/stacked.py's `StackedMLP`,
-with the norms of the recent recipes (CrossQ's batch renormalization, layer norm)."""
+with the norms of the recent recipes (CrossQ's batch renormalization, layer norm). On images the actor is DrQ's:
+the shared convolutional encoder in front (`EncodedActor`), and `random_shift` is DrQ's augmentation."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from surreal.algos.encoders import Encoder, make_encoder
 from surreal.algos.sac.config import SACConfig
 from surreal.algos.stacked import StackedMLP
+from surreal.spaces import is_channels_first
 
 
 class SquashedGaussianActor(nn.Module):
@@ -48,9 +51,57 @@ class SquashedGaussianActor(nn.Module):
 class MeanAction(nn.Module):
     """The squashed Gaussian actor's deterministic action (`forward` without noise, the evaluation mode)."""
 
-    def __init__(self, actor: SquashedGaussianActor) -> None:
+    def __init__(self, actor: SquashedGaussianActor | EncodedActor) -> None:
         super().__init__()
         self.actor = actor
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.actor(obs, None)[0]
+
+
+class EncodedActor(nn.Module):
+    """DrQ's actor: the shared convolutional encoder, then the squashed Gaussian on its features. What the actors and
+    the artifact hold (both parts' weights travel as the actor's); the learner trains the encoder through the
+    critics' loss only, so its actor loss calls `head` on detached features instead of this."""
+
+    def __init__(self, encoder: Encoder, head: SquashedGaussianActor) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.head = head
+
+    @property
+    def net(self) -> StackedMLP:
+        """The head's MLP (whose running statistics a learner step commits)."""
+        return self.head.net
+
+    def forward(
+        self, obs: torch.Tensor, noise: torch.Tensor | None, train: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.head(self.encoder(obs), noise, train)
+
+
+def make_actor(obs_space: spaces.Box, act_space: spaces.Box, cfg: SACConfig) -> SquashedGaussianActor | EncodedActor:
+    """The actor for these observations: on images (channels-first uint8) DrQ's encoder in front (`EncodedActor`),
+    else the squashed Gaussian on the vector."""
+    if not is_channels_first(obs_space):
+        return SquashedGaussianActor(int(obs_space.shape[0]), act_space, cfg)
+    try:
+        encoder = make_encoder(cfg.encoder, tuple(obs_space.shape))
+    except RuntimeError as exc:  # a convolution larger than the image
+        raise ValueError(f"algo.encoder={cfg.encoder} cannot take images of {obs_space.shape}: {exc}") from None
+    return EncodedActor(encoder, SquashedGaussianActor(encoder.features, act_space, cfg))
+
+
+def random_shift(images: torch.Tensor, shifts: torch.Tensor, pad: int) -> torch.Tensor:
+    """DrQ's augmentation: each image [B, C, H, W] padded by `pad` pixels on every side (edges repeated) and cropped
+    back to H x W at offset `shifts` [B, 2] (rows, columns, each in [0, 2 pad]); float32 out, values as they came
+    (0..255: the encoder divides). One gather, so it runs the same on any device."""
+    if pad == 0:
+        return images.float()
+    batch, _, height, width = images.shape
+    padded = nn.functional.pad(images.float(), (pad, pad, pad, pad), mode="replicate")
+    rows = (shifts[:, 0, None] + torch.arange(height, device=images.device))[:, None, :, None]
+    cols = (shifts[:, 1, None] + torch.arange(width, device=images.device))[:, None, None, :]
+    index = torch.arange(batch, device=images.device)[:, None, None, None]
+    channels = torch.arange(images.shape[1], device=images.device)[None, :, None, None]
+    return padded[index, channels, rows, cols]

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from surreal.config.schema import ExperimentConfig, OffPolicyConfig
+from surreal.proto.frame_fields import served_fields
 from surreal.proto.wire import (
     IDS,
     SLOTS,
@@ -511,7 +512,8 @@ class ReplayRatioRegime:
 
     def reply_layout(self, fields: Fields) -> ReplyLayout:
         """A sample's `sample_size` transitions, with weights where the replay is prioritized."""
-        return ReplyLayout(fields, self.sample_size, self.cfg.replay.mode == "prioritized")
+        # A chunk of frames is served as transitions of whole stacks (replay/frame_storage.py).
+        return ReplyLayout(served_fields(fields), self.sample_size, self.cfg.replay.mode == "prioritized")
 
     def update_order(self, data: dict[str, Any], arg: int) -> GroupOrder:
         """Only the gradient steps: every rank steps on minibatches it sampled itself."""
