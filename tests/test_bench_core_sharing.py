@@ -17,6 +17,15 @@ def alive(pid: int) -> bool:
     return True
 
 
+_SESSION_CHILDREN: set[int] = set()
+
+
+@pytest.fixture(autouse=True)
+def _session_children() -> None:
+    _SESSION_CHILDREN.clear()
+    _SESSION_CHILDREN.update(_children())
+
+
 def test_busy_processes_spin_inside_the_block_and_are_reaped_after_it() -> None:
     with core_sharing.busy_processes(2):
         children = child_pids()
@@ -25,6 +34,12 @@ def test_busy_processes_spin_inside_the_block_and_are_reaped_after_it() -> None:
 
 
 def child_pids() -> list[int]:
+    """This process's children, less those an earlier test left running for the whole session (multiprocessing's
+    resource tracker, which the first spawned process starts)."""
+    return [pid for pid in _children() if pid not in _SESSION_CHILDREN]
+
+
+def _children() -> list[int]:
     return [int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == os.getpid()]
 
 
