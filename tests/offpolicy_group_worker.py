@@ -29,6 +29,7 @@ from surreal.proto.wire import GroupOrder, SampleReply, ShardReport, TransitionR
 from surreal.replay.shard import message_limits
 from surreal.roles.learner import LearnerCore
 from surreal.roles.learner_group import (
+    FollowerCore,
     GroupPlace,
     LeaderLearner,
     LearnerGroup,
@@ -121,7 +122,8 @@ def main(algo: str, run_dir: Path, out: Path) -> None:
         learner = make_rank_learner(cfg, env_spaces(cfg), cpu, group)
         group.share_state(learner)
         work = regime_of(cfg).follower(learner, lambda: replay, shards=1)
-        assert follow(group, work, log, RoleMetrics("learner", group.place.rank)) == "finish"
+        metrics = RoleMetrics("learner", group.place.rank)
+        assert follow(group, FollowerCore(group.place.rank, work, log, metrics)) == "finish"
         work.close()  # the last sample's priorities go home
         assert work.sampled == SAMPLES * cfg.learner.minibatches_per_sample * 32
         updates = learner.updates

@@ -18,7 +18,9 @@ from surreal.cli import main as cli_main
 from surreal.proto import channels
 from surreal.proto.wire import Chunk, NotModified
 from surreal.roles import replay as replay_role
+from surreal.roles.learner_group import LeaderLearner
 from surreal.roles.ps import PsCore
+from surreal.runtime.checkpoint import LearnerCheckpoints
 from surreal.runtime.regimes import replay_ratio, versions
 from surreal.sim import nodes
 from surreal.sim.ledger import Ledger, chunk_id, tag
@@ -52,6 +54,7 @@ def test_the_suite_holds_at_least_twenty_scenarios_including_a_thousand_actors_f
         "ddpg-learner-paused",
         "ppo-central-inference-worker-killed",
         "ppo-central-inference-slow-worker",
+        "ppo-learner-group-rank0-paused",
     ],
 )
 @pytest.mark.system
@@ -209,11 +212,11 @@ def test_the_ledger_finds_a_chunk_learned_twice_or_never_learned_nor_held():
     tag(arrays, actor=7, serial=3)
     assert chunk_id(arrays) == (7, 3)
     chunk = Chunk(arrays, version=2, actor=7)
-    ledger.chunk_sent(chunk, alive=1, now=0.0)
+    ledger.chunk_sent(chunk, "learner-0", alive=1, now=0.0)
     ledger.chunks_learned([chunk, chunk], version=9, now=1.0)
     assert set(ledger.report()) == {"staleness", "chunks"}, "learned twice, seven versions old"
     lost = Ledger(max_staleness=4, chunk_env_steps=64)
-    lost.chunk_sent(chunk, alive=1, now=0.0)
+    lost.chunk_sent(chunk, "learner-0", alive=1, now=0.0)
     lost.check_data(held=Counter())
     assert "chunks" in lost.report(), "sent, never learned, not held, no process died with it"
 
@@ -303,3 +306,28 @@ def test_a_scenario_whose_faults_outlast_its_run_fails_rather_than_passing_untes
     assert isinstance(short, Scenario)
     report = run(short, seed=1)
     assert "completes" in report.violations
+
+
+def test_a_rank_0_that_orders_no_updates_breaks_the_group_invariant(monkeypatch):
+    """`LeaderLearner.update` without its order: the other ranks never learn what rank 0 learns."""
+    monkeypatch.setattr(LeaderLearner, "update", lambda self, data, arg: self.learner.update(data, arg))
+    report = run(SCENARIOS["ppo-learner-group-preempted"], seed=1)
+    assert "group" in report.violations
+
+
+def test_a_learner_that_restores_no_checkpoint_after_a_kill_breaks_the_counters_invariant(monkeypatch):
+    """A learner killed and started again fresh (its checkpoint not restored) comes back below its last checkpoint's
+    counters."""
+    monkeypatch.setattr(LearnerCheckpoints, "restore", lambda self, load: None)
+    report = run(SCENARIOS["ppo-learner-killed"], seed=1)
+    assert any("its last checkpoint held" in found for found in report.violations.get("counters", []))
+
+
+@pytest.mark.parametrize("name", ["ppo-learner-group-rank-killed", "ppo-learner-group-rank0-paused"])
+def test_a_learner_group_restarts_whole_from_rank_0s_checkpoint(name):
+    """A rank killed, or rank 0 stalled past the group's timeout: the group ends, starts again (only the first
+    failure counted), and learns on from rank 0's last checkpoint to the end."""
+    report = run(SCENARIOS[name], seed=1)
+    assert report.ok, report.summary()
+    assert sum(report.stats["restarts"].values()) >= 1
+    assert report.stats["chunks_lost_with_kills"] > 0  # what rank 0 learned after its checkpoint went with it

@@ -137,6 +137,13 @@ class Exit:
     failed: bool = False
     counted: bool = False
 
+    @property
+    def takes_group_down(self) -> bool:
+        """A group's member failed (`ProcessSpec.group`): the others still running are killed to start again with
+        it, since a rank alone cannot go on (its peers' next collective would fail within their timeout anyway).
+        A chaos kill or a stop on a signal is no failure, and takes nobody with it."""
+        return self.counted or self.failed
+
 
 @dataclass
 class RestartPolicy:
@@ -270,12 +277,11 @@ class Supervisor:
             )
         elif exit.counted or exit.failed:
             self._show_exit(child, exit.why)
-        if (exit.counted or exit.failed) and child.spec.group is not None:
+        if exit.takes_group_down and child.spec.group is not None:
             self._restart_group(child)
 
     def _restart_group(self, failed: _Child) -> None:
-        """`failed`'s group members still running are killed, to start again with it: a rank alone cannot go on
-        (its peers' next collective fails within their timeout anyway, this only saves the wait)."""
+        """`failed`'s group members still running are killed, to start again with it (`Exit.takes_group_down`)."""
         for name, child in self._children.items():
             if child is failed or child.spec.group != failed.spec.group or child.done or child.proc is None:
                 continue

@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -54,6 +54,7 @@ from surreal.roles.evaluation import EVAL_FILE, evaluate_params
 from surreal.roles.learner_group import (
     LeaderLearner,
     LearnerGroup,
+    RankZeroOrders,
     group_device,
     make_rank_learner,
     place_from_env,
@@ -253,18 +254,6 @@ def save_policy(core: LearnerCore, evaluation: dict[str, Any] | None = None) -> 
 RUNNING, DRAINING, DONE, STOPPED = "running", "draining", "done", "stopped"
 
 
-class Followers(Protocol):
-    """What a learner group's rank 0 tells the other ranks besides its updates (roles/learner_group.py)."""
-
-    def heartbeat(self) -> None:
-        """Rank 0 waits for data: the others' wait must stay within the group's timeout."""
-        ...
-
-    def stop(self) -> None: ...
-
-    def finish(self) -> None: ...
-
-
 def finished_before(core: LearnerCore) -> bool:
     """Resumed after training ended (eval.json written): announce `done` without evaluating again."""
     return core.reached_total and (core.run_dir / EVAL_FILE).exists()
@@ -311,7 +300,7 @@ class LearnerDriver:
         step_turns: bool = False,
         stopping: Callable[[], bool] = lambda: False,
         evaluate: Callable[[LearnerCore], dict[str, Any]] | None = evaluate_final,
-        followers: Followers | None = None,
+        followers: RankZeroOrders | None = None,
         linger_s: float = 0.0,
         service_s: float = SERVICE_S,
         on_step: Callable[[bool], None] = lambda stepped: None,

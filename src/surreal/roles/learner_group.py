@@ -35,7 +35,7 @@ import io
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -98,7 +98,48 @@ def group_device(cfg: ExperimentConfig, place: GroupPlace) -> torch.device:
     return torch.device("cuda", place.local_rank)
 
 
-class LearnerGroup:
+class OrderPace:
+    """When rank 0 sends an empty order: once its last one is `heartbeat_s` old (a quarter of the group's timeout,
+    5 s at most), so the other ranks' wait for the next stays within the timeout; on `clock` (the simulator's is
+    virtual)."""
+
+    def __init__(self, timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.heartbeat_s, self.clock = min(5.0, timeout_s / 4), clock
+        self.sent_at = clock()
+
+    def sent(self) -> None:
+        self.sent_at = self.clock()
+
+    @property
+    def due(self) -> bool:
+        return self.clock() - self.sent_at >= self.heartbeat_s
+
+
+class RankZeroOrders:
+    """What rank 0 tells the other ranks, in terms of its `send` and `pace` (a `LearnerGroup`'s, or the simulator's
+    group: sim/group.py): its update orders (sent by `LeaderLearner`), a heartbeat while it waits for data, and the
+    end (`stop` after a checkpoint on a signal, `finish` at the end of training)."""
+
+    pace: OrderPace
+
+    def send(self, order: GroupOrder) -> None:
+        raise NotImplementedError
+
+    def heartbeat(self) -> None:
+        """Rank 0, waiting for data: an empty order when `pace` says one is due."""
+        if self.pace.due:
+            self.send(GroupOrder("heartbeat"))
+
+    def stop(self) -> None:
+        """Rank 0 checkpointed on a signal: the others stop (started again with the group)."""
+        self.send(GroupOrder("stop"))
+
+    def finish(self) -> None:
+        """Training is done: the others end before rank 0 evaluates."""
+        self.send(GroupOrder("finish"))
+
+
+class LearnerGroup(RankZeroOrders):
     """This process's membership: the process group (gradients: NCCL on CUDA, gloo on the CPU) and a gloo group
     for rank 0's orders, every collective bounded by `timeout_s`. `joined`: this process joined one, and so ends
     through `end_group_process`."""
@@ -129,8 +170,7 @@ class LearnerGroup:
         LearnerGroup.joined = True
         self.orders = None if backend == "gloo" else dist.new_group(backend="gloo", timeout=timeout)
         self.replica = Replica(place.rank, place.size)
-        self.heartbeat_s = min(5.0, timeout_s / 4)
-        self.sent_at = time.monotonic()
+        self.pace = OrderPace(timeout_s)
 
     @property
     def leader(self) -> bool:
@@ -141,7 +181,7 @@ class LearnerGroup:
     def _from_rank_0(self, payload: bytes | None, limit: int) -> bytes:
         """`payload` (rank 0's) on every rank (algos/replica.py's `bytes_from_rank_0`), the time noted."""
         out = bytes_from_rank_0(payload, limit, self.orders)
-        self.sent_at = time.monotonic()
+        self.pace.sent()
         return out
 
     def send(self, order: GroupOrder) -> None:
@@ -154,20 +194,6 @@ class LearnerGroup:
         order's chunks hold the algorithm's fields). Raises (a timeout, a peer gone, a bad order) rather than guess."""
         payload = self._from_rank_0(None, self._order_limit())
         return decode_group_order(decode(unpack_frames(payload, self.limits), self.limits), self.layout)
-
-    def heartbeat(self) -> None:
-        """Rank 0, waiting for data: an empty order when the last one is `heartbeat_s` old, so the other ranks'
-        wait stays inside the timeout."""
-        if time.monotonic() - self.sent_at >= self.heartbeat_s:
-            self.send(GroupOrder("heartbeat"))
-
-    def stop(self) -> None:
-        """Rank 0 checkpointed on a signal: the others stop (started again with the group)."""
-        self.send(GroupOrder("stop"))
-
-    def finish(self) -> None:
-        """Training is done: the others end before rank 0 evaluates."""
-        self.send(GroupOrder("finish"))
 
     def _order_limit(self) -> int:
         return self.limits.max_bytes + (self.limits.max_frames + 1) * 8 + 4
@@ -222,7 +248,7 @@ class LeaderLearner:
     order carries: `update_order`). Everything else is the algorithm's learner's (parameters, checkpoints,
     statistics)."""
 
-    def __init__(self, learner: OnPolicyLearner | OffPolicyLearner, group: LearnerGroup, regime: Regime[Any]) -> None:
+    def __init__(self, learner: OnPolicyLearner | OffPolicyLearner, group: RankZeroOrders, regime: Regime[Any]) -> None:
         self.learner, self.group, self.regime = learner, group, regime
 
     def update(self, data: Any, arg: Any) -> Any:
@@ -239,30 +265,44 @@ def make_rank_learner(cfg: ExperimentConfig, spaces: tuple[Any, Any], device: to
     return algo.make_learner(*spaces, algo_config(cfg), device, compile=cfg.learner.compile, replica=group.replica)
 
 
-def follow(group: LearnerGroup, work: Follower, log: logging.Logger, metrics: RoleMetrics) -> str:
-    """Ranks 1..K-1: carry out rank 0's orders (`work`, the regime's follower) until it says `stop` or `finish`
-    (returned). A timeout or a lost peer raises out of here: the process exits non-zero and the group starts again."""
-    m_updates = metrics.counter("learner_group_updates_total", "updates made as a rank of the group")
-    m_sampled = None
-    if work.sampled is not None:
-        m_sampled = metrics.counter(
-            "learner_group_sampled_transitions_total", "transitions this rank sampled from the replay itself"
-        )
-    updates, counted = 0, 0
-    while True:
-        order = group.receive_order()
+class FollowerCore:
+    """Ranks 1..K-1's decisions, written once for the process (`follow`) and the simulator's follower node: each of
+    rank 0's orders carried out on `work` (the regime's follower) and counted on `metrics`; `stop` and `finish` end
+    the rank (`on_order` returns the op), a heartbeat only shows that rank 0 is there."""
+
+    def __init__(self, rank: int, work: Follower, log: logging.Logger, metrics: RoleMetrics) -> None:
+        self.rank, self.work, self.log = rank, work, log
+        self.m_updates = metrics.counter("learner_group_updates_total", "updates made as a rank of the group")
+        self.m_sampled = None
+        if work.sampled is not None:
+            self.m_sampled = metrics.counter(
+                "learner_group_sampled_transitions_total", "transitions this rank sampled from the replay itself"
+            )
+        self.updates, self.counted = 0, 0
+
+    def on_order(self, order: GroupOrder) -> str | None:
+        work = self.work
         if order.op == "update":
             work.update(order)
-            updates += 1
-            m_updates.inc()
-            if m_sampled is not None and work.sampled is not None:
-                m_sampled.inc(work.sampled - counted)
-                counted = work.sampled
-            if updates == 1 or updates % 100 == 0:
-                log.info("rank %d: %d updates%s", group.place.rank, updates, _sampled_note(work))
+            self.updates += 1
+            self.m_updates.inc()
+            if self.m_sampled is not None and work.sampled is not None:
+                self.m_sampled.inc(work.sampled - self.counted)
+                self.counted = work.sampled
+            if self.updates == 1 or self.updates % 100 == 0:
+                self.log.info("rank %d: %d updates%s", self.rank, self.updates, _sampled_note(work))
         elif order.op in ("stop", "finish"):
-            log.info("rank %d: %s after %d updates%s", group.place.rank, order.op, updates, _sampled_note(work))
+            self.log.info("rank %d: %s after %d updates%s", self.rank, order.op, self.updates, _sampled_note(work))
             return order.op
+        return None
+
+
+def follow(group: LearnerGroup, core: FollowerCore) -> str:
+    """Ranks 1..K-1: carry out rank 0's orders until it says `stop` or `finish` (returned). A timeout or a lost peer
+    raises out of here: the process exits non-zero and the group starts again."""
+    while (end := core.on_order(group.receive_order())) is None:
+        pass
+    return end
 
 
 def _sampled_note(work: Follower) -> str:
@@ -309,7 +349,7 @@ def run_follower(
     work = regime.follower(learner, open_source, shards)
     try:
         group.share_state(learner)
-        op = follow(group, work, log, metrics)
+        op = follow(group, FollowerCore(place.rank, work, log, metrics))
     finally:
         work.close()
         for ctx in contexts:

@@ -21,6 +21,9 @@ The invariants (`Ledger.check` reports each broken one with what broke it):
   a blob arrives;
 - **completes**: the learner reaches `total_env_steps` and announces `done`, and every honest actor still alive
   has finished by the scenario's deadline;
+- **group**: in a learner group, every rank made each update rank 0 ordered since the group last formed (each
+  restart of the group starts from rank 0's checkpoint; a learner resumed after a kill forgets what it learned
+  since, and the chunks made with the versions it published since are the kill's, not a loss);
 - **parking**: no shard refuses the learner a parking place (`too_many_pending`), whatever other peers park: it
   holds at most `learner.prefetch` requests a shard, fewer than any peer may (roles/parking.py).
 """
@@ -123,6 +126,11 @@ class Ledger:
     transitions_learned: int = 0
     learner_refused: Counter[str] = field(default_factory=Counter)  # the shards' error replies to it, by reason
     learner_data_replies: int = 0  # replies holding data the learner took in, every incarnation
+    made_by: dict[ChunkId, str] = field(default_factory=dict)  # -> the learner incarnation whose parameters made it
+    learned_order: list[ChunkId] = field(default_factory=list)  # each learning, in order
+    checkpoint: tuple[int, int, int, int] = (0, 0, 0, 0)  # the learner's last: (len(learned_order), its counters)
+    forgotten: dict[str, int] = field(default_factory=dict)  # killed learner incarnation -> its checkpoint's version
+    floor: int | None = None  # the env steps a learner resumed after a kill went back to (its next blobs' floor)
 
     def violate(self, rule: str, detail: str) -> None:
         if len(self.violations[rule]) < MAX_REPORTED:
@@ -132,12 +140,14 @@ class Ledger:
 
     # -- what the nodes report --------------------------------------------------------------------------
 
-    def chunk_sent(self, chunk: Chunk, alive: int, now: float) -> None:
+    def chunk_sent(self, chunk: Chunk, incarnation: str, alive: int, now: float) -> None:
+        """`incarnation`: the learner incarnation whose parameters (of `chunk.version`) made it."""
         found = chunk_id(chunk.arrays)
         assert found is not None
         if found in self.sent:
             self.violate("chunks", f"chunk {found} sent twice")
         self.sent[found] = chunk.version
+        self.made_by[found] = incarnation
         self.env_steps_sent += chunk.env_steps
         if self.budget is not None and self.env_steps_sent > self.budget + alive * self.chunk_env_steps:
             self.violate(
@@ -156,6 +166,7 @@ class Ledger:
                 self.violate("chunks", f"t={now:.1f}: learned a hostile peer's chunk")
                 continue
             self.learned[found] += 1
+            self.learned_order.append(found)
             if self.learned[found] == 2:
                 self.violate("chunks", f"t={now:.1f}: chunk {found} learned twice")
 
@@ -171,7 +182,10 @@ class Ledger:
         if self.blobs:
             last = self.blobs[-1][1]
             same = meta.incarnation == last.incarnation
-            if (same and meta.version <= last.version and not meta.done) or meta.env_steps < last.env_steps:
+            floor = last.env_steps if same or self.floor is None else self.floor
+            if not same:
+                self.floor = None
+            if (same and meta.version <= last.version and not meta.done) or meta.env_steps < floor:
                 self.violate(
                     "counters",
                     f"t={now:.1f}: blob ({meta.version}, {meta.env_steps} steps) after "
@@ -199,6 +213,32 @@ class Ledger:
         self.violate("fan_out", f"{actor} held for version {asked[0][1].wake_version} got {version} as it came")
         return asked[0]
 
+    def checkpointed(self, updates: int, env_steps: int, version: int) -> None:
+        self.checkpoint = (len(self.learned_order), updates, env_steps, version)
+
+    def rolled_back(self, killed: str, updates: int, env_steps: int, now: float) -> int:
+        """The learner resumed at (`updates`, `env_steps`) after its incarnation `killed` ended without a checkpoint
+        (killed, or a learner group's collective failed): its counters must be its last checkpoint's. What it
+        learned since is forgotten: those chunks went with it, but for those its checkpoint's feed held, which it
+        learns again; and the chunks made with the versions it published after that checkpoint can never be learned
+        (their versions are issued again, to other parameters). Returns the updates it went back to."""
+        mark, saved_updates, saved_env_steps, saved_version = self.checkpoint
+        self.forgotten[killed] = saved_version
+        if (updates, env_steps) != (saved_updates, saved_env_steps):
+            self.violate(
+                "counters",
+                f"t={now:.1f}: resumed at {updates} updates, {env_steps} env steps; its last checkpoint held "
+                f"{saved_updates}, {saved_env_steps}",
+            )
+        for found in self.learned_order[mark:]:
+            self.learned[found] -= 1
+            if not self.learned[found]:
+                del self.learned[found]
+            self.lost_with_kill.setdefault(found, "learned after the learner's last checkpoint")
+        del self.learned_order[mark:]
+        self.floor = env_steps
+        return updates
+
     def updates_written(self, before: int, after: int, now: float) -> None:
         if after < before:
             self.violate("counters", f"t={now:.1f}: updates went from {before} back to {after}")
@@ -224,13 +264,22 @@ class Ledger:
         for found, count in held.items():
             if count > 1 or (found in self.learned and count):
                 self.violate("chunks", f"chunk {found} held {count} times, learned {self.learned[found]} times")
-        missing = [c for c in self.sent if c not in self.learned and c not in held and c not in self.lost_with_kill]
+        missing = [
+            c
+            for c in self.sent
+            if c not in self.learned and c not in held and c not in self.lost_with_kill and not self._forgotten(c)
+        ]
         if len(missing) > self.tolerated_losses:
             self.violate(
                 "chunks",
                 f"{len(missing)} honest chunks neither learned, held nor lost with a killed process "
                 f"(stale, evicted or silently lost; {self.tolerated_losses} tolerated): {missing[:5]}",
             )
+
+    def _forgotten(self, found: ChunkId) -> bool:
+        """Made with the parameters of a version a killed learner published after its last checkpoint."""
+        saved = self.forgotten.get(self.made_by[found])
+        return saved is not None and self.sent[found] > saved
 
     def check_env_steps(self) -> None:
         """Off-policy: the learner counted exactly what every shard incarnation last reported."""

@@ -55,6 +55,7 @@ from surreal.proto.wire import (
     ErrorReply,
     Fields,
     FifoReply,
+    GroupOrder,
     InferReply,
     InferRequest,
     NotModified,
@@ -64,7 +65,9 @@ from surreal.proto.wire import (
     ReplyLayout,
     SampleReply,
     SampleRequest,
+    decode_group_order,
     decode_params_reply,
+    encode_group_order,
     encode_params,
     encode_sample_reply,
 )
@@ -75,6 +78,7 @@ from surreal.roles.actor import FLUSH_S, ActorCore, ActorDriver, ActorEvents
 from surreal.roles.common import EXIT_STOPPED
 from surreal.roles.inference import InferenceCore, InferenceDriver
 from surreal.roles.learner import DONE, RECEIVE_TIMEOUT_S, LearnerCore, LearnerDriver
+from surreal.roles.learner_group import FollowerCore, LeaderLearner, OrderPace, RankZeroOrders
 from surreal.roles.ps import PsCore
 from surreal.roles.replay import PULL_HWM, ReplayCore
 from surreal.runtime.regimes import regime_of
@@ -117,6 +121,9 @@ class Process(Node):
         self.timer_at: float | None = None  # when `arm`'s pending timer fires
         self.policy = RestartPolicy(self.restart, max_restarts=MAX_RESTARTS)  # type: ignore[arg-type]
         self.exits: list[int] = []
+        self.group: ProcessGroup | None = None  # the processes it only works with (a learner group's ranks)
+        self.generation = -1  # the group's generation it joined
+        self.rendezvous_done = False  # that generation formed
 
     def boot(self, resumed: bool) -> None:
         """What the process does when it starts (a role's `main`)."""
@@ -125,10 +132,11 @@ class Process(Node):
     def sigterm(self) -> None:
         self.exit(EXIT_STOPPED)
 
-    def sigkill(self) -> None:
+    def sigkill(self, on_purpose: bool = False) -> None:
+        """`on_purpose`: by the supervisor, with its group (no failure of its own)."""
         self.held_lost("killed")
         self.kill()
-        self.exit(SIGKILL, killed=True)
+        self.exit(SIGKILL, killed=True, on_purpose=on_purpose)
 
     def held_lost(self, why: str) -> None:
         """Tell the ledger which honest chunks die with this process (its memory and its pipes, both ways)."""
@@ -143,12 +151,14 @@ class Process(Node):
                 found += list(chunks_in(message))
         self.ledger.lost(found, f"{self.name} {why}")
 
-    def exit(self, code: int, killed: bool = False) -> None:
+    def exit(self, code: int, killed: bool = False, on_purpose: bool = False) -> None:
         if not killed:
             self.held_lost("exited")  # what its pipes still carried (a linger or a drain that ended)
             self.kill()
         self.exits.append(code)
-        exit = self.policy.on_exit(code)
+        exit = self.policy.on_exit(code, on_purpose)
+        if self.group is not None:
+            self.group.ended(self, exit.takes_group_down)
         if exit.delay_s is not None:
             self.world.after(exit.delay_s, self.restart_process)
 
@@ -171,6 +181,66 @@ class Process(Node):
     def on_timer(self) -> None:
         """What a role's core does when its timer fires."""
         raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class CollectiveFailed(Exception):
+    """A learner group's collective could not complete: a rank is gone, or stalled past the group's timeout."""
+
+
+class ProcessGroup:
+    """Processes that only work together (a learner group's `size` ranks, `ProcessSpec.group`), as torch.distributed
+    and the supervisor treat them. A generation forms once every member has joined since the last one ended (the
+    `init_process_group` rendezvous, bounded by `timeout_s`); any member's exit ends it, so a survivor's next
+    collective fails; and a failure takes the others down at once to start again with it (`Exit.takes_group_down`,
+    the supervisor's own rule)."""
+
+    def __init__(self, size: int, timeout_s: float) -> None:
+        self.size, self.timeout_s = size, timeout_s
+        self.members: list[Process] = []  # rank order
+        self.generation = 0
+        self.joined: dict[str, Callable[[], None]] = {}  # this generation's members: what each does once formed
+        self.formed = False
+
+    def join(self, node: Process, formed: Callable[[], None]) -> None:
+        """`node`'s incarnation joins this generation; once all have, each one's `formed` runs on its loop. Not
+        formed within the timeout, its rendezvous fails (exit 1)."""
+        node.generation, node.rendezvous_done = self.generation, False
+        self.joined[node.name] = formed
+        node.at(node.now() + self.timeout_s, lambda: None if node.rendezvous_done else node.exit(1))
+        if len(self.joined) == self.size:
+            self.formed = True
+            for member in self.members:
+                member.rendezvous_done = True
+                member.at(member.now(), self.joined[member.name])
+
+    def holds(self, node: Process) -> bool:
+        """`node` is in the generation that formed last, and it still stands."""
+        return self.formed and node.generation == self.generation
+
+    def ended(self, node: Process, takes_down: bool) -> None:
+        if node.generation == self.generation:
+            self.generation, self.formed = self.generation + 1, False
+            self.joined.clear()
+        if takes_down:
+            for peer in self.members:
+                if peer is not node and peer.alive:
+                    peer.sigkill(on_purpose=True)
+
+    def wait_s(self, node: Process) -> float:
+        """How long `node`'s collective waits for the others (busy with their share, or paused); raises
+        `CollectiveFailed` where one is gone, belongs to no generation of `node`'s, or would pass the timeout."""
+        if not self.holds(node):
+            raise CollectiveFailed(f"{node.name}'s group ended")
+        now, wait = node.now(), 0.0
+        for peer in self.members:
+            if peer is not node:
+                if not peer.alive or peer.generation != self.generation:
+                    raise CollectiveFailed(f"{peer.name} is gone")
+                wait = max(wait, peer.paused_until - now, peer.busy_until - now)
+        if wait > self.timeout_s:
+            raise CollectiveFailed(f"no answer within {self.timeout_s:g} s")
+        return wait
 
 
 @dataclass(frozen=True)
@@ -423,6 +493,15 @@ class Costs:
     gradient_step_s: float = 0.004
     slow: float = 1.0
 
+    def of_update(self, batch: Any, steps: int, ranks: int) -> float:
+        """An update's seconds on one of `ranks` (a learner group's ranks each compute their share): a batch of
+        whole chunks (the versions regime's), or `steps` gradient steps on a sample."""
+        if isinstance(batch, list):
+            work = self.update_s + self.per_unit_s * sum(chunk.size for chunk in batch)
+        else:
+            work = self.update_s + self.gradient_step_s * steps
+        return self.slow * work / ranks
+
 
 class ScriptedLearner:
     """The algorithm's learner as the simulator runs it: what the feeds and `LearnerCore` call (`update`, `params`,
@@ -435,17 +514,14 @@ class ScriptedLearner:
     def update(self, batch: Any, arg: Any) -> Any:
         node, ledger, now = self.node, self.node.ledger, self.node.world.now
         counters = node.core.counters
-        costs = node.costs
         self.updates += 1
+        node.spend(node.costs.of_update(batch, int(arg), node.cfg.learner.replicas))
         if isinstance(batch, list):  # the versions regime's batch of whole chunks, not a sample's arrays
             ledger.chunks_learned(batch, counters.version, now)
-            units = sum(chunk.size for chunk in batch)
-            node.spend(costs.slow * (costs.update_s + costs.per_unit_s * units))
             return {"loss": 0.0}
         steps = int(arg)
         ledger.updates_learned(counters.updates + steps, counters.env_steps, now)
         ledger.transitions_learned += len(batch["slots"])
-        node.spend(costs.slow * (costs.update_s + costs.gradient_step_s * steps))
         priorities = 0.5 + 0.5 * np.asarray(batch["rewards"], np.float64).reshape(-1) ** 2
         return [{"loss": 0.0}] * steps, priorities
 
@@ -585,9 +661,14 @@ class LearnerNode(Process):
         ps: list[PsNode],
         ledger: Ledger,
         costs: Costs,
+        group: ProcessGroup | None = None,
     ) -> None:
+        """`group`: rank 0 of this learner group (`learner.replicas` > 1; the other ranks are `FollowerNode`s)."""
         super().__init__(world, net, "learner", ledger)
         self.cfg, self.run_dir, self.spaces, self.params, self.costs = cfg, run_dir, spaces, params, costs
+        self.group = group
+        if group is not None:
+            group.members.append(self)
         self.shard_nodes, self.ps = shards, ps
         self.layout = regime_of(cfg).reply_layout(fields)
         for p in ps:
@@ -608,29 +689,77 @@ class LearnerNode(Process):
         self.batches = SimBatches(self, self.shard_nodes, self.layout, cfg.algo.batch_size)
         self.params_out = SimParamsOut(self, self.ps)
         self.scripted = ScriptedLearner(self, self.params)
+        self.followers = None if self.group is None else SimFollowers(self, self.group)
+        learner: Any = self.scripted
+        if self.followers is not None:  # rank 0: each update ordered to the other ranks first
+            learner = LeaderLearner(self.scripted, self.followers, regime_of(cfg))
         metrics = RoleMetrics("learner", 0)
         self.core = LearnerCore(
             cfg, self.run_dir, self.batches, self.params_out, metrics, resumed, log, self.spaces,
-            algo_learner=self.scripted, clock=self.world.clock,
+            algo_learner=learner, clock=self.world.clock,
         )  # fmt: skip
         self.core.incarnation = f"learner-{self.incarnation}"  # a seed replays exactly: no random names
-        self.released = False
-        self.ledger.updates_written(self.updates_seen, self.core.counters.updates, self.world.now)
+        self.core.on_checkpoint = self._checkpointed
+        self.released, self.failing, self.formed, self.stop_asked = False, False, self.group is None, False
+        c = self.core.counters
+        if not resumed:
+            self._checkpointed()  # the fresh learner's first checkpoint
+        elif self.exits and self.exits[-1] not in (0, EXIT_STOPPED):  # no checkpoint of its own at its end
+            killed = f"learner-{self.incarnation - 1}"
+            self.updates_seen = self.ledger.rolled_back(killed, c.updates, c.env_steps, self.world.now)
+        self.ledger.updates_written(self.updates_seen, c.updates, self.world.now)
+        self.updates_at_start = c.updates  # a group's ranks make every update after it with rank 0
         self.driver = LearnerDriver(
             self.core, self, idle_s=RECEIVE_TIMEOUT_S, step_turns=True, evaluate=None, linger_s=math.inf,
-            service_s=REPUBLISH_S, on_step=self._stepped, on_end=self._ended,
+            service_s=REPUBLISH_S, followers=self.followers, on_step=self._stepped, on_end=self._ended,
         )  # fmt: skip
+        if self.group is None:
+            self.driver.start()
+        else:  # its driver starts once the group has formed (its rendezvous)
+            self.group.join(self, self._formed)
+
+    def _formed(self) -> None:
+        self.formed = True
         self.driver.start()
+        if self.stop_asked:
+            self.driver.stop()
+
+    def _checkpointed(self) -> None:
+        c = self.core.counters
+        self.ledger.checkpointed(c.updates, c.env_steps, c.version)
+
+    def at(self, when: float, fn: Callable[[], None]) -> None:
+        """The loop, where a collective that fails in `fn` (`CollectiveFailed`: a learner group's rank gone or
+        stalled) ends the process as its exception does, once the group's timeout has passed."""
+        super().at(when, lambda: self._unless_failing(fn))
+
+    def _unless_failing(self, fn: Callable[[], None]) -> None:
+        if self.failing:
+            return
+        try:
+            fn()
+        except CollectiveFailed as exc:
+            assert self.group is not None
+            log.debug("t=%.1f: %s: %s", self.world.now, self.name, exc)
+            self.failing = True
+            self.world.at(self.world.now + self.group.timeout_s, self._failed, self.incarnation)
+
+    def _failed(self, incarnation: int) -> None:
+        if incarnation == self.incarnation and self.alive:
+            self.exit(1)
 
     def _stepped(self, stepped: bool) -> None:
         if stepped:
             self._note_counters()
 
     def _ended(self, finished: bool) -> None:
-        if not finished:  # stopped: checkpointed, its process exits
+        if not finished:  # stopped: checkpointed, its process exits (a group's rank 0 once its `stop` is delivered)
             self._note_counters()
             self.release()
-            self.exit(EXIT_STOPPED)
+            if self.group is None:
+                self.exit(EXIT_STOPPED)
+            else:
+                super().at(self.world.now, lambda: self.exit(EXIT_STOPPED))
 
     def _note_counters(self) -> None:
         c = self.core.counters
@@ -647,12 +776,16 @@ class LearnerNode(Process):
 
     def receive(self, src: Node, message: Message) -> None:
         self.batches.take(src, message)
-        self.driver.wake()
+        if self.formed:
+            self.driver.wake()
 
     def sigterm(self) -> None:
-        """A preemption: the update in progress ends, the replies on their way are taken, a checkpoint, exit."""
+        """A preemption: the update in progress ends, the replies on their way are taken, a checkpoint, exit (a
+        group's rank 0 still at its rendezvous: once the group has formed)."""
         if self.alive:
-            self.driver.stop()
+            self.stop_asked = True
+            if self.formed:
+                self.driver.stop()
 
     def release(self) -> None:
         """Close the core's run-folder writers (the metrics file, TensorBoard's thread) once: on a stop, when the
@@ -670,6 +803,94 @@ class LearnerNode(Process):
     def held_lost(self, why: str) -> None:
         super().held_lost(why)
         self.ledger.lost(self.held_chunks(), f"learner {why}")
+
+
+class SimFollowers(RankZeroOrders):
+    """Rank 0's orders to the other ranks of its group (`LearnerGroup`'s, on the simulated network): each a
+    broadcast that waits for every rank to be free to take it (`ProcessGroup.wait_s`: one busy with its share of
+    the last update, or paused) and returns once it has reached them; a rank gone or stalled past the timeout
+    fails it (`CollectiveFailed`)."""
+
+    def __init__(self, node: LearnerNode, group: ProcessGroup) -> None:
+        self.node, self.group = node, group
+        self.pace = OrderPace(group.timeout_s, node.world.clock)
+
+    def send(self, order: GroupOrder) -> None:
+        node = self.node
+        node.spend(self.group.wait_s(node))
+        message = encode_group_order(order)
+        ranks = self.group.members[1:]
+        for rank in ranks:
+            node.send(rank, message, message_bytes(message) if node.bandwidth or rank.bandwidth else 0)
+        node.spend(max(node.latency_s + rank.latency_s for rank in ranks) + node.net.jitter_s)  # until it arrives
+        self.pace.sent()
+
+
+class ScriptedRank:
+    """A later rank's learner as the simulator runs it: its share of rank 0's update, costing virtual time."""
+
+    def __init__(self, node: FollowerNode) -> None:
+        self.node = node
+
+    def update(self, batch: Any, arg: Any) -> None:
+        node = self.node
+        node.spend(node.costs.of_update(batch, int(arg), node.cfg.learner.replicas))
+
+
+class FollowerNode(Process):
+    """Rank `rank` (1..K-1) of a learner group: `FollowerCore` (roles/learner_group.py) with the regime's follower
+    on a `ScriptedRank`; rank 0's orders come over its pipe. It ends with rank 0's `stop` (EXIT_STOPPED, started
+    again at once) or `finish` (0), and fails (exit 1) when no order comes within the group's timeout of its last:
+    rank 0 gone or stalled, as its process's collective times out."""
+
+    def __init__(
+        self,
+        world: World,
+        net: Network,
+        rank: int,
+        cfg: ExperimentConfig,
+        group: ProcessGroup,
+        layout: ReplyLayout,
+        costs: Costs,
+        ledger: Ledger,
+    ) -> None:
+        super().__init__(world, net, f"learner-{rank}", ledger)
+        self.rank, self.cfg, self.layout, self.costs = rank, cfg, layout, costs
+        self.group = group
+        group.members.append(self)
+        self.waiting_since = math.inf
+        self.boot(resumed=False)
+
+    def boot(self, resumed: bool) -> None:
+        del resumed  # it holds no state of its own: the group starts from rank 0's
+        work = regime_of(self.cfg).follower(ScriptedRank(self), _no_samples, shards=0)
+        self.core = FollowerCore(self.rank, work, log, RoleMetrics("learner", self.rank))
+        self.waiting_since = math.inf
+        assert self.group is not None
+        self.group.join(self, self._wait)
+
+    def _wait(self) -> None:
+        """Wait for rank 0's next order, from the end of its own work."""
+        self.waiting_since = max(self.world.now, self.busy_until)
+        self.arm(self.waiting_since + self.cfg.learner.group_timeout_s)
+
+    def receive(self, src: Node, message: Message) -> None:
+        end = self.core.on_order(decode_group_order(message, self.layout))
+        if end is None:
+            self._wait()
+        else:
+            self.exit(0 if end == "finish" else EXIT_STOPPED)
+
+    def on_timer(self) -> None:
+        due = max(self.waiting_since + self.cfg.learner.group_timeout_s, self.busy_until, self.paused_until)
+        if self.world.now < due or self.inbox:
+            self.arm(max(due, self.world.now + RECEIVE_TIMEOUT_S))
+        else:
+            self.exit(1)  # its collective timed out
+
+
+def _no_samples() -> Any:
+    raise NotImplementedError("the simulator's learner groups sample nothing themselves (the versions regime)")
 
 
 # -- actors ---------------------------------------------------------------------------------------------
@@ -722,7 +943,7 @@ class ScriptedActor(ActorEvents):
 
     def sent(self, chunk: Chunk) -> None:
         node = self.node
-        node.ledger.chunk_sent(chunk, node.fleet.alive, node.world.now)
+        node.ledger.chunk_sent(chunk, node.core.incarnation, node.fleet.alive, node.world.now)
 
     def finished(self, lost: Chunk | None) -> None:
         node = self.node
@@ -894,11 +1115,11 @@ class ActorNode(Process):
         if self.alive and self.driver is not None and not self.driver.finished:
             self.driver.stop()
 
-    def exit(self, code: int, killed: bool = False) -> None:
+    def exit(self, code: int, killed: bool = False, on_purpose: bool = False) -> None:
         if not killed and not self.alive:
             return
         self.fleet.changed(-1)
-        super().exit(code, killed)
+        super().exit(code, killed, on_purpose)
 
 
 class Fleet:

@@ -26,6 +26,7 @@ from gymnasium import spaces
 
 from surreal.algos import get_algorithm
 from surreal.config import ExperimentConfig, algo_config, load_config
+from surreal.launch.supervisor import BACKOFF_START_S
 from surreal.run.preflight import with_layout
 from surreal.runtime.regimes import regime_of
 from surreal.runtime.regimes.replay_ratio import ReplayRatioRegime
@@ -36,10 +37,12 @@ from surreal.sim.nodes import (
     ActorNode,
     Costs,
     Fleet,
+    FollowerNode,
     InferenceCosts,
     InferenceNode,
     LearnerNode,
     Process,
+    ProcessGroup,
     PsNode,
     RemoteScriptedActor,
     ReplayNode,
@@ -115,6 +118,7 @@ class Scenario:
     inference_workers: int = 0  # central inference (`topology.inference=central`) with this many workers; 0: none
     inference_costs: InferenceCosts = InferenceCosts()
     slow_worker: float = 1.0  # what inference-0's costs are multiplied by
+    replicas: int = 1  # a learner group of this many ranks (`learner.replicas`): rank 0 and FollowerNodes
 
     def config(self) -> ExperimentConfig:
         overrides = [
@@ -130,6 +134,8 @@ class Scenario:
             "learner.keep_checkpoints=1",
             *([f"algo.hidden_sizes={self.hidden_sizes}"] if self.hidden_sizes else []),
         ]
+        if self.replicas > 1:
+            overrides.append(f"learner.replicas={self.replicas}")
         if self.inference_workers:
             overrides += ["topology.inference=central", f"topology.inference_workers={self.inference_workers}"]
         if self.algo == "ppo":
@@ -216,10 +222,21 @@ class Sim:
             for i in range(scenario.inference_workers)
         ]
         params = _blob_params(cfg, self.spaces)
+        costs = scenario.costs or (Costs() if ledger.replay_ratio is None else Costs(update_s=0.001))
+        group = None
+        if scenario.replicas > 1:
+            if ledger.replay_ratio is not None:
+                raise ValueError("the simulator's learner groups learn in the versions regime only")
+            group = ProcessGroup(scenario.replicas, cfg.learner.group_timeout_s)
         self.learner = LearnerNode(
-            world, net, cfg, run_dir, self.spaces, fields, params, self.shards, self.ps, ledger,
-            scenario.costs or (Costs() if ledger.replay_ratio is None else Costs(update_s=0.001)),
+            world, net, cfg, run_dir, self.spaces, fields, params, self.shards, self.ps, ledger, costs, group,
         )  # fmt: skip
+        layout = regime_of(cfg).reply_layout(fields)
+        self.ranks = [
+            FollowerNode(world, net, rank, cfg, group, layout, costs, ledger)
+            for rank in range(1, scenario.replicas)
+            if group is not None
+        ]
         self.actors: dict[int, ActorNode] = {}
         self.fleet = Fleet(world)
         for i in range(scenario.actors):
@@ -331,6 +348,12 @@ class Sim:
         ledger, s, c = self.ledger, self.scenario, self.learner.core.counters
         if not self.learner.finished or ledger.done_at is None:
             ledger.violate("completes", f"the learner reached {c.env_steps} of {self.cfg.total_env_steps} env steps")
+        for rank in self.ranks:
+            if rank.alive or rank.exits[-1:] != [0]:
+                ledger.violate("completes", f"{rank.name} was not ended by rank 0's `finish`")
+            made = c.updates - self.learner.updates_at_start
+            if rank.core.updates != made:
+                ledger.violate("group", f"{rank.name} made {rank.core.updates} updates, rank 0 {made} since it started")
         unfinished = [a.name for a in self.actors.values() if a.alive and not a.finished]
         if unfinished:
             ledger.violate("completes", f"{len(unfinished)} live actors never finished: {unfinished[:5]}")
@@ -631,6 +654,55 @@ CENTRAL_INFERENCE = [
     ),
 ]
 
+# A learner killed stalls its versions while it restarts (the supervisor's first backoff) and its group forms again:
+# the fleet's overdraft of that stall is the loss tolerated, beside what the ledger forgives exactly.
+KILLED_LEARNER_STALL_S = 2 * BACKOFF_START_S
+
+LEARNER_GROUP = [
+    Scenario(
+        "ppo-learner-killed",
+        "PPO, 32 actors; the learner is killed (SIGKILL) at 20 s and resumes from its last checkpoint: what it "
+        "learned since is forgotten, what that checkpoint's feed held is learned again, no counter goes below it.",
+        actors=32,
+        total_env_steps=300_000,
+        overrides=("learner.checkpoint_interval=8",),
+        faults=(Fault(10.3, "kill", LEARNER),),
+        tolerated_losses=overdrafts(32, KILLED_LEARNER_STALL_S, share=0.5),
+    ),
+    Scenario(
+        "ppo-learner-group-rank-killed",
+        "PPO, 32 actors, a learner group of 2 ranks; rank 1 is killed at 20 s in the middle of an update: the "
+        "supervisor takes rank 0 down with it and the group starts again from rank 0's last checkpoint.",
+        actors=32,
+        replicas=2,
+        total_env_steps=300_000,
+        overrides=("learner.checkpoint_interval=8",),
+        faults=(Fault(8.9, "kill", ("learner-1",)),),
+        tolerated_losses=overdrafts(32, KILLED_LEARNER_STALL_S, share=0.5),
+    ),
+    Scenario(
+        "ppo-learner-group-rank0-paused",
+        "PPO, 32 actors, a learner group of 4 ranks; rank 0 stalls for 30 s, past the group's 10 s timeout: the "
+        "other ranks' wait for its orders times out, they fail and take rank 0 down, and the group resumes from "
+        "its checkpoint.",
+        actors=32,
+        replicas=4,
+        total_env_steps=300_000,
+        overrides=("learner.checkpoint_interval=8", "learner.group_timeout_s=10"),
+        faults=(Fault(15.0, "pause", LEARNER, 30.0),),
+        tolerated_losses=overdrafts(32, 30.0 + KILLED_LEARNER_STALL_S, share=0.5),
+    ),
+    Scenario(
+        "ppo-learner-group-preempted",
+        "PPO, 32 actors, a learner group of 2 ranks; rank 0 is stopped (SIGTERM) twice: it checkpoints, orders "
+        "`stop`, and every rank starts again at once, none counted as a failure.",
+        actors=32,
+        replicas=2,
+        total_env_steps=300_000,
+        faults=(Fault(6.3, "term", LEARNER), Fault(13.7, "term", LEARNER)),
+    ),
+]
+
 OFF_POLICY = [
     Scenario(
         "ddpg-16-steady",
@@ -722,4 +794,4 @@ OFF_POLICY = [
     ),
 ]
 
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in [*ON_POLICY, *CENTRAL_INFERENCE, *OFF_POLICY]}
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in [*ON_POLICY, *CENTRAL_INFERENCE, *LEARNER_GROUP, *OFF_POLICY]}
