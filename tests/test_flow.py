@@ -242,6 +242,25 @@ def test_an_idle_learner_always_lets_an_actor_send_even_after_allowances_were_lo
     assert not grown.must_wait(2), "parts of 12.5 steps, smaller than a chunk: one starts"
 
 
+def test_a_learner_waiting_between_its_publications_still_frees_an_overdrawn_actor():
+    """The learner publishes every `publish_interval` steps, so its budget trails its own by up to that many steps
+    at the ratio (`trail`): waiting for data a few steps past its last blob, it must still read as waiting. A
+    learner resumed after a kill counts, in its first blob, fewer steps than the fleet had sent, so every actor
+    overdraws at once; had the floor waited for the exact slack, none could start a chunk again and the learner
+    none of its steps: the simulator's DDPG learner killed mid-run never finished."""
+    blob = BlobMeta(version=7, incarnation="b", env_steps=22144, env_step_budget=24136)  # 56 steps behind 24192
+    held = EnvStepAllowance(actors=16, slack=2048)
+    held.on_params(BlobMeta(version=6, incarnation="b", env_steps=20000, env_step_budget=24072))
+    held.on_sent(270)  # past its share: the first blob's count missed what was sent before the kill
+    held.on_params(blob)
+    assert held.must_wait(7), "the exact floor: no chunk, and so no step, ever again"
+    freed = EnvStepAllowance(actors=16, slack=2048, trail=60)  # 15 steps between blobs at a ratio of 0.25
+    freed.on_params(BlobMeta(version=6, incarnation="b", env_steps=20000, env_step_budget=24072))
+    freed.on_sent(270)
+    freed.on_params(blob)
+    assert not freed.must_wait(7)
+
+
 def test_an_idle_learner_frees_the_held_actors_in_their_turns_not_all_at_once():
     """The floor lags by each actor's turn, as its first grant does. Equal for all, it freed every held actor at
     once and left them the same allowance, so the budget's growth freed them together again: bench.fleet's DDPG

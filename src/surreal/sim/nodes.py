@@ -522,8 +522,7 @@ class ScriptedLearner:
         steps = int(arg)
         ledger.updates_learned(counters.updates + steps, counters.env_steps, now)
         ledger.transitions_learned += len(batch["slots"])
-        priorities = 0.5 + 0.5 * np.asarray(batch["rewards"], np.float64).reshape(-1) ** 2
-        return [{"loss": 0.0}] * steps, priorities
+        return [{"loss": 0.0}] * steps, scripted_priorities(batch)
 
     def params(self) -> dict[str, Any]:
         return self._params
@@ -535,13 +534,23 @@ class ScriptedLearner:
         self.updates = int(state["updates"])
 
 
+def scripted_priorities(batch: dict[str, Any]) -> np.ndarray:
+    """What a scripted learner's step makes of its transitions' priorities (a prioritized replay's updates)."""
+    return 0.5 + 0.5 * np.asarray(batch["rewards"], np.float64).reshape(-1) ** 2
+
+
 class SimBatches:
     """The learner's batches-in port on the simulated network: channels.SampleClient's books (`ShardRequests`,
-    `reply_with_data`) and BackgroundBatches' queue of `depth` replies, filled as replies arrive."""
+    `reply_with_data`) and BackgroundBatches' queue of `depth` replies, filled as replies arrive. `episodes`: rank
+    0's requests (or a learner alone's), whose replies hand it the shards' episodes and env steps; a later rank's
+    leave them."""
 
-    def __init__(self, node: LearnerNode, shards: list[Node], layout: ReplyLayout, ready_at: int | None) -> None:
+    def __init__(
+        self, node: LearnerNode | FollowerNode, shards: list[Node], layout: ReplyLayout, episodes: bool = True
+    ) -> None:
         cfg = node.cfg
-        self.node, self.shard_nodes, self.layout, self.ready_at = node, shards, layout, ready_at
+        self.node, self.shard_nodes, self.layout, self.episodes = node, shards, layout, episodes
+        self.ready_at = cfg.algo.batch_size
         self.books = [ShardRequests(cfg.learner.prefetch, LOST_AFTER_S) for _ in shards]
         self.index = {shard.name: i for i, shard in enumerate(shards)}
         self.depth = cfg.learner.prefetch * len(shards)
@@ -563,7 +572,7 @@ class SimBatches:
         if not self.asking or len(self.replies) >= self.depth:
             return
         node, now = self.node, self.node.world.now
-        request = SampleRequest(self.batch_size, self.ready_at).to_message()
+        request = SampleRequest(self.batch_size, self.ready_at, self.episodes).to_message()
         for shard, books in zip(self.shard_nodes, self.books, strict=True):
             for _ in range(books.wanted(now)):
                 if not node.net.connected(node, shard):
@@ -577,7 +586,7 @@ class SimBatches:
         if message.kind == ERROR:  # the ledger keeps the shard's reason (too_many_pending, ...)
             self.node.ledger.learner_refused[ErrorReply.from_message(message).reason[:64]] += 1
         reply = reply_with_data(message, i, self._error, steps_bound(self.node.cfg), self.layout)
-        report = self.node.ledger.reports_sent.pop(id(message), None)
+        report = self.node.ledger.reports_sent.pop(id(message), None) if self.episodes else None
         if reply is not None:
             self.node.ledger.learner_data_replies += 1
             if report is not None:
@@ -605,6 +614,9 @@ class SimBatches:
 
     def send_priorities(self, shard: int, slots: np.ndarray, ids: np.ndarray, priorities: np.ndarray) -> None:
         self.node.send(self.shard_nodes[shard], PriorityUpdate(slots, ids, priorities).to_message())
+
+    def close(self) -> None:
+        self.stop_asking()
 
     def drain(self, timeout_s: float) -> list[SampleReply]:
         del timeout_s  # the node waited (virtual time) for what was on its way before it stopped
@@ -686,7 +698,7 @@ class LearnerNode(Process):
     def boot(self, resumed: bool) -> None:
         self.release()  # a killed incarnation's writers, which its process would have taken with it
         cfg = self.cfg
-        self.batches = SimBatches(self, self.shard_nodes, self.layout, cfg.algo.batch_size)
+        self.batches = SimBatches(self, self.shard_nodes, self.layout)
         self.params_out = SimParamsOut(self, self.ps)
         self.scripted = ScriptedLearner(self, self.params)
         self.followers = None if self.group is None else SimFollowers(self, self.group)
@@ -827,21 +839,30 @@ class SimFollowers(RankZeroOrders):
 
 
 class ScriptedRank:
-    """A later rank's learner as the simulator runs it: its share of rank 0's update, costing virtual time."""
+    """A later rank's learner as the simulator runs it: its share of rank 0's update, costing virtual time.
+    `updates`: counted as rank 0's counters count them (a batch of chunks one, a sample's gradient steps each)."""
 
     def __init__(self, node: FollowerNode) -> None:
         self.node = node
+        self.updates = 0
 
-    def update(self, batch: Any, arg: Any) -> None:
+    def update(self, batch: Any, arg: Any) -> Any:
         node = self.node
         node.spend(node.costs.of_update(batch, int(arg), node.cfg.learner.replicas))
+        if isinstance(batch, list):
+            self.updates += 1
+            return {"loss": 0.0}
+        self.updates += int(arg)
+        return [{"loss": 0.0}] * int(arg), scripted_priorities(batch)
 
 
 class FollowerNode(Process):
     """Rank `rank` (1..K-1) of a learner group: `FollowerCore` (roles/learner_group.py) with the regime's follower
-    on a `ScriptedRank`; rank 0's orders come over its pipe. It ends with rank 0's `stop` (EXIT_STOPPED, started
-    again at once) or `finish` (0), and fails (exit 1) when no order comes within the group's timeout of its last:
-    rank 0 gone or stalled, as its process's collective times out."""
+    on a `ScriptedRank`; rank 0's orders come over its pipe, and in the replay-ratio regime its own samples from the
+    shards (`SimBatches` leaving the episodes to rank 0). An update order waits until its samples are here
+    (`Follower.ready`). It ends with rank 0's `stop` (EXIT_STOPPED, started again at once) or `finish` (0), and
+    fails (exit 1) as its process's collective times out: no order within the group's timeout of its last (rank 0
+    gone or stalled), or no samples for one."""
 
     def __init__(
         self,
@@ -850,36 +871,62 @@ class FollowerNode(Process):
         rank: int,
         cfg: ExperimentConfig,
         group: ProcessGroup,
+        shards: list[Node],
         layout: ReplyLayout,
         costs: Costs,
         ledger: Ledger,
     ) -> None:
         super().__init__(world, net, f"learner-{rank}", ledger)
-        self.rank, self.cfg, self.layout, self.costs = rank, cfg, layout, costs
+        self.rank, self.cfg, self.shard_nodes, self.layout, self.costs = rank, cfg, shards, layout, costs
         self.group = group
         group.members.append(self)
-        self.waiting_since = math.inf
         self.boot(resumed=False)
 
     def boot(self, resumed: bool) -> None:
         del resumed  # it holds no state of its own: the group starts from rank 0's
-        work = regime_of(self.cfg).follower(ScriptedRank(self), _no_samples, shards=0)
+        self.batches: SimBatches | None = None
+        self.scripted = ScriptedRank(self)
+        work = regime_of(self.cfg).follower(self.scripted, self._open_batches, len(self.shard_nodes))
         self.core = FollowerCore(self.rank, work, log, RoleMetrics("learner", self.rank))
-        self.waiting_since = math.inf
+        self.orders: deque[GroupOrder] = deque()
+        self.waiting_since = math.inf  # for rank 0's next order (or, one held, its samples)
         assert self.group is not None
         self.group.join(self, self._wait)
 
+    def _open_batches(self) -> SimBatches:
+        self.batches = SimBatches(self, self.shard_nodes, self.layout, episodes=False)
+        self.batches.top_up()
+        return self.batches
+
     def _wait(self) -> None:
-        """Wait for rank 0's next order, from the end of its own work."""
+        """Wait for rank 0's next order, or the samples of the one held, from the end of its own work."""
         self.waiting_since = max(self.world.now, self.busy_until)
         self.arm(self.waiting_since + self.cfg.learner.group_timeout_s)
 
     def receive(self, src: Node, message: Message) -> None:
-        end = self.core.on_order(decode_group_order(message, self.layout))
-        if end is None:
-            self._wait()
+        if self.batches is not None and src in self.shard_nodes:
+            self.batches.take(src, message)
         else:
-            self.exit(0 if end == "finish" else EXIT_STOPPED)
+            self.orders.append(decode_group_order(message, self.layout))
+            self._wait()  # for it to be done (its samples), or for the next
+        self._advance()
+
+    def _advance(self) -> None:
+        while self.orders:
+            order = self.orders[0]
+            if order.op == "update" and not self.core.work.ready(order):
+                return  # its samples are on their way (`_wait` since the last order times them)
+            self.orders.popleft()
+            end = self.core.on_order(order)
+            if end is not None:
+                self.core.work.close()
+                self.exit(0 if end == "finish" else EXIT_STOPPED)
+                return
+            self._wait()
+
+    def disconnected(self, peer: Node) -> None:
+        if self.batches is not None and peer in self.shard_nodes:
+            self.batches.books[self.batches.index[peer.name]].disconnected()
 
     def on_timer(self) -> None:
         due = max(self.waiting_since + self.cfg.learner.group_timeout_s, self.busy_until, self.paused_until)
@@ -887,10 +934,6 @@ class FollowerNode(Process):
             self.arm(max(due, self.world.now + RECEIVE_TIMEOUT_S))
         else:
             self.exit(1)  # its collective timed out
-
-
-def _no_samples() -> Any:
-    raise NotImplementedError("the simulator's learner groups sample nothing themselves (the versions regime)")
 
 
 # -- actors ---------------------------------------------------------------------------------------------

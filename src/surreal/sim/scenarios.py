@@ -225,15 +225,13 @@ class Sim:
         costs = scenario.costs or (Costs() if ledger.replay_ratio is None else Costs(update_s=0.001))
         group = None
         if scenario.replicas > 1:
-            if ledger.replay_ratio is not None:
-                raise ValueError("the simulator's learner groups learn in the versions regime only")
             group = ProcessGroup(scenario.replicas, cfg.learner.group_timeout_s)
         self.learner = LearnerNode(
             world, net, cfg, run_dir, self.spaces, fields, params, self.shards, self.ps, ledger, costs, group,
         )  # fmt: skip
         layout = regime_of(cfg).reply_layout(fields)
         self.ranks = [
-            FollowerNode(world, net, rank, cfg, group, layout, costs, ledger)
+            FollowerNode(world, net, rank, cfg, group, self.shards, layout, costs, ledger)
             for rank in range(1, scenario.replicas)
             if group is not None
         ]
@@ -352,8 +350,10 @@ class Sim:
             if rank.alive or rank.exits[-1:] != [0]:
                 ledger.violate("completes", f"{rank.name} was not ended by rank 0's `finish`")
             made = c.updates - self.learner.updates_at_start
-            if rank.core.updates != made:
-                ledger.violate("group", f"{rank.name} made {rank.core.updates} updates, rank 0 {made} since it started")
+            if rank.scripted.updates != made:
+                ledger.violate(
+                    "group", f"{rank.name} made {rank.scripted.updates} updates, rank 0 {made} since it began"
+                )
         unfinished = [a.name for a in self.actors.values() if a.alive and not a.finished]
         if unfinished:
             ledger.violate("completes", f"{len(unfinished)} live actors never finished: {unfinished[:5]}")
@@ -691,6 +691,38 @@ LEARNER_GROUP = [
         overrides=("learner.checkpoint_interval=8", "learner.group_timeout_s=10"),
         faults=(Fault(15.0, "pause", LEARNER, 30.0),),
         tolerated_losses=overdrafts(32, 30.0 + KILLED_LEARNER_STALL_S, share=0.5),
+    ),
+    Scenario(
+        "ddpg-learner-killed",
+        "DDPG, 16 actors, 2 shards; the learner is killed at 17 s and resumes from its checkpoint, counting fewer "
+        "env steps in its first blob than the fleet had sent: overdrawn actors start again on their turns.",
+        algo="ddpg",
+        shards=2,
+        total_env_steps=60_000,
+        overrides=("learner.checkpoint_interval=8",),
+        faults=(Fault(17.1, "kill", LEARNER),),
+    ),
+    Scenario(
+        "ddpg-learner-group-rank-killed",
+        "DDPG, 16 actors, a learner group of 2 ranks, each sampling its own minibatches from 2 shards; rank 1 is "
+        "killed at 20 s: the group starts again from rank 0's checkpoint, which counts every shard's env steps "
+        "once.",
+        algo="ddpg",
+        shards=2,
+        replicas=2,
+        total_env_steps=60_000,
+        overrides=("learner.checkpoint_interval=8",),
+        faults=(Fault(20.3, "kill", ("learner-1",)),),
+    ),
+    Scenario(
+        "ddpg-learner-group-prioritized-preempted",
+        "DDPG on a prioritized replay, 16 actors, a learner group of 2 ranks, each sending its own priorities home; "
+        "rank 0 is stopped twice and the group resumes.",
+        algo="ddpg",
+        replicas=2,
+        total_env_steps=60_000,
+        overrides=("replay.mode=prioritized",),
+        faults=(Fault(15.3, "term", LEARNER), Fault(30.7, "term", LEARNER)),
     ),
     Scenario(
         "ppo-learner-group-preempted",

@@ -249,10 +249,13 @@ class SampleSource(Protocol):
 
 class Follower(Protocol):
     """A rank after the first: rank 0's update orders carried out; `sampled`: the transitions it sampled itself
-    (None: it samples nothing)."""
+    (None: it samples nothing). `ready`: what the order needs is here, so `update` will not wait (an event loop
+    asks it before `update`, as the samples come; a blocking rank just calls `update`)."""
 
     @property
     def sampled(self) -> int | None: ...
+
+    def ready(self, order: GroupOrder) -> bool: ...
 
     def update(self, order: GroupOrder) -> None: ...
 

@@ -8,25 +8,26 @@ Both halves, side by side.
   and sends the sample's priorities home in one message when it is retired (used up, or replaced by newer
   samples before it was: then the priorities of the minibatches it did use). Parameters are published every
   `publish_interval` gradient steps, a metrics row (the steps' mean statistics) every `ROW_UPDATES`.
-- **Actor** (`EnvStepAllowance`): every blob carries `env_step_budget = learning_starts + updates /
-  replay_ratio + slack`, `slack = rollout_ahead * actors * chunk_size`; an actor's share of it is
-  `(budget - blob.env_steps) / actors`. Its first blob grants that share, lagging by its turn (a golden-ratio
-  phase of a chunk, as on-policy: equal grants would free every actor at the same version, and the fleet would
-  send all its first grants at once, then nothing while the learner learns from them). Later blobs grant only its
-  share of the budget's growth, which keeps the lag, capped by the whole fresh share (a blob counts the fleet's
-  steps as the learner knew them, not the chunks in flight since: an actor fetches right after sending, so a fresh
-  share on every blob would hand each actor back the chunk it just sent, and the fleet would run far past the
-  budget; a lagged cap would starve the actors of the latest turns). An actor starts a chunk while its allowance
-  is positive (a chunk past it is repaid from the next growth: the fleet is at most a chunk an actor ahead), and
-  while its fresh share is its whole part of the slack (the learner has learned from all it counted) it may start
+- **Actor** (`EnvStepAllowance`): every blob carries `env_step_budget = learning_starts + updates / replay_ratio +
+  slack`, `slack = rollout_ahead * actors * chunk_size`; an actor's share of it is `(budget - blob.env_steps) /
+  actors`. Its first blob grants that share, lagging by its turn (a golden-ratio phase of a chunk, as on-policy:
+  equal grants would free every actor at the same version, and the fleet would send all its first grants at once,
+  then nothing while the learner learns from them). Later blobs grant only its share of the budget's growth, which
+  keeps the lag, capped by the whole fresh share (a blob counts the fleet's steps as the learner knew them, not the
+  chunks in flight since: an actor fetches right after sending, so a fresh share on every blob would hand each actor
+  back the chunk it just sent, and the fleet would run far past the budget; a lagged cap would starve the actors of
+  the latest turns). An actor starts a chunk while its allowance is positive (a chunk past it is repaid from the
+  next growth: the fleet is at most a chunk an actor ahead), and while its fresh share is its whole part of the
+  slack (the learner has learned from all it counted; the slack less the `trail` of steps the learner may have taken
+  since it published, or a learner waiting between publications would hold overdrawn actors for ever) it may start
   one on its turn: the floor this sets lags by the actor's turn as its first grant does (an equal floor would free
-  every held actor at once and leave them all the same allowance: bursts of hundreds of chunks at 1,024 actors),
-  and an actor whose turn within the round has come while the learner still waits is freed by time, so
-  allowances lost with actors that left never stall the learner for more than a round (the time the budget's
-  growth takes to grant each actor a chunk). More actors than the learner can serve therefore slow down instead
-  of lowering the replay ratio; `rollout_ahead = 0` removes the budget. While it waits, an actor asks the ps to
-  wake it at the version whose budget growth frees it (`wait`, at the growth per version it saw), so a version
-  goes to the few actors it frees, not to the whole fleet.
+  every held actor at once and leave them all the same allowance: bursts of hundreds of chunks at 1,024 actors), and
+  an actor whose turn within the round has come while the learner still waits is freed by time, so allowances lost
+  with actors that left never stall the learner for more than a round (the time the budget's growth takes to grant
+  each actor a chunk). More actors than the learner can serve therefore slow down instead of lowering the replay
+  ratio; `rollout_ahead = 0` removes the budget. While it waits, an actor asks the ps to wake it at the version
+  whose budget growth frees it (`wait`, at the growth per version it saw), so a version goes to the few actors it
+  frees, not to the whole fleet.
 
 **Elastic fleet.** `actors` is the number the learner hears from (`LiveActors`: an actor counts while a replay
 shard reported it within the last two slacks of env steps), published in every blob. No overdraft is needed:
@@ -86,13 +87,14 @@ ROW_UPDATES = 250  # gradient steps per metrics row (and per `checkpoint_interva
 @dataclass
 class EnvStepAllowance:
     """The env steps this actor may still take: its share of the budget the learner published (module
-    docstring). `slack` is the learner's (`ReplayRatioLimiter.slack`)."""
+    docstring). `slack` and `trail` are the learner's (`ReplayRatioLimiter`)."""
 
     actors: int  # how many actors share the budget: the configured count until a blob says
     slack: int
     chunk: int = 0  # env steps per chunk
     phase: float = 0.0  # this actor's turn, in [0, 1): its share lags by this many chunks
     clock: Callable[[], float] = time.monotonic
+    trail: int = 0  # env steps a blob's budget may trail the learner's own by (its steps since it published)
     allowance: float = math.inf  # no budget in the blob: unthrottled
     budget: int | None = None  # of the last blob applied
     incarnation: str | None = None  # the learner's that published it
@@ -109,8 +111,9 @@ class EnvStepAllowance:
         if blob.env_step_budget is None:
             return
         fresh = (blob.env_step_budget - blob.env_steps) / self.actors
-        # Above zero where the learner learned from all it counted (fresh is the whole slack's part): it waits.
-        floor = fresh - self.slack / self.actors + 1
+        # Above zero where the learner learned from all it counted (fresh is the whole slack's part, but for the
+        # steps it took since it published): it waits.
+        floor = fresh - max(0, self.slack - self.trail) / self.actors + 1
         if self.budget is None or blob.incarnation != self.incarnation:  # the first blob of this learner's count
             self.allowance, self.growth = fresh - self.phase * self.chunk, 0.0  # lagging by its turn
             self.arrivals.restart(blob.version)
@@ -195,6 +198,12 @@ class ReplayRatioLimiter:
         if self.slack is None:
             return None
         return int(self.learning_starts + updates / self.replay_ratio + self.slack)
+
+    @property
+    def trail(self) -> int:
+        """How far a published budget may trail the learner's own: the steps it may take before it publishes
+        again, in env steps."""
+        return math.ceil((self.publish_interval - 1) / self.replay_ratio)
 
 
 @dataclass
@@ -441,14 +450,19 @@ class SampleFollower:
         """Transitions sampled so far (the rank's `learner_group_sampled_transitions_total`)."""
         return self.samples.transitions
 
-    def update(self, order: GroupOrder) -> None:
-        """Raises for an order no sample can serve, or when the samples do not come within `wait_s`."""
+    def ready(self, order: GroupOrder) -> bool:
+        """The replies already here taken; True once they hold the order's steps. Raises for an order no sample
+        can serve."""
         if not 0 < order.steps <= self.minibatches_per_sample:
             raise ValueError(f"an order of {order.steps} steps (a sample holds {self.minibatches_per_sample})")
         while (reply := self.source.next(0, 0.0)) is not None:
             self.samples.take(reply)
+        return self.samples.minibatches >= order.steps
+
+    def update(self, order: GroupOrder) -> None:
+        """Raises for an order no sample can serve, or when the samples do not come within `wait_s`."""
         deadline = time.monotonic() + self.wait_s
-        while self.samples.minibatches < order.steps:
+        while not self.ready(order):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"no sample from the replay in {self.wait_s:.0f} s (learner.group_timeout_s)")
@@ -491,7 +505,10 @@ class ReplayRatioRegime:
     def actor_throttle(self, clock: Callable[[], float] = time.monotonic, actor: int = 0) -> EnvStepAllowance:
         """With `rollout_ahead = 0` the learner publishes no budget: the actor never waits."""
         chunk = self.algo.chunk_size(self.cfg)
-        return EnvStepAllowance(self.cfg.topology.actors, self.limiter.slack or 0, chunk, actor * GOLDEN % 1.0, clock)
+        limiter = self.limiter
+        return EnvStepAllowance(
+            self.cfg.topology.actors, limiter.slack or 0, chunk, actor * GOLDEN % 1.0, clock, limiter.trail
+        )
 
     def learner_feed(
         self, learner: TransitionLearner, counters: Counters, shards: int, priorities_home: PrioritiesHome

@@ -203,6 +203,9 @@ class ChunkFollower:
     def __init__(self, learner: ChunkLearner) -> None:
         self.learner = learner
 
+    def ready(self, order: GroupOrder) -> bool:
+        return True  # the order carries its batch
+
     def update(self, order: GroupOrder) -> None:
         self.learner.update(order.chunks, order.progress)
 
