@@ -224,7 +224,7 @@ def pixel_check(costs: Costs, file: Path = ATARI_PPO_FILE) -> dict[str, Any]:
     }
     return {
         "file": file.name,
-        "command": data.get("command", f"nice -n 5 python -m bench.atari_ppo --out bench/results/{file.name}"),
+        "command": data.get("command", "python -m bench.atari_ppo (the file does not record its flags)"),
         "target": PIXEL_TARGET,
         "measured": f"{data['system']['frames_per_s']} emulator frames/s = {steps_per_s:.1f} env steps/s "
         f"(learner_wait_share {data['system']['learner_wait_share']}: the learner binds); {data['machine']}",
