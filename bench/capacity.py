@@ -6,6 +6,8 @@
     python -m bench.capacity --cluster my-cluster.yaml      # the same keys as the flags (Cluster's fields)
     python -m bench.capacity --values infra/helm/values/ppo-1024.yaml [--size]   # a chart values file
     python -m bench.capacity --measure-learner cuda         # on a GPU machine (bench/gpu.sh part3)
+    python -m bench.capacity --measure-pixels               # the Nature CNN learner, a shard's pixel ingest
+    python -m bench.capacity --env ALE/Pong-v5 --preset ppo-atari --actors 16    # an Atari cluster
     python -m bench.capacity --check                        # against bench.fleet and the GPU machines' files
 
 The model (bench/capacity_model.py) is the simulator (src/surreal/sim/) running the cluster on the roles' own
@@ -22,7 +24,10 @@ actors could send, on the cores the values file requests), and says whether the 
 `--check` predicts every point of bench/results/fleet.2core.json (bench.fleet's simulated actors at the rate it
 set, against the real services on this box) and of every GPU machine's bench/results/throughput.<gpu>-16core.json
 (`gpu_box_check`: its 1-actor point calibrates), prints the error of each against its target (20 % and 25 %) and
-writes everything to bench/results/capacity.2core.json. A point is predicted from its cluster description only
+writes everything to bench/results/capacity.2core.json; with a pixel learner measured (`--measure-pixels`), also
+every bench.atari_ppo run on this box (`atari-ppo*.2core.json`: Pong with learning on, target 25 %). An env of image
+observations (ALE) is simulated with its chunks as frames and indices, its learner the Nature CNN's cost, its actor
+bench.atari_ppo's `actor_alone` rate (capacity_costs.py). A point is predicted from its cluster description only
 (actors, rate, batch rule, topology); nothing is read from its measured outcome.
 """
 
@@ -38,12 +43,23 @@ from typing import Any
 import yaml
 
 from bench._runs import RESULTS, emit, machine
-from bench.capacity_costs import MEASURED_FILE, calibrated_learner, load_costs, measure, measure_learner
+from bench.capacity_costs import (
+    ATARI_PPO_FILE,
+    ATARI_SKIP,
+    MEASURED_FILE,
+    PIXEL_FILE,
+    calibrated_learner,
+    load_costs,
+    measure,
+    measure_learner,
+    measure_pixels,
+)
 from bench.capacity_model import Cluster, Costs, predict, size_services
 
 FLEET_FILE = RESULTS / "fleet.2core.json"
 CHECK_FILE = RESULTS / "capacity.2core.json"
-FLEET_TARGET, GPU_BOX_TARGET = 0.20, 0.25
+FLEET_TARGET, GPU_BOX_TARGET, PIXEL_TARGET = 0.20, 0.25, 0.25
+PRESETS = Path(__file__).resolve().parents[1] / "src" / "surreal" / "conf" / "preset"
 GPU_BOX_CHUNK, GPU_BOX_MINIBATCHES = 256, 32  # bench.throughput's defaults (chunk_steps, batch / 32)
 
 
@@ -74,6 +90,20 @@ def overrides_to_fields(overrides: list[str]) -> dict[str, Any]:
     if minibatch and "batch_size" in out:
         out["minibatches"] = max(1, out["batch_size"] // minibatch)
     return out
+
+
+def preset_fields(name: str) -> dict[str, Any]:
+    """The model's fields a `surreal run preset=NAME` sets (conf/preset/NAME.yaml): its envs per actor, chunk and
+    batch rule (ppo-atari: 8 envs x 128 steps, batches of 1,024 in 4 minibatches, 4 epochs)."""
+    path = PRESETS / f"{name}.yaml"
+    if not path.exists():
+        raise SystemExit(f"no preset {name!r} (have: {', '.join(sorted(p.stem for p in PRESETS.glob('*.yaml')))})")
+    data = yaml.safe_load(path.read_text()) or {}
+    algo, topology, actor = data.get("algo", {}), data.get("topology", {}), data.get("actor", {})
+    overrides = [f"algo.{k}={algo[k]}" for k in ("batch_size", "minibatch_size", "update_epochs") if k in algo]
+    overrides += [f"topology.envs_per_actor={topology['envs_per_actor']}"] if "envs_per_actor" in topology else []
+    overrides += [f"actor.chunk_steps={actor['chunk_steps']}"] if "chunk_steps" in actor else []
+    return overrides_to_fields(overrides)
 
 
 def fleet_cluster(run: dict[str, Any], point: dict[str, Any]) -> Cluster:
@@ -173,6 +203,35 @@ def gpu_box_check(file: Path, costs: Costs, results: Path = RESULTS) -> dict[str
     }
 
 
+def atari_cluster(data: dict[str, Any]) -> Cluster:
+    """bench.atari_ppo's system run as a cluster, from its description only: its actors, learner device and the
+    overrides it ran (the preset's rule and any more); one shard and one ps, as `surreal run` starts them."""
+    overrides = data["system"]["overrides"]
+    presets = [o.partition("=")[2] for o in overrides if o.startswith("preset=")]
+    fields = {**(preset_fields(presets[-1]) if presets else {}), **overrides_to_fields(overrides)}
+    fields.setdefault("env", data["game"])
+    return Cluster(actors=data["actors"], learner_device=data["device"], **fields)
+
+
+def pixel_check(costs: Costs, file: Path = ATARI_PPO_FILE) -> dict[str, Any]:
+    """bench.atari_ppo's Pong point with learning on, predicted from its description (`atari_cluster`): the
+    Atari actor's rate, the Nature CNN learner and the shard's ingest at pixel sizes, measured apart from it."""
+    data = json.loads(file.read_text())
+    steps_per_s = data["system"]["frames_per_s"] / ATARI_SKIP
+    measured = {
+        "env_steps_per_s": steps_per_s,
+        "bottleneck": "learner" if data["system"]["learner_wait_share"] < 0.1 else None,
+    }
+    return {
+        "file": file.name,
+        "command": data.get("command", "python -m bench.atari_ppo (the file does not record its flags)"),
+        "target": PIXEL_TARGET,
+        "measured": f"{data['system']['frames_per_s']} emulator frames/s = {steps_per_s:.1f} env steps/s "
+        f"(learner_wait_share {data['system']['learner_wait_share']}: the learner binds); {data['machine']}",
+        "points": [row(atari_cluster(data), costs, measured, PIXEL_TARGET)],
+    }
+
+
 def cpu_cores(quantity: Any) -> float:
     """A Kubernetes CPU quantity ("500m", "2", 1) in cores."""
     text = str(quantity)
@@ -262,6 +321,9 @@ def check(costs: Costs, fleet_file: Path = FLEET_FILE, results: Path = RESULTS) 
         }
     for file in gpu_box_files(results):
         out[file.name.split(".")[1].replace("-", "_")] = gpu_box_check(file, costs, results)
+    if costs.pixel_learner.get("cpu"):
+        for file in sorted(results.glob("atari-ppo*.2core.json")):  # bench.atari_ppo's CPU runs on this box
+            out[f"pixels_{file.name.split('.')[0].replace('-', '_')}"] = pixel_check(costs, file)
     out["costs"] = costs.to_json()
     return out
 
@@ -290,7 +352,8 @@ def print_check(result: dict[str, Any]) -> None:
 def cluster_from_args(args: argparse.Namespace) -> Cluster:
     if args.values:
         return values_cluster(args.values)
-    fields = yaml.safe_load(args.cluster.read_text()) if args.cluster else {}
+    fields = preset_fields(args.preset) if args.preset else {}
+    fields.update(yaml.safe_load(args.cluster.read_text()) if args.cluster else {})
     names = {f.name for f in dataclasses.fields(Cluster)}
     fields.update({k: v for k, v in vars(args).items() if k in names and v is not None})
     if "actors" not in fields:
@@ -305,6 +368,10 @@ def main() -> None:
     parser.add_argument(
         "--measure-learner", metavar="DEVICE", help="time the learner on this device (cuda: a GPU machine's)"
     )
+    parser.add_argument(
+        "--measure-pixels", action="store_true", help="time the Nature CNN learner and a shard's pixel ingest"
+    )
+    parser.add_argument("--preset", help="a `surreal run` preset's batch rule and envs (ppo-atari)")
     parser.add_argument("--out", type=Path, help="--measure-learner's file (default capacity-learner.<machine>.json)")
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--cluster", type=Path, help="a YAML of Cluster's fields")
@@ -317,6 +384,9 @@ def main() -> None:
     if args.measure:
         emit({"benchmark": "capacity-costs", "machine": machine(), **measure(args.seconds)}, MEASURED_FILE)
         return
+    if args.measure_pixels:
+        emit({"machine": machine(), **measure_pixels(args.seconds)}, PIXEL_FILE)
+        return
     if args.measure_learner:
         result = measure_learner(args.measure_learner, args.seconds)
         emit(result, args.out or RESULTS / f"capacity-learner.{result['machine']}.json")
@@ -328,7 +398,12 @@ def main() -> None:
         emit(result, CHECK_FILE)
         return
     cluster = cluster_from_args(args)
-    out: dict[str, Any] = {"cluster": dataclasses.asdict(cluster), **predict(cluster, costs).to_json()}
+    try:
+        prediction = predict(cluster, costs)
+    except (KeyError, ValueError) as exc:  # an env, device or algorithm without a measured cost: one line
+        print(f"bench.capacity: {str(exc).strip(chr(34))}", file=sys.stderr)
+        sys.exit(2)
+    out: dict[str, Any] = {"cluster": dataclasses.asdict(cluster), **prediction.to_json()}
     if args.size:
         sized = size_services(cluster, costs)
         out["sized"] = {"shards": sized.shards, "ps_replicas": sized.ps_replicas}

@@ -16,7 +16,10 @@ Read from files: the H100 learner (that machine measured none) from `bench/resul
 1-actor point, the only H100 learner figure there is (from before the learner work): its batch over its system
 rate is one update, all 320 minibatch steps' overhead (docs/benchmarks.md's diagnosis of that run), so `sample_s`
 is 0, and the check lists that point as calibration (`calibrated_learner`, for any GPU machine that measured no
-learner). Lift's actor cost falls back to `throughput-robosuite-Lift.2core.json`'s 1-actor raw rate when
+learner). Pixels (`--measure-pixels`, `capacity-costs-pixels.2core.json`): the Nature CNN's `LearnerCore` PPO
+update under ppo-atari's rule and a FIFO shard's ingest of packed frame chunks (the simulator's, whose bytes are the
+real actor's); the Atari actor's rate is bench.atari_ppo's `actor_alone` (`atari-ppo.2core.json`). Lift's actor cost
+falls back to `throughput-robosuite-Lift.2core.json`'s 1-actor raw rate when
 robosuite is not installed.
 """
 
@@ -39,6 +42,9 @@ from bench.capacity_model import Costs, LearnerCost
 H100_FILE = RESULTS / "throughput.h100-16core.json"
 LIFT_FILE = RESULTS / "throughput-robosuite-Lift.2core.json"
 MEASURED_FILE = RESULTS / "capacity-costs.2core.json"
+PIXEL_FILE = RESULTS / "capacity-costs-pixels.2core.json"
+ATARI_ENV = "ALE/Pong-v5"
+ATARI_PPO_FILE = RESULTS / "atari-ppo.2core.json"
 FLEET_MINIBATCHES = 32  # bench.fleet's PPO rule: minibatch = batch / 32
 FLEET_CHUNK = 64
 DDPG_MINIBATCHES_PER_SAMPLE = 4
@@ -73,9 +79,11 @@ def learner_files(results: Path = RESULTS) -> dict[str, Path]:
     return {json.loads(f.read_text())["name"]: f for f in files}
 
 
-def load_costs(path: Path = MEASURED_FILE, results: Path = RESULTS) -> Costs:
+def load_costs(path: Path = MEASURED_FILE, results: Path = RESULTS, pixels: Path = PIXEL_FILE) -> Costs:
     """The measured costs (`--measure`'s file), the H100 learner from its throughput file, and every learner a
-    GPU machine measured (`--measure-learner`); the CPU's own `--measure` figure wins over a file's."""
+    GPU machine measured (`--measure-learner`); the CPU's own `--measure` figure wins over a file's. For pixels:
+    the Nature CNN learner and a shard's ingest of frame chunks (`--measure-pixels`' file, where there is one) and
+    the Atari actor's rate (bench.atari_ppo's `actor_alone`)."""
     if not path.exists():
         raise SystemExit(f"{path} is missing: run `python -m bench.capacity --measure` first")
     costs = Costs.from_json(json.loads(path.read_text())["costs"])
@@ -85,7 +93,23 @@ def load_costs(path: Path = MEASURED_FILE, results: Path = RESULTS) -> Costs:
         data = json.loads(file.read_text())
         learner[name] = LearnerCost(**data["learner"])
         sources[f"learner {name}"] = f"{file.name}: {data['source']}"
-    return replace(costs, learner={**learner, **costs.learner}, sources={**costs.sources, **sources})
+    actors = dict(costs.actor_steps_per_core)
+    pixel_learner, pixel_ingest = dict(costs.pixel_learner), costs.pixel_shard_ingest_per_core
+    if ATARI_ENV not in actors and ATARI_PPO_FILE.exists():
+        actors[ATARI_ENV], sources[f"actor {ATARI_ENV}"] = atari_actor_from_file()
+    if pixels.exists():
+        data = json.loads(pixels.read_text())
+        pixel_learner.update({k: LearnerCost(**v) for k, v in data["pixel_learner"].items()})
+        pixel_ingest = data["pixel_shard_ingest_per_core"]
+        sources.update({k: f"{pixels.name}: {v}" for k, v in data["sources"].items()})
+    return replace(
+        costs,
+        actor_steps_per_core=actors,
+        learner={**learner, **costs.learner},
+        pixel_learner=pixel_learner,
+        pixel_shard_ingest_per_core=pixel_ingest,
+        sources={**costs.sources, **sources},
+    )
 
 
 # -- micro-benchmarks -----------------------------------------------------------------------------------
@@ -404,3 +428,146 @@ def measure(seconds: float = 3.0) -> dict[str, Any]:
     raw["seconds"] = round(time.perf_counter() - started, 1)
     raw["load_avg_1m"] = [round(os.getloadavg()[0], 2), round(load_before, 2)]  # after, before
     return {"costs": costs.to_json(), "raw": raw}
+
+
+# -- pixels: Atari's Nature CNN learner and a shard's ingest of frame chunks ----------------------------------
+
+ATARI_SKIP = 4  # emulator frames an env step
+PIXEL_BATCHES = (512, 1024)  # ppo-atari's rule (4 minibatches, 4 epochs) at two batches: per-step and per-sample
+PIXEL_MINIBATCHES, PIXEL_EPOCHS = 4, 4
+
+
+def atari_actor_from_file(file: Path = ATARI_PPO_FILE) -> tuple[float, str]:
+    """One Atari actor's env steps/s on one core: bench.atari_ppo's `actor_alone` (one process pinned to one core
+    stepping the preset's 8 envs of Pong and acting with the Nature CNN, collecting packed chunks), frames / 4."""
+    data = json.loads(file.read_text())
+    rate = data["actor_alone_frames_per_s"] / ATARI_SKIP
+    return rate, (
+        f"{file.name}: actor_alone {data['actor_alone_frames_per_s']} emulator frames/s / {ATARI_SKIP} "
+        f"(one core, the preset's 8 envs, the Nature CNN acting; {data['machine']})"
+    )
+
+
+def pixel_chunks(count: int, steps: int = 128, envs: int = 8) -> tuple[Any, list[Any]]:
+    """`count` chunks of Pong's shape (4 stacked 84x84 frames, 6 actions) packed as an actor packs them: the
+    simulator's scripted chunks (sim/nodes.py, each frame once, episodes of 200 steps), whose bytes are the real
+    actor's; the experiment's config too (preset ppo-atari)."""
+    import numpy as np
+    from gymnasium import spaces
+
+    from surreal.algos import get_algorithm
+    from surreal.config import algo_config, load_config
+    from surreal.sim.nodes import ScriptedChunks
+
+    cfg = load_config(
+        ["preset=ppo-atari", f"env={ATARI_ENV}", f"actor.chunk_steps={steps}", f"topology.envs_per_actor={envs}"],
+        tasks=False,
+    )
+    obs_space, act_space = spaces.Box(0, 255, (4, 84, 84), np.uint8), spaces.Discrete(6)
+    fields = get_algorithm("ppo").chunk_fields(obs_space, act_space, algo_config(cfg))
+    scripted = ScriptedChunks(fields, steps, envs, pairs=False)
+    return cfg, [scripted.chunk(actor, 0, 0) for actor in range(count)]
+
+
+def pixel_update_s(batch: int, run_dir: Path, rounds: int) -> tuple[float, float]:
+    """Seconds of one `LearnerCore` PPO update of the Nature CNN at `batch` (chunks of up to 128 x 8: the batch's
+    transitions exactly, as the learner takes whole chunks) under the preset's
+    rule (4 minibatches, 4 epochs): CPU time of this thread (the cost) and wall time (what the box's other load
+    added), each the least of `rounds` rounds of two updates, after one untimed."""
+    from bench.learner import learner_core, one_update
+
+    envs = 8
+    steps = min(128, batch // envs)
+    _, chunks = pixel_chunks(batch // (steps * envs), steps, envs)
+    overrides = [
+        *core_overrides("cpu"),
+        "preset=ppo-atari",
+        f"env={ATARI_ENV}",
+        f"actor.chunk_steps={steps}",
+        f"topology.envs_per_actor={envs}",
+        f"algo.batch_size={batch}",
+        f"algo.minibatch_size={batch // PIXEL_MINIBATCHES}",
+        f"algo.update_epochs={PIXEL_EPOCHS}",
+    ]
+    core = learner_core("ppo", overrides, chunks, [], run_dir / f"ppo-pixels-{batch}")
+    one_update(core)
+    cpu, wall = [], []
+    for _ in range(rounds):
+        wall0, cpu0 = time.perf_counter(), time.thread_time()
+        one_update(core)
+        one_update(core)
+        cpu.append((time.thread_time() - cpu0) / 2)
+        wall.append((time.perf_counter() - wall0) / 2)
+    return min(cpu), min(wall)
+
+
+def pixel_shard_ingest(seconds: float) -> float:
+    """Transitions per CPU second into a FIFO shard of packed Pong chunks (128 x 8, each frame once), framed as an
+    actor sends them, decoded (every field checked, the indices against the frames), stored: `shard_rates`'
+    ingest at pixel sizes."""
+    from surreal.proto.channels import accepting, frames_of
+    from surreal.proto.codec import Limits, decode
+    from surreal.proto.wire import EXPERIENCE, encode_chunk
+    from surreal.replay.shard import ReplayShard
+
+    limits = accepting(Limits(), frozenset({EXPERIENCE}))
+    _, chunks = pixel_chunks(8)
+    frames = [frames_of(encode_chunk(c, "bench")) for c in chunks]
+    fifo = ReplayShard("fifo", capacity=1 << 14)
+    turn = iter(range(1 << 62))
+    per_chunk = chunks[0].arrays["rewards"].size
+
+    def ingest() -> None:
+        fifo.add(decode(frames[next(turn) % len(frames)], limits))
+        if fifo.ready(1 << 13):
+            fifo.sample(1 << 13)
+
+    return cpu_rate(ingest, per_chunk, seconds)
+
+
+def pixel_terms(t_small: float, t_big: float) -> tuple[float, float]:
+    """`step_s` and `sample_s` from updates at PIXEL_BATCHES. A convolution's time per sample grows with the
+    minibatch on a CPU (its activations leave the caches), which can put the fitted per-step term below zero;
+    then the step's overhead is taken as nothing and the sample's cost is the larger batch's (the preset's), the
+    batch a cluster of the preset runs, exactly."""
+    small, big = PIXEL_BATCHES
+    steps = PIXEL_MINIBATCHES * PIXEL_EPOCHS
+    mb_small, mb_big = small // PIXEL_MINIBATCHES, big // PIXEL_MINIBATCHES
+    sample_s = (t_big - t_small) / steps / (mb_big - mb_small)
+    step_s = t_small / steps - sample_s * mb_small
+    if step_s < 0:
+        return 0.0, t_big / steps / mb_big
+    return step_s, sample_s
+
+
+def measure_pixels(seconds: float = 3.0, rounds: int = 2) -> dict[str, Any]:
+    """`--measure-pixels`' file: the Nature CNN learner's cost on this CPU (one torch thread, as the learner role)
+    and a shard's ingest of packed frame chunks."""
+    import torch
+
+    torch.set_num_threads(1)
+    started, load_before = time.perf_counter(), os.getloadavg()[0]
+    small, big = PIXEL_BATCHES
+    with tempfile.TemporaryDirectory() as tmp:
+        t_small, wall_small = pixel_update_s(small, Path(tmp), rounds)
+        t_big, wall_big = pixel_update_s(big, Path(tmp), rounds)
+    step_s, sample_s = pixel_terms(t_small, t_big)
+    ingest = pixel_shard_ingest(seconds)
+    return {
+        "benchmark": "capacity-costs-pixels",
+        "pixel_learner": {"cpu": {"step_s": step_s, "sample_s": sample_s, "ddpg_step_s": None}},
+        "pixel_shard_ingest_per_core": round(ingest, 1),
+        "sources": {
+            "pixel learner cpu": f"--measure-pixels: LearnerCore PPO update of the Nature CNN (preset ppo-atari: 4 "
+            f"minibatches, 4 epochs) at batches {small} and {big} of packed Pong-shaped chunks, CPU time of one "
+            "thread, the least of two rounds of two updates (pixel_terms: per step and per sample)",
+            "pixel replay shard": "--measure-pixels: ReplayShard FIFO in-process, decode + store of packed chunks "
+            "(128 x 8, each frame once), CPU time",
+        },
+        "raw": {
+            "ppo_update_s": {str(small): round(t_small, 3), str(big): round(t_big, 3)},
+            "ppo_update_wall_s": {str(small): round(wall_small, 3), str(big): round(wall_big, 3)},
+            "seconds": round(time.perf_counter() - started, 1),
+            "load_avg_1m": [round(os.getloadavg()[0], 2), round(load_before, 2)],  # after, before
+        },
+    }

@@ -44,6 +44,8 @@ class Costs:
     ps_checks_per_core: float  # "newer than v?" requests answered "not modified" per second per core
     ps_fetches_per_core: float  # requests answered with the blob per second per core
     sources: dict[str, str] = field(default_factory=dict)
+    pixel_learner: dict[str, LearnerCost] = field(default_factory=dict)  # device -> the Nature CNN's learner cost
+    pixel_shard_ingest_per_core: float | None = None  # transitions/s of packed frame chunks into a shard, per core
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -52,10 +54,11 @@ class Costs:
     def from_json(cls, data: dict[str, Any]) -> Costs:
         """The file's costs; what a message weighs (`blob_bytes`, `transition_bytes` in older files) the simulator
         takes from the messages themselves."""
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls)} - {"learner", "pixel_learner"}
         return cls(
-            **{k: v for k, v in data.items() if k in known and k != "learner"},
+            **{k: v for k, v in data.items() if k in known},
             learner={k: LearnerCost(**v) for k, v in data["learner"].items()},
+            pixel_learner={k: LearnerCost(**v) for k, v in data.get("pixel_learner", {}).items()},
         )
 
 
@@ -104,10 +107,14 @@ def actor_rate(c: Cluster, costs: Costs) -> float:
 
 
 def learner_times(c: Cluster, costs: Costs) -> LearnerTimes:
-    """The simulated learner's time per update: PPO's epochs x minibatch steps and its samples, or DDPG's step."""
-    if c.learner_device not in costs.learner:
-        raise KeyError(f"no learner cost for device {c.learner_device!r} (have: {', '.join(sorted(costs.learner))})")
-    cost = costs.learner[c.learner_device]
+    """The simulated learner's time per update: PPO's epochs x minibatch steps and its samples, or DDPG's step;
+    for an env of image observations, the Nature CNN's (`pixel_learner`)."""
+    learners, which = (costs.pixel_learner, "pixel learner") if env_shape(c.env)[1] else (costs.learner, "learner")
+    if c.learner_device not in learners:
+        raise KeyError(
+            f"no {which} cost for device {c.learner_device!r} (have: {', '.join(sorted(learners)) or 'none'})"
+        )
+    cost = learners[c.learner_device]
     if c.algo == "ppo":
         return LearnerTimes(
             update_s=c.update_epochs * c.minibatches * cost.step_s, per_unit_s=c.update_epochs * cost.sample_s
@@ -120,15 +127,20 @@ def learner_times(c: Cluster, costs: Costs) -> LearnerTimes:
 
 
 @cache
-def env_dims(env_id: str) -> tuple[int, int]:
-    """The env's flat observation and action sizes (what a chunk and a blob weigh), from the env itself."""
-    from gymnasium.spaces import flatdim
+def env_shape(env_id: str) -> tuple[tuple[int, int], tuple[int, ...] | None]:
+    """The env's flat observation and action sizes (what a chunk and a blob weigh), from the env itself, and for
+    image observations (an Atari stack, 4 x 84 x 84 uint8) their shape: the simulator then sends its chunks as
+    frames and indices, as the actors do (sim/nodes.py `ScriptedChunks`), and its actions are discrete."""
+    from gymnasium.spaces import Discrete, flatdim
 
     from surreal.envs import make_vec_env
+    from surreal.spaces import is_channels_first
 
     envs = make_vec_env(env_id, 1, 0)
     try:
-        return flatdim(envs.single_observation_space), flatdim(envs.single_action_space)
+        obs, act = envs.single_observation_space, envs.single_action_space
+        actions = int(act.n) if isinstance(act, Discrete) else flatdim(act)
+        return (flatdim(obs), actions), tuple(obs.shape or ()) if is_channels_first(obs) else None
     finally:
         envs.close()
 
@@ -151,6 +163,10 @@ def scenario(c: Cluster, costs: Costs, learner: LearnerTimes | None = None) -> S
     else:
         overrides += [f"algo.batch_size={c.ddpg_batch}", f"algo.replay_ratio={c.replay_ratio}"]  # replay: the default
     link = None if c.network_gbit is None else c.network_gbit * 1e9 / 8  # bytes/s, each way
+    dims, pixels = env_shape(c.env)
+    ingest = costs.shard_ingest_per_core
+    if pixels is not None and costs.pixel_shard_ingest_per_core:
+        ingest = costs.pixel_shard_ingest_per_core
     return Scenario(
         f"capacity-{c.actors}",
         "a cluster's capacity",
@@ -167,12 +183,13 @@ def scenario(c: Cluster, costs: Costs, learner: LearnerTimes | None = None) -> S
         snapshot_interval_s=0.0,
         links=(c.rtt_ms / 1e3 / 4, link),  # a message crosses two links; a round trip, four
         service_costs=ServiceCosts(
-            ingest_s=1 / (costs.shard_ingest_per_core * c.cores_per_shard),
+            ingest_s=1 / (ingest * c.cores_per_shard),
             egress_s=1 / (costs.shard_egress_per_core * c.cores_per_shard),
             blob_s=1 / (costs.ps_fetches_per_core * c.cores_per_ps),
             not_modified_s=1 / (costs.ps_checks_per_core * c.cores_per_ps),
         ),
-        env_dims=env_dims(c.env),
+        env_dims=dims,
+        pixels=pixels,
         hidden_sizes=None,
     )
 

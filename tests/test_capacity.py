@@ -226,3 +226,51 @@ def test_the_shard_micro_benchmark_drives_todays_replay_shard_and_wire() -> None
 
     ingest, egress = shard_rates(0.05)
     assert ingest > 0 and egress > 0
+
+
+PIXEL_COSTS = replace(
+    COSTS,
+    actor_steps_per_core={**COSTS.actor_steps_per_core, "ALE/Pong-v5": 1000.0},
+    pixel_learner={"cpu": LearnerCost(step_s=0.0, sample_s=5e-4, ddpg_step_s=None)},  # 2.05 s a 1,024 batch
+    pixel_shard_ingest_per_core=1e7,
+)
+
+
+def test_an_atari_cluster_is_priced_with_the_cnn_learner_and_pixel_bytes() -> None:
+    """ppo-atari's rule (8 envs x 128 steps, 1,024 a batch, 4 minibatches x 4 epochs) on Pong: the Nature CNN's
+    cost, not the MLP's, sets the learner; the links carry frames (about 7.3 kB an env step at 128-step chunks)."""
+    pytest.importorskip("ale_py", reason="the atari extra")
+    from bench.capacity import preset_fields
+
+    fields = preset_fields("ppo-atari")
+    assert fields == {"batch_size": 1024, "update_epochs": 4, "envs_per_actor": 8, "chunk_steps": 128, "minibatches": 4}
+    c = Cluster(actors=1, env="ALE/Pong-v5", **fields)
+    p = predict(c, PIXEL_COSTS)
+    assert p.bottleneck == "learner"
+    assert p.env_steps_per_s == pytest.approx(1024 / (4 * 5e-4 * 1024), rel=0.03)
+    linked = predict(replace(c, network_gbit=1.0), PIXEL_COSTS)
+    chunk_bytes = linked.per_step["replay network in"]
+    assert 84 * 84 < chunk_bytes < 1.1 * 84 * 84  # each frame once, not a float32 stack's 112,896 bytes
+    blob_bytes = linked.per_step["ps network out"] * 1024  # the Nature CNN's blob, once a version to the one actor
+    assert 6e6 < blob_bytes < 7.5e6
+    # The learner's blob to the ps and on to the actor (6.7 MB twice at 125 MB/s) lengthens each version's cycle.
+    assert linked.env_steps_per_s < p.env_steps_per_s
+    with pytest.raises(KeyError, match="pixel learner"):
+        predict(c, replace(PIXEL_COSTS, pixel_learner={}))  # the MLP's cost is no CNN's
+
+
+def test_the_atari_point_is_read_from_its_description(tmp_path: Path) -> None:
+    pytest.importorskip("ale_py", reason="the atari extra")
+    from bench.capacity import atari_cluster
+
+    data = json.loads((REPO / "bench/results/atari-ppo.2core.json").read_text())
+    c = atari_cluster(data)
+    assert (c.actors, c.env, c.envs_per_actor, c.chunk_steps) == (1, "ALE/Pong-v5", 8, 128)
+    assert (c.batch, c.minibatches, c.update_epochs, c.learner_device) == (1024, 4, 4, "cpu")
+    (tmp_path / "atari-ppo.2core.json").write_text(json.dumps(data))
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps({"benchmark": "fleet"}))
+    rows = check(PIXEL_COSTS, fleet, tmp_path)["pixels_atari_ppo"]["points"]
+    assert rows[0]["measured_env_steps_per_s"] == pytest.approx(data["system"]["frames_per_s"] / 4)
+    assert rows[0]["predicted_bottleneck"] == "learner"
+    assert rows[0]["predicted_env_steps_per_s"] == pytest.approx(1024 / 2.048, rel=0.05)

@@ -1,8 +1,8 @@
 """What the simulator checks: every honest chunk's fate, every counter, every rule of flow control.
 
-The honest actors tag each chunk (its first observation cell holds the actor's index, the next its serial number:
-`tag`), so the ledger follows each one from the actor that sent it to the update that learned from it. At the end
-of a run every honest chunk sent must be in exactly one place: learned once, still held (a shard, the learner's
+The honest actors tag each chunk (the first cell of its tagged field holds the actor's index, the next its serial
+number: `tag`), so the ledger follows each one from the actor that sent it to the update that learned from it. At the
+end of a run every honest chunk sent must be in exactly one place: learned once, still held (a shard, the learner's
 feed or port, a pipe), or inside a process the scenario killed (counted when it died); a chunk dropped as stale or
 evicted from a full FIFO is a loss, allowed only where the scenario says its faults make some unavoidable.
 
@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from surreal.proto.codec import Message
+from surreal.proto.frame_fields import OBS_INDEX
 from surreal.proto.wire import (
     EXPERIENCE,
     FIFO_REPLY,
@@ -59,21 +60,27 @@ TAGGED = ("obs", "returns")  # the field a chunk's tag is written in: the first 
 
 
 def tagged_field(arrays: Mapping[str, Any]) -> str:
+    """Where a chunk's tag is. An image chunk's observations are uint8 frames and indices into them (it has
+    `obs_index`), neither of which can hold an actor's index and a serial, so its tag goes in its rewards (float32:
+    exact for integers below 2**24), which the simulated learner never learns from. The wire format is the real one
+    either way: the tag changes values, never a field."""
+    if OBS_INDEX in arrays:
+        return "rewards"
     return next((name for name in TAGGED if name in arrays), "")
 
 
 def tag(arrays: dict[str, Any], actor: int, serial: int) -> None:
     """Mark a chunk's arrays (its tagged field, copied by the caller) as honest chunk (`actor`, `serial`)."""
-    cells = arrays[tagged_field(arrays)]
-    cells[0, 0, 0], cells[0, 0, 1] = actor, serial
+    cells = arrays[tagged_field(arrays)].reshape(-1)  # a view: the first two cells, whatever the field's shape
+    cells[0], cells[1] = actor, serial
 
 
 def chunk_id(arrays: Mapping[str, Any]) -> ChunkId | None:
     """The honest chunk these arrays are, or None (a hostile peer's)."""
     if not tagged_field(arrays):
         return None
-    cells = np.asarray(arrays[tagged_field(arrays)])
-    return None if cells[0, 0, 0] < 0 else (int(cells[0, 0, 0]), int(cells[0, 0, 1]))
+    cells = np.asarray(arrays[tagged_field(arrays)]).reshape(-1)
+    return None if cells[0] < 0 else (int(cells[0]), int(cells[1]))
 
 
 def chunks_in(message: Message) -> Iterator[ChunkId]:

@@ -81,6 +81,7 @@ from surreal.roles.learner import DONE, RECEIVE_TIMEOUT_S, LearnerCore, LearnerD
 from surreal.roles.learner_group import FollowerCore, LeaderLearner, OrderPace, RankZeroOrders
 from surreal.roles.ps import PsCore
 from surreal.roles.replay import PULL_HWM, ReplayCore
+from surreal.runtime.frame_chunks import FRAMES_FIELD, NEXT_INDEX, OBS_INDEX, pack
 from surreal.runtime.regimes import regime_of
 from surreal.sim.ledger import ChunkId, Ledger, chunk_id, chunks_in, tag, tagged_field
 from surreal.sim.world import Network, Node, World
@@ -942,16 +943,28 @@ class FollowerNode(Process):
 class ScriptedChunks:
     """Chunks as the algorithm's collector makes them (its `chunk_fields`: names, dtypes, shapes), `T` steps of `K`
     envs (ES: one row of `K` pairs, each two whole episodes), episodes of EPISODE_STEPS ending inside them; each
-    tagged (ledger.py `tag`) so its fate can be followed. `env_steps`: a chunk's steps."""
+    tagged (ledger.py `tag`) so its fate can be followed. `env_steps`: a chunk's steps.
+
+    Image observations (fields with frames and indices, runtime/frame_chunks.py) are packed as an actor packs them:
+    `pixel_rollout`'s stacks of distinct frames through `pack`, so a chunk carries each frame once, the S-1 frames
+    before it and one more per episode end, exactly the frames and indices the real actor sends for the same
+    episodes. The packing depends on where the chunk's steps fall in their episodes only, so it is done once per
+    phase (`first step % EPISODE_STEPS`)."""
 
     def __init__(self, fields: Fields, steps: int, envs: int, pairs: bool) -> None:
         self.T, self.K, self.pairs = (1, envs, True) if pairs else (steps, envs, False)
         self.env_steps = 2 * EPISODE_STEPS * envs if pairs else steps * envs
-        self.template = {name: np.full((self.T, envs, *f.shape), f.low or 0, f.dtype) for name, f in fields.items()}
-        self.tagged = tagged_field(self.template)
+        self.fields = fields
+        self.pixels = FRAMES_FIELD in fields
+        plain = {name: f for name, f in fields.items() if not self.pixels or name not in frame_fields_of(fields)}
+        self.template = {name: np.full((self.T, envs, *f.shape), f.low or 0, f.dtype) for name, f in plain.items()}
+        self.packed: dict[int, dict[str, Any]] = {}  # a phase's frames and indices (PER_CHUNK and the index fields)
+        self.tagged = tagged_field(fields)
 
     def chunk(self, actor: int, serial: int, version: int) -> Chunk:
         arrays = dict(self.template)
+        if self.pixels:
+            arrays.update(self._frames(serial * self.T % EPISODE_STEPS))
         arrays[self.tagged] = self.template[self.tagged].copy()
         tag(arrays, actor, serial)
         if self.pairs:
@@ -959,6 +972,49 @@ class ScriptedChunks:
         first, last = serial * self.T, (serial + 1) * self.T
         episodes = (last // EPISODE_STEPS - first // EPISODE_STEPS) * self.K
         return Chunk(arrays, version, actor, [-1.0] * episodes, [EPISODE_STEPS] * episodes)
+
+    def _frames(self, phase: int) -> dict[str, Any]:
+        if phase not in self.packed:
+            obs, next_obs = pixel_rollout(self.fields, self.T, self.K, phase)
+            frame = self.fields[FRAMES_FIELD].shape
+            self.packed[phase] = pack({"obs": obs, "next_obs": next_obs}, frame[0] if len(frame) == 3 else 1)
+        return self.packed[phase]
+
+
+def frame_fields_of(fields: Fields) -> tuple[str, ...]:
+    """The names of an image chunk's frames and indices among `fields`."""
+    return tuple(name for name in (FRAMES_FIELD, OBS_INDEX, NEXT_INDEX) if name in fields)
+
+
+def pixel_rollout(fields: Fields, steps: int, envs: int, phase: int) -> tuple[np.ndarray, np.ndarray]:
+    """`obs` and `next_obs` ([T, K, S, *frame] uint8) of `envs` envs stacking S frames as FrameStackObservation does,
+    from step `phase` of an episode of EPISODE_STEPS: every env step renders a new frame, a reset's stack is its
+    first frame S times, an episode's last next observation is its final stack. Each frame is distinct (its number
+    in its first bytes), as a real game's frames are, so none is shared by chance."""
+    frame_shape, stack = fields[FRAMES_FIELD].shape, fields[OBS_INDEX].shape[0]
+    g = phase + np.arange(steps)  # each row's step since the first episode's start
+    episode, j = g // EPISODE_STEPS, g % EPISODE_STEPS
+    per_episode = EPISODE_STEPS + 1  # frames 0..EPISODE_STEPS: the last is the final observation's
+    first_episode = int(episode[0])
+    offsets = np.arange(stack) - (stack - 1)  # the stack's frames relative to its newest
+
+    def ids(at: np.ndarray) -> np.ndarray:  # [T, S]: the frames of the stack whose newest frame is `at`
+        return (episode - first_episode)[:, None] * per_episode + np.maximum(at[:, None] + offsets[None, :], 0)
+
+    obs_ids, next_ids = ids(j), ids(j + 1)
+    episodes = int(episode[-1]) - first_episode + 1
+    per_env = episodes * per_episode
+    bank = np.zeros((envs * per_env, int(np.prod(frame_shape))), np.uint8)
+    numbers = np.arange(len(bank), dtype="<u4").view(np.uint8).reshape(len(bank), 4)
+    bank[:, :4] = numbers
+    bank = bank.reshape(len(bank), *frame_shape)
+    env_base = (np.arange(envs) * per_env)[None, :, None]  # [1, K, 1]
+    obs = bank[obs_ids[:, None, :] + env_base]
+    next_obs = bank[next_ids[:, None, :] + env_base]
+    if len(frame_shape) == 3:  # frames of several planes (RGB): the observation is their planes stacked
+        obs = obs.reshape(steps, envs, stack * frame_shape[0], *frame_shape[1:])
+        next_obs = next_obs.reshape(obs.shape)
+    return obs, next_obs
 
 
 class ScriptedActor(ActorEvents):

@@ -55,8 +55,13 @@ from surreal.sim.world import Network, Node, World
 PENDULUM = (3, 1)  # Pendulum-v1's observation and action sizes: no env is ever made
 
 
-def env_spaces(dims: tuple[int, int]) -> tuple[spaces.Box, spaces.Box]:
-    """An env's observation and action spaces of these sizes, as the actors' chunks and the blobs shape them."""
+def env_spaces(
+    dims: tuple[int, int], pixels: tuple[int, ...] | None = None
+) -> tuple[spaces.Box, spaces.Box | spaces.Discrete]:
+    """An env's observation and action spaces of these sizes, as the actors' chunks and the blobs shape them; with
+    `pixels`, uint8 images of that shape (planes, H, W) and `dims[1]` discrete actions, as an Atari env's."""
+    if pixels is not None:
+        return spaces.Box(0, 255, pixels, np.uint8), spaces.Discrete(dims[1])
     return spaces.Box(-np.inf, np.inf, (dims[0],), np.float32), spaces.Box(-2.0, 2.0, (dims[1],), np.float32)
 
 
@@ -115,6 +120,7 @@ class Scenario:
     service_costs: ServiceCosts = ServiceCosts()  # the shards' and ps replicas' time per event (none: instant)
     env_dims: tuple[int, int] = PENDULUM  # observation and action sizes: what chunks, samples and blobs weigh
     hidden_sizes: str | None = "[16]"  # the policy's widths (None: the algorithm's default)
+    pixels: tuple[int, ...] | None = None  # image observations of this shape (an Atari stack: (4, 84, 84)), uint8
     inference_workers: int = 0  # central inference (`topology.inference=central`) with this many workers; 0: none
     inference_costs: InferenceCosts = InferenceCosts()
     slow_worker: float = 1.0  # what inference-0's costs are multiplied by
@@ -190,7 +196,9 @@ class Sim:
         self.world = world = World(seed)
         self.net = net = Network(world, scenario.jitter_s, scenario.drop_p)
         algo = get_algorithm(cfg.algo.name)
-        self.spaces = obs_space, act_space = env_spaces(scenario.env_dims)
+        if scenario.pixels is not None and scenario.inference_workers:
+            raise ValueError("the simulator's inference workers take flat observations only, not pixels")
+        self.spaces = obs_space, act_space = env_spaces(scenario.env_dims, scenario.pixels)
         fields = algo.chunk_fields(obs_space, act_space, algo_config(cfg))
         if cfg.replay.mode != "fifo":  # the shards are laid out by the experiment, as the launcher lays them out
             cfg = self.cfg = with_layout(cfg, fields)
@@ -409,7 +417,7 @@ def ledger_rules(cfg: ExperimentConfig) -> tuple[int | None, tuple[int, float] |
     return None if regime.lockstep else regime.bound.max_lag, None
 
 
-def _blob_params(cfg: ExperimentConfig, env: tuple[spaces.Box, spaces.Box]) -> dict[str, Any]:
+def _blob_params(cfg: ExperimentConfig, env: tuple[spaces.Box, spaces.Box | spaces.Discrete]) -> dict[str, Any]:
     """A real learner's parameters for the algorithm (built once per run): what blobs carry and checkpoints save."""
     import torch
 
