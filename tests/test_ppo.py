@@ -14,9 +14,10 @@ import torch
 
 from surreal.algos import get_algorithm
 from surreal.algos.ppo.config import PPOConfig
-from surreal.algos.ppo.learner import PPOLearner, gae
+from surreal.algos.ppo.learner import PPOLearner
 from surreal.algos.ppo.nets import CategoricalActorCritic
 from surreal.algos.ppo.policy import PPOPolicy
+from surreal.algos.ppo.returns import gae
 from surreal.envs import make_vec_env
 from surreal.proto.wire import Chunk
 from surreal.runtime.rollout import RolloutCollector

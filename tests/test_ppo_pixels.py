@@ -22,6 +22,7 @@ import torch
 from bench.frames import RandomPolicy
 
 from surreal.algos.encoders import ImpalaCNN, NatureCNN, make_encoder
+from surreal.algos.ppo.chunk_tensors import observations
 from surreal.algos.ppo.config import ENCODERS, PPOConfig
 from surreal.algos.ppo.learner import PPOLearner
 from surreal.algos.ppo.policy import PPOPolicy, chunk_fields, make_collector
@@ -174,7 +175,7 @@ def test_the_stacks_the_learner_rebuilds_equal_the_envs_across_episode_ends(env_
         reply = decode_sample_reply(decode(frames_of(encode_sample_reply(reply))), 0, layout=ReplyLayout(fields))
         assert isinstance(reply, FifoReply) and reply.refused == [] and len(reply.chunks) == 1
         (received,) = reply.chunks
-        rebuilt = learner._observations([received])
+        rebuilt = observations([received], learner.device)
         assert rebuilt.dtype == torch.uint8
         assert np.array_equal(rebuilt[0].numpy(), reference["obs"]) and np.array_equal(
             rebuilt[1].numpy(), reference["next_obs"]

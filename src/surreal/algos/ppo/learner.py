@@ -1,4 +1,4 @@
-"""PPO's learner side (Schulman et al. 2017): GAE, CleanRL's clipped loss and the update, readable top to bottom.
+"""PPO's learner side (Schulman et al. 2017): CleanRL's clipped loss and the update, readable top to bottom.
 
 Follows CleanRL's ppo_continuous_action and the implementation details catalogued by Huang et al. 2022 ("The 37
 Implementation Details of PPO"): observation normalization, reward scaling by the running std of the discounted
@@ -14,8 +14,8 @@ parameter blob so actors normalize exactly as the learner does. Sockets and loop
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,39 +24,15 @@ from torch import nn
 
 from surreal.algos.capture import CapturedStep, CompiledSteps, load_optimizer_state
 from surreal.algos.normalizer import RunningMeanStd
+from surreal.algos.ppo.chunk_tensors import observations, stack, stack_per_env
 from surreal.algos.ppo.config import PPOConfig
 from surreal.algos.ppo.encoded import EncodedModel
 from surreal.algos.ppo.nets import Batch
 from surreal.algos.ppo.policy import Model, make_model
+from surreal.algos.ppo.returns import discounted_returns, gae
 from surreal.algos.replica import ALONE, Replica
 from surreal.proto.wire import PER_ENV, Chunk
-from surreal.runtime.frame_chunks import frame_chunk, is_packed
 from surreal.spaces import is_channels_first
-
-Array = TypeVar("Array", np.ndarray, torch.Tensor)
-
-
-def gae(
-    rewards: Array,
-    values: Array,
-    next_values: Array,
-    terminated: Array,
-    truncated: Array,
-    gamma: float,
-    gae_lambda: float,
-) -> Array:
-    """Generalized advantage estimation over a time-major [T, K] batch (NumPy arrays or torch tensors).
-
-    delta_t = r_t + gamma * V(s'_t) * (1 - terminated_t) - V(s_t): a truncated step still bootstraps from
-    its final observation. The recursion stops at any episode end (terminated or truncated), and the
-    batch's last step needs no carried advantage because its V(s'_T) is already in delta_T. One reverse
-    scan over T serves all K columns at once."""
-    advantages = rewards + gamma * next_values * ~terminated - values  # delta_t, turned into A_t in place
-    decay = gamma * gae_lambda * ~(terminated | truncated)
-    for t in reversed(range(len(rewards) - 1)):
-        advantages[t] += decay[t] * advantages[t + 1]
-    return advantages
-
 
 MINIBATCH_KEYS = ("obs", "actions", "logprobs", "advantages", "returns", "values")  # what the loss scores
 STEP_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")  # what ppo_loss reports, in order
@@ -117,29 +93,6 @@ class PPOLearner(CompiledSteps):
 
     # -- data preparation ---------------------------------------------------------------------------
 
-    def _stack(self, chunks: Sequence[Chunk], key: str, dtype: torch.dtype | None = None) -> torch.Tensor:
-        """One array of chunks of equal T, side by side along K ([T, K_total, ...]), on the device."""
-        return torch.from_numpy(np.concatenate([c.arrays[key] for c in chunks], axis=1)).to(self.device, dtype)
-
-    def _stack_per_env(self, chunks: Sequence[Chunk], key: str) -> torch.Tensor:
-        """One `PER_ENV` array of chunks, side by side along K ([K_total, ...]), on the device."""
-        return torch.from_numpy(np.concatenate([c.arrays[PER_ENV][key] for c in chunks])).to(self.device)
-
-    def _observations(self, chunks: Sequence[Chunk]) -> torch.Tensor:
-        """s_t and s'_t of chunks of one length T, side by side along K, as one tensor [2, T, K_total, ...] on the
-        device: float32 vectors, or uint8 images whose stacks each chunk's frames and indices rebuild there
-        (runtime/frame_chunks.py; the indices are checked against the frames by the wire and the FIFO)."""
-        if not is_packed(chunks[0].arrays):
-            return torch.stack([self._stack(chunks, "obs"), self._stack(chunks, "next_obs")])
-        stacks = []
-        for chunk in chunks:
-            packed = frame_chunk(chunk.arrays)
-            array = packed.frames if packed.frames.flags.writeable else packed.frames.copy()  # a received message's
-            frames = torch.from_numpy(array).to(self.device)
-            index = torch.from_numpy(np.stack([packed.obs_index, packed.next_index])).to(self.device)
-            stacks.append(frames[index.long()])  # [2, T, K, S, H, W]
-        return torch.cat(stacks, dim=2)
-
     def _normalize(self, obs: torch.Tensor) -> torch.Tensor:
         """RunningMeanStd.normalize on the device, in float64 as the actors compute it, so both agree. Images stay
         uint8."""
@@ -162,19 +115,11 @@ class PPOLearner(CompiledSteps):
         survives of it (gamma^(t+1) until the column's first episode end). That carry may come from the
         actor's previous chunk in this very batch, which is why chunks are finished in order."""
         cfg = self.cfg
-        rewards = self._stack(chunks, "rewards", torch.float64)
+        rewards = stack(chunks, "rewards", self.device, torch.float64)
         if not cfg.reward_scale:
             return rewards.float()
-        done = self._stack(chunks, "terminated") | self._stack(chunks, "truncated")
-        returns = torch.empty_like(rewards)
-        running = torch.zeros_like(rewards[0])
-        for t in range(len(rewards)):
-            running = running * cfg.gamma + rewards[t]
-            returns[t] = running
-            running = running.masked_fill(done[t], 0.0)
-        steps = torch.arange(1, len(rewards) + 1, device=self.device, dtype=torch.float64)
-        no_end_before = (done.cumsum(0) - done.long()) == 0
-        carry_survives = cfg.gamma ** steps[:, None] * no_end_before
+        done = stack(chunks, "terminated", self.device) | stack(chunks, "truncated", self.device)
+        returns, carry_survives = discounted_returns(rewards, done, cfg.gamma)
 
         columns, first = [], 0
         for chunk in chunks:
@@ -200,17 +145,17 @@ class PPOLearner(CompiledSteps):
         reward scaling and GAE each run once over the whole batch; then the update's entries, as the model's mode
         cuts them (transitions, or sequences with their start states)."""
         cfg = self.cfg
-        observations = self._normalize(self._observations(chunks))
-        terminated, truncated = self._stack(chunks, "terminated"), self._stack(chunks, "truncated")
+        obs = self._normalize(observations(chunks, self.device))  # [2, T, K_total, ...]: s_t and s'_t
+        terminated, truncated = (stack(chunks, key, self.device) for key in ("terminated", "truncated"))
         done = terminated | truncated
-        per_env = {key: self._stack_per_env(chunks, key) for key in chunks[0].arrays.get(PER_ENV, {})}
-        values, next_values = self.model.values(observations, done, per_env)
+        per_env = {key: stack_per_env(chunks, key, self.device) for key in chunks[0].arrays.get(PER_ENV, {})}
+        values, next_values = self.model.values(obs, done, per_env)
         rewards = self._scale_rewards(*chunks)
         advantages = gae(rewards, values, next_values, terminated, truncated, cfg.gamma, cfg.gae_lambda)
         batch = {
-            "obs": observations[0],
-            "actions": self._stack(chunks, "actions", torch.float32),
-            "logprobs": self._stack(chunks, "logprobs", torch.float32),
+            "obs": obs[0],
+            "actions": stack(chunks, "actions", self.device, torch.float32),
+            "logprobs": stack(chunks, "logprobs", self.device, torch.float32),
             "advantages": advantages,
             "returns": advantages + values,
             "values": values,
