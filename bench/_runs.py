@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
 import os
 import platform
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from surreal.metricsfile import MetricsTail
 
 RESULTS = Path(__file__).resolve().parent / "results"
+
+T = TypeVar("T")
 
 
 def machine() -> str:
@@ -25,6 +30,28 @@ def machine_at_end() -> str:
     """The `machine` of a microbenchmark's result: architecture, core count and the load it ran under (its figures
     move with what else the box runs)."""
     return f"{platform.machine()} {os.cpu_count()} cpus, load average {os.getloadavg()[0]:.1f} at the end"
+
+
+def in_spawned_process(work: Callable[..., T], *args: Any, timeout_s: float) -> T:
+    """`work(*args)` in a fresh spawned process (pinning, thread counts and imports stay there), and its result; a
+    failure there is a one-line RuntimeError here rather than a wait until `timeout_s`. `work` is a module-level
+    function and its arguments pickle."""
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    proc = ctx.Process(target=_put_outcome, args=(work, args, out))
+    proc.start()
+    got = out.get(timeout=timeout_s)
+    proc.join(timeout=60)
+    if isinstance(got, RuntimeError):
+        raise got
+    return got
+
+
+def _put_outcome(work: Callable[..., Any], args: tuple[Any, ...], out: Any) -> None:
+    try:
+        out.put(work(*args))
+    except Exception as exc:  # the parent waits on the queue: say what failed
+        out.put(RuntimeError(f"{work.__name__} failed: {type(exc).__name__}: {exc}"))
 
 
 def emit(result: dict, *outs: Path | None) -> None:

@@ -40,7 +40,7 @@ from typing import Any, cast
 
 import zmq
 
-from bench._runs import RESULTS, emit, machine_at_end
+from bench._runs import RESULTS, emit, in_spawned_process, machine_at_end
 from bench.atari_envs import pin
 from bench.atari_ppo import system
 from surreal.proto.channels import ExperienceSender, bind_socket
@@ -53,41 +53,26 @@ SKIP = 4
 OUT = RESULTS / "atari-curve.2core.json"
 
 
-def _collect(out: Any) -> None:
+def _collect() -> tuple[dict[str, Any], int, float]:
     """One chunk of the ppo-atari preset after a warm-up chunk, and the actor's CPU seconds per env step for it."""
     pin([0])
-    try:
-        import torch
+    import torch
 
-        from surreal.algos.ppo.config import PPOConfig
-        from surreal.algos.ppo.policy import PPOPolicy, make_collector
-        from surreal.config import algo_config, load_config
-        from surreal.envs import make_vec_env
+    from surreal.algos.ppo.config import PPOConfig
+    from surreal.algos.ppo.policy import PPOPolicy, make_collector
+    from surreal.config import algo_config, load_config
+    from surreal.envs import make_vec_env
 
-        torch.set_num_threads(1)
-        experiment = load_config(["preset=ppo-atari", f"env={ENV_ID}"])
-        cfg = cast(PPOConfig, algo_config(experiment))
-        vec = make_vec_env(ENV_ID, experiment.topology.envs_per_actor, 0)
-        policy = PPOPolicy(vec.single_observation_space, vec.single_action_space, cfg, 0)
-        collector = make_collector(vec, policy, cfg, 0, experiment.actor.chunk_steps)
-        collector.collect(0)  # warm-up: first resets, first forward passes
-        started = time.process_time()
-        chunk = collector.collect(0)
-        out.put((chunk.arrays, chunk.env_steps, (time.process_time() - started) / chunk.env_steps))
-    except Exception as exc:  # the parent waits on the queue: say what failed
-        out.put(f"collecting a chunk failed: {type(exc).__name__}: {exc}")
-
-
-def collect_chunk() -> tuple[dict[str, Any], int, float]:
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    proc = ctx.Process(target=_collect, args=(out,))
-    proc.start()
-    got = out.get(timeout=900)
-    proc.join(timeout=60)
-    if isinstance(got, str):
-        raise RuntimeError(got)
-    return got
+    torch.set_num_threads(1)
+    experiment = load_config(["preset=ppo-atari", f"env={ENV_ID}"])
+    cfg = cast(PPOConfig, algo_config(experiment))
+    vec = make_vec_env(ENV_ID, experiment.topology.envs_per_actor, 0)
+    policy = PPOPolicy(vec.single_observation_space, vec.single_action_space, cfg, 0)
+    collector = make_collector(vec, policy, cfg, 0, experiment.actor.chunk_steps)
+    collector.collect(0)  # warm-up: first resets, first forward passes
+    started = time.process_time()
+    chunk = collector.collect(0)
+    return chunk.arrays, chunk.env_steps, (time.process_time() - started) / chunk.env_steps
 
 
 def _sender(address: str, count: int, keys: CurveKeys | None, arrays: dict[str, Any], out: Any) -> None:
@@ -153,7 +138,7 @@ def main() -> None:
     parser.add_argument("--runs-root", type=Path, default=RESULTS / "runs")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
-    arrays, env_steps, actor_s = collect_chunk()
+    arrays, env_steps, actor_s = in_spawned_process(_collect, timeout_s=900)
     chunk_bytes = sum(a.nbytes for _, a in flatten(arrays))
     print(f"chunk: {env_steps} env steps, {chunk_bytes:,} bytes; actor {actor_s * 1e6:,.0f} us CPU an env step")
     keys = CurveKeys.generate()

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from bench._runs import RESULTS, emit, machine_at_end
+from bench._runs import RESULTS, emit, in_spawned_process, machine_at_end
 
 OUT = RESULTS / "atari-envs.2core.json"
 GAME, ENV_ID, ENVPOOL_TASK = "pong", "ALE/Pong-v5", "Pong-v5"
@@ -185,23 +185,12 @@ def in_processes(kind: str, cores: list[int], **args: Any) -> float:
 
 
 def _threaded(make: Callable[[int, int], Any], threads: int, steps: int) -> float:
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    proc = ctx.Process(target=_threaded_child, args=(make, threads, steps, out))
-    proc.start()
-    rate = out.get(timeout=600)
-    proc.join(timeout=60)
-    if isinstance(rate, str):
-        raise RuntimeError(rate)
-    return float(rate)
+    return in_spawned_process(_threaded_child, make, threads, steps, timeout_s=600)
 
 
-def _threaded_child(make: Callable[[int, int], Any], threads: int, steps: int, out: Any) -> None:
+def _threaded_child(make: Callable[[int, int], Any], threads: int, steps: int) -> float:
     pin(list(range(threads)))
-    try:
-        out.put(vector_frames_per_s(lambda: make(ENVS, threads), steps, 0))
-    except Exception as exc:  # as in `_child`
-        out.put(f"{make.__name__} failed: {type(exc).__name__}: {exc}")
+    return vector_frames_per_s(lambda: make(ENVS, threads), steps, 0)
 
 
 def deterministic_equal(make: Callable[[], Any], noop_max: int, steps: int = 300) -> dict[str, Any]:

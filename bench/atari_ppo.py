@@ -25,7 +25,6 @@ efficiency = system frames/s / raw frames/s (the two raw windows' mean). A frame
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import os
 import statistics
 import time
@@ -34,7 +33,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from bench._runs import RESULTS, WatchedRun, emit, machine_at_end
+from bench._runs import RESULTS, WatchedRun, emit, in_spawned_process, machine_at_end
 from bench.atari_envs import in_processes, pin
 
 ENV_ID = "ALE/Pong-v5"
@@ -42,39 +41,28 @@ SKIP = 4
 OUT = RESULTS / "atari-ppo.2core.json"
 
 
-def _actor_alone(envs: int, steps: int, out: Any) -> None:
+def _actor_alone(envs: int, steps: int) -> float:
     pin([0])
-    try:
-        import torch
+    import torch
 
-        from surreal.algos.ppo.config import PPOConfig
-        from surreal.algos.ppo.policy import PPOPolicy, make_collector
-        from surreal.config import algo_config, load_config
-        from surreal.envs import make_vec_env
+    from surreal.algos.ppo.config import PPOConfig
+    from surreal.algos.ppo.policy import PPOPolicy, make_collector
+    from surreal.config import algo_config, load_config
+    from surreal.envs import make_vec_env
 
-        torch.set_num_threads(1)
-        cfg = cast(PPOConfig, algo_config(load_config(["preset=ppo-atari", f"env={ENV_ID}"])))
-        vec = make_vec_env(ENV_ID, envs, 0)
-        policy = PPOPolicy(vec.single_observation_space, vec.single_action_space, cfg, 0)
-        collector = make_collector(vec, policy, cfg, 0, steps)
-        collector.collect(0)  # warm-up: first resets, first forward passes
-        started = time.perf_counter()
-        chunk = collector.collect(0)
-        out.put(chunk.env_steps * SKIP / (time.perf_counter() - started))
-    except Exception as exc:  # the parent waits on the queue: say what failed
-        out.put(f"actor_alone failed: {type(exc).__name__}: {exc}")
+    torch.set_num_threads(1)
+    cfg = cast(PPOConfig, algo_config(load_config(["preset=ppo-atari", f"env={ENV_ID}"])))
+    vec = make_vec_env(ENV_ID, envs, 0)
+    policy = PPOPolicy(vec.single_observation_space, vec.single_action_space, cfg, 0)
+    collector = make_collector(vec, policy, cfg, 0, steps)
+    collector.collect(0)  # warm-up: first resets, first forward passes
+    started = time.perf_counter()
+    chunk = collector.collect(0)
+    return chunk.env_steps * SKIP / (time.perf_counter() - started)
 
 
 def actor_alone(envs: int, steps: int) -> float:
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    proc = ctx.Process(target=_actor_alone, args=(envs, steps, out))
-    proc.start()
-    rate = out.get(timeout=900)
-    proc.join(timeout=60)
-    if isinstance(rate, str):
-        raise RuntimeError(rate)
-    return float(rate)
+    return in_spawned_process(_actor_alone, envs, steps, timeout_s=900)
 
 
 def system(
