@@ -114,11 +114,6 @@ def split(obs: np.ndarray, next_obs: np.ndarray) -> FrameChunk:
     return FrameChunk(stacked, obs_index, next_index)
 
 
-def naive_nbytes(obs: np.ndarray, next_obs: np.ndarray) -> int:
-    """What the same chunk weighs as two arrays of whole stacks."""
-    return int(obs.nbytes + next_obs.nbytes)
-
-
 class FrameRing:
     """A transition replay's frames, each once, in a ring of `capacity` frames. `add` stores a chunk's frames and
     returns its stacks' indices as absolute frame numbers (counted from the ring's first frame, never reused), which
