@@ -42,6 +42,16 @@ OUT = RESULTS / "atari-envs.2core.json"
 GAME, ENV_ID, ENVPOOL_TASK = "pong", "ALE/Pong-v5", "Pong-v5"
 ENVS = 8
 SKIP = 4
+# The settings envpool and ale_py's vector env both spell so (each names clipping, frame skip and grayscale its own way)
+SETTINGS = {
+    "repeat_action_probability": 0.25,
+    "noop_max": 30,
+    "use_fire_reset": False,
+    "episodic_life": False,
+    "stack_num": 4,
+    "img_height": 84,
+    "img_width": 84,
+}
 
 
 def pin(cores: list[int]) -> None:
@@ -95,20 +105,8 @@ def gym_vector(kind: str, envs: int) -> Any:
 def envpool_vector(envs: int, threads: int, **overrides: Any) -> Any:
     import envpool
 
-    settings = {
-        "repeat_action_probability": 0.25,
-        "noop_max": 30,
-        "use_fire_reset": False,
-        "reward_clip": True,
-        "episodic_life": False,
-        "stack_num": 4,
-        "frame_skip": SKIP,
-        "img_height": 84,
-        "img_width": 84,
-        "gray_scale": True,
-        "max_episode_steps": 27_000,
-        **overrides,
-    }
+    names = {"reward_clip": True, "frame_skip": SKIP, "gray_scale": True, "max_episode_steps": 27_000}
+    settings = {**SETTINGS, **names, **overrides}
     vec = envpool.make_gymnasium(ENVPOOL_TASK, num_envs=envs, num_threads=threads, seed=0, **settings)
     vec.reset()
     return vec
@@ -117,20 +115,8 @@ def envpool_vector(envs: int, threads: int, **overrides: Any) -> Any:
 def ale_vector(envs: int, threads: int, **overrides: Any) -> Any:
     from ale_py.vector_env import AtariVectorEnv
 
-    settings = {
-        "repeat_action_probability": 0.25,
-        "noop_max": 30,
-        "use_fire_reset": False,
-        "reward_clipping": True,
-        "episodic_life": False,
-        "stack_num": 4,
-        "frameskip": SKIP,
-        "img_height": 84,
-        "img_width": 84,
-        "grayscale": True,
-        "autoreset_mode": "SameStep",
-        **overrides,
-    }
+    names = {"reward_clipping": True, "frameskip": SKIP, "grayscale": True, "autoreset_mode": "SameStep"}
+    settings = {**SETTINGS, **names, **overrides}
     vec = AtariVectorEnv(GAME, envs, num_threads=threads, **settings)
     vec.reset(seed=0)
     return vec
