@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from bench.pixel_sac import CAMERA
 
 from surreal.algos.offpolicy import NStepCollector, chunk_fields
 from surreal.algos.sac.config import SACConfig
@@ -28,6 +29,7 @@ from surreal.algos.sac.policy import SACPolicy
 from surreal.cli import main
 from surreal.config import algo_config, load_config
 from surreal.envs import make_vec_env
+from surreal.envs_pixels import PixelEnv
 from surreal.policy.artifact import FILE_NAME, POLICY_DIR, read_policy_file
 from surreal.policy.load import load_policy
 from surreal.proto.channels import frames_of
@@ -185,6 +187,38 @@ def test_a_frame_replays_snapshot_restores_what_it_served_and_the_bytes_are_pric
     assert served_fields(fields)["obs"].shape == obs_space.shape
 
 
+# -- what the camera shows ------------------------------------------------------------------------------------------
+
+
+def pole_in_view(env: PixelEnv, cart: float, angle: float) -> tuple[int, int, float]:
+    """(the pole's height in pixels, its topmost row, the mean column of that row) in the render of the task set to
+    the cart at `cart` and the pole at `angle` rad; the pole is the teal pixels (green and blue well above red)."""
+    env.reset(seed=0)
+    env.task.set_state(np.array([cart, angle]), np.zeros(2))
+    red, green, blue = env.frame().astype(int)
+    pole = (green > red + 30) & (blue > red + 30)
+    rows = np.nonzero(pole.any(1))[0]
+    assert len(rows), "the pole is out of view"
+    return int(rows[-1] - rows[0] + 1), int(rows[0]), float(np.nonzero(pole[rows[0]])[0].mean())
+
+
+def test_the_tasks_camera_settings_reach_the_renderer_and_the_benchmarks_camera_shows_the_pole_larger():
+    """`env.kwargs.default_camera_config` goes to the task's renderer (the benchmark's 1.5 m camera shows the 0.6 m
+    pole about 1.4x the default's 2.04 m one, whole, and leaning 0.2 rad, where the episode ends, moves its tip by
+    more than 5 pixels either way), and the cart stays in view 0.6 m off the middle."""
+    default = PixelEnv(PENDULUM, pixels=True)
+    closer = PixelEnv(PENDULUM, pixels=True, default_camera_config=CAMERA)
+    try:
+        (tall, _, upright), (_, _, leaning) = pole_in_view(default, 0.0, 0.0), pole_in_view(default, 0.0, 0.2)
+        (taller, top, near), (_, _, near_leaning) = pole_in_view(closer, 0.0, 0.0), pole_in_view(closer, 0.0, 0.2)
+        assert taller >= 1.3 * tall and top > 0, (tall, taller, top)
+        assert abs(leaning - upright) > 5 and abs(near_leaning - near) > 5
+        assert pole_in_view(closer, 0.6, 0.0)[0] >= taller - 2 and pole_in_view(closer, -0.6, 0.0)[0] >= taller - 2
+    finally:
+        default.close()
+        closer.close()
+
+
 # -- the learner ---------------------------------------------------------------------------------------------------
 
 
@@ -277,6 +311,7 @@ import json, sys
 import numpy as np
 import surreal
 from surreal.envs import make_vec_env
+from surreal.envs_pixels import PixelEnv
 
 policy = surreal.load_policy(sys.argv[1])
 envs = make_vec_env(sys.argv[2], 2, 0, json.loads(sys.argv[3]))
