@@ -1,6 +1,6 @@
 """DrQ-SAC from pixels against the same SAC from state, on InvertedPendulum-v5: the learning curves side by side.
 
-    nice -n 10 python -m bench.pixel_sac [--steps 30000] [--seed 1] [--timeout 4200] [--keep OLD.json]
+    nice -n 10 python -m bench.pixel_sac [--steps 30000] [--seed 1] [--timeout 4200] [--keep OLD.json ...]
     python -m bench.pixel_sac --combine STATE.json PIXELS.json [PIXELS.json ...]   # finished bench.learning results
 
 Both runs are `bench.learning` runs (one actor, the evaluator every 1,000 env steps, 5 episodes), started at the same
@@ -11,7 +11,8 @@ through a camera (`env.kwargs.pixels=true`: three 84 x 84 RGB renders, action re
 wall seconds), its wall time, its action repeat, the machine and the seed. Agent steps differ between the two (a
 pixel agent step is `action_repeat` simulator steps of the state run's): `sim_steps` puts both curves on the task's
 own clock. Returns are the task's (1 a simulator step upright, 1,000 at most) either way. `--keep` carries the pixel
-runs of an earlier result file into the new one, after the new runs (each says its settings in `overrides`).
+runs of earlier result files into the new one, after the new runs (each says its settings in `overrides`; a run
+made before `algo.encoder_features` existed had the encoder's own 512-ReLU output, recorded as 0).
 
 Action repeat 2 is DrQ's control interval for cartpole (action repeat 8 of DeepMind Control's 0.01 s): 0.08 s, two
 of InvertedPendulum's 0.04 s steps. Its 0.6 m pole falls faster than cartpole's 1 m one: left alone near upright it
@@ -29,6 +30,7 @@ from typing import Any
 
 from bench._runs import RESULTS, emit
 from surreal import envs_pixels
+from surreal.algos.sac.config import SACConfig
 
 OUT = RESULTS / "pixel-sac.2core.json"
 ENV = "InvertedPendulum-v5"
@@ -55,13 +57,26 @@ PIXELS = [
 ]
 
 
+def overridden(overrides: list[str], key: str) -> str | None:
+    """The value the overrides give `key` (with or without a leading +), or None."""
+    for override in overrides:
+        if override.lstrip("+").startswith(f"{key}="):
+            return override.split("=", 1)[1]
+    return None
+
+
 def action_repeat(overrides: list[str], pixels: bool) -> int:
     """The run's simulator steps per agent step: its `env.kwargs.action_repeat`, else the adapter's default (1 for a
     state run)."""
-    for override in overrides:
-        if override.lstrip("+").startswith("env.kwargs.action_repeat="):
-            return int(override.split("=", 1)[1])
-    return int(envs_pixels.DEFAULTS["action_repeat"]) if pixels else 1
+    value = overridden(overrides, "env.kwargs.action_repeat")
+    return int(value) if value is not None else int(envs_pixels.DEFAULTS["action_repeat"]) if pixels else 1
+
+
+def encoder_features(overrides: list[str], kept: bool) -> int:
+    """The features of the pixel run's encoder output (`algo.encoder_features`): its override, else SAC's default for
+    a run made now, else 0 for a kept run (one made before the setting, with the encoder's own 512 ReLUs)."""
+    value = overridden(overrides, "algo.encoder_features")
+    return int(value) if value is not None else 0 if kept else SACConfig().encoder_features
 
 
 def curve(result: dict[str, Any], repeat: int) -> list[dict[str, Any]]:
@@ -77,6 +92,7 @@ def side(result: dict[str, Any], pixels: bool) -> dict[str, Any]:
     return {
         "overrides": result["overrides"],
         "action_repeat": repeat,
+        **({"encoder_features": encoder_features(result["overrides"], False)} if pixels else {}),
         "seed": row["seed"],
         "status": row["status"],
         "env_steps": row["env_steps"],
@@ -91,9 +107,16 @@ def side(result: dict[str, Any], pixels: bool) -> dict[str, Any]:
 def combine(
     state: dict[str, Any], pixels: list[dict[str, Any]], kept: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
-    """One state run and the pixel runs (a seed each) as the result file holds them; `kept`: pixel runs of an earlier
-    result file, as it held them (their action repeat filled in from their overrides where it was not recorded)."""
-    earlier = [{**run, "action_repeat": action_repeat(run["overrides"], True)} for run in kept or []]
+    """One state run and the pixel runs (a seed each) as the result file holds them; `kept`: pixel runs of earlier
+    result files, as they held them (their action repeat and encoder output filled in where they were not recorded)."""
+    earlier = [
+        {
+            **run,
+            "action_repeat": run.get("action_repeat", action_repeat(run["overrides"], True)),
+            "encoder_features": run.get("encoder_features", encoder_features(run["overrides"], True)),
+        }
+        for run in kept or []
+    ]
     return {
         "benchmark": "pixel_sac",
         "env": ENV,
@@ -111,9 +134,11 @@ def main() -> None:
     parser.add_argument("--runs-root", type=Path, default=RESULTS / "runs" / "pixel-sac")
     parser.add_argument("--combine", nargs="+", type=Path, metavar="RESULT", help="the state run's, then pixel runs'")
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--keep", type=Path, metavar="RESULT", help="an earlier result file whose pixel runs to keep")
+    parser.add_argument(
+        "--keep", nargs="+", type=Path, default=[], metavar="RESULT", help="earlier results' pixel runs"
+    )
     args = parser.parse_args()
-    kept = json.loads(args.keep.read_text())["pixels"] if args.keep else []
+    kept = [run for path in args.keep for run in json.loads(path.read_text())["pixels"]]
     if args.combine:
         state, *pixels = (json.loads(path.read_text()) for path in args.combine)
         emit(combine(state, pixels, kept), args.out)

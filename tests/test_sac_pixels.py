@@ -24,7 +24,7 @@ from bench.pixel_sac import CAMERA
 from surreal.algos.offpolicy import NStepCollector, chunk_fields
 from surreal.algos.sac.config import SACConfig
 from surreal.algos.sac.learner import SACLearner
-from surreal.algos.sac.nets import random_shift
+from surreal.algos.sac.nets import EncodedActor, make_actor, random_shift
 from surreal.algos.sac.policy import SACPolicy
 from surreal.cli import main
 from surreal.config import algo_config, load_config
@@ -259,6 +259,29 @@ def test_the_encoder_is_trained_by_the_critics_loss_only():
     target_before = [p.clone() for p in learner.encoder_target.parameters()]  # type: ignore[union-attr]
     learner.after_step(torch.zeros(len(learner.step_stats)))
     assert any(not torch.equal(a, b) for a, b in zip(learner.encoder_target.parameters(), target_before, strict=True))  # type: ignore[union-attr]
+
+
+def test_the_encoders_output_is_drqs_bounded_layer_normed_features_and_the_artifacts_bound_knows_its_width():
+    """DrQ's output layer (`algo.encoder_features`, 50): a dense layer from the convolutions, layer norm, tanh, so every
+    feature is in (-1, 1) and none is zero for every image (the Nature CNN's ReLU layer lost 391 of its 512 units to
+    the critics' loss in an InvertedPendulum run); the widths the artifact's reader bounds a network by are the built
+    ones, and `algo.encoder_features=0` keeps the encoder's own 512 ReLUs."""
+    obs_space, act_space = spaces_of()
+    images = torch.as_tensor(image_batch(16)["obs"])
+    for features in (50, 0):
+        cfg = SACConfig(encoder_features=features)
+        actor = make_actor(obs_space, act_space, cfg)
+        assert isinstance(actor, EncodedActor)
+        dense = [m for m in actor.encoder.network if isinstance(m, torch.nn.Linear)]
+        assert [dense[-1].in_features, dense[-1].out_features] == cfg.encoder_widths(tuple(obs_space.shape))
+        with torch.no_grad():
+            out = actor.encoder(images)
+        if features:
+            assert out.shape == (16, 50) and out.abs().max() < 1 and bool((out != 0).any(0).all())
+            norm, squash = actor.encoder.network[-2:]
+            assert isinstance(norm, torch.nn.LayerNorm) and isinstance(squash, torch.nn.Tanh)
+        else:
+            assert out.shape == (16, 512) and out.min() >= 0
 
 
 def test_random_shift_moves_each_image_by_its_own_offset_within_the_padding():
