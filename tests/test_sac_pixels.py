@@ -19,15 +19,17 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from bench.pixel_sac import CAMERA
 
 from surreal.algos.offpolicy import NStepCollector, chunk_fields
 from surreal.algos.sac.config import SACConfig
 from surreal.algos.sac.learner import SACLearner
-from surreal.algos.sac.nets import random_shift
+from surreal.algos.sac.nets import EncodedActor, make_actor, random_shift
 from surreal.algos.sac.policy import SACPolicy
 from surreal.cli import main
 from surreal.config import algo_config, load_config
 from surreal.envs import make_vec_env
+from surreal.envs_pixels import PixelEnv
 from surreal.policy.artifact import FILE_NAME, POLICY_DIR, read_policy_file
 from surreal.policy.load import load_policy
 from surreal.proto.channels import frames_of
@@ -185,6 +187,38 @@ def test_a_frame_replays_snapshot_restores_what_it_served_and_the_bytes_are_pric
     assert served_fields(fields)["obs"].shape == obs_space.shape
 
 
+# -- what the camera shows ------------------------------------------------------------------------------------------
+
+
+def pole_in_view(env: PixelEnv, cart: float, angle: float) -> tuple[int, int, float]:
+    """(the pole's height in pixels, its topmost row, the mean column of that row) in the render of the task set to
+    the cart at `cart` and the pole at `angle` rad; the pole is the teal pixels (green and blue well above red)."""
+    env.reset(seed=0)
+    env.task.set_state(np.array([cart, angle]), np.zeros(2))
+    red, green, blue = env.frame().astype(int)
+    pole = (green > red + 30) & (blue > red + 30)
+    rows = np.nonzero(pole.any(1))[0]
+    assert len(rows), "the pole is out of view"
+    return int(rows[-1] - rows[0] + 1), int(rows[0]), float(np.nonzero(pole[rows[0]])[0].mean())
+
+
+def test_the_tasks_camera_settings_reach_the_renderer_and_the_benchmarks_camera_shows_the_pole_larger():
+    """`env.kwargs.default_camera_config` goes to the task's renderer (the benchmark's 1.5 m camera shows the 0.6 m
+    pole about 1.4x the default's 2.04 m one, whole, and leaning 0.2 rad, where the episode ends, moves its tip by
+    more than 5 pixels either way), and the cart stays in view 0.6 m off the middle."""
+    default = PixelEnv(PENDULUM, pixels=True)
+    closer = PixelEnv(PENDULUM, pixels=True, default_camera_config=CAMERA)
+    try:
+        (tall, _, upright), (_, _, leaning) = pole_in_view(default, 0.0, 0.0), pole_in_view(default, 0.0, 0.2)
+        (taller, top, near), (_, _, near_leaning) = pole_in_view(closer, 0.0, 0.0), pole_in_view(closer, 0.0, 0.2)
+        assert taller >= 1.3 * tall and top > 0, (tall, taller, top)
+        assert abs(leaning - upright) > 5 and abs(near_leaning - near) > 5
+        assert pole_in_view(closer, 0.6, 0.0)[0] >= taller - 2 and pole_in_view(closer, -0.6, 0.0)[0] >= taller - 2
+    finally:
+        default.close()
+        closer.close()
+
+
 # -- the learner ---------------------------------------------------------------------------------------------------
 
 
@@ -225,6 +259,29 @@ def test_the_encoder_is_trained_by_the_critics_loss_only():
     target_before = [p.clone() for p in learner.encoder_target.parameters()]  # type: ignore[union-attr]
     learner.after_step(torch.zeros(len(learner.step_stats)))
     assert any(not torch.equal(a, b) for a, b in zip(learner.encoder_target.parameters(), target_before, strict=True))  # type: ignore[union-attr]
+
+
+def test_the_encoders_output_is_drqs_bounded_layer_normed_features_and_the_artifacts_bound_knows_its_width():
+    """DrQ's output layer (`algo.encoder_features`, 50): a dense layer from the convolutions, layer norm, tanh, so every
+    feature is in (-1, 1) and none is zero for every image (the Nature CNN's ReLU layer lost 391 of its 512 units to
+    the critics' loss in an InvertedPendulum run); the widths the artifact's reader bounds a network by are the built
+    ones, and `algo.encoder_features=0` keeps the encoder's own 512 ReLUs."""
+    obs_space, act_space = spaces_of()
+    images = torch.as_tensor(image_batch(16)["obs"])
+    for features in (50, 0):
+        cfg = SACConfig(encoder_features=features)
+        actor = make_actor(obs_space, act_space, cfg)
+        assert isinstance(actor, EncodedActor)
+        dense = [m for m in actor.encoder.network if isinstance(m, torch.nn.Linear)]
+        assert [dense[-1].in_features, dense[-1].out_features] == cfg.encoder_widths(tuple(obs_space.shape))
+        with torch.no_grad():
+            out = actor.encoder(images)
+        if features:
+            assert out.shape == (16, 50) and out.abs().max() < 1 and bool((out != 0).any(0).all())
+            norm, squash = actor.encoder.network[-2:]
+            assert isinstance(norm, torch.nn.LayerNorm) and isinstance(squash, torch.nn.Tanh)
+        else:
+            assert out.shape == (16, 512) and out.min() >= 0
 
 
 def test_random_shift_moves_each_image_by_its_own_offset_within_the_padding():
@@ -277,6 +334,7 @@ import json, sys
 import numpy as np
 import surreal
 from surreal.envs import make_vec_env
+from surreal.envs_pixels import PixelEnv
 
 policy = surreal.load_policy(sys.argv[1])
 envs = make_vec_env(sys.argv[2], 2, 0, json.loads(sys.argv[3]))

@@ -97,7 +97,12 @@ class PixelEnv(gym.Env[np.ndarray, np.ndarray]):
         self.frames: deque[np.ndarray] = deque(maxlen=self.stack)
         self.steps = 0
 
-    def _frame(self) -> np.ndarray:
+    @property
+    def task(self) -> gym.Env:
+        """The MuJoCo task itself, unwrapped: its simulator state, which `frame` renders."""
+        return self._env.unwrapped
+
+    def frame(self) -> np.ndarray:
         """The camera's image now, channels first."""
         image = self._env.render()
         assert image is not None
@@ -109,7 +114,7 @@ class PixelEnv(gym.Env[np.ndarray, np.ndarray]):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
         super().reset(seed=seed)
         _, info = self._env.reset(seed=seed, options=options)
-        frame = self._frame()
+        frame = self.frame()
         self.frames.extend([frame] * self.stack)
         self.steps = 0
         return self._observe(), info
@@ -123,7 +128,7 @@ class PixelEnv(gym.Env[np.ndarray, np.ndarray]):
             if terminated or truncated:
                 break
         self.steps += 1
-        self.frames.append(self._frame())
+        self.frames.append(self.frame())
         truncated = bool(truncated) or (self.limit is not None and self.steps >= self.limit and not terminated)
         return self._observe(), total, bool(terminated), truncated, info
 

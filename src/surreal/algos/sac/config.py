@@ -65,6 +65,9 @@ class SACConfig(OffPolicyConfig):
     max_grad_norm: float | None = None  # gradient-norm clip of each network; null: none
     # Images (DrQ): the convolutional encoder (algos/encoders.py: nature, impala), trained by the critics' loss only
     encoder: str = "nature"
+    # DrQ's output layer: the convolutions' values through a dense layer to this many features, layer norm and tanh,
+    # in place of the encoder's own ReLU layer (0 keeps that: 512 for nature), whose units die under the critics' loss
+    encoder_features: int = 50
     augment_pad: int = 4  # random shift: each image padded by this many pixels (edge repeated), cropped back; 0: none
     # The planes of one frame of a stacked image (3: RGB renders, env.kwargs.pixels): each frame travels and is stored
     # once; a count that does not divide the image's planes stores each plane as a frame
@@ -88,15 +91,17 @@ class SACConfig(OffPolicyConfig):
         out += self.breaking("> 0 or null", "max_grad_norm")
         if self.encoder not in ENCODERS:
             out.append(f"algo.encoder must be one of {', '.join(ENCODERS)} (got {self.encoder!r})")
-        out += self.breaking(">= 0", "augment_pad")
+        out += self.breaking(">= 0", "augment_pad", "encoder_features")
         out += self.breaking("> 0", "frame_planes")
         if self.joint_forward and self.target_network:
             out.append("algo.joint_forward=true takes Q(s', a') from the critic itself: set algo.target_network=false")
         return out
 
     def encoder_widths(self, shape: tuple[int, ...]) -> list[int]:
-        """The widths of the encoder's dense layer for images of `shape` (C, H, W) (config/encoders.py)."""
-        return widths_of(self.encoder, shape)
+        """The widths of the encoder's dense layer for images of `shape` (C, H, W) (config/encoders.py; DrQ's output
+        layer, `encoder_features`, when set)."""
+        widths = widths_of(self.encoder, shape)
+        return widths[:-1] + [self.encoder_features] if self.encoder_features else widths
 
     def replica_problems(self, replicas: int) -> list[str]:
         """Batch renormalization normalizes by the batch's statistics: a rank sees only its share, so the ranks'
