@@ -28,9 +28,9 @@ from typing import Any, TypedDict, cast
 import numpy as np
 
 from surreal.frames import FrameChunk, FrameRing, as_planes
-from surreal.proto.codec import Limits, unflatten
+from surreal.proto.codec import Limits
 from surreal.proto.frame_fields import FRAMES, FRAMES_FIELD, NEXT_INDEX, OBS_INDEX
-from surreal.proto.wire import IDS, PER_CHUNK, SAMPLE_ARRAYS, SLOTS, WEIGHTS, Chunk, Field, Fields, TransitionReply
+from surreal.proto.wire import PER_CHUNK, SAMPLE_ARRAYS, WEIGHTS, Chunk, Field, Fields, TransitionReply
 from surreal.replay.buffers import (
     DEFAULT_CAPACITY_BYTES,
     DEFAULT_REPLY,
@@ -173,12 +173,7 @@ class FrameStorage(TransitionStorage):
     def reply(self, report: Any, slots: np.ndarray, weights: np.ndarray | None) -> TransitionReply:
         if weights is not None:
             raise ValueError("a frame replay samples uniformly")
-        slots = self.stored_slots(slots)
-        arrays = unflatten(list(self.gather(slots).items()))
-        arrays[SLOTS] = slots
-        arrays[IDS] = self.ids[slots]
-        self.served += len(slots)
-        return TransitionReply(report, arrays)
+        return super().reply(report, self.stored_slots(slots), None)
 
     def stats(self) -> ReplayStats:
         return {**super().stats(), "dropped": self.added - self.size}
