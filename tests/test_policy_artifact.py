@@ -106,9 +106,9 @@ def test_a_loaded_policy_acts_as_the_learners_on_one_observation_or_a_batch(arti
     cfg = load_config(OVERRIDES)
     header, tensors = read_policy_file(artifact)
     reference = get_algorithm("ppo").make_policy(*spaces(cfg), algo_config(cfg), 0, 1)
-    from surreal.policy.artifact import unflatten
+    from surreal.proto.codec import unflatten
 
-    reference.load_params(unflatten(tensors))
+    reference.load_params(unflatten(list(tensors.items())))
     policy = load_policy(artifact.parent)  # the policy folder
     obs = np.random.default_rng(1).normal(3.0, 4.0, (50, 3))
     assert np.array_equal(policy.act(obs), reference.act_deterministic(obs))

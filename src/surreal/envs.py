@@ -110,10 +110,6 @@ def env_spaces(cfg: ExperimentConfig) -> tuple[gym.Space, gym.Space]:
         probe.close()
 
 
-class EnvImportRefused(ConfigError):
-    """A file names an env whose id would import a module the user did not name; one line saying how to allow it."""
-
-
 def env_module(env_id: str) -> str | None:
     """The module `gym.make(env_id)` would import first: a `module:Name` id's (a robosuite task's adapter is this
     package's own), else None."""
@@ -124,11 +120,12 @@ def env_module(env_id: str) -> str | None:
 
 
 def admit_env_id(env_id: str, where: str) -> None:
-    """EnvImportRefused unless making `env_id` imports nothing new: a registered id, or a `module:Name` whose module is
-    already imported (named by the user: `import_modules`). `where` names the file the id came from."""
+    """ConfigError, one line saying how to allow it, unless making `env_id` imports nothing new: a registered id, or a
+    `module:Name` whose module is already imported (named by the user: `import_modules`). `where` names the file the id
+    came from."""
     module = env_module(env_id)
     if module is not None and module not in sys.modules:
-        raise EnvImportRefused(
+        raise ConfigError(
             f"{where} names env {env_id!r}, which would import module {module!r} and run its code; pass "
             f"--import {module} (Python: imports=[{module!r}]) to allow it"
         )

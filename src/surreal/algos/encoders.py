@@ -123,9 +123,11 @@ class ImpalaCNN(Encoder):
 
 
 def make_encoder(kind: str, shape: tuple[int, ...]) -> Encoder:
-    """The encoder `algo.encoder` names, for images of `shape` (C, H, W); ValueError for another name."""
-    if kind == "nature":
-        return NatureCNN(shape)
-    if kind == "impala":
-        return ImpalaCNN(shape)
-    raise ValueError(f"algo.encoder must be one of {', '.join(ENCODERS)} (got {kind!r})")
+    """The encoder `algo.encoder` names, for images of `shape` (C, H, W); ValueError, one line, for another name or
+    for images its convolutions do not fit."""
+    if kind not in ("nature", "impala"):
+        raise ValueError(f"algo.encoder must be one of {', '.join(ENCODERS)} (got {kind!r})")
+    try:
+        return NatureCNN(shape) if kind == "nature" else ImpalaCNN(shape)
+    except RuntimeError as exc:  # a convolution larger than the image
+        raise ValueError(f"algo.encoder={kind} cannot take images of {shape}: {exc}") from None

@@ -118,34 +118,6 @@ class ArtifactError(ValueError):
 # -- tensors <-> safetensors bytes --------------------------------------------------------------------------
 
 
-def flatten(blob: Mapping[str, Any], prefix: str = "") -> dict[str, np.ndarray]:
-    """A nested parameter blob as {"a/b": array} (the wire codec's naming)."""
-    flat: dict[str, np.ndarray] = {}
-    for key, value in blob.items():
-        if "/" in key:
-            raise ValueError(f"parameter name {key!r} has a '/'")
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, f"{prefix}{key}/"))
-        else:
-            flat[f"{prefix}{key}"] = np.asarray(value)
-    return flat
-
-
-def unflatten(flat: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    nested: dict[str, Any] = {}
-    for name, array in flat.items():
-        *parents, leaf = name.split("/")
-        node = nested
-        for part in parents:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ArtifactError(f"tensor {name!r} is under another tensor's name")
-        if leaf in node:
-            raise ArtifactError(f"tensor {name!r} is named twice")
-        node[leaf] = array
-    return nested
-
-
 def encode(header: Mapping[str, Any], tensors: Mapping[str, np.ndarray]) -> bytes:
     """The safetensors bytes of `tensors` with `header` (JSON, strict: no NaN or infinity) in its metadata."""
     entries: dict[str, Any] = {"__metadata__": {METADATA_KEY: json.dumps(header, allow_nan=False, sort_keys=True)}}

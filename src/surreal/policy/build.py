@@ -27,10 +27,9 @@ from surreal.policy.artifact import (
     ArtifactError,
     decode_space,
     encode_space,
-    flatten,
-    unflatten,
     write_policy_file,
 )
+from surreal.proto.codec import flatten, unflatten
 
 if TYPE_CHECKING:
     from torch import nn
@@ -166,7 +165,7 @@ class PolicyRecorder:
         evaluation: dict[str, Any] | None = None,
     ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """(header, tensors) for `params`, a blob of this experiment's algorithm."""
-        tensors = flatten(params)
+        tensors = dict(flatten(params))
         self.policy.load_params(params)
         header = {
             "format": FORMAT,
@@ -251,7 +250,7 @@ def rebuild(header: dict[str, Any], tensors: dict[str, np.ndarray], name: str) -
         policy = cast("ArtifactPolicy", algorithm.make_policy(obs_space, act_space, algo_cfg, 0, 1))
     except (ValueError, TypeError, RuntimeError) as exc:  # a config or space the algorithm cannot build
         raise ArtifactError(f"{name}: {header['algorithm']} cannot build this policy ({exc})") from None
-    expected = flatten(policy.params())
+    expected = dict(flatten(policy.params()))
     if set(expected) != set(tensors):
         missing, extra = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
         raise ArtifactError(
@@ -264,7 +263,7 @@ def rebuild(header: dict[str, Any], tensors: dict[str, np.ndarray], name: str) -
                 f"{name}: tensor {key!r} is {got.dtype}{list(got.shape)}; the network needs "
                 f"{want.dtype}{list(want.shape)}"
             )
-    policy.load_params(unflatten(tensors))
+    policy.load_params(unflatten(list(tensors.items())))
     derived = derived_sections(policy, tensors)
     for key, value in derived.items():
         if header[key] != json.loads(json.dumps(value)):

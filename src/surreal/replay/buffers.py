@@ -487,22 +487,26 @@ class TransitionStorage:
         shard a hostile first chunk laid out before layouts were declared) does not fit."""
         books = cast(RingBooks, state.books)
         ring = TransitionStorage(self.capacity, self.capacity_bytes, self.reply_limits, self.layout)
-        ids = state.arrays["ids"].astype(np.uint64)
-        data = {name.removeprefix("data/"): a for name, a in state.arrays.items() if name.startswith("data/")}
-        size, added, cursor = len(ids), int(books["added"]), int(books["cursor"])
+        size, added, cursor = len(state.arrays["ids"]), int(books["added"]), int(books["cursor"])
         if not 0 <= size <= self.capacity or not 0 <= cursor < self.capacity or added < size:
             raise ValueError(f"cannot restore {size} transitions, cursor {cursor}, into capacity {self.capacity}")
         if size < self.capacity and cursor != size:
             raise ValueError(f"a ring holding {size} of {self.capacity} has its cursor at {size}, not {cursor}")
+        ring.load_rows(state, size)
+        ring.size, ring.added, ring.cursor, ring.served = size, added, cursor, int(books["served"])
+        return ring
+
+    def load_rows(self, state: ShardState, size: int) -> None:
+        """A snapshot's `size` rows (`ids`, `data/<name>`) into slots [0, size) of this new storage; ValueError when
+        they do not fit its layout."""
+        data = {name.removeprefix("data/"): a for name, a in state.arrays.items() if name.startswith("data/")}
         if size and (
-            any(len(a) != size for a in data.values()) or ring._check({k: a[:1] for k, a in data.items()}) != 1
+            any(len(a) != size for a in data.values()) or self._check({k: a[:1] for k, a in data.items()}) != 1
         ):
             raise ValueError(f"every array must hold {size} transitions")
         for key, array in data.items():
-            ring.data[key][:size] = array
-        ring.ids[:size] = ids
-        ring.size, ring.added, ring.cursor, ring.served = size, added, cursor, int(books["served"])
-        return ring
+            self.data[key][:size] = array
+        self.ids[:size] = state.arrays["ids"].astype(np.uint64)
 
     def describe(self) -> str:
         return ", laid out by replay.layout" if self.layout else ", laid out by its first chunk"

@@ -28,9 +28,9 @@ from typing import Any, TypedDict, cast
 import numpy as np
 
 from surreal.frames import FrameChunk, FrameRing, as_planes
-from surreal.proto.codec import Limits, unflatten
+from surreal.proto.codec import Limits
 from surreal.proto.frame_fields import FRAMES, FRAMES_FIELD, NEXT_INDEX, OBS_INDEX
-from surreal.proto.wire import IDS, PER_CHUNK, SAMPLE_ARRAYS, SLOTS, WEIGHTS, Chunk, Field, Fields, TransitionReply
+from surreal.proto.wire import PER_CHUNK, SAMPLE_ARRAYS, WEIGHTS, Chunk, Field, Fields, TransitionReply
 from surreal.replay.buffers import (
     DEFAULT_CAPACITY_BYTES,
     DEFAULT_REPLY,
@@ -173,12 +173,7 @@ class FrameStorage(TransitionStorage):
     def reply(self, report: Any, slots: np.ndarray, weights: np.ndarray | None) -> TransitionReply:
         if weights is not None:
             raise ValueError("a frame replay samples uniformly")
-        slots = self.stored_slots(slots)
-        arrays = unflatten(list(self.gather(slots).items()))
-        arrays[SLOTS] = slots
-        arrays[IDS] = self.ids[slots]
-        self.served += len(slots)
-        return TransitionReply(report, arrays)
+        return super().reply(report, self.stored_slots(slots), None)
 
     def stats(self) -> ReplayStats:
         return {**super().stats(), "dropped": self.added - self.size}
@@ -209,9 +204,7 @@ class FrameStorage(TransitionStorage):
         (another layout, more than the capacity, a stack naming a frame it lacks)."""
         books = cast(FrameBooks, state.books)
         storage = FrameStorage(self.capacity, self.capacity_bytes, self.reply_limits, self.declared)
-        ids = state.arrays["ids"].astype(np.uint64)
-        data = {name.removeprefix("data/"): a for name, a in state.arrays.items() if name.startswith("data/")}
-        size, first, end = len(ids), int(books["frames_from"]), int(books["frames_end"])
+        size, first, end = len(state.arrays["ids"]), int(books["frames_from"]), int(books["frames_end"])
         frames = state.arrays["frames"]
         if (
             not 0 <= size <= self.capacity
@@ -219,17 +212,11 @@ class FrameStorage(TransitionStorage):
             or len(frames) != end - first
         ):
             raise ValueError(f"cannot restore {size} transitions and {len(frames)} frames into this replay")
-        if size and (
-            any(len(a) != size for a in data.values()) or storage._check({k: a[:1] for k, a in data.items()}) != 1
-        ):
-            raise ValueError(f"every array must hold {size} transitions")
+        storage.load_rows(state, size)
         storage.ring.end = end
         storage.ring.frames[np.arange(first, end) % storage.ring.capacity] = frames
-        if size and not all(storage.ring.valid(data[k]).all() for k in (OBS_INDEX, NEXT_INDEX)):
+        if size and not all(storage.ring.valid(storage.data[k][:size]).all() for k in (OBS_INDEX, NEXT_INDEX)):
             raise ValueError("a stored stack names a frame the snapshot does not hold")
-        for key, array in data.items():
-            storage.data[key][:size] = array
-        storage.ids[:size] = ids
         storage.size, storage.cursor = size, size % self.capacity
         storage.added, storage.served = int(books["added"]), int(books["served"])
         storage.chunks = deque((int(a), int(b)) for a, b in state.arrays["chunk_ends"])

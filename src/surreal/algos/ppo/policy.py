@@ -34,10 +34,7 @@ def make_model(obs_space: spaces.Space[Any], act_space: spaces.Space[Any], cfg: 
     encoder: Encoder | None = None
     hidden_sizes = list(cfg.hidden_sizes)
     if is_channels_first(obs_space):
-        try:
-            encoder = make_encoder(cfg.encoder, tuple(obs_space.shape or ()))
-        except RuntimeError as exc:  # a convolution larger than the image
-            raise ValueError(f"algo.encoder={cfg.encoder} cannot take images of {obs_space.shape}: {exc}") from None
+        encoder = make_encoder(cfg.encoder, tuple(obs_space.shape or ()))
         obs_dim, hidden_sizes = encoder.features, []
     n_in = cfg.rnn_hidden_size if cfg.recurrent else obs_dim
     head: FeedForward

@@ -85,10 +85,7 @@ def make_actor(obs_space: spaces.Box, act_space: spaces.Box, cfg: SACConfig) -> 
     else the squashed Gaussian on the vector."""
     if not is_channels_first(obs_space):
         return SquashedGaussianActor(int(obs_space.shape[0]), act_space, cfg)
-    try:
-        encoder = make_encoder(cfg.encoder, tuple(obs_space.shape))
-    except RuntimeError as exc:  # a convolution larger than the image
-        raise ValueError(f"algo.encoder={cfg.encoder} cannot take images of {obs_space.shape}: {exc}") from None
+    encoder = make_encoder(cfg.encoder, tuple(obs_space.shape))
     if cfg.encoder_features:
         encoder = drq_output(encoder, cfg.encoder_features)
     return EncodedActor(encoder, SquashedGaussianActor(encoder.features, act_space, cfg))
