@@ -26,7 +26,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -95,7 +95,7 @@ def frames_of(message: Message) -> list[Any]:
 def accepting(limits: Limits, kinds: frozenset[str]) -> Limits:
     """`limits`' frame and byte bounds for a socket that takes only `kinds`: a message of another kind
     is refused by `decode` before its arrays are looked at."""
-    return Limits(limits.max_frames, limits.max_bytes, limits.max_header_bytes, limits.max_ndim, kinds=kinds)
+    return replace(limits, kinds=kinds)
 
 
 def make_socket(
