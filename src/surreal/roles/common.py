@@ -74,14 +74,13 @@ class StopFlag:
         return self._event.wait(timeout_s)
 
 
-def hold_until_stopped(stop: StopFlag, log: logging.Logger, service: Callable[[], object] | None = None) -> None:
+def hold_until_stopped(stop: StopFlag, log: logging.Logger) -> None:
     """SURREAL_HOLD_WHEN_DONE: stay up, idle, until SIGTERM/SIGINT. A StatefulSet restarts every container that
     exits, so a finished role that exited would run again forever; holding keeps /metrics answering (probes
-    pass) and, with `service`, keeps doing that little work (the learner re-sends its final blob)."""
+    pass)."""
     log.info("training done: holding until stopped (SURREAL_HOLD_WHEN_DONE=1)")
     while not stop.wait(0.5):
-        if service is not None:
-            service()
+        pass
 
 
 def end_process(code: int) -> NoReturn:
