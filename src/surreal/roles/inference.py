@@ -284,10 +284,6 @@ class InferenceServer(Server):
         self.driver.start()
 
     @property
-    def version(self) -> int:
-        return self.core.version
-
-    @property
     def batches(self) -> int:
         return self.core.batches
 
