@@ -26,7 +26,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -95,7 +95,7 @@ def frames_of(message: Message) -> list[Any]:
 def accepting(limits: Limits, kinds: frozenset[str]) -> Limits:
     """`limits`' frame and byte bounds for a socket that takes only `kinds`: a message of another kind
     is refused by `decode` before its arrays are looked at."""
-    return Limits(limits.max_frames, limits.max_bytes, limits.max_header_bytes, limits.max_ndim, kinds=kinds)
+    return replace(limits, kinds=kinds)
 
 
 def make_socket(
@@ -158,9 +158,9 @@ def connect_socket(
     return sock
 
 
-def send(sock: zmq.Socket, frames: Sequence[Any], timeout_s: float, stopped: Callable[[], bool] | None = None) -> bool:
+def send(sock: zmq.Socket, frames: Sequence[Any], timeout_s: float) -> bool:
     """Send one multipart message without copying array frames; False if the socket stayed full
-    (high-water mark reached or no connected peer) for `timeout_s`, or once `stopped()` says the process stops."""
+    (high-water mark reached or no connected peer) for `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -168,7 +168,7 @@ def send(sock: zmq.Socket, frames: Sequence[Any], timeout_s: float, stopped: Cal
             return True
         except zmq.Again:
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or (stopped is not None and stopped()):
+            if remaining <= 0:
                 return False
             sock.poll(math.ceil(min(remaining, SEND_POLL_S) * 1000), zmq.POLLOUT)
 

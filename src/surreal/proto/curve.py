@@ -183,9 +183,8 @@ def refusal_reason(event: int, value: int) -> str:
         if value == zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC:
             return "wrong_server_key"  # its HELLO did not open with the server key
         return "protocol"
-    return (
-        "hung_up"  # the connection failed mid-handshake (value: the errno), as a peer hangs up on a mechanism it lacks
-    )
+    # The connection failed mid-handshake (value: the errno), as a peer hangs up on a mechanism it lacks.
+    return "hung_up"
 
 
 class HandshakeWatch:

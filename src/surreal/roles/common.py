@@ -18,7 +18,7 @@ import zmq
 
 from surreal.config import ExperimentConfig
 from surreal.metrics import RoleMetrics
-from surreal.proto.channels import FETCH_TIMEOUT, ErrorSink, ParamClient
+from surreal.proto.channels import ErrorSink, ParamClient
 from surreal.proto.codec import Limits
 from surreal.settings import Settings
 
@@ -74,14 +74,13 @@ class StopFlag:
         return self._event.wait(timeout_s)
 
 
-def hold_until_stopped(stop: StopFlag, log: logging.Logger, service: Callable[[], object] | None = None) -> None:
+def hold_until_stopped(stop: StopFlag, log: logging.Logger) -> None:
     """SURREAL_HOLD_WHEN_DONE: stay up, idle, until SIGTERM/SIGINT. A StatefulSet restarts every container that
     exits, so a finished role that exited would run again forever; holding keeps /metrics answering (probes
-    pass) and, with `service`, keeps doing that little work (the learner re-sends its final blob)."""
+    pass)."""
     log.info("training done: holding until stopped (SURREAL_HOLD_WHEN_DONE=1)")
     while not stop.wait(0.5):
-        if service is not None:
-            service()
+        pass
 
 
 def end_process(code: int) -> NoReturn:
@@ -116,15 +115,12 @@ def count_errors(
     metrics: RoleMetrics,
     name: str = "messages_dropped_total",
     description: str = "malformed replies counted and dropped",
-    timeouts: str | None = None,
 ) -> ErrorSink:
-    """A client's `on_error`: each reply it dropped counted by reason in `name`, and with `timeouts` (the name of a
-    counter of its own) each parameter fetch no ps answered in time."""
+    """A client's `on_error`: each reply it dropped counted by reason in `name`."""
     by_reason = metrics.counter(name, description, ["reason"])
-    timed_out = metrics.counter(timeouts, "parameter fetches that timed out") if timeouts else None
 
     def on_error(reason: str) -> None:
-        (timed_out if timed_out is not None and reason == FETCH_TIMEOUT else by_reason.labels(reason=reason)).inc()
+        by_reason.labels(reason=reason).inc()
 
     return on_error
 

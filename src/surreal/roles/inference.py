@@ -88,12 +88,8 @@ class InferenceCore:
         fetch_timeout_s: float,
     ) -> None:
         self.act, self.answer, self.ask, self.load = act, answer, ask, load
-        self.max_envs, self.max_wait_s, self.poll_s, self.fetch_timeout_s = (
-            max_envs,
-            max_wait_s,
-            poll_s,
-            fetch_timeout_s,
-        )
+        self.max_envs, self.max_wait_s = max_envs, max_wait_s
+        self.poll_s, self.fetch_timeout_s = poll_s, fetch_timeout_s
         self.version, self.incarnation = NO_VERSION, ""
         self.pending: list[Pending] = []
         self.pending_envs = 0
@@ -286,10 +282,6 @@ class InferenceServer(Server):
         self.loop.listen(params.sock, self._on_params)
         self.loop.listen(params.monitor, lambda frames: self.driver.on_disconnect())
         self.driver.start()
-
-    @property
-    def version(self) -> int:
-        return self.core.version
 
     @property
     def batches(self) -> int:

@@ -21,7 +21,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 import zmq
 
@@ -145,18 +145,18 @@ class ZmqLoop:
         while self._timers and self._timers[0][0] <= now:
             heapq.heappop(self._timers)[2]()
 
-    def run(self, done: Callable[[], bool], max_wait_s: float = STOP_POLL_S) -> None:
+    def run(self, done: Callable[[], bool]) -> None:
         while not done():
-            self.turn(max_wait_s)
+            self.turn()
 
 
 class InlineLoop:
     """One thread taking turns (serial mode): `at` queues a call for the next turn whatever its time (waiting is
     letting the others run; nothing else can happen meanwhile), and `turn` makes the calls queued before it, in the
-    order they were queued. `now` is `clock`'s: the wall clock, as the cores' timers read it elsewhere."""
+    order they were queued. `now` is the wall clock, as the cores' timers read it elsewhere."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.now = clock
+    def __init__(self) -> None:
+        self.now = time.monotonic
         self._queue: deque[Callable[[], None]] = deque()
 
     def at(self, when: float, fn: Callable[[], None]) -> None:
@@ -166,7 +166,3 @@ class InlineLoop:
     def turn(self) -> None:
         for _ in range(len(self._queue)):
             self._queue.popleft()()
-
-    def call(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Queue `fn(*args)` for the next turn."""
-        self._queue.append(lambda: fn(*args))

@@ -26,7 +26,7 @@ from surreal.proto.codec import Limits, Message, ProtocolError, decode
 from surreal.proto.curve import REFUSED_HELP, REFUSED_METRIC, HandshakeWatch, WireContext
 from surreal.proto.wire import ErrorReply
 from surreal.roles.common import EXIT_STOPPED, StopFlag, setup_logging
-from surreal.roles.loop import ZmqLoop
+from surreal.roles.loop import Handler, ZmqLoop
 from surreal.runtime.limits import raise_open_files
 from surreal.settings import Settings
 
@@ -35,7 +35,6 @@ log = logging.getLogger("surreal.server")
 REPLY_TIMEOUT_S = 1.0  # a requester that does not take its reply by then loses it; the server moves on
 POLL_S = 0.1  # how often `run` looks at the stop flag when nothing arrives
 
-Handler = Callable[[list[zmq.Frame]], None]
 ErrorAnswer = Callable[[bytes, ErrorReply], None]
 
 

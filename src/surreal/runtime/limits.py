@@ -10,36 +10,30 @@ one log line when even the hard limit is below what a large fleet needs. Torch-f
 from __future__ import annotations
 
 import logging
-
-try:
-    import resource
-except ImportError:  # not POSIX: nothing to raise
-    resource = None  # type: ignore[assignment]
+import resource
 
 # Enough for several thousand peers per process (one descriptor each, plus the process's own sockets and files).
 OPEN_FILES_WANTED = 16_384
 
 
-def raise_open_files(log: logging.Logger | None = None, wanted: int = OPEN_FILES_WANTED) -> int | None:
-    """Raise the soft open-file limit to the hard limit; returns the soft limit now in force (None: unknown).
-    With `log`, one warning when that is below `wanted`."""
-    if resource is None:
-        return None
+def raise_open_files(log: logging.Logger | None = None) -> int | None:
+    """Raise the soft open-file limit to the hard limit; returns the soft limit now in force (None: unlimited).
+    With `log`, one warning when that is below `OPEN_FILES_WANTED`."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = hard if hard != resource.RLIM_INFINITY else max(soft, wanted)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, OPEN_FILES_WANTED)
     if soft != resource.RLIM_INFINITY and soft < target:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
             soft = target
         except (ValueError, OSError):  # a hard limit the kernel caps lower (nr_open)
             pass
-    if log is not None and soft != resource.RLIM_INFINITY and soft < wanted:
+    if log is not None and soft != resource.RLIM_INFINITY and soft < OPEN_FILES_WANTED:
         log.warning(
             "open-file limit is %d (hard %s), below the %d a large fleet needs: about %d actors can connect; "
             "raise it with `ulimit -Hn` or the container runtime's nofile limit",
             soft,
             "unlimited" if hard == resource.RLIM_INFINITY else hard,
-            wanted,
+            OPEN_FILES_WANTED,
             max(0, soft - 64),
         )
     return None if soft == resource.RLIM_INFINITY else soft
