@@ -460,7 +460,7 @@ def _split_prefix(key: str) -> tuple[str, str]:
     return key[: len(key) - len(bare)], bare.strip()
 
 
-def _check_keys(overrides: list[str], algo: str | None = None, typed: Sequence[str] | None = None) -> list[str]:
+def _check_keys(overrides: list[str], algo: str | None = None, *, typed: Sequence[str]) -> list[str]:
     """Check every override before Hydra sees it, and list every problem at once, each naming the override as typed
     and what to type instead: an unknown key (with the closest key or shorthand), a value given to a section of keys,
     an algorithm or preset that does not exist (TD3 and CrossQ say how they are spelled here), several values without
@@ -470,7 +470,6 @@ def _check_keys(overrides: list[str], algo: str | None = None, typed: Sequence[s
     is wrong here (the typed config is closed). Keys under a free-form dict (env.kwargs) get `++`. `algo`: the
     algorithm whose keys `algo.*` are checked against (default: the one the overrides choose). `typed`: the overrides
     as written (before the shorthands were expanded), one per item of `overrides`."""
-    typed = list(typed) if typed is not None else list(overrides)
     algo = algo or _chosen_algo(overrides)
     schema = schema_node(algo if algo in ALGORITHMS else DEFAULT_ALGO)
     parser = OverridesParser.create()
