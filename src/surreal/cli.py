@@ -318,33 +318,30 @@ def config_main(args: argparse.Namespace) -> int:
     from surreal.config.loading import compose_config
     from surreal.config.schema import ALGORITHMS
 
+    def refused(why: object) -> int:
+        print(f"surreal config: {why}", file=sys.stderr)
+        return 2
+
     overrides = [a for a in args.args if "=" in a or a.startswith("~")]
     prefixes = [a for a in args.args if a not in overrides]
     if len(prefixes) > 1:
-        print(
-            f"surreal config: one PREFIX at most (got {' '.join(prefixes)}); overrides are KEY=VALUE", file=sys.stderr
-        )
-        return 2
+        return refused(f"one PREFIX at most (got {' '.join(prefixes)}); overrides are KEY=VALUE")
     prefix = prefixes[0] if prefixes else ""
     if args.algo is not None and args.algo not in ALGORITHMS:
-        print(f"surreal config: --algo {args.algo!r} is not one of {', '.join(ALGORITHMS)}", file=sys.stderr)
-        return 2
+        return refused(f"--algo {args.algo!r} is not one of {', '.join(ALGORITHMS)}")
     if overrides:
         if args.algo is not None:
-            print("surreal config: with overrides, choose the algorithm as one: algo=NAME", file=sys.stderr)
-            return 2
+            return refused("with overrides, choose the algorithm as one: algo=NAME")
         try:
             text = composed_listing(compose_config(overrides), prefix)
         except ConfigError as exc:
-            print(f"surreal config: {exc}", file=sys.stderr)
-            return 2
+            return refused(exc)
     else:
         text = config_listing(prefix, args.algo)
     if not text:
         near = difflib.get_close_matches(prefix, known_prefixes(), n=3, cutoff=0.6)
         hint = f"; did you mean {' or '.join(near)}?" if near else ""
-        print(f"surreal config: no config key starts with {prefix!r}{hint}", file=sys.stderr)
-        return 2
+        return refused(f"no config key starts with {prefix!r}{hint}")
     print(text)
     return 0
 

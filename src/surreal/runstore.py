@@ -293,7 +293,7 @@ class RemoteRun:
 
     def download(self, relative: str, entry: Entry, local: Path) -> bool:
         """Fetch `relative` into `local` if its bytes are the manifest's `entry` (False, nothing written, if not):
-        to a hidden temporary name first, renamed into place only once checked."""
+        to a hidden temporary name first, renamed into place only once checked (and gone however the call ends)."""
         local.parent.mkdir(parents=True, exist_ok=True)
         tmp = local.with_name(f".{local.name}.pull")
         digest, size = hashlib.sha256(), 0
@@ -308,16 +308,13 @@ class RemoteRun:
                 out.flush()
                 os.fsync(out.fileno())
             if size != entry.size or digest.hexdigest() != entry.sha256:
-                tmp.unlink(missing_ok=True)
                 return False
             os.replace(tmp, local)
             return True
         except FileNotFoundError:
-            tmp.unlink(missing_ok=True)
             return False
-        except BaseException:
+        finally:
             tmp.unlink(missing_ok=True)
-            raise
 
     def delete(self, relatives: Iterable[str]) -> None:
         for relative in relatives:
@@ -369,13 +366,8 @@ class RemoteRun:
 def inside_run_folder(name: str) -> bool:
     """Whether a manifest's file name stays inside the run folder it is pulled into: a relative POSIX path of plain
     parts (no `..`, no absolute path, no backslash), so a manifest cannot make a pull write anywhere else."""
-    path = PurePosixPath(name)
-    return (
-        bool(name)
-        and "\\" not in name
-        and not path.is_absolute()
-        and all(part not in ("", ".", "..") for part in name.split("/"))
-    )
+    # An empty name, an absolute one (`/etc/x`) and one with `//` all have an empty part.
+    return "\\" not in name and all(part not in ("", ".", "..") for part in name.split("/"))
 
 
 def _selected(name: str, only: list[str] | None) -> bool:

@@ -179,20 +179,19 @@ def lay_out_replay(values: dict[str, Any], cfg: ExperimentConfig) -> None:
 def write_values(
     overrides: Sequence[str],
     out: Path,
-    name: str | None = None,
+    name: str,
     base: Path | None = None,
     run: Path | None = None,
     warn: Any = None,
     imports: Sequence[str] = (),
 ) -> list[tuple[str, Path, list[str]]]:
-    """One values file per member in `out` (and members.json); returns (release, file, overrides) per member.
-    `run`: the members start from that run folder's experiment (`run_values`), named after it by default; `warn`:
+    """One values file per member in `out` (and members.json), released as `<name>-NNN`; returns (release, file,
+    overrides) per member. `run`: the members start from that run folder's experiment (`run_values`); `warn`:
     called with each distinct preflight warning (budget warnings, as `surreal run` prints them); `imports`: modules
     to import first (`--import`), whose envs a base file's or a run's `module:Name` env id may name."""
     from surreal.envs import env_ids_in, import_modules, modules_named
 
     import_modules([*imports, *modules_named(env_ids_in(overrides))])
-    name = name or (release_prefix(run) if run is not None else "sweep")
     if not RELEASE_PREFIX.fullmatch(name):
         raise ConfigError(
             f"--name {name!r}: a release name prefix is lowercase letters, digits and '-', at most 28 characters"

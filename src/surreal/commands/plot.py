@@ -37,9 +37,8 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> str:
     (policy/best/) starred, the final eval as marked points, and the success rates on a second axis when the env
     reports success (robosuite tasks)."""
     run_dir = Path(run_dir)
-    fig = curve_figure(run_dir)
     path = Path(out) if out else run_dir / "learning_curve.png"
-    fig.savefig(path, dpi=120)
+    curve_figure(run_dir).savefig(path, dpi=120)
     return str(path)
 
 
@@ -49,9 +48,8 @@ def plot_runs(run_dirs: Sequence[str | Path], out: str | Path | None = None) -> 
     dirs = [Path(d) for d in run_dirs]
     if len(dirs) == 1:
         return plot_run(dirs[0], out)
-    fig = overlay_figure(dirs)
     path = Path(out) if out else Path(os.path.commonpath([d.resolve() for d in dirs])) / "overlay.png"
-    fig.savefig(path, dpi=120)
+    overlay_figure(dirs).savefig(path, dpi=120)
     return str(path)
 
 

@@ -114,11 +114,7 @@ def plan_members(overrides: Sequence[str]) -> tuple[str | None, list[Member]]:
     combos, swept_keys = expand(rest)
     members = []
     for index, combo in enumerate(combos):
-        swept = {}
-        for item in combo:
-            key, _, value = item.partition("=")
-            if key in swept_keys:
-                swept[key] = value
+        swept = {key: value for key, _, value in (item.partition("=") for item in combo) if key in swept_keys}
         member = Member(member_name(index, swept), combo, swept)
         try:
             cfg = load_config(member.overrides)

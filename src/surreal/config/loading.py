@@ -190,20 +190,25 @@ def _set_keys(items: Sequence[str]) -> set[str]:
 
 
 def _group_choices(items: Sequence[str]) -> dict[str, str]:
-    """`algo=` and `preset=` as the overrides choose them (a preset of `null` is no preset)."""
+    """`algo=` and `preset=` as the overrides choose them, the last one winning (a preset of `null` is no preset)."""
     chosen: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
         bare = _split_prefix(key)[1]
-        if sep and bare in GROUPS and value.strip() not in ("", "null"):
+        if sep and bare in GROUPS and not (bare == "preset" and value.strip() in ("", "null")):
             chosen[bare] = value.strip()
     return chosen
 
 
+def _preset_file(preset: str) -> dict[str, Any]:
+    """conf/preset/NAME.yaml as data ({} for a preset that does not exist: `_check_keys` names it)."""
+    path = resources.files(CONFIG_MODULE) / "preset" / f"{preset}.yaml"
+    return (yaml.safe_load(path.read_text(encoding="utf-8")) or {}) if path.is_file() else {}
+
+
 def _preset_keys(preset: str) -> set[str]:
     """The dotted keys a preset file sets (its defaults list aside; `algo.name` where it picks the algorithm)."""
-    path = resources.files(CONFIG_MODULE) / "preset" / f"{preset}.yaml"
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    data = _preset_file(preset)
     keys = {key for key, _ in dotted_items({k: v for k, v in data.items() if k != "defaults"})}
     return keys | ({"algo.name"} if _preset_algorithm(data) is not None else set())
 
@@ -455,7 +460,7 @@ def _split_prefix(key: str) -> tuple[str, str]:
     return key[: len(key) - len(bare)], bare.strip()
 
 
-def _check_keys(overrides: list[str], algo: str | None = None, typed: Sequence[str] | None = None) -> list[str]:
+def _check_keys(overrides: list[str], algo: str | None = None, *, typed: Sequence[str]) -> list[str]:
     """Check every override before Hydra sees it, and list every problem at once, each naming the override as typed
     and what to type instead: an unknown key (with the closest key or shorthand), a value given to a section of keys,
     an algorithm or preset that does not exist (TD3 and CrossQ say how they are spelled here), several values without
@@ -465,7 +470,6 @@ def _check_keys(overrides: list[str], algo: str | None = None, typed: Sequence[s
     is wrong here (the typed config is closed). Keys under a free-form dict (env.kwargs) get `++`. `algo`: the
     algorithm whose keys `algo.*` are checked against (default: the one the overrides choose). `typed`: the overrides
     as written (before the shorthands were expanded), one per item of `overrides`."""
-    typed = list(typed) if typed is not None else list(overrides)
     algo = algo or _chosen_algo(overrides)
     schema = schema_node(algo if algo in ALGORITHMS else DEFAULT_ALGO)
     parser = OverridesParser.create()
@@ -540,17 +544,10 @@ def preset_algorithm(preset: str) -> str:
 def _chosen_algo(overrides: list[str]) -> str:
     """The algorithm the overrides choose: `algo=NAME`, else the one a `preset=NAME` picks in its defaults list
     (`override /algo: sac`, as conf/preset/crossq.yaml does), else the default."""
-    chosen: dict[str, str] = {}
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if sep and _split_prefix(key)[1] in GROUPS:
-            chosen[_split_prefix(key)[1]] = value.strip()
+    chosen = _group_choices(overrides)
     if "algo" in chosen or "preset" not in chosen:
         return chosen.get("algo", DEFAULT_ALGO)
-    preset = resources.files(CONFIG_MODULE) / "preset" / f"{chosen['preset']}.yaml"
-    if not preset.is_file():
-        return DEFAULT_ALGO  # the unknown preset is named by _check_keys
-    return _preset_algorithm(yaml.safe_load(preset.read_text(encoding="utf-8")) or {}) or DEFAULT_ALGO
+    return _preset_algorithm(_preset_file(chosen["preset"])) or DEFAULT_ALGO
 
 
 def _preset_algorithm(data: Mapping[str, Any]) -> str | None:
