@@ -60,15 +60,11 @@ def pong_collector(envs: int, steps: int) -> Any:
     return collector
 
 
-def _actor_alone(envs: int, steps: int) -> float:
+def actor_alone(envs: int, steps: int) -> float:
     collector = pong_collector(envs, steps)
     started = time.perf_counter()
     chunk = collector.collect(0)
     return chunk.env_steps * SKIP / (time.perf_counter() - started)
-
-
-def actor_alone(envs: int, steps: int) -> float:
-    return in_spawned_process(_actor_alone, envs, steps, timeout_s=900)
 
 
 def system(
@@ -191,7 +187,7 @@ def main() -> None:
 
     raw_before = raw()
     print(f"raw before: {raw_before:,.0f} frames/s on {len(cores)} cores", flush=True)
-    alone = round(actor_alone(8, args.actor_steps), 1)
+    alone = round(in_spawned_process(actor_alone, 8, args.actor_steps, timeout_s=900), 1)
     print(f"actor alone: {alone:,.0f} frames/s", flush=True)
     run = system(args.actors, args.device, args.seconds, extra, args.runs_root)
     print(f"system: {run['frames_per_s']:,.0f} frames/s over {run['updates_measured']} updates", flush=True)
