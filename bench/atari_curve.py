@@ -36,40 +36,25 @@ import os
 import statistics
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import zmq
 
 from bench._runs import RESULTS, emit, in_spawned_process, machine_at_end
-from bench.atari_envs import pin
-from bench.atari_ppo import system
-from surreal.proto.channels import ExperienceSender, bind_socket
+from bench.atari_envs import ENV_ID, pin
+from bench.atari_ppo import pong_collector, system
+from bench.protocol import send_chunks
+from surreal.proto.channels import bind_socket
 from surreal.proto.codec import Limits, decode, flatten
 from surreal.proto.curve import CurveKeys, WireContext
-from surreal.proto.wire import Chunk
 
-ENV_ID = "ALE/Pong-v5"
-SKIP = 4
 OUT = RESULTS / "atari-curve.2core.json"
 
 
 def _collect() -> tuple[dict[str, Any], int, float]:
-    """One chunk of the ppo-atari preset after a warm-up chunk, and the actor's CPU seconds per env step for it."""
-    pin([0])
-    import torch
-
-    from surreal.algos.ppo.config import PPOConfig
-    from surreal.algos.ppo.policy import PPOPolicy, make_collector
-    from surreal.config import algo_config, load_config
-    from surreal.envs import make_vec_env
-
-    torch.set_num_threads(1)
-    experiment = load_config(["preset=ppo-atari", f"env={ENV_ID}"])
-    cfg = cast(PPOConfig, algo_config(experiment))
-    vec = make_vec_env(ENV_ID, experiment.topology.envs_per_actor, 0)
-    policy = PPOPolicy(vec.single_observation_space, vec.single_action_space, cfg, 0)
-    collector = make_collector(vec, policy, cfg, 0, experiment.actor.chunk_steps)
-    collector.collect(0)  # warm-up: first resets, first forward passes
+    """One chunk of the ppo-atari preset (its 8 envs x 128 steps) after a warm-up chunk, and the actor's CPU seconds
+    per env step for it."""
+    collector = pong_collector(8, 128)
     started = time.process_time()
     chunk = collector.collect(0)
     return chunk.arrays, chunk.env_steps, (time.process_time() - started) / chunk.env_steps
@@ -80,13 +65,7 @@ def _sender(address: str, count: int, keys: CurveKeys | None, arrays: dict[str, 
     (the context's termination waits for ZMQ's I/O thread to have sent them, cipher included)."""
     pin([0])
     started = time.process_time()
-    ctx = WireContext(keys)
-    sender = ExperienceSender(ctx, [address], hwm=4)
-    for i in range(count):
-        while not sender.send(Chunk(arrays, version=i, actor=0), "bench", timeout_s=5.0):
-            pass
-    sender.sock.close(linger=-1)
-    ctx.term()
+    send_chunks(address, count, keys, arrays, hwm=4)
     out.put(time.process_time() - started)
 
 

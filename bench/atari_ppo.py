@@ -34,14 +34,15 @@ from typing import Any, cast
 import numpy as np
 
 from bench._runs import RESULTS, WatchedRun, emit, in_spawned_process, machine_at_end
-from bench.atari_envs import in_processes, pin
+from bench.atari_envs import ENV_ID, SKIP, in_processes, pin
 
-ENV_ID = "ALE/Pong-v5"
-SKIP = 4
 OUT = RESULTS / "atari-ppo.2core.json"
 
 
-def _actor_alone(envs: int, steps: int) -> float:
+def pong_collector(envs: int, steps: int) -> Any:
+    """The ppo-atari preset's policy and collector on `envs` envs of Pong, `steps` a chunk, as an actor makes them,
+    in this process pinned to core 0 with one torch thread; a warm-up chunk collected (first resets, first forward
+    passes)."""
     pin([0])
     import torch
 
@@ -55,14 +56,15 @@ def _actor_alone(envs: int, steps: int) -> float:
     vec = make_vec_env(ENV_ID, envs, 0)
     policy = PPOPolicy(vec.single_observation_space, vec.single_action_space, cfg, 0)
     collector = make_collector(vec, policy, cfg, 0, steps)
-    collector.collect(0)  # warm-up: first resets, first forward passes
-    started = time.perf_counter()
-    chunk = collector.collect(0)
-    return chunk.env_steps * SKIP / (time.perf_counter() - started)
+    collector.collect(0)
+    return collector
 
 
 def actor_alone(envs: int, steps: int) -> float:
-    return in_spawned_process(_actor_alone, envs, steps, timeout_s=900)
+    collector = pong_collector(envs, steps)
+    started = time.perf_counter()
+    chunk = collector.collect(0)
+    return chunk.env_steps * SKIP / (time.perf_counter() - started)
 
 
 def system(
@@ -185,7 +187,7 @@ def main() -> None:
 
     raw_before = raw()
     print(f"raw before: {raw_before:,.0f} frames/s on {len(cores)} cores", flush=True)
-    alone = round(actor_alone(8, args.actor_steps), 1)
+    alone = round(in_spawned_process(actor_alone, 8, args.actor_steps, timeout_s=900), 1)
     print(f"actor alone: {alone:,.0f} frames/s", flush=True)
     run = system(args.actors, args.device, args.seconds, extra, args.runs_root)
     print(f"system: {run['frames_per_s']:,.0f} frames/s over {run['updates_measured']} updates", flush=True)

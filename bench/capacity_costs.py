@@ -229,32 +229,40 @@ def ddpg_step_s(seconds: float, run_dir: Path, device: str = "cpu") -> float:
     return 1.0 / device_rate(lambda: one_update(core), k, seconds, device)
 
 
+def fifo_ingest_rate(chunks: list[Any], capacity: int, seconds: float) -> float:
+    """Transitions per CPU second into a FIFO shard of `capacity`: `chunks` framed as an actor sends them, decoded
+    (every field checked), stored; taken out whole at half full (untimed share: a FIFO hands chunks over whole)."""
+    from surreal.proto.channels import accepting, frames_of
+    from surreal.proto.codec import Limits, decode
+    from surreal.proto.wire import EXPERIENCE, encode_chunk
+    from surreal.replay.shard import ReplayShard
+
+    limits = accepting(Limits(), frozenset({EXPERIENCE}))
+    frames = [frames_of(encode_chunk(c, "bench")) for c in chunks]
+    fifo = ReplayShard("fifo", capacity=capacity)
+    turn = iter(range(1 << 62))
+
+    def ingest() -> None:
+        fifo.add(decode(frames[next(turn) % len(frames)], limits))
+        if fifo.ready(capacity // 2):
+            fifo.sample(capacity // 2)
+
+    return cpu_rate(ingest, chunks[0].arrays["rewards"].size, seconds)
+
+
 def shard_rates(seconds: float) -> tuple[float, float]:
-    """Transitions per CPU second into a shard (chunks framed as an actor sends them, decoded, stored: the
-    fleet's PPO chunks into a FIFO) and out of one (a uniform shard of 65,536 HalfCheetah transitions
-    answering samples of 4 x 256 with their frames: DDPG's egress, the one that gathers; a FIFO hands its
-    chunks over whole, cheaper)."""
+    """Transitions per CPU second into a shard (`fifo_ingest_rate` of the fleet's PPO chunks) and out of one (a
+    uniform shard of 65,536 HalfCheetah transitions answering samples of 4 x 256 with their frames: DDPG's egress,
+    the one that gathers; a FIFO hands its chunks over whole, cheaper)."""
     from surreal.proto.channels import accepting, frames_of
     from surreal.proto.codec import Limits, decode
     from surreal.proto.wire import EXPERIENCE, encode_chunk, encode_sample_reply
     from surreal.replay.shard import ReplayShard
 
+    ingest_rate = fifo_ingest_rate(fleet_chunks("ppo", 64)[1], 1 << 16, seconds)
     limits = accepting(Limits(), frozenset({EXPERIENCE}))
-    turn = iter(range(1 << 62))
-
-    def filled(algo: str, mode: str) -> tuple[ReplayShard, list[list]]:
-        _, chunks = fleet_chunks(algo, 64)
-        return ReplayShard(mode, capacity=1 << 16), [frames_of(encode_chunk(c, "bench")) for c in chunks]
-
-    fifo, frames = filled("ppo", "fifo")
-
-    def ingest() -> None:
-        fifo.add(decode(frames[next(turn) % len(frames)], limits))
-        if fifo.ready(1 << 15):
-            fifo.sample(1 << 15)  # keep the FIFO from filling (untimed share: a FIFO hands chunks over whole)
-
-    ingest_rate = cpu_rate(ingest, FLEET_CHUNK, seconds)
-    uniform, ddpg_frames = filled("ddpg", "uniform")
+    ddpg_frames = [frames_of(encode_chunk(c, "bench")) for c in fleet_chunks("ddpg", 64)[1]]
+    uniform = ReplayShard("uniform", capacity=1 << 16)
     for i in range((1 << 16) // FLEET_CHUNK):
         uniform.add(decode(ddpg_frames[i % len(ddpg_frames)], limits))
     sample = DDPG_MINIBATCHES_PER_SAMPLE * 256
@@ -346,6 +354,17 @@ def _thread_cpu_mark(thread: threading.Thread) -> float:
 PPO_BATCHES = (2048, 32768)  # two batches under the fleet's rule: per-step and per-sample costs
 
 
+def step_and_sample_s(
+    t_small: float, t_big: float, batches: tuple[int, int], minibatches: int, epochs: int
+) -> tuple[float, float]:
+    """`step_s` and `sample_s` from an update's seconds at two batches under one rule (`minibatches` a batch,
+    `epochs`): t = steps x (step_s + sample_s x minibatch) at the two minibatch sizes."""
+    steps = minibatches * epochs
+    mb_small, mb_big = batches[0] // minibatches, batches[1] // minibatches
+    sample_s = (t_big - t_small) / steps / (mb_big - mb_small)
+    return t_small / steps - sample_s * mb_small, sample_s
+
+
 def learner_costs(device: str, seconds: float, run_dir: Path) -> tuple[LearnerCost, Any, dict[str, Any]]:
     """The learner's cost on `device`: PPO updates at two batches under the fleet's rule (minibatch = batch / 32,
     10 epochs), solved for the per-step and per-sample terms, and DDPG's gradient step; the PPO core (for its
@@ -356,11 +375,7 @@ def learner_costs(device: str, seconds: float, run_dir: Path) -> tuple[LearnerCo
     small, big = PPO_BATCHES
     t_small, _ = ppo_update_s(small, seconds, run_dir, device)
     t_big, core = ppo_update_s(big, seconds, run_dir, device)
-    steps = 10 * FLEET_MINIBATCHES
-    # t = steps x (step_s + sample_s x minibatch) at two minibatch sizes
-    mb_small, mb_big = small // FLEET_MINIBATCHES, big // FLEET_MINIBATCHES
-    sample_s = (t_big - t_small) / steps / (mb_big - mb_small)
-    step_s = t_small / steps - sample_s * mb_small
+    step_s, sample_s = step_and_sample_s(t_small, t_big, PPO_BATCHES, FLEET_MINIBATCHES, 10)
     ddpg_s = ddpg_step_s(seconds, run_dir, device)
     raw = {
         "ppo_update_s": {str(small): round(t_small, 4), str(big): round(t_big, 4)},
@@ -501,42 +516,14 @@ def pixel_update_s(batch: int, run_dir: Path, rounds: int) -> tuple[float, float
     return min(cpu), min(wall)
 
 
-def pixel_shard_ingest(seconds: float) -> float:
-    """Transitions per CPU second into a FIFO shard of packed Pong chunks (128 x 8, each frame once), framed as an
-    actor sends them, decoded (every field checked, the indices against the frames), stored: `shard_rates`'
-    ingest at pixel sizes."""
-    from surreal.proto.channels import accepting, frames_of
-    from surreal.proto.codec import Limits, decode
-    from surreal.proto.wire import EXPERIENCE, encode_chunk
-    from surreal.replay.shard import ReplayShard
-
-    limits = accepting(Limits(), frozenset({EXPERIENCE}))
-    _, chunks = pixel_chunks(8)
-    frames = [frames_of(encode_chunk(c, "bench")) for c in chunks]
-    fifo = ReplayShard("fifo", capacity=1 << 14)
-    turn = iter(range(1 << 62))
-    per_chunk = chunks[0].arrays["rewards"].size
-
-    def ingest() -> None:
-        fifo.add(decode(frames[next(turn) % len(frames)], limits))
-        if fifo.ready(1 << 13):
-            fifo.sample(1 << 13)
-
-    return cpu_rate(ingest, per_chunk, seconds)
-
-
 def pixel_terms(t_small: float, t_big: float) -> tuple[float, float]:
     """`step_s` and `sample_s` from updates at PIXEL_BATCHES. A convolution's time per sample grows with the
     minibatch on a CPU (its activations leave the caches), which can put the fitted per-step term below zero;
     then the step's overhead is taken as nothing and the sample's cost is the larger batch's (the preset's), the
     batch a cluster of the preset runs, exactly."""
-    small, big = PIXEL_BATCHES
-    steps = PIXEL_MINIBATCHES * PIXEL_EPOCHS
-    mb_small, mb_big = small // PIXEL_MINIBATCHES, big // PIXEL_MINIBATCHES
-    sample_s = (t_big - t_small) / steps / (mb_big - mb_small)
-    step_s = t_small / steps - sample_s * mb_small
+    step_s, sample_s = step_and_sample_s(t_small, t_big, PIXEL_BATCHES, PIXEL_MINIBATCHES, PIXEL_EPOCHS)
     if step_s < 0:
-        return 0.0, t_big / steps / mb_big
+        return 0.0, t_big / (PIXEL_MINIBATCHES * PIXEL_EPOCHS) / (PIXEL_BATCHES[1] // PIXEL_MINIBATCHES)
     return step_s, sample_s
 
 
@@ -552,7 +539,7 @@ def measure_pixels(seconds: float = 3.0, rounds: int = 2) -> dict[str, Any]:
         t_small, wall_small = pixel_update_s(small, Path(tmp), rounds)
         t_big, wall_big = pixel_update_s(big, Path(tmp), rounds)
     step_s, sample_s = pixel_terms(t_small, t_big)
-    ingest = pixel_shard_ingest(seconds)
+    ingest = fifo_ingest_rate(pixel_chunks(8)[1], 1 << 14, seconds)  # packed Pong chunks, 128 x 8
     return {
         "benchmark": "capacity-costs-pixels",
         "pixel_learner": {"cpu": {"step_s": step_s, "sample_s": sample_s, "ddpg_step_s": None}},

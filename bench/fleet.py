@@ -369,11 +369,7 @@ def measure(
     cores = {name: round((cpu1[name] - cpu0[name]) / wall, 3) for name in cpu1 if name in cpu0}
     hist = np.sum([s["fetch_hist"] for s in f1] or [np.zeros(HIST_BINS)], axis=0)
     fanout = np.sum([s["fanout_hist"] for s in f1] or [np.zeros(HIST_BINS)], axis=0)
-    drops: dict[str, dict[str, float]] = {}
-    for name in ports:
-        reasons = by_label(ended[name], "surreal_messages_dropped_total", "reason")
-        if reasons:
-            drops[name] = reasons
+    drops = {name: r for name in ports if (r := by_label(ended[name], "surreal_messages_dropped_total", "reason"))}
     fleet_drops: dict[str, float] = defaultdict(float)
     for s in tick_after:
         for reason, n in s["dropped"].items():

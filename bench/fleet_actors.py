@@ -114,13 +114,8 @@ class Recording:
             steps = [(start + k * (self.length // self.K) + np.arange(self.T)) % self.length for k in range(self.K)]
             index = np.stack(steps, axis=1)  # [T, K]
             raw = {k: np.ascontiguousarray(v[index]) for k, v in self.data.items()}
-            returns, lengths = [], []
-            for t in index.reshape(-1):
-                if int(t) in self.episode_at:
-                    r, n = self.episode_at[int(t)]
-                    returns.append(r)
-                    lengths.append(n)
-            self._cache[start] = (self._arrays(raw), returns, lengths)
+            ended = [self.episode_at[int(t)] for t in index.reshape(-1) if int(t) in self.episode_at]
+            self._cache[start] = (self._arrays(raw), [r for r, _ in ended], [n for _, n in ended])
         return self._cache[start]
 
     def _arrays(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -170,8 +170,13 @@ def pins() -> dict[str, str]:
     return versions
 
 
+def name_and_version(wheel: Path) -> tuple[str, str]:
+    name, version, _, _ = parse_wheel_filename(wheel.name)
+    return canonicalize_name(name), str(version)
+
+
 def wheel_of(folder: Path, name: str) -> Path | None:
-    found = [p for p in folder.glob("*.whl") if canonicalize_name(parse_wheel_filename(p.name)[0]) == name]
+    found = [p for p in folder.glob("*.whl") if name_and_version(p)[0] == name]
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 
@@ -189,10 +194,8 @@ def download(versions: dict[str, str], pip_args: list[str]) -> None:
 
 def has_wheel(folder: Path, spec: str) -> bool:
     requirement = Requirement(spec)
-    return any(
-        canonicalize_name(name) == canonicalize_name(requirement.name) and str(version) in requirement.specifier
-        for name, version, _, _ in (parse_wheel_filename(p.name) for p in folder.glob("*.whl"))
-    )
+    name = canonicalize_name(requirement.name)
+    return any(n == name and v in requirement.specifier for n, v in map(name_and_version, folder.glob("*.whl")))
 
 
 def slim_robosuite(full: Path, out_dir: Path) -> Path:
@@ -226,15 +229,8 @@ def assemble(versions: dict[str, str], kit: Path) -> None:
     kit.mkdir(parents=True, exist_ok=True)
     wanted = []
     for name, version in versions.items():
-        source = next(
-            (
-                p
-                for p in DOWNLOADS.glob("*.whl")
-                if canonicalize_name(parse_wheel_filename(p.name)[0]) == canonicalize_name(name)
-                and str(parse_wheel_filename(p.name)[1]) == version
-            ),
-            None,
-        )
+        wanted_wheel = (canonicalize_name(name), version)
+        source = next((p for p in DOWNLOADS.glob("*.whl") if name_and_version(p) == wanted_wheel), None)
         if source is None:
             raise KitError(f"no {name} {version} wheel in {DOWNLOADS} after the download")
         if name in SLIM:

@@ -90,7 +90,7 @@ def _raw_pusher(address: str, count: int, keys: CurveKeys | None) -> None:
     ctx.term()
 
 
-def _send_chunks(address: str, count: int, keys: CurveKeys | None, arrays: dict[str, np.ndarray], hwm: int) -> None:
+def send_chunks(address: str, count: int, keys: CurveKeys | None, arrays: dict[str, np.ndarray], hwm: int) -> None:
     """`count` chunks of `arrays` through the actor's own sender, each retried until the receiver takes it."""
     ctx = WireContext(keys)
     sender = ExperienceSender(ctx, [address], hwm=hwm)
@@ -171,7 +171,7 @@ def replay_numbers(quick: bool, keys: CurveKeys | None) -> dict[str, float]:
         # (c): transitions in, timed by the shard itself from its own counter (decode, validation and storage
         # writes included). Sample replies only report progress about once a second: timing them measured
         # their cadence, not the ingest.
-        pusher = fork.Process(target=_send_chunks, args=(exp, chunks, keys, experience_chunk(chunk_size), 16))
+        pusher = fork.Process(target=send_chunks, args=(exp, chunks, keys, experience_chunk(chunk_size), 16))
         pusher.start()
         transitions_per_s = float(ingest.get(timeout=120))
         pusher.join(timeout=30)
@@ -269,9 +269,9 @@ def push_numbers(quick: bool, keys: CurveKeys | None) -> dict[str, float]:
     85 KB), where a message's fixed costs weigh more than its bytes."""
     messages = 300 if quick else 1000
     raw = push_throughput(_raw_pusher, messages, False, keys)
-    experience = push_throughput(partial(_send_chunks, arrays=chunk_of_bytes(MIB), hwm=8), messages, True, keys)
+    experience = push_throughput(partial(send_chunks, arrays=chunk_of_bytes(MIB), hwm=8), messages, True, keys)
     actor_chunk = experience_chunk(ACTOR_CHUNK_STEPS * ACTOR_CHUNK_ENVS, ACTOR_CHUNK_ENVS)
-    actor_chunks = push_throughput(partial(_send_chunks, arrays=actor_chunk, hwm=64), 10 * messages, True, keys)
+    actor_chunks = push_throughput(partial(send_chunks, arrays=actor_chunk, hwm=64), 10 * messages, True, keys)
     return {
         "raw_zmq_gbytes_per_s": raw,
         "experience_gbytes_per_s": experience,

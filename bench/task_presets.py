@@ -21,10 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from bench._runs import RESULTS, emit, machine
-from bench.learning import REFERENCES, collect_row
+from bench._runs import RESULTS, emit
+from bench.learning import REFERENCES, collect_row, learning_result
 from surreal.config import read_config
 from surreal.config.schema import NOT_IN_RUN_NAME
 from surreal.config.tasks import task_for
@@ -83,25 +81,15 @@ def main() -> None:
     if not rows or any(v != values[0] for v in values):
         sys.exit(f"the sweep's members did not all run with one set of the task's values: {values}")
     cfg = read_config(members[0] / "config.yaml")
-    returns = [r["eval_return_mean"] for r in rows if r["eval_return_mean"] is not None]
     result = {
+        **learning_result(args.algo, args.env, cfg.total_env_steps, cfg.topology.actors, [], rows),
         "benchmark": "task_presets",
-        "algo": args.algo,
-        "env": args.env,
-        "steps": cfg.total_env_steps,
-        "actors": cfg.topology.actors,
-        "overrides": [],
         "command": f"surreal run {' '.join(command)}",
         "exit_code": done.returncode,
-        "machine": machine(),
         "load_average": {"start": round(load_start, 2), "end": round(os.getloadavg()[0], 2)},
         "sweep_wall_s": round(wall_s, 1),
-        "runs": rows,
-        "eval_return_mean": float(np.mean(returns)) if returns else None,
-        "wall_s_mean": float(np.mean([r["wall_s"] for r in rows])),
         "task_values": values[0],
         "claim": {"metric": task.claim.metric, "at_least": task.claim.at_least},
-        "references": REFERENCES.get(args.algo, {}).get(args.env, {}),
     }
     emit(result, args.out or default_out(args.algo, args.env))
 
