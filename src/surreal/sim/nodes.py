@@ -141,16 +141,7 @@ class Process(Node):
 
     def held_lost(self, why: str) -> None:
         """Tell the ledger which honest chunks die with this process (its memory and its pipes, both ways)."""
-        found = []
-        for pipe in self.net.pipes.values():
-            if self in (pipe.src, pipe.dst):
-                found += [c for message, _ in pipe.held for c in chunks_in(message)]
-        for _, message, _ in self.inbox:
-            found += list(chunks_in(message))
-        for pipe, message in self.net.in_flight():
-            if self in (pipe.src, pipe.dst):
-                found += list(chunks_in(message))
-        self.ledger.lost(found, f"{self.name} {why}")
+        self.ledger.lost([c for message in self.net.held(self) for c in chunks_in(message)], f"{self.name} {why}")
 
     def exit(self, code: int, killed: bool = False, on_purpose: bool = False) -> None:
         if not killed:

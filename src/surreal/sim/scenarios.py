@@ -340,13 +340,7 @@ class Sim:
                 held.update(fifo_chunks(shard.shard))
         if self.learner.alive:
             held.update(self.learner.held_chunks())
-        for node in self.net.nodes.values():
-            for _, message, _ in node.inbox:
-                held.update(chunks_in(message))
-        for pipe in self.net.pipes.values():
-            for message, _ in pipe.held:
-                held.update(chunks_in(message))
-        for _, message in self.net.in_flight():
+        for message in self.net.held():
             held.update(chunks_in(message))
         return held
 
