@@ -504,17 +504,14 @@ class ScriptedLearner:
         self.updates = 0
 
     def update(self, batch: Any, arg: Any) -> Any:
-        node, ledger, now = self.node, self.node.ledger, self.node.world.now
-        counters = node.core.counters
+        ledger, now, counters = self.node.ledger, self.node.world.now, self.node.core.counters
         self.updates += 1
-        node.spend(node.costs.of_update(batch, int(arg), node.cfg.learner.replicas))
         if isinstance(batch, list):  # the versions regime's batch of whole chunks, not a sample's arrays
             ledger.chunks_learned(batch, counters.version, now)
-            return {"loss": 0.0}
-        steps = int(arg)
-        ledger.updates_learned(counters.updates + steps, counters.env_steps, now)
-        ledger.transitions_learned += len(batch["slots"])
-        return [{"loss": 0.0}] * steps, scripted_priorities(batch)
+        else:
+            ledger.updates_learned(counters.updates + int(arg), counters.env_steps, now)
+            ledger.transitions_learned += len(batch["slots"])
+        return scripted_update(self.node, batch, arg)
 
     def params(self) -> dict[str, Any]:
         return self._params
@@ -526,9 +523,14 @@ class ScriptedLearner:
         self.updates = int(state["updates"])
 
 
-def scripted_priorities(batch: dict[str, Any]) -> np.ndarray:
-    """What a scripted learner's step makes of its transitions' priorities (a prioritized replay's updates)."""
-    return 0.5 + 0.5 * np.asarray(batch["rewards"], np.float64).reshape(-1) ** 2
+def scripted_update(node: LearnerNode | FollowerNode, batch: Any, arg: Any) -> Any:
+    """A scripted update on `node` (any rank): its share of the update's virtual time, and what the algorithm's
+    update returns: a batch of chunks one loss; a sample `arg` steps' losses and its transitions' new priorities (a
+    prioritized replay's updates)."""
+    node.spend(node.costs.of_update(batch, int(arg), node.cfg.learner.replicas))
+    if isinstance(batch, list):
+        return {"loss": 0.0}
+    return [{"loss": 0.0}] * int(arg), 0.5 + 0.5 * np.asarray(batch["rewards"], np.float64).reshape(-1) ** 2
 
 
 class SimBatches:
@@ -839,13 +841,8 @@ class ScriptedRank:
         self.updates = 0
 
     def update(self, batch: Any, arg: Any) -> Any:
-        node = self.node
-        node.spend(node.costs.of_update(batch, int(arg), node.cfg.learner.replicas))
-        if isinstance(batch, list):
-            self.updates += 1
-            return {"loss": 0.0}
-        self.updates += int(arg)
-        return [{"loss": 0.0}] * int(arg), scripted_priorities(batch)
+        self.updates += 1 if isinstance(batch, list) else int(arg)
+        return scripted_update(self.node, batch, arg)
 
 
 class FollowerNode(Process):
