@@ -944,7 +944,8 @@ class ScriptedChunks:
         self.env_steps = 2 * EPISODE_STEPS * envs if pairs else steps * envs
         self.fields = fields
         self.pixels = FRAMES_FIELD in fields
-        plain = {name: f for name, f in fields.items() if not self.pixels or name not in frame_fields_of(fields)}
+        frames = (FRAMES_FIELD, OBS_INDEX, NEXT_INDEX) if self.pixels else ()  # what `pack` makes (`_frames`)
+        plain = {name: f for name, f in fields.items() if name not in frames}
         self.template = {name: np.full((self.T, envs, *f.shape), f.low or 0, f.dtype) for name, f in plain.items()}
         self.packed: dict[int, dict[str, Any]] = {}  # a phase's frames and indices (PER_CHUNK and the index fields)
         self.tagged = tagged_field(fields)
@@ -967,11 +968,6 @@ class ScriptedChunks:
             frame = self.fields[FRAMES_FIELD].shape
             self.packed[phase] = pack({"obs": obs, "next_obs": next_obs}, frame[0] if len(frame) == 3 else 1)
         return self.packed[phase]
-
-
-def frame_fields_of(fields: Fields) -> tuple[str, ...]:
-    """The names of an image chunk's frames and indices among `fields`."""
-    return tuple(name for name in (FRAMES_FIELD, OBS_INDEX, NEXT_INDEX) if name in fields)
 
 
 def pixel_rollout(fields: Fields, steps: int, envs: int, phase: int) -> tuple[np.ndarray, np.ndarray]:
