@@ -175,7 +175,6 @@ class Process(Node):
         raise NotImplementedError
 
 
-@dataclass(frozen=True)
 class CollectiveFailed(Exception):
     """A learner group's collective could not complete: a rank is gone, or stalled past the group's timeout."""
 
