@@ -32,7 +32,7 @@ from surreal.runtime.regimes import regime_of
 from surreal.runtime.regimes.replay_ratio import ReplayRatioRegime
 from surreal.runtime.regimes.versions import STALL_MIN_S, VersionsRegime
 from surreal.sim.hostile import PARKERS, HostileActor, HostileLearnerPeer, HostileParker, HostileShard
-from surreal.sim.ledger import ChunkId, Ledger, Window, chunks_in
+from surreal.sim.ledger import ChunkId, Ledger, chunks_in
 from surreal.sim.nodes import (
     ActorNode,
     Costs,
@@ -367,7 +367,7 @@ class Sim:
             refused = ledger.learner_refused["too_many_pending"]
             ledger.violate("parking", f"the learner was refused a parking place {refused} times")
         ledger.check_data(self.held())
-        ledger.check_live([Window(a, b) for a, b in s.steady], self.fleet.history)
+        ledger.check_live(s.steady, self.fleet.history)
         return ledger.report()
 
     def stats(self) -> dict[str, Any]:
