@@ -190,9 +190,7 @@ class Sim:
 
     def __init__(self, scenario: Scenario, seed: int, run_dir: Path) -> None:
         self.scenario, self.seed = scenario, seed
-        cfg = scenario.config()
-        cfg = replace(cfg, seed=seed)
-        self.cfg = cfg
+        self.cfg = cfg = replace(scenario.config(), seed=seed)
         self.world = world = World(seed)
         self.net = net = Network(world, scenario.jitter_s, scenario.drop_p)
         algo = get_algorithm(cfg.algo.name)
@@ -205,9 +203,8 @@ class Sim:
         pairs = cfg.algo.name == "es"  # a chunk of whole-episode pairs
         envs = cfg.algo.chunk_size(cfg) if pairs else cfg.topology.envs_per_actor
         self.chunks = ScriptedChunks(fields, scenario.chunk_steps, envs, pairs)
-        chunk_env_steps = self.chunks.env_steps
         max_staleness, ratio = ledger_rules(cfg)
-        self.ledger = ledger = Ledger(max_staleness, chunk_env_steps, ratio, scenario.tolerated_losses)
+        self.ledger = ledger = Ledger(max_staleness, self.chunks.env_steps, ratio, scenario.tolerated_losses)
         self.shards: list[Node] = [
             ReplayNode(world, net, i, cfg, ledger, scenario.snapshot_interval_s, scenario.service_costs)
             for i in range(scenario.shards)
@@ -231,9 +228,7 @@ class Sim:
         ]
         params = _blob_params(cfg, self.spaces)
         costs = scenario.costs or (Costs() if ledger.replay_ratio is None else Costs(update_s=0.001))
-        group = None
-        if scenario.replicas > 1:
-            group = ProcessGroup(scenario.replicas, cfg.learner.group_timeout_s)
+        group = ProcessGroup(scenario.replicas, cfg.learner.group_timeout_s) if scenario.replicas > 1 else None
         self.learner = LearnerNode(
             world, net, cfg, run_dir, self.spaces, fields, params, self.shards, self.ps, ledger, costs, group,
         )  # fmt: skip
