@@ -609,7 +609,6 @@ ON_POLICY = [
         "ppo-fleet-grows-and-shrinks",
         "PPO, 16 actors; 48 more join from 15 s, 4 every 2.5 s (as an autoscaler adds them), and 32 of them leave "
         "from 60 s the same way.",
-        actors=16,
         total_env_steps=1_600_000,
         costs=Costs(update_s=0.05),
         faults=(
@@ -625,7 +624,6 @@ CENTRAL_INFERENCE = [
         "ppo-central-inference-worker-killed",
         "PPO, 16 actors acting through 2 inference workers; worker 0 is killed (SIGKILL) at 10 s and restarted: "
         "the requests it held time out and go to worker 1, and every chunk is made with actions.",
-        actors=16,
         inference_workers=2,
         total_env_steps=40_000,
         faults=(Fault(10.0, "kill", ("inference-0",)),),
@@ -634,7 +632,6 @@ CENTRAL_INFERENCE = [
         "ppo-central-inference-slow-worker",
         "PPO, 16 actors, 2 inference workers, worker 0 so slow (3 s a batch) that its actors' requests time out: "
         "they go to worker 1 and stay there.",
-        actors=16,
         inference_workers=2,
         total_env_steps=40_000,
         slow_worker=3000.0,
@@ -643,7 +640,6 @@ CENTRAL_INFERENCE = [
         "ppo-central-inference-ps-killed",
         "PPO, 16 actors, 2 inference workers, 2 ps; ps 0 killed at 8 s: the workers ask the other replica, and "
         "catch up to the versions their actors run.",
-        actors=16,
         ps=2,
         inference_workers=2,
         total_env_steps=40_000,
@@ -788,7 +784,6 @@ OFF_POLICY = [
         "DDPG, 16 actors, a prioritized shard whose parking places four hostile peers keep full, each at its cap, "
         "with requests it can never serve: the learner still parks its requests and is served at its rate.",
         algo="ddpg",
-        actors=16,
         total_env_steps=60_000,
         hostile=("parkers",),
         overrides=("replay.mode=prioritized",),
