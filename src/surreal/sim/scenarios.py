@@ -358,8 +358,7 @@ class Sim:
             ledger.violate("completes", f"ended at {self.world.now:.0f} s, before {self.last_event_s():.0f} s")
         if ledger.lost_on_stop:
             ledger.violate("chunks", f"{ledger.lost_on_stop} chunks refused on their actors' way out")
-        if ledger.learner_refused["too_many_pending"]:
-            refused = ledger.learner_refused["too_many_pending"]
+        if refused := ledger.learner_refused["too_many_pending"]:
             ledger.violate("parking", f"the learner was refused a parking place {refused} times")
         ledger.check_data(self.held())
         ledger.check_live(s.steady, self.fleet.history)
