@@ -152,13 +152,11 @@ class HostileParker(Node):
     def __init__(self, world: World, net: Network, index: int, shards: Sequence[Node]) -> None:
         super().__init__(world, net, f"hostile-parker-{index}")
         self.shards = [shard for shard in shards if getattr(shard, "shard", None) is not None]
-        self.sent = 0
         self.refused = 0  # its requests a shard answered with an error (evicted, or past its cap)
         world.at(START_S, self._turn)
 
     def _request(self, shard: Node) -> None:
         self.send(shard, SampleRequest(shard.shard.capacity).to_message())  # type: ignore[attr-defined]
-        self.sent += 1
 
     def _turn(self) -> None:
         for shard in self.shards:
@@ -190,7 +188,6 @@ class HostileShard(Node):
     def answer(self, src: Node, message: Message) -> None:
         self.answered += 1
         report = ShardReport(self.index, 0)
-        batch = SampleRequest.from_message(message).batch_size
         if self.cfg.replay.mode == "fifo":  # a shard of the run's kind: chunks, or sampled transitions
             arrays = _hostile_arrays(self.fields, 64)
             name = tagged_field(arrays)
@@ -201,7 +198,7 @@ class HostileShard(Node):
             ][self.answered % 3]
             self.send(src, encode_sample_reply(FifoReply(report, [Chunk(broken, 0, 999_999)])))
             return
-        n = batch
+        n = SampleRequest.from_message(message).batch_size
         good = {name: np.full((n, *f.shape), f.low or 0, f.dtype) for name, f in self.fields.items()}
         good[SLOTS], good[IDS] = np.arange(n, dtype=np.int64), np.arange(n, dtype=np.uint64)
         if self.cfg.replay.mode == "prioritized":

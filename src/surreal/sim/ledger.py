@@ -102,14 +102,6 @@ def chunks_in(message: Message) -> Iterator[ChunkId]:
 
 
 @dataclass
-class Window:
-    """From `start` to `end` (virtual seconds) the fleet is steady: every blob must count the honest actors alive."""
-
-    start: float
-    end: float
-
-
-@dataclass
 class Ledger:
     """The books a run keeps, and the invariants read from them at the end (module docstring)."""
 
@@ -296,11 +288,12 @@ class Ledger:
                 "chunks", f"the learner counted {self.learner_counted} env steps, its shards reported {reported}"
             )
 
-    def check_live(self, windows: list[Window], alive_at: Iterable[tuple[float, int]]) -> None:
+    def check_live(self, windows: Iterable[tuple[float, float]], alive_at: Iterable[tuple[float, int]]) -> None:
+        """In each window (start, end: virtual seconds, the fleet steady) every blob counts the honest actors alive."""
         alive_steps = sorted(alive_at)
-        for window in windows:
+        for start, end in windows:
             for at, meta in self.blobs:
-                if not window.start <= at <= window.end or meta.done:
+                if not start <= at <= end or meta.done:
                     continue
                 alive = next((n for t, n in reversed(alive_steps) if t <= at), 0)
                 if meta.actors != alive:

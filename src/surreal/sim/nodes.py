@@ -141,16 +141,7 @@ class Process(Node):
 
     def held_lost(self, why: str) -> None:
         """Tell the ledger which honest chunks die with this process (its memory and its pipes, both ways)."""
-        found = []
-        for pipe in self.net.pipes.values():
-            if self in (pipe.src, pipe.dst):
-                found += [c for message, _ in pipe.held for c in chunks_in(message)]
-        for _, message, _ in self.inbox:
-            found += list(chunks_in(message))
-        for pipe, message in self.net.in_flight():
-            if self in (pipe.src, pipe.dst):
-                found += list(chunks_in(message))
-        self.ledger.lost(found, f"{self.name} {why}")
+        self.ledger.lost([c for message in self.net.held(self) for c in chunks_in(message)], f"{self.name} {why}")
 
     def exit(self, code: int, killed: bool = False, on_purpose: bool = False) -> None:
         if not killed:
@@ -184,7 +175,6 @@ class Process(Node):
         raise NotImplementedError
 
 
-@dataclass(frozen=True)
 class CollectiveFailed(Exception):
     """A learner group's collective could not complete: a rank is gone, or stalled past the group's timeout."""
 
@@ -513,17 +503,14 @@ class ScriptedLearner:
         self.updates = 0
 
     def update(self, batch: Any, arg: Any) -> Any:
-        node, ledger, now = self.node, self.node.ledger, self.node.world.now
-        counters = node.core.counters
+        ledger, now, counters = self.node.ledger, self.node.world.now, self.node.core.counters
         self.updates += 1
-        node.spend(node.costs.of_update(batch, int(arg), node.cfg.learner.replicas))
         if isinstance(batch, list):  # the versions regime's batch of whole chunks, not a sample's arrays
             ledger.chunks_learned(batch, counters.version, now)
-            return {"loss": 0.0}
-        steps = int(arg)
-        ledger.updates_learned(counters.updates + steps, counters.env_steps, now)
-        ledger.transitions_learned += len(batch["slots"])
-        return [{"loss": 0.0}] * steps, scripted_priorities(batch)
+        else:
+            ledger.updates_learned(counters.updates + int(arg), counters.env_steps, now)
+            ledger.transitions_learned += len(batch["slots"])
+        return scripted_update(self.node, batch, arg)
 
     def params(self) -> dict[str, Any]:
         return self._params
@@ -535,9 +522,14 @@ class ScriptedLearner:
         self.updates = int(state["updates"])
 
 
-def scripted_priorities(batch: dict[str, Any]) -> np.ndarray:
-    """What a scripted learner's step makes of its transitions' priorities (a prioritized replay's updates)."""
-    return 0.5 + 0.5 * np.asarray(batch["rewards"], np.float64).reshape(-1) ** 2
+def scripted_update(node: LearnerNode | FollowerNode, batch: Any, arg: Any) -> Any:
+    """A scripted update on `node` (any rank): its share of the update's virtual time, and what the algorithm's
+    update returns: a batch of chunks one loss; a sample `arg` steps' losses and its transitions' new priorities (a
+    prioritized replay's updates)."""
+    node.spend(node.costs.of_update(batch, int(arg), node.cfg.learner.replicas))
+    if isinstance(batch, list):
+        return {"loss": 0.0}
+    return [{"loss": 0.0}] * int(arg), 0.5 + 0.5 * np.asarray(batch["rewards"], np.float64).reshape(-1) ** 2
 
 
 class SimBatches:
@@ -848,13 +840,8 @@ class ScriptedRank:
         self.updates = 0
 
     def update(self, batch: Any, arg: Any) -> Any:
-        node = self.node
-        node.spend(node.costs.of_update(batch, int(arg), node.cfg.learner.replicas))
-        if isinstance(batch, list):
-            self.updates += 1
-            return {"loss": 0.0}
-        self.updates += int(arg)
-        return [{"loss": 0.0}] * int(arg), scripted_priorities(batch)
+        self.updates += 1 if isinstance(batch, list) else int(arg)
+        return scripted_update(self.node, batch, arg)
 
 
 class FollowerNode(Process):
@@ -956,7 +943,8 @@ class ScriptedChunks:
         self.env_steps = 2 * EPISODE_STEPS * envs if pairs else steps * envs
         self.fields = fields
         self.pixels = FRAMES_FIELD in fields
-        plain = {name: f for name, f in fields.items() if not self.pixels or name not in frame_fields_of(fields)}
+        frames = (FRAMES_FIELD, OBS_INDEX, NEXT_INDEX) if self.pixels else ()  # what `pack` makes (`_frames`)
+        plain = {name: f for name, f in fields.items() if name not in frames}
         self.template = {name: np.full((self.T, envs, *f.shape), f.low or 0, f.dtype) for name, f in plain.items()}
         self.packed: dict[int, dict[str, Any]] = {}  # a phase's frames and indices (PER_CHUNK and the index fields)
         self.tagged = tagged_field(fields)
@@ -979,11 +967,6 @@ class ScriptedChunks:
             frame = self.fields[FRAMES_FIELD].shape
             self.packed[phase] = pack({"obs": obs, "next_obs": next_obs}, frame[0] if len(frame) == 3 else 1)
         return self.packed[phase]
-
-
-def frame_fields_of(fields: Fields) -> tuple[str, ...]:
-    """The names of an image chunk's frames and indices among `fields`."""
-    return tuple(name for name in (FRAMES_FIELD, OBS_INDEX, NEXT_INDEX) if name in fields)
 
 
 def pixel_rollout(fields: Fields, steps: int, envs: int, phase: int) -> tuple[np.ndarray, np.ndarray]:

@@ -32,7 +32,7 @@ from surreal.runtime.regimes import regime_of
 from surreal.runtime.regimes.replay_ratio import ReplayRatioRegime
 from surreal.runtime.regimes.versions import STALL_MIN_S, VersionsRegime
 from surreal.sim.hostile import PARKERS, HostileActor, HostileLearnerPeer, HostileParker, HostileShard
-from surreal.sim.ledger import ChunkId, Ledger, Window, chunks_in
+from surreal.sim.ledger import ChunkId, Ledger, chunks_in
 from surreal.sim.nodes import (
     ActorNode,
     Costs,
@@ -190,9 +190,7 @@ class Sim:
 
     def __init__(self, scenario: Scenario, seed: int, run_dir: Path) -> None:
         self.scenario, self.seed = scenario, seed
-        cfg = scenario.config()
-        cfg = replace(cfg, seed=seed)
-        self.cfg = cfg
+        self.cfg = cfg = replace(scenario.config(), seed=seed)
         self.world = world = World(seed)
         self.net = net = Network(world, scenario.jitter_s, scenario.drop_p)
         algo = get_algorithm(cfg.algo.name)
@@ -205,9 +203,8 @@ class Sim:
         pairs = cfg.algo.name == "es"  # a chunk of whole-episode pairs
         envs = cfg.algo.chunk_size(cfg) if pairs else cfg.topology.envs_per_actor
         self.chunks = ScriptedChunks(fields, scenario.chunk_steps, envs, pairs)
-        chunk_env_steps = self.chunks.env_steps
         max_staleness, ratio = ledger_rules(cfg)
-        self.ledger = ledger = Ledger(max_staleness, chunk_env_steps, ratio, scenario.tolerated_losses)
+        self.ledger = ledger = Ledger(max_staleness, self.chunks.env_steps, ratio, scenario.tolerated_losses)
         self.shards: list[Node] = [
             ReplayNode(world, net, i, cfg, ledger, scenario.snapshot_interval_s, scenario.service_costs)
             for i in range(scenario.shards)
@@ -231,9 +228,7 @@ class Sim:
         ]
         params = _blob_params(cfg, self.spaces)
         costs = scenario.costs or (Costs() if ledger.replay_ratio is None else Costs(update_s=0.001))
-        group = None
-        if scenario.replicas > 1:
-            group = ProcessGroup(scenario.replicas, cfg.learner.group_timeout_s)
+        group = ProcessGroup(scenario.replicas, cfg.learner.group_timeout_s) if scenario.replicas > 1 else None
         self.learner = LearnerNode(
             world, net, cfg, run_dir, self.spaces, fields, params, self.shards, self.ps, ledger, costs, group,
         )  # fmt: skip
@@ -340,13 +335,7 @@ class Sim:
                 held.update(fifo_chunks(shard.shard))
         if self.learner.alive:
             held.update(self.learner.held_chunks())
-        for node in self.net.nodes.values():
-            for _, message, _ in node.inbox:
-                held.update(chunks_in(message))
-        for pipe in self.net.pipes.values():
-            for message, _ in pipe.held:
-                held.update(chunks_in(message))
-        for _, message in self.net.in_flight():
+        for message in self.net.held():
             held.update(chunks_in(message))
         return held
 
@@ -369,11 +358,10 @@ class Sim:
             ledger.violate("completes", f"ended at {self.world.now:.0f} s, before {self.last_event_s():.0f} s")
         if ledger.lost_on_stop:
             ledger.violate("chunks", f"{ledger.lost_on_stop} chunks refused on their actors' way out")
-        if ledger.learner_refused["too_many_pending"]:
-            refused = ledger.learner_refused["too_many_pending"]
+        if refused := ledger.learner_refused["too_many_pending"]:
             ledger.violate("parking", f"the learner was refused a parking place {refused} times")
         ledger.check_data(self.held())
-        ledger.check_live([Window(a, b) for a, b in s.steady], self.fleet.history)
+        ledger.check_live(s.steady, self.fleet.history)
         return ledger.report()
 
     def stats(self) -> dict[str, Any]:
@@ -620,7 +608,6 @@ ON_POLICY = [
         "ppo-fleet-grows-and-shrinks",
         "PPO, 16 actors; 48 more join from 15 s, 4 every 2.5 s (as an autoscaler adds them), and 32 of them leave "
         "from 60 s the same way.",
-        actors=16,
         total_env_steps=1_600_000,
         costs=Costs(update_s=0.05),
         faults=(
@@ -636,7 +623,6 @@ CENTRAL_INFERENCE = [
         "ppo-central-inference-worker-killed",
         "PPO, 16 actors acting through 2 inference workers; worker 0 is killed (SIGKILL) at 10 s and restarted: "
         "the requests it held time out and go to worker 1, and every chunk is made with actions.",
-        actors=16,
         inference_workers=2,
         total_env_steps=40_000,
         faults=(Fault(10.0, "kill", ("inference-0",)),),
@@ -645,7 +631,6 @@ CENTRAL_INFERENCE = [
         "ppo-central-inference-slow-worker",
         "PPO, 16 actors, 2 inference workers, worker 0 so slow (3 s a batch) that its actors' requests time out: "
         "they go to worker 1 and stay there.",
-        actors=16,
         inference_workers=2,
         total_env_steps=40_000,
         slow_worker=3000.0,
@@ -654,7 +639,6 @@ CENTRAL_INFERENCE = [
         "ppo-central-inference-ps-killed",
         "PPO, 16 actors, 2 inference workers, 2 ps; ps 0 killed at 8 s: the workers ask the other replica, and "
         "catch up to the versions their actors run.",
-        actors=16,
         ps=2,
         inference_workers=2,
         total_env_steps=40_000,
@@ -799,7 +783,6 @@ OFF_POLICY = [
         "DDPG, 16 actors, a prioritized shard whose parking places four hostile peers keep full, each at its cap, "
         "with requests it can never serve: the learner still parks its requests and is served at its rate.",
         algo="ddpg",
-        actors=16,
         total_env_steps=60_000,
         hostile=("parkers",),
         overrides=("replay.mode=prioritized",),

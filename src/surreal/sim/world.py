@@ -286,6 +286,18 @@ class Network:
             if fn == self._arrive and args[1] == args[0].generation:
                 yield args[0], args[3]
 
+    def held(self, node: Node | None = None) -> Iterator[Message]:
+        """The messages not taken yet: in an inbox, held by a partition or on the wire; with `node`, those in its
+        inbox and on its pipes, both ways."""
+        for n in self.nodes.values() if node is None else [node]:
+            yield from (message for _, message, _ in n.inbox)
+        for pipe in self.pipes.values():
+            if node is None or node in (pipe.src, pipe.dst):
+                yield from (message for message, _ in pipe.held)
+        for pipe, message in self.in_flight():
+            if node is None or node in (pipe.src, pipe.dst):
+                yield message
+
     def partition(self, one: set[str], other: set[str]) -> None:
         self.cuts.append((frozenset(one), frozenset(other)))
 
