@@ -331,3 +331,31 @@ def test_a_learner_group_restarts_whole_from_rank_0s_checkpoint(name):
     assert report.ok, report.summary()
     assert sum(report.stats["restarts"].values()) >= 1
     assert report.stats["chunks_lost_with_kills"] > 0  # what rank 0 learned after its checkpoint went with it
+
+
+class Ticker(nodes.Process):
+    """A process whose core wants a timer every second from its start, as the roles' cores do."""
+
+    def __init__(self, world: World, net: Network) -> None:
+        super().__init__(world, net, "ticker", Ledger(max_staleness=None, chunk_env_steps=1))
+        self.fired: list[tuple[int, float]] = []
+
+    def boot(self, resumed: bool) -> None:
+        self.arm(self.now() + 1.0)
+
+    def on_timer(self) -> None:
+        self.fired.append((self.incarnation, self.now()))
+        self.arm(self.now() + 1.0)
+
+
+def test_a_process_restarted_with_a_timer_pending_arms_its_new_incarnations_timers():
+    """The old incarnation's pending timer dies with it; the new incarnation's `arm` is not shadowed by it (a
+    restarted learner-group rank kept its watchdog)."""
+    world = World(0)
+    ticker = Ticker(world, Network(world))
+    ticker.boot(resumed=False)
+    world.run(until=0.5)  # its first timer, at 1.0, pending
+    ticker.kill()
+    ticker.restart_process()
+    world.run(until=3.0)
+    assert ticker.fired == [(1, 1.5), (1, 2.5)]

@@ -155,6 +155,7 @@ class Process(Node):
             self.world.after(exit.delay_s, self.restart_process)
 
     def restart_process(self) -> None:
+        self.timer_at = None  # the old incarnation's timer dies with it: the new one arms its own
         self.start()
         self.boot(resumed=True)
 
@@ -276,7 +277,6 @@ class ReplayNode(Process):
                 self.snapshot = None  # a FIFO's snapshot is removed once restored
         self.core = ReplayCore(self.shard, self._answer, lambda reason, peer: None)
         self.schedule = SnapshotSchedule.of(self.shard, self.snapshot_interval_s, self.world.now)
-        self.timer_at = None
         self.stopping = False
         self._arm()
 
@@ -356,7 +356,6 @@ class PsNode(Process):
 
     def boot(self, resumed: bool) -> None:
         self.core: PsCore[Message] = PsCore(self._answer, lambda reason, peer: None)
-        self.timer_at = None
         self.restarted = True
         self.blob_at = 0.0  # when the held blob came
         self.asked: dict[str, list[tuple[float, ParamsRequest]]] = {}  # honest actors' requests unanswered: hold ends
